@@ -1,0 +1,194 @@
+package routing
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Config is the whole operator-owned routing configuration: what `regionctl
+// apply -f` reads and `regionctl export` writes. Overrides, health markers
+// and the epoch are not part of it.
+type Config struct {
+	Policy PolicySection    `json:"policy"`
+	Pools  map[string]Pool  `json:"pools"`
+	Routes map[string]Route `json:"routes"`
+}
+
+// PolicySection holds the policy keys of a config file.
+type PolicySection struct {
+	Residency *Residency `json:"residency,omitempty"`
+}
+
+// ResidencyOrDefault returns the configured residency policy, or the
+// built-in EEA default when none is set.
+func (c *Config) ResidencyOrDefault() Residency {
+	if c.Policy.Residency != nil {
+		return *c.Policy.Residency
+	}
+	return DefaultResidency()
+}
+
+// ParseConfig reads a config file (YAML or JSON). Decoding is strict: an
+// unknown field anywhere is an error, as is a wrong type or enum. Every
+// problem found is returned, each naming its key and field.
+func ParseConfig(data []byte) (*Config, error) {
+	js, err := yamlToJSON(data)
+	if err != nil {
+		return nil, fmt.Errorf("parse config: %w", err)
+	}
+	if t := bytes.TrimSpace(js); len(t) == 0 || bytes.Equal(t, []byte("null")) {
+		return nil, fmt.Errorf("parse config: file is empty")
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(js, &top); err != nil {
+		return nil, fmt.Errorf("parse config: the file must be a mapping with policy, pools and routes: %w", err)
+	}
+	var errs Errors
+	for k := range top {
+		if k != "policy" && k != "pools" && k != "routes" {
+			errs.add("", k, "unknown top-level section (want policy, pools, routes)")
+		}
+	}
+	cfg := &Config{Pools: map[string]Pool{}, Routes: map[string]Route{}}
+	if raw, ok := top["policy"]; ok {
+		var pol map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &pol); err != nil {
+			errs.add("", "policy", "must be a mapping")
+		}
+		for k, v := range pol {
+			if k != "residency" {
+				errs.add("", "policy."+k, "unknown policy (want residency)")
+				continue
+			}
+			if val, ok := decodeStrict(&errs, PolicyKey, v); ok {
+				cfg.Policy.Residency = val.(*Residency)
+			}
+		}
+	}
+	decodeSection(&errs, top["pools"], "pools", func(id string, v Value) { cfg.Pools[id] = *v.(*Pool) })
+	decodeSection(&errs, top["routes"], "routes", func(id string, v Value) { cfg.Routes[id] = *v.(*Route) })
+	if len(errs) > 0 {
+		errs.Sort()
+		return nil, errs
+	}
+	return cfg, nil
+}
+
+func decodeSection(errs *Errors, raw json.RawMessage, section string, set func(string, Value)) {
+	if raw == nil {
+		return
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		errs.add("", section, "must be a mapping of id to object")
+		return
+	}
+	for id, v := range m {
+		if val, ok := decodeStrict(errs, section+"/"+id, v); ok {
+			set(id, val)
+		}
+	}
+}
+
+// decodeStrict decodes one value of a config file and refuses unknown fields.
+func decodeStrict(errs *Errors, rel string, raw []byte) (Value, bool) {
+	v, err := DecodeValue(rel, raw)
+	if err != nil {
+		if es, ok := err.(Errors); ok {
+			*errs = append(*errs, es...)
+		} else {
+			errs.add(rel, "", "%v", err)
+		}
+		return nil, false
+	}
+	var extra Extra
+	switch x := v.(type) {
+	case *Pool:
+		extra = x.Extra
+	case *Route:
+		extra = x.Extra
+	case *Residency:
+		extra = x.Extra
+	}
+	if len(extra) > 0 {
+		for _, k := range sortedKeys(extra) {
+			errs.add(rel, k, "unknown field")
+		}
+		return nil, false
+	}
+	return v, true
+}
+
+// Values returns the config as the values stored under <root>/routing/,
+// keyed by relative key, each compact JSON. A config without a residency
+// policy stores none (the agent then uses the built-in default).
+func (c *Config) Values() (map[string][]byte, error) {
+	out := make(map[string][]byte, len(c.Pools)+len(c.Routes)+1)
+	if c.Policy.Residency != nil {
+		b, err := json.Marshal(c.Policy.Residency)
+		if err != nil {
+			return nil, fmt.Errorf("encode %s: %w", PolicyKey, err)
+		}
+		out[PolicyKey] = b
+	}
+	for id, p := range c.Pools {
+		b, err := json.Marshal(p)
+		if err != nil {
+			return nil, fmt.Errorf("encode %s: %w", PoolKey(id), err)
+		}
+		out[PoolKey(id)] = b
+	}
+	for name, r := range c.Routes {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return nil, fmt.Errorf("encode %s: %w", RouteKey(name), err)
+		}
+		out[RouteKey(name)] = b
+	}
+	return out, nil
+}
+
+// YAML returns the config as a config file.
+func (c *Config) YAML() ([]byte, error) {
+	return yaml.Marshal(c)
+}
+
+// Clone returns a deep copy of the config, safe to change.
+func (c *Config) Clone() *Config {
+	b, err := json.Marshal(c)
+	if err != nil {
+		panic(fmt.Sprintf("routing: clone config: %v", err))
+	}
+	out := &Config{}
+	if err := json.Unmarshal(b, out); err != nil {
+		panic(fmt.Sprintf("routing: clone config: %v", err))
+	}
+	if out.Pools == nil {
+		out.Pools = map[string]Pool{}
+	}
+	if out.Routes == nil {
+		out.Routes = map[string]Route{}
+	}
+	return out
+}
+
+// IsConfigKey reports whether a relative key belongs to the operator config
+// (pools, routes, policy) rather than to runtime state (overrides, health,
+// epoch).
+func IsConfigKey(rel string) bool {
+	k, err := ParseKey(rel)
+	return err == nil && (k.Kind == KindPool || k.Kind == KindRoute || k.Kind == KindPolicy)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,108 @@
+package routing
+
+import "strings"
+
+// isoCodes is the ISO 3166-1 alpha-2 list of officially assigned codes (249).
+const isoCodes = "AD AE AF AG AI AL AM AO AQ AR AS AT AU AW AX AZ " +
+	"BA BB BD BE BF BG BH BI BJ BL BM BN BO BQ BR BS BT BV BW BY BZ " +
+	"CA CC CD CF CG CH CI CK CL CM CN CO CR CU CV CW CX CY CZ " +
+	"DE DJ DK DM DO DZ " +
+	"EC EE EG EH ER ES ET " +
+	"FI FJ FK FM FO FR " +
+	"GA GB GD GE GF GG GH GI GL GM GN GP GQ GR GS GT GU GW GY " +
+	"HK HM HN HR HT HU " +
+	"ID IE IL IM IN IO IQ IR IS IT " +
+	"JE JM JO JP " +
+	"KE KG KH KI KM KN KP KR KW KY KZ " +
+	"LA LB LC LI LK LR LS LT LU LV LY " +
+	"MA MC MD ME MF MG MH MK ML MM MN MO MP MQ MR MS MT MU MV MW MX MY MZ " +
+	"NA NC NE NF NG NI NL NO NP NR NU NZ " +
+	"OM " +
+	"PA PE PF PG PH PK PL PM PN PR PS PT PW PY " +
+	"QA " +
+	"RE RO RS RU RW " +
+	"SA SB SC SD SE SG SH SI SJ SK SL SM SN SO SR SS ST SV SX SY SZ " +
+	"TC TD TF TG TH TJ TK TL TM TN TO TR TT TV TW TZ " +
+	"UA UG UM US UY UZ " +
+	"VA VC VE VG VI VN VU " +
+	"WF WS " +
+	"YE YT " +
+	"ZA ZM ZW"
+
+// eeaCodes is the European Economic Area: the EU27 plus Iceland,
+// Liechtenstein and Norway. It is the built-in "eu" residency class.
+const eeaCodes = "AT BE BG HR CY CZ DK EE FI FR DE GR IE IT LV LT LU MT NL PL PT RO SK SI ES SE IS LI NO"
+
+// Unknown is the pseudo-country that every empty, invalid or unassigned
+// country code normalizes to. Its effective entry is keyed "_unknown".
+const Unknown = "_unknown"
+
+// countryIndex maps a two-letter upper-case code to its position in
+// Countries()+1; zero means "not an assigned code".
+var countryIndex [26 * 26]uint16
+
+var countries []string
+
+func init() {
+	countries = strings.Fields(isoCodes)
+	for i, c := range countries {
+		countryIndex[int(c[0]-'A')*26+int(c[1]-'A')] = uint16(i + 1)
+	}
+}
+
+// Countries returns every ISO 3166-1 alpha-2 code in alphabetical order.
+// The slice is shared; callers must not modify it.
+func Countries() []string { return countries }
+
+// EEA returns the countries of the built-in "eu" residency class.
+func EEA() []string { return strings.Fields(eeaCodes) }
+
+// IsCountry reports whether s is an assigned ISO 3166-1 alpha-2 code in
+// upper case.
+func IsCountry(s string) bool { return countryID(s) >= 0 }
+
+// countryID returns the index of an exact upper-case code in Countries(),
+// or -1.
+func countryID(s string) int {
+	if len(s) != 2 || s[0] < 'A' || s[0] > 'Z' || s[1] < 'A' || s[1] > 'Z' {
+		return -1
+	}
+	return int(countryIndex[int(s[0]-'A')*26+int(s[1]-'A')]) - 1
+}
+
+// NormalizeCountry turns a raw country header ("pl", " PL ", "XX", "T1", "")
+// into an assigned upper-case ISO code, or Unknown. It never allocates.
+func NormalizeCountry(raw string) string {
+	id := normalizeID(raw)
+	if id < 0 {
+		return Unknown
+	}
+	return countries[id]
+}
+
+// normalizeID is NormalizeCountry returning the index into Countries(), or -1.
+func normalizeID(raw string) int {
+	for len(raw) > 0 && isSpace(raw[0]) {
+		raw = raw[1:]
+	}
+	for len(raw) > 0 && isSpace(raw[len(raw)-1]) {
+		raw = raw[:len(raw)-1]
+	}
+	if len(raw) != 2 {
+		return -1
+	}
+	a, b := upper(raw[0]), upper(raw[1])
+	if a < 'A' || a > 'Z' || b < 'A' || b > 'Z' {
+		return -1
+	}
+	return int(countryIndex[int(a-'A')*26+int(b-'A')]) - 1
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
+
+func upper(c byte) byte {
+	if c >= 'a' && c <= 'z' {
+		return c - 'a' + 'A'
+	}
+	return c
+}

@@ -1,0 +1,293 @@
+package routing
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Value is a decoded value of the routing prefix: *Pool, *Route,
+// *Residency, *Override, *Health or int64 (epoch).
+type Value any
+
+// DecodeValue decodes and checks one value of the routing prefix; rel is its
+// key relative to <root>/routing/. Unknown JSON fields are kept and ignored;
+// wrong types, bad enums and out-of-range numbers are errors naming the key
+// and the field. Defaults (status active, affinity sticky, the EEA class) are
+// filled in.
+func DecodeValue(rel string, raw []byte) (Value, error) {
+	k, err := ParseKey(rel)
+	if err != nil {
+		return nil, err
+	}
+	v, errs := decodeKind(k, raw)
+	if len(errs) > 0 {
+		return nil, errs.prefixed(rel)
+	}
+	return v, nil
+}
+
+func decodeKind(k Key, raw []byte) (Value, Errors) {
+	if len(raw) > MaxValueSize {
+		return nil, Errors{{Msg: fmt.Sprintf("value is %d bytes, larger than the %d-byte limit", len(raw), MaxValueSize)}}
+	}
+	if k.Kind == KindEpoch {
+		n, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
+		if err != nil || n < 0 {
+			return nil, Errors{{Msg: fmt.Sprintf("epoch must be a non-negative decimal integer, got %q", truncate(raw))}}
+		}
+		return n, nil
+	}
+	var (
+		v    Value
+		errs Errors
+	)
+	switch k.Kind {
+	case KindPool:
+		p := new(Pool)
+		if errs = unmarshal(raw, p); errs == nil {
+			errs = p.normalize()
+		}
+		v = p
+	case KindRoute:
+		r := new(Route)
+		if errs = unmarshal(raw, r); errs == nil {
+			errs = r.normalize(k.ID)
+		}
+		v = r
+	case KindPolicy:
+		p := new(Residency)
+		if errs = unmarshal(raw, p); errs == nil {
+			errs = p.normalize()
+		}
+		v = p
+	case KindOverride:
+		o := new(Override)
+		if errs = unmarshal(raw, o); errs == nil {
+			errs = o.normalize()
+		}
+		v = o
+	case KindHealth:
+		h := new(Health)
+		errs = unmarshal(raw, h)
+		v = h
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return v, nil
+}
+
+// unmarshal decodes a JSON object, translating decoder errors into field errors.
+func unmarshal(raw []byte, v any) Errors {
+	trimmed := bytes.TrimSpace(raw)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return Errors{{Msg: fmt.Sprintf("value must be a JSON object, got %q", truncate(raw))}}
+	}
+	err := json.Unmarshal(trimmed, v)
+	if err == nil {
+		return nil
+	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return Errors{{Field: te.Field, Msg: fmt.Sprintf("expected %s, got JSON %s", typeName(te.Type.String()), te.Value)}}
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return Errors{{Msg: fmt.Sprintf("invalid JSON at byte %d: %v", se.Offset, se)}}
+	}
+	return Errors{{Msg: "invalid JSON: " + err.Error()}}
+}
+
+func typeName(t string) string {
+	switch {
+	case t == "int":
+		return "an integer"
+	case t == "string":
+		return "a string"
+	case t == "bool":
+		return "true or false"
+	case strings.HasPrefix(t, "[]"):
+		return "a list"
+	case strings.HasPrefix(t, "map["), strings.HasPrefix(t, "routing."):
+		return "an object"
+	}
+	return t
+}
+
+func truncate(raw []byte) string {
+	if len(raw) > 40 {
+		return string(raw[:40]) + "…"
+	}
+	return string(raw)
+}
+
+var hostnameRe = regexp.MustCompile(`^[A-Za-z0-9_]([A-Za-z0-9_-]{0,62})(\.[A-Za-z0-9_]([A-Za-z0-9_-]{0,62}))*\.?$`)
+
+// checkHost accepts a host name or IP address with an optional port.
+func checkHost(h string) string {
+	if h == "" {
+		return "must not be empty"
+	}
+	if len(h) > 260 {
+		return "longer than 260 characters"
+	}
+	if _, err := netip.ParseAddr(h); err == nil {
+		return ""
+	}
+	if _, err := netip.ParseAddrPort(h); err == nil {
+		return ""
+	}
+	name := h
+	if i := strings.LastIndexByte(h, ':'); i >= 0 {
+		port, err := strconv.Atoi(h[i+1:])
+		if err != nil || port < 1 || port > 65535 {
+			return fmt.Sprintf("%q: port must be 1..65535", h)
+		}
+		name = h[:i]
+	}
+	if !hostnameRe.MatchString(name) || len(name) > 253 {
+		return fmt.Sprintf("%q is not a host name or IP address (with an optional :port)", h)
+	}
+	return ""
+}
+
+func checkAttrs(errs *Errors, attrs map[string]string) {
+	for k := range attrs {
+		if k == "" || len(k) > 128 {
+			errs.add("", "attrs", "attribute names must be 1..128 characters, got %q", k)
+		}
+	}
+}
+
+// normalize fills defaults and checks the pool on its own.
+func (p *Pool) normalize() Errors {
+	var errs Errors
+	if msg := checkHost(p.Host); msg != "" {
+		errs.add("", "host", "%s", msg)
+	}
+	switch p.Status {
+	case "":
+		p.Status = StatusActive
+	case StatusActive, StatusDraining, StatusDown:
+	default:
+		errs.add("", "status", "must be active, draining or down, got %q", p.Status)
+	}
+	if !ValidLabel(p.Residency) {
+		errs.add("", "residency", "must be a non-empty lower-case label (eu, us, apac, global…), got %q", p.Residency)
+	}
+	if p.Region != "" && !ValidLabel(p.Region) {
+		errs.add("", "region", "must be a lower-case label, got %q", p.Region)
+	}
+	checkAttrs(&errs, p.Attrs)
+	return errs
+}
+
+// checkTargets checks a target list: valid pool ids, no duplicates, weights
+// 0..100 summing to 100 when the list is not empty.
+func checkTargets(errs *Errors, targets []Target) {
+	sum := 0
+	seen := map[string]bool{}
+	for i, t := range targets {
+		f := fmt.Sprintf("targets[%d]", i)
+		if !ValidPoolID(t.Pool) {
+			errs.add("", f+".pool", "invalid pool id %q", t.Pool)
+		} else if seen[t.Pool] {
+			errs.add("", f+".pool", "pool %s listed twice", t.Pool)
+		}
+		seen[t.Pool] = true
+		if t.Weight < 0 || t.Weight > 100 {
+			errs.add("", f+".weight", "must be 0..100, got %d", t.Weight)
+		}
+		sum += t.Weight
+	}
+	if len(targets) > 0 && sum != 100 {
+		errs.add("", "targets", "weights must sum to 100, got %d", sum)
+	}
+}
+
+// normalize fills defaults and checks the route on its own; name is its
+// route name.
+func (r *Route) normalize(name string) Errors {
+	var errs Errors
+	checkTargets(&errs, r.Targets)
+	seen := map[string]bool{}
+	for i, f := range r.Fallback {
+		field := fmt.Sprintf("fallback[%d]", i)
+		switch {
+		case !ValidRouteName(f):
+			errs.add("", field, "invalid route name %q", f)
+		case f == name:
+			errs.add("", field, "route falls back to itself")
+		case seen[f]:
+			errs.add("", field, "%s listed twice", f)
+		}
+		seen[f] = true
+	}
+	switch r.Affinity {
+	case "":
+		r.Affinity = AffinitySticky
+	case AffinitySticky, AffinityRandom:
+	default:
+		errs.add("", "affinity", "must be sticky or random, got %q", r.Affinity)
+	}
+	checkAttrs(&errs, r.Attrs)
+	return errs
+}
+
+// normalize fills defaults and checks the policy on its own.
+func (p *Residency) normalize() Errors {
+	var errs Errors
+	if p.Classes == nil {
+		p.Classes = DefaultResidency().Classes
+	}
+	if p.UnknownCountryClass == "" {
+		p.UnknownCountryClass = "eu"
+	}
+	if !ValidLabel(p.UnknownCountryClass) {
+		errs.add("", "unknown_country_class", "must be a lower-case label, got %q", p.UnknownCountryClass)
+	}
+	owner := map[string]string{}
+	for class, ccs := range p.Classes {
+		if !ValidLabel(class) {
+			errs.add("", "classes", "class name %q must be a lower-case label", class)
+		}
+		for i, cc := range ccs {
+			field := fmt.Sprintf("classes.%s[%d]", class, i)
+			if !IsCountry(cc) {
+				errs.add("", field, "%q is not an ISO 3166-1 alpha-2 code in upper case", cc)
+			} else if prev, dup := owner[cc]; dup && prev != class {
+				errs.add("", field, "%s is already in class %s", cc, prev)
+			}
+			owner[cc] = class
+		}
+	}
+	return errs
+}
+
+// normalize checks the override on its own.
+func (o *Override) normalize() Errors {
+	var errs Errors
+	if !ValidRouteName(o.Route) {
+		errs.add("", "route", "invalid route name %q", o.Route)
+	}
+	checkTargets(&errs, o.Targets)
+	if len(o.Targets) == 0 && len(o.Attrs) == 0 {
+		errs.add("", "", "an override must set targets or attrs")
+	}
+	checkAttrs(&errs, o.Attrs)
+	return errs
+}
+
+// EncodeValue returns the compact JSON stored for a value.
+func EncodeValue(v Value) ([]byte, error) {
+	if n, ok := v.(int64); ok {
+		return []byte(strconv.FormatInt(n, 10)), nil
+	}
+	return json.Marshal(v)
+}

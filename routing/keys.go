@@ -1,0 +1,152 @@
+package routing
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Kind is the kind of a key under <root>/routing/.
+type Kind int
+
+// Key kinds of the routing prefix.
+const (
+	KindInvalid Kind = iota
+	KindPool
+	KindRoute
+	KindPolicy
+	KindOverride
+	KindHealth
+	KindEpoch
+)
+
+// String returns the key-path segment of the kind.
+func (k Kind) String() string {
+	switch k {
+	case KindPool:
+		return "pools"
+	case KindRoute:
+		return "routes"
+	case KindPolicy:
+		return "policy"
+	case KindOverride:
+		return "overrides"
+	case KindHealth:
+		return "health"
+	case KindEpoch:
+		return "epoch"
+	}
+	return "invalid"
+}
+
+// Relative key names under <root>/routing/.
+const (
+	PolicyKey = "policy/residency"
+	EpochKey  = "epoch"
+)
+
+// MaxValueSize is the largest value accepted for any key (64 KiB).
+const MaxValueSize = 64 << 10
+
+// Key is a parsed key of the routing prefix. ID is the pool id, route name,
+// override id or, for health keys, the pool id; Instance is set for health keys.
+type Key struct {
+	Kind     Kind
+	ID       string
+	Instance string
+}
+
+var (
+	poolIDRe   = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
+	groupRe    = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	labelRe    = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
+	instanceRe = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+	overrideRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+)
+
+// ValidPoolID reports whether s is a valid pool id: lower-case letters,
+// digits, '.', '_' and '-', starting and ending with a letter or digit.
+func ValidPoolID(s string) bool { return poolIDRe.MatchString(s) }
+
+// ValidRouteName reports whether s names a route: an assigned ISO 3166-1
+// alpha-2 code in upper case, "_default", or a lower-case group name.
+func ValidRouteName(s string) bool {
+	return s == DefaultRoute || IsCountry(s) || groupRe.MatchString(s)
+}
+
+// ValidOverrideID reports whether s is a valid override id.
+func ValidOverrideID(s string) bool { return overrideRe.MatchString(s) }
+
+// ValidInstanceID reports whether s is a valid health instance id.
+func ValidInstanceID(s string) bool { return instanceRe.MatchString(s) }
+
+// ValidLabel reports whether s is a residency class or region label.
+func ValidLabel(s string) bool { return labelRe.MatchString(s) }
+
+// ParseKey parses a key relative to <root>/routing/ ("pools/eu-central").
+func ParseKey(rel string) (Key, error) {
+	kind, rest, _ := strings.Cut(rel, "/")
+	switch kind {
+	case "pools":
+		if ValidPoolID(rest) {
+			return Key{Kind: KindPool, ID: rest}, nil
+		}
+		return Key{}, fmt.Errorf("key %q: invalid pool id %q (want lower-case letters, digits, '.', '_', '-')", rel, rest)
+	case "routes":
+		if ValidRouteName(rest) {
+			return Key{Kind: KindRoute, ID: rest}, nil
+		}
+		return Key{}, fmt.Errorf("key %q: invalid route name %q (want an ISO 3166-1 alpha-2 code in upper case, _default, or a lower-case group name)", rel, rest)
+	case "policy":
+		if rest == "residency" {
+			return Key{Kind: KindPolicy, ID: rest}, nil
+		}
+	case "overrides":
+		if ValidOverrideID(rest) {
+			return Key{Kind: KindOverride, ID: rest}, nil
+		}
+		return Key{}, fmt.Errorf("key %q: invalid override id %q", rel, rest)
+	case "health":
+		pool, inst, ok := strings.Cut(rest, "/")
+		if ok && ValidPoolID(pool) && ValidInstanceID(inst) {
+			return Key{Kind: KindHealth, ID: pool, Instance: inst}, nil
+		}
+		return Key{}, fmt.Errorf("key %q: want health/<pool>/<instance>", rel)
+	case "epoch":
+		if rest == "" && !strings.Contains(rel, "/") {
+			return Key{Kind: KindEpoch}, nil
+		}
+	}
+	return Key{}, fmt.Errorf("key %q: not in the routing key grammar (pools/, routes/, policy/residency, overrides/, health/, epoch)", rel)
+}
+
+// String returns the relative key ("routes/PL").
+func (k Key) String() string {
+	switch k.Kind {
+	case KindPool:
+		return "pools/" + k.ID
+	case KindRoute:
+		return "routes/" + k.ID
+	case KindPolicy:
+		return PolicyKey
+	case KindOverride:
+		return "overrides/" + k.ID
+	case KindHealth:
+		return "health/" + k.ID + "/" + k.Instance
+	case KindEpoch:
+		return EpochKey
+	}
+	return ""
+}
+
+// PoolKey returns the relative key of a pool.
+func PoolKey(id string) string { return "pools/" + id }
+
+// RouteKey returns the relative key of a route.
+func RouteKey(name string) string { return "routes/" + name }
+
+// OverrideKey returns the relative key of an override.
+func OverrideKey(id string) string { return "overrides/" + id }
+
+// HealthKey returns the relative key of a pool instance's health marker.
+func HealthKey(pool, instance string) string { return "health/" + pool + "/" + instance }

@@ -1,0 +1,163 @@
+package routing
+
+import (
+	"time"
+)
+
+// DefaultHealthGrace is how long a pool with health_check stays healthy
+// after its last health key is gone (DESIGN §4).
+const DefaultHealthGrace = 5 * time.Second
+
+// KV is one key/value of the routing prefix at some revision; Key is
+// relative to <root>/routing/ ("pools/eu-central").
+type KV struct {
+	Key         string
+	Value       []byte
+	ModRevision int64
+}
+
+// Skipped names a key whose current value was refused, and why. The table
+// keeps the key's last good value, if it ever had one.
+type Skipped struct {
+	Key   string `json:"key"`
+	Error string `json:"error"`
+}
+
+// PoolState is a pool as the table sees it: the stored value plus its live
+// health.
+type PoolState struct {
+	Pool
+	// Instances is the number of live health keys of the pool.
+	Instances int
+	// down is set for what-if resolution (regionctl resolve --down).
+	down bool
+	// since is when the pool last lost its last health key (or the agent
+	// start when none was ever seen); meaningful when Instances == 0.
+	since time.Time
+	// fixedHealthy is used for tables loaded from a snapshot file.
+	fixedHealthy *bool
+}
+
+// Table is an immutable compiled routing table: everything needed to resolve
+// a viewer without I/O. A Table is safe for concurrent use; it is never
+// changed after Compile returns it.
+type Table struct {
+	revision int64
+	epoch    int64
+	stale    bool
+	grace    time.Duration
+	start    time.Time
+	builtAt  time.Time
+
+	policy    Residency
+	pools     map[string]*PoolState
+	routes    map[string]*Route // with live overrides applied
+	overrides map[string]*Override
+	applied   map[string][]string // route -> override ids applied, in order
+	skipped   []Skipped
+	good      map[string]goodValue
+
+	// classOf holds the residency class of each country, by country id;
+	// the last slot is the unknown country.
+	classOf []string
+	// eff holds the effective entry of each country, by country id; the
+	// last slot is the unknown country.
+	eff []*Effective
+	// validUntil is the first instant at which a pool's health changes by
+	// the clock alone (a grace window ending); zero if never.
+	validUntil time.Time
+	checksum   uint64
+}
+
+type goodValue struct {
+	raw []byte
+	val Value
+	rev int64
+}
+
+// Revision returns the etcd revision the table is current at.
+func (t *Table) Revision() int64 { return t.revision }
+
+// Epoch returns the config epoch of the table.
+func (t *Table) Epoch() int64 { return t.epoch }
+
+// Stale reports whether the table was loaded from a snapshot file and has
+// not been confirmed against etcd.
+func (t *Table) Stale() bool { return t.stale }
+
+// Skipped returns the keys whose current value was refused.
+func (t *Table) Skipped() []Skipped { return t.skipped }
+
+// Policy returns the residency policy in force.
+func (t *Table) Policy() Residency { return t.policy }
+
+// Pool returns the state of a pool.
+func (t *Table) Pool(id string) (*PoolState, bool) {
+	p, ok := t.pools[id]
+	return p, ok
+}
+
+// PoolIDs returns the pool ids in order.
+func (t *Table) PoolIDs() []string { return sortedKeys(t.pools) }
+
+// Route returns a route with its live overrides applied.
+func (t *Table) Route(name string) (*Route, bool) {
+	r, ok := t.routes[name]
+	return r, ok
+}
+
+// RouteNames returns the route names in order.
+func (t *Table) RouteNames() []string { return sortedKeys(t.routes) }
+
+// Overrides returns the live overrides by id.
+func (t *Table) Overrides() map[string]*Override { return t.overrides }
+
+// ValidUntil returns the instant at which a health grace window ends and the
+// table must be rebuilt with At; zero when no such instant exists.
+func (t *Table) ValidUntil() time.Time { return t.validUntil }
+
+// Checksum returns a digest of the table's effective entries, computed at
+// compile time. VerifyChecksum recomputes it; the two differ only if the
+// table was changed after it was built.
+func (t *Table) Checksum() uint64 { return t.checksum }
+
+// VerifyChecksum recomputes the digest of the effective entries and
+// reports whether it still equals Checksum.
+func (t *Table) VerifyChecksum() bool { return t.computeChecksum() == t.checksum }
+
+// Healthy reports whether the pool passes its health check at now.
+func (t *Table) Healthy(id string, now time.Time) bool {
+	p, ok := t.pools[id]
+	return ok && t.healthy(p, now)
+}
+
+func (t *Table) healthy(p *PoolState, now time.Time) bool {
+	if p.fixedHealthy != nil {
+		return *p.fixedHealthy
+	}
+	if !p.HealthCheck || p.Instances > 0 {
+		return true
+	}
+	return now.Before(p.since.Add(t.grace))
+}
+
+// ClassOf returns the residency class of a normalized country code (or
+// Unknown); "" means the country is in no class and may use any pool.
+func (t *Table) ClassOf(country string) string {
+	if country == Unknown {
+		return t.classOf[len(countries)]
+	}
+	if id := countryID(country); id >= 0 {
+		return t.classOf[id]
+	}
+	return t.classOf[len(countries)]
+}
+
+// Effective returns the precomputed entry of a normalized country code (or
+// Unknown).
+func (t *Table) Effective(country string) *Effective {
+	if id := countryID(country); id >= 0 {
+		return t.eff[id]
+	}
+	return t.eff[len(countries)]
+}

@@ -1,0 +1,255 @@
+package routing
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// Pool status values.
+const (
+	StatusActive   = "active"
+	StatusDraining = "draining"
+	StatusDown     = "down"
+)
+
+// Route affinity values.
+const (
+	AffinitySticky = "sticky"
+	AffinityRandom = "random"
+)
+
+// DefaultRoute is the route every chain ends with.
+const DefaultRoute = "_default"
+
+// Extra holds the fields of a stored value that this version does not know.
+// They are kept when the value is re-encoded (forward compatibility) and
+// ignored otherwise.
+type Extra map[string]json.RawMessage
+
+// Pool is an edge pool, origin or catalog shard that viewers can be sent to.
+// Stored at <root>/routing/pools/<id>.
+type Pool struct {
+	Host        string            `json:"host"`
+	Region      string            `json:"region,omitempty"`
+	Residency   string            `json:"residency"`
+	Status      string            `json:"status"`
+	HealthCheck bool              `json:"health_check,omitempty"`
+	Attrs       map[string]string `json:"attrs,omitempty"`
+	Extra       Extra             `json:"-"`
+}
+
+// Target is one weighted pool of a route.
+type Target struct {
+	Pool   string `json:"pool"`
+	Weight int    `json:"weight"`
+}
+
+// Route maps a country, a named group or _default to weighted pools.
+// Stored at <root>/routing/routes/<name>.
+type Route struct {
+	Targets  []Target          `json:"targets,omitempty"`
+	Fallback []string          `json:"fallback,omitempty"`
+	Affinity string            `json:"affinity,omitempty"`
+	Attrs    map[string]string `json:"attrs,omitempty"`
+	Extra    Extra             `json:"-"`
+}
+
+// Residency is the data-residency policy: which countries belong to which
+// class, and the class of viewers whose country is unknown.
+// Stored at <root>/routing/policy/residency.
+type Residency struct {
+	Classes             map[string][]string `json:"classes"`
+	UnknownCountryClass string              `json:"unknown_country_class"`
+	Extra               Extra               `json:"-"`
+}
+
+// Override is a temporary boost: it replaces the targets and/or merges the
+// attrs of one route until its lease ends.
+// Stored at <root>/routing/overrides/<id>.
+type Override struct {
+	Route   string            `json:"route"`
+	Targets []Target          `json:"targets,omitempty"`
+	Attrs   map[string]string `json:"attrs,omitempty"`
+	Reason  string            `json:"reason,omitempty"`
+	Author  string            `json:"author,omitempty"`
+	Extra   Extra             `json:"-"`
+}
+
+// Health is a live-instance marker of a pool, bound to a lease.
+// Stored at <root>/routing/health/<pool>/<instance>.
+type Health struct {
+	Addr  string `json:"addr"`
+	Since string `json:"since,omitempty"`
+	Extra Extra  `json:"-"`
+}
+
+// Change is one key of an audit record.
+type Change struct {
+	Key    string          `json:"key"`
+	Op     string          `json:"op"`
+	Before json.RawMessage `json:"before"`
+	After  json.RawMessage `json:"after"`
+}
+
+// Audit is the record regionctl writes at <root>/audit/<epoch> in the same
+// transaction as the change it describes.
+type Audit struct {
+	Epoch   int64    `json:"epoch"`
+	At      string   `json:"at"`
+	User    string   `json:"user"`
+	Host    string   `json:"host"`
+	Reason  string   `json:"reason"`
+	Command string   `json:"command"`
+	Changes []Change `json:"changes"`
+}
+
+// AgentStatus is what an agent publishes at <root>/agents/<node>.
+type AgentStatus struct {
+	Node      string `json:"node"`
+	Revision  int64  `json:"revision"`
+	Epoch     int64  `json:"epoch"`
+	SyncedAt  string `json:"synced_at"`
+	Connected bool   `json:"connected"`
+	Version   string `json:"version"`
+}
+
+// DefaultResidency returns the built-in policy: class "eu" is the EEA and
+// viewers of unknown country are treated as "eu" (fail closed).
+func DefaultResidency() Residency {
+	return Residency{Classes: map[string][]string{"eu": EEA()}, UnknownCountryClass: "eu"}
+}
+
+// UnmarshalJSON decodes a pool, keeping unknown fields in Extra.
+func (p *Pool) UnmarshalJSON(b []byte) error {
+	type plain Pool
+	return decodeKeepingExtra(b, (*plain)(p), &p.Extra)
+}
+
+// MarshalJSON encodes a pool with its unknown fields.
+func (p Pool) MarshalJSON() ([]byte, error) {
+	type plain Pool
+	return encodeWithExtra(plain(p), p.Extra)
+}
+
+// UnmarshalJSON decodes a route, keeping unknown fields in Extra.
+func (r *Route) UnmarshalJSON(b []byte) error {
+	type plain Route
+	return decodeKeepingExtra(b, (*plain)(r), &r.Extra)
+}
+
+// MarshalJSON encodes a route with its unknown fields.
+func (r Route) MarshalJSON() ([]byte, error) {
+	type plain Route
+	return encodeWithExtra(plain(r), r.Extra)
+}
+
+// UnmarshalJSON decodes a residency policy, keeping unknown fields in Extra.
+func (p *Residency) UnmarshalJSON(b []byte) error {
+	type plain Residency
+	return decodeKeepingExtra(b, (*plain)(p), &p.Extra)
+}
+
+// MarshalJSON encodes a residency policy with its unknown fields.
+func (p Residency) MarshalJSON() ([]byte, error) {
+	type plain Residency
+	return encodeWithExtra(plain(p), p.Extra)
+}
+
+// UnmarshalJSON decodes an override, keeping unknown fields in Extra.
+func (o *Override) UnmarshalJSON(b []byte) error {
+	type plain Override
+	return decodeKeepingExtra(b, (*plain)(o), &o.Extra)
+}
+
+// MarshalJSON encodes an override with its unknown fields.
+func (o Override) MarshalJSON() ([]byte, error) {
+	type plain Override
+	return encodeWithExtra(plain(o), o.Extra)
+}
+
+// UnmarshalJSON decodes a health marker, keeping unknown fields in Extra.
+func (h *Health) UnmarshalJSON(b []byte) error {
+	type plain Health
+	return decodeKeepingExtra(b, (*plain)(h), &h.Extra)
+}
+
+// MarshalJSON encodes a health marker with its unknown fields.
+func (h Health) MarshalJSON() ([]byte, error) {
+	type plain Health
+	return encodeWithExtra(plain(h), h.Extra)
+}
+
+var knownFieldsCache sync.Map // reflect.Type -> map[string]bool
+
+// knownFields returns the JSON names of the tagged fields of struct type t.
+func knownFields(t reflect.Type) map[string]bool {
+	if v, ok := knownFieldsCache.Load(t); ok {
+		return v.(map[string]bool)
+	}
+	m := map[string]bool{}
+	for i := 0; i < t.NumField(); i++ {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			m[name] = true
+		}
+	}
+	knownFieldsCache.Store(t, m)
+	return m
+}
+
+// decodeKeepingExtra decodes b into v (a pointer to a struct) and stores
+// the fields v does not declare into *extra.
+func decodeKeepingExtra(b []byte, v any, extra *Extra) error {
+	if err := json.Unmarshal(b, v); err != nil {
+		return err
+	}
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(b, &all); err != nil {
+		return err
+	}
+	known := knownFields(reflect.TypeOf(v).Elem())
+	*extra = nil
+	for k, raw := range all {
+		if !known[k] {
+			if *extra == nil {
+				*extra = Extra{}
+			}
+			(*extra)[k] = raw
+		}
+	}
+	return nil
+}
+
+// encodeWithExtra encodes v and appends the extra fields in sorted order.
+func encodeWithExtra(v any, extra Extra) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil || len(extra) == 0 {
+		return b, err
+	}
+	keys := make([]string, 0, len(extra))
+	for k := range extra {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var buf bytes.Buffer
+	buf.Write(b[:len(b)-1])
+	for _, k := range keys {
+		if buf.Len() > 1 {
+			buf.WriteByte(',')
+		}
+		kb, _ := json.Marshal(k)
+		buf.Write(kb)
+		buf.WriteByte(':')
+		var c bytes.Buffer
+		if err := json.Compact(&c, extra[k]); err != nil {
+			return nil, err
+		}
+		buf.Write(c.Bytes())
+	}
+	buf.WriteByte('}')
+	return buf.Bytes(), nil
+}

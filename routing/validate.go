@@ -1,0 +1,280 @@
+package routing
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// MaxFallbackDepth is the longest allowed chain of fallback hops.
+const MaxFallbackDepth = 8
+
+// Validate checks a whole proposed config against the invariants of
+// DESIGN §3 and returns every problem found, sorted by key; nil means the
+// config may be written. It never stops at the first problem.
+func Validate(cfg *Config) Errors {
+	var errs Errors
+	pol := cfg.ResidencyOrDefault()
+	if cfg.Policy.Residency != nil {
+		cp := *cfg.Policy.Residency
+		errs = append(errs, checkValue(PolicyKey, &cp, cp.normalize)...)
+		pol = cp
+	}
+	for _, id := range sortedKeys(cfg.Pools) {
+		p := cfg.Pools[id]
+		if !ValidPoolID(id) {
+			errs.add(PoolKey(id), "", "invalid pool id (want lower-case letters, digits, '.', '_', '-')")
+		}
+		errs = append(errs, checkValue(PoolKey(id), &p, p.normalize)...)
+	}
+	for _, name := range sortedKeys(cfg.Routes) {
+		r := cfg.Routes[name]
+		if !ValidRouteName(name) {
+			errs.add(RouteKey(name), "", "invalid route name (want an ISO 3166-1 alpha-2 code in upper case, _default, or a lower-case group name)")
+		}
+		errs = append(errs, checkValue(RouteKey(name), &r, func() Errors { return r.normalize(name) })...)
+		checkRouteRefs(&errs, cfg, name, &r, pol)
+	}
+	if _, ok := cfg.Routes[DefaultRoute]; !ok {
+		errs.add(RouteKey(DefaultRoute), "", "missing: every config needs a _default route")
+	}
+	checkFallbackGraph(&errs, cfg)
+	if len(errs) == 0 {
+		checkReachability(&errs, cfg, pol)
+	}
+	errs.Sort()
+	return errs
+}
+
+// checkValue runs a value's own checks and its size limit.
+func checkValue(key string, v any, normalize func() Errors) Errors {
+	errs := normalize().prefixed(key)
+	if b, err := json.Marshal(v); err == nil && len(b) > MaxValueSize {
+		errs.add(key, "", "value is %d bytes, larger than the %d-byte limit", len(b), MaxValueSize)
+	}
+	return errs
+}
+
+// checkRouteRefs checks that a route's targets and fallbacks exist and that
+// a country route's own targets are allowed for the country's class.
+func checkRouteRefs(errs *Errors, cfg *Config, name string, r *Route, pol Residency) {
+	class, isCountry := classFor(pol, name)
+	for _, tg := range r.Targets {
+		p, ok := cfg.Pools[tg.Pool]
+		switch {
+		case !ok:
+			errs.add(RouteKey(name), "target "+tg.Pool, "pool does not exist")
+		case isCountry && class != "" && p.Residency != class:
+			errs.add(RouteKey(name), "target "+tg.Pool, "residency %s not allowed for class %s", p.Residency, class)
+		}
+	}
+	for _, f := range r.Fallback {
+		if _, ok := cfg.Routes[f]; !ok && ValidRouteName(f) {
+			errs.add(RouteKey(name), "fallback "+f, "route does not exist")
+		}
+	}
+}
+
+// classFor returns the residency class of a route name that is a country,
+// and whether it is one.
+func classFor(pol Residency, name string) (string, bool) {
+	if !IsCountry(name) {
+		return "", false
+	}
+	for class, ccs := range pol.Classes {
+		for _, cc := range ccs {
+			if cc == name {
+				return class, true
+			}
+		}
+	}
+	return "", true
+}
+
+// checkFallbackGraph refuses fallback cycles and chains deeper than
+// MaxFallbackDepth.
+func checkFallbackGraph(errs *Errors, cfg *Config) {
+	const (
+		unvisited = iota
+		active
+		done
+	)
+	state := map[string]int{}
+	depth := map[string]int{}
+	var visit func(name string, path []string) int
+	visit = func(name string, path []string) int {
+		switch state[name] {
+		case active:
+			i := indexOf(path, name)
+			errs.add(RouteKey(name), "fallback", "cycle: %s", strings.Join(append(path[i:], name), " → "))
+			return 0
+		case done:
+			return depth[name]
+		}
+		state[name] = active
+		d := 0
+		for _, f := range cfg.Routes[name].Fallback {
+			if _, ok := cfg.Routes[f]; ok {
+				d = max(d, 1+visit(f, append(path, name)))
+			}
+		}
+		state[name], depth[name] = done, d
+		return d
+	}
+	for _, name := range sortedKeys(cfg.Routes) {
+		if d := visit(name, nil); d > MaxFallbackDepth {
+			errs.add(RouteKey(name), "fallback", "chain is %d hops deep, more than %d", d, MaxFallbackDepth)
+		}
+	}
+}
+
+func indexOf(xs []string, s string) int {
+	for i, x := range xs {
+		if x == s {
+			return i
+		}
+	}
+	return 0
+}
+
+// checkReachability refuses a config in which some country (or the unknown
+// country) can reach no allowed pool along its route chain.
+func checkReachability(errs *Errors, cfg *Config, pol Residency) {
+	t := compileConfigTable(cfg, pol)
+	type group struct {
+		chain     string
+		class     string
+		countries []string
+	}
+	groups := map[string]*group{}
+	for id := 0; id <= len(countries); id++ {
+		own, cc := "", Unknown
+		if id < len(countries) {
+			own, cc = countries[id], countries[id]
+		}
+		class := t.classOf[id]
+		if staticallyReachable(t, own, class) {
+			continue
+		}
+		chain := strings.Join(t.chain(own), " → ")
+		if _, ok := t.routes[own]; !ok && own != "" {
+			chain = strings.Join(t.chain(""), " → ")
+		}
+		k := chain + "|" + class
+		if groups[k] == nil {
+			groups[k] = &group{chain: chain, class: class}
+		}
+		groups[k].countries = append(groups[k].countries, cc)
+	}
+	for _, g := range groups {
+		key := RouteKey(strings.Fields(strings.ReplaceAll(g.chain, " → ", " "))[0])
+		cls := g.class
+		if cls == "" {
+			cls = "(none)"
+		}
+		errs.add(key, "residency", "%s (class %s) can reach no allowed pool along %s", listCountries(g.countries), cls, g.chain)
+	}
+}
+
+// staticallyReachable reports whether some target with weight > 0 along the
+// chain names an existing pool allowed for class, whatever its status.
+func staticallyReachable(t *Table, own, class string) bool {
+	if _, ok := t.routes[own]; !ok {
+		own = ""
+	}
+	for _, name := range t.chain(own) {
+		r, ok := t.routes[name]
+		if !ok {
+			continue
+		}
+		for _, tg := range r.Targets {
+			if p, ok := t.pools[tg.Pool]; ok && tg.Weight > 0 && (class == "" || p.Residency == class) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func listCountries(ccs []string) string {
+	sort.Strings(ccs)
+	if len(ccs) == 1 {
+		return "country " + ccs[0]
+	}
+	if len(ccs) > 8 {
+		return fmt.Sprintf("countries %s and %d more", strings.Join(ccs[:8], ", "), len(ccs)-8)
+	}
+	return "countries " + strings.Join(ccs, ", ")
+}
+
+// compileConfigTable builds the pools/routes/policy of a table from a config
+// without computing effective entries.
+func compileConfigTable(cfg *Config, pol Residency) *Table {
+	t := &Table{policy: pol, pools: map[string]*PoolState{}, routes: map[string]*Route{}}
+	for id, p := range cfg.Pools {
+		t.pools[id] = &PoolState{Pool: p}
+	}
+	for name, r := range cfg.Routes {
+		r := r
+		t.routes[name] = &r
+	}
+	t.classOf = make([]string, len(countries)+1)
+	for class, ccs := range pol.Classes {
+		for _, cc := range ccs {
+			if id := countryID(cc); id >= 0 {
+				t.classOf[id] = class
+			}
+		}
+	}
+	t.classOf[len(countries)] = pol.UnknownCountryClass
+	return t
+}
+
+// ValidateOverride checks an override against a config: the route exists,
+// its targets name existing pools, and for a country route every target is
+// allowed for the country's class. id is the override id.
+func ValidateOverride(cfg *Config, id string, o Override) Errors {
+	key := OverrideKey(id)
+	var errs Errors
+	if !ValidOverrideID(id) {
+		errs.add(key, "", "invalid override id")
+	}
+	errs = append(errs, checkValue(key, &o, o.normalize)...)
+	if _, ok := cfg.Routes[o.Route]; !ok {
+		errs.add(key, "route", "route %s does not exist", o.Route)
+	}
+	class, isCountry := classFor(cfg.ResidencyOrDefault(), o.Route)
+	for _, tg := range o.Targets {
+		p, ok := cfg.Pools[tg.Pool]
+		switch {
+		case !ok:
+			errs.add(key, "target "+tg.Pool, "pool does not exist")
+		case isCountry && class != "" && p.Residency != class:
+			errs.add(key, "target "+tg.Pool, "residency %s not allowed for class %s", p.Residency, class)
+		}
+	}
+	errs.Sort()
+	return errs
+}
+
+// CompileConfig builds a table from a config and live overrides, as the
+// agent would from etcd: for dry runs (`regionctl resolve -f`, `--down`).
+func CompileConfig(cfg *Config, overrides map[string]Override, opts CompileOptions) (*Table, error) {
+	vals, err := cfg.Values()
+	if err != nil {
+		return nil, err
+	}
+	kvs := make([]KV, 0, len(vals)+len(overrides))
+	for k, v := range vals {
+		kvs = append(kvs, KV{Key: k, Value: v})
+	}
+	for _, id := range sortedKeys(overrides) {
+		b, err := json.Marshal(overrides[id])
+		if err != nil {
+			return nil, fmt.Errorf("encode %s: %w", OverrideKey(id), err)
+		}
+		kvs = append(kvs, KV{Key: OverrideKey(id), Value: b, ModRevision: int64(len(kvs))})
+	}
+	return Compile(0, kvs, nil, opts), nil
+}

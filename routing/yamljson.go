@@ -1,0 +1,106 @@
+package routing
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	yaml "go.yaml.in/yaml/v3"
+)
+
+// yamlToJSON converts a YAML 1.2 document to JSON. YAML 1.2 is used on
+// purpose: under YAML 1.1 a bare NO (Norway) is the boolean false.
+func yamlToJSON(data []byte) ([]byte, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, err
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		return []byte("null"), nil
+	}
+	v, err := nodeToJSON(doc.Content[0], 0)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
+}
+
+const maxYAMLDepth = 64
+
+func nodeToJSON(n *yaml.Node, depth int) (any, error) {
+	if depth > maxYAMLDepth {
+		return nil, fmt.Errorf("line %d: nested deeper than %d levels", n.Line, maxYAMLDepth)
+	}
+	switch n.Kind {
+	case yaml.DocumentNode:
+		if len(n.Content) == 0 {
+			return nil, nil
+		}
+		return nodeToJSON(n.Content[0], depth+1)
+	case yaml.AliasNode:
+		return nil, fmt.Errorf("line %d: YAML aliases are not supported in config files", n.Line)
+	case yaml.MappingNode:
+		m := make(map[string]any, len(n.Content)/2)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if k.Kind != yaml.ScalarNode {
+				return nil, fmt.Errorf("line %d: mapping keys must be plain scalars", k.Line)
+			}
+			if k.Tag == "!!merge" {
+				return nil, fmt.Errorf("line %d: YAML merge keys (<<) are not supported in config files", k.Line)
+			}
+			if _, dup := m[k.Value]; dup {
+				return nil, fmt.Errorf("line %d: key %q defined twice", k.Line, k.Value)
+			}
+			val, err := nodeToJSON(v, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			m[k.Value] = val
+		}
+		return m, nil
+	case yaml.SequenceNode:
+		s := make([]any, 0, len(n.Content))
+		for _, c := range n.Content {
+			val, err := nodeToJSON(c, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			s = append(s, val)
+		}
+		return s, nil
+	case yaml.ScalarNode:
+		return scalarToJSON(n)
+	}
+	return nil, fmt.Errorf("line %d: unsupported YAML node", n.Line)
+}
+
+func scalarToJSON(n *yaml.Node) (any, error) {
+	switch n.ShortTag() {
+	case "!!null":
+		return nil, nil
+	case "!!bool":
+		var b bool
+		if err := n.Decode(&b); err != nil {
+			return nil, fmt.Errorf("line %d: %w", n.Line, err)
+		}
+		return b, nil
+	case "!!int":
+		var i int64
+		if err := n.Decode(&i); err != nil {
+			return nil, fmt.Errorf("line %d: %w", n.Line, err)
+		}
+		return json.Number(strconv.FormatInt(i, 10)), nil
+	case "!!float":
+		var f float64
+		if err := n.Decode(&f); err != nil {
+			return nil, fmt.Errorf("line %d: %w", n.Line, err)
+		}
+		b, err := json.Marshal(f)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %v is not a JSON number", n.Line, n.Value)
+		}
+		return json.RawMessage(b), nil
+	}
+	return n.Value, nil
+}
