@@ -1,0 +1,82 @@
+// Package keyspace maps regiond's names to etcd keys and back (DESIGN §2).
+// Keys of the routing prefix are handled relative to <root>/routing/ by the
+// routing package; this package adds the root and the keys beside it
+// (audit, agents, locks).
+package keyspace
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// DefaultRoot is the default root prefix.
+const DefaultRoot = "/regiond/v1"
+
+// Space is the key layout under one root prefix.
+type Space struct {
+	root string
+}
+
+// New returns the layout under root ("/regiond/v1"). The root must start
+// with '/' and must not end with one.
+func New(root string) (Space, error) {
+	if !strings.HasPrefix(root, "/") || strings.HasSuffix(root, "/") || strings.Contains(root, "//") {
+		return Space{}, fmt.Errorf("keyspace: prefix %q must start with '/' and not end with one (e.g. %s)", root, DefaultRoot)
+	}
+	return Space{root: root}, nil
+}
+
+// Default returns the layout under DefaultRoot.
+func Default() Space { return Space{root: DefaultRoot} }
+
+// Root returns the root prefix.
+func (s Space) Root() string { return s.root }
+
+// Routing returns the prefix every agent watches: "<root>/routing/".
+func (s Space) Routing() string { return s.root + "/routing/" }
+
+// RoutingKey returns the absolute key of a key relative to the routing
+// prefix ("pools/eu-central").
+func (s Space) RoutingKey(rel string) string { return s.Routing() + rel }
+
+// Rel returns the key relative to the routing prefix, and whether abs is
+// under it.
+func (s Space) Rel(abs string) (string, bool) {
+	return strings.CutPrefix(abs, s.Routing())
+}
+
+// Epoch returns the absolute key of the config epoch.
+func (s Space) Epoch() string { return s.Routing() + "epoch" }
+
+// AuditPrefix returns "<root>/audit/".
+func (s Space) AuditPrefix() string { return s.root + "/audit/" }
+
+// Audit returns the key of the audit record of an epoch (20-digit,
+// zero-padded, so keys sort by epoch).
+func (s Space) Audit(epoch int64) string { return fmt.Sprintf("%s%020d", s.AuditPrefix(), epoch) }
+
+// ParseAudit returns the epoch of an audit key.
+func (s Space) ParseAudit(key string) (int64, error) {
+	rest, ok := strings.CutPrefix(key, s.AuditPrefix())
+	if !ok || len(rest) != 20 {
+		return 0, fmt.Errorf("keyspace: %q is not an audit key", key)
+	}
+	n, err := strconv.ParseInt(rest, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("keyspace: %q is not an audit key: %w", key, err)
+	}
+	return n, nil
+}
+
+// AgentsPrefix returns "<root>/agents/".
+func (s Space) AgentsPrefix() string { return s.root + "/agents/" }
+
+// Agent returns the status key of a node.
+func (s Space) Agent(node string) string { return s.AgentsPrefix() + node }
+
+// LocksPrefix returns "<root>/locks/".
+func (s Space) LocksPrefix() string { return s.root + "/locks/" }
+
+// Lock returns the prefix of a named concurrency.Mutex.
+func (s Space) Lock(name string) string { return s.LocksPrefix() + name }
