@@ -1,0 +1,48 @@
+<?php
+// A front door: send the viewer to the edge regiond chose for them, without
+// calling the agent. Cloudflare puts the viewer's country in CF-IPCountry;
+// the sticky key keeps a viewer on one pool while the table is unchanged.
+
+declare(strict_types=1);
+
+require __DIR__ . '/RegiondTable.php';
+
+use Regiond\NoRouteException;
+use Regiond\RegiondTable;
+use Regiond\TableException;
+
+$country = $_SERVER['HTTP_CF_IPCOUNTRY'] ?? '';
+$viewer = $_COOKIE['viewer'] ?? null; // any stable per-viewer id; null = weighted random
+$snapshot = getenv('REGIOND_SNAPSHOT') ?: RegiondTable::DEFAULT_PATH;
+
+try {
+    $d = RegiondTable::load($snapshot)->resolve($country, $viewer);
+} catch (NoRouteException $e) {
+    // No eligible pool: for an EU viewer this means no EU edge is up.
+    // Never improvise a non-EU edge here; answer as the agent would.
+    http_response_code(503);
+    header('Content-Type: application/json');
+    header('Retry-After: 5');
+    echo json_encode($e->toArray(), JSON_UNESCAPED_SLASHES), "\n";
+    exit;
+} catch (TableException $e) {
+    // No usable snapshot on this node (agent not running?). Log and fail
+    // closed; a front door may instead ask the agent's socket.
+    error_log($e->getMessage());
+    http_response_code(503);
+    header('Content-Type: text/plain');
+    echo "routing unavailable: no regiond snapshot\n";
+    exit;
+}
+
+if ($d['degraded'] !== []) {
+    header('X-Regiond-Degraded: ' . implode(',', $d['degraded']));
+}
+header('X-Regiond-Pool: ' . $d['pool']);
+header('X-Regiond-Revision: ' . $d['revision']);
+header('Content-Language: ' . ($d['attrs']['lang'] ?? 'en'));
+
+$host = preg_replace('/:443$/', '', $d['host']);
+$location = 'https://' . $host . ($_SERVER['REQUEST_URI'] ?? '/');
+header('Location: ' . $location, true, 302);
+echo $location, "\n";

@@ -1,0 +1,140 @@
+<?php
+// Test driver for reader_test.go. Modes:
+//
+//   php driver.php resolve TABLE MAXAGE < pairs
+//       pairs: one per line, "HEXCOUNTRY HEXKEY" (either may be empty).
+//       Prints a meta line {"revision","epoch","stale"}, then one JSON line
+//       per pair: {"ok":true,"d":Decision} or {"ok":false,"country","reasons",
+//       "revision","epoch"}.
+//   php driver.php scores < triples
+//       triples: "HEXKEY HEXPOOL WEIGHT". Prints "H53 SCOREBITS" per line,
+//       SCOREBITS being the IEEE-754 bits of the score as 16 hex digits.
+//   php driver.php cache DIR A B C
+//       Exercises the parse cache with tables A, B, C (revisions 11, 12, 13;
+//       A and B of the same size) in DIR; prints one JSON object.
+
+declare(strict_types=1);
+
+require __DIR__ . '/../RegiondTable.php';
+
+use Regiond\NoRouteException;
+use Regiond\RegiondTable;
+use Regiond\TableException;
+
+if (!in_array('xxh64', hash_algos(), true)) {
+    fwrite(STDERR, "this PHP has no xxh64 hash: PHP 8.1+ is required\n");
+    exit(2);
+}
+
+$mode = $argv[1] ?? '';
+
+function lines(): \Generator
+{
+    while (($line = fgets(STDIN)) !== false) {
+        yield explode(' ', rtrim($line, "\n"));
+    }
+}
+
+function unhex(string $s): string
+{
+    $b = hex2bin($s);
+    if ($b === false) {
+        throw new \RuntimeException("bad hex {$s}");
+    }
+    return $b;
+}
+
+function out(mixed $v): void
+{
+    echo json_encode($v, JSON_THROW_ON_ERROR | JSON_UNESCAPED_SLASHES), "\n";
+}
+
+switch ($mode) {
+    case 'resolve':
+        $t = RegiondTable::load($argv[2], (float) $argv[3]);
+        out(['revision' => $t->revision(), 'epoch' => $t->epoch(), 'stale' => $t->isStale()]);
+        foreach (lines() as [$hc, $hk]) {
+            try {
+                $d = $t->resolve(unhex($hc), $hk === '' ? null : unhex($hk));
+                $d['attrs'] = (object) $d['attrs'];
+                out(['ok' => true, 'd' => $d]);
+            } catch (NoRouteException $e) {
+                out(['ok' => false, 'country' => $e->country, 'reasons' => $e->reasons,
+                    'revision' => $e->revision, 'epoch' => $e->epoch, 'body' => $e->toArray()]);
+            }
+        }
+        break;
+
+    case 'scores':
+        foreach (lines() as [$hk, $hp, $w]) {
+            $key = unhex($hk);
+            $pool = unhex($hp);
+            $s = RegiondTable::stickyScore($key, $pool, (int) $w);
+            echo RegiondTable::stickyHash53($key, $pool), ' ', bin2hex(strrev(pack('e', $s))), "\n";
+        }
+        break;
+
+    case 'cache':
+        // DIR is a scratch directory; A, B and C are tables with revisions
+        // 11, 12 and 13, A and B of the same size.
+        [, , $dir, $a, $b, $c] = $argv;
+        $path = $dir . '/table.json';
+        $res = [];
+        $rev = static function () use ($path): int|string {
+            try {
+                return RegiondTable::load($path)->revision();
+            } catch (TableException $e) {
+                return 'error: ' . $e->getMessage();
+            }
+        };
+        $sig = static function () use ($path): string {
+            clearstatcache(true, $path);
+            $st = stat($path);
+            return "{$st['dev']}:{$st['ino']}:{$st['size']}:{$st['mtime']}:{$st['ctime']}";
+        };
+        // Start just after a second boundary so that the in-place rewrite
+        // below lands in the same mtime second as the first write.
+        $frac = microtime(true) - floor(microtime(true));
+        if ($frac > 0.02) {
+            usleep((int) ((1.0 - $frac) * 1e6) + 1000);
+        }
+        file_put_contents($path, file_get_contents($a));
+        $sigA = $sig();
+        $res['first'] = $rev();
+        $res['second'] = $rev();
+        $res['stats_a'] = RegiondTable::cacheStats();
+        // Rewrite in place: same inode, same size, same mtime second. The
+        // signature cannot tell; only the racy re-read notices.
+        $fh = fopen($path, 'r+b');
+        fwrite($fh, file_get_contents($b));
+        fclose($fh);
+        $res['same_signature'] = $sig() === $sigA;
+        $res['in_place'] = $rev();
+        $res['stats_b'] = RegiondTable::cacheStats();
+        // Atomic replace, as the agent does.
+        copy($c, $path . '.tmp');
+        rename($path . '.tmp', $path);
+        $res['renamed'] = $rev();
+        $res['stats_c'] = RegiondTable::cacheStats();
+        // Age the file: its signature changes (re-read, same bytes: no
+        // parse), then it is no longer racy (no read at all).
+        touch($path, time() - 100);
+        $res['aged'] = $rev();
+        $res['stats_aged'] = RegiondTable::cacheStats();
+        $res['aged_again'] = $rev();
+        $res['stats_aged_again'] = RegiondTable::cacheStats();
+        file_put_contents($path . '.tmp', '{"revision": 1, "epoch"');
+        rename($path . '.tmp', $path);
+        $res['garbage'] = $rev();
+        file_put_contents($path . '.tmp', '{"revision": 1, "epoch": 2, "written_at": "yesterday"}');
+        rename($path . '.tmp', $path);
+        $res['not_table'] = $rev();
+        unlink($path);
+        $res['missing'] = $rev();
+        out($res);
+        break;
+
+    default:
+        fwrite(STDERR, "usage: driver.php resolve|scores|cache ...\n");
+        exit(2);
+}
