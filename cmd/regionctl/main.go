@@ -1,0 +1,19 @@
+// Command regionctl is the operator CLI of regiond: it reads and changes
+// the routing policy in etcd through validated, guarded, audited writes.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/regiond/regiond/internal/cli"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}

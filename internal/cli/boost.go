@@ -1,0 +1,202 @@
+package cli
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/regiond/regiond/internal/store"
+	"github.com/regiond/regiond/routing"
+)
+
+func (a *app) boostCmd() *cobra.Command {
+	var (
+		id, ttl        string
+		targets, attrs []string
+		w              writeOpts
+	)
+	cmd := &cobra.Command{
+		Use:   "boost ROUTE --target POOL=WEIGHT… [--attr k=v…] --ttl 6h",
+		Short: "Override a route's targets and/or attrs until a lease ends",
+		Long: `boost writes an override of ROUTE under its own lease: it replaces the
+route's targets and/or merges attrs until the TTL ends, then reverts by
+itself with no command run. It is validated like a route (pools exist,
+residency of a country route). See also boost ls, cancel and extend.`,
+		Example: `  regionctl boost KR --target kr-music=100 --ttl 6h --reason "comeback week"
+  regionctl boost PL --attr flag.autoplay_preview=off --ttl 30m
+  regionctl boost ls`,
+		Args: exactArgs(1, "a route name"),
+	}
+	f := cmd.Flags()
+	f.StringArrayVar(&targets, "target", nil, "POOL=WEIGHT (repeatable; replaces the route's targets)")
+	f.StringArrayVar(&attrs, "attr", nil, "attribute KEY=VALUE merged over the route's (repeatable)")
+	f.StringVar(&ttl, "ttl", "", "life of the boost (e.g. 6h, 30m)")
+	f.StringVar(&id, "id", "", "boost id (default: ROUTE-<time>-<random>)")
+	addWriteFlags(cmd, &w)
+	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, args []string) error {
+		return a.runBoost(ctx, args[0], id, ttl, targets, attrs, w)
+	})
+	cmd.AddCommand(a.boostLsCmd(), a.boostCancelCmd(), a.boostExtendCmd())
+	return cmd
+}
+
+func parseTTL(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, usagef("--ttl is required (e.g. --ttl 6h)")
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < time.Second {
+		return 0, usagef("--ttl %q: want a duration of at least 1s (e.g. 6h, 30m)", s)
+	}
+	return d, nil
+}
+
+func (a *app) runBoost(ctx context.Context, route, id, ttlFlag string, targetSpecs, attrSpecs []string, w writeOpts) error {
+	ttl, err := parseTTL(ttlFlag)
+	if err != nil {
+		return err
+	}
+	targets, err := parseTargets(targetSpecs)
+	if err != nil {
+		return err
+	}
+	attrs, err := applyAttrs(nil, attrSpecs, nil)
+	if err != nil {
+		return err
+	}
+	if len(targets) == 0 && len(attrs) == 0 {
+		return usagef("boost %s: give --target and/or --attr", route)
+	}
+	if id == "" {
+		id = newBoostID(route)
+	}
+	ov := routing.Override{Route: route, Targets: targets, Attrs: attrs, Reason: w.reason, Author: a.userName()}
+	w.notes = []string{fmt.Sprintf("boost %s lasts %s (until about %s)", id, ttl, time.Now().Add(ttl).UTC().Format(time.RFC3339))}
+	return a.runWrite(ctx, w, func(_ context.Context, cur *store.State) (*store.Plan, error) {
+		if _, ok := cur.Overrides[id]; ok {
+			return nil, refusef(routing.OverrideKey(id), "boost already exists; extend or cancel it")
+		}
+		return &store.Plan{PutOverrides: []store.OverridePut{{ID: id, Override: ov, TTL: ttl}}}, nil
+	})
+}
+
+// newBoostID returns ROUTE-YYYYMMDD-HHMMSS-xxxx.
+func newBoostID(route string) string {
+	var b [2]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%s-%s", strings.TrimPrefix(route, "_"), time.Now().UTC().Format("20060102-150405"), hex.EncodeToString(b[:]))
+}
+
+func (a *app) boostLsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "ls",
+		Short:   "List live boosts with their remaining life",
+		Example: "  regionctl boost ls\n  regionctl boost ls -o json",
+		Args:    exactArgs(0, "no arguments"),
+	}
+	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, _ []string) error {
+		return a.runBoostLs(ctx)
+	})
+	return cmd
+}
+
+// boostInfo is one boost of boost ls.
+type boostInfo struct {
+	store.LiveOverride
+	ID         string `json:"id"`
+	TTLSeconds int64  `json:"ttl_seconds"`
+}
+
+func (a *app) runBoostLs(ctx context.Context) error {
+	st, err := a.store(ctx)
+	if err != nil {
+		return err
+	}
+	cur, err := st.Load(ctx)
+	if err != nil {
+		return err
+	}
+	out := []boostInfo{}
+	ttls := map[string]time.Duration{}
+	for _, id := range cur.OverrideIDs() {
+		lo := cur.Overrides[id]
+		ttl, err := st.TTL(ctx, lo.Lease)
+		if err != nil {
+			return err
+		}
+		ttls[id] = ttl
+		out = append(out, boostInfo{LiveOverride: lo, ID: id, TTLSeconds: int64(ttl / time.Second)})
+	}
+	return a.printer().print(out, func(w io.Writer) { printBoosts(w, cur.Overrides, ttls) })
+}
+
+// printBoosts prints the boost table; ttls may be nil.
+func printBoosts(w io.Writer, boosts map[string]store.LiveOverride, ttls map[string]time.Duration) {
+	fmt.Fprintln(w)
+	row(w, "BOOST", "ROUTE", "TARGETS", "ATTRS", "TTL", "REASON", "AUTHOR")
+	for _, id := range sortedKeys(boosts) {
+		o := boosts[id].Override
+		ttl := "-"
+		if d, ok := ttls[id]; ok {
+			ttl = d.String()
+		}
+		row(w, id, o.Route, targetList(o.Targets), kvList(o.Attrs), ttl, orDash(o.Reason), orDash(o.Author))
+	}
+}
+
+func (a *app) boostCancelCmd() *cobra.Command {
+	var w writeOpts
+	cmd := &cobra.Command{
+		Use:     "cancel ID",
+		Short:   "End a boost now",
+		Example: `  regionctl boost cancel KR-20260101-120000-a3f9 --reason "comeback week over"`,
+		Args:    exactArgs(1, "a boost id"),
+	}
+	addWriteFlags(cmd, &w)
+	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, args []string) error {
+		return a.runWrite(ctx, w, func(_ context.Context, cur *store.State) (*store.Plan, error) {
+			if _, ok := cur.Overrides[args[0]]; !ok {
+				return nil, refusef(routing.OverrideKey(args[0]), "no such live boost (it may have expired; see boost ls)")
+			}
+			return &store.Plan{DeleteOverrides: []string{args[0]}}, nil
+		})
+	})
+	return cmd
+}
+
+func (a *app) boostExtendCmd() *cobra.Command {
+	var (
+		ttlFlag string
+		w       writeOpts
+	)
+	cmd := &cobra.Command{
+		Use:     "extend ID --ttl D",
+		Short:   "Give a boost a new remaining life of D from now",
+		Example: `  regionctl boost extend KR-20260101-120000-a3f9 --ttl 2h --reason "trend continues"`,
+		Args:    exactArgs(1, "a boost id"),
+	}
+	cmd.Flags().StringVar(&ttlFlag, "ttl", "", "new remaining life (e.g. 2h)")
+	addWriteFlags(cmd, &w)
+	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, args []string) error {
+		ttl, err := parseTTL(ttlFlag)
+		if err != nil {
+			return err
+		}
+		id := args[0]
+		w.notes = []string{fmt.Sprintf("boost %s now lasts %s (until about %s)", id, ttl, time.Now().Add(ttl).UTC().Format(time.RFC3339))}
+		return a.runWrite(ctx, w, func(_ context.Context, cur *store.State) (*store.Plan, error) {
+			lo, ok := cur.Overrides[id]
+			if !ok {
+				return nil, refusef(routing.OverrideKey(id), "no such live boost (it may have expired; see boost ls)")
+			}
+			return &store.Plan{PutOverrides: []store.OverridePut{{ID: id, Override: lo.Override, TTL: ttl}}}, nil
+		})
+	})
+	return cmd
+}

@@ -1,0 +1,156 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/regiond/regiond/internal/store"
+	"github.com/regiond/regiond/routing"
+)
+
+// getSections are what get can show.
+var getSections = []string{"pools", "routes", "boosts", "health", "policy", "skipped"}
+
+func (a *app) getCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "get [pools|routes|boosts|health|policy|skipped]",
+		Short: "Show the stored routing state (all sections by default)",
+		Example: `  regionctl get
+  regionctl get pools
+  regionctl get routes -o json`,
+		Args: cobra.MaximumNArgs(1),
+	}
+	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, args []string) error {
+		section := ""
+		if len(args) == 1 {
+			section = args[0]
+		}
+		return a.runGet(ctx, section)
+	})
+	return cmd
+}
+
+// getResult is the JSON/YAML output of get.
+type getResult struct {
+	Revision  int64                         `json:"revision"`
+	Epoch     int64                         `json:"epoch"`
+	Policy    *routing.Residency            `json:"policy,omitempty"`
+	Pools     map[string]routing.Pool       `json:"pools,omitempty"`
+	Routes    map[string]routing.Route      `json:"routes,omitempty"`
+	Boosts    map[string]store.LiveOverride `json:"boosts,omitempty"`
+	Health    map[string]routing.Health     `json:"health,omitempty"`
+	Skipped   []routing.Skipped             `json:"skipped,omitempty"`
+	instances map[string]int
+}
+
+func (a *app) runGet(ctx context.Context, section string) error {
+	if section != "" && !contains(getSections, section) {
+		return usagef("get %q: want one of %s", section, strings.Join(getSections, ", "))
+	}
+	st, err := a.store(ctx)
+	if err != nil {
+		return err
+	}
+	cur, err := st.Load(ctx)
+	if err != nil {
+		return err
+	}
+	show := func(s string) bool { return section == "" || section == s }
+	out := getResult{Revision: cur.Revision, Epoch: cur.Epoch, instances: map[string]int{}}
+	if show("policy") {
+		pol := cur.Config.ResidencyOrDefault()
+		out.Policy = &pol
+	}
+	if show("pools") {
+		out.Pools = cur.Config.Pools
+	}
+	if show("routes") {
+		out.Routes = cur.Config.Routes
+	}
+	if show("boosts") {
+		out.Boosts = cur.Overrides
+	}
+	if show("health") || show("pools") {
+		out.Health = cur.Health
+	}
+	if show("skipped") {
+		out.Skipped = cur.Skipped
+	}
+	for k := range cur.Health {
+		key, _ := routing.ParseKey(k)
+		out.instances[key.ID]++
+	}
+	return a.printer().print(out, func(w io.Writer) { printGet(w, out, show) })
+}
+
+func printGet(w io.Writer, r getResult, show func(string) bool) {
+	fmt.Fprintf(w, "epoch %d at revision %d\n", r.Epoch, r.Revision)
+	if show("pools") {
+		fmt.Fprintln(w)
+		row(w, "POOL", "STATUS", "RESIDENCY", "REGION", "HOST", "HEALTH", "ATTRS")
+		for _, id := range sortedKeys(r.Pools) {
+			p := r.Pools[id]
+			health := "-"
+			if p.HealthCheck {
+				health = fmt.Sprintf("%d live", r.instances[id])
+			}
+			row(w, id, p.Status, p.Residency, orDash(p.Region), p.Host, health, kvList(p.Attrs))
+		}
+	}
+	if show("routes") {
+		fmt.Fprintln(w)
+		row(w, "ROUTE", "TARGETS", "FALLBACK", "AFFINITY", "ATTRS")
+		for _, name := range sortedKeys(r.Routes) {
+			rt := r.Routes[name]
+			row(w, name, targetList(rt.Targets), orDash(strings.Join(rt.Fallback, ",")), rt.Affinity, kvList(rt.Attrs))
+		}
+	}
+	if show("boosts") {
+		printBoosts(w, r.Boosts, nil)
+	}
+	if show("health") {
+		fmt.Fprintln(w)
+		row(w, "HEALTH KEY", "ADDR", "SINCE")
+		for _, k := range sortedKeys(r.Health) {
+			row(w, k, r.Health[k].Addr, orDash(r.Health[k].Since))
+		}
+	}
+	if show("policy") && r.Policy != nil {
+		fmt.Fprintln(w)
+		row(w, "CLASS", "COUNTRIES")
+		for _, c := range sortedKeys(r.Policy.Classes) {
+			row(w, c, strings.Join(r.Policy.Classes[c], " "))
+		}
+		row(w, "(unknown country)", r.Policy.UnknownCountryClass)
+	}
+	if show("skipped") && len(r.Skipped) > 0 {
+		fmt.Fprintln(w)
+		row(w, "SKIPPED KEY", "ERROR")
+		for _, s := range r.Skipped {
+			row(w, s.Key, strings.ReplaceAll(s.Error, "\n", "; "))
+		}
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func contains(xs []string, s string) bool {
+	for _, x := range xs {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

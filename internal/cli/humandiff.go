@@ -1,0 +1,261 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/regiond/regiond/routing"
+)
+
+// describeChange renders one change for people:
+//
+//	PL: targets eu-central 70→60, eu-west 30→40
+//	pool eu-central: status active→draining
+func describeChange(c routing.Change) string {
+	k, err := routing.ParseKey(c.Key)
+	if err != nil {
+		return fmt.Sprintf("%s: %s", c.Key, c.Op)
+	}
+	before, after := decodeSide(c.Key, c.Before), decodeSide(c.Key, c.After)
+	name := subject(k)
+	switch {
+	case before == nil && after == nil:
+		return fmt.Sprintf("%s: %s", name, c.Op)
+	case before == nil:
+		return fmt.Sprintf("%s: added (%s)", name, strings.Join(summary(after), "; "))
+	case after == nil:
+		return fmt.Sprintf("%s: removed", name)
+	}
+	fields := fieldDiff(before, after)
+	if len(fields) == 0 && k.Kind == routing.KindOverride {
+		return fmt.Sprintf("%s: new lease", name)
+	}
+	if len(fields) == 0 {
+		return fmt.Sprintf("%s: rewritten (same meaning)", name)
+	}
+	return fmt.Sprintf("%s: %s", name, strings.Join(fields, "; "))
+}
+
+// subject names the object of a key the way operators say it.
+func subject(k routing.Key) string {
+	switch k.Kind {
+	case routing.KindPool:
+		return "pool " + k.ID
+	case routing.KindRoute:
+		return k.ID
+	case routing.KindPolicy:
+		return "policy residency"
+	case routing.KindOverride:
+		return "boost " + k.ID
+	case routing.KindHealth:
+		return "health " + k.ID + "/" + k.Instance
+	}
+	return k.String()
+}
+
+// decodeSide decodes one side of a change; nil when absent or undecodable.
+func decodeSide(rel string, raw json.RawMessage) routing.Value {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	v, err := routing.DecodeValue(rel, raw)
+	if err != nil {
+		return nil
+	}
+	return v
+}
+
+// summary lists the fields of a new value.
+func summary(v routing.Value) []string {
+	switch x := v.(type) {
+	case *routing.Pool:
+		s := []string{"host " + x.Host, "residency " + x.Residency, "status " + x.Status}
+		if x.Region != "" {
+			s = append(s, "region "+x.Region)
+		}
+		return s
+	case *routing.Route:
+		s := []string{"targets " + targetList(x.Targets)}
+		if len(x.Fallback) > 0 {
+			s = append(s, "fallback "+strings.Join(x.Fallback, " "))
+		}
+		return s
+	case *routing.Override:
+		return []string{"on " + x.Route, "targets " + targetList(x.Targets), "attrs " + kvList(x.Attrs)}
+	case *routing.Residency:
+		return []string{fmt.Sprintf("%d classes", len(x.Classes)), "unknown_country_class " + x.UnknownCountryClass}
+	}
+	return nil
+}
+
+func targetList(ts []routing.Target) string {
+	if len(ts) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(ts))
+	for i, t := range ts {
+		parts[i] = fmt.Sprintf("%s %d", t.Pool, t.Weight)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// fieldDiff lists the changed fields of two values of the same kind.
+func fieldDiff(before, after routing.Value) []string {
+	var out []string
+	add := func(field, b, a string) {
+		if b != a {
+			out = append(out, fmt.Sprintf("%s %s→%s", field, orNone(b), orNone(a)))
+		}
+	}
+	switch b := before.(type) {
+	case *routing.Pool:
+		a := after.(*routing.Pool)
+		add("status", b.Status, a.Status)
+		add("host", b.Host, a.Host)
+		add("residency", b.Residency, a.Residency)
+		add("region", b.Region, a.Region)
+		add("health_check", fmt.Sprint(b.HealthCheck), fmt.Sprint(a.HealthCheck))
+		out = append(out, attrDiff(b.Attrs, a.Attrs)...)
+	case *routing.Route:
+		a := after.(*routing.Route)
+		if t := targetDiff(b.Targets, a.Targets); t != "" {
+			out = append(out, "targets "+t)
+		}
+		add("fallback", strings.Join(b.Fallback, " "), strings.Join(a.Fallback, " "))
+		add("affinity", b.Affinity, a.Affinity)
+		out = append(out, attrDiff(b.Attrs, a.Attrs)...)
+	case *routing.Override:
+		a := after.(*routing.Override)
+		add("route", b.Route, a.Route)
+		if t := targetDiff(b.Targets, a.Targets); t != "" {
+			out = append(out, "targets "+t)
+		}
+		out = append(out, attrDiff(b.Attrs, a.Attrs)...)
+	case *routing.Residency:
+		out = append(out, residencyDiff(b, after.(*routing.Residency))...)
+	}
+	return out
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// targetDiff renders weight changes: "eu-central 70→60, eu-west 30→40";
+// added and removed pools show none on their missing side.
+func targetDiff(before, after []routing.Target) string {
+	bw := map[string]int{}
+	for _, t := range before {
+		bw[t.Pool] = t.Weight
+	}
+	aw := map[string]bool{}
+	var parts []string
+	for _, t := range after {
+		aw[t.Pool] = true
+		if w, ok := bw[t.Pool]; !ok {
+			parts = append(parts, fmt.Sprintf("%s none→%d", t.Pool, t.Weight))
+		} else if w != t.Weight {
+			parts = append(parts, fmt.Sprintf("%s %d→%d", t.Pool, w, t.Weight))
+		}
+	}
+	for _, t := range before {
+		if !aw[t.Pool] {
+			parts = append(parts, fmt.Sprintf("%s %d→none", t.Pool, t.Weight))
+		}
+	}
+	if len(parts) == 0 && !slices.Equal(before, after) {
+		return "reordered " + targetList(after)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// attrDiff renders "attrs.lang pl→en" per changed attribute, in key order.
+func attrDiff(before, after map[string]string) []string {
+	keys := map[string]bool{}
+	for k := range before {
+		keys[k] = true
+	}
+	for k := range after {
+		keys[k] = true
+	}
+	sorted := make([]string, 0, len(keys))
+	for k := range keys {
+		sorted = append(sorted, k)
+	}
+	sort.Strings(sorted)
+	var out []string
+	for _, k := range sorted {
+		b, bok := before[k]
+		a, aok := after[k]
+		if bok && aok && a == b {
+			continue
+		}
+		if !bok {
+			b = "none"
+		}
+		if !aok {
+			a = "none"
+		}
+		out = append(out, fmt.Sprintf("attrs.%s %s→%s", k, quoteEmpty(b, bok), quoteEmpty(a, aok)))
+	}
+	return out
+}
+
+func quoteEmpty(s string, present bool) string {
+	if present && s == "" {
+		return `""`
+	}
+	return s
+}
+
+// residencyDiff renders countries moved between classes.
+func residencyDiff(b, a *routing.Residency) []string {
+	var out []string
+	if b.UnknownCountryClass != a.UnknownCountryClass {
+		out = append(out, fmt.Sprintf("unknown_country_class %s→%s", b.UnknownCountryClass, a.UnknownCountryClass))
+	}
+	classes := map[string]bool{}
+	for c := range b.Classes {
+		classes[c] = true
+	}
+	for c := range a.Classes {
+		classes[c] = true
+	}
+	names := make([]string, 0, len(classes))
+	for c := range classes {
+		names = append(names, c)
+	}
+	sort.Strings(names)
+	for _, c := range names {
+		added, removed := setDiff(a.Classes[c], b.Classes[c]), setDiff(b.Classes[c], a.Classes[c])
+		if len(added) > 0 {
+			out = append(out, fmt.Sprintf("class %s +%s", c, strings.Join(added, " +")))
+		}
+		if len(removed) > 0 {
+			out = append(out, fmt.Sprintf("class %s -%s", c, strings.Join(removed, " -")))
+		}
+	}
+	return out
+}
+
+// setDiff returns the members of xs not in ys, sorted.
+func setDiff(xs, ys []string) []string {
+	in := map[string]bool{}
+	for _, y := range ys {
+		in[y] = true
+	}
+	var out []string
+	for _, x := range xs {
+		if !in[x] {
+			out = append(out, x)
+		}
+	}
+	sort.Strings(out)
+	return out
+}

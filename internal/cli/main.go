@@ -1,0 +1,239 @@
+// Package cli is regionctl, the operator CLI of regiond: one file per verb,
+// each a small run function behind a cobra command, output through the
+// printer, exit codes from the error kinds of package store.
+//
+//	os.Exit(cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr))
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/user"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/regiond/regiond/internal/keyspace"
+	"github.com/regiond/regiond/internal/store"
+)
+
+// Exit codes (DESIGN §6, plus 5).
+const (
+	ExitOK           = 0
+	ExitRefused      = 1 // validation refused the change, or another failure
+	ExitUsage        = 2 // bad flags or arguments
+	ExitConflict     = 3 // the state changed concurrently
+	ExitUnreachable  = 4 // etcd did not answer
+	ExitNotConverged = 5 // written, but agents lag (--wait-converged, status --max-lag)
+)
+
+// Main runs regionctl with args (without the program name) and returns the
+// exit code. Environment variables REGIONCTL_<FLAG> set flags not given.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return run(ctx, args, stdout, stderr, os.Getenv)
+}
+
+// app is one invocation: global flags, output and the lazily dialed store.
+type app struct {
+	stdout, stderr io.Writer
+	getenv         func(string) string
+	args           []string
+	log            *slog.Logger
+	ran            bool // a verb started running: later errors are not usage errors
+	cmd            *cobra.Command
+
+	endpoints      []string
+	prefix         string
+	cacert, cert   string
+	tlsKey         string
+	user           string
+	output         string
+	dialTimeout    time.Duration
+	commandTimeout time.Duration
+	verbose        bool
+
+	cli *clientv3.Client
+	st  *store.Store
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	a := &app{stdout: stdout, stderr: stderr, getenv: getenv, args: args}
+	a.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	defer a.close()
+	root := a.rootCmd()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	return a.exitCode(root.ExecuteContext(ctx))
+}
+
+func (a *app) rootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "regionctl",
+		Short: "Operate regiond routing policy in etcd, safely",
+		Long: `regionctl changes the routing policy that every regiond agent serves.
+Every write reads the whole state, validates the whole proposed state, and
+commits it in one transaction guarded by the epoch, with an audit record.
+
+Exit codes: 0 ok, 1 refused (validation), 2 usage, 3 conflict (changed
+concurrently; re-run or use --retry), 4 etcd unreachable, 5 not converged.
+Every flag can also be set as REGIONCTL_<FLAG> (REGIONCTL_ENDPOINTS,
+REGIONCTL_PREFIX, …); the password of --user is read from REGIONCTL_PASSWORD.`,
+		Example: `  regionctl get
+  regionctl pool drain eu-central --reason "kernel upgrade" --wait-converged
+  regionctl apply -f fleet.yaml --dry-run`,
+		SilenceErrors:     true,
+		SilenceUsage:      true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return a.applyEnv(cmd) },
+	}
+	a.globalFlags(root.PersistentFlags())
+	root.AddCommand(a.getCmd(), a.exportCmd(), a.validateCmd(), a.diffCmd(), a.applyCmd(),
+		a.poolCmd(), a.routeCmd(), a.boostCmd(), a.historyCmd(), a.rollbackCmd(),
+		a.statusCmd(), a.resolveCmd(), a.heartbeatCmd())
+	return root
+}
+
+func (a *app) globalFlags(f *pflag.FlagSet) {
+	f.StringSliceVar(&a.endpoints, "endpoints", []string{"127.0.0.1:2379"}, "etcd endpoints, comma-separated")
+	f.StringVar(&a.prefix, "prefix", keyspace.DefaultRoot, "root prefix of regiond's keys")
+	f.StringVar(&a.cacert, "cacert", "", "CA bundle (PEM) to verify etcd's certificate")
+	f.StringVar(&a.cert, "cert", "", "client certificate (PEM)")
+	f.StringVar(&a.tlsKey, "key", "", "client certificate key (PEM)")
+	f.StringVar(&a.user, "user", "", "etcd user (password from REGIONCTL_PASSWORD, or user:password)")
+	f.StringVarP(&a.output, "output", "o", "table", "output format: table, json or yaml")
+	f.DurationVar(&a.dialTimeout, "dial-timeout", store.DefaultDialTimeout, "give up reaching etcd after this long (exit 4)")
+	f.DurationVar(&a.commandTimeout, "command-timeout", store.DefaultRequestTimeout, "timeout of each etcd request")
+	f.BoolVarP(&a.verbose, "verbose", "v", false, "log retries and lease events")
+}
+
+// applyEnv sets every flag not given on the command line from
+// REGIONCTL_<FLAG>. A verb's own flag that shadows a global one (resolve
+// --key) is not read from the environment: the variable sets the global.
+func (a *app) applyEnv(cmd *cobra.Command) error {
+	var errs []error
+	set := func(f *pflag.Flag) {
+		name := "REGIONCTL_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		v := a.getenv(name)
+		if f.Changed || f.Name == "help" || v == "" {
+			return
+		}
+		if err := f.Value.Set(v); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: %w", name, v, err))
+		}
+		f.Changed = true
+	}
+	globals := cmd.Root().PersistentFlags()
+	globals.VisitAll(set)
+	cmd.LocalNonPersistentFlags().VisitAll(func(f *pflag.Flag) {
+		if globals.Lookup(f.Name) == nil {
+			set(f)
+		}
+	})
+	if a.verbose {
+		a.log = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	switch a.output {
+	case "table", "json", "yaml":
+		return nil
+	}
+	return fmt.Errorf("-o %q: want table, json or yaml", a.output)
+}
+
+// store dials etcd on first use.
+func (a *app) store(ctx context.Context) (*store.Store, error) {
+	if a.st != nil {
+		return a.st, nil
+	}
+	ks, err := keyspace.New(a.prefix)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	cfg := store.DialConfig{Endpoints: a.endpoints, DialTimeout: a.dialTimeout,
+		CACert: a.cacert, Cert: a.cert, Key: a.tlsKey, ProbeKey: ks.Epoch()}
+	if a.user != "" {
+		cfg.Username, cfg.Password, _ = strings.Cut(a.user, ":")
+		if cfg.Password == "" {
+			cfg.Password = a.getenv("REGIONCTL_PASSWORD")
+		}
+		if cfg.Password == "" {
+			return nil, usageError{fmt.Errorf("--user %s: set the password in REGIONCTL_PASSWORD", cfg.Username)}
+		}
+	}
+	cli, err := store.Dial(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	a.cli = cli
+	a.st = store.New(cli, ks, store.Options{RequestTimeout: a.commandTimeout, Endpoints: a.endpoints, Logger: a.log})
+	return a.st, nil
+}
+
+func (a *app) close() {
+	if a.cli != nil {
+		a.cli.Close()
+	}
+}
+
+// userName is the audit "user": the etcd user, else the OS user.
+func (a *app) userName() string {
+	if a.user != "" {
+		name, _, _ := strings.Cut(a.user, ":")
+		return name
+	}
+	if u, err := user.Current(); err == nil {
+		return u.Username
+	}
+	return a.getenv("USER")
+}
+
+// command is the audit "command": the verb and its arguments as typed,
+// without the connection flags.
+func (a *app) command() string {
+	if a.cmd == nil {
+		return strings.Join(a.args, " ")
+	}
+	globals := a.cmd.Root().PersistentFlags()
+	local := a.cmd.LocalNonPersistentFlags()
+	out := []string{strings.TrimPrefix(a.cmd.CommandPath(), a.cmd.Root().Name()+" ")}
+	skipValue, pathWords := false, len(strings.Fields(out[0]))
+	for _, s := range a.args {
+		if skipValue {
+			skipValue = false
+			continue
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(s, "-"), "=")
+		if strings.HasPrefix(s, "-") && s != "-" {
+			f := globals.Lookup(name)
+			if f == nil && len(name) == 1 {
+				f = globals.ShorthandLookup(name)
+			}
+			if f != nil && local.Lookup(f.Name) == nil {
+				skipValue = !hasValue && f.NoOptDefVal == ""
+				continue
+			}
+		} else if pathWords > 0 {
+			pathWords-- // a word of the verb path itself
+			continue
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, " ")
+}
+
+// verb marks a verb as running and adapts a run function to cobra.
+func (a *app) verb(fn func(ctx context.Context, cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		a.ran, a.cmd = true, cmd
+		return fn(cmd.Context(), cmd, args)
+	}
+}

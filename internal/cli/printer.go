@@ -1,0 +1,78 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"sigs.k8s.io/yaml"
+)
+
+// printer writes a verb's result as a table (for people) or as JSON or
+// YAML (for scripts); v is what JSON and YAML show.
+type printer struct {
+	format string
+	w      io.Writer
+}
+
+func (a *app) printer() printer { return printer{format: a.output, w: a.stdout} }
+
+// print writes v as JSON or YAML, or calls table with a tab writer.
+func (p printer) print(v any, table func(w io.Writer)) error {
+	switch p.format {
+	case "json":
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return fmt.Errorf("encode JSON output: %w", err)
+		}
+		_, err = fmt.Fprintf(p.w, "%s\n", b)
+		return err
+	case "yaml":
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("encode YAML output: %w", err)
+		}
+		_, err = p.w.Write(b)
+		return err
+	}
+	tw := tabwriter.NewWriter(p.w, 0, 4, 2, ' ', 0)
+	table(tw)
+	return tw.Flush()
+}
+
+// row writes one tab-separated table row.
+func row(w io.Writer, cols ...any) {
+	parts := make([]string, len(cols))
+	for i, c := range cols {
+		parts[i] = fmt.Sprint(c)
+	}
+	fmt.Fprintln(w, strings.Join(parts, "\t"))
+}
+
+// kvList renders a map as "k=v,k=v" in key order ("-" when empty).
+func kvList(m map[string]string) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + m[k]
+	}
+	return strings.Join(parts, ",")
+}
+
+// orDash returns s, or "-" when empty.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,65 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/regiond/regiond/internal/store"
+)
+
+func (a *app) statusCmd() *cobra.Command {
+	var maxLag int64
+	cmd := &cobra.Command{
+		Use:   "status [--max-lag N]",
+		Short: "Show which revision every live agent serves",
+		Long: `status lists the live agents (from <root>/agents/) with the revision and
+epoch each serves and its lag: how many revisions it is behind the newest
+change under <root>/routing/. With --max-lag N it exits 5 when an agent
+lags more than N revisions (0: every agent must be current).`,
+		Example: `  regionctl status
+  regionctl status --max-lag 0 -o json`,
+		Args: exactArgs(0, "no arguments"),
+	}
+	cmd.Flags().Int64Var(&maxLag, "max-lag", -1, "exit 5 when an agent lags more than N revisions (-1: never)")
+	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, _ []string) error {
+		return a.runStatus(ctx, maxLag)
+	})
+	return cmd
+}
+
+func (a *app) runStatus(ctx context.Context, maxLag int64) error {
+	st, err := a.store(ctx)
+	if err != nil {
+		return err
+	}
+	fleet, err := st.Fleet(ctx)
+	if err != nil {
+		return err
+	}
+	err = a.printer().print(fleet, func(w io.Writer) { printFleet(w, fleet) })
+	if err != nil {
+		return err
+	}
+	if maxLag < 0 {
+		return nil
+	}
+	if lag := fleet.Lagging(maxLag); len(lag) > 0 {
+		return &store.NotConvergedError{Revision: fleet.RoutingRevision, Lagging: lag}
+	}
+	return nil
+}
+
+func printFleet(w io.Writer, f *store.Fleet) {
+	fmt.Fprintf(w, "epoch %d, newest routing change at revision %d, %d live agent(s)\n\n", f.Epoch, f.RoutingRevision, len(f.Agents))
+	row(w, "NODE", "REVISION", "LAG", "EPOCH", "CONNECTED", "SYNCED_AT", "VERSION")
+	for _, a := range f.Agents {
+		if a.Invalid != "" {
+			row(w, a.Node, "?", "?", "?", "?", "invalid status: "+a.Invalid, "-")
+			continue
+		}
+		row(w, a.Node, a.Revision, a.Lag, a.Epoch, a.Connected, orDash(a.SyncedAt), orDash(a.Version))
+	}
+}

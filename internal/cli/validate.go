@@ -1,0 +1,76 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/regiond/regiond/routing"
+)
+
+func (a *app) validateCmd() *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "validate [-f FILE]",
+		Short: "Check a config file, or the stored config, against every invariant",
+		Long: `validate lists every problem (exit 1) or confirms the config is valid
+(exit 0). With -f it checks the file and needs no etcd; without, it checks
+the stored config, including values the agents skip.`,
+		Example: `  regionctl validate -f fleet.yaml
+  regionctl validate --endpoints etcd-1:2379`,
+		Args: exactArgs(0, "no arguments"),
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", "config file (YAML or JSON); default: the stored config")
+	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, _ []string) error {
+		return a.runValidate(ctx, file)
+	})
+	return cmd
+}
+
+// validateResult is the JSON/YAML output of validate.
+type validateResult struct {
+	Source string `json:"source"`
+	Pools  int    `json:"pools"`
+	Routes int    `json:"routes"`
+	Valid  bool   `json:"valid"`
+}
+
+func (a *app) runValidate(ctx context.Context, file string) error {
+	cfg, source, errs, err := a.configToValidate(ctx, file)
+	if err != nil {
+		return err
+	}
+	errs = append(errs, routing.Validate(cfg)...)
+	if len(errs) > 0 {
+		errs.Sort()
+		return refusedError{errs}
+	}
+	out := validateResult{Source: source, Pools: len(cfg.Pools), Routes: len(cfg.Routes), Valid: true}
+	return a.printer().print(out, func(w io.Writer) {
+		fmt.Fprintf(w, "valid: %s (%d pools, %d routes)\n", source, out.Pools, out.Routes)
+	})
+}
+
+// configToValidate returns the file's config, or the stored one with its
+// undecodable values as problems.
+func (a *app) configToValidate(ctx context.Context, file string) (*routing.Config, string, routing.Errors, error) {
+	if file != "" {
+		cfg, err := readConfigFile(file)
+		return cfg, file, nil, err
+	}
+	st, err := a.store(ctx)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	cur, err := st.Load(ctx)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	var errs routing.Errors
+	for _, s := range cur.Skipped {
+		errs = append(errs, &routing.FieldError{Msg: s.Error})
+	}
+	return cur.Config, fmt.Sprintf("stored config at epoch %d", cur.Epoch), errs, nil
+}

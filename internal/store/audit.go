@@ -1,0 +1,151 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/regiond/regiond/routing"
+)
+
+// AuditEntry is an audit record with the revision of the Txn that wrote it.
+type AuditEntry struct {
+	routing.Audit
+	Revision int64 `json:"revision"`
+}
+
+// History returns the newest audit records, newest first; limit <= 0
+// means all.
+func (s *Store) History(ctx context.Context, limit int64) ([]AuditEntry, error) {
+	prefix := s.ks.AuditPrefix()
+	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend)}
+	if limit > 0 {
+		opts = append(opts, clientv3.WithLimit(limit))
+	}
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(rctx, prefix, opts...)
+	if err != nil {
+		return nil, s.rpcErr("read audit records", err)
+	}
+	out := make([]AuditEntry, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		e, err := s.decodeAudit(string(kv.Key), kv.Value, kv.ModRevision)
+		if err != nil {
+			s.log.Warn("skip audit record", "key", string(kv.Key), "err", err)
+			continue
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// AuditRecord returns the audit record of one epoch, or ErrNotFound.
+func (s *Store) AuditRecord(ctx context.Context, epoch int64) (AuditEntry, error) {
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	key := s.ks.Audit(epoch)
+	resp, err := s.cli.Get(rctx, key)
+	if err != nil {
+		return AuditEntry{}, s.rpcErr("read audit record of epoch "+fmt.Sprint(epoch), err)
+	}
+	if len(resp.Kvs) == 0 {
+		return AuditEntry{}, fmt.Errorf("audit record of epoch %d: %w (only the newest %d are kept)", epoch, ErrNotFound, s.opts.AuditKeep)
+	}
+	return s.decodeAudit(key, resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
+}
+
+func (s *Store) decodeAudit(key string, value []byte, rev int64) (AuditEntry, error) {
+	e := AuditEntry{Revision: rev}
+	if err := json.Unmarshal(value, &e.Audit); err != nil {
+		return e, fmt.Errorf("decode audit record %s: %w", key, err)
+	}
+	if n, err := s.ks.ParseAudit(key); err == nil && e.Epoch == 0 {
+		e.Epoch = n
+	}
+	return e, nil
+}
+
+// ConfigAt returns the config as it was right after epoch was committed:
+// read at the revision of that epoch's Txn or, when that revision was
+// compacted, rebuilt by undoing the audit records of the later epochs.
+func (s *Store) ConfigAt(ctx context.Context, epoch int64, cur *State) (*routing.Config, error) {
+	if epoch == cur.Epoch {
+		return cur.Config.Clone(), nil
+	}
+	if epoch > cur.Epoch || epoch < 1 {
+		return nil, fmt.Errorf("epoch %d: %w (the current epoch is %d)", epoch, ErrNotFound, cur.Epoch)
+	}
+	rec, err := s.AuditRecord(ctx, epoch)
+	if err != nil {
+		return nil, err
+	}
+	old, err := s.LoadAt(ctx, rec.Revision)
+	if err == nil {
+		return old.Config, nil
+	}
+	if !errors.Is(err, ErrCompacted) {
+		return nil, err
+	}
+	s.log.Info("revision compacted, rebuilding config from the audit trail", "epoch", epoch, "revision", rec.Revision)
+	return s.undoTo(ctx, epoch, cur)
+}
+
+// undoTo rebuilds the config of epoch by applying, newest first, the
+// "before" value of every config change of the epochs after it.
+func (s *Store) undoTo(ctx context.Context, epoch int64, cur *State) (*routing.Config, error) {
+	vals, err := cur.Config.Values()
+	if err != nil {
+		return nil, fmt.Errorf("encode current config: %w", err)
+	}
+	for rel, raw := range cur.invalid {
+		vals[rel] = raw
+	}
+	for e := cur.Epoch; e > epoch; e-- {
+		rec, err := s.AuditRecord(ctx, e)
+		if err != nil {
+			return nil, fmt.Errorf("rebuild config of epoch %d: %w", epoch, err)
+		}
+		for _, c := range rec.Changes {
+			if !routing.IsConfigKey(c.Key) {
+				continue
+			}
+			if len(c.Before) == 0 || string(c.Before) == "null" {
+				delete(vals, c.Key)
+			} else {
+				vals[c.Key] = c.Before
+			}
+		}
+	}
+	return configFromValues(vals)
+}
+
+// configFromValues decodes config values keyed by relative key.
+func configFromValues(vals map[string][]byte) (*routing.Config, error) {
+	cfg := &routing.Config{Pools: map[string]routing.Pool{}, Routes: map[string]routing.Route{}}
+	var errs routing.Errors
+	for rel, raw := range vals {
+		k, _ := routing.ParseKey(rel)
+		v, err := routing.DecodeValue(rel, raw)
+		if err != nil {
+			errs = append(errs, &routing.FieldError{Msg: err.Error()})
+			continue
+		}
+		switch x := v.(type) {
+		case *routing.Pool:
+			cfg.Pools[k.ID] = *x
+		case *routing.Route:
+			cfg.Routes[k.ID] = *x
+		case *routing.Residency:
+			cfg.Policy.Residency = x
+		}
+	}
+	if len(errs) > 0 {
+		errs.Sort()
+		return nil, fmt.Errorf("rebuilt config does not decode: %w", errs)
+	}
+	return cfg, nil
+}

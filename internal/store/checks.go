@@ -1,0 +1,92 @@
+package store
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/regiond/regiond/routing"
+)
+
+// checkOverrides validates the boosts a plan writes, and refuses a config
+// change that would break a live boost that is valid today.
+func checkOverrides(st *State, next *routing.Config, p *Plan) routing.Errors {
+	var errs routing.Errors
+	touched := map[string]bool{}
+	for _, put := range p.PutOverrides {
+		touched[put.ID] = true
+		errs = append(errs, routing.ValidateOverride(next, put.ID, put.Override)...)
+	}
+	for _, id := range p.DeleteOverrides {
+		touched[id] = true
+	}
+	if p.Config == nil {
+		return errs
+	}
+	for _, id := range st.OverrideIDs() {
+		if touched[id] {
+			continue
+		}
+		ov := st.Overrides[id].Override
+		if len(routing.ValidateOverride(st.Config, id, ov)) > 0 {
+			continue // already broken: the agent copes; not this write's fault
+		}
+		broken := routing.ValidateOverride(next, id, ov)
+		for _, e := range broken {
+			errs = append(errs, &routing.FieldError{Key: e.Key, Field: e.Field,
+				Msg: e.Msg + fmt.Sprintf(" (live boost; cancel it first: regionctl boost cancel %s)", id)})
+		}
+	}
+	return errs
+}
+
+// checkLostCountries refuses a change after which some country (or the
+// unknown country) that has an eligible pool now would have none, counting
+// pool status and boosts but not health.
+func checkLostCountries(st *State, next *routing.Config, p *Plan) routing.Errors {
+	before, err := routing.CompileConfig(st.Config, st.OverrideMap(), routing.CompileOptions{})
+	if err != nil {
+		return nil
+	}
+	ovs := st.OverrideMap()
+	for _, id := range p.DeleteOverrides {
+		delete(ovs, id)
+	}
+	for _, put := range p.PutOverrides {
+		ovs[put.ID] = put.Override
+	}
+	after, err := routing.CompileConfig(next, ovs, routing.CompileOptions{})
+	if err != nil {
+		return nil
+	}
+	var lost []string
+	reasons := map[string]bool{}
+	var reasonList []string
+	for _, cc := range append(append([]string(nil), routing.Countries()...), routing.Unknown) {
+		b, a := before.Effective(cc), after.Effective(cc)
+		if len(b.Candidates) == 0 || len(a.Candidates) > 0 {
+			continue
+		}
+		lost = append(lost, cc)
+		for _, r := range a.Degraded {
+			if !reasons[r] && !strings.HasPrefix(r, "no-route:") {
+				reasons[r] = true
+				reasonList = append(reasonList, r)
+			}
+		}
+	}
+	if len(lost) == 0 {
+		return nil
+	}
+	return routing.Errors{{Key: "effect", Msg: fmt.Sprintf("%s would have no eligible pool (%s); re-run with --force to write anyway",
+		describeCountries(lost), strings.Join(reasonList, ", "))}}
+}
+
+func describeCountries(ccs []string) string {
+	switch {
+	case len(ccs) == 1:
+		return "country " + ccs[0]
+	case len(ccs) > 10:
+		return fmt.Sprintf("%d countries (%s and %d more)", len(ccs), strings.Join(ccs[:10], ", "), len(ccs)-10)
+	}
+	return fmt.Sprintf("%d countries (%s)", len(ccs), strings.Join(ccs, ", "))
+}

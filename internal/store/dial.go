@@ -1,0 +1,100 @@
+package store
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"os"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// DefaultDialTimeout bounds the first contact with etcd.
+const DefaultDialTimeout = 2 * time.Second
+
+// DialConfig says how to reach etcd.
+type DialConfig struct {
+	Endpoints   []string
+	DialTimeout time.Duration
+	// CACert, Cert and Key are PEM files; CACert alone enables TLS with a
+	// private CA, Cert and Key add a client certificate.
+	CACert, Cert, Key string
+	Username, Password string
+	// ProbeKey is read (linearizably) once with DialTimeout so that an
+	// unreachable cluster, or one without a leader, is reported at once.
+	// Empty skips the probe.
+	ProbeKey string
+}
+
+// Dial opens a client and probes the cluster. An etcd that does not answer
+// within DialTimeout gives an *UnreachableError naming the endpoints.
+func Dial(ctx context.Context, c DialConfig) (*clientv3.Client, error) {
+	if c.DialTimeout <= 0 {
+		c.DialTimeout = DefaultDialTimeout
+	}
+	tlsCfg, err := c.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	cfg := clientv3.Config{
+		Endpoints:   c.Endpoints,
+		DialTimeout: c.DialTimeout,
+		TLS:         tlsCfg,
+		Username:    c.Username,
+		Password:    c.Password,
+		Logger:      zap.NewNop(),
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		if isUnreachable(err) {
+			return nil, &UnreachableError{Endpoints: c.Endpoints, Err: err}
+		}
+		return nil, fmt.Errorf("connect to etcd at %v: %w", c.Endpoints, err)
+	}
+	if c.ProbeKey == "" {
+		return cli, nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, c.DialTimeout)
+	defer cancel()
+	if _, err := cli.Get(pctx, c.ProbeKey, clientv3.WithCountOnly()); err != nil {
+		cli.Close()
+		if isUnreachable(err) {
+			return nil, &UnreachableError{Endpoints: c.Endpoints, Err: fmt.Errorf("no answer within %s: %w", c.DialTimeout, err)}
+		}
+		return nil, fmt.Errorf("first request to etcd at %v: %w", c.Endpoints, err)
+	}
+	return cli, nil
+}
+
+// tlsConfig returns nil when no TLS file is set.
+func (c DialConfig) tlsConfig() (*tls.Config, error) {
+	if c.CACert == "" && c.Cert == "" && c.Key == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.CACert != "" {
+		pem, err := os.ReadFile(c.CACert)
+		if err != nil {
+			return nil, fmt.Errorf("read --cacert: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--cacert %s: no PEM certificate found", c.CACert)
+		}
+		cfg.RootCAs = pool
+	}
+	if (c.Cert == "") != (c.Key == "") {
+		return nil, fmt.Errorf("--cert and --key go together (got cert %q, key %q)", c.Cert, c.Key)
+	}
+	if c.Cert != "" {
+		pair, err := tls.LoadX509KeyPair(c.Cert, c.Key)
+		if err != nil {
+			return nil, fmt.Errorf("load client certificate %s: %w", c.Cert, err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
+}

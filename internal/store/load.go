@@ -1,0 +1,182 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/regiond/regiond/routing"
+)
+
+// ErrCompacted is returned by LoadAt when the revision was compacted away.
+var ErrCompacted = errors.New("store: revision compacted")
+
+// State is the whole routing state at one revision.
+type State struct {
+	// Revision is the etcd revision the state was read at.
+	Revision int64
+	// Epoch is the config epoch; EpochModRevision is the mod revision of
+	// the epoch key (0 when the key does not exist yet), the Txn guard.
+	Epoch            int64
+	EpochModRevision int64
+	// Config holds the pools, routes and policy whose values decode.
+	Config *routing.Config
+	// Overrides are the live boosts by id.
+	Overrides map[string]LiveOverride
+	// Health holds the live health markers by relative key.
+	Health map[string]routing.Health
+	// Skipped lists the keys whose values were refused (or that are not in
+	// the key grammar); the agent keeps their last good value.
+	Skipped []routing.Skipped
+	// KVs holds every key of the routing prefix, relative, for
+	// routing.Compile.
+	KVs []routing.KV
+
+	epochErr error
+	invalid  map[string][]byte // config keys whose values do not decode
+}
+
+// LiveOverride is a boost as stored, with its lease.
+type LiveOverride struct {
+	Override    routing.Override `json:"override"`
+	Lease       int64            `json:"lease"`
+	ModRevision int64            `json:"mod_revision"`
+}
+
+// Load reads the whole routing prefix at the current revision.
+func (s *Store) Load(ctx context.Context) (*State, error) {
+	return s.LoadAt(ctx, 0)
+}
+
+// LoadAt reads the whole routing prefix at revision rev (0: current). It
+// returns ErrCompacted when rev is older than the compacted revision.
+func (s *Store) LoadAt(ctx context.Context, rev int64) (*State, error) {
+	prefix := s.ks.Routing()
+	kvs, rev, err := s.getRange(ctx, prefix, clientv3.GetPrefixRangeEnd(prefix), rev)
+	if err != nil {
+		return nil, err
+	}
+	st := &State{
+		Revision:  rev,
+		Config:    &routing.Config{Pools: map[string]routing.Pool{}, Routes: map[string]routing.Route{}},
+		Overrides: map[string]LiveOverride{},
+		Health:    map[string]routing.Health{},
+		invalid:   map[string][]byte{},
+	}
+	for _, kv := range kvs {
+		rel, _ := s.ks.Rel(string(kv.Key))
+		st.add(rel, kv)
+	}
+	return st, nil
+}
+
+// getRange reads [key, end) at rev (0: current) in pages and returns the
+// keys and the revision read at.
+func (s *Store) getRange(ctx context.Context, key, end string, rev int64, extra ...clientv3.OpOption) ([]*mvccpb.KeyValue, int64, error) {
+	var out []*mvccpb.KeyValue
+	for {
+		opts := append([]clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(s.opts.PageSize)}, extra...)
+		if rev > 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		rctx, cancel := s.reqCtx(ctx)
+		resp, err := s.cli.Get(rctx, key, opts...)
+		cancel()
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			return nil, 0, fmt.Errorf("read %s at revision %d: %w", key, rev, ErrCompacted)
+		}
+		if err != nil {
+			return nil, 0, s.rpcErr("read "+key, err)
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		out = append(out, resp.Kvs...)
+		if !resp.More || len(resp.Kvs) == 0 {
+			return out, rev, nil
+		}
+		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// add decodes one key of the routing prefix into the state.
+func (st *State) add(rel string, kv *mvccpb.KeyValue) {
+	st.KVs = append(st.KVs, routing.KV{Key: rel, Value: kv.Value, ModRevision: kv.ModRevision})
+	k, err := routing.ParseKey(rel)
+	if err != nil {
+		st.skip(rel, err)
+		return
+	}
+	if k.Kind == routing.KindEpoch {
+		st.EpochModRevision = kv.ModRevision
+		n, err := strconv.ParseInt(strings.TrimSpace(string(kv.Value)), 10, 64)
+		if err != nil || n < 0 {
+			st.epochErr = fmt.Errorf("the epoch key holds %q, not a non-negative integer; repair it with etcdctl before writing", kv.Value)
+			st.skip(rel, st.epochErr)
+		}
+		st.Epoch = n
+		return
+	}
+	v, err := routing.DecodeValue(rel, kv.Value)
+	if err != nil {
+		st.skip(rel, err)
+		if routing.IsConfigKey(rel) {
+			st.invalid[rel] = kv.Value
+		}
+		return
+	}
+	switch x := v.(type) {
+	case *routing.Pool:
+		st.Config.Pools[k.ID] = *x
+	case *routing.Route:
+		st.Config.Routes[k.ID] = *x
+	case *routing.Residency:
+		st.Config.Policy.Residency = x
+	case *routing.Override:
+		st.Overrides[k.ID] = LiveOverride{Override: *x, Lease: kv.Lease, ModRevision: kv.ModRevision}
+	case *routing.Health:
+		st.Health[rel] = *x
+	}
+}
+
+func (st *State) skip(rel string, err error) {
+	st.Skipped = append(st.Skipped, routing.Skipped{Key: rel, Error: err.Error()})
+}
+
+// OverrideMap returns the live overrides keyed by id, for
+// routing.CompileConfig.
+func (st *State) OverrideMap() map[string]routing.Override {
+	out := make(map[string]routing.Override, len(st.Overrides))
+	for id, o := range st.Overrides {
+		out[id] = o.Override
+	}
+	return out
+}
+
+// OverrideIDs returns the ids of the live overrides in order.
+func (st *State) OverrideIDs() []string {
+	ids := make([]string, 0, len(st.Overrides))
+	for id := range st.Overrides {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// InvalidConfigKeys returns the config keys whose stored values do not
+// decode, in order.
+func (st *State) InvalidConfigKeys() []string {
+	keys := make([]string, 0, len(st.invalid))
+	for k := range st.invalid {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

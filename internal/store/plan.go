@@ -1,0 +1,203 @@
+package store
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/regiond/regiond/routing"
+)
+
+// Plan is a proposed change of the state, built by a verb from the current
+// State. The store validates the whole resulting state before writing.
+type Plan struct {
+	// Config is the whole proposed config; nil leaves the config as it is.
+	// Config keys present now and absent from it are deleted.
+	Config *routing.Config
+	// Prune also deletes stored config keys whose values do not decode
+	// (and are therefore absent from every loaded Config) unless Config
+	// sets them.
+	Prune bool
+	// PutOverrides adds or replaces boosts, each under a new lease.
+	PutOverrides []OverridePut
+	// DeleteOverrides cancels boosts by id.
+	DeleteOverrides []string
+	// Force skips the check that refuses a change after which some country
+	// that has an eligible pool now would have none.
+	Force bool
+}
+
+// OverridePut is a boost to write under a new lease of TTL.
+type OverridePut struct {
+	ID       string
+	Override routing.Override
+	TTL      time.Duration
+}
+
+// op is one key write of a plan.
+type op struct {
+	rel           string
+	before, after []byte // nil: absent
+	ttl           time.Duration
+	guard         bool  // compare mod revision (overrides)
+	modRev        int64 // mod revision read; 0: absent
+	oldLease      int64 // lease to revoke after commit
+}
+
+// prepare validates the proposed state and returns the key writes, sorted
+// by key. An empty result means the plan changes nothing.
+func (s *Store) prepare(st *State, p *Plan) ([]op, error) {
+	if st.epochErr != nil {
+		return nil, st.epochErr
+	}
+	next := st.Config
+	var errs routing.Errors
+	if p.Config != nil {
+		next = p.Config
+		errs = append(errs, routing.Validate(next)...)
+	}
+	errs = append(errs, checkOverrides(st, next, p)...)
+	if len(errs) == 0 && !p.Force {
+		errs = append(errs, checkLostCountries(st, next, p)...)
+	}
+	if len(errs) > 0 {
+		errs.Sort()
+		return nil, &RefusedError{Errs: errs}
+	}
+	ops, err := configOps(st, next, p.Config != nil, p.Prune)
+	if err != nil {
+		return nil, err
+	}
+	ovOps, err := overrideOps(st, p)
+	if err != nil {
+		return nil, err
+	}
+	ops = append(ops, ovOps...)
+	sort.Slice(ops, func(i, j int) bool { return ops[i].rel < ops[j].rel })
+	return ops, nil
+}
+
+// configOps returns the puts and deletes that turn the stored config into
+// next, comparing canonical encodings so that formatting alone is no change.
+func configOps(st *State, next *routing.Config, changed, prune bool) ([]op, error) {
+	if !changed {
+		return nil, nil
+	}
+	cur, err := st.Config.Values()
+	if err != nil {
+		return nil, fmt.Errorf("encode current config: %w", err)
+	}
+	want, err := next.Values()
+	if err != nil {
+		return nil, fmt.Errorf("encode proposed config: %w", err)
+	}
+	var ops []op
+	for rel, after := range want {
+		before, ok := cur[rel]
+		if raw, bad := st.invalid[rel]; bad {
+			before, ok = raw, true
+		}
+		if ok && bytes.Equal(before, after) {
+			continue
+		}
+		ops = append(ops, op{rel: rel, before: nilIfAbsent(before, ok), after: after})
+	}
+	for rel, before := range cur {
+		if _, ok := want[rel]; !ok {
+			ops = append(ops, op{rel: rel, before: before})
+		}
+	}
+	if prune {
+		for rel, raw := range st.invalid {
+			if _, ok := want[rel]; !ok {
+				ops = append(ops, op{rel: rel, before: raw})
+			}
+		}
+	}
+	return ops, nil
+}
+
+func nilIfAbsent(b []byte, ok bool) []byte {
+	if !ok {
+		return nil
+	}
+	return b
+}
+
+// overrideOps returns the writes of the plan's boosts.
+func overrideOps(st *State, p *Plan) ([]op, error) {
+	var ops []op
+	for _, put := range p.PutOverrides {
+		after, err := json.Marshal(put.Override)
+		if err != nil {
+			return nil, fmt.Errorf("encode boost %s: %w", put.ID, err)
+		}
+		o := op{rel: routing.OverrideKey(put.ID), after: after, ttl: put.TTL, guard: true}
+		if cur, ok := st.Overrides[put.ID]; ok {
+			o.before, _ = json.Marshal(cur.Override)
+			o.modRev, o.oldLease = cur.ModRevision, cur.Lease
+		}
+		ops = append(ops, o)
+	}
+	for _, id := range p.DeleteOverrides {
+		cur, ok := st.Overrides[id]
+		if !ok {
+			return nil, fmt.Errorf("boost %s: %w (it may have expired; see boost ls)", id, ErrNotFound)
+		}
+		before, _ := json.Marshal(cur.Override)
+		ops = append(ops, op{rel: routing.OverrideKey(id), before: before, guard: true,
+			modRev: cur.ModRevision, oldLease: cur.Lease})
+	}
+	return ops, nil
+}
+
+// changes returns the audit changes of ops.
+func changes(ops []op) []routing.Change {
+	out := make([]routing.Change, len(ops))
+	for i, o := range ops {
+		c := routing.Change{Key: o.rel, Op: "put", Before: rawJSON(o.before), After: rawJSON(o.after)}
+		if o.after == nil {
+			c.Op = "delete"
+		}
+		out[i] = c
+	}
+	return out
+}
+
+// rawJSON returns b as a JSON value: null when absent, a JSON string when b
+// is not valid JSON (a corrupt stored value).
+func rawJSON(b []byte) json.RawMessage {
+	if b == nil {
+		return json.RawMessage("null")
+	}
+	if json.Valid(b) {
+		var c bytes.Buffer
+		if json.Compact(&c, b) == nil {
+			return c.Bytes()
+		}
+	}
+	s, _ := json.Marshal(string(b))
+	return s
+}
+
+// Changes returns the key writes a plan would make on st, without
+// validating it (for `regionctl diff`).
+func (s *Store) Changes(st *State, p *Plan) ([]routing.Change, error) {
+	next := st.Config
+	if p.Config != nil {
+		next = p.Config
+	}
+	ops, err := configOps(st, next, p.Config != nil, p.Prune)
+	if err != nil {
+		return nil, err
+	}
+	ovOps, err := overrideOps(st, p)
+	if err != nil {
+		return nil, err
+	}
+	ops = append(ops, ovOps...)
+	sort.Slice(ops, func(i, j int) bool { return ops[i].rel < ops[j].rel })
+	return changes(ops), nil
+}
