@@ -61,5 +61,7 @@ func (a *app) runHeartbeat(ctx context.Context, pool string, o heartbeatOpts) er
 	}
 	key := st.Keyspace().RoutingKey(routing.HealthKey(pool, o.instance))
 	return st.Heartbeat(ctx, store.HeartbeatConfig{Pool: pool, Instance: o.instance, Addr: o.addr, TTL: o.ttl,
-		OnUp: func(lease int64) { fmt.Fprintf(a.stdout, "heartbeat: %s alive under lease %x (ttl %s)\n", key, lease, o.ttl) }})
+		OnUp: func(lease int64) {
+			fmt.Fprintf(a.stdout, "heartbeat: %s alive under lease %x (ttl %s)\n", key, lease, o.ttl)
+		}})
 }

@@ -123,10 +123,10 @@ func (a *app) runPoolStatus(ctx context.Context, id, status string, w writeOpts)
 func (a *app) poolRmCmd() *cobra.Command {
 	var w writeOpts
 	cmd := &cobra.Command{
-		Use:   "rm ID",
-		Short: "Remove a pool (refused while a route still names it)",
+		Use:     "rm ID",
+		Short:   "Remove a pool (refused while a route still names it)",
 		Example: `  regionctl pool rm eu-old --reason "decommissioned"`,
-		Args:  exactArgs(1, "a pool id"),
+		Args:    exactArgs(1, "a pool id"),
 	}
 	addWriteFlags(cmd, &w)
 	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, args []string) error {

@@ -21,7 +21,7 @@ type DialConfig struct {
 	DialTimeout time.Duration
 	// CACert, Cert and Key are PEM files; CACert alone enables TLS with a
 	// private CA, Cert and Key add a client certificate.
-	CACert, Cert, Key string
+	CACert, Cert, Key  string
 	Username, Password string
 	// ProbeKey is read (linearizably) once with DialTimeout so that an
 	// unreachable cluster, or one without a leader, is reported at once.
