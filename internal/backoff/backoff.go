@@ -1,0 +1,70 @@
+// Package backoff is a capped, jittered exponential backoff with a reset
+// after a quiet period, after client-go's reflector (800 ms → 30 s, reset
+// after 2 min without failure).
+package backoff
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+)
+
+// Backoff computes retry delays. The zero value is not usable; use New or
+// Default. A Backoff is not safe for concurrent use.
+type Backoff struct {
+	Initial  time.Duration // first delay
+	Max      time.Duration // cap
+	Factor   float64       // growth per failure
+	Jitter   float64       // extra random fraction of the delay, 0..1
+	ResetAft time.Duration // a failure this long after the previous one starts over
+
+	cur      time.Duration
+	lastFail time.Time
+	now      func() time.Time
+}
+
+// Default returns client-go's reflector settings: 800 ms doubling to 30 s,
+// jitter 1.0, reset after 2 min.
+func Default() *Backoff {
+	return New(800*time.Millisecond, 30*time.Second)
+}
+
+// New returns a backoff from initial to max, doubling, jitter 1.0, reset
+// after 2 min.
+func New(initial, max time.Duration) *Backoff {
+	return &Backoff{Initial: initial, Max: max, Factor: 2, Jitter: 1, ResetAft: 2 * time.Minute, now: time.Now}
+}
+
+// Next returns the delay before the next attempt, after a failure.
+func (b *Backoff) Next() time.Duration {
+	now := b.now()
+	if b.cur == 0 || (b.ResetAft > 0 && now.Sub(b.lastFail) > b.ResetAft) {
+		b.cur = b.Initial
+	} else {
+		b.cur = time.Duration(float64(b.cur) * b.Factor)
+	}
+	if b.cur > b.Max {
+		b.cur = b.Max
+	}
+	b.lastFail = now
+	d := b.cur
+	if b.Jitter > 0 {
+		d += time.Duration(rand.Float64() * b.Jitter * float64(d))
+	}
+	return d
+}
+
+// Reset starts the next failure over at Initial.
+func (b *Backoff) Reset() { b.cur = 0 }
+
+// Wait sleeps for Next() or until ctx is done, returning ctx.Err() then.
+func (b *Backoff) Wait(ctx context.Context) error {
+	t := time.NewTimer(b.Next())
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,145 @@
+// Package tcpproxy is a loopback TCP proxy that tests can sever and restore,
+// to cut an agent off from etcd without stopping etcd.
+package tcpproxy
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"sync"
+)
+
+// Proxy forwards connections from a loopback listener to a target address.
+type Proxy struct {
+	target string
+	addr   string
+
+	mu      sync.Mutex
+	ln      net.Listener
+	conns   map[net.Conn]struct{}
+	wg      sync.WaitGroup
+	stopped bool
+}
+
+// New starts a proxy on a free loopback port forwarding to target.
+func New(target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("tcpproxy: listen: %w", err)
+	}
+	p := &Proxy{target: target, addr: ln.Addr().String(), conns: map[net.Conn]struct{}{}}
+	p.serve(ln)
+	return p, nil
+}
+
+// Addr returns the proxy's listen address (host:port). It stays the same
+// across Sever and Restore.
+func (p *Proxy) Addr() string { return p.addr }
+
+// URL returns "http://" + Addr().
+func (p *Proxy) URL() string { return "http://" + p.addr }
+
+func (p *Proxy) serve(ln net.Listener) {
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.wg.Add(1)
+			go p.pipe(c)
+		}
+	}()
+}
+
+func (p *Proxy) pipe(c net.Conn) {
+	defer p.wg.Done()
+	up, err := net.Dial("tcp", p.target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	if !p.track(c, up) {
+		c.Close()
+		up.Close()
+		return
+	}
+	done := make(chan struct{}, 2)
+	cp := func(dst, src net.Conn) {
+		io.Copy(dst, src)
+		dst.Close()
+		src.Close()
+		done <- struct{}{}
+	}
+	go cp(up, c)
+	go cp(c, up)
+	<-done
+	<-done
+	p.untrack(c, up)
+}
+
+func (p *Proxy) track(cs ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln == nil {
+		return false
+	}
+	for _, c := range cs {
+		p.conns[c] = struct{}{}
+	}
+	return true
+}
+
+func (p *Proxy) untrack(cs ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range cs {
+		delete(p.conns, c)
+	}
+}
+
+// Sever closes every open connection and stops accepting new ones until
+// Restore.
+func (p *Proxy) Sever() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	for c := range p.conns {
+		c.Close()
+	}
+}
+
+// Restore accepts connections again on the same address.
+func (p *Proxy) Restore() error {
+	p.mu.Lock()
+	if p.ln != nil || p.stopped {
+		p.mu.Unlock()
+		return nil
+	}
+	p.mu.Unlock()
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		return fmt.Errorf("tcpproxy: relisten on %s: %w", p.addr, err)
+	}
+	p.serve(ln)
+	return nil
+}
+
+// Close severs everything and waits for the proxy's goroutines.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	p.stopped = true
+	p.mu.Unlock()
+	p.Sever()
+	p.wg.Wait()
+	return nil
+}
+

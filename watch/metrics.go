@@ -1,0 +1,72 @@
+package watch
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/regiond/regiond/routing"
+)
+
+type metrics struct {
+	revision    prometheus.Gauge
+	epoch       prometheus.Gauge
+	events      prometheus.Counter
+	dropped     prometheus.Counter
+	resyncs     *prometheus.CounterVec
+	skipped     prometheus.Gauge
+	regressions prometheus.Counter
+	swaps       prometheus.Counter
+}
+
+func newMetrics(m *Mirror, reg prometheus.Registerer) *metrics {
+	const ns, sub = "regiond", "watch"
+	mt := &metrics{
+		revision: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "applied_revision", Help: "etcd revision the routing table is current at."}),
+		epoch: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "epoch", Help: "Config epoch of the routing table."}),
+		events: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "events_applied_total", Help: "Watch events applied to the table."}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "events_dropped_total", Help: "Watch events at or below the applied revision, dropped."}),
+		resyncs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "resyncs_total", Help: "Full relists of the routing prefix, by reason."}, []string{"reason"}),
+		skipped: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "skipped_keys", Help: "Keys whose current value was refused (last good value kept)."}),
+		regressions: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "revision_regressions_total", Help: "Lists whose revision was below the applied one (restored backup?)."}),
+		swaps: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "table_swaps_total", Help: "Routing tables swapped in."}),
+	}
+	for _, r := range []string{ReasonCompacted, ReasonClosed, ReasonError, ReasonSilent, ReasonOutOfOrder, ReasonListFailed} {
+		mt.resyncs.WithLabelValues(r)
+	}
+	if reg != nil {
+		reg.MustRegister(mt.revision, mt.epoch, mt.events, mt.dropped, mt.resyncs, mt.skipped, mt.regressions, mt.swaps,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+				Name: "seconds_since_sync", Help: "Seconds since the table was last confirmed current against etcd (-1: never)."},
+				func() float64 {
+					if ns := m.syncedAt.Load(); ns != 0 {
+						return time.Since(time.Unix(0, ns)).Seconds()
+					}
+					return -1
+				}),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+				Name: "connected", Help: "1 while the watch is established and answering."},
+				func() float64 {
+					if m.connected.Load() {
+						return 1
+					}
+					return 0
+				}))
+	}
+	return mt
+}
+
+func (mt *metrics) observeTable(t *routing.Table) {
+	mt.revision.Set(float64(t.Revision()))
+	mt.epoch.Set(float64(t.Epoch()))
+	mt.skipped.Set(float64(len(t.Skipped())))
+	mt.swaps.Inc()
+}

@@ -1,0 +1,192 @@
+package watch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/regiond/regiond/internal/backoff"
+	"github.com/regiond/regiond/routing"
+)
+
+// Config configures a Mirror. Client and Prefix are required.
+type Config struct {
+	// Client is the etcd client; the mirror does not close it.
+	Client *clientv3.Client
+	// Prefix is the watched prefix, "<root>/routing/"; it must end in '/'.
+	Prefix string
+	// Logger receives the mirror's logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the mirror's metrics; nil means none.
+	Registerer prometheus.Registerer
+	// HealthGrace is the health grace window; zero means 5s.
+	HealthGrace time.Duration
+	// PageSize is the number of keys per Get page; zero means 1000.
+	PageSize int64
+	// RequestTimeout bounds each Get; zero means 5s.
+	RequestTimeout time.Duration
+	// ProgressInterval is how often the mirror asks etcd for a progress
+	// notification; a watch that stays silent for three intervals is
+	// restarted. Zero means 5s.
+	ProgressInterval time.Duration
+	// NewBackoff returns the retry policy; nil means backoff.Default.
+	NewBackoff func() *backoff.Backoff
+}
+
+// Status is the mirror's view of its own freshness.
+type Status struct {
+	// Revision is the etcd revision the table is known to be current at.
+	Revision int64
+	// Epoch is the config epoch of the table.
+	Epoch int64
+	// Connected is true while the watch is established and answering.
+	Connected bool
+	// SyncedAt is when the table was last confirmed current against etcd
+	// (or the snapshot's written_at for a seeded table); zero if never.
+	SyncedAt time.Time
+	// Synced is true once the mirror has listed etcd at least once.
+	Synced bool
+}
+
+// Mirror keeps a routing.Table equal to the routing prefix of etcd.
+type Mirror struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
+	start   time.Time
+
+	table  atomic.Pointer[routing.Table]
+	swapMu sync.Mutex // serializes derive-and-store of the table
+
+	connected atomic.Bool
+	syncedAt  atomic.Int64 // unix nanoseconds
+	ready     chan struct{}
+	readyOnce sync.Once
+
+	chMu    sync.Mutex
+	changed chan struct{}
+
+	// Owned by the Run goroutine.
+	state   map[string]routing.KV
+	applied int64
+}
+
+// New returns a mirror; call Run to start it.
+func New(cfg Config) (*Mirror, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("watch: Config.Client is nil")
+	}
+	if !strings.HasPrefix(cfg.Prefix, "/") || !strings.HasSuffix(cfg.Prefix, "/") {
+		return nil, fmt.Errorf("watch: Config.Prefix %q must start and end with '/'", cfg.Prefix)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.HealthGrace <= 0 {
+		cfg.HealthGrace = routing.DefaultHealthGrace
+	}
+	if cfg.PageSize <= 0 {
+		cfg.PageSize = 1000
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 5 * time.Second
+	}
+	if cfg.ProgressInterval <= 0 {
+		cfg.ProgressInterval = 5 * time.Second
+	}
+	if cfg.NewBackoff == nil {
+		cfg.NewBackoff = backoff.Default
+	}
+	m := &Mirror{
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "watch"),
+		start:   time.Now(),
+		ready:   make(chan struct{}),
+		changed: make(chan struct{}),
+		state:   map[string]routing.KV{},
+	}
+	m.metrics = newMetrics(m, cfg.Registerer)
+	return m, nil
+}
+
+// Table returns the current table, or nil before the first list (and
+// without a seed). It never blocks.
+func (m *Mirror) Table() *routing.Table { return m.table.Load() }
+
+// Ready is closed once the mirror has listed etcd at least once.
+func (m *Mirror) Ready() <-chan struct{} { return m.ready }
+
+// WaitReady waits until the mirror has listed etcd once, or ctx is done.
+func (m *Mirror) WaitReady(ctx context.Context) error {
+	select {
+	case <-m.ready:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("watch: waiting for the first sync: %w", ctx.Err())
+	}
+}
+
+// Changed returns a channel closed at the next table swap.
+func (m *Mirror) Changed() <-chan struct{} {
+	m.chMu.Lock()
+	defer m.chMu.Unlock()
+	return m.changed
+}
+
+// Status returns the mirror's freshness.
+func (m *Mirror) Status() Status {
+	s := Status{Connected: m.connected.Load()}
+	if t := m.Table(); t != nil {
+		s.Revision, s.Epoch = t.Revision(), t.Epoch()
+	}
+	if ns := m.syncedAt.Load(); ns != 0 {
+		s.SyncedAt = time.Unix(0, ns)
+	}
+	select {
+	case <-m.ready:
+		s.Synced = true
+	default:
+	}
+	return s
+}
+
+// Seed serves a table loaded from a snapshot file (marked stale) until the
+// first list replaces it. syncedAt is the file's written_at. It must be
+// called before Run.
+func (m *Mirror) Seed(t *routing.Table, syncedAt time.Time) {
+	m.swapMu.Lock()
+	defer m.swapMu.Unlock()
+	if m.table.Load() != nil {
+		return
+	}
+	m.syncedAt.Store(syncedAt.UnixNano())
+	m.store(t)
+}
+
+// store swaps in t and wakes Changed waiters. Callers hold swapMu.
+func (m *Mirror) store(t *routing.Table) {
+	m.table.Store(t)
+	m.metrics.observeTable(t)
+	m.chMu.Lock()
+	close(m.changed)
+	m.changed = make(chan struct{})
+	m.chMu.Unlock()
+}
+
+func (m *Mirror) markSynced() {
+	m.syncedAt.Store(time.Now().UnixNano())
+}
+
+func (m *Mirror) setConnected(c bool) {
+	if m.connected.Swap(c) != c {
+		m.log.Info("watch connection", "connected", c)
+	}
+}

@@ -1,0 +1,364 @@
+package watch_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/regiond/regiond/internal/backoff"
+	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/tcpproxy"
+	"github.com/regiond/regiond/routing"
+	"github.com/regiond/regiond/watch"
+)
+
+const prefix = "/regiond/v1/routing/"
+
+// fastBackoff keeps tests short.
+func fastBackoff() *backoff.Backoff { return backoff.New(20*time.Millisecond, 200*time.Millisecond) }
+
+func startMirror(t *testing.T, cli *clientv3.Client, cfg watch.Config) *watch.Mirror {
+	t.Helper()
+	cfg.Client, cfg.Prefix = cli, prefix
+	if cfg.NewBackoff == nil {
+		cfg.NewBackoff = fastBackoff
+	}
+	if cfg.ProgressInterval == 0 {
+		cfg.ProgressInterval = 200 * time.Millisecond
+	}
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = time.Second
+	}
+	m, err := watch.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	if err := m.WaitReady(wctx); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// waitUntil waits, bounded, until cond holds on the mirror's table.
+func waitUntil(t *testing.T, m *watch.Mirror, what string, cond func(*routing.Table) bool) *routing.Table {
+	t.Helper()
+	deadline := time.After(15 * time.Second)
+	for {
+		ch := m.Changed()
+		if tb := m.Table(); tb != nil && cond(tb) {
+			return tb
+		}
+		select {
+		case <-ch:
+		case <-time.After(50 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s (table revision %d)", what, m.Table().Revision())
+		}
+	}
+}
+
+func loadExample(t *testing.T, cli *clientv3.Client) int64 {
+	t.Helper()
+	b, err := os.ReadFile("../examples/routing.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := routing.ParseConfig(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, err := cfg.Values()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ops []clientv3.Op
+	for k, v := range vals {
+		ops = append(ops, clientv3.OpPut(prefix+k, string(v)))
+	}
+	ops = append(ops, clientv3.OpPut(prefix+"epoch", "1"))
+	resp, err := cli.Txn(context.Background()).Then(ops...).Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Revision
+}
+
+func put(t *testing.T, cli *clientv3.Client, rel, val string) int64 {
+	t.Helper()
+	resp, err := cli.Put(context.Background(), prefix+rel, val)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Revision
+}
+
+func resolvePool(t *testing.T, tb *routing.Table, cc string) string {
+	t.Helper()
+	d, err := tb.Resolve(cc, "viewer-1", time.Now())
+	if err != nil {
+		return "NoRoute"
+	}
+	return d.Pool
+}
+
+func TestPutDeleteTxnApplied(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	rev := loadExample(t, cli)
+	m := startMirror(t, cli, watch.Config{})
+	tb := m.Table()
+	if tb.Revision() < rev || tb.Epoch() != 1 {
+		t.Fatalf("initial table revision %d epoch %d, want >= %d and 1", tb.Revision(), tb.Epoch(), rev)
+	}
+	if got := resolvePool(t, tb, "DE"); got != "eu-central" {
+		t.Fatalf("DE -> %s, want eu-central", got)
+	}
+
+	// A put.
+	rev = put(t, cli, "routes/DE", `{"targets":[{"pool":"eu-west","weight":100}],"fallback":["eu-general"]}`)
+	tb = waitUntil(t, m, "put applied", func(tb *routing.Table) bool { return tb.Revision() >= rev })
+	if got := resolvePool(t, tb, "DE"); got != "eu-west" {
+		t.Fatalf("after put DE -> %s, want eu-west", got)
+	}
+
+	// A delete: DE falls back to _default's eu pool.
+	resp, err := cli.Delete(context.Background(), prefix+"routes/DE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb = waitUntil(t, m, "delete applied", func(tb *routing.Table) bool { return tb.Revision() >= resp.Header.Revision })
+	if _, ok := tb.Route("DE"); ok {
+		t.Fatal("routes/DE still in the table after delete")
+	}
+	if got := resolvePool(t, tb, "DE"); got != "eu-central" {
+		t.Fatalf("after delete DE -> %s, want eu-central via _default", got)
+	}
+
+	// A multi-key Txn is applied as one table: both changes or neither.
+	tx, err := cli.Txn(context.Background()).Then(
+		clientv3.OpPut(prefix+"pools/eu-central", `{"host":"edge-fra-9.example.net","residency":"eu","status":"draining"}`),
+		clientv3.OpPut(prefix+"routes/AT", `{"targets":[{"pool":"eu-north","weight":100}]}`),
+		clientv3.OpPut(prefix+"epoch", "2"),
+	).Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb = waitUntil(t, m, "txn applied", func(tb *routing.Table) bool { return tb.Revision() >= tx.Header.Revision })
+	if tb.Epoch() != 2 || resolvePool(t, tb, "AT") != "eu-north" || resolvePool(t, tb, "CZ") == "eu-central" {
+		t.Fatalf("txn not applied whole: epoch %d AT->%s CZ->%s", tb.Epoch(), resolvePool(t, tb, "AT"), resolvePool(t, tb, "CZ"))
+	}
+}
+
+func TestInvalidValueKeepsLastGood(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	m := startMirror(t, cli, watch.Config{})
+	rev := put(t, cli, "routes/PL", `{"targets":[{"pool":"eu-west","weight":130}]}`)
+	tb := waitUntil(t, m, "bad value seen", func(tb *routing.Table) bool { return tb.Revision() >= rev })
+	sk := tb.Skipped()
+	if len(sk) != 1 || sk[0].Key != "routes/PL" || !strings.Contains(sk[0].Error, "targets[0].weight: must be 0..100, got 130") {
+		t.Fatalf("skipped = %+v, want routes/PL weight error", sk)
+	}
+	r, ok := tb.Route("PL")
+	if !ok || len(r.Targets) != 2 || r.Targets[0].Weight != 70 {
+		t.Fatalf("routes/PL = %+v, want the last good value (eu-central 70, eu-west 30)", r)
+	}
+	// A good value clears the skip.
+	rev = put(t, cli, "routes/PL", `{"targets":[{"pool":"eu-west","weight":100}]}`)
+	tb = waitUntil(t, m, "good value", func(tb *routing.Table) bool { return tb.Revision() >= rev })
+	if len(tb.Skipped()) != 0 || resolvePool(t, tb, "PL") != "eu-west" {
+		t.Fatalf("after fix: skipped %+v, PL -> %s", tb.Skipped(), resolvePool(t, tb, "PL"))
+	}
+}
+
+// etcdState returns every key/value of the prefix as "key=value" lines.
+func etcdState(t *testing.T, cli *clientv3.Client) []string {
+	t.Helper()
+	resp, err := cli.Get(context.Background(), prefix, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, kv := range resp.Kvs {
+		out = append(out, fmt.Sprintf("%s=%s", kv.Key[len(prefix):], kv.Value))
+	}
+	return out
+}
+
+// tableState returns the table's pools and routes as "key=value" lines, to
+// compare with etcdState restricted to pools and routes.
+func tableState(t *testing.T, tb *routing.Table) []string {
+	t.Helper()
+	var out []string
+	for _, id := range tb.PoolIDs() {
+		p, _ := tb.Pool(id)
+		b, _ := routing.EncodeValue(&p.Pool)
+		out = append(out, fmt.Sprintf("pools/%s=%s", id, b))
+	}
+	for _, name := range tb.RouteNames() {
+		r, _ := tb.Route(name)
+		b, _ := routing.EncodeValue(r)
+		out = append(out, fmt.Sprintf("routes/%s=%s", name, b))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func configLines(lines []string) []string {
+	var out []string
+	for _, l := range lines {
+		if strings.HasPrefix(l, "pools/") || strings.HasPrefix(l, "routes/") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func TestCompactionWhileCutOffRelists(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	direct := devetcd.NewTestClient(t, srv)
+	// Values written through the agent-visible path are normalized JSON, so
+	// the table's re-encoding is byte-equal to etcd's.
+	for i := 0; i < 20; i++ {
+		put(t, direct, fmt.Sprintf("pools/p%02d", i), fmt.Sprintf(`{"host":"h%d.example.net","residency":"eu","status":"active"}`, i))
+	}
+	put(t, direct, "routes/_default", `{"targets":[{"pool":"p00","weight":100}],"affinity":"sticky"}`)
+	proxy, err := tcpproxy.New(strings.TrimPrefix(srv.Endpoints[0], "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{proxy.URL()}, DialTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	m := startMirror(t, cli, watch.Config{})
+
+	proxy.Sever()
+	// While the agent is cut off: deletes, puts, and a compaction past them.
+	for i := 0; i < 10; i++ {
+		if _, err := direct.Delete(context.Background(), fmt.Sprintf("%spools/p%02d", prefix, i+10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(t, direct, "routes/_default", `{"targets":[{"pool":"p01","weight":100}],"affinity":"sticky"}`)
+	last := put(t, direct, "pools/new", `{"host":"new.example.net","residency":"eu","status":"active"}`)
+	if _, err := direct.Compact(context.Background(), last); err != nil {
+		t.Fatal(err)
+	}
+	if err := proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	tb := waitUntil(t, m, "relist after compaction", func(tb *routing.Table) bool { return tb.Revision() >= last })
+	want := configLines(etcdState(t, direct))
+	got := tableState(t, tb)
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("after relist the table differs from etcd:\n got: %v\nwant: %v", got, want)
+	}
+	if _, ok := tb.Pool("p15"); ok {
+		t.Fatal("deleted pool p15 still in the table")
+	}
+}
+
+func TestConcurrentReadersNeverSeeTornTables(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	m := startMirror(t, cli, watch.Config{})
+	const writes = 1000
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for r := 0; r < 2; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			var last int64
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				tb := m.Table()
+				if !tb.VerifyChecksum() {
+					errs <- "torn table: checksum mismatch"
+					return
+				}
+				if tb.Revision() < last {
+					errs <- fmt.Sprintf("revision went backwards: %d after %d", tb.Revision(), last)
+					return
+				}
+				last = tb.Revision()
+				d, err := tb.Resolve("PL", fmt.Sprint(i), time.Now())
+				if err == nil && d.Revision != tb.Revision() {
+					errs <- "decision revision differs from its table's"
+					return
+				}
+				time.Sleep(time.Millisecond) // leave CPU to the writer and the mirror on small machines
+			}
+		}(r)
+	}
+	var lastRev int64
+	for i := 0; i < writes; i++ {
+		w := i % 101
+		lastRev = put(t, cli, "routes/PL", fmt.Sprintf(`{"targets":[{"pool":"eu-central","weight":%d},{"pool":"eu-west","weight":%d}]}`, w, 100-w))
+	}
+	waitUntil(t, m, "all writes", func(tb *routing.Table) bool { return tb.Revision() >= lastRev })
+	close(stop)
+	wg.Wait()
+	select {
+	case e := <-errs:
+		t.Fatal(e)
+	default:
+	}
+}
+
+func TestHealthGrace(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	put(t, cli, "pools/kr-music", `{"host":"edge-icn-1.example.net:443","residency":"apac","status":"active","health_check":true}`)
+	lease, err := cli.Grant(context.Background(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(context.Background(), prefix+"health/kr-music/i1", `{"addr":"10.0.0.1:443"}`, clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	grace := 500 * time.Millisecond
+	m := startMirror(t, cli, watch.Config{HealthGrace: grace})
+	onKR := func(tb *routing.Table) bool {
+		ex := tb.Explain("KR", "", time.Now())
+		return ex.Decision != nil && len(ex.Routes) > 0 && ex.Routes[0].Pools[0].Eligible
+	}
+	waitUntil(t, m, "kr-music healthy", onKR)
+	// The lease ends (no keepalive): the key goes, then the grace window.
+	lost := time.Now()
+	tb := waitUntil(t, m, "kr-music unhealthy", func(tb *routing.Table) bool { return !tb.Healthy("kr-music", time.Now()) })
+	if since := time.Since(lost); since < grace {
+		t.Fatalf("kr-music unhealthy %v after its lease was granted, before the grace window", since)
+	}
+	ex := tb.Explain("KR", "", time.Now())
+	if ex.Routes[0].Pools[0].Reason != "pool-unhealthy:kr-music" {
+		t.Fatalf("KR explain = %+v, want kr-music passed over as unhealthy", ex.Routes[0])
+	}
+	// A health key returns: healthy again.
+	put(t, cli, "health/kr-music/i2", `{"addr":"10.0.0.2:443"}`)
+	waitUntil(t, m, "kr-music healthy again", func(tb *routing.Table) bool { return tb.Healthy("kr-music", time.Now()) })
+}

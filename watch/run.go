@@ -1,0 +1,281 @@
+package watch
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/regiond/regiond/routing"
+)
+
+// Resync reasons, also the values of the resyncs metric's reason label.
+const (
+	ReasonInitial    = "initial"
+	ReasonCompacted  = "compacted"
+	ReasonClosed     = "closed"
+	ReasonError      = "error"
+	ReasonSilent     = "silent"
+	ReasonOutOfOrder = "out-of-order"
+	ReasonListFailed = "list-failed"
+)
+
+// Run lists and watches until ctx is done; it then returns nil. Errors on
+// the way are logged, counted and retried; the last good table keeps
+// serving meanwhile.
+func (m *Mirror) Run(ctx context.Context) error {
+	go m.healthLoop(ctx)
+	bo := m.cfg.NewBackoff()
+	reason := ReasonInitial
+	for ctx.Err() == nil {
+		rev, err := m.relist(ctx, reason)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			m.setConnected(false)
+			m.metrics.resyncs.WithLabelValues(ReasonListFailed).Inc()
+			m.log.Warn("list failed; keeping the last good table", "prefix", m.cfg.Prefix, "err", err)
+			if bo.Wait(ctx) != nil {
+				break
+			}
+			continue
+		}
+		began := time.Now()
+		reason = m.watch(ctx, rev)
+		if ctx.Err() != nil {
+			break
+		}
+		m.metrics.resyncs.WithLabelValues(reason).Inc()
+		m.log.Info("relisting", "reason", reason, "applied_revision", m.applied)
+		if reason == ReasonCompacted && time.Since(began) > time.Second {
+			continue // the history moved on: relist at once
+		}
+		if time.Since(began) > 2*time.Minute {
+			bo.Reset()
+		}
+		if bo.Wait(ctx) != nil {
+			break
+		}
+	}
+	m.setConnected(false)
+	return nil
+}
+
+// relist reads the whole prefix at one revision and replaces the state:
+// keys absent from the new list are deleted. It returns the list revision.
+func (m *Mirror) relist(ctx context.Context, reason string) (int64, error) {
+	kvs, rev, err := m.getAll(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if rev < m.applied {
+		m.metrics.regressions.Inc()
+		m.log.Error("etcd revision went backwards; was the cluster restored from an older backup? following etcd",
+			"list_revision", rev, "applied_revision", m.applied, "reason", reason)
+	}
+	state := make(map[string]routing.KV, len(kvs))
+	for _, kv := range kvs {
+		state[kv.Key] = kv
+	}
+	same := len(state) == len(m.state)
+	for k, kv := range state {
+		if !same {
+			break
+		}
+		old, ok := m.state[k]
+		same = ok && old.ModRevision == kv.ModRevision && string(old.Value) == string(kv.Value)
+	}
+	m.state, m.applied = state, rev
+	m.setConnected(true)
+	m.markSynced()
+	cur := m.Table()
+	if same && cur != nil && !cur.Stale() {
+		m.advance(rev)
+	} else {
+		m.recompile()
+	}
+	m.readyOnce.Do(func() { close(m.ready) })
+	return rev, nil
+}
+
+// getAll reads every key of the prefix at one revision, in pages.
+func (m *Mirror) getAll(ctx context.Context) ([]routing.KV, int64, error) {
+	end := clientv3.GetPrefixRangeEnd(m.cfg.Prefix)
+	key, rev := m.cfg.Prefix, int64(0)
+	var out []routing.KV
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(m.cfg.PageSize)}
+		if rev > 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		gctx, cancel := context.WithTimeout(ctx, m.cfg.RequestTimeout)
+		resp, err := m.cfg.Client.Get(gctx, key, opts...)
+		cancel()
+		if err != nil {
+			return nil, 0, err
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		for _, kv := range resp.Kvs {
+			out = append(out, routing.KV{Key: string(kv.Key[len(m.cfg.Prefix):]), Value: kv.Value, ModRevision: kv.ModRevision})
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return out, rev, nil
+		}
+		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// watch follows the prefix from rev+1 until the watch must be replaced, and
+// returns why.
+func (m *Mirror) watch(ctx context.Context, rev int64) string {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := m.cfg.Client.Watch(wctx, m.cfg.Prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1),
+		clientv3.WithProgressNotify())
+	tick := time.NewTicker(m.cfg.ProgressInterval)
+	defer tick.Stop()
+	lastHeard := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return ""
+		case <-tick.C:
+			if time.Since(lastHeard) > 3*m.cfg.ProgressInterval {
+				m.setConnected(false)
+				return ReasonSilent
+			}
+			rctx, rcancel := context.WithTimeout(wctx, m.cfg.RequestTimeout)
+			if err := m.cfg.Client.RequestProgress(rctx); err != nil {
+				m.log.Debug("progress request failed", "err", err)
+			}
+			rcancel()
+		case resp, ok := <-wch:
+			if !ok {
+				return ReasonClosed
+			}
+			if why := m.handle(resp); why != "" {
+				return why
+			}
+			lastHeard = time.Now()
+		}
+	}
+}
+
+// handle applies one watch response; it returns a resync reason when the
+// watch must be replaced.
+func (m *Mirror) handle(resp clientv3.WatchResponse) string {
+	if err := resp.Err(); err != nil {
+		m.setConnected(false)
+		if resp.CompactRevision > 0 || errors.Is(err, rpctypes.ErrCompacted) {
+			m.log.Warn("watch compacted", "compact_revision", resp.CompactRevision, "applied_revision", m.applied)
+			return ReasonCompacted
+		}
+		m.log.Warn("watch error", "err", err)
+		return ReasonError
+	}
+	if resp.Canceled {
+		return ReasonClosed
+	}
+	m.setConnected(true)
+	if resp.IsProgressNotify() {
+		if h := resp.Header.Revision; h > m.applied {
+			m.applied = h
+			m.advance(h)
+		}
+		m.markSynced()
+		return ""
+	}
+	if len(resp.Events) == 0 {
+		return ""
+	}
+	return m.applyBatch(resp.Events)
+}
+
+// applyBatch applies the events of one watch response as one change.
+func (m *Mirror) applyBatch(events []*clientv3.Event) string {
+	last := m.applied
+	n := 0
+	for _, ev := range events {
+		r := ev.Kv.ModRevision
+		if r <= m.applied {
+			m.metrics.dropped.Inc()
+			continue
+		}
+		if r < last {
+			return ReasonOutOfOrder
+		}
+		last = r
+		rel := string(ev.Kv.Key[len(m.cfg.Prefix):])
+		if ev.Type == clientv3.EventTypeDelete {
+			delete(m.state, rel)
+		} else {
+			m.state[rel] = routing.KV{Key: rel, Value: ev.Kv.Value, ModRevision: r}
+		}
+		n++
+	}
+	if n == 0 {
+		return ""
+	}
+	m.applied = last
+	m.metrics.events.Add(float64(n))
+	m.markSynced()
+	m.recompile()
+	return ""
+}
+
+// recompile builds a table from the state at the applied revision.
+func (m *Mirror) recompile() {
+	kvs := make([]routing.KV, 0, len(m.state))
+	for _, kv := range m.state {
+		kvs = append(kvs, kv)
+	}
+	m.swapMu.Lock()
+	defer m.swapMu.Unlock()
+	t := routing.Compile(m.applied, kvs, m.Table(), routing.CompileOptions{
+		Now: time.Now(), Start: m.start, Grace: m.cfg.HealthGrace,
+	})
+	m.store(t)
+}
+
+// advance marks the current table current at a later revision.
+func (m *Mirror) advance(rev int64) {
+	m.swapMu.Lock()
+	defer m.swapMu.Unlock()
+	if cur := m.Table(); cur != nil && cur.Revision() < rev {
+		m.store(cur.WithRevision(rev))
+	}
+}
+
+// healthLoop rebuilds the table when a health grace window ends, with no
+// etcd event needed.
+func (m *Mirror) healthLoop(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		changed := m.Changed()
+		t := m.Table()
+		wait := time.Hour
+		if t != nil && !t.ValidUntil().IsZero() {
+			wait = time.Until(t.ValidUntil())
+		}
+		timer.Reset(max(wait, 0))
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-timer.C:
+			m.swapMu.Lock()
+			if cur := m.Table(); cur == t && t != nil {
+				if next := t.At(time.Now()); next != t {
+					m.store(next)
+				}
+			}
+			m.swapMu.Unlock()
+		}
+	}
+}
