@@ -142,4 +142,3 @@ func (p *Proxy) Close() error {
 	p.wg.Wait()
 	return nil
 }
-
