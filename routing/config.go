@@ -94,9 +94,10 @@ func decodeSection(errs *Errors, raw json.RawMessage, section string, set func(s
 	}
 }
 
-// decodeStrict decodes one value of a config file and refuses unknown fields.
+// decodeStrict decodes one value of a config file and refuses unknown
+// fields, at the top level and inside nested objects.
 func decodeStrict(errs *Errors, rel string, raw []byte) (Value, bool) {
-	v, err := DecodeValue(rel, raw)
+	v, unknown, err := decodeValue(rel, raw)
 	if err != nil {
 		if es, ok := err.(Errors); ok {
 			*errs = append(*errs, es...)
@@ -114,8 +115,9 @@ func decodeStrict(errs *Errors, rel string, raw []byte) (Value, bool) {
 	case *Residency:
 		extra = x.Extra
 	}
-	if len(extra) > 0 {
-		for _, k := range sortedKeys(extra) {
+	unknown = append(unknown, sortedKeys(extra)...)
+	if len(unknown) > 0 {
+		for _, k := range unknown {
 			errs.add(rel, k, "unknown field")
 		}
 		return nil, false

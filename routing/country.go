@@ -31,7 +31,7 @@ const isoCodes = "AD AE AF AG AI AL AM AO AQ AR AS AT AU AW AX AZ " +
 
 // eeaCodes is the European Economic Area: the EU27 plus Iceland,
 // Liechtenstein and Norway. It is the built-in "eu" residency class.
-const eeaCodes = "AT BE BG HR CY CZ DK EE FI FR DE GR IE IT LV LT LU MT NL PL PT RO SK SI ES SE IS LI NO"
+const eeaCodes = "AT BE BG HR CY CZ DK EE FI FR DE GR HU IE IT LV LT LU MT NL PL PT RO SK SI ES SE IS LI NO"
 
 // Unknown is the pseudo-country that every empty, invalid or unassigned
 // country code normalizes to. Its effective entry is keyed "_unknown".

@@ -21,103 +21,99 @@ type Value any
 // and the field. Defaults (status active, affinity sticky, the EEA class) are
 // filled in.
 func DecodeValue(rel string, raw []byte) (Value, error) {
-	k, err := ParseKey(rel)
-	if err != nil {
-		return nil, err
-	}
-	v, errs := decodeKind(k, raw)
-	if len(errs) > 0 {
-		return nil, errs.prefixed(rel)
-	}
-	return v, nil
+	v, _, err := decodeValue(rel, raw)
+	return v, err
 }
 
-func decodeKind(k Key, raw []byte) (Value, Errors) {
+// decodeValue is DecodeValue also returning the paths of unknown fields
+// inside nested objects ("targets[0].wieght"), which DecodeValue ignores
+// and config files refuse.
+func decodeValue(rel string, raw []byte) (Value, []string, error) {
+	k, err := ParseKey(rel)
+	if err != nil {
+		return nil, nil, err
+	}
+	v, unknown, errs := decodeKind(k, raw)
+	if len(errs) > 0 {
+		return nil, nil, errs.prefixed(rel)
+	}
+	return v, unknown, nil
+}
+
+func decodeKind(k Key, raw []byte) (Value, []string, Errors) {
 	if len(raw) > MaxValueSize {
-		return nil, Errors{{Msg: fmt.Sprintf("value is %d bytes, larger than the %d-byte limit", len(raw), MaxValueSize)}}
+		return nil, nil, Errors{{Msg: fmt.Sprintf("value is %d bytes, larger than the %d-byte limit", len(raw), MaxValueSize)}}
 	}
 	if k.Kind == KindEpoch {
 		n, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
 		if err != nil || n < 0 {
-			return nil, Errors{{Msg: fmt.Sprintf("epoch must be a non-negative decimal integer, got %q", truncate(raw))}}
+			return nil, nil, Errors{{Msg: fmt.Sprintf("epoch must be a non-negative decimal integer, got %q", truncate(raw))}}
 		}
-		return n, nil
+		return n, nil, nil
 	}
 	var (
-		v    Value
-		errs Errors
+		v       Value
+		unknown []string
+		errs    Errors
 	)
 	switch k.Kind {
 	case KindPool:
 		p := new(Pool)
-		if errs = unmarshal(raw, p); errs == nil {
+		if unknown, errs = unmarshalUnknown(raw, p); errs == nil {
 			errs = p.normalize()
 		}
 		v = p
 	case KindRoute:
 		r := new(Route)
-		if errs = unmarshal(raw, r); errs == nil {
+		if unknown, errs = unmarshalUnknown(raw, r); errs == nil {
 			errs = r.normalize(k.ID)
 		}
 		v = r
 	case KindPolicy:
 		p := new(Residency)
-		if errs = unmarshal(raw, p); errs == nil {
+		if unknown, errs = unmarshalUnknown(raw, p); errs == nil {
 			errs = p.normalize()
 		}
 		v = p
 	case KindOverride:
 		o := new(Override)
-		if errs = unmarshal(raw, o); errs == nil {
+		if unknown, errs = unmarshalUnknown(raw, o); errs == nil {
 			errs = o.normalize()
 		}
 		v = o
 	case KindHealth:
 		h := new(Health)
-		errs = unmarshal(raw, h)
+		unknown, errs = unmarshalUnknown(raw, h)
 		v = h
 	}
 	if len(errs) > 0 {
-		return nil, errs
+		return nil, nil, errs
 	}
-	return v, nil
+	return v, unknown, nil
 }
 
-// unmarshal decodes a JSON object, translating decoder errors into field errors.
+// unmarshal decodes a JSON object into v (a pointer to one of the value
+// types), naming the field of every problem; see jsonDecoder.
 func unmarshal(raw []byte, v any) Errors {
+	_, errs := unmarshalUnknown(raw, v)
+	return errs
+}
+
+// unmarshalUnknown is unmarshal also returning the paths of unknown fields
+// inside nested objects (unknown top-level fields are kept in Extra).
+func unmarshalUnknown(raw []byte, v any) ([]string, Errors) {
 	trimmed := bytes.TrimSpace(raw)
 	if len(trimmed) == 0 || trimmed[0] != '{' {
-		return Errors{{Msg: fmt.Sprintf("value must be a JSON object, got %q", truncate(raw))}}
+		return nil, Errors{{Msg: fmt.Sprintf("value must be a JSON object, got %q", truncate(raw))}}
 	}
-	err := json.Unmarshal(trimmed, v)
-	if err == nil {
-		return nil
+	if err := json.Unmarshal(trimmed, new(json.RawMessage)); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return nil, Errors{{Msg: fmt.Sprintf("invalid JSON at byte %d: %v", se.Offset, se)}}
+		}
+		return nil, Errors{{Msg: "invalid JSON: " + err.Error()}}
 	}
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		return Errors{{Field: te.Field, Msg: fmt.Sprintf("expected %s, got JSON %s", typeName(te.Type.String()), te.Value)}}
-	}
-	var se *json.SyntaxError
-	if errors.As(err, &se) {
-		return Errors{{Msg: fmt.Sprintf("invalid JSON at byte %d: %v", se.Offset, se)}}
-	}
-	return Errors{{Msg: "invalid JSON: " + err.Error()}}
-}
-
-func typeName(t string) string {
-	switch {
-	case t == "int":
-		return "an integer"
-	case t == "string":
-		return "a string"
-	case t == "bool":
-		return "true or false"
-	case strings.HasPrefix(t, "[]"):
-		return "a list"
-	case strings.HasPrefix(t, "map["), strings.HasPrefix(t, "routing."):
-		return "an object"
-	}
-	return t
+	return decodeJSONObject(trimmed, v)
 }
 
 func truncate(raw []byte) string {
@@ -137,6 +133,9 @@ func checkHost(h string) string {
 	if len(h) > 260 {
 		return "longer than 260 characters"
 	}
+	if strings.Contains(h, "://") {
+		return fmt.Sprintf("%q is a URL; want a host name or IP address (with an optional :port)", h)
+	}
 	if _, err := netip.ParseAddr(h); err == nil {
 		return ""
 	}
@@ -144,9 +143,8 @@ func checkHost(h string) string {
 		return ""
 	}
 	name := h
-	if i := strings.LastIndexByte(h, ':'); i >= 0 {
-		port, err := strconv.Atoi(h[i+1:])
-		if err != nil || port < 1 || port > 65535 {
+	if i := strings.LastIndexByte(h, ':'); i >= 0 && isDigits(h[i+1:]) {
+		if port, err := strconv.Atoi(h[i+1:]); err != nil || port < 1 || port > 65535 {
 			return fmt.Sprintf("%q: port must be 1..65535", h)
 		}
 		name = h[:i]
@@ -155,6 +153,15 @@ func checkHost(h string) string {
 		return fmt.Sprintf("%q is not a host name or IP address (with an optional :port)", h)
 	}
 	return ""
+}
+
+func isDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
 }
 
 func checkAttrs(errs *Errors, attrs map[string]string) {

@@ -4,8 +4,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"time"
-
-	"github.com/cespare/xxhash/v2"
 )
 
 // Decision is where one viewer is sent (DESIGN §4.5).
@@ -68,16 +66,22 @@ func (t *Table) effectiveAt(idx int, now time.Time) *Effective {
 // pick chooses a candidate: weighted rendezvous hashing for a sticky key,
 // weighted random otherwise.
 func (e *Effective) pick(key string) int {
+	if len(e.Candidates) == 1 {
+		return 0
+	}
 	if key != "" && e.Affinity != AffinityRandom {
 		return PickSticky(e.Candidates, key)
 	}
 	total := 0
 	for i := range e.Candidates {
-		total += e.Candidates[i].Weight
+		total += max(e.Candidates[i].Weight, 0)
+	}
+	if total <= 0 {
+		return 0
 	}
 	r := rand.IntN(total)
 	for i := range e.Candidates {
-		r -= e.Candidates[i].Weight
+		r -= max(e.Candidates[i].Weight, 0)
 		if r < 0 {
 			return i
 		}
@@ -87,33 +91,113 @@ func (e *Effective) pick(key string) int {
 
 // StickyScore is the rendezvous score of pool for key with weight w
 // (DESIGN §4.4): h = xxh64(key + "\x00" + pool, seed 0),
-// u = ((h >> 11) + 0.5) / 2^53, score = -ln(u) / w. Lower wins.
+// u = ((h >> 11) + 0.5) / 2^53, score = -ln(u) / w. Lower wins. It does not
+// allocate.
 func StickyScore(key, pool string, w int) float64 {
-	var buf [256]byte
-	var h uint64
-	if len(key)+1+len(pool) <= len(buf) {
-		n := copy(buf[:], key)
-		buf[n] = 0
-		n++
-		n += copy(buf[n:], pool)
-		h = xxhash.Sum64(buf[:n])
-	} else {
-		h = xxhash.Sum64String(key + "\x00" + pool)
-	}
-	u := (float64(h>>11) + 0.5) / (1 << 53)
-	return -math.Log(u) / float64(w)
+	var kb stickyKey
+	kb.init(key)
+	return -math.Log(kb.unit(pool)) / float64(w)
 }
 
+// unit returns u = ((h >> 11) + 0.5) / 2^53 for h = xxh64(key + "\x00" + pool).
+func (s *stickyKey) unit(pool string) float64 {
+	return (float64(int64(s.sum(pool)>>11)) + 0.5) * (1.0 / (1 << 53))
+}
+
+// negLogLower returns a lower bound of -ln(u) without computing a
+// logarithm: with x = 1-u, -ln(u) = x + x²/2 + x³/3 + …, and the first four
+// terms bound it from below.
+func negLogLower(u float64) float64 {
+	x := 1 - u
+	x2 := x * x
+	return x + x2*0.5 + x2*x*(1.0/3) + x2*x2*0.25
+}
+
+// negLogUpper returns an upper bound of -ln(u): the rest of the series
+// after four terms is at most x⁵/(5(1-x)).
+func negLogUpper(u float64) float64 {
+	x := 1 - u
+	x2 := x * x
+	return negLogLower(u) + x2*x2*x/(5*u)
+}
+
+// maxFastPick bounds the candidates PickSticky handles with a stack array.
+const maxFastPick = 8
+
+// boundSlack absorbs the rounding of the bounds, far above it and far below
+// any real gap between scores.
+const boundSlack = 1e-9
+
+// invWeight[w] is 1/w, so that scoring needs no division.
+var invWeight = func() (t [101]float64) {
+	for w := 1; w < len(t); w++ {
+		t[w] = 1 / float64(w)
+	}
+	return t
+}()
+
 // PickSticky returns the index of the candidate with the lowest rendezvous
-// score for key; ties go to the smaller pool id. Candidates with weight 0
-// are never picked unless all have weight 0.
+// score for key (StickyScore); ties go to the smaller pool id. Candidates
+// with weight 0 are never picked unless all have weight 0. The result is
+// exactly that of comparing StickyScore values: a lower bound of each score
+// is computed without a logarithm (negLogLower), and logarithms only for the
+// candidates whose bound does not rule them out against the best one, which
+// is rarely any.
 func PickSticky(cs []Candidate, key string) int {
+	if len(cs) > maxFastPick {
+		return pickStickyExact(cs, key)
+	}
+	var kb stickyKey
+	kb.init(key)
+	var lo [maxFastPick]float64
+	j, uj := -1, 0.0
+	for i := range cs {
+		w := cs[i].Weight
+		if w <= 0 || w > 100 {
+			if w > 100 {
+				return pickStickyExact(cs, key)
+			}
+			lo[i] = math.Inf(1)
+			continue
+		}
+		u := kb.unit(cs[i].Pool)
+		lo[i] = negLogLower(u) * invWeight[w]
+		if j < 0 || lo[i] < lo[j] {
+			j, uj = i, u
+		}
+	}
+	if j < 0 {
+		return 0
+	}
+	// A candidate whose lower bound exceeds j's upper bound cannot win.
+	limit := negLogUpper(uj)*invWeight[cs[j].Weight]*(1+boundSlack) + 1e-300
+	best, bestScore := j, 0.0
+	exact := false
+	for i := range cs {
+		if i == j || lo[i] > limit {
+			continue
+		}
+		if !exact {
+			exact, bestScore = true, -math.Log(uj)/float64(cs[j].Weight)
+		}
+		s := -math.Log(kb.unit(cs[i].Pool)) / float64(cs[i].Weight)
+		if s < bestScore || (s == bestScore && cs[i].Pool < cs[best].Pool) {
+			best, bestScore = i, s
+		}
+	}
+	return best
+}
+
+// pickStickyExact is PickSticky computing every score.
+func pickStickyExact(cs []Candidate, key string) int {
+	var kb stickyKey
+	kb.init(key)
 	best, bestScore := -1, 0.0
 	for i := range cs {
 		if cs[i].Weight <= 0 {
 			continue
 		}
-		s := StickyScore(key, cs[i].Pool, cs[i].Weight)
+		s := -math.Log(kb.unit(cs[i].Pool)) / float64(cs[i].Weight)
 		if best < 0 || s < bestScore || (s == bestScore && cs[i].Pool < cs[best].Pool) {
 			best, bestScore = i, s
 		}

@@ -3,10 +3,7 @@ package routing
 import (
 	"bytes"
 	"encoding/json"
-	"reflect"
 	"sort"
-	"strings"
-	"sync"
 )
 
 // Pool status values.
@@ -125,8 +122,8 @@ func DefaultResidency() Residency {
 
 // UnmarshalJSON decodes a pool, keeping unknown fields in Extra.
 func (p *Pool) UnmarshalJSON(b []byte) error {
-	type plain Pool
-	return decodeKeepingExtra(b, (*plain)(p), &p.Extra)
+	*p = Pool{}
+	return unmarshal(b, p).Err()
 }
 
 // MarshalJSON encodes a pool with its unknown fields.
@@ -137,8 +134,8 @@ func (p Pool) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON decodes a route, keeping unknown fields in Extra.
 func (r *Route) UnmarshalJSON(b []byte) error {
-	type plain Route
-	return decodeKeepingExtra(b, (*plain)(r), &r.Extra)
+	*r = Route{}
+	return unmarshal(b, r).Err()
 }
 
 // MarshalJSON encodes a route with its unknown fields.
@@ -149,8 +146,8 @@ func (r Route) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON decodes a residency policy, keeping unknown fields in Extra.
 func (p *Residency) UnmarshalJSON(b []byte) error {
-	type plain Residency
-	return decodeKeepingExtra(b, (*plain)(p), &p.Extra)
+	*p = Residency{}
+	return unmarshal(b, p).Err()
 }
 
 // MarshalJSON encodes a residency policy with its unknown fields.
@@ -161,8 +158,8 @@ func (p Residency) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON decodes an override, keeping unknown fields in Extra.
 func (o *Override) UnmarshalJSON(b []byte) error {
-	type plain Override
-	return decodeKeepingExtra(b, (*plain)(o), &o.Extra)
+	*o = Override{}
+	return unmarshal(b, o).Err()
 }
 
 // MarshalJSON encodes an override with its unknown fields.
@@ -173,55 +170,14 @@ func (o Override) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON decodes a health marker, keeping unknown fields in Extra.
 func (h *Health) UnmarshalJSON(b []byte) error {
-	type plain Health
-	return decodeKeepingExtra(b, (*plain)(h), &h.Extra)
+	*h = Health{}
+	return unmarshal(b, h).Err()
 }
 
 // MarshalJSON encodes a health marker with its unknown fields.
 func (h Health) MarshalJSON() ([]byte, error) {
 	type plain Health
 	return encodeWithExtra(plain(h), h.Extra)
-}
-
-var knownFieldsCache sync.Map // reflect.Type -> map[string]bool
-
-// knownFields returns the JSON names of the tagged fields of struct type t.
-func knownFields(t reflect.Type) map[string]bool {
-	if v, ok := knownFieldsCache.Load(t); ok {
-		return v.(map[string]bool)
-	}
-	m := map[string]bool{}
-	for i := 0; i < t.NumField(); i++ {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		if name != "" && name != "-" {
-			m[name] = true
-		}
-	}
-	knownFieldsCache.Store(t, m)
-	return m
-}
-
-// decodeKeepingExtra decodes b into v (a pointer to a struct) and stores
-// the fields v does not declare into *extra.
-func decodeKeepingExtra(b []byte, v any, extra *Extra) error {
-	if err := json.Unmarshal(b, v); err != nil {
-		return err
-	}
-	var all map[string]json.RawMessage
-	if err := json.Unmarshal(b, &all); err != nil {
-		return err
-	}
-	known := knownFields(reflect.TypeOf(v).Elem())
-	*extra = nil
-	for k, raw := range all {
-		if !known[k] {
-			if *extra == nil {
-				*extra = Extra{}
-			}
-			(*extra)[k] = raw
-		}
-	}
-	return nil
 }
 
 // encodeWithExtra encodes v and appends the extra fields in sorted order.

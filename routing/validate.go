@@ -16,10 +16,12 @@ const MaxFallbackDepth = 8
 func Validate(cfg *Config) Errors {
 	var errs Errors
 	pol := cfg.ResidencyOrDefault()
+	policyOK := true
 	if cfg.Policy.Residency != nil {
 		cp := *cfg.Policy.Residency
-		errs = append(errs, checkValue(PolicyKey, &cp, cp.normalize)...)
-		pol = cp
+		perrs := checkValue(PolicyKey, &cp, cp.normalize)
+		errs = append(errs, perrs...)
+		pol, policyOK = cp, len(perrs) == 0
 	}
 	for _, id := range sortedKeys(cfg.Pools) {
 		p := cfg.Pools[id]
@@ -32,6 +34,8 @@ func Validate(cfg *Config) Errors {
 		r := cfg.Routes[name]
 		if !ValidRouteName(name) {
 			errs.add(RouteKey(name), "", "invalid route name (want an ISO 3166-1 alpha-2 code in upper case, _default, or a lower-case group name)")
+		} else if cc := lookalikeCountry(name); cc != "" {
+			errs.add(RouteKey(name), "", "group name %q spells the country %s: country routes are upper case (routes/%s)", name, cc, cc)
 		}
 		errs = append(errs, checkValue(RouteKey(name), &r, func() Errors { return r.normalize(name) })...)
 		checkRouteRefs(&errs, cfg, name, &r, pol)
@@ -40,7 +44,9 @@ func Validate(cfg *Config) Errors {
 		errs.add(RouteKey(DefaultRoute), "", "missing: every config needs a _default route")
 	}
 	checkFallbackGraph(&errs, cfg)
-	if len(errs) == 0 {
+	if policyOK {
+		// Reachability is judged by class; a broken policy has no reliable
+		// classes, and its own errors say what to fix first.
 		checkReachability(&errs, cfg, pol)
 	}
 	errs.Sort()
@@ -59,21 +65,39 @@ func checkValue(key string, v any, normalize func() Errors) Errors {
 // checkRouteRefs checks that a route's targets and fallbacks exist and that
 // a country route's own targets are allowed for the country's class.
 func checkRouteRefs(errs *Errors, cfg *Config, name string, r *Route, pol Residency) {
-	class, isCountry := classFor(pol, name)
-	for _, tg := range r.Targets {
+	checkTargetRefs(errs, cfg, RouteKey(name), name, r.Targets, pol)
+	for i, f := range r.Fallback {
+		if _, ok := cfg.Routes[f]; !ok && ValidRouteName(f) {
+			errs.add(RouteKey(name), fmt.Sprintf("fallback[%d]", i), "route %s does not exist", f)
+		}
+	}
+}
+
+// checkTargetRefs checks that targets name existing pools and, when route is
+// a country, that every pool is allowed for the country's residency class.
+func checkTargetRefs(errs *Errors, cfg *Config, key, route string, targets []Target, pol Residency) {
+	class, isCountry := classFor(pol, route)
+	for i, tg := range targets {
+		field := fmt.Sprintf("targets[%d].pool", i)
 		p, ok := cfg.Pools[tg.Pool]
 		switch {
 		case !ok:
-			errs.add(RouteKey(name), "target "+tg.Pool, "pool does not exist")
+			if ValidPoolID(tg.Pool) {
+				errs.add(key, field, "pool %s does not exist", tg.Pool)
+			}
 		case isCountry && class != "" && p.Residency != class:
-			errs.add(RouteKey(name), "target "+tg.Pool, "residency %s not allowed for class %s", p.Residency, class)
+			errs.add(key, field, "pool %s has residency %s, not allowed for %s (class %s)", tg.Pool, p.Residency, route, class)
 		}
 	}
-	for _, f := range r.Fallback {
-		if _, ok := cfg.Routes[f]; !ok && ValidRouteName(f) {
-			errs.add(RouteKey(name), "fallback "+f, "route does not exist")
-		}
+}
+
+// lookalikeCountry returns the country code a lower-case group name spells
+// ("pl" -> "PL"), or "".
+func lookalikeCountry(name string) string {
+	if up := strings.ToUpper(name); up != name && IsCountry(up) {
+		return up
 	}
+	return ""
 }
 
 // classFor returns the residency class of a route name that is a country,
@@ -244,16 +268,7 @@ func ValidateOverride(cfg *Config, id string, o Override) Errors {
 	if _, ok := cfg.Routes[o.Route]; !ok {
 		errs.add(key, "route", "route %s does not exist", o.Route)
 	}
-	class, isCountry := classFor(cfg.ResidencyOrDefault(), o.Route)
-	for _, tg := range o.Targets {
-		p, ok := cfg.Pools[tg.Pool]
-		switch {
-		case !ok:
-			errs.add(key, "target "+tg.Pool, "pool does not exist")
-		case isCountry && class != "" && p.Residency != class:
-			errs.add(key, "target "+tg.Pool, "residency %s not allowed for class %s", p.Residency, class)
-		}
-	}
+	checkTargetRefs(&errs, cfg, key, o.Route, o.Targets, cfg.ResidencyOrDefault())
 	errs.Sort()
 	return errs
 }

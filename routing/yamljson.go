@@ -1,8 +1,11 @@
 package routing
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"strconv"
 
 	yaml "go.yaml.in/yaml/v3"
@@ -11,9 +14,20 @@ import (
 // yamlToJSON converts a YAML 1.2 document to JSON. YAML 1.2 is used on
 // purpose: under YAML 1.1 a bare NO (Norway) is the boolean false.
 func yamlToJSON(data []byte) ([]byte, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return []byte("null"), nil
+		}
 		return nil, err
+	}
+	var next yaml.Node
+	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return nil, err
+		}
+		return nil, errors.New("the file holds more than one YAML document")
 	}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
 		return []byte("null"), nil

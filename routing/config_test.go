@@ -1,0 +1,207 @@
+package routing
+
+import (
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const minimalYAML = `
+policy:
+  residency: {classes: {eu: [PL, NO]}, unknown_country_class: eu}
+pools:
+  eu-central: {host: edge-fra-1.example.net, region: eu-central, residency: eu, status: active}
+routes:
+  _default: {targets: [{pool: eu-central, weight: 100}]}
+  NO: {targets: [{pool: eu-central, weight: 100}], fallback: [_default]}
+`
+
+func TestParseConfig(t *testing.T) {
+	cfg, err := ParseConfig([]byte(minimalYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Config{
+		Policy: PolicySection{Residency: &Residency{Classes: map[string][]string{"eu": {"PL", "NO"}}, UnknownCountryClass: "eu"}},
+		Pools:  map[string]Pool{"eu-central": {Host: "edge-fra-1.example.net", Region: "eu-central", Residency: "eu", Status: StatusActive}},
+		Routes: map[string]Route{
+			DefaultRoute: {Targets: tg("eu-central", 100), Affinity: AffinitySticky},
+			"NO":         {Targets: tg("eu-central", 100), Fallback: []string{DefaultRoute}, Affinity: AffinitySticky},
+		},
+	}
+	if !reflect.DeepEqual(cfg, want) {
+		t.Errorf("got  %+v\nwant %+v", cfg, want)
+	}
+}
+
+// TestParseConfigNorway: config files are YAML 1.2, where a bare NO is the
+// string "NO" (Norway), not the YAML 1.1 boolean false; the same for the
+// other YAML 1.1 booleans that are country codes or attr values.
+func TestParseConfigNorway(t *testing.T) {
+	cfg, err := ParseConfig([]byte(`
+policy:
+  residency:
+    classes:
+      eu: [NO, IS, LI]
+      other: [ON, 'Y']
+pools:
+  p: {host: h, residency: eu, attrs: {autoplay: on, subtitles: no, hd: yes, tos: off}}
+routes:
+  _default: {targets: [{pool: p, weight: 100}]}
+  NO: {targets: [{pool: p, weight: 100}]}
+`))
+	if err == nil || !strings.Contains(err.Error(), `classes.other[0]: "ON" is not an ISO 3166-1 alpha-2 code`) {
+		t.Fatalf("want ON refused as a country code (it is one only in YAML 1.1 as a bool), got %v", err)
+	}
+	cfg, err = ParseConfig([]byte(`
+policy:
+  residency: {classes: {eu: [NO, IS, LI]}}
+pools:
+  p: {host: h, residency: eu, attrs: {autoplay: on, subtitles: no, hd: yes, tos: off}}
+routes:
+  _default: {targets: [{pool: p, weight: 100}]}
+  NO: {targets: [{pool: p, weight: 100}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Policy.Residency.Classes["eu"]; !slices.Equal(got, []string{"NO", "IS", "LI"}) {
+		t.Errorf("classes.eu = %q", got)
+	}
+	if _, ok := cfg.Routes["NO"]; !ok {
+		t.Errorf("route NO missing: %v", sortedKeys(cfg.Routes))
+	}
+	want := map[string]string{"autoplay": "on", "subtitles": "no", "hd": "yes", "tos": "off"}
+	for k, v := range want {
+		if got := cfg.Pools["p"].Attrs[k]; got != v {
+			t.Errorf("attrs.%s = %q, want %q", k, got, v)
+		}
+	}
+}
+
+func TestParseConfigJSON(t *testing.T) {
+	cfg, err := ParseConfig([]byte(`{"pools":{"p":{"host":"h","residency":"eu"}},"routes":{"_default":{"targets":[{"pool":"p","weight":100}]}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Policy.Residency != nil || cfg.Pools["p"].Status != StatusActive {
+		t.Errorf("got %+v", cfg)
+	}
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	cases := []struct {
+		name string
+		yaml string
+		want []string // every line of the error, in order
+	}{
+		{name: "unknown top-level section", yaml: "pools: {}\nroute: {}\n",
+			want: []string{"route: unknown top-level section (want policy, pools, routes)"}},
+		{name: "unknown policy", yaml: "policy: {residence: {}}\n",
+			want: []string{"policy.residence: unknown policy (want residency)"}},
+		{name: "unknown pool field", yaml: "pools:\n  p: {host: h, residency: eu, healthcheck: true}\n",
+			want: []string{"pools/p: healthcheck: unknown field"}},
+		{name: "unknown route field", yaml: "routes:\n  PL: {targets: [{pool: p, weight: 100}], fallbacks: [_default]}\n",
+			want: []string{"routes/PL: fallbacks: unknown field"}},
+		{name: "unknown target field", yaml: "routes:\n  PL: {targets: [{pool: p, weight: 100, wieght: 5}]}\n",
+			want: []string{"routes/PL: targets[0].wieght: unknown field"}},
+		{name: "unknown policy field", yaml: "policy:\n  residency: {classes: {eu: [PL]}, unknown_class: eu}\n",
+			want: []string{"policy/residency: unknown_class: unknown field"}},
+		{name: "case variant of a field", yaml: "pools:\n  p: {Host: h, residency: eu}\n",
+			want: []string{"pools/p: host: must not be empty"}},
+		{name: "wrong type", yaml: "routes:\n  PL: {targets: [{pool: p, weight: '70'}, {pool: q, weight: 30}]}\n",
+			want: []string{"routes/PL: targets[0].weight: expected an integer, got JSON string"}},
+		{name: "wrong type of section", yaml: "pools: [p]\n",
+			want: []string{"pools: must be a mapping of id to object"}},
+		{name: "null value", yaml: "pools:\n  p:\n",
+			want: []string{`pools/p: value must be a JSON object, got "null"`}},
+		{name: "bad pool id", yaml: "pools:\n  Edge FRA: {host: h, residency: eu}\n",
+			want: []string{`pools/Edge FRA: key "pools/Edge FRA": invalid pool id "Edge FRA" (want lower-case letters, digits, '.', '_', '-')`}},
+		{name: "every problem listed", yaml: "pools:\n  p: {host: '', residency: eu, status: paused}\nroutes:\n  PL: {targets: [{pool: p, weight: 130}], affinity: sticky, colour: red}\n",
+			want: []string{
+				"pools/p: host: must not be empty",
+				`pools/p: status: must be active, draining or down, got "paused"`,
+				"routes/PL: targets: weights must sum to 100, got 130",
+				"routes/PL: targets[0].weight: must be 0..100, got 130",
+			}},
+		{name: "malformed YAML", yaml: "pools:\n  p: {host: h\n",
+			want: []string{"parse config: yaml: line 1: did not find expected ',' or '}'"}},
+		{name: "attr value not a string", yaml: "routes:\n  PL: {attrs: {cron_minutes: 15}}\n",
+			want: []string{"routes/PL: attrs.cron_minutes: expected a string, got JSON number 15"}},
+		{name: "tab indentation", yaml: "pools:\n\tp: {}\n",
+			want: []string{"parse config: yaml: line 2: found character that cannot start any token"}},
+		{name: "duplicate key", yaml: "pools:\n  p: {host: h, residency: eu}\n  p: {host: h, residency: us}\n",
+			want: []string{`parse config: line 3: key "p" defined twice`}},
+		{name: "alias", yaml: "pools:\n  p: &p {host: h, residency: eu}\n  q: *p\n",
+			want: []string{"parse config: line 3: YAML aliases are not supported in config files"}},
+		{name: "merge key", yaml: "pools:\n  p: {host: h, residency: eu}\n  q: {<<: {host: h}, residency: eu}\n",
+			want: []string{"parse config: line 3: YAML merge keys (<<) are not supported in config files"}},
+		{name: "two documents", yaml: "pools: {}\n---\nroutes: {}\n",
+			want: []string{"parse config: the file holds more than one YAML document"}},
+		{name: "empty file", yaml: "# nothing\n",
+			want: []string{"parse config: file is empty"}},
+		{name: "scalar file", yaml: "hello\n",
+			want: []string{`parse config: the file must be a mapping with policy, pools and routes: json: cannot unmarshal string into Go value of type map[string]json.RawMessage`}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := ParseConfig([]byte(tc.yaml))
+			if err == nil {
+				t.Fatalf("no error; got %+v", cfg)
+			}
+			if got := strings.Split(err.Error(), "\n"); !slices.Equal(got, tc.want) {
+				t.Errorf("error:\n got  %q\n want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestConfigRoundTrip: export (YAML) then parse gives the same config, for
+// the example fleet; Values then Compile keeps every value.
+func TestConfigRoundTrip(t *testing.T) {
+	cfg := exampleConfig(t)
+	y, err := cfg.YAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := ParseConfig(y)
+	if err != nil {
+		t.Fatalf("parse exported YAML: %v\n%s", err, y)
+	}
+	if !reflect.DeepEqual(cfg, back) {
+		t.Errorf("round trip through YAML changed the config")
+	}
+	if _, ok := back.Routes["NO"]; !ok {
+		t.Errorf("route NO lost in export:\n%s", y)
+	}
+	clone := cfg.Clone()
+	if !reflect.DeepEqual(cfg, clone) {
+		t.Errorf("Clone differs")
+	}
+	clone.Pools["eu-central"] = Pool{}
+	if cfg.Pools["eu-central"].Host == "" {
+		t.Errorf("Clone shares pools")
+	}
+	tbl := compileCfg(t, cfg, CompileOptions{})
+	if len(tbl.Skipped()) > 0 {
+		t.Errorf("skipped: %v", tbl.Skipped())
+	}
+	if got, want := len(tbl.PoolIDs()), len(cfg.Pools); got != want {
+		t.Errorf("%d pools, want %d", got, want)
+	}
+	if got, want := len(tbl.RouteNames()), len(cfg.Routes); got != want {
+		t.Errorf("%d routes, want %d", got, want)
+	}
+}
+
+func TestIsConfigKey(t *testing.T) {
+	for rel, want := range map[string]bool{
+		"pools/p": true, "routes/PL": true, "policy/residency": true,
+		"overrides/x": false, "health/p/i": false, "epoch": false, "bogus": false,
+	} {
+		if got := IsConfigKey(rel); got != want {
+			t.Errorf("IsConfigKey(%q) = %v", rel, got)
+		}
+	}
+}

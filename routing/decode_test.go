@@ -1,0 +1,269 @@
+package routing
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestDecodeValue(t *testing.T) {
+	cases := []struct {
+		name string
+		key  string
+		raw  string
+		want Value
+	}{
+		{name: "pool with defaults", key: "pools/eu-central",
+			raw:  `{"host":"edge-fra-1.example.net:443","residency":"eu"}`,
+			want: &Pool{Host: "edge-fra-1.example.net:443", Residency: "eu", Status: StatusActive}},
+		{name: "pool in full", key: "pools/eu-central",
+			raw:  `{"host":"10.1.2.3","region":"eu-central","residency":"eu","status":"draining","health_check":true,"attrs":{"shard":"eu-1"}}`,
+			want: &Pool{Host: "10.1.2.3", Region: "eu-central", Residency: "eu", Status: StatusDraining, HealthCheck: true, Attrs: map[string]string{"shard": "eu-1"}}},
+		{name: "route with default affinity", key: "routes/PL",
+			raw:  `{"targets":[{"pool":"eu-central","weight":70},{"pool":"eu-west","weight":30}],"fallback":["eu-general","_default"]}`,
+			want: &Route{Targets: tg("eu-central", 70, "eu-west", 30), Fallback: []string{"eu-general", "_default"}, Affinity: AffinitySticky}},
+		{name: "route without targets", key: "routes/apac-general", raw: ` {"affinity":"random"} `,
+			want: &Route{Affinity: AffinityRandom}},
+		{name: "route null fields", key: "routes/_default", raw: `{"targets":null,"attrs":null,"fallback":null}`,
+			want: &Route{Affinity: AffinitySticky}},
+		{name: "policy default classes", key: "policy/residency", raw: `{}`,
+			want: &Residency{Classes: map[string][]string{"eu": EEA()}, UnknownCountryClass: "eu"}},
+		{name: "policy explicit", key: "policy/residency", raw: `{"classes":{"eu":["PL","DE"],"uk":["GB"]},"unknown_country_class":"uk"}`,
+			want: &Residency{Classes: map[string][]string{"eu": {"PL", "DE"}, "uk": {"GB"}}, UnknownCountryClass: "uk"}},
+		{name: "override", key: "overrides/kr-comeback",
+			raw:  `{"route":"KR","targets":[{"pool":"kr-music","weight":100}],"attrs":{},"reason":"comeback week","author":"ana"}`,
+			want: &Override{Route: "KR", Targets: tg("kr-music", 100), Attrs: map[string]string{}, Reason: "comeback week", Author: "ana"}},
+		{name: "health", key: "health/eu-central/i-1", raw: `{"addr":"10.0.0.1:443","since":"2026-03-01T12:00:00Z"}`,
+			want: &Health{Addr: "10.0.0.1:443", Since: "2026-03-01T12:00:00Z"}},
+		{name: "epoch", key: "epoch", raw: " 42\n", want: int64(42)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := DecodeValue(tc.key, []byte(tc.raw))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got %#v\nwant %#v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDecodeValueErrors(t *testing.T) {
+	big := `{"host":"h","residency":"eu","attrs":{"x":"` + strings.Repeat("a", MaxValueSize) + `"}}`
+	cases := []struct {
+		name string
+		key  string
+		raw  string
+		want string
+	}{
+		// Wrong types are named by key and full field path.
+		{name: "weight as string", key: "routes/PL", raw: `{"targets":[{"pool":"a","weight":50},{"pool":"b","weight":"50"}]}`,
+			want: "routes/PL: targets[1].weight: expected an integer, got JSON string"},
+		{name: "weight as fraction", key: "routes/PL", raw: `{"targets":[{"pool":"a","weight":50.5},{"pool":"b","weight":49.5}]}`,
+			want: "routes/PL: targets[0].weight: expected an integer, got JSON number 50.5\nroutes/PL: targets[1].weight: expected an integer, got JSON number 49.5"},
+		{name: "weight overflowing int64", key: "routes/PL", raw: `{"targets":[{"pool":"a","weight":99999999999999999999}]}`,
+			want: "routes/PL: targets[0].weight: expected an integer, got JSON number 99999999999999999999"},
+		{name: "weight out of range", key: "routes/PL", raw: `{"targets":[{"pool":"a","weight":-30},{"pool":"b","weight":130}]}`,
+			want: "routes/PL: targets[0].weight: must be 0..100, got -30\nroutes/PL: targets[1].weight: must be 0..100, got 130"},
+		{name: "weights not summing to 100", key: "routes/PL", raw: `{"targets":[{"pool":"a","weight":60},{"pool":"b","weight":30}]}`,
+			want: "routes/PL: targets: weights must sum to 100, got 90"},
+		{name: "targets not a list", key: "routes/PL", raw: `{"targets":{"pool":"a","weight":100}}`,
+			want: "routes/PL: targets: expected a list, got JSON object"},
+		{name: "target not an object", key: "routes/PL", raw: `{"targets":["eu-central"]}`,
+			want: "routes/PL: targets[0]: expected an object, got JSON string"},
+		{name: "fallback not a list", key: "routes/PL", raw: `{"fallback":"_default"}`,
+			want: "routes/PL: fallback: expected a list, got JSON string"},
+		{name: "attr value not a string", key: "routes/PL", raw: `{"attrs":{"cron_minutes":15}}`,
+			want: "routes/PL: attrs.cron_minutes: expected a string, got JSON number 15"},
+		{name: "bad affinity", key: "routes/PL", raw: `{"affinity":"roundrobin"}`,
+			want: `routes/PL: affinity: must be sticky or random, got "roundrobin"`},
+		{name: "health_check not a bool", key: "pools/eu-central", raw: `{"host":"h","residency":"eu","health_check":"yes"}`,
+			want: "pools/eu-central: health_check: expected true or false, got JSON string"},
+		{name: "host not a string", key: "pools/eu-central", raw: `{"host":443,"residency":"eu"}`,
+			want: "pools/eu-central: host: expected a string, got JSON number 443"},
+		{name: "bad status and residency together", key: "pools/eu-central", raw: `{"host":"h","residency":"EU","status":"up"}`,
+			want: "pools/eu-central: status: must be active, draining or down, got \"up\"\npools/eu-central: residency: must be a non-empty lower-case label (eu, us, apac, global…), got \"EU\""},
+		{name: "classes not an object", key: "policy/residency", raw: `{"classes":["PL"]}`,
+			want: "policy/residency: classes: expected an object, got JSON list"},
+		{name: "class member not a country", key: "policy/residency", raw: `{"classes":{"eu":["PL","Norway"]}}`,
+			want: `policy/residency: classes.eu[1]: "Norway" is not an ISO 3166-1 alpha-2 code in upper case`},
+		{name: "override route not a string", key: "overrides/x", raw: `{"route":7,"targets":[{"pool":"a","weight":100}]}`,
+			want: "overrides/x: route: expected a string, got JSON number 7"},
+		{name: "override without effect", key: "overrides/x", raw: `{"route":"KR"}`,
+			want: "overrides/x: an override must set targets or attrs"},
+		{name: "health addr not a string", key: "health/eu-central/i-1", raw: `{"addr":["10.0.0.1"]}`,
+			want: "health/eu-central/i-1: addr: expected a string, got JSON list"},
+		// Whole-value problems.
+		{name: "not JSON", key: "routes/PL", raw: `targets: []`,
+			want: `routes/PL: value must be a JSON object, got "targets: []"`},
+		{name: "syntax error", key: "routes/PL", raw: `{"targets":[}`,
+			want: "routes/PL: invalid JSON at byte 13: invalid character '}' looking for beginning of value"},
+		{name: "null", key: "pools/eu-central", raw: `null`,
+			want: `pools/eu-central: value must be a JSON object, got "null"`},
+		{name: "empty", key: "pools/eu-central", raw: ``,
+			want: `pools/eu-central: value must be a JSON object, got ""`},
+		{name: "list", key: "pools/eu-central", raw: `[1]`,
+			want: `pools/eu-central: value must be a JSON object, got "[1]"`},
+		{name: "trailing garbage", key: "pools/eu-central", raw: `{"host":"h","residency":"eu"} x`,
+			want: "pools/eu-central: invalid JSON at byte 31: invalid character 'x' after top-level value"},
+		{name: "oversize", key: "pools/eu-central", raw: big,
+			want: fmt.Sprintf("pools/eu-central: value is %d bytes, larger than the 65536-byte limit", len(big))},
+		{name: "epoch not a number", key: "epoch", raw: `forty-two`,
+			want: `epoch: epoch must be a non-negative decimal integer, got "forty-two"`},
+		{name: "epoch negative", key: "epoch", raw: `-1`,
+			want: `epoch: epoch must be a non-negative decimal integer, got "-1"`},
+		// Keys outside the grammar.
+		{name: "lower-case route that is not a group", key: "routes/Poland", raw: `{}`,
+			want: `key "routes/Poland": invalid route name "Poland" (want an ISO 3166-1 alpha-2 code in upper case, _default, or a lower-case group name)`},
+		{name: "pool id with upper case", key: "pools/EU", raw: `{}`,
+			want: `key "pools/EU": invalid pool id "EU" (want lower-case letters, digits, '.', '_', '-')`},
+		{name: "health without instance", key: "health/eu-central", raw: `{}`,
+			want: `key "health/eu-central": want health/<pool>/<instance>`},
+		{name: "unknown kind", key: "flags/x", raw: `{}`,
+			want: `key "flags/x": not in the routing key grammar (pools/, routes/, policy/residency, overrides/, health/, epoch)`},
+		{name: "other policy", key: "policy/cdn", raw: `{}`,
+			want: `key "policy/cdn": not in the routing key grammar (pools/, routes/, policy/residency, overrides/, health/, epoch)`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v, err := DecodeValue(tc.key, []byte(tc.raw))
+			if err == nil {
+				t.Fatalf("no error; decoded %#v", v)
+			}
+			if err.Error() != tc.want {
+				t.Errorf("error:\n got  %s\n want %s", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestDecodeValueOversizeIsPerValue(t *testing.T) {
+	// Exactly 64 KiB is accepted.
+	pad := MaxValueSize - len(`{"host":"h","residency":"eu","attrs":{"x":""}}`)
+	raw := `{"host":"h","residency":"eu","attrs":{"x":"` + strings.Repeat("a", pad) + `"}}`
+	if len(raw) != MaxValueSize {
+		t.Fatalf("test value is %d bytes", len(raw))
+	}
+	if _, err := DecodeValue("pools/p", []byte(raw)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestUnknownFieldsKept: values are forward compatible. Fields this version
+// does not know survive a decode/encode round trip and change nothing else;
+// a field differing from a known one only by case is not taken for it.
+func TestUnknownFieldsKept(t *testing.T) {
+	cases := []struct {
+		name, key, raw, want string
+	}{
+		{name: "pool", key: "pools/eu-central",
+			raw:  `{"host":"h","residency":"eu","weight_class":"gold","future":{"b":[1, 2],"a":null}}`,
+			want: `{"host":"h","residency":"eu","status":"active","future":{"b":[1,2],"a":null},"weight_class":"gold"}`},
+		{name: "route", key: "routes/PL",
+			raw:  `{"targets":[{"pool":"a","weight":100}],"canary":{"pct":5}}`,
+			want: `{"targets":[{"pool":"a","weight":100}],"affinity":"sticky","canary":{"pct":5}}`},
+		{name: "policy", key: "policy/residency",
+			raw:  `{"classes":{"eu":["PL"]},"unknown_country_class":"eu","audited":true}`,
+			want: `{"classes":{"eu":["PL"]},"unknown_country_class":"eu","audited":true}`},
+		{name: "override", key: "overrides/x",
+			raw:  `{"route":"KR","attrs":{"a":"b"},"expires_hint":"6h"}`,
+			want: `{"route":"KR","attrs":{"a":"b"},"expires_hint":"6h"}`},
+		{name: "health", key: "health/p/i", raw: `{"addr":"a","pid":42}`, want: `{"addr":"a","pid":42}`},
+		{name: "case variants are unknown fields, not aliases", key: "pools/eu-central",
+			raw:  `{"host":"h","residency":"eu","HOST":"evil","Status":"down"}`,
+			want: `{"host":"h","residency":"eu","status":"active","HOST":"evil","Status":"down"}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v, err := DecodeValue(tc.key, []byte(tc.raw))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := EncodeValue(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(b) != tc.want {
+				t.Errorf("re-encoded:\n got  %s\n want %s", b, tc.want)
+			}
+			// And the re-encoded value decodes to the same thing.
+			v2, err := DecodeValue(tc.key, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(v, v2) {
+				t.Errorf("second round trip differs:\n %#v\n %#v", v, v2)
+			}
+		})
+	}
+}
+
+// TestTypesUnmarshalJSON: the value types decode the same way through
+// encoding/json (as inside a table file or a config clone).
+func TestTypesUnmarshalJSON(t *testing.T) {
+	var p Pool
+	if err := json.Unmarshal([]byte(`{"host":"h","residency":"eu","HOST":"x","x":1}`), &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Host != "h" || len(p.Extra) != 2 {
+		t.Errorf("got %#v", p)
+	}
+	var r Route
+	err := json.Unmarshal([]byte(`{"targets":[{"pool":"a","weight":"x"}]}`), &r)
+	if err == nil || err.Error() != "targets[0].weight: expected an integer, got JSON string" {
+		t.Errorf("error: %v", err)
+	}
+	// Decoding into a used value starts afresh.
+	r = Route{Fallback: []string{"old"}, Extra: Extra{"old": json.RawMessage(`1`)}}
+	if err := json.Unmarshal([]byte(`{"attrs":{"a":"b"}}`), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Fallback != nil || r.Extra != nil || r.Attrs["a"] != "b" {
+		t.Errorf("got %#v", r)
+	}
+}
+
+func TestParseKey(t *testing.T) {
+	cases := []struct {
+		rel  string
+		want Key
+	}{
+		{"pools/eu-central", Key{Kind: KindPool, ID: "eu-central"}},
+		{"pools/edge.fra_1", Key{Kind: KindPool, ID: "edge.fra_1"}},
+		{"routes/PL", Key{Kind: KindRoute, ID: "PL"}},
+		{"routes/NO", Key{Kind: KindRoute, ID: "NO"}},
+		{"routes/_default", Key{Kind: KindRoute, ID: "_default"}},
+		{"routes/apac-general", Key{Kind: KindRoute, ID: "apac-general"}},
+		{"policy/residency", Key{Kind: KindPolicy, ID: "residency"}},
+		{"overrides/KR-2026.03", Key{Kind: KindOverride, ID: "KR-2026.03"}},
+		{"health/eu-central/10.0.0.1:443", Key{Kind: KindHealth, ID: "eu-central", Instance: "10.0.0.1:443"}},
+		{"epoch", Key{Kind: KindEpoch}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.rel, func(t *testing.T) {
+			k, err := ParseKey(tc.rel)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k != tc.want {
+				t.Errorf("got %+v, want %+v", k, tc.want)
+			}
+			if k.String() != tc.rel {
+				t.Errorf("String() = %q", k.String())
+			}
+		})
+	}
+	for _, rel := range []string{"", "pools/", "pools/-x", "pools/a/b", "routes/", "routes/XX", "routes/T1", "routes/pl-", "routes/EU",
+		"policy/", "policy/residency/x", "overrides/", "overrides/-x", "health/p", "health/p/", "health//i",
+		"health/p/i/j", "epoch/", "epoch/1", "agents/n", "/pools/p"} {
+		t.Run("invalid "+rel, func(t *testing.T) {
+			if k, err := ParseKey(rel); err == nil {
+				t.Errorf("ParseKey(%q) = %+v, want an error", rel, k)
+			}
+		})
+	}
+}

@@ -1,0 +1,259 @@
+package routing
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// baseConfig is a small valid config: two EU pools, one US pool, an EU
+// group, a country route for PL and US, and a residency-safe _default.
+func baseConfig() *Config {
+	return &Config{
+		Policy: PolicySection{Residency: &Residency{Classes: map[string][]string{"eu": EEA()}, UnknownCountryClass: "eu"}},
+		Pools: map[string]Pool{
+			"eu-central": {Host: "edge-fra-1.example.net:443", Residency: "eu", Status: StatusActive},
+			"eu-west":    {Host: "edge-ams-1.example.net:443", Residency: "eu", Status: StatusActive},
+			"us-east":    {Host: "10.0.0.7:8443", Residency: "us", Status: StatusActive},
+		},
+		Routes: map[string]Route{
+			DefaultRoute: {Targets: tg("eu-central", 50, "us-east", 50)},
+			"eu-general": {Targets: tg("eu-central", 60, "eu-west", 40), Fallback: []string{DefaultRoute}},
+			"PL":         {Targets: tg("eu-central", 70, "eu-west", 30), Fallback: []string{"eu-general"}},
+			"US":         {Targets: tg("us-east", 100)},
+		},
+	}
+}
+
+func setRoute(name string, r Route) func(*Config) {
+	return func(c *Config) { c.Routes[name] = r }
+}
+
+func setPool(id string, p Pool) func(*Config) {
+	return func(c *Config) { c.Pools[id] = p }
+}
+
+func errStrings(es Errors) []string {
+	out := make([]string, len(es))
+	for i, e := range es {
+		out[i] = e.Error()
+	}
+	return out
+}
+
+func TestValidate(t *testing.T) {
+	chain := func(c *Config) {
+		// g0 -> g1 -> ... -> g9: nine hops from g0.
+		for i := 0; i < 10; i++ {
+			r := Route{Targets: tg("eu-central", 100)}
+			if i < 9 {
+				r.Fallback = []string{fmt.Sprintf("g%d", i+1)}
+			}
+			c.Routes[fmt.Sprintf("g%d", i)] = r
+		}
+	}
+	cases := []struct {
+		name   string
+		change func(*Config)
+		want   []string
+	}{
+		{name: "valid", change: func(*Config) {}},
+		{name: "valid without policy uses the EEA default", change: func(c *Config) { c.Policy.Residency = nil }},
+		{name: "valid fallback chain of exactly 8 hops", change: func(c *Config) { chain(c); delete(c.Routes, "g0") }},
+		{name: "valid weight 0 target", change: setRoute("PL", Route{Targets: tg("eu-central", 100, "eu-west", 0)})},
+		{name: "valid route without targets falls through", change: setRoute("DE", Route{Fallback: []string{"eu-general"}, Attrs: map[string]string{"lang": "de"}})},
+
+		// Invariant 1: targets and weights.
+		{name: "dangling target pool", change: setRoute("PL", Route{Targets: tg("eu-central", 70, "eu-centrl", 30)}),
+			want: []string{"routes/PL: targets[1].pool: pool eu-centrl does not exist"}},
+		{name: "weight over 100", change: setRoute("PL", Route{Targets: tg("eu-central", -30, "eu-west", 130)}),
+			want: []string{"routes/PL: targets[0].weight: must be 0..100, got -30", "routes/PL: targets[1].weight: must be 0..100, got 130"}},
+		{name: "weights not summing to 100", change: setRoute("PL", Route{Targets: tg("eu-central", 70, "eu-west", 20)}),
+			want: []string{"routes/PL: targets: weights must sum to 100, got 90"}},
+		{name: "pool listed twice", change: setRoute("PL", Route{Targets: tg("eu-central", 50, "eu-central", 50)}),
+			want: []string{"routes/PL: targets[1].pool: pool eu-central listed twice"}},
+		{name: "invalid target pool id", change: setRoute("PL", Route{Targets: tg("EU Central", 100)}),
+			want: []string{`routes/PL: targets[0].pool: invalid pool id "EU Central"`}},
+
+		// Invariant 2: _default and fallbacks.
+		{name: "missing _default", change: func(c *Config) { delete(c.Routes, DefaultRoute) },
+			want: []string{
+				"routes/_default: missing: every config needs a _default route",
+				"routes/_default: residency: countries AD, AE, AF, AG, AI, AL, AM, AO and 210 more (class (none)) can reach no allowed pool along _default",
+				"routes/_default: residency: countries AT, BE, BG, CY, CZ, DE, DK, EE and 22 more (class eu) can reach no allowed pool along _default",
+				"routes/eu-general: fallback[0]: route _default does not exist",
+			}},
+		{name: "fallback to missing route", change: setRoute("PL", Route{Targets: tg("eu-central", 100), Fallback: []string{"eu-genral"}}),
+			want: []string{"routes/PL: fallback[0]: route eu-genral does not exist"}},
+		{name: "fallback cycle", change: setRoute("eu-general", Route{Targets: tg("eu-central", 100), Fallback: []string{"PL"}}),
+			want: []string{"routes/PL: fallback: cycle: PL → eu-general → PL"}},
+		{name: "fallback to itself", change: setRoute("PL", Route{Targets: tg("eu-central", 100), Fallback: []string{"PL"}}),
+			want: []string{"routes/PL: fallback: cycle: PL → PL", "routes/PL: fallback[0]: route falls back to itself"}},
+		{name: "fallback listed twice", change: setRoute("PL", Route{Targets: tg("eu-central", 100), Fallback: []string{"eu-general", "eu-general"}}),
+			want: []string{"routes/PL: fallback[1]: eu-general listed twice"}},
+		{name: "fallback depth over 8", change: chain,
+			want: []string{"routes/g0: fallback: chain is 9 hops deep, more than 8"}},
+		{name: "fallback to invalid name", change: setRoute("PL", Route{Targets: tg("eu-central", 100), Fallback: []string{"EU General"}}),
+			want: []string{`routes/PL: fallback[0]: invalid route name "EU General"`}},
+
+		// Invariant 3: residency.
+		{name: "residency violation on a country route", change: setRoute("PL", Route{Targets: tg("eu-central", 50, "us-east", 50)}),
+			want: []string{"routes/PL: targets[1].pool: pool us-east has residency us, not allowed for PL (class eu)"}},
+		{name: "residency violation even at weight 0", change: setRoute("PL", Route{Targets: tg("eu-central", 100, "us-east", 0)}),
+			want: []string{"routes/PL: targets[1].pool: pool us-east has residency us, not allowed for PL (class eu)"}},
+		{name: "groups may mix residencies", change: setRoute("eu-general", Route{Targets: tg("eu-central", 50, "us-east", 50), Fallback: []string{DefaultRoute}})},
+		{name: "countries in no class may use any pool", change: setRoute("US", Route{Targets: tg("us-east", 50, "eu-west", 50)})},
+		{name: "_default with only us pools strands EU and unknown viewers", change: setRoute(DefaultRoute, Route{Targets: tg("us-east", 100)}),
+			want: []string{
+				"routes/_default: residency: countries AT, BE, BG, CY, CZ, DE, DK, EE and 22 more (class eu) can reach no allowed pool along _default",
+			}},
+		{name: "country whose chain only reaches weight-0 allowed pools", change: func(c *Config) {
+			c.Policy.Residency.Classes["ch"] = []string{"CH"}
+			c.Pools["ch-zurich"] = Pool{Host: "edge-zrh-1.example.net", Residency: "ch", Status: StatusActive}
+			c.Routes["alps"] = Route{Targets: tg("ch-zurich", 0, "eu-central", 100), Fallback: []string{DefaultRoute}}
+			c.Routes["CH"] = Route{Fallback: []string{"alps"}}
+		}, want: []string{
+			"routes/CH: residency: country CH (class ch) can reach no allowed pool along CH → alps → _default",
+		}},
+		{name: "unknown country class with no pool", change: func(c *Config) { c.Policy.Residency.UnknownCountryClass = "global" },
+			want: []string{"routes/_default: residency: country _unknown (class global) can reach no allowed pool along _default"}},
+		{name: "policy country in two classes", change: func(c *Config) { c.Policy.Residency.Classes["nordic"] = []string{"NO", "SE"} },
+			want: []string{"policy/residency: classes.nordic[0]: NO is already in class eu", "policy/residency: classes.nordic[1]: SE is already in class eu"}},
+		{name: "policy bad country codes", change: func(c *Config) { c.Policy.Residency.Classes["eu"] = []string{"PL", "pl", "XX", "EU", "Poland"} },
+			want: []string{
+				`policy/residency: classes.eu[1]: "pl" is not an ISO 3166-1 alpha-2 code in upper case`,
+				`policy/residency: classes.eu[2]: "XX" is not an ISO 3166-1 alpha-2 code in upper case`,
+				`policy/residency: classes.eu[3]: "EU" is not an ISO 3166-1 alpha-2 code in upper case`,
+				`policy/residency: classes.eu[4]: "Poland" is not an ISO 3166-1 alpha-2 code in upper case`,
+			}},
+		{name: "policy bad class names", change: func(c *Config) {
+			c.Policy.Residency.Classes["EU"] = []string{"CH"}
+			c.Policy.Residency.UnknownCountryClass = "Fail Closed"
+		}, want: []string{
+			`policy/residency: classes: class name "EU" must be a lower-case label`,
+			`policy/residency: unknown_country_class: must be a lower-case label, got "Fail Closed"`,
+		}},
+
+		// Invariant 4: pools.
+		{name: "pool empty host", change: setPool("eu-north", Pool{Residency: "eu", Status: StatusActive}),
+			want: []string{"pools/eu-north: host: must not be empty"}},
+		{name: "pool bad host", change: setPool("eu-north", Pool{Host: "https://edge-sto-1.example.net/", Residency: "eu"}),
+			want: []string{`pools/eu-north: host: "https://edge-sto-1.example.net/" is a URL; want a host name or IP address (with an optional :port)`}},
+		{name: "pool host with space", change: setPool("eu-north", Pool{Host: "edge sto", Residency: "eu"}),
+			want: []string{`pools/eu-north: host: "edge sto" is not a host name or IP address (with an optional :port)`}},
+		{name: "pool bad port", change: setPool("eu-north", Pool{Host: "edge-sto-1.example.net:99999", Residency: "eu"}),
+			want: []string{`pools/eu-north: host: "edge-sto-1.example.net:99999": port must be 1..65535`}},
+		{name: "pool ipv6 host with port", change: setPool("eu-north", Pool{Host: "[2001:db8::1]:443", Residency: "eu"})},
+		{name: "pool bad status", change: setPool("eu-north", Pool{Host: "h", Residency: "eu", Status: "paused"}),
+			want: []string{`pools/eu-north: status: must be active, draining or down, got "paused"`}},
+		{name: "pool empty residency", change: setPool("eu-north", Pool{Host: "h"}),
+			want: []string{`pools/eu-north: residency: must be a non-empty lower-case label (eu, us, apac, global…), got ""`}},
+		{name: "pool upper-case residency", change: setPool("eu-north", Pool{Host: "h", Residency: "EU"}),
+			want: []string{`pools/eu-north: residency: must be a non-empty lower-case label (eu, us, apac, global…), got "EU"`}},
+		{name: "pool bad region", change: setPool("eu-north", Pool{Host: "h", Residency: "eu", Region: "EU North"}),
+			want: []string{`pools/eu-north: region: must be a lower-case label, got "EU North"`}},
+		{name: "pool bad id", change: setPool("EU_North", Pool{Host: "h", Residency: "eu"}),
+			want: []string{"pools/EU_North: invalid pool id (want lower-case letters, digits, '.', '_', '-')"}},
+		{name: "pool empty attr name", change: setPool("eu-north", Pool{Host: "h", Residency: "eu", Attrs: map[string]string{"": "x"}}),
+			want: []string{`pools/eu-north: attrs: attribute names must be 1..128 characters, got ""`}},
+
+		// Invariant 5: names and sizes.
+		{name: "route name not a country", change: setRoute("XX", Route{Targets: tg("eu-central", 100)}),
+			want: []string{"routes/XX: invalid route name (want an ISO 3166-1 alpha-2 code in upper case, _default, or a lower-case group name)"}},
+		{name: "route name mixed case", change: setRoute("Apac-General", Route{Targets: tg("eu-central", 100)}),
+			want: []string{"routes/Apac-General: invalid route name (want an ISO 3166-1 alpha-2 code in upper case, _default, or a lower-case group name)"}},
+		{name: "route name lower-case country", change: setRoute("de", Route{Targets: tg("eu-central", 100)}),
+			want: []string{`routes/de: group name "de" spells the country DE: country routes are upper case (routes/DE)`}},
+		{name: "route bad affinity", change: setRoute("US", Route{Targets: tg("us-east", 100), Affinity: "round-robin"}),
+			want: []string{`routes/US: affinity: must be sticky or random, got "round-robin"`}},
+		{name: "oversize value", change: setRoute("US", Route{Targets: tg("us-east", 100), Attrs: map[string]string{"blob": strings.Repeat("x", MaxValueSize)}}),
+			want: []string{"routes/US: value is 65621 bytes, larger than the 65536-byte limit"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := baseConfig()
+			tc.change(cfg)
+			got := errStrings(Validate(cfg))
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("Validate:\n got  %q\n want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestValidateExampleFleet(t *testing.T) {
+	if errs := Validate(exampleConfig(t)); len(errs) > 0 {
+		t.Fatalf("examples/routing.yaml is refused:\n%v", errs)
+	}
+}
+
+// TestValidateListsEveryError breaks one rule in each of several values
+// and expects every problem back, sorted by key, not just the first.
+func TestValidateListsEveryError(t *testing.T) {
+	cfg := baseConfig()
+	cfg.Pools["eu-west"] = Pool{Host: "", Residency: "EU", Status: "paused"}
+	cfg.Routes["PL"] = Route{Targets: tg("eu-central", 70, "us-east", 20, "nowhere", 130), Fallback: []string{"eu-genral"}}
+	cfg.Routes["US"] = Route{Targets: tg("us-east", 100), Affinity: "round-robin"}
+	got := errStrings(Validate(cfg))
+	want := []string{
+		"pools/eu-west: host: must not be empty",
+		`pools/eu-west: residency: must be a non-empty lower-case label (eu, us, apac, global…), got "EU"`,
+		`pools/eu-west: status: must be active, draining or down, got "paused"`,
+		"routes/PL: fallback[0]: route eu-genral does not exist",
+		"routes/PL: targets: weights must sum to 100, got 220",
+		"routes/PL: targets[1].pool: pool us-east has residency us, not allowed for PL (class eu)",
+		"routes/PL: targets[2].pool: pool nowhere does not exist",
+		"routes/PL: targets[2].weight: must be 0..100, got 130",
+		`routes/US: affinity: must be sticky or random, got "round-robin"`,
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("Validate:\n got  %q\n want %q", got, want)
+	}
+}
+
+func TestValidateDoesNotChangeTheConfig(t *testing.T) {
+	cfg := baseConfig()
+	cfg.Routes["US"] = Route{Targets: tg("us-east", 100)} // no affinity: normalize would fill it
+	before, _ := cfg.Values()
+	Validate(cfg)
+	after, _ := cfg.Values()
+	for k := range before {
+		if string(before[k]) != string(after[k]) {
+			t.Errorf("%s changed: %s -> %s", k, before[k], after[k])
+		}
+	}
+}
+
+func TestValidateOverride(t *testing.T) {
+	cfg := baseConfig()
+	cases := []struct {
+		name string
+		id   string
+		o    Override
+		want []string
+	}{
+		{name: "valid boost", id: "kr-week", o: Override{Route: "PL", Targets: tg("eu-west", 100), Reason: "drain fra"}},
+		{name: "valid attrs only", id: "x1", o: Override{Route: "eu-general", Attrs: map[string]string{"banner": "on"}}},
+		{name: "missing route", id: "x1", o: Override{Route: "KR", Targets: tg("eu-west", 100)},
+			want: []string{"overrides/x1: route: route KR does not exist"}},
+		{name: "dangling pool", id: "x1", o: Override{Route: "PL", Targets: tg("eu-wes", 100)},
+			want: []string{"overrides/x1: targets[0].pool: pool eu-wes does not exist"}},
+		{name: "residency", id: "x1", o: Override{Route: "PL", Targets: tg("us-east", 100)},
+			want: []string{"overrides/x1: targets[0].pool: pool us-east has residency us, not allowed for PL (class eu)"}},
+		{name: "empty", id: "x1", o: Override{Route: "PL"},
+			want: []string{"overrides/x1: an override must set targets or attrs"}},
+		{name: "bad weights", id: "x1", o: Override{Route: "PL", Targets: tg("eu-west", 101)},
+			want: []string{"overrides/x1: targets: weights must sum to 100, got 101", "overrides/x1: targets[0].weight: must be 0..100, got 101"}},
+		{name: "bad id", id: "bad id", o: Override{Route: "PL", Targets: tg("eu-west", 100)},
+			want: []string{"overrides/bad id: invalid override id"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := errStrings(ValidateOverride(cfg, tc.id, tc.o))
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("ValidateOverride:\n got  %q\n want %q", got, tc.want)
+			}
+		})
+	}
+}
