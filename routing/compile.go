@@ -2,6 +2,7 @@ package routing
 
 import (
 	"bytes"
+	"fmt"
 	"sort"
 	"time"
 )
@@ -33,7 +34,7 @@ func Compile(revision int64, kvs []KV, prev *Table, opts CompileOptions) *Table 
 	}
 	if opts.Start.IsZero() {
 		opts.Start = opts.Now
-		if prev != nil {
+		if prev != nil && !prev.start.IsZero() {
 			opts.Start = prev.start
 		}
 	}
@@ -57,11 +58,17 @@ func Compile(revision int64, kvs []KV, prev *Table, opts CompileOptions) *Table 
 	if prev != nil {
 		prevGood = prev.good
 	}
+	instances := map[string]int{}
 	for _, kv := range kvs {
 		t.addKV(kv, prevGood)
+		// A health key is a live instance whatever its value says: the
+		// key exists only while its lease does.
+		if k, err := ParseKey(kv.Key); err == nil && k.Kind == KindHealth {
+			instances[k.ID]++
+		}
 	}
+	t.assemble(prev, instances, opts)
 	sort.Slice(t.skipped, func(i, j int) bool { return t.skipped[i].Key < t.skipped[j].Key })
-	t.assemble(prev, opts)
 	t.build(opts.Now)
 	return t
 }
@@ -91,8 +98,7 @@ type overrideAt struct {
 }
 
 // assemble turns the good values into pools, routes, policy and overrides.
-func (t *Table) assemble(prev *Table, opts CompileOptions) {
-	instances := map[string]int{}
+func (t *Table) assemble(prev *Table, instances map[string]int, opts CompileOptions) {
 	var ovs []overrideAt
 	for key, g := range t.good {
 		k, _ := ParseKey(key)
@@ -107,8 +113,6 @@ func (t *Table) assemble(prev *Table, opts CompileOptions) {
 			o := g.val.(*Override)
 			t.overrides[k.ID] = o
 			ovs = append(ovs, overrideAt{id: k.ID, rev: g.rev, o: o})
-		case KindHealth:
-			instances[k.ID]++
 		case KindEpoch:
 			t.epoch = g.val.(int64)
 		}
@@ -138,7 +142,9 @@ func (t *Table) assemble(prev *Table, opts CompileOptions) {
 }
 
 // applyOverrides replaces targets and merges attrs of the routes named by
-// live overrides, oldest first, so the newest override wins.
+// live overrides, oldest first (by ModRevision), so the newest override
+// wins. An override of a route that does not exist is not applied (it would
+// create a route nobody configured) and is listed in Skipped.
 func (t *Table) applyOverrides(ovs []overrideAt) {
 	sort.Slice(ovs, func(i, j int) bool {
 		if ovs[i].rev != ovs[j].rev {
@@ -148,11 +154,13 @@ func (t *Table) applyOverrides(ovs []overrideAt) {
 	})
 	for _, ov := range ovs {
 		base, ok := t.routes[ov.o.Route]
-		r := &Route{Affinity: AffinitySticky}
-		if ok {
-			cp := *base
-			r = &cp
+		if !ok {
+			t.skipped = append(t.skipped, Skipped{Key: OverrideKey(ov.id),
+				Error: fmt.Sprintf("%s: route: route %s does not exist; the override is not applied", OverrideKey(ov.id), ov.o.Route)})
+			continue
 		}
+		cp := *base
+		r := &cp
 		if len(ov.o.Targets) > 0 {
 			r.Targets = ov.o.Targets
 		}

@@ -106,7 +106,6 @@ func LoadTableJSON(b []byte) (*Table, time.Time, error) {
 		epoch:     in.Epoch,
 		stale:     true,
 		grace:     DefaultHealthGrace,
-		start:     writtenAt,
 		builtAt:   writtenAt,
 		policy:    in.Policy.Residency,
 		pools:     map[string]*PoolState{},
@@ -119,11 +118,22 @@ func LoadTableJSON(b []byte) (*Table, time.Time, error) {
 	if errs := t.policy.normalize(); len(errs) > 0 {
 		return nil, time.Time{}, fmt.Errorf("decode table: policy: %w", errs)
 	}
-	for id, p := range in.Pools {
+	for _, id := range sortedKeys(in.Pools) {
+		p := in.Pools[id]
+		if !ValidPoolID(id) {
+			return nil, time.Time{}, fmt.Errorf("decode table: invalid pool id %q", id)
+		}
+		if errs := p.Pool.normalize(); len(errs) > 0 {
+			return nil, time.Time{}, fmt.Errorf("decode table: %w", errs.prefixed(PoolKey(id)))
+		}
 		healthy := p.Healthy
 		t.pools[id] = &PoolState{Pool: p.Pool, fixedHealthy: &healthy}
 	}
-	for name, r := range in.Routes {
+	for _, name := range sortedKeys(in.Routes) {
+		r := in.Routes[name]
+		if !ValidRouteName(name) {
+			return nil, time.Time{}, fmt.Errorf("decode table: invalid route name %q", name)
+		}
 		if r == nil {
 			return nil, time.Time{}, fmt.Errorf("decode table: route %s is null", name)
 		}
@@ -132,9 +142,12 @@ func LoadTableJSON(b []byte) (*Table, time.Time, error) {
 		}
 		t.routes[name] = r
 	}
-	for id, o := range in.Overrides {
-		if o != nil {
+	for _, id := range sortedKeys(in.Overrides) {
+		if o := in.Overrides[id]; o != nil {
 			t.overrides[id] = o
+			if _, ok := t.routes[o.Route]; ok {
+				t.applied[o.Route] = append(t.applied[o.Route], id)
+			}
 		}
 	}
 	t.build(writtenAt)
