@@ -1,0 +1,224 @@
+package snapfile
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/regiond/regiond/routing"
+)
+
+func TestWriteFileAtomicReplace(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sub", "table.json")
+	for _, content := range []string{"first", "second, longer"} {
+		if err := WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		got, err := ReadFile(path)
+		if err != nil || string(got) != content {
+			t.Fatalf("ReadFile = %q, %v; want %q", got, err, content)
+		}
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o644 {
+		t.Fatalf("mode = %v, want 0644", fi.Mode().Perm())
+	}
+	ents, _ := os.ReadDir(filepath.Dir(path))
+	if len(ents) != 1 {
+		t.Fatalf("directory holds %d entries, want only the file (no temp files left)", len(ents))
+	}
+}
+
+func TestSymlinkRefused(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "elsewhere")
+	if err := os.WriteFile(target, []byte("precious"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "table.json")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFile(link, []byte("x"), 0o644); !errors.Is(err, ErrSymlink) {
+		t.Fatalf("WriteFile through a symlink: err = %v, want ErrSymlink", err)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "precious" {
+		t.Fatalf("symlink target changed to %q", b)
+	}
+	if _, err := ReadFile(link); !errors.Is(err, ErrSymlink) {
+		t.Fatalf("ReadFile through a symlink: err = %v, want ErrSymlink", err)
+	}
+}
+
+// source is an in-memory table source that swaps tables like the mirror.
+type source struct {
+	mu sync.Mutex
+	t  *routing.Table
+	ch chan struct{}
+}
+
+func newSource() *source { return &source{ch: make(chan struct{})} }
+
+func (s *source) Table() *routing.Table {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.t
+}
+
+func (s *source) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ch
+}
+
+func (s *source) set(t *routing.Table) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.t = t
+	close(s.ch)
+	s.ch = make(chan struct{})
+}
+
+func table(rev int64, weight int) *routing.Table {
+	kvs := []routing.KV{
+		{Key: "pools/a", Value: []byte(`{"host":"a.example.net","residency":"eu"}`)},
+		{Key: "pools/b", Value: []byte(`{"host":"b.example.net","residency":"eu"}`)},
+		{Key: "routes/_default", Value: []byte(`{"targets":[{"pool":"a","weight":` + itoa(weight) + `},{"pool":"b","weight":` + itoa(100-weight) + `}]}`)},
+	}
+	return routing.Compile(rev, kvs, nil, routing.CompileOptions{})
+}
+
+func itoa(i int) string { return string(rune('0'+i/100)) + string(rune('0'+i/10%10)) + string(rune('0'+i%10)) }
+
+func readRevision(t *testing.T, path string) int64 {
+	t.Helper()
+	b, err := ReadFile(path)
+	if err != nil {
+		return -1
+	}
+	tb, _, err := routing.LoadTableJSON(b)
+	if err != nil {
+		t.Fatalf("snapshot does not load: %v", err)
+	}
+	return tb.Revision()
+}
+
+func waitRevision(t *testing.T, path string, rev int64) {
+	t.Helper()
+	for i := 0; i < 500; i++ {
+		if readRevision(t, path) == rev {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("snapshot never reached revision %d (at %d)", rev, readRevision(t, path))
+}
+
+func TestWriterCoalescesBurstsAndShowsTheLast(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "table.json")
+	src := newSource()
+	reg := prometheus.NewRegistry()
+	w := NewWriter(WriterConfig{Path: path, Source: src, Registerer: reg})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	src.set(table(1, 50))
+	waitRevision(t, path, 1)
+	// A burst of 2,000 swaps, one every ~200µs.
+	tables := make([]*routing.Table, 0, 2000)
+	for i := 2; i <= 2001; i++ {
+		tables = append(tables, table(int64(i), i%101))
+	}
+	// The writer may write once per MaxDelay during the burst, and after
+	// every pause longer than Quiet: count the pauses the producer itself
+	// took (the race detector and a busy machine make some).
+	began, prev, pauses := time.Now(), time.Now(), 0
+	for _, tb := range tables {
+		src.set(tb)
+		time.Sleep(200 * time.Microsecond)
+		if now := time.Now(); now.Sub(prev) > 4*time.Millisecond {
+			pauses++
+			prev = now
+		} else {
+			prev = now
+		}
+	}
+	burst := time.Since(began)
+	waitRevision(t, path, 2001)
+	writes := testutil.ToFloat64(w.writes)
+	bound := 5 + float64(burst/(200*time.Millisecond)) + float64(pauses)
+	t.Logf("burst %v, producer pauses %d, writes %v (bound %v)", burst, pauses, writes, bound)
+	if writes > bound || writes > 1000 {
+		t.Fatalf("burst of 2,000 changes caused %v writes, want coalescing (<= %v)", writes, bound)
+	}
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
+		t.Fatalf("metric lint: %v %v", problems, err)
+	}
+}
+
+func TestWriterSkipsUnchangedContent(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "table.json")
+	src := newSource()
+	w := NewWriter(WriterConfig{Path: path, Source: src})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	src.set(table(5, 30))
+	waitRevision(t, path, 5)
+	time.Sleep(20 * time.Millisecond)
+	src.set(table(5, 30)) // a new table with identical content
+	for i := 0; i < 100 && testutil.ToFloat64(w.skips) == 0; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := testutil.ToFloat64(w.skips); got != 1 {
+		t.Fatalf("unchanged skips = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(w.writes); got != 1 {
+		t.Fatalf("writes = %v, want 1", got)
+	}
+}
+
+func TestWriterRefreshesWrittenAt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "table.json")
+	src := newSource()
+	w := NewWriter(WriterConfig{Path: path, Source: src, Refresh: 50 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	src.set(table(7, 30))
+	waitRevision(t, path, 7)
+	b, _ := ReadFile(path)
+	_, first, _ := routing.LoadTableJSON(b)
+	for i := 0; i < 200; i++ {
+		time.Sleep(10 * time.Millisecond)
+		b, _ = ReadFile(path)
+		if _, at, err := routing.LoadTableJSON(b); err == nil && at.After(first) {
+			return
+		}
+	}
+	t.Fatal("written_at never refreshed without a change")
+}
+
+func TestSameButWrittenAt(t *testing.T) {
+	a := []byte(`{"revision":1,"written_at":"2026-01-01T00:00:00Z","x":1}`)
+	b := []byte(`{"revision":1,"written_at":"2026-01-01T00:00:05.123Z","x":1}`)
+	c := []byte(`{"revision":2,"written_at":"2026-01-01T00:00:00Z","x":1}`)
+	if !sameButWrittenAt(a, b) || sameButWrittenAt(a, c) || sameButWrittenAt(a, nil) {
+		t.Fatal("sameButWrittenAt compares wrongly")
+	}
+}

@@ -1,0 +1,181 @@
+package snapfile
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/regiond/regiond/routing"
+)
+
+// Source is what the writer snapshots: the mirror.
+type Source interface {
+	// Table returns the current table, or nil.
+	Table() *routing.Table
+	// Changed returns a channel closed at the next table swap.
+	Changed() <-chan struct{}
+}
+
+// WriterConfig configures a Writer. Path and Source are required.
+type WriterConfig struct {
+	Path   string
+	Source Source
+	// MinInterval: a change at least this long after the previous change
+	// is written at once; closer changes form a burst. Default 10ms.
+	MinInterval time.Duration
+	// Quiet: during a burst, write once no change came for this long.
+	// Default 5ms.
+	Quiet time.Duration
+	// MaxDelay: during a burst, never hold a change back longer than this.
+	// Default 200ms.
+	MaxDelay time.Duration
+	// Refresh: rewrite at least this often, so written_at is a dead-man's
+	// switch. Default 60s.
+	Refresh    time.Duration
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// Writer keeps the snapshot file equal to the source's table, coalescing
+// bursts of changes.
+type Writer struct {
+	cfg WriterConfig
+	log *slog.Logger
+
+	writes, skips, errors prometheus.Counter
+	lastWriteTS           prometheus.Gauge
+
+	lastTable    *routing.Table // last table written (or skipped as unchanged)
+	seen         *routing.Table // last table observed
+	inBurst      bool           // the pending change came right after another
+	lastBytes    []byte
+	lastWrite    time.Time
+	lastChange   time.Time
+	firstPending time.Time
+}
+
+// NewWriter returns a writer; call Run to start it.
+func NewWriter(cfg WriterConfig) *Writer {
+	if cfg.MinInterval <= 0 {
+		cfg.MinInterval = 10 * time.Millisecond
+	}
+	if cfg.Quiet <= 0 {
+		cfg.Quiet = 5 * time.Millisecond
+	}
+	if cfg.MaxDelay <= 0 {
+		cfg.MaxDelay = 200 * time.Millisecond
+	}
+	if cfg.Refresh <= 0 {
+		cfg.Refresh = 60 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	w := &Writer{cfg: cfg, log: cfg.Logger.With("component", "snapshot", "path", cfg.Path)}
+	opts := func(name, help string) prometheus.CounterOpts {
+		return prometheus.CounterOpts{Namespace: "regiond", Subsystem: "snapshot", Name: name, Help: help}
+	}
+	w.writes = prometheus.NewCounter(opts("writes_total", "Snapshot file rewrites."))
+	w.skips = prometheus.NewCounter(opts("unchanged_total", "Snapshot writes skipped because the content was unchanged."))
+	w.errors = prometheus.NewCounter(opts("errors_total", "Snapshot writes that failed."))
+	w.lastWriteTS = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "regiond", Subsystem: "snapshot",
+		Name: "last_write_timestamp_seconds", Help: "Unix time of the last snapshot write."})
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(w.writes, w.skips, w.errors, w.lastWriteTS)
+	}
+	return w
+}
+
+// Run writes the file until ctx is done.
+func (w *Writer) Run(ctx context.Context) error {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		ch := w.cfg.Source.Changed()
+		now := time.Now()
+		t := w.cfg.Source.Table()
+		if t != w.seen {
+			// A change right after another one starts (or extends) a burst.
+			w.inBurst = now.Sub(w.lastChange) < w.cfg.MinInterval || (w.inBurst && !w.firstPending.IsZero())
+			w.seen, w.lastChange = t, now
+			if w.firstPending.IsZero() {
+				w.firstPending = now
+			}
+		}
+		wait := w.cfg.Refresh - now.Sub(w.lastWrite)
+		if t != nil && (t != w.lastTable || wait <= 0) {
+			due := w.due(now)
+			if wait <= 0 || !due.After(now) {
+				w.write(t, now)
+				continue
+			}
+			wait = min(wait, due.Sub(now))
+		}
+		timer.Reset(max(wait, 0))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ch:
+		case <-timer.C:
+		}
+	}
+}
+
+// due returns when a pending change should be written: at once when it
+// came after a quiet spell, otherwise when the burst pauses for Quiet or
+// MaxDelay has passed since the first unwritten change.
+func (w *Writer) due(now time.Time) time.Time {
+	if !w.inBurst {
+		return now
+	}
+	return minTime(w.lastChange.Add(w.cfg.Quiet), w.firstPending.Add(w.cfg.MaxDelay))
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// write renders t and replaces the file, unless only written_at would
+// change and the refresh is not due.
+func (w *Writer) write(t *routing.Table, now time.Time) {
+	w.lastTable, w.firstPending = t, time.Time{}
+	b, err := t.JSON(now)
+	if err != nil {
+		w.errors.Inc()
+		w.log.Error("render snapshot", "err", err)
+		return
+	}
+	if now.Sub(w.lastWrite) < w.cfg.Refresh && sameButWrittenAt(b, w.lastBytes) {
+		w.skips.Inc()
+		return
+	}
+	if err := WriteFile(w.cfg.Path, b, 0o644); err != nil {
+		w.errors.Inc()
+		w.log.Error("write snapshot; readers keep the previous file", "err", err)
+		w.lastWrite = now // retry at the next change or refresh, not in a hot loop
+		return
+	}
+	w.lastBytes, w.lastWrite = b, time.Now()
+	w.writes.Inc()
+	w.lastWriteTS.Set(float64(now.UnixNano()) / 1e9)
+}
+
+var writtenAtField = []byte(`"written_at":"`)
+
+// sameButWrittenAt reports whether two table JSONs differ only in
+// written_at.
+func sameButWrittenAt(a, b []byte) bool {
+	ia, ib := bytes.Index(a, writtenAtField), bytes.Index(b, writtenAtField)
+	if ia < 0 || ib < 0 || ia != ib {
+		return bytes.Equal(a, b)
+	}
+	ea := ia + len(writtenAtField) + bytes.IndexByte(a[ia+len(writtenAtField):], '"')
+	eb := ib + len(writtenAtField) + bytes.IndexByte(b[ib+len(writtenAtField):], '"')
+	return bytes.Equal(a[:ia], b[:ib]) && bytes.Equal(a[ea:], b[eb:])
+}
