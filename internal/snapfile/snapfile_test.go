@@ -99,7 +99,9 @@ func table(rev int64, weight int) *routing.Table {
 	return routing.Compile(rev, kvs, nil, routing.CompileOptions{})
 }
 
-func itoa(i int) string { return string(rune('0'+i/100)) + string(rune('0'+i/10%10)) + string(rune('0'+i%10)) }
+func itoa(i int) string {
+	return string(rune('0'+i/100)) + string(rune('0'+i/10%10)) + string(rune('0'+i%10))
+}
 
 func readRevision(t *testing.T, path string) int64 {
 	t.Helper()
