@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 
 	"github.com/regiond/regiond/internal/store"
 	"github.com/regiond/regiond/routing"
@@ -43,10 +45,10 @@ func filePlan(file *routing.Config, prune bool) buildFunc {
 // result is exactly the file.
 func mergeConfig(cur, file *routing.Config, prune bool) *routing.Config {
 	if prune {
-		return file.Clone()
+		return cloneConfig(file)
 	}
-	cfg := cur.Clone()
-	f := file.Clone()
+	cfg := cloneConfig(cur)
+	f := cloneConfig(file)
 	if f.Policy.Residency != nil {
 		cfg.Policy.Residency = f.Policy.Residency
 	}
@@ -57,4 +59,33 @@ func mergeConfig(cur, file *routing.Config, prune bool) *routing.Config {
 		cfg.Routes[name] = r
 	}
 	return cfg
+}
+
+// cloneConfig returns a deep copy of cfg, safe to change; it is
+// routing.Config.Clone without the JSON round trip (writes under
+// contention build a proposal on every attempt).
+func cloneConfig(cfg *routing.Config) *routing.Config {
+	out := &routing.Config{
+		Pools:  make(map[string]routing.Pool, len(cfg.Pools)),
+		Routes: make(map[string]routing.Route, len(cfg.Routes)),
+	}
+	if r := cfg.Policy.Residency; r != nil {
+		cp := *r
+		cp.Classes = make(map[string][]string, len(r.Classes))
+		for c, ccs := range r.Classes {
+			cp.Classes[c] = slices.Clone(ccs)
+		}
+		cp.Extra = maps.Clone(r.Extra)
+		out.Policy.Residency = &cp
+	}
+	for id, p := range cfg.Pools {
+		p.Attrs, p.Extra = maps.Clone(p.Attrs), maps.Clone(p.Extra)
+		out.Pools[id] = p
+	}
+	for name, r := range cfg.Routes {
+		r.Targets, r.Fallback = slices.Clone(r.Targets), slices.Clone(r.Fallback)
+		r.Attrs, r.Extra = maps.Clone(r.Attrs), maps.Clone(r.Extra)
+		out.Routes[name] = r
+	}
+	return out
 }

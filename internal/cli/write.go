@@ -49,6 +49,10 @@ type writeResult struct {
 	Notes     []string         `json:"notes,omitempty"`
 }
 
+// afterReadHook is a context key for tests: a func() run after each read
+// of a write, before its Txn (to provoke a conflict deterministically).
+type afterReadHook struct{}
+
 // buildFunc builds the proposed change from the current state.
 type buildFunc func(ctx context.Context, cur *store.State) (*store.Plan, error)
 
@@ -64,6 +68,9 @@ func (a *app) runWrite(ctx context.Context, w writeOpts, build buildFunc) error 
 		Command: a.command(), Reason: w.reason, User: a.userName(), Host: host,
 		DryRun: w.dryRun, Retry: w.retry,
 		Build: func(ctx context.Context, cur *store.State) (*store.Plan, error) {
+			if hook, ok := ctx.Value(afterReadHook{}).(func()); ok {
+				hook()
+			}
 			p, err := build(ctx, cur)
 			if p != nil {
 				p.Force = p.Force || w.force
@@ -125,7 +132,7 @@ func printWriteTable(w io.Writer, r writeResult) {
 // config, let change modify it, propose the result.
 func configPlan(change func(cfg *routing.Config) error) buildFunc {
 	return func(_ context.Context, cur *store.State) (*store.Plan, error) {
-		cfg := cur.Config.Clone()
+		cfg := cloneConfig(cur.Config)
 		if err := change(cfg); err != nil {
 			return nil, err
 		}

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -89,4 +91,40 @@ func describeCountries(ccs []string) string {
 		return fmt.Sprintf("%d countries (%s and %d more)", len(ccs), strings.Join(ccs[:10], ", "), len(ccs)-10)
 	}
 	return fmt.Sprintf("%d countries (%s)", len(ccs), strings.Join(ccs, ", "))
+}
+
+// mayLoseCandidates reports whether some write could make a pool
+// ineligible: anything but a change of attrs alone.
+func mayLoseCandidates(ops []op) bool {
+	for _, o := range ops {
+		if o.before == nil || o.after == nil {
+			return true
+		}
+		k, err := routing.ParseKey(o.rel)
+		if err != nil || (k.Kind != routing.KindPool && k.Kind != routing.KindRoute) {
+			return true
+		}
+		b, errB := withoutAttrs(o.rel, o.before)
+		a, errA := withoutAttrs(o.rel, o.after)
+		if errB != nil || errA != nil || !bytes.Equal(a, b) {
+			return true
+		}
+	}
+	return false
+}
+
+// withoutAttrs returns the canonical encoding of a pool or route without
+// its attrs.
+func withoutAttrs(rel string, raw []byte) ([]byte, error) {
+	v, err := routing.DecodeValue(rel, raw)
+	if err != nil {
+		return nil, err
+	}
+	switch x := v.(type) {
+	case *routing.Pool:
+		x.Attrs = nil
+	case *routing.Route:
+		x.Attrs = nil
+	}
+	return json.Marshal(v)
 }

@@ -59,13 +59,6 @@ func (s *Store) prepare(st *State, p *Plan) ([]op, error) {
 		errs = append(errs, routing.Validate(next)...)
 	}
 	errs = append(errs, checkOverrides(st, next, p)...)
-	if len(errs) == 0 && !p.Force {
-		errs = append(errs, checkLostCountries(st, next, p)...)
-	}
-	if len(errs) > 0 {
-		errs.Sort()
-		return nil, &RefusedError{Errs: errs}
-	}
 	ops, err := configOps(st, next, p.Config != nil, p.Prune)
 	if err != nil {
 		return nil, err
@@ -75,6 +68,13 @@ func (s *Store) prepare(st *State, p *Plan) ([]op, error) {
 		return nil, err
 	}
 	ops = append(ops, ovOps...)
+	if len(errs) == 0 && !p.Force && mayLoseCandidates(ops) {
+		errs = append(errs, checkLostCountries(st, next, p)...)
+	}
+	if len(errs) > 0 {
+		errs.Sort()
+		return nil, &RefusedError{Errs: errs}
+	}
 	sort.Slice(ops, func(i, j int) bool { return ops[i].rel < ops[j].rel })
 	return ops, nil
 }
