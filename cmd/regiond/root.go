@@ -1,0 +1,136 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+
+	"github.com/regiond/regiond/internal/agent"
+)
+
+// usageError marks errors in how regiond was invoked (exit 2).
+type usageError struct{ error }
+
+func exitCode(err error) int {
+	var u usageError
+	if errors.As(err, &u) {
+		return 2
+	}
+	return 1
+}
+
+// agentFlags are the flags of the agent, shared by `regiond` and `regiond dev`.
+type agentFlags struct {
+	cfg                  agent.Config
+	cacert, cert, keyPEM string
+	logLevel, logFormat  string
+}
+
+func (f *agentFlags) register(fs *pflag.FlagSet, dev bool) {
+	d := agent.DefaultConfig()
+	f.cfg = d
+	if !dev {
+		fs.StringSliceVar(&f.cfg.Endpoints, "endpoints", d.Endpoints, "etcd client URLs, comma-separated")
+		fs.StringVar(&f.cacert, "cacert", "", "CA bundle (PEM) to verify etcd's certificate; enables TLS")
+		fs.StringVar(&f.cert, "cert", "", "client certificate (PEM) for etcd")
+		fs.StringVar(&f.keyPEM, "key", "", "client key (PEM) for etcd")
+		fs.StringVar(&f.cfg.Username, "user", "", "etcd user (password from $REGIOND_PASSWORD)")
+		fs.DurationVar(&f.cfg.DialTimeout, "dial-timeout", d.DialTimeout, "first-connection timeout to etcd")
+		fs.StringVar(&f.cfg.Socket, "socket", d.Socket, "unix socket of the API (mode 0660; \"\" disables)")
+		fs.StringVar(&f.cfg.Listen, "listen", "", "also serve the API on this loopback TCP address, e.g. 127.0.0.1:7420")
+		fs.StringVar(&f.cfg.Snapshot, "snapshot", d.Snapshot, "snapshot file for front doors in other languages (\"\" disables)")
+	}
+	fs.StringVar(&f.cfg.Prefix, "prefix", d.Prefix, "root prefix of regiond's keys in etcd")
+	fs.StringVar(&f.cfg.Node, "node", d.Node, "this node's name in <prefix>/agents/")
+	fs.DurationVar(&f.cfg.HealthGrace, "health-grace", d.HealthGrace, "a pool with health_check turns unhealthy this long after its last health key is gone")
+	fs.DurationVar(&f.cfg.MaxStale, "max-stale", d.MaxStale, "/readyz fails once the table has not been confirmed against etcd for this long")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+}
+
+// finish turns the flags into an agent config.
+func (f *agentFlags) finish() (agent.Config, error) {
+	cfg := f.cfg
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return cfg, usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", f.logLevel)}
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch f.logFormat {
+	case "text":
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, opts))
+	case "json":
+		cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	default:
+		return cfg, usageError{fmt.Errorf("--log-format %q: want text or json", f.logFormat)}
+	}
+	cfg.Password = os.Getenv("REGIOND_PASSWORD")
+	if f.cacert != "" || f.cert != "" || f.keyPEM != "" {
+		info := transport.TLSInfo{TrustedCAFile: f.cacert, CertFile: f.cert, KeyFile: f.keyPEM}
+		tc, err := info.ClientConfig()
+		if err != nil {
+			return cfg, usageError{fmt.Errorf("TLS flags: %w", err)}
+		}
+		cfg.TLS = tc
+	}
+	for i, e := range cfg.Endpoints {
+		if !strings.Contains(e, "://") {
+			cfg.Endpoints[i] = "http://" + e
+			if cfg.TLS != nil {
+				cfg.Endpoints[i] = "https://" + e
+			}
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, usageError{err}
+	}
+	return cfg, nil
+}
+
+func newRootCommand() *cobra.Command {
+	var f agentFlags
+	cmd := &cobra.Command{
+		Use:   "regiond",
+		Short: "Per-node agent: mirrors routing policy from etcd and serves decisions locally",
+		Long: `regiond mirrors <prefix>/routing/ from etcd with one watch into an in-memory
+table and answers routing decisions locally:
+
+  GET /v1/resolve?country=PL&key=abc   (or header CF-IPCountry; &explain=1)
+  GET /v1/table  /v1/status  /healthz  /readyz  /metrics
+
+on a unix socket (--socket) and optionally loopback TCP (--listen), and keeps an
+atomic snapshot file (--snapshot) for front doors in other languages. When etcd
+is unreachable it keeps serving the last good table (and, after a restart, the
+snapshot file, marked stale).`,
+		Example: `  regiond --endpoints=https://etcd-1:2379,https://etcd-2:2379,https://etcd-3:2379 \
+    --cacert=/etc/regiond/ca.pem --cert=/etc/regiond/node.pem --key=/etc/regiond/node-key.pem
+
+  # everything on one machine, with an embedded etcd:
+  regiond dev`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := f.finish()
+			if err != nil {
+				return err
+			}
+			a, err := agent.New(cfg)
+			if err != nil {
+				return err
+			}
+			return a.Run(cmd.Context())
+		},
+	}
+	f.register(cmd.Flags(), false)
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	cmd.AddCommand(newDevCommand())
+	return cmd
+}
+

@@ -1,0 +1,105 @@
+// Package agent wires the node agent: the etcd mirror, the HTTP API on a
+// unix socket and loopback TCP, the snapshot file and the fleet status key.
+package agent
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/regiond/regiond/internal/api"
+	"github.com/regiond/regiond/internal/keyspace"
+)
+
+// Config is the agent's configuration. Start from DefaultConfig.
+type Config struct {
+	// Endpoints are the etcd client URLs.
+	Endpoints []string
+	// TLS is used to dial etcd when non-nil.
+	TLS *tls.Config
+	// Username and Password authenticate to etcd when Username is set.
+	Username, Password string
+	// DialTimeout bounds the first connection attempt.
+	DialTimeout time.Duration
+	// Prefix is the root prefix ("/regiond/v1").
+	Prefix string
+	// Node names this agent in <root>/agents/<node>.
+	Node string
+	// Socket is the unix socket of the API ("" disables it).
+	Socket string
+	// Listen is an optional loopback TCP address of the API.
+	Listen string
+	// Snapshot is the snapshot file path ("" disables it).
+	Snapshot string
+	// HealthGrace is the health grace window.
+	HealthGrace time.Duration
+	// MaxStale: /readyz fails once the table is older than this.
+	MaxStale time.Duration
+	// StatusTTL is the TTL of the lease behind the agent status key.
+	StatusTTL time.Duration
+	// Version is reported in the agent status key.
+	Version string
+	// Logger receives the agent's logs.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns production defaults.
+func DefaultConfig() Config {
+	host, _ := os.Hostname()
+	return Config{
+		Endpoints:   []string{"http://127.0.0.1:2379"},
+		DialTimeout: 5 * time.Second,
+		Prefix:      keyspace.DefaultRoot,
+		Node:        host,
+		Socket:      "/run/regiond/regiond.sock",
+		Snapshot:    "/dev/shm/regiond/table.json",
+		HealthGrace: 5 * time.Second,
+		MaxStale:    15 * time.Minute,
+		StatusTTL:   10 * time.Second,
+		Version:     "dev",
+	}
+}
+
+// Validate checks the configuration and names the bad field.
+func (c Config) Validate() error {
+	var errs []error
+	if len(c.Endpoints) == 0 {
+		errs = append(errs, errors.New("--endpoints: at least one etcd endpoint is required"))
+	}
+	if _, err := keyspace.New(c.Prefix); err != nil {
+		errs = append(errs, fmt.Errorf("--prefix: %w", err))
+	}
+	if c.Node == "" || strings.ContainsAny(c.Node, "/ \t\n") {
+		errs = append(errs, fmt.Errorf("--node: %q must be a non-empty name without '/' or spaces", c.Node))
+	}
+	if c.Socket == "" && c.Listen == "" {
+		errs = append(errs, errors.New("--socket and --listen are both empty: the API would be unreachable"))
+	}
+	if c.Listen != "" {
+		host, _, err := net.SplitHostPort(c.Listen)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--listen %q: %w", c.Listen, err))
+		} else if !api.IsLoopbackHost(host) {
+			errs = append(errs, fmt.Errorf("--listen %q: must be a loopback address (127.0.0.1, ::1 or localhost)", c.Listen))
+		}
+	}
+	if c.Snapshot != "" && !filepath.IsAbs(c.Snapshot) {
+		errs = append(errs, fmt.Errorf("--snapshot %q: must be an absolute path", c.Snapshot))
+	}
+	for name, d := range map[string]time.Duration{"--health-grace": c.HealthGrace, "--max-stale": c.MaxStale,
+		"--dial-timeout": c.DialTimeout} {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s: must be positive, got %v", name, d))
+		}
+	}
+	if c.StatusTTL < 2*time.Second {
+		errs = append(errs, fmt.Errorf("status TTL: must be at least 2s, got %v", c.StatusTTL))
+	}
+	return errors.Join(errs...)
+}

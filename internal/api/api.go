@@ -1,0 +1,234 @@
+// Package api serves the agent's HTTP API (DESIGN §5): resolve, table,
+// status, healthz, readyz and metrics, answered from memory.
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/regiond/regiond/routing"
+	"github.com/regiond/regiond/watch"
+)
+
+// Source is what the API answers from: the mirror.
+type Source interface {
+	Table() *routing.Table
+	Status() watch.Status
+}
+
+// Config configures the API.
+type Config struct {
+	// Node is the node name reported by /v1/status.
+	Node string
+	// MaxStale: /readyz fails once the table is older than this. Default 15m.
+	MaxStale time.Duration
+	// Registerer receives the API's metrics; Gatherer is served on
+	// /metrics. Either may be nil.
+	Registerer prometheus.Registerer
+	Gatherer   prometheus.Gatherer
+	Logger     *slog.Logger
+}
+
+// Server is the API's http.Handler factory.
+type Server struct {
+	cfg      Config
+	src      Source
+	log      *slog.Logger
+	resolves *prometheus.CounterVec
+	degraded *prometheus.CounterVec
+	mux      *http.ServeMux
+}
+
+// New returns the API over src.
+func New(cfg Config, src Source) *Server {
+	if cfg.MaxStale <= 0 {
+		cfg.MaxStale = 15 * time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{cfg: cfg, src: src, log: cfg.Logger.With("component", "api")}
+	s.resolves = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "regiond", Subsystem: "api",
+		Name: "resolves_total", Help: "Resolve requests by outcome (ok, degraded, no_route, no_table)."}, []string{"outcome"})
+	s.degraded = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "regiond", Subsystem: "api",
+		Name: "resolve_reasons_total", Help: "Reasons reported by resolve requests, by reason code."}, []string{"reason"})
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(s.resolves, s.degraded)
+	}
+	s.mux = http.NewServeMux()
+	s.mux.HandleFunc("/v1/resolve", s.handleResolve)
+	s.mux.HandleFunc("/v1/table", s.handleTable)
+	s.mux.HandleFunc("/v1/status", s.handleStatus)
+	s.mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { writeText(w, http.StatusOK, "ok\n") })
+	s.mux.HandleFunc("/readyz", s.handleReady)
+	if cfg.Gatherer != nil {
+		s.mux.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	}
+	return s
+}
+
+// Handler returns the API handler. With loopbackOnly, requests whose Host
+// is not a loopback name are refused (DNS rebinding).
+func (s *Server) Handler(loopbackOnly bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: "method " + r.Method + " not allowed; the API is read-only (GET)"})
+			return
+		}
+		if loopbackOnly && !IsLoopbackHost(r.Host) {
+			writeJSON(w, http.StatusForbidden, errorBody{Error: "host " + r.Host + " is not a loopback name; use 127.0.0.1 or localhost"})
+			return
+		}
+		s.mux.ServeHTTP(w, r)
+	})
+}
+
+// IsLoopbackHost reports whether an HTTP Host header names the loopback
+// interface: localhost, 127.0.0.0/8 or ::1, with an optional port.
+func IsLoopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") || strings.EqualFold(host, "localhost.") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+type errorBody struct {
+	Error   string   `json:"error"`
+	Country string   `json:"country,omitempty"`
+	Reasons []string `json:"reasons,omitempty"`
+}
+
+func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request) {
+	t := s.src.Table()
+	if t == nil {
+		s.resolves.WithLabelValues("no_table").Inc()
+		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "no routing table loaded yet"})
+		return
+	}
+	q := r.URL.Query()
+	country := q.Get("country")
+	if !q.Has("country") {
+		country = r.Header.Get("CF-IPCountry")
+	}
+	key, now := q.Get("key"), time.Now()
+	if q.Get("explain") == "1" || q.Get("explain") == "true" {
+		ex := t.Explain(country, key, now)
+		status := http.StatusOK
+		if ex.NoRoute {
+			status = http.StatusServiceUnavailable
+		}
+		writeJSON(w, status, ex)
+		return
+	}
+	d, err := t.Resolve(country, key, now)
+	for _, reason := range d.Degraded {
+		code, _, _ := strings.Cut(reason, ":")
+		s.degraded.WithLabelValues(code).Inc()
+	}
+	if errors.Is(err, routing.ErrNoRoute) {
+		s.resolves.WithLabelValues("no_route").Inc()
+		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "no eligible pool", Country: d.Country, Reasons: d.Degraded})
+		return
+	}
+	outcome := "ok"
+	if len(d.Degraded) > 0 {
+		outcome = "degraded"
+	}
+	s.resolves.WithLabelValues(outcome).Inc()
+	writeJSON(w, http.StatusOK, d)
+}
+
+func (s *Server) handleTable(w http.ResponseWriter, _ *http.Request) {
+	t := s.src.Table()
+	if t == nil {
+		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "no routing table loaded yet"})
+		return
+	}
+	b, err := t.JSON(time.Now())
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, errorBody{Error: "render table: " + err.Error()})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	w.Write(b)
+}
+
+// Status is the body of /v1/status.
+type Status struct {
+	Node         string            `json:"node"`
+	Revision     int64             `json:"revision"`
+	Epoch        int64             `json:"epoch"`
+	Connected    bool              `json:"connected"`
+	SyncedAt     string            `json:"synced_at"`
+	StaleSeconds float64           `json:"stale_seconds"`
+	Stale        bool              `json:"stale"`
+	Skipped      []routing.Skipped `json:"skipped"`
+}
+
+// status computes the agent's status now.
+func (s *Server) status(now time.Time) (Status, bool) {
+	st := s.src.Status()
+	t := s.src.Table()
+	out := Status{Node: s.cfg.Node, Revision: st.Revision, Epoch: st.Epoch, Connected: st.Connected,
+		Skipped: []routing.Skipped{}, StaleSeconds: -1}
+	if !st.SyncedAt.IsZero() {
+		out.SyncedAt = st.SyncedAt.UTC().Format(time.RFC3339Nano)
+		out.StaleSeconds = now.Sub(st.SyncedAt).Seconds()
+	}
+	if t != nil {
+		out.Stale = t.Stale()
+		if sk := t.Skipped(); sk != nil {
+			out.Skipped = sk
+		}
+	}
+	ready := t != nil && !st.SyncedAt.IsZero() && now.Sub(st.SyncedAt) <= s.cfg.MaxStale
+	return out, ready
+}
+
+func (s *Server) handleStatus(w http.ResponseWriter, _ *http.Request) {
+	st, _ := s.status(time.Now())
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
+	st, ready := s.status(time.Now())
+	switch {
+	case ready:
+		writeText(w, http.StatusOK, "ok\n")
+	case s.src.Table() == nil:
+		writeText(w, http.StatusServiceUnavailable, "not ready: no routing table loaded yet\n")
+	default:
+		writeText(w, http.StatusServiceUnavailable, "not ready: table last confirmed "+st.SyncedAt+", older than --max-stale "+s.cfg.MaxStale.String()+"\n")
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":"encode response"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+func writeText(w http.ResponseWriter, status int, s string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(status)
+	w.Write([]byte(s))
+}
