@@ -133,4 +133,3 @@ snapshot file, marked stale).`,
 	cmd.AddCommand(newDevCommand())
 	return cmd
 }
-
