@@ -70,7 +70,7 @@ func (e *tenv) writer(id, n int, useRetry bool, conflicts, _ *atomic.Int64) erro
 				return fmt.Errorf("writer %d update %d: %s", id, i, r)
 			}
 			conflicts.Add(1)
-			time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond) // an operator re-running
+			time.Sleep(time.Duration(5+rand.IntN(45)) * time.Millisecond) // an operator re-running
 		}
 	}
 	return nil

@@ -52,6 +52,11 @@ func runTests(m *testing.M) int {
 	}
 	defer cli.Close()
 	testServer, testClient = srv, cli
+	defer func() {
+		if binPath != "" {
+			os.RemoveAll(filepath.Dir(binPath))
+		}
+	}()
 	return m.Run()
 }
 
@@ -87,9 +92,17 @@ func (r result) String() string {
 
 // run runs regionctl in-process against the test etcd and prefix.
 func (e *tenv) run(args ...string) result {
-	full := append([]string{"--endpoints", strings.Join(testServer.Endpoints, ","), "--prefix", e.prefix}, args...)
+	return e.runCtx(context.Background(), args...)
+}
+
+// runCtx is run with a context (carrying test hooks).
+func (e *tenv) runCtx(ctx context.Context, args ...string) result {
+	// Generous timeouts: the tests share a machine that may be busy; the
+	// default timeouts are tested in TestExitUnreachable.
+	full := append([]string{"--endpoints", strings.Join(testServer.Endpoints, ","), "--prefix", e.prefix,
+		"--dial-timeout", "10s", "--command-timeout", "20s"}, args...)
 	var out, errb bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	code := run(ctx, full, &out, &errb, func(k string) string { return e.env[k] })
 	return result{code: code, stdout: out.String(), stderr: errb.String()}

@@ -1,0 +1,156 @@
+package cli
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/regiond/regiond/routing"
+)
+
+// TestExportApplyNoOp: applying what export printed changes nothing, with
+// or without --prune.
+func TestExportApplyNoOp(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	e.must(ExitOK, "route", "set", "PL", "--target", "eu-central=60", "--target", "eu-west=40", "--attr", "note=with spaces: and colons")
+	exported := e.must(ExitOK, "export").stdout
+	path := writeFile(t, "exported.yaml", exported)
+	rev, n := e.fingerprint()
+	for _, args := range [][]string{{"apply", "-f", path}, {"apply", "-f", path, "--prune"}, {"diff", "-f", path, "--prune"}} {
+		r := e.must(ExitOK, args...)
+		if !strings.Contains(r.stdout, "no changes") {
+			t.Fatalf("regionctl %s: want no changes, got %s", strings.Join(args, " "), r)
+		}
+	}
+	if rev2, n2 := e.fingerprint(); rev2 != rev || n2 != n || e.get(e.ks.Epoch()) != "2" {
+		t.Fatalf("no-op apply wrote: revision %d → %d, keys %d → %d, epoch %s", rev, rev2, n, n2, e.get(e.ks.Epoch()))
+	}
+	// The example file itself, applied again on top of its own export, is
+	// also a no-op once PL is put back.
+	e.must(ExitOK, "apply", "-f", exampleConfig)
+	if r := e.must(ExitOK, "apply", "-f", exampleConfig, "--prune"); !strings.Contains(r.stdout, "no changes") {
+		t.Fatalf("second apply of the example: %s", r)
+	}
+}
+
+// TestDryRun: --dry-run prints exactly the diff a real run then writes,
+// and writes nothing.
+func TestDryRun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	cfg := strings.Replace(e.must(ExitOK, "export").stdout, "status: active", "status: draining", 1)
+	path := writeFile(t, "changed.yaml", cfg)
+	rev, n := e.fingerprint()
+	dry := e.must(ExitOK, "apply", "-f", path, "--dry-run", "-o", "json")
+	if rev2, n2 := e.fingerprint(); rev2 != rev || n2 != n {
+		t.Fatalf("--dry-run wrote: revision %d → %d, keys %d → %d", rev, rev2, n, n2)
+	}
+	real := e.must(ExitOK, "apply", "-f", path, "-o", "json", "--reason", "drain apac-singapore")
+	var d, w writeResult
+	mustJSON(t, dry.stdout, &d)
+	mustJSON(t, real.stdout, &w)
+	if !d.DryRun || w.DryRun || d.Epoch != 2 || w.Epoch != 2 {
+		t.Fatalf("dry %+v real %+v", d, w)
+	}
+	if dj, wj := marshal(t, d.Changes), marshal(t, w.Changes); dj != wj || strings.Join(d.Diff, "\n") != strings.Join(w.Diff, "\n") {
+		t.Fatalf("dry run printed\n%s\n%s\nreal run wrote\n%s\n%s", d.Diff, dj, w.Diff, wj)
+	}
+	if len(w.Diff) != 1 || w.Diff[0] != "pool apac-singapore: status active→draining" {
+		t.Fatalf("diff = %q", w.Diff)
+	}
+	rec := e.audit(2)
+	if marshal(t, rec.Changes) != marshal(t, w.Changes) || rec.Reason != "drain apac-singapore" || !strings.HasPrefix(rec.Command, "apply -f ") {
+		t.Fatalf("audit record %+v does not match the write %+v", rec, w)
+	}
+	// A dry run of a verb prints the same human diff.
+	r := e.must(ExitOK, "route", "set", "PL", "--target", "eu-central=60", "--target", "eu-west=40", "--dry-run")
+	if !strings.Contains(r.stdout, "PL: targets eu-central 70→60, eu-west 30→40\n") || !strings.Contains(r.stdout, "nothing written") {
+		t.Fatalf("dry-run route set: %s", r)
+	}
+}
+
+// TestPrune: apply never deletes without --prune; with it, config keys
+// absent from the file go, and boosts stay.
+func TestPrune(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	e.must(ExitOK, "boost", "JP", "--target", "kr-music=100", "--ttl", "1h", "--id", "jp-boost")
+	data, err := os.ReadFile(exampleConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	without := strings.Replace(string(data), "  CZ: {targets: [{pool: eu-central, weight: 100}], fallback: [eu-general], attrs: {lang: cs, tokenizer: unicode61}}\n", "", 1)
+	path := writeFile(t, "no-cz.yaml", without)
+	if r := e.must(ExitOK, "apply", "-f", path); !strings.Contains(r.stdout, "no changes") {
+		t.Fatalf("apply without --prune deleted: %s", r)
+	}
+	r := e.must(ExitOK, "diff", "-f", path, "--prune")
+	if strings.TrimSpace(r.stdout) != "CZ: removed" {
+		t.Fatalf("diff --prune: %s", r)
+	}
+	r = e.must(ExitOK, "apply", "-f", path, "--prune")
+	if !strings.Contains(r.stdout, "CZ: removed") || e.get(e.ks.RoutingKey("routes/CZ")) != "" {
+		t.Fatalf("apply --prune kept CZ: %s", r)
+	}
+	if e.get(e.ks.RoutingKey("overrides/jp-boost")) == "" {
+		t.Fatal("apply --prune removed a boost")
+	}
+}
+
+// TestHumanDiffs checks the one-line diffs operators read.
+func TestHumanDiffs(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"pool", "drain", "eu-north"}, "pool eu-north: status active→draining"},
+		{[]string{"pool", "undrain", "eu-north"}, "pool eu-north: status draining→active"},
+		{[]string{"route", "set", "PL", "--target", "eu-central=60", "--target", "eu-west=40"}, "PL: targets eu-central 70→60, eu-west 30→40"},
+		{[]string{"route", "set", "PL", "--target", "eu-central=60", "--target", "eu-north=40"}, "PL: targets eu-north none→40, eu-west 40→none"},
+		{[]string{"route", "set", "PL", "--attr", "lang=en", "--unset-attr", "cron_minutes"}, "PL: attrs.cron_minutes 15→none; attrs.lang pl→en"},
+		{[]string{"route", "set", "CZ", "--fallback", "eu-general,_default", "--affinity", "random"}, "CZ: fallback eu-general→eu-general _default; affinity sticky→random"},
+		{[]string{"pool", "set", "eu-east", "--host", "edge-waw-1.example.net:443", "--residency", "eu"}, "pool eu-east: added (host edge-waw-1.example.net:443; residency eu; status active)"},
+		{[]string{"pool", "set", "eu-east", "--attr", "shard=eu-4", "--health-check"}, "pool eu-east: health_check false→true; attrs.shard none→eu-4"},
+		{[]string{"route", "set", "SK", "--target", "eu-east=100", "--fallback", "eu-general"}, "SK: added (targets eu-east 100; fallback eu-general)"},
+		{[]string{"route", "rm", "SK"}, "SK: removed"},
+		{[]string{"pool", "rm", "eu-east"}, "pool eu-east: removed"},
+	}
+	for _, tc := range cases {
+		r := e.must(ExitOK, tc.args...)
+		if first := strings.SplitN(r.stdout, "\n", 2)[0]; first != tc.want {
+			t.Errorf("regionctl %s: diff %q, want %q", strings.Join(tc.args, " "), first, tc.want)
+		}
+	}
+}
+
+func mustJSON(t testing.TB, s string, v any) {
+	t.Helper()
+	if err := json.Unmarshal([]byte(s), v); err != nil {
+		t.Fatalf("decode %q: %v", s, err)
+	}
+}
+
+func marshal(t testing.TB, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// audit reads the audit record of an epoch.
+func (e *tenv) audit(epoch int64) routing.Audit {
+	e.t.Helper()
+	var rec routing.Audit
+	mustJSON(e.t, e.get(e.ks.Audit(epoch)), &rec)
+	return rec
+}

@@ -1,0 +1,103 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/regiond/regiond/routing"
+)
+
+// resolvePool returns the pool regionctl resolve picks for a country and
+// sticky key.
+func (e *tenv) resolvePool(cc, key string) string {
+	e.t.Helper()
+	var ex routing.Explanation
+	mustJSON(e.t, e.must(ExitOK, "resolve", cc, "--key", key, "-o", "json").stdout, &ex)
+	if ex.Decision == nil {
+		return ""
+	}
+	return ex.Decision.Pool
+}
+
+// TestBoostExpires: a boost with a 2s TTL changes resolution at once and
+// reverts by itself when its lease ends, with no command run and no epoch.
+func TestBoostExpires(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	if got := e.resolvePool("JP", "viewer-1"); got != "apac-tokyo" {
+		t.Fatalf("JP before the boost: %s", got)
+	}
+	r := e.must(ExitOK, "boost", "JP", "--target", "kr-music=100", "--attr", "lang=ko", "--ttl", "2s", "--id", "jp-kpop", "--reason", "kpop week")
+	if !strings.Contains(r.stdout, "boost jp-kpop: added (on JP; targets kr-music 100; attrs lang=ko)") {
+		t.Fatalf("boost output: %s", r)
+	}
+	start := time.Now()
+	if got := e.resolvePool("JP", "viewer-1"); got != "kr-music" {
+		t.Fatalf("JP during the boost: %s", got)
+	}
+	ls := e.must(ExitOK, "boost", "ls")
+	if !strings.Contains(ls.stdout, "jp-kpop") || !strings.Contains(ls.stdout, "kpop week") {
+		t.Fatalf("boost ls: %s", ls)
+	}
+	epoch := e.get(e.ks.Epoch())
+	deadline := start.Add(6 * time.Second) // 2×TTL plus lease-expiry granularity
+	for e.resolvePool("JP", "viewer-1") != "apac-tokyo" {
+		if time.Now().After(deadline) {
+			t.Fatalf("boost still in force %s after it was written", time.Since(start))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("boost reverted by itself after %s", time.Since(start).Round(10*time.Millisecond))
+	if e.get(e.ks.RoutingKey("overrides/jp-kpop")) != "" || e.get(e.ks.Epoch()) != epoch {
+		t.Fatal("boost key still there, or its expiry bumped the epoch")
+	}
+}
+
+// TestBoostCancelExtend: extend gives a boost a new lease; cancel ends it
+// at once; both are audited writes.
+func TestBoostCancelExtend(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	e.must(ExitOK, "boost", "KR", "--target", "kr-music=100", "--ttl", "2s", "--id", "kr")
+	if r := e.must(ExitOK, "boost", "extend", "kr", "--ttl", "1h"); !strings.Contains(r.stdout, "boost kr: new lease") {
+		t.Fatalf("extend: %s", r)
+	}
+	time.Sleep(3 * time.Second) // past the first lease
+	if e.get(e.ks.RoutingKey("overrides/kr")) == "" {
+		t.Fatal("extended boost expired with its first lease")
+	}
+	if got := e.resolvePool("KR", "viewer-1"); got != "kr-music" {
+		t.Fatalf("KR during the boost: %s", got)
+	}
+	if r := e.must(ExitOK, "boost", "cancel", "kr", "--reason", "done"); !strings.Contains(r.stdout, "boost kr: removed") {
+		t.Fatalf("cancel: %s", r)
+	}
+	if e.get(e.ks.RoutingKey("overrides/kr")) != "" {
+		t.Fatal("cancelled boost still stored")
+	}
+	if rec := e.audit(4); rec.Command != "boost cancel kr --reason done" || rec.Changes[0].Op != "delete" {
+		t.Fatalf("audit of cancel: %+v", rec)
+	}
+	e.must(ExitRefused, "boost", "extend", "kr", "--ttl", "1h")
+	e.must(ExitUsage, "boost", "KR", "--target", "kr-music=100")
+	e.must(ExitUsage, "boost", "KR", "--ttl", "1h")
+}
+
+// TestBoostProtectsItsPool: a config change that would break a live boost
+// is refused until the boost is cancelled.
+func TestBoostProtectsItsPool(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	e.must(ExitOK, "pool", "set", "jp-extra", "--host", "edge-kix-1.example.net", "--residency", "apac")
+	e.must(ExitOK, "boost", "JP", "--target", "jp-extra=100", "--ttl", "1h", "--id", "jp")
+	r := e.must(ExitRefused, "pool", "rm", "jp-extra")
+	if !containsAll(r.stderr, []string{"REFUSED overrides/jp: ", "jp-extra", "boost cancel jp"}) {
+		t.Fatalf("pool rm under a live boost: %s", r)
+	}
+	e.must(ExitOK, "boost", "cancel", "jp")
+	e.must(ExitOK, "pool", "rm", "jp-extra")
+}

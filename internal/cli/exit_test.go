@@ -1,0 +1,148 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/regiond/regiond/internal/devetcd"
+)
+
+// TestExitUsage: bad flags and arguments exit 2 before touching etcd.
+func TestExitUsage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	rev, n := e.fingerprint()
+	for _, args := range [][]string{
+		{"bogus"},
+		{"get", "--bogus"},
+		{"get", "bogus-section"},
+		{"pool"},
+		{"pool", "fly", "x"},
+		{"pool", "drain"},
+		{"pool", "drain", "a", "b"},
+		{"pool", "set", "new-pool", "--residency", "eu"},
+		{"route", "set", "PL", "--target", "eu-central"},
+		{"route", "set", "PL", "--target", "eu-central=lots"},
+		{"route", "set", "NEWGROUP"},
+		{"apply"},
+		{"apply", "-f", "/does/not/exist.yaml"},
+		{"get", "-o", "xml"},
+		{"pool", "drain", "eu-north", "--retry", "many"},
+		{"heartbeat", "eu-central"},
+		{"resolve"},
+		{"resolve", "PL", "--down", "nope"},
+		{"history", "x"},
+		{"--prefix", "no-slash", "get"},
+		{"--user", "bob", "get"},
+	} {
+		if r := e.run(args...); r.code != ExitUsage || !strings.Contains(r.stderr, "regionctl: ") {
+			t.Errorf("regionctl %s: want exit 2, got %s", strings.Join(args, " "), r)
+		}
+	}
+	if rev2, n2 := e.fingerprint(); rev2 != rev || n2 != n {
+		t.Fatal("a usage error wrote to etcd")
+	}
+}
+
+// TestExitUnreachable: an etcd that does not answer gives exit 4 within
+// seconds, naming the endpoints tried.
+func TestExitUnreachable(t *testing.T) {
+	t.Parallel()
+	port, err := devetcd.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := fmt.Sprintf("127.0.0.1:%d", port)
+	for _, args := range [][]string{{"get"}, {"pool", "drain", "eu-north"}, {"status"}} {
+		start := time.Now()
+		var out, errb strings.Builder
+		code := run(context.Background(), append([]string{"--endpoints", ep}, args...), &out, &errb, func(string) string { return "" })
+		took := time.Since(start)
+		if code != ExitUnreachable || !strings.Contains(errb.String(), "etcd unreachable at "+ep) || took > 5*time.Second {
+			t.Errorf("regionctl %s against %s: exit %d after %s, stderr %q", strings.Join(args, " "), ep, code, took, errb.String())
+		}
+	}
+}
+
+// TestExitConflict: a write whose epoch moved between its read and its Txn
+// exits 3 with the epochs; --retry re-reads and succeeds.
+func TestExitConflict(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	var bumped, others atomic.Int32
+	hook := func() {
+		if bumped.Add(1) == 1 { // another operator writes in between, once
+			e.must(ExitOK, "pool", "set", "eu-west", "--attr", fmt.Sprintf("other=%d", others.Add(1)))
+		}
+	}
+	ctx := context.WithValue(context.Background(), afterReadHook{}, hook)
+	r := e.runCtx(ctx, "pool", "set", "eu-central", "--attr", "mine=1")
+	if r.code != ExitConflict || !strings.Contains(r.stderr, "config changed concurrently (epoch 1 → 2); re-run") {
+		t.Fatalf("want exit 3, got %s", r)
+	}
+	bumped.Store(0)
+	r = e.runCtx(ctx, "pool", "set", "eu-central", "--attr", "mine=1", "--retry", "2")
+	if r.code != ExitOK || !strings.Contains(r.stdout, "epoch 3 → 4") || e.audit(4).Command != "pool set eu-central --attr mine=1 --retry 2" {
+		t.Fatalf("--retry: %s", r)
+	}
+	if !strings.Contains(e.get(e.ks.RoutingKey("pools/eu-central")), `"mine":"1"`) || !strings.Contains(e.get(e.ks.RoutingKey("pools/eu-west")), `"other":"2"`) {
+		t.Fatal("an update was lost")
+	}
+}
+
+// TestEnvFlags: REGIONCTL_<FLAG> sets flags not given; the password comes
+// from REGIONCTL_PASSWORD and never reaches the audit record.
+func TestEnvFlags(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	var out, errb strings.Builder
+	env := map[string]string{
+		"REGIONCTL_ENDPOINTS": strings.Join(testServer.Endpoints, ","),
+		"REGIONCTL_PREFIX":    e.prefix,
+		"REGIONCTL_REASON":    "from the environment",
+		"REGIONCTL_USER":      "alice",
+		"REGIONCTL_PASSWORD":  "s3cret",
+	}
+	code := run(context.Background(), []string{"pool", "drain", "eu-north"}, &out, &errb, func(k string) string { return env[k] })
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s %s", code, out.String(), errb.String())
+	}
+	rec := e.audit(2)
+	if rec.Reason != "from the environment" || rec.User != "alice" || strings.Contains(e.get(e.ks.Audit(2)), "s3cret") {
+		t.Fatalf("audit: %+v", rec)
+	}
+	r := e.must(ExitOK, "pool", "undrain", "eu-north", "--user", "bob:hunter2")
+	if rec := e.audit(3); rec.User != "bob" || strings.Contains(e.get(e.ks.Audit(3)), "hunter2") {
+		t.Fatalf("audit with user:password: %+v %s", rec, r)
+	}
+}
+
+// TestHelpEverywhere: every verb has --help with an example.
+func TestHelpEverywhere(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a := &app{getenv: func(string) string { return "" }}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		path := strings.Fields(c.CommandPath())[1:]
+		r := e.must(ExitOK, append(path, "--help")...)
+		if !strings.Contains(r.stdout, "Examples:") || !strings.Contains(r.stdout, "regionctl") {
+			t.Errorf("regionctl %s --help has no example:\n%s", strings.Join(path, " "), r.stdout)
+		}
+		for _, sub := range c.Commands() {
+			if sub.IsAvailableCommand() {
+				walk(sub)
+			}
+		}
+	}
+	walk(a.rootCmd())
+}

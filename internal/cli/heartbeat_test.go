@@ -1,0 +1,171 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/regiond/regiond/routing"
+)
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// regionctlBinary builds cmd/regionctl once per test run.
+func regionctlBinary(t testing.TB) string {
+	t.Helper()
+	binOnce.Do(func() {
+		goTool, err := exec.LookPath("go")
+		if err != nil {
+			goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+		}
+		dir, err := os.MkdirTemp("", "regionctl-bin-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "regionctl")
+		out, err := exec.Command(goTool, "build", "-o", binPath, "github.com/regiond/regiond/cmd/regionctl").CombinedOutput()
+		if err != nil {
+			binErr = &buildError{out: string(out), err: err}
+		}
+	})
+	if binErr != nil {
+		t.Fatalf("go build regionctl: %v", binErr)
+	}
+	return binPath
+}
+
+type buildError struct {
+	out string
+	err error
+}
+
+func (e *buildError) Error() string { return e.err.Error() + "\n" + e.out }
+
+// startHeartbeat runs `regionctl heartbeat` as a subprocess.
+func (e *tenv) startHeartbeat(t *testing.T, bin, instance string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(bin, "--endpoints", strings.Join(testServer.Endpoints, ","), "--prefix", e.prefix,
+		"heartbeat", "eu-central", "--instance", instance, "--addr", "10.0.0.1:443", "--ttl", "2s")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, &out
+}
+
+// healthLease returns the lease of a health key; 0 when it is absent.
+func (e *tenv) healthLease(instance string) int64 {
+	e.t.Helper()
+	resp, err := testClient.Get(context.Background(), e.ks.RoutingKey(routing.HealthKey("eu-central", instance)))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0
+	}
+	var h routing.Health
+	if err := json.Unmarshal(resp.Kvs[0].Value, &h); err != nil || h.Addr != "10.0.0.1:443" || h.Since == "" {
+		e.t.Fatalf("health value %s: %v", resp.Kvs[0].Value, err)
+	}
+	return resp.Kvs[0].Lease
+}
+
+// revokeHealthLease revokes the lease of a health key under its running
+// heartbeat and returns it. On a busy machine the heartbeat may have
+// re-granted on its own meanwhile: then the new lease is revoked.
+func (e *tenv) revokeHealthLease(t *testing.T, instance string) int64 {
+	t.Helper()
+	for range 5 {
+		lease := e.healthLease(instance)
+		if lease == 0 {
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		_, err := testClient.Revoke(context.Background(), clientv3.LeaseID(lease))
+		if err == nil {
+			return lease
+		}
+		t.Logf("revoke lease %x: %v; retrying", lease, err)
+	}
+	t.Fatal("could not revoke the heartbeat's lease")
+	return 0
+}
+
+// waitFor polls cond every 50ms until it holds or d passes; it returns how
+// long it took and whether cond held.
+func waitFor(d time.Duration, cond func() bool) (time.Duration, bool) {
+	start := time.Now()
+	for time.Since(start) < d {
+		if cond() {
+			return time.Since(start), true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return time.Since(start), cond()
+}
+
+// TestHeartbeat runs two heartbeat processes with a 2s TTL: the keys live
+// past the TTL, one re-grants after its lease is revoked under it and then
+// vanishes within the TTL of a SIGKILL; the other is removed at once on
+// SIGTERM.
+func TestHeartbeat(t *testing.T) {
+	t.Parallel()
+	bin := regionctlBinary(t)
+	e := newEnv(t)
+	e.seed()
+	killed, killedOut := e.startHeartbeat(t, bin, "fra-kill")
+	termed, termedOut := e.startHeartbeat(t, bin, "fra-term")
+	if _, ok := waitFor(10*time.Second, func() bool { return e.healthLease("fra-kill") != 0 && e.healthLease("fra-term") != 0 }); !ok {
+		t.Fatalf("health keys not written:\n%s\n%s", killedOut, termedOut)
+	}
+	time.Sleep(2500 * time.Millisecond) // longer than the TTL: kept alive
+	if _, ok := waitFor(time.Second, func() bool { return e.healthLease("fra-kill") != 0 && e.healthLease("fra-term") != 0 }); !ok {
+		t.Fatal("health key expired while its heartbeat runs")
+	}
+
+	// Losing the lease under a running heartbeat: it grants a new one.
+	lease := e.revokeHealthLease(t, "fra-kill")
+	took, ok := waitFor(5*time.Second, func() bool { l := e.healthLease("fra-kill"); return l != 0 && l != lease })
+	if !ok {
+		t.Fatalf("heartbeat did not re-grant after its lease was revoked:\n%s", killedOut)
+	}
+	t.Logf("re-granted %s after the lease was revoked", took.Round(time.Millisecond))
+
+	if err := termed.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := termed.Wait(); err != nil {
+		t.Fatalf("heartbeat on SIGTERM: %v\n%s", err, termedOut)
+	}
+	if e.healthLease("fra-term") != 0 {
+		t.Fatal("health key still there right after SIGTERM")
+	}
+
+	if err := killed.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = killed.Wait()
+	took, ok = waitFor(6*time.Second, func() bool { return e.healthLease("fra-kill") == 0 })
+	t.Logf("health key gone %s after SIGKILL (TTL 2s)", took.Round(time.Millisecond))
+	if !ok || took > 3*time.Second {
+		t.Fatalf("health key outlived SIGKILL by %s (TTL 2s)", took)
+	}
+}

@@ -1,0 +1,119 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/regiond/regiond/internal/store"
+	"github.com/regiond/regiond/routing"
+)
+
+// putAgent writes an agent status key under a lease, as regiond does.
+func (e *tenv) putAgent(node string, rev int64, lease clientv3.LeaseID) {
+	e.t.Helper()
+	b, _ := json.Marshal(routing.AgentStatus{Node: node, Revision: rev, Connected: true, Version: "test",
+		SyncedAt: time.Now().UTC().Format(time.RFC3339)})
+	if _, err := testClient.Put(context.Background(), e.ks.Agent(node), string(b), clientv3.WithLease(lease)); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func grantLease(t testing.TB) clientv3.LeaseID {
+	t.Helper()
+	resp, err := testClient.Grant(context.Background(), 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testClient.Revoke(context.Background(), resp.ID) })
+	return resp.ID
+}
+
+// TestStatus: status lists every agent with its revision and lag and
+// exits 5 when one lags past --max-lag.
+func TestStatus(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	var first writeResult
+	mustJSON(t, e.must(ExitOK, "pool", "drain", "eu-north", "-o", "json").stdout, &first)
+	var last writeResult
+	mustJSON(t, e.must(ExitOK, "pool", "undrain", "eu-north", "-o", "json").stdout, &last)
+	lease := grantLease(t)
+	e.putAgent("node-a", last.Revision, lease)
+	e.putAgent("node-b", first.Revision, lease)
+
+	var fleet store.Fleet
+	mustJSON(t, e.must(ExitOK, "status", "-o", "json").stdout, &fleet)
+	if fleet.RoutingRevision != last.Revision || fleet.Epoch != 3 || len(fleet.Agents) != 2 {
+		t.Fatalf("fleet: %+v (want routing revision %d, epoch 3, 2 agents)", fleet, last.Revision)
+	}
+	lag := last.Revision - first.Revision
+	if a, b := fleet.Agents[0], fleet.Agents[1]; a.Node != "node-a" || a.Lag != 0 || b.Node != "node-b" || b.Lag != lag || b.Revision != first.Revision {
+		t.Fatalf("agents: %+v", fleet.Agents)
+	}
+	table := e.must(ExitOK, "status").stdout
+	if !strings.Contains(table, "node-a") || !strings.Contains(table, "LAG") || !strings.Contains(table, strconv.FormatInt(first.Revision, 10)) {
+		t.Fatalf("status table:\n%s", table)
+	}
+	r := e.must(ExitNotConverged, "status", "--max-lag", "0")
+	if !strings.Contains(r.stderr, "node-b@"+strconv.FormatInt(first.Revision, 10)) || strings.Contains(r.stderr, "node-a") {
+		t.Fatalf("status --max-lag 0: %s", r)
+	}
+	e.must(ExitOK, "status", "--max-lag", strconv.FormatInt(lag, 10))
+}
+
+// agentSim plays agents: after each epoch change it reports the change's
+// revision for the given nodes, after delay.
+func (e *tenv) agentSim(ctx context.Context, delay time.Duration, lease clientv3.LeaseID, nodes ...string) {
+	wch := testClient.Watch(ctx, e.ks.Epoch())
+	go func() {
+		for wr := range wch {
+			for _, ev := range wr.Events {
+				time.Sleep(delay)
+				for _, n := range nodes {
+					e.putAgent(n, ev.Kv.ModRevision, lease)
+				}
+			}
+		}
+	}()
+}
+
+// TestWaitConverged: a write with --wait-converged returns once every live
+// agent serves its revision, exits 5 naming the laggard on timeout, and
+// stops waiting for an agent whose key disappears.
+func TestWaitConverged(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	lease, dying := grantLease(t), grantLease(t)
+	rev, _ := e.fingerprint()
+	e.putAgent("node-a", rev, lease)
+	e.putAgent("node-b", rev, lease)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e.agentSim(ctx, 300*time.Millisecond, lease, "node-a", "node-b")
+
+	start := time.Now()
+	r := e.must(ExitOK, "pool", "set", "eu-central", "--attr", "x=1", "--wait-converged")
+	if !strings.Contains(r.stdout, "converged: every live agent serves revision") || time.Since(start) < 300*time.Millisecond {
+		t.Fatalf("--wait-converged returned after %s: %s", time.Since(start), r)
+	}
+
+	e.putAgent("node-stuck", rev, dying)
+	r = e.must(ExitNotConverged, "pool", "set", "eu-central", "--attr", "x=2", "--wait-converged=1s")
+	if !strings.Contains(r.stderr, "node-stuck@") || strings.Contains(r.stderr, "node-a@") || e.get(e.ks.Epoch()) != "3" {
+		t.Fatalf("timeout: %s (epoch %s)", r, e.get(e.ks.Epoch()))
+	}
+
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		testClient.Revoke(context.Background(), dying) // node-stuck dies
+	}()
+	e.must(ExitOK, "pool", "set", "eu-central", "--attr", "x=3", "--wait-converged=10s")
+}
