@@ -17,6 +17,7 @@ type metrics struct {
 	skipped     prometheus.Gauge
 	regressions prometheus.Counter
 	swaps       prometheus.Counter
+	listSeconds prometheus.Gauge
 }
 
 func newMetrics(m *Mirror, reg prometheus.Registerer) *metrics {
@@ -36,6 +37,8 @@ func newMetrics(m *Mirror, reg prometheus.Registerer) *metrics {
 			Name: "skipped_keys", Help: "Keys whose current value was refused (last good value kept)."}),
 		regressions: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "revision_regressions_total", Help: "Lists whose revision was below the applied one (restored backup?)."}),
+		listSeconds: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "last_list_duration_seconds", Help: "Duration of the last full list, from the first Get to the table swapped in."}),
 		swaps: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "table_swaps_total", Help: "Routing tables swapped in."}),
 	}
@@ -43,7 +46,7 @@ func newMetrics(m *Mirror, reg prometheus.Registerer) *metrics {
 		mt.resyncs.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(mt.revision, mt.epoch, mt.events, mt.dropped, mt.resyncs, mt.skipped, mt.regressions, mt.swaps,
+		reg.MustRegister(mt.revision, mt.epoch, mt.events, mt.dropped, mt.resyncs, mt.skipped, mt.regressions, mt.swaps, mt.listSeconds,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 				Name: "seconds_since_sync", Help: "Seconds since the table was last confirmed current against etcd (-1: never)."},
 				func() float64 {

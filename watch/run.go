@@ -67,6 +67,8 @@ func (m *Mirror) Run(ctx context.Context) error {
 // relist reads the whole prefix at one revision and replaces the state:
 // keys absent from the new list are deleted. It returns the list revision.
 func (m *Mirror) relist(ctx context.Context, reason string) (int64, error) {
+	began := time.Now()
+	defer func() { m.metrics.listSeconds.Set(time.Since(began).Seconds()) }()
 	kvs, rev, err := m.getAll(ctx)
 	if err != nil {
 		return 0, err

@@ -1,0 +1,380 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/regiond/regiond/internal/agent"
+	"github.com/regiond/regiond/internal/api"
+	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/routing"
+)
+
+const prefix = "/regiond/v1/routing/"
+
+type harness struct {
+	t        *testing.T
+	dir      string
+	a        *agent.Agent
+	cancel   context.CancelFunc
+	done     chan error
+	http     *http.Client
+	unixHTTP *http.Client
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// startAgent runs an agent against endpoints with its files in dir.
+func startAgent(t *testing.T, dir string, endpoints []string) *harness {
+	t.Helper()
+	cfg := agent.DefaultConfig()
+	cfg.Endpoints = endpoints
+	cfg.Node = "node-1"
+	cfg.Socket = filepath.Join(dir, "run", "regiond.sock")
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Snapshot = filepath.Join(dir, "shm", "table.json")
+	cfg.DialTimeout = time.Second
+	cfg.StatusTTL = 2 * time.Second
+	cfg.Logger = quietLogger()
+	a, err := agent.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &harness{t: t, dir: dir, a: a, cancel: cancel, done: make(chan error, 1), http: &http.Client{Timeout: 5 * time.Second}}
+	h.unixHTTP = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", cfg.Socket)
+		}}}
+	go func() { h.done <- a.Run(ctx) }()
+	t.Cleanup(h.stop)
+	return h
+}
+
+func (h *harness) stop() {
+	if h.cancel == nil {
+		return
+	}
+	h.cancel()
+	h.cancel = nil
+	select {
+	case err := <-h.done:
+		if err != nil {
+			h.t.Errorf("agent Run: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		h.t.Error("agent did not stop within 15s")
+	}
+}
+
+// get fetches a path of the TCP API and decodes the JSON body into v.
+func (h *harness) get(path string, v any) int {
+	h.t.Helper()
+	resp, err := h.http.Get("http://" + h.a.Addr() + path)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if v != nil {
+		if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+			h.t.Fatalf("GET %s: decode: %v", path, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+// waitFor polls cond (bounded) until it holds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for i := 0; i < 600; i++ {
+		if cond() {
+			return
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func (h *harness) resolve(cc, key string) (int, routing.Decision) {
+	var d routing.Decision
+	code := h.get(fmt.Sprintf("/v1/resolve?country=%s&key=%s", cc, key), &d)
+	return code, d
+}
+
+func (h *harness) snapshot() *routing.Table {
+	b, err := os.ReadFile(filepath.Join(h.dir, "shm", "table.json"))
+	if err != nil {
+		return nil
+	}
+	t, _, err := routing.LoadTableJSON(b)
+	if err != nil {
+		h.t.Fatalf("snapshot file does not load: %v", err)
+	}
+	return t
+}
+
+func loadExample(t *testing.T, cli *clientv3.Client) int64 {
+	t.Helper()
+	b, err := os.ReadFile("../../examples/routing.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := routing.ParseConfig(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, _ := cfg.Values()
+	var ops []clientv3.Op
+	for k, v := range vals {
+		ops = append(ops, clientv3.OpPut(prefix+k, string(v)))
+	}
+	ops = append(ops, clientv3.OpPut(prefix+"epoch", "1"))
+	resp, err := cli.Txn(context.Background()).Then(ops...).Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Revision
+}
+
+func TestChangesReachAPIAndSnapshot(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	h := startAgent(t, t.TempDir(), srv.Endpoints)
+	waitFor(t, "first table", func() bool { c, _ := h.resolve("DE", "k"); return c == 200 })
+
+	seen := func(rev int64, cc, pool string) func() bool {
+		return func() bool {
+			c, d := h.resolve(cc, "k")
+			snap := h.snapshot()
+			if c != 200 || d.Revision < rev || d.Pool != pool || snap == nil || snap.Revision() < rev {
+				return false
+			}
+			sd, err := snap.Resolve(cc, "k", time.Now())
+			return err == nil && sd.Pool == pool
+		}
+	}
+	// A put.
+	p, err := cli.Put(context.Background(), prefix+"routes/DE", `{"targets":[{"pool":"eu-north","weight":100}]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "put visible in API and snapshot", seen(p.Header.Revision, "DE", "eu-north"))
+	// A delete: DE falls back to _default, whose only eu pool is eu-central.
+	d, err := cli.Delete(context.Background(), prefix+"routes/DE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "delete visible", seen(d.Header.Revision, "DE", "eu-central"))
+	// A multi-key Txn.
+	tx, err := cli.Txn(context.Background()).Then(
+		clientv3.OpPut(prefix+"routes/AT", `{"targets":[{"pool":"eu-west","weight":100}]}`),
+		clientv3.OpPut(prefix+"routes/CZ", `{"targets":[{"pool":"eu-west","weight":100}]}`),
+	).Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "txn visible", func() bool {
+		return seen(tx.Header.Revision, "AT", "eu-west")() && seen(tx.Header.Revision, "CZ", "eu-west")()
+	})
+	// The unix socket serves the same API, and is mode 0660.
+	resp, err := h.unixHTTP.Get("http://regiond/v1/resolve?country=AT&key=k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ud routing.Decision
+	json.NewDecoder(resp.Body).Decode(&ud)
+	resp.Body.Close()
+	if ud.Pool != "eu-west" {
+		t.Fatalf("unix socket resolve AT -> %q, want eu-west", ud.Pool)
+	}
+	fi, err := os.Stat(filepath.Join(h.dir, "run", "regiond.sock"))
+	if err != nil || fi.Mode().Perm() != 0o660 {
+		t.Fatalf("socket mode = %v (%v), want 0660", fi.Mode().Perm(), err)
+	}
+	fi, err = os.Stat(filepath.Join(h.dir, "shm", "table.json"))
+	if err != nil || fi.Mode().Perm() != 0o644 {
+		t.Fatalf("snapshot mode = %v (%v), want 0644", fi.Mode().Perm(), err)
+	}
+}
+
+func TestInvalidValueShowsInStatusAndMetrics(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	h := startAgent(t, t.TempDir(), srv.Endpoints)
+	waitFor(t, "first table", func() bool { _, d := h.resolve("NL", "k"); return d.Pool == "eu-west" })
+	if _, err := cli.Put(context.Background(), prefix+"pools/eu-west", `{"host":"","residency":"EU","status":"sleeping"}`); err != nil {
+		t.Fatal(err)
+	}
+	var st api.Status
+	waitFor(t, "skipped key in status", func() bool { h.get("/v1/status", &st); return len(st.Skipped) == 1 })
+	if st.Skipped[0].Key != "pools/eu-west" || !strings.Contains(st.Skipped[0].Error, "status: must be active, draining or down") {
+		t.Fatalf("skipped = %+v", st.Skipped)
+	}
+	// The last good value keeps serving.
+	if _, d := h.resolve("NL", "k"); d.Pool != "eu-west" || d.Host != "edge-ams-1.example.net:443" {
+		t.Fatalf("NL -> %+v, want the last good eu-west", d)
+	}
+	if got := gauge(t, h, "regiond_watch_skipped_keys"); got != 1 {
+		t.Fatalf("regiond_watch_skipped_keys = %v, want 1", got)
+	}
+	if problems, err := testutil.GatherAndLint(h.a.Registry()); err != nil || len(problems) > 0 {
+		t.Fatalf("metrics lint: %v %v", problems, err)
+	}
+}
+
+// gauge returns the value of a gauge of the agent's registry.
+func gauge(t *testing.T, h *harness, name string) float64 {
+	t.Helper()
+	mfs, err := h.a.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("metric %s not found", name)
+	return 0
+}
+
+func TestStatusKeyPublishedAndRevoked(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	rev := loadExample(t, cli)
+	h := startAgent(t, t.TempDir(), srv.Endpoints)
+	key := "/regiond/v1/agents/node-1"
+	var st routing.AgentStatus
+	waitFor(t, "agent status key", func() bool {
+		resp, err := cli.Get(context.Background(), key)
+		if err != nil || len(resp.Kvs) != 1 {
+			return false
+		}
+		json.Unmarshal(resp.Kvs[0].Value, &st)
+		return st.Revision >= rev && st.Connected && resp.Kvs[0].Lease != 0
+	})
+	if st.Node != "node-1" || st.Epoch != 1 {
+		t.Fatalf("status = %+v", st)
+	}
+	h.stop()
+	resp, err := cli.Get(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 0 {
+		t.Fatal("agent status key still present after a clean shutdown (lease not revoked)")
+	}
+}
+
+func TestSurvivesEtcdOutageAndRestartFromSnapshot(t *testing.T) {
+	etcdDir := t.TempDir()
+	port, err := devetcd.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := fmt.Sprintf("http://127.0.0.1:%d", port)
+	srv, err := devetcd.Start(context.Background(), devetcd.Config{Dir: etcdDir, ClientURL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := srv.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev := loadExample(t, cli)
+	cli.Close()
+	dir := t.TempDir()
+	h := startAgent(t, dir, srv.Endpoints)
+	waitFor(t, "synced and snapshot written", func() bool { s := h.snapshot(); return s != nil && s.Revision() >= rev })
+
+	// etcd stops: the agent keeps answering from its table.
+	srv.Close()
+	if c, d := h.resolve("PL", "k"); c != 200 || d.Pool == "" {
+		t.Fatalf("with etcd down: %d %+v", c, d)
+	}
+	// The agent restarts while etcd is down: it answers from the snapshot,
+	// marked stale.
+	h.stop()
+	h2 := startAgent(t, dir, []string{url})
+	c, d := h2.resolve("PL", "k")
+	if c != 200 || d.Pool == "" || d.Revision < rev || !contains(d.Degraded, "stale-table") {
+		t.Fatalf("restart with etcd down: %d %+v, want a decision from the snapshot marked stale-table", c, d)
+	}
+	var st api.Status
+	h2.get("/v1/status", &st)
+	if !st.Stale || st.Connected {
+		t.Fatalf("status = %+v, want stale and not connected", st)
+	}
+	if code := h2.get("/readyz", nil); code != 200 {
+		t.Fatalf("/readyz = %d with a fresh snapshot, want 200", code)
+	}
+
+	// etcd comes back (same data, same port): the agent catches up.
+	srv2, err := devetcd.Start(context.Background(), devetcd.Config{Dir: etcdDir, ClientURL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv2.Close()
+	cli2 := devetcd.NewTestClient(t, srv2)
+	p, err := cli2.Put(context.Background(), prefix+"routes/PL", `{"targets":[{"pool":"eu-north","weight":100}]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "catch up after etcd returns", func() bool {
+		c, d := h2.resolve("PL", "k")
+		return c == 200 && d.Pool == "eu-north" && d.Revision >= p.Header.Revision && !contains(d.Degraded, "stale-table")
+	})
+	h2.get("/v1/status", &st)
+	if st.Stale {
+		t.Fatalf("status still stale after catching up: %+v", st)
+	}
+}
+
+func TestRefusesNonGetAndForeignHost(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	h := startAgent(t, t.TempDir(), srv.Endpoints)
+	resp, err := h.http.Post("http://"+h.a.Addr()+"/v1/resolve?country=PL", "text/plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("POST = %d, want 405", resp.StatusCode)
+	}
+	req, _ := http.NewRequest("GET", "http://"+h.a.Addr()+"/v1/status", nil)
+	req.Host = "attacker.example.com"
+	resp, err = h.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("foreign Host = %d, want 403", resp.StatusCode)
+	}
+}
+
+func contains(xs []string, s string) bool {
+	for _, x := range xs {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
