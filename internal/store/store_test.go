@@ -1,0 +1,283 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/keyspace"
+	"github.com/regiond/regiond/routing"
+)
+
+var prefixSeq atomic.Int64
+
+// newStore returns a store under a fresh prefix of srv.
+func newStore(t *testing.T, cli *clientv3.Client, opts Options) *Store {
+	t.Helper()
+	ks, err := keyspace.New(fmt.Sprintf("/st/%d", prefixSeq.Add(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return New(cli, ks, opts)
+}
+
+func exampleConfig(t testing.TB) *routing.Config {
+	t.Helper()
+	data, err := os.ReadFile("../../examples/routing.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := routing.ParseConfig(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// put writes a whole config as one write.
+func put(ctx context.Context, t *testing.T, s *Store, cfg *routing.Config, opts ...func(*WriteRequest)) *Result {
+	t.Helper()
+	req := WriteRequest{Command: "test", Build: func(context.Context, *State) (*Plan, error) {
+		return &Plan{Config: cfg, Prune: true}, nil
+	}}
+	for _, o := range opts {
+		o(&req)
+	}
+	res, err := s.Write(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// withPool returns a copy of cfg with one pool attribute set.
+func withPool(cfg *routing.Config, id, attr, val string) *routing.Config {
+	c := cfg.Clone()
+	p := c.Pools[id]
+	p.Attrs = map[string]string{attr: val}
+	c.Pools[id] = p
+	return c
+}
+
+func TestPagedLoad(t *testing.T) {
+	t.Parallel()
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	ctx := context.Background()
+	s := newStore(t, cli, Options{PageSize: 7})
+	cfg := exampleConfig(t)
+	res := put(ctx, t, s, cfg)
+	st, err := s.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := cfg.Values()
+	got, _ := st.Config.Values()
+	if len(got) != len(want) || len(st.KVs) != len(want)+1 || st.Epoch != 1 || st.Revision < res.Revision {
+		t.Fatalf("paged load: %d config values (want %d), %d keys, epoch %d, revision %d", len(got), len(want), len(st.KVs), st.Epoch, st.Revision)
+	}
+	for k, v := range want {
+		if string(got[k]) != string(v) {
+			t.Fatalf("%s: %s, want %s", k, got[k], v)
+		}
+	}
+	// A later write does not show in a load at the earlier revision.
+	put(ctx, t, s, withPool(cfg, "eu-west", "x", "1"))
+	old, err := s.LoadAt(ctx, st.Revision)
+	if err != nil || old.Epoch != 1 || old.Config.Pools["eu-west"].Attrs["x"] != "" {
+		t.Fatalf("LoadAt(%d): epoch %d, err %v", st.Revision, old.Epoch, err)
+	}
+}
+
+func TestAuditKeepsNewest(t *testing.T) {
+	t.Parallel()
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	ctx := context.Background()
+	s := newStore(t, cli, Options{AuditKeep: 5})
+	cfg := exampleConfig(t)
+	for i := range 12 {
+		put(ctx, t, s, withPool(cfg, "eu-west", "n", fmt.Sprint(i)))
+	}
+	recs, err := s.History(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var epochs []int64
+	for _, r := range recs {
+		epochs = append(epochs, r.Epoch)
+	}
+	if fmt.Sprint(epochs) != "[12 11 10 9 8]" {
+		t.Fatalf("audit epochs kept: %v, want the newest 5", epochs)
+	}
+}
+
+func TestConflictAndRetry(t *testing.T) {
+	t.Parallel()
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	ctx := context.Background()
+	s := newStore(t, cli, Options{})
+	cfg := exampleConfig(t)
+	put(ctx, t, s, cfg)
+	other := New(cli, s.Keyspace(), Options{})
+	var builds, others atomic.Int32
+	req := WriteRequest{Command: "mine", Build: func(ctx context.Context, cur *State) (*Plan, error) {
+		if builds.Add(1) == 1 {
+			put(ctx, t, other, withPool(cfg, "eu-north", "other", fmt.Sprint(others.Add(1))))
+		}
+		c := cur.Config.Clone()
+		p := c.Pools["eu-west"]
+		p.Attrs = map[string]string{"mine": "1"}
+		c.Pools["eu-west"] = p
+		return &Plan{Config: c}, nil
+	}}
+	_, err := s.Write(ctx, req)
+	var ce *ConflictError
+	if !errors.As(err, &ce) || ce.Epoch != 1 || ce.Now != 2 || err.Error() != "config changed concurrently (epoch 1 → 2); re-run" {
+		t.Fatalf("want a conflict 1 → 2, got %v", err)
+	}
+	builds.Store(0)
+	req.Retry = 1
+	res, err := s.Write(ctx, req)
+	if err != nil || res.Attempts != 2 || res.Epoch != 4 {
+		t.Fatalf("retry: %+v %v", res, err)
+	}
+	st, _ := s.Load(ctx)
+	if st.Config.Pools["eu-north"].Attrs["other"] != "2" || st.Config.Pools["eu-west"].Attrs["mine"] != "1" {
+		t.Fatal("an update was lost")
+	}
+}
+
+func TestRefusedWritesNothing(t *testing.T) {
+	t.Parallel()
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	ctx := context.Background()
+	s := newStore(t, cli, Options{})
+	cfg := exampleConfig(t)
+	bad := cfg.Clone()
+	delete(bad.Routes, routing.DefaultRoute)
+	bad.Routes["PL"] = routing.Route{Targets: []routing.Target{{Pool: "us-east", Weight: 100}}}
+	_, err := s.Write(ctx, WriteRequest{Build: func(context.Context, *State) (*Plan, error) { return &Plan{Config: bad}, nil }})
+	var re *RefusedError
+	if !errors.As(err, &re) || len(re.Errs) < 2 {
+		t.Fatalf("want every problem refused, got %v", err)
+	}
+	resp, _ := cli.Get(ctx, s.Keyspace().Root()+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if resp.Count != 0 {
+		t.Fatalf("%d keys written by a refused write", resp.Count)
+	}
+}
+
+// TestInvalidStoredValues: a value written around regionctl that does not
+// decode is kept by plain writes, reported, and removed by a pruning one.
+func TestInvalidStoredValues(t *testing.T) {
+	t.Parallel()
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	ctx := context.Background()
+	s := newStore(t, cli, Options{})
+	cfg := exampleConfig(t)
+	put(ctx, t, s, cfg)
+	bad := s.Keyspace().RoutingKey("routes/SK")
+	if _, err := cli.Put(ctx, bad, `{"targets": "eu-central"}`); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Load(ctx)
+	if err != nil || len(st.Skipped) != 1 || st.Skipped[0].Key != "routes/SK" || fmt.Sprint(st.InvalidConfigKeys()) != "[routes/SK]" {
+		t.Fatalf("skipped: %+v %v", st.Skipped, err)
+	}
+	res, err := s.Write(ctx, WriteRequest{Build: func(_ context.Context, cur *State) (*Plan, error) {
+		return &Plan{Config: withPool(cur.Config, "eu-west", "a", "1")}, nil
+	}})
+	if err != nil || len(res.Changes) != 1 {
+		t.Fatalf("plain write: %+v %v", res, err)
+	}
+	res = put(ctx, t, s, cfg)
+	if len(res.Changes) != 2 || res.Changes[1].Key != "routes/SK" || res.Changes[1].Op != "delete" || string(res.Changes[1].Before) != `{"targets":"eu-central"}` {
+		t.Fatalf("pruning write: %+v", res.Changes)
+	}
+	// An epoch key that is not a number stops every write.
+	if _, err := cli.Put(ctx, s.Keyspace().Epoch(), "forty-two"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Write(ctx, WriteRequest{Build: func(_ context.Context, cur *State) (*Plan, error) {
+		return &Plan{Config: withPool(cur.Config, "eu-west", "a", "2")}, nil
+	}}); err == nil || !strings.Contains(err.Error(), "epoch key holds") {
+		t.Fatalf("write over a bad epoch: %v", err)
+	}
+}
+
+// TestConfigAtAfterCompaction: once the revision of an epoch is compacted
+// away, its config is rebuilt from the audit trail.
+func TestConfigAtAfterCompaction(t *testing.T) {
+	t.Parallel()
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	ctx := context.Background()
+	s := newStore(t, cli, Options{})
+	cfg := exampleConfig(t)
+	put(ctx, t, s, cfg)
+	two := withPool(cfg, "eu-west", "v", "2")
+	two.Routes["SK"] = routing.Route{Targets: []routing.Target{{Pool: "eu-west", Weight: 100}}, Affinity: routing.AffinitySticky}
+	put(ctx, t, s, two)
+	three := withPool(two, "eu-west", "v", "3")
+	delete(three.Routes, "CZ")
+	delete(three.Routes, "SK")
+	res := put(ctx, t, s, three)
+	if _, err := cli.Compact(ctx, res.Revision); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := s.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for epoch, want := range map[int64]*routing.Config{1: cfg, 2: two, 3: three} {
+		got, err := s.ConfigAt(ctx, epoch, cur)
+		if err != nil {
+			t.Fatalf("ConfigAt(%d): %v", epoch, err)
+		}
+		gy, _ := got.YAML()
+		wy, _ := want.YAML()
+		if string(gy) != string(wy) {
+			t.Fatalf("ConfigAt(%d) after compaction:\n%s\nwant\n%s", epoch, gy, wy)
+		}
+	}
+}
+
+// TestHeartbeatRevokesOnStop: the marker lives while Heartbeat runs and is
+// gone as soon as it returns.
+func TestHeartbeatRevokesOnStop(t *testing.T) {
+	t.Parallel()
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	s := newStore(t, cli, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	up := make(chan int64, 4)
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Heartbeat(ctx, HeartbeatConfig{Pool: "eu-central", Instance: "i-1", Addr: "10.0.0.1:443", TTL: 2 * time.Second,
+			OnUp: func(l int64) { up <- l }})
+	}()
+	<-up
+	key := s.Keyspace().RoutingKey(routing.HealthKey("eu-central", "i-1"))
+	if resp, err := cli.Get(context.Background(), key); err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("marker missing while running: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := cli.Get(context.Background(), key); err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("marker still there after stop: %v", err)
+	}
+}
