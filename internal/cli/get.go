@@ -75,7 +75,7 @@ func (a *app) runGet(ctx context.Context, section string) error {
 	if show("boosts") {
 		out.Boosts = cur.Overrides
 	}
-	if show("health") || show("pools") {
+	if show("health") {
 		out.Health = cur.Health
 	}
 	if show("skipped") {
@@ -91,24 +91,10 @@ func (a *app) runGet(ctx context.Context, section string) error {
 func printGet(w io.Writer, r getResult, show func(string) bool) {
 	fmt.Fprintf(w, "epoch %d at revision %d\n", r.Epoch, r.Revision)
 	if show("pools") {
-		fmt.Fprintln(w)
-		row(w, "POOL", "STATUS", "RESIDENCY", "REGION", "HOST", "HEALTH", "ATTRS")
-		for _, id := range sortedKeys(r.Pools) {
-			p := r.Pools[id]
-			health := "-"
-			if p.HealthCheck {
-				health = fmt.Sprintf("%d live", r.instances[id])
-			}
-			row(w, id, p.Status, p.Residency, orDash(p.Region), p.Host, health, kvList(p.Attrs))
-		}
+		printPools(w, r)
 	}
 	if show("routes") {
-		fmt.Fprintln(w)
-		row(w, "ROUTE", "TARGETS", "FALLBACK", "AFFINITY", "ATTRS")
-		for _, name := range sortedKeys(r.Routes) {
-			rt := r.Routes[name]
-			row(w, name, targetList(rt.Targets), orDash(strings.Join(rt.Fallback, ",")), rt.Affinity, kvList(rt.Attrs))
-		}
+		printRoutes(w, r.Routes)
 	}
 	if show("boosts") {
 		printBoosts(w, r.Boosts, nil)
@@ -134,6 +120,28 @@ func printGet(w io.Writer, r getResult, show func(string) bool) {
 		for _, s := range r.Skipped {
 			row(w, s.Key, strings.ReplaceAll(s.Error, "\n", "; "))
 		}
+	}
+}
+
+func printPools(w io.Writer, r getResult) {
+	fmt.Fprintln(w)
+	row(w, "POOL", "STATUS", "RESIDENCY", "REGION", "HOST", "HEALTH", "ATTRS")
+	for _, id := range sortedKeys(r.Pools) {
+		p := r.Pools[id]
+		health := "-"
+		if p.HealthCheck {
+			health = fmt.Sprintf("%d live", r.instances[id])
+		}
+		row(w, id, p.Status, p.Residency, orDash(p.Region), p.Host, health, kvList(p.Attrs))
+	}
+}
+
+func printRoutes(w io.Writer, routes map[string]routing.Route) {
+	fmt.Fprintln(w)
+	row(w, "ROUTE", "TARGETS", "FALLBACK", "AFFINITY", "ATTRS")
+	for _, name := range sortedKeys(routes) {
+		rt := routes[name]
+		row(w, name, targetList(rt.Targets), orDash(strings.Join(rt.Fallback, ",")), rt.Affinity, kvList(rt.Attrs))
 	}
 }
 
