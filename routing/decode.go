@@ -175,6 +175,9 @@ func checkAttrs(errs *Errors, attrs map[string]string) {
 // normalize fills defaults and checks the pool on its own.
 func (p *Pool) normalize() Errors {
 	var errs Errors
+	if len(p.Attrs) == 0 {
+		p.Attrs = nil // as encoded (omitempty)
+	}
 	if msg := checkHost(p.Host); msg != "" {
 		errs.add("", "host", "%s", msg)
 	}
@@ -222,6 +225,15 @@ func checkTargets(errs *Errors, targets []Target) {
 // route name.
 func (r *Route) normalize(name string) Errors {
 	var errs Errors
+	if len(r.Targets) == 0 {
+		r.Targets = nil // as encoded (omitempty)
+	}
+	if len(r.Fallback) == 0 {
+		r.Fallback = nil
+	}
+	if len(r.Attrs) == 0 {
+		r.Attrs = nil
+	}
 	checkTargets(&errs, r.Targets)
 	seen := map[string]bool{}
 	for i, f := range r.Fallback {
@@ -280,6 +292,12 @@ func (p *Residency) normalize() Errors {
 // normalize checks the override on its own.
 func (o *Override) normalize() Errors {
 	var errs Errors
+	if len(o.Targets) == 0 {
+		o.Targets = nil // as encoded (omitempty)
+	}
+	if len(o.Attrs) == 0 {
+		o.Attrs = nil
+	}
 	if !ValidRouteName(o.Route) {
 		errs.add("", "route", "invalid route name %q", o.Route)
 	}

@@ -34,7 +34,7 @@ func TestDecodeValue(t *testing.T) {
 			want: &Residency{Classes: map[string][]string{"eu": {"PL", "DE"}, "uk": {"GB"}}, UnknownCountryClass: "uk"}},
 		{name: "override", key: "overrides/kr-comeback",
 			raw:  `{"route":"KR","targets":[{"pool":"kr-music","weight":100}],"attrs":{},"reason":"comeback week","author":"ana"}`,
-			want: &Override{Route: "KR", Targets: tg("kr-music", 100), Attrs: map[string]string{}, Reason: "comeback week", Author: "ana"}},
+			want: &Override{Route: "KR", Targets: tg("kr-music", 100), Reason: "comeback week", Author: "ana"}},
 		{name: "health", key: "health/eu-central/i-1", raw: `{"addr":"10.0.0.1:443","since":"2026-03-01T12:00:00Z"}`,
 			want: &Health{Addr: "10.0.0.1:443", Since: "2026-03-01T12:00:00Z"}},
 		{name: "epoch", key: "epoch", raw: " 42\n", want: int64(42)},
