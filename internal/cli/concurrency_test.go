@@ -25,7 +25,10 @@ func TestConcurrentWriters(t *testing.T) {
 	t.Parallel()
 	const writers, updates = 8, 100
 	e := newEnv(t)
-	e.seed()
+	// A small fleet: the test is about the write path under contention,
+	// not about config size (the example fleet makes each attempt ~10×
+	// dearer under -race).
+	e.must(ExitOK, "apply", "-f", writeFile(t, "base.yaml", baseConfig), "--reason", "seed")
 	var conflicts, retried atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
