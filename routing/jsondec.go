@@ -110,12 +110,7 @@ func (d *jsonDecoder) object(raw []byte, v reflect.Value, path string) {
 		if ev.IsNil() {
 			ev.Set(reflect.ValueOf(Extra{}))
 		}
-		var c bytes.Buffer
-		if json.Compact(&c, m[k]) != nil {
-			c.Reset()
-			c.Write(m[k])
-		}
-		ev.SetMapIndex(reflect.ValueOf(k), reflect.ValueOf(json.RawMessage(c.Bytes())))
+		ev.SetMapIndex(reflect.ValueOf(k), reflect.ValueOf(canonicalRaw(m[k])))
 	}
 }
 
@@ -177,4 +172,16 @@ func (d *jsonDecoder) value(raw []byte, v reflect.Value, path string) {
 	default:
 		d.errs.add("", path, "cannot decode into %s", v.Type())
 	}
+}
+
+// canonicalRaw returns raw compacted and HTML-escaped, as json.Marshal
+// writes it, so that an unknown field is stored in the form it is
+// re-encoded in and a decode/encode round trip is stable.
+func canonicalRaw(raw []byte) json.RawMessage {
+	var c, e bytes.Buffer
+	if json.Compact(&c, raw) != nil {
+		return append(json.RawMessage(nil), raw...)
+	}
+	json.HTMLEscape(&e, c.Bytes())
+	return e.Bytes()
 }

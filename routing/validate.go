@@ -268,7 +268,9 @@ func ValidateOverride(cfg *Config, id string, o Override) Errors {
 	if _, ok := cfg.Routes[o.Route]; !ok {
 		errs.add(key, "route", "route %s does not exist", o.Route)
 	}
-	checkTargetRefs(&errs, cfg, key, o.Route, o.Targets, cfg.ResidencyOrDefault())
+	pol := cfg.ResidencyOrDefault()
+	pol.normalize() // a nil class list means the EEA default
+	checkTargetRefs(&errs, cfg, key, o.Route, o.Targets, pol)
 	errs.Sort()
 	return errs
 }
