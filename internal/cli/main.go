@@ -170,6 +170,9 @@ func (a *app) store(ctx context.Context) (*store.Store, error) {
 		}
 	}
 	cli, err := store.Dial(ctx, cfg)
+	if errors.Is(err, store.ErrDialConfig) {
+		return nil, usageError{err}
+	}
 	if err != nil {
 		return nil, err
 	}

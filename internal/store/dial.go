@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -14,6 +15,10 @@ import (
 
 // DefaultDialTimeout bounds the first contact with etcd.
 const DefaultDialTimeout = 2 * time.Second
+
+// ErrDialConfig marks connection settings that cannot work (a TLS file
+// that does not load): an operator error, not an unreachable cluster.
+var ErrDialConfig = errors.New("bad connection settings")
 
 // DialConfig says how to reach etcd.
 type DialConfig struct {
@@ -37,7 +42,7 @@ func Dial(ctx context.Context, c DialConfig) (*clientv3.Client, error) {
 	}
 	tlsCfg, err := c.tlsConfig()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrDialConfig, err)
 	}
 	cfg := clientv3.Config{
 		Endpoints:   c.Endpoints,

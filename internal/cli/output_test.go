@@ -1,0 +1,39 @@
+package cli
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// TestOutputFormats: every read verb prints valid JSON and YAML with -o.
+func TestOutputFormats(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	e.must(ExitOK, "boost", "KR", "--attr", "lang=en", "--ttl", "1h", "--id", "kr")
+	verbs := [][]string{{"get"}, {"get", "routes"}, {"history"}, {"history", "1"}, {"status"},
+		{"boost", "ls"}, {"resolve", "KR", "--key", "v1"}, {"resolve", "PL", "-f", exampleConfig, "--down", "eu-central"},
+		{"validate"}, {"export"}, {"diff", "-f", exampleConfig}, {"pool", "drain", "eu-north", "--dry-run"}}
+	for _, v := range verbs {
+		js := e.must(ExitOK, append(v, "-o", "json")...)
+		if !json.Valid([]byte(js.stdout)) {
+			t.Errorf("regionctl %s -o json: invalid JSON:\n%s", strings.Join(v, " "), js.stdout)
+		}
+		y := e.must(ExitOK, append(v, "-o", "yaml")...)
+		var any map[string]any
+		if err := yaml.Unmarshal([]byte(y.stdout), &any); err != nil && !strings.HasPrefix(y.stdout, "- ") {
+			t.Errorf("regionctl %s -o yaml: %v:\n%s", strings.Join(v, " "), err, y.stdout)
+		}
+		e.must(ExitOK, v...)
+	}
+	r := e.must(ExitOK, "resolve", "PL", "-f", exampleConfig, "--down", "eu-central", "--key", "v1")
+	if !strings.Contains(r.stdout, "pool-down:eu-central") || !strings.Contains(r.stdout, "→ eu-west") {
+		t.Fatalf("what-if resolve:\n%s", r)
+	}
+	if r := e.run("--cacert", "/nonexistent.pem", "get"); r.code != ExitUsage {
+		t.Fatalf("bad --cacert: %s", r)
+	}
+}
