@@ -26,6 +26,8 @@ type Candidate struct {
 	Weight int    `json:"weight"`
 	// attrs is the pool's attrs overlaid by Effective.Attrs.
 	attrs map[string]string
+	// pad is the pool id padded for the sticky hash (see poolPad).
+	pad *poolPad
 }
 
 // maxChain bounds the route chain even for a table whose fallbacks were
@@ -79,6 +81,11 @@ func (t *Table) ineligible(pool, class string, now time.Time) string {
 	return ""
 }
 
+// pad returns the padded id of a pool (nil for an unknown pool). The map
+// is filled by build before any effective entry is computed and only read
+// afterwards, also by Resolve.
+func (t *Table) pad(pool string) *poolPad { return t.pads[pool] }
+
 // reasons is an ordered set of reason codes.
 type reasons []string
 
@@ -114,7 +121,7 @@ func (t *Table) computeEffective(own, class string, now time.Time) *Effective {
 				rs.add(why)
 				continue
 			}
-			e.Candidates = append(e.Candidates, Candidate{Pool: tg.Pool, Host: t.pools[tg.Pool].Host, Weight: tg.Weight})
+			e.Candidates = append(e.Candidates, Candidate{Pool: tg.Pool, Host: t.pools[tg.Pool].Host, Weight: tg.Weight, pad: t.pad(tg.Pool)})
 		}
 		if len(e.Candidates) > 0 {
 			win = depth
@@ -185,6 +192,10 @@ func (t *Table) build(now time.Time) {
 		}
 	}
 	t.classOf[n] = t.policy.UnknownCountryClass
+	t.pads = make(map[string]*poolPad, len(t.pools))
+	for id := range t.pools {
+		t.pads[id] = newPoolPad(id)
+	}
 	t.eff = make([]*Effective, n+1)
 	shared := map[[2]string]*Effective{}
 	for id := 0; id <= n; id++ {

@@ -161,8 +161,14 @@ func FuzzStickyHash(f *testing.F) {
 	f.Fuzz(func(t *testing.T, key, pool string, w1, w2 uint8) {
 		var s stickyKey
 		s.init(key)
-		if got, want := s.sum(pool), xxhash.Sum64String(key+"\x00"+pool); got != want {
+		want := xxhash.Sum64String(key + "\x00" + pool)
+		if got := s.sum(pool); got != want {
 			t.Fatalf("%q %q: %x, want %x", key, pool, got, want)
+		}
+		if p := newPoolPad(pool); p != nil {
+			if got := s.sumPadded(pool, p); got != want {
+				t.Fatalf("padded %q %q: %x, want %x", key, pool, got, want)
+			}
 		}
 		cs := []Candidate{{Pool: pool, Weight: int(w1 % 101)}, {Pool: pool + "-b", Weight: int(w2 % 101)}, {Pool: "x", Weight: 10}}
 		best, bestScore := -1, 0.0

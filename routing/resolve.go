@@ -101,7 +101,21 @@ func StickyScore(key, pool string, w int) float64 {
 
 // unit returns u = ((h >> 11) + 0.5) / 2^53 for h = xxh64(key + "\x00" + pool).
 func (s *stickyKey) unit(pool string) float64 {
-	return (float64(int64(s.sum(pool)>>11)) + 0.5) * (1.0 / (1 << 53))
+	return unitOf(s.sum(pool))
+}
+
+// unitOf maps a hash to u = ((h >> 11) + 0.5) / 2^53, in (0, 1].
+func unitOf(h uint64) float64 {
+	return (float64(int64(h>>11)) + 0.5) * (1.0 / (1 << 53))
+}
+
+// candUnit is unit for a candidate, using its padded pool id when it has
+// one (candidates of a compiled table do).
+func (s *stickyKey) candUnit(c *Candidate) float64 {
+	if c.pad != nil {
+		return unitOf(s.sumPadded(c.Pool, c.pad))
+	}
+	return unitOf(s.sum(c.Pool))
 }
 
 // negLogLower returns a lower bound of -ln(u) without computing a
@@ -160,7 +174,7 @@ func PickSticky(cs []Candidate, key string) int {
 			lo[i] = math.Inf(1)
 			continue
 		}
-		u := kb.unit(cs[i].Pool)
+		u := kb.candUnit(&cs[i])
 		lo[i] = negLogLower(u) * invWeight[w]
 		if j < 0 || lo[i] < lo[j] {
 			j, uj = i, u
@@ -180,7 +194,7 @@ func PickSticky(cs []Candidate, key string) int {
 		if !exact {
 			exact, bestScore = true, -math.Log(uj)/float64(cs[j].Weight)
 		}
-		s := -math.Log(kb.unit(cs[i].Pool)) / float64(cs[i].Weight)
+		s := -math.Log(kb.candUnit(&cs[i])) / float64(cs[i].Weight)
 		if s < bestScore || (s == bestScore && cs[i].Pool < cs[best].Pool) {
 			best, bestScore = i, s
 		}

@@ -466,8 +466,14 @@ func TestStickyKeySum(t *testing.T) {
 			key, pool := randBytes(kl), randBytes(pl)
 			var s stickyKey
 			s.init(key)
-			if got, want := s.sum(pool), xxhash.Sum64String(key+"\x00"+pool); got != want {
+			want := xxhash.Sum64String(key + "\x00" + pool)
+			if got := s.sum(pool); got != want {
 				t.Fatalf("len %d+%d: %q %q: %x, want %x", kl, pl, key, pool, got, want)
+			}
+			if p := newPoolPad(pool); p != nil {
+				if got := s.sumPadded(pool, p); got != want {
+					t.Fatalf("padded, len %d+%d: %q %q: %x, want %x", kl, pl, key, pool, got, want)
+				}
 			}
 			n++
 		}
@@ -589,5 +595,33 @@ func TestResolveRandomAffinity(t *testing.T) {
 	}
 	if share := float64(count["eu-west"]) / n; math.Abs(share-0.2) > 0.01 {
 		t.Errorf("eu-west got %.3f of random viewers, want 0.20", share)
+	}
+}
+
+// TestResolveConcurrent: a table is used by many goroutines at once, also
+// past ValidUntil when Resolve computes entries on the fly (run with -race).
+func TestResolveConcurrent(t *testing.T) {
+	prev := Compile(1, smallStore.kvs(nil), nil, CompileOptions{Now: t0})
+	tbl := Compile(2, smallStore.with("health/fra/i-1", "").kvs(nil), prev, CompileOptions{Now: t0})
+	past := tbl.ValidUntil().Add(time.Second)
+	done := make(chan error)
+	for g := 0; g < 4; g++ {
+		go func(g int) {
+			for i := 0; i < 500; i++ {
+				cc := Countries()[(g*500+i)%len(Countries())]
+				d, err := tbl.Resolve(cc, fmt.Sprint(i), past)
+				if err == nil && d.Pool == "fra" {
+					done <- fmt.Errorf("%s went to the unhealthy pool fra", cc)
+					return
+				}
+				tbl.Explain(cc, "", past)
+			}
+			done <- nil
+		}(g)
+	}
+	for g := 0; g < 4; g++ {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
 	}
 }

@@ -67,6 +67,8 @@ type Table struct {
 	// the clock alone (a grace window ending); zero if never.
 	validUntil time.Time
 	checksum   uint64
+	// pads holds the padded pool ids of the candidates (see poolPad).
+	pads map[string]*poolPad
 }
 
 type goodValue struct {

@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"encoding/binary"
 	"math/bits"
 
 	"github.com/cespare/xxhash/v2"
@@ -191,4 +192,44 @@ func load64(s string) uint64 {
 
 func load32(s string) uint32 {
 	return uint32(s[0]) | uint32(s[1])<<8 | uint32(s[2])<<16 | uint32(s[3])<<24
+}
+
+// poolPad holds a pool id followed by zero bytes, so that the sticky hash
+// reads any 8 bytes of it with one load and no length checks. Pool ids are
+// at most 63 bytes.
+type poolPad [80]byte
+
+// newPoolPad returns the padded bytes of pool, or nil when it is too long.
+func newPoolPad(pool string) *poolPad {
+	if len(pool) > len(poolPad{})-16 {
+		return nil
+	}
+	p := new(poolPad)
+	copy(p[:], pool)
+	return p
+}
+
+// sumPadded is sum(pool) for a pool given with its padded bytes.
+func (s *stickyKey) sumPadded(pool string, p *poolPad) uint64 {
+	n := s.l + len(pool)
+	if n >= 32 || s.l/8 > maxKeyWords {
+		return s.sum(pool)
+	}
+	h := xxPrime5 + uint64(n)
+	for i := 0; i < s.nk; i++ {
+		h ^= s.kw[i]
+		h = bits.RotateLeft64(h, 27)*xxPrime1 + xxPrime4
+	}
+	// The bytes after the key's words: the key's tail (a bytes) then the
+	// pool; the padding supplies the zero bytes past the end.
+	a := s.l % 8
+	rem := a + len(pool)
+	w := s.tl | binary.LittleEndian.Uint64(p[:8])<<(8*a)
+	for off := 8 - a; rem >= 8; off += 8 {
+		h ^= xxRound(0, w)
+		h = bits.RotateLeft64(h, 27)*xxPrime1 + xxPrime4
+		rem -= 8
+		w = binary.LittleEndian.Uint64(p[off : off+8])
+	}
+	return xxTail(h, w, rem)
 }
