@@ -45,6 +45,11 @@ func (a *app) exitCode(err error) int {
 	)
 	switch {
 	case errors.As(err, &refused):
+		if a.output == "table" {
+			for _, line := range diffLines(refused.Changes) {
+				fmt.Fprintf(a.stdout, "%s\n", line)
+			}
+		}
 		a.printRefused(refused.Errs)
 		return ExitRefused
 	case errors.As(err, &local):

@@ -165,7 +165,9 @@ func TestHeartbeat(t *testing.T) {
 	_ = killed.Wait()
 	took, ok = waitFor(6*time.Second, func() bool { return e.healthLease("fra-kill") == 0 })
 	t.Logf("health key gone %s after SIGKILL (TTL 2s)", took.Round(time.Millisecond))
-	if !ok || took > 3*time.Second {
+	// The lease ends at most a TTL after its last keepalive; allow 2×TTL
+	// for a busy machine (etcd's expiry is not exact, etcd#9395).
+	if !ok || took > 4*time.Second {
 		t.Fatalf("health key outlived SIGKILL by %s (TTL 2s)", took)
 	}
 }

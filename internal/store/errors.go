@@ -41,6 +41,8 @@ func (e *ConflictError) Error() string {
 // written. Errs lists every problem, each naming its key and field.
 type RefusedError struct {
 	Errs routing.Errors
+	// Changes are the writes that were proposed (and not made).
+	Changes []routing.Change
 }
 
 // Error lists the problems, one per line.

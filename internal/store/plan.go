@@ -71,11 +71,11 @@ func (s *Store) prepare(st *State, p *Plan) ([]op, error) {
 	if len(errs) == 0 && !p.Force && mayLoseCandidates(ops) {
 		errs = append(errs, checkLostCountries(st, next, p)...)
 	}
+	sort.Slice(ops, func(i, j int) bool { return ops[i].rel < ops[j].rel })
 	if len(errs) > 0 {
 		errs.Sort()
-		return nil, &RefusedError{Errs: errs}
+		return nil, &RefusedError{Errs: errs, Changes: changes(ops)}
 	}
-	sort.Slice(ops, func(i, j int) bool { return ops[i].rel < ops[j].rel })
 	return ops, nil
 }
 
