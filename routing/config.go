@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 
 	"sigs.k8s.io/yaml"
 )
@@ -102,7 +103,8 @@ func decodeStrict(errs *Errors, rel string, raw []byte) (Value, bool) {
 		if es, ok := err.(Errors); ok {
 			*errs = append(*errs, es...)
 		} else {
-			errs.add(rel, "", "%v", err)
+			// A key error (bad id or name) already names the key.
+			errs.add(rel, "", "%s", strings.TrimPrefix(err.Error(), fmt.Sprintf("key %q: ", rel)))
 		}
 		return nil, false
 	}

@@ -117,7 +117,9 @@ func TestParseConfigErrors(t *testing.T) {
 		{name: "null value", yaml: "pools:\n  p:\n",
 			want: []string{`pools/p: value must be a JSON object, got "null"`}},
 		{name: "bad pool id", yaml: "pools:\n  Edge FRA: {host: h, residency: eu}\n",
-			want: []string{`pools/Edge FRA: key "pools/Edge FRA": invalid pool id "Edge FRA" (want lower-case letters, digits, '.', '_', '-')`}},
+			want: []string{`pools/Edge FRA: invalid pool id "Edge FRA" (want lower-case letters, digits, '.', '_', '-')`}},
+		{name: "bad route name", yaml: "routes:\n  Poland: {targets: [{pool: p, weight: 100}]}\n",
+			want: []string{`routes/Poland: invalid route name "Poland" (want an ISO 3166-1 alpha-2 code in upper case, _default, or a lower-case group name)`}},
 		{name: "every problem listed", yaml: "pools:\n  p: {host: '', residency: eu, status: paused}\nroutes:\n  PL: {targets: [{pool: p, weight: 130}], affinity: sticky, colour: red}\n",
 			want: []string{
 				"pools/p: host: must not be empty",
