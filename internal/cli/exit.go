@@ -15,7 +15,10 @@ import (
 // usageError marks bad flags or arguments (exit 2).
 type usageError struct{ err error }
 
+// Error returns the underlying message.
 func (e usageError) Error() string { return e.err.Error() }
+
+// Unwrap returns the underlying error.
 func (e usageError) Unwrap() error { return e.err }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
@@ -24,6 +27,7 @@ func usagef(format string, args ...any) error { return usageError{fmt.Errorf(for
 // does not parse, an unknown pool): exit 1, printed like store refusals.
 type refusedError struct{ errs routing.Errors }
 
+// Error lists the problems, one per line.
 func (e refusedError) Error() string { return e.errs.Error() }
 
 func refusef(key, format string, args ...any) error {
