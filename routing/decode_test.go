@@ -3,7 +3,9 @@ package routing
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -265,5 +267,41 @@ func TestParseKey(t *testing.T) {
 				t.Errorf("ParseKey(%q) = %+v, want an error", rel, k)
 			}
 		})
+	}
+}
+
+// TestNameGrammars checks the hand-written name checks against the
+// regular expressions of the key grammar.
+func TestNameGrammars(t *testing.T) {
+	grammars := []struct {
+		name  string
+		re    *regexp.Regexp
+		valid func(string) bool
+	}{
+		{"pool id", regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`), ValidPoolID},
+		{"route name", regexp.MustCompile(`^(_default|[A-Z]{2}|[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)$`), func(s string) bool {
+			return ValidRouteName(s) || (len(s) == 2 && s[0] >= 'A' && s[0] <= 'Z' && s[1] >= 'A' && s[1] <= 'Z')
+		}},
+		{"label", regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`), ValidLabel},
+		{"instance", regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`), ValidInstanceID},
+		{"override id", regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`), ValidOverrideID},
+	}
+	alphabet := "az09AZ._-:_ /é\x00"
+	r := rand.New(rand.NewPCG(5, 6))
+	inputs := []string{"", "a", "-", "a-", "-a", "eu-central", "_default", "PL", "XX", "a.b", "a_b", strings.Repeat("a", 63), strings.Repeat("a", 64),
+		strings.Repeat("A", 128), strings.Repeat("A", 129), "10.0.0.1:443"}
+	for i := 0; i < 20000; i++ {
+		b := make([]byte, r.IntN(8))
+		for j := range b {
+			b[j] = alphabet[r.IntN(len(alphabet))]
+		}
+		inputs = append(inputs, string(b))
+	}
+	for _, g := range grammars {
+		for _, s := range inputs {
+			if got, want := g.valid(s), g.re.MatchString(s); got != want {
+				t.Errorf("%s %q: %v, regexp says %v", g.name, s, got, want)
+			}
+		}
 	}
 }

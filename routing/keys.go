@@ -2,7 +2,6 @@ package routing
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 )
 
@@ -56,32 +55,71 @@ type Key struct {
 	Instance string
 }
 
+// byteClass is a set of bytes allowed in a name.
+type byteClass [256]bool
+
+func classOf(ranges ...string) *byteClass {
+	var c byteClass
+	for _, r := range ranges {
+		if len(r) == 3 && r[1] == '-' {
+			for b := int(r[0]); b <= int(r[2]); b++ {
+				c[b] = true
+			}
+			continue
+		}
+		for i := 0; i < len(r); i++ {
+			c[r[i]] = true
+		}
+	}
+	return &c
+}
+
 var (
-	poolIDRe   = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
-	groupRe    = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-	labelRe    = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
-	instanceRe = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
-	overrideRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+	lowerDigit      = classOf("a-z", "0-9")
+	lowerDigitDash  = classOf("a-z", "0-9", "-")
+	poolIDChars     = classOf("a-z", "0-9", "._-")
+	instanceChars   = classOf("A-Z", "a-z", "0-9", "._:-")
+	alnum           = classOf("A-Z", "a-z", "0-9")
+	overrideIDChars = classOf("A-Z", "a-z", "0-9", "._-")
+	lower           = classOf("a-z")
 )
+
+// matchName reports whether s is 1..maxLen bytes from middle, starting
+// with a byte from first and ending with a byte from last.
+func matchName(s string, maxLen int, first, middle, last *byteClass) bool {
+	if len(s) == 0 || len(s) > maxLen || !first[s[0]] || !last[s[len(s)-1]] {
+		return false
+	}
+	for i := 1; i < len(s)-1; i++ {
+		if !middle[s[i]] {
+			return false
+		}
+	}
+	return true
+}
 
 // ValidPoolID reports whether s is a valid pool id: lower-case letters,
 // digits, '.', '_' and '-', starting and ending with a letter or digit.
-func ValidPoolID(s string) bool { return poolIDRe.MatchString(s) }
+func ValidPoolID(s string) bool { return matchName(s, 63, lowerDigit, poolIDChars, lowerDigit) }
 
 // ValidRouteName reports whether s names a route: an assigned ISO 3166-1
 // alpha-2 code in upper case, "_default", or a lower-case group name.
 func ValidRouteName(s string) bool {
-	return s == DefaultRoute || IsCountry(s) || groupRe.MatchString(s)
+	return s == DefaultRoute || IsCountry(s) || matchName(s, 63, lowerDigit, lowerDigitDash, lowerDigit)
 }
 
 // ValidOverrideID reports whether s is a valid override id.
-func ValidOverrideID(s string) bool { return overrideRe.MatchString(s) }
+func ValidOverrideID(s string) bool {
+	return matchName(s, 128, alnum, overrideIDChars, overrideIDChars)
+}
 
 // ValidInstanceID reports whether s is a valid health instance id.
-func ValidInstanceID(s string) bool { return instanceRe.MatchString(s) }
+func ValidInstanceID(s string) bool {
+	return matchName(s, 128, instanceChars, instanceChars, instanceChars)
+}
 
 // ValidLabel reports whether s is a residency class or region label.
-func ValidLabel(s string) bool { return labelRe.MatchString(s) }
+func ValidLabel(s string) bool { return matchName(s, 63, lower, lowerDigitDash, lowerDigitDash) }
 
 // ParseKey parses a key relative to <root>/routing/ ("pools/eu-central").
 func ParseKey(rel string) (Key, error) {
