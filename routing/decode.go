@@ -139,7 +139,10 @@ func checkHost(h string) string {
 	if _, err := netip.ParseAddr(h); err == nil {
 		return ""
 	}
-	if _, err := netip.ParseAddrPort(h); err == nil {
+	if ap, err := netip.ParseAddrPort(h); err == nil {
+		if ap.Port() == 0 {
+			return fmt.Sprintf("%q: port must be 1..65535", h)
+		}
 		return ""
 	}
 	name := h

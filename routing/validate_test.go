@@ -144,6 +144,8 @@ func TestValidate(t *testing.T) {
 			want: []string{`pools/eu-north: host: "edge sto" is not a host name or IP address (with an optional :port)`}},
 		{name: "pool bad port", change: setPool("eu-north", Pool{Host: "edge-sto-1.example.net:99999", Residency: "eu"}),
 			want: []string{`pools/eu-north: host: "edge-sto-1.example.net:99999": port must be 1..65535`}},
+		{name: "pool ip host with port 0", change: setPool("eu-north", Pool{Host: "10.0.0.1:0", Residency: "eu"}),
+			want: []string{`pools/eu-north: host: "10.0.0.1:0": port must be 1..65535`}},
 		{name: "pool ipv6 host with port", change: setPool("eu-north", Pool{Host: "[2001:db8::1]:443", Residency: "eu"})},
 		{name: "pool bad status", change: setPool("eu-north", Pool{Host: "h", Residency: "eu", Status: "paused"}),
 			want: []string{`pools/eu-north: status: must be active, draining or down, got "paused"`}},
