@@ -2,6 +2,7 @@ package routing
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/rand"
 	"reflect"
@@ -131,8 +132,8 @@ func (w world) compile() *Table {
 	return Compile(1, w.s.kvs(w.revs), nil, CompileOptions{Now: t0, Start: w.start, Grace: 10 * time.Second})
 }
 
-// viewerIDs are the countries a property is checked for: every ISO code
-// and raw headers that normalize to the unknown country.
+// unknownHeaders are raw country headers that normalize to the unknown
+// country; the properties check them besides every ISO code.
 var unknownHeaders = []string{"", "XX", "T1", "eu", "Poland"}
 
 // checkViewer checks one viewer of one table against the invariants and a
@@ -299,7 +300,7 @@ func TestPropertyNonEUPoolsDoNotAffectEU(t *testing.T) {
 // some countries outside the eu class that no route falls back to, a route
 // (new or replaced) using them.
 func (w world) withNonEUPools(r *rand.Rand, tbl *Table) world {
-	out := world{s: maps2(w.s), revs: w.revs, start: w.start}
+	out := world{s: maps.Clone(w.s), revs: w.revs, start: w.start}
 	var added []string
 	for i := 0; i < 1+r.Intn(5); i++ {
 		id := fmt.Sprintf("new-%d", i)
@@ -327,15 +328,9 @@ func (w world) withNonEUPools(r *rand.Rand, tbl *Table) world {
 	return out
 }
 
-func maps2(s store) store {
-	out := store{}
-	for k, v := range s {
-		out[k] = v
-	}
-	return out
-}
 
-// stickyWorld is a route of n pools with random positive weights, for
+// stickyTable compiles a sticky route PL (and the same _default) over one
+// EU pool per weight, the pool at index draining draining (-1: none), for
 // properties (b) and (c).
 func stickyTable(t *testing.T, weights []int, draining int) *Table {
 	t.Helper()
