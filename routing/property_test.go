@@ -328,7 +328,6 @@ func (w world) withNonEUPools(r *rand.Rand, tbl *Table) world {
 	return out
 }
 
-
 // stickyTable compiles a sticky route PL (and the same _default) over one
 // EU pool per weight, the pool at index draining draining (-1: none), for
 // properties (b) and (c).
