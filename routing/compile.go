@@ -69,7 +69,7 @@ func Compile(revision int64, kvs []KV, prev *Table, opts CompileOptions) *Table 
 	}
 	t.assemble(prev, instances, opts)
 	sort.Slice(t.skipped, func(i, j int) bool { return t.skipped[i].Key < t.skipped[j].Key })
-	t.build(opts.Now)
+	t.build(opts.Now, prev)
 	return t
 }
 
@@ -186,7 +186,7 @@ func (t *Table) At(now time.Time) *Table {
 		return t
 	}
 	cp := *t
-	cp.build(now)
+	cp.build(now, t)
 	return &cp
 }
 
@@ -197,7 +197,7 @@ func (t *Table) WithRevision(rev int64) *Table {
 	cp.revision = rev
 	if cp.stale {
 		cp.stale = false
-		cp.build(t.builtAt)
+		cp.build(t.builtAt, t)
 	}
 	return &cp
 }

@@ -1,6 +1,9 @@
 package routing
 
 import (
+	"encoding/json"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -17,6 +20,9 @@ type Effective struct {
 	Candidates    []Candidate       `json:"candidates"`
 	Attrs         map[string]string `json:"attrs"`
 	Degraded      []string          `json:"degraded"`
+	// js is the entry's JSON, encoded once when the entry is built; entries
+	// equal to the previous table's are reused with their encoding.
+	js []byte
 }
 
 // Candidate is an eligible pool of an Effective entry.
@@ -181,7 +187,7 @@ func sortCandidates(cs []Candidate) {
 
 // build computes the residency class and effective entry of every country
 // and the unknown country, evaluated at now.
-func (t *Table) build(now time.Time) {
+func (t *Table) build(now time.Time, prev *Table) {
 	n := len(countries)
 	t.classOf = make([]string, n+1)
 	for class, ccs := range t.policy.Classes {
@@ -217,6 +223,7 @@ func (t *Table) build(now time.Time) {
 		}
 		t.eff[id] = e
 	}
+	t.reuseEffective(prev)
 	t.validUntil = time.Time{}
 	for _, p := range t.pools {
 		if p.HealthCheck && p.Instances == 0 && p.fixedHealthy == nil {
@@ -226,6 +233,46 @@ func (t *Table) build(now time.Time) {
 		}
 	}
 	t.checksum = t.computeChecksum()
+}
+
+// reuseEffective replaces each effective entry equal to the previous
+// table's entry for the same country by that entry, so its JSON encoding is
+// reused, and encodes the entries that are new.
+func (t *Table) reuseEffective(prev *Table) {
+	swap := map[*Effective]*Effective{}
+	for id, e := range t.eff {
+		if r, done := swap[e]; done {
+			t.eff[id] = r
+			continue
+		}
+		r := e
+		if prev != nil && len(prev.eff) == len(t.eff) && equalEffective(prev.eff[id], e) {
+			r = prev.eff[id]
+		} else {
+			e.js, _ = json.Marshal(e)
+		}
+		swap[e] = r
+		t.eff[id] = r
+	}
+}
+
+// equalEffective reports whether two entries answer every viewer alike.
+func equalEffective(a, b *Effective) bool {
+	if a == b {
+		return true
+	}
+	if a == nil || b == nil || a.Route != b.Route || a.FallbackDepth != b.FallbackDepth ||
+		a.Affinity != b.Affinity || len(a.Candidates) != len(b.Candidates) ||
+		!maps.Equal(a.Attrs, b.Attrs) || !slices.Equal(a.Degraded, b.Degraded) {
+		return false
+	}
+	for i := range a.Candidates {
+		ca, cb := &a.Candidates[i], &b.Candidates[i]
+		if ca.Pool != cb.Pool || ca.Host != cb.Host || ca.Weight != cb.Weight || !maps.Equal(ca.attrs, cb.attrs) {
+			return false
+		}
+	}
+	return true
 }
 
 // computeChecksum digests the effective entries.

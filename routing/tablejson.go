@@ -1,8 +1,10 @@
 package routing
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -57,35 +59,82 @@ func (p *poolJSON) UnmarshalJSON(b []byte) error {
 }
 
 // JSON returns the table JSON (DESIGN §5) with health evaluated at
-// and written_at set to writtenAt.
+// and written_at set to writtenAt. The effective entries, the bulk of the
+// document, are encoded once when a table is built (and reused from the
+// previous table when unchanged), so rendering after a change is cheap.
 func (t *Table) JSON(writtenAt time.Time) ([]byte, error) {
 	t = t.At(writtenAt)
-	out := tableJSON{
-		Revision:  t.revision,
-		Epoch:     t.epoch,
-		WrittenAt: writtenAt.UTC().Format(time.RFC3339Nano),
-		Stale:     t.stale,
-		Pools:     make(map[string]poolJSON, len(t.pools)),
-		Routes:    t.routes,
-		Policy:    policyJSON{Residency: t.policy},
-		Effective: make(map[string]*Effective, len(t.eff)),
-		Skipped:   t.skipped,
-		Overrides: t.overrides,
-	}
-	if out.Skipped == nil {
-		out.Skipped = []Skipped{}
-	}
+	var b bytes.Buffer
+	b.Grow(1024 + 300*len(t.eff))
+	b.WriteString(`{"revision":`)
+	b.WriteString(strconv.FormatInt(t.revision, 10))
+	b.WriteString(`,"epoch":`)
+	b.WriteString(strconv.FormatInt(t.epoch, 10))
+	b.WriteString(`,"written_at":"`)
+	b.WriteString(writtenAt.UTC().Format(time.RFC3339Nano))
+	b.WriteString(`","stale":`)
+	b.WriteString(strconv.FormatBool(t.stale))
+	pools := make(map[string]poolJSON, len(t.pools))
 	for id, p := range t.pools {
-		out.Pools[id] = poolJSON{Pool: p.Pool, Healthy: t.healthy(p, writtenAt) && !p.down}
+		pools[id] = poolJSON{Pool: p.Pool, Healthy: t.healthy(p, writtenAt) && !p.down}
 	}
+	skipped := t.skipped
+	if skipped == nil {
+		skipped = []Skipped{}
+	}
+	for _, part := range []struct {
+		name string
+		v    any
+	}{{"pools", pools}, {"routes", t.routes}, {"policy", policyJSON{Residency: t.policy}}} {
+		if err := writeField(&b, part.name, part.v); err != nil {
+			return nil, err
+		}
+	}
+	b.WriteString(`,"effective":{`)
 	for id, e := range t.eff {
+		if id > 0 {
+			b.WriteByte(',')
+		}
 		name := Unknown
 		if id < len(countries) {
 			name = countries[id]
 		}
-		out.Effective[name] = e
+		b.WriteByte('"')
+		b.WriteString(name)
+		b.WriteString(`":`)
+		js := e.js
+		if js == nil {
+			var err error
+			if js, err = json.Marshal(e); err != nil {
+				return nil, fmt.Errorf("encode effective %s: %w", name, err)
+			}
+		}
+		b.Write(js)
 	}
-	return json.Marshal(out)
+	b.WriteByte('}')
+	if err := writeField(&b, "skipped", skipped); err != nil {
+		return nil, err
+	}
+	if len(t.overrides) > 0 {
+		if err := writeField(&b, "overrides", t.overrides); err != nil {
+			return nil, err
+		}
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+// writeField appends ,"name":<json of v>.
+func writeField(b *bytes.Buffer, name string, v any) error {
+	js, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode table %s: %w", name, err)
+	}
+	b.WriteString(`,"`)
+	b.WriteString(name)
+	b.WriteString(`":`)
+	b.Write(js)
+	return nil
 }
 
 // LoadTableJSON rebuilds a table from table JSON written by JSON
@@ -150,6 +199,6 @@ func LoadTableJSON(b []byte) (*Table, time.Time, error) {
 			}
 		}
 	}
-	t.build(writtenAt)
+	t.build(writtenAt, nil)
 	return t, writtenAt, nil
 }

@@ -1,0 +1,85 @@
+package routing
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+)
+
+// structJSON is the table JSON encoded the plain way, through tableJSON and
+// encoding/json: the reference the hand-assembled JSON must equal.
+func structJSON(t testing.TB, tb *Table) []byte {
+	t.Helper()
+	tb = tb.At(t0)
+	out := tableJSON{Revision: tb.revision, Epoch: tb.epoch, WrittenAt: t0.UTC().Format("2006-01-02T15:04:05.999999999Z07:00"),
+		Stale: tb.stale, Pools: map[string]poolJSON{}, Routes: tb.routes, Policy: policyJSON{Residency: tb.policy},
+		Effective: map[string]*Effective{}, Skipped: tb.skipped, Overrides: tb.overrides}
+	if out.Skipped == nil {
+		out.Skipped = []Skipped{}
+	}
+	for id, p := range tb.pools {
+		out.Pools[id] = poolJSON{Pool: p.Pool, Healthy: tb.healthy(p, t0) && !p.down}
+	}
+	for id, e := range tb.eff {
+		name := Unknown
+		if id < len(countries) {
+			name = countries[id]
+		}
+		out.Effective[name] = e
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestTableJSONEqualsStructEncoding(t *testing.T) {
+	cfg := exampleConfig(t)
+	kvs := kvsOf(t, cfg)
+	kvs = append(kvs, KV{Key: "overrides/kr-week", Value: []byte(`{"route":"KR","targets":[{"pool":"kr-music","weight":100}]}`), ModRevision: 2},
+		KV{Key: "routes/XX", Value: []byte(`{}`), ModRevision: 2})
+	first := Compile(2, kvs, nil, CompileOptions{Now: t0, Down: []string{"eu-west"}})
+	for name, tb := range map[string]*Table{
+		"fresh":         first,
+		"recompiled":    Compile(3, kvs, first, CompileOptions{Now: t0}),
+		"with revision": first.WithRevision(9),
+	} {
+		got, err := tb.JSON(t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := structJSON(t, tb); !bytes.Equal(got, want) {
+			t.Errorf("%s: hand-assembled table JSON differs from encoding/json's:\n got %.300s…\nwant %.300s…", name, got, want)
+		}
+	}
+}
+
+func TestUnchangedEffectiveEntriesAreReused(t *testing.T) {
+	cfg := exampleConfig(t)
+	kvs := kvsOf(t, cfg)
+	a := Compile(1, kvs, nil, CompileOptions{Now: t0})
+	for i := range kvs {
+		if kvs[i].Key == "routes/JP" {
+			kvs[i] = KV{Key: "routes/JP", Value: []byte(`{"targets":[{"pool":"apac-singapore","weight":100}]}`), ModRevision: 2}
+		}
+	}
+	b := Compile(2, kvs, a, CompileOptions{Now: t0})
+	if b.Effective("PL") != a.Effective("PL") {
+		t.Error("PL's entry did not change but was not reused")
+	}
+	if b.Effective("JP") == a.Effective("JP") || b.Effective("JP").Candidates[0].Pool != "apac-singapore" {
+		t.Errorf("JP's entry changed but was reused: %+v", b.Effective("JP"))
+	}
+}
+
+func BenchmarkTableJSON(b *testing.B) {
+	cfg := exampleConfig(b)
+	tb := Compile(1, kvsOf(b, cfg), nil, CompileOptions{Now: t0})
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := tb.JSON(t0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
