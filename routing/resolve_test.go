@@ -250,11 +250,11 @@ func TestResolveExampleFleet(t *testing.T) {
 	}{
 		{"PL", "PL", []string{"eu-central", "eu-west"}, 0},
 		{"NO", "NO", []string{"eu-north"}, 0},
-		{"HU", "_default", []string{"eu-central"}, 1},
-		{"XX", "_default", []string{"eu-central"}, 0},
-		{"", "_default", []string{"eu-central"}, 0},
+		{"HU", "_default", []string{"eu-central", "eu-west"}, 1},
+		{"XX", "_default", []string{"eu-central", "eu-west"}, 0},
+		{"", "_default", []string{"eu-central", "eu-west"}, 0},
 		{"BR", "BR", []string{"latam-sao"}, 0},
-		{"ZA", "_default", []string{"eu-central", "us-east"}, 1},
+		{"ZA", "_default", []string{"eu-central", "eu-west", "us-east"}, 1},
 		{"GB", "GB", []string{"uk-london"}, 0},
 	}
 	for _, tc := range cases {

@@ -143,8 +143,8 @@ func TestPutDeleteTxnApplied(t *testing.T) {
 	if _, ok := tb.Route("DE"); ok {
 		t.Fatal("routes/DE still in the table after delete")
 	}
-	if got := resolvePool(t, tb, "DE"); got != "eu-central" {
-		t.Fatalf("after delete DE -> %s, want eu-central via _default", got)
+	if e := tb.Effective("DE"); e.Route != routing.DefaultRoute || e.Candidates[0].Pool != "eu-central" {
+		t.Fatalf("after delete DE -> %+v, want _default's eu pools", e)
 	}
 
 	// A multi-key Txn is applied as one table: both changes or neither.

@@ -425,6 +425,10 @@ func TestReaderDrainedPool(t *testing.T) {
 	us := cfg.Routes["US"]
 	us.Targets = append(slices.Clone(us.Targets), routing.Target{Pool: "latam-mex", Weight: 0})
 	cfg.Routes["US"] = us
+	// A _default whose only eu pool is the drained one: unknown viewers get NoRoute.
+	def := cfg.Routes["_default"]
+	def.Targets = []routing.Target{{Pool: "eu-central", Weight: 50}, {Pool: "us-east", Weight: 50}}
+	cfg.Routes["_default"] = def
 	tab := compile(t, cfg, routing.CompileOptions{Now: now})
 
 	if e := tab.Effective("PL"); len(e.Candidates) != 1 || e.Candidates[0].Pool != "eu-west" || !slices.Contains(e.Degraded, "pool-draining:eu-central") {

@@ -156,6 +156,9 @@ func TestRefusedVerbs(t *testing.T) {
 		{[]string{"pool", "drain", "eu-central"}, []string{"REFUSED effect: ", "no eligible pool", "pool-draining:eu-central", "--force"}},
 		{[]string{"boost", "cancel", "nope"}, []string{"REFUSED overrides/nope: ", "no such live boost"}},
 	}
+	// With eu-west drained, draining eu-central too would leave EEA countries
+	// without a route of their own, and unknown viewers, with no pool.
+	e.must(ExitOK, "pool", "drain", "eu-west", "--reason", "first of two")
 	rev, n := e.fingerprint()
 	for _, tc := range cases {
 		r := e.run(tc.args...)
