@@ -12,6 +12,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/regiond/regiond/internal/backoff"
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/tcpproxy"
@@ -361,4 +364,51 @@ func TestHealthGrace(t *testing.T) {
 	// A health key returns: healthy again.
 	put(t, cli, "health/kr-music/i2", `{"addr":"10.0.0.2:443"}`)
 	waitUntil(t, m, "kr-music healthy again", func(tb *routing.Table) bool { return tb.Healthy("kr-music", time.Now()) })
+}
+
+func TestRevisionBehindSnapshotIsAnAlarm(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	rev := loadExample(t, cli)
+	// A snapshot from a cluster far ahead (etcd since restored from an
+	// older backup): the mirror follows etcd, and says so.
+	seed := routing.Compile(rev+100000, nil, nil, routing.CompileOptions{Stale: true})
+	reg := prometheus.NewRegistry()
+	m, err := watch.New(watch.Config{Client: cli, Prefix: prefix, Registerer: reg, NewBackoff: fastBackoff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Seed(seed, time.Now())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	if err := m.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if tb := m.Table(); tb.Stale() || tb.Revision() < rev || tb.Revision() > rev+10 {
+		t.Fatalf("table revision %d stale %v, want etcd's (%d) and fresh", tb.Revision(), tb.Stale(), rev)
+	}
+	if got := testutil.ToFloat64(metric(t, reg, "regiond_watch_revision_regressions_total")); got != 1 {
+		t.Fatalf("revision regressions = %v, want 1", got)
+	}
+}
+
+// metric returns the collector of a registered metric family by name.
+func metric(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			v := mf.GetMetric()[0]
+			g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "x"})
+			g.Set(v.GetCounter().GetValue() + v.GetGauge().GetValue())
+			return g
+		}
+	}
+	t.Fatalf("metric %s not registered", name)
+	return nil
 }

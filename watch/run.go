@@ -73,10 +73,14 @@ func (m *Mirror) relist(ctx context.Context, reason string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if rev < m.applied {
+	known := m.applied
+	if cur := m.Table(); cur != nil {
+		known = max(known, cur.Revision()) // also a seeded snapshot's, after a restart
+	}
+	if rev < known {
 		m.metrics.regressions.Inc()
 		m.log.Error("etcd revision went backwards; was the cluster restored from an older backup? following etcd",
-			"list_revision", rev, "applied_revision", m.applied, "reason", reason)
+			"list_revision", rev, "known_revision", known, "reason", reason)
 	}
 	state := make(map[string]routing.KV, len(kvs))
 	for _, kv := range kvs {
