@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/regiond/regiond/internal/devetcd"
+)
+
+// buildRegiond builds the regiond binary into a temp dir.
+func buildRegiond(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "regiond")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	p, err := devetcd.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", p)
+}
+
+// TestDevRunsAndStopsOnInterrupt runs the README's run command as an
+// operator would: it serves decisions from the example config, and Ctrl-C
+// stops it cleanly; a second run keeps the data and does not reload.
+func TestDevRunsAndStopsOnInterrupt(t *testing.T) {
+	bin := buildRegiond(t)
+	data := t.TempDir()
+	etcdURL, listen := "http://"+freeAddr(t), freeAddr(t)
+	for run := 1; run <= 2; run++ {
+		var out bytes.Buffer
+		cmd := exec.Command(bin, "dev", "--data-dir", data, "--client-url", etcdURL, "--listen", listen,
+			"--config", "../../examples/routing.yaml", "--log-level", "warn")
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var d struct{ Pool, Route string }
+		ok := false
+		for i := 0; i < 300 && !ok; i++ {
+			time.Sleep(50 * time.Millisecond)
+			resp, err := http.Get("http://" + listen + "/v1/resolve?country=PL&key=viewer-42")
+			if err != nil {
+				continue
+			}
+			ok = resp.StatusCode == 200 && json.NewDecoder(resp.Body).Decode(&d) == nil
+			resp.Body.Close()
+		}
+		if !ok || d.Route != "PL" || !strings.HasPrefix(d.Pool, "eu-") {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("run %d: no PL decision from regiond dev (got %+v)\n%s", run, d, out.String())
+		}
+		cmd.Process.Signal(syscall.SIGINT)
+		waitErr := make(chan error, 1)
+		go func() { waitErr <- cmd.Wait() }()
+		select {
+		case err := <-waitErr:
+			if err != nil {
+				t.Fatalf("run %d: regiond dev exited with %v after Ctrl-C\n%s", run, err, out.String())
+			}
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			t.Fatalf("run %d: regiond dev still running 20s after Ctrl-C\n%s", run, out.String())
+		}
+		want := "loaded ../../examples/routing.yaml into the empty store"
+		if run == 2 {
+			want = "store already holds a config (epoch 1)"
+		}
+		if !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "curl '") {
+			t.Fatalf("run %d output lacks %q or the hints:\n%s", run, want, out.String())
+		}
+		if _, err := os.Stat(filepath.Join(data, "regiond.sock")); !os.IsNotExist(err) {
+			t.Fatalf("run %d: socket left behind after a clean stop (%v)", run, err)
+		}
+	}
+}
+
+func TestFlagErrorsAreUsageErrors(t *testing.T) {
+	for _, args := range [][]string{{"--no-such-flag"}, {"--listen", "0.0.0.0:7420"}, {"--prefix", "nope"}, {"--log-level", "loud"}} {
+		cmd := newRootCommand()
+		cmd.SetArgs(args)
+		cmd.SetOut(&bytes.Buffer{})
+		cmd.SetErr(&bytes.Buffer{})
+		err := cmd.Execute()
+		if err == nil || exitCode(err) != 2 {
+			t.Errorf("regiond %v: err %v (exit %d), want a usage error (exit 2)", args, err, exitCode(err))
+		}
+	}
+}
