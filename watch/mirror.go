@@ -77,6 +77,7 @@ type Mirror struct {
 	// Owned by the Run goroutine.
 	state   map[string]routing.KV
 	applied int64
+	watches uint64 // watches opened, to give each its own stream
 }
 
 // New returns a mirror; call Run to start it.

@@ -3,10 +3,12 @@ package watch
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/regiond/regiond/routing"
 )
@@ -139,7 +141,12 @@ func (m *Mirror) getAll(ctx context.Context) ([]routing.KV, int64, error) {
 // watch follows the prefix from rev+1 until the watch must be replaced, and
 // returns why.
 func (m *Mirror) watch(ctx context.Context, rev int64) string {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	// Each watch gets its own gRPC stream (clientv3 shares streams between
+	// watches with equal metadata): a new watch must not join the stream of
+	// the one it replaces while that stream shuts down, or it is closed too.
+	m.watches++
+	wctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx),
+		"regiond-watch", strconv.FormatUint(m.watches, 10)))
 	defer cancel()
 	wch := m.cfg.Client.Watch(wctx, m.cfg.Prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1),
 		clientv3.WithProgressNotify())
