@@ -1,0 +1,217 @@
+package main
+
+import (
+	"fmt"
+	"io"
+)
+
+// Report is the bench's output; the top-level figures are medians over
+// the runs, whose details follow.
+type Report struct {
+	CPUs      int    `json:"cpus"`
+	GoVersion string `json:"go_version"`
+	// Agent names the regiond build measured: its VCS revision, with
+	// "+dirty" when the work tree had uncommitted changes.
+	Agent string `json:"agent_build"`
+	// ExampleRSSMiB is the agent's VmHWM once synced with the example
+	// fleet, before the latency runs: its baseline footprint; of it,
+	// ExampleFileMiB are pages of the executable (RssFile).
+	ExampleRSSMiB  float64    `json:"example_fleet_peak_rss_mib"`
+	ExampleFileMiB float64    `json:"example_fleet_rss_file_mib"`
+	EtcdVersion    string     `json:"etcd_version"`
+	EtcdDataDir    string     `json:"etcd_data_dir"`
+	SnapshotDir    string     `json:"snapshot_dir"`
+	FileWatch      string     `json:"file_watch"`
+	FileBytes      int        `json:"file_bytes"`
+	Runs           int        `json:"runs"`
+	Puts           int        `json:"puts_per_phase"`
+	GapMS          [2]float64 `json:"gap_ms"`
+	// ForeignCPU is the median and the largest share of all CPUs used by
+	// other processes during a run: above ~10% the figures are noise.
+	ForeignCPU [2]float64 `json:"foreign_cpu_pct_median_max"`
+
+	Floor             Dist    `json:"floor"`
+	File              Dist    `json:"file"`
+	FileMinusFloor    Dist    `json:"file_minus_floor_paired"`
+	Resolve           Dist    `json:"resolve"`
+	FloorResolvePhase Dist    `json:"floor_resolve_phase"`
+	ResolveMinusFloor Dist    `json:"resolve_minus_floor_paired"`
+	Ack               Dist    `json:"put_ack"`
+	PollsPerPut       float64 `json:"polls_per_put"`
+	Anomalies         int     `json:"anomalies"`
+
+	Burst *BurstRun `json:"burst,omitempty"`
+	Sync  *SyncRun  `json:"sync,omitempty"`
+
+	Targets []Target `json:"targets"`
+
+	LatencyRuns []LatencyRun `json:"latency_runs,omitempty"`
+	BurstRuns   []BurstRun   `json:"burst_runs,omitempty"`
+	SyncRuns    []SyncRun    `json:"sync_runs,omitempty"`
+}
+
+// Target is one goal of issue 3, checked against the medians.
+type Target struct {
+	Name  string  `json:"name"`
+	Value float64 `json:"value"`
+	Limit float64 `json:"limit"`
+	Unit  string  `json:"unit"`
+	Met   bool    `json:"met"`
+}
+
+func medianOf[T any](xs []T, f func(T) float64) float64 {
+	v := make([]float64, len(xs))
+	for i, x := range xs {
+		v[i] = f(x)
+	}
+	return median(v)
+}
+
+func (r *Report) summarize() {
+	var foreign []float64
+	for _, x := range r.LatencyRuns {
+		foreign = append(foreign, x.ForeignCPUPct)
+	}
+	for _, x := range r.BurstRuns {
+		foreign = append(foreign, x.ForeignCPUPct)
+	}
+	for _, x := range r.SyncRuns {
+		foreign = append(foreign, x.ForeignCPUPct)
+	}
+	if len(foreign) > 0 {
+		r.ForeignCPU = [2]float64{median(foreign), foreign[0]}
+		for _, f := range foreign {
+			r.ForeignCPU[1] = max(r.ForeignCPU[1], f)
+		}
+	}
+	if lr := r.LatencyRuns; len(lr) > 0 {
+		pick := func(f func(LatencyRun) Dist) Dist {
+			ds := make([]Dist, len(lr))
+			for i, x := range lr {
+				ds[i] = f(x)
+			}
+			return medianDist(ds)
+		}
+		r.Floor = pick(func(x LatencyRun) Dist { return x.Floor })
+		r.File = pick(func(x LatencyRun) Dist { return x.File })
+		r.FileMinusFloor = pick(func(x LatencyRun) Dist { return x.FileMinusFloor })
+		r.Resolve = pick(func(x LatencyRun) Dist { return x.Resolve })
+		r.FloorResolvePhase = pick(func(x LatencyRun) Dist { return x.FloorResolvePhase })
+		r.ResolveMinusFloor = pick(func(x LatencyRun) Dist { return x.ResolveMinusFloor })
+		r.Ack = pick(func(x LatencyRun) Dist { return x.Ack })
+		r.PollsPerPut = medianOf(lr, func(x LatencyRun) float64 { return x.PollsPerPut })
+		for _, x := range lr {
+			r.Anomalies += x.Anomalies
+		}
+		r.Targets = append(r.Targets,
+			Target{"put→/v1/resolve p50 − floor p50", r.Resolve.P50 - r.Floor.P50, 0.3, "ms", r.Resolve.P50-r.Floor.P50 <= 0.3},
+			Target{"put→/v1/resolve p99 / floor p99", r.Resolve.P99 / r.Floor.P99, 1.3, "×", r.Resolve.P99/r.Floor.P99 <= 1.3})
+		if r.File.N > 0 {
+			r.Targets = append(r.Targets,
+				Target{"put→file p50 − floor p50", r.File.P50 - r.Floor.P50, 0.3, "ms", r.File.P50-r.Floor.P50 <= 0.3},
+				Target{"put→file p99 / floor p99", r.File.P99 / r.Floor.P99, 1.3, "×", r.File.P99/r.Floor.P99 <= 1.3})
+		}
+	}
+	if br := r.BurstRuns; len(br) > 0 {
+		m := BurstRun{Puts: br[0].Puts, Workers: br[0].Workers,
+			DurationMS:       medianOf(br, func(x BurstRun) float64 { return x.DurationMS }),
+			PutsPerSec:       medianOf(br, func(x BurstRun) float64 { return x.PutsPerSec }),
+			LastAckToFileMS:  medianOf(br, func(x BurstRun) float64 { return x.LastAckToFileMS }),
+			LastAckToTableMS: medianOf(br, func(x BurstRun) float64 { return x.LastAckToTableMS }),
+			Rewrites:         int(medianOf(br, func(x BurstRun) float64 { return float64(x.Rewrites) })),
+			RewritesMetric:   int(medianOf(br, func(x BurstRun) float64 { return float64(x.RewritesMetric) })),
+			TableSwaps:       int(medianOf(br, func(x BurstRun) float64 { return float64(x.TableSwaps) })),
+		}
+		r.Burst = &m
+		r.Targets = append(r.Targets,
+			Target{"burst: last ack → file", m.LastAckToFileMS, 10, "ms", m.LastAckToFileMS <= 10},
+			Target{"burst: file rewrites", float64(max(m.Rewrites, m.RewritesMetric)), 20, "", max(m.Rewrites, m.RewritesMetric) <= 20})
+	}
+	if sr := r.SyncRuns; len(sr) > 0 {
+		m := SyncRun{Keys: sr[0].Keys,
+			ListMS:         medianOf(sr, func(x SyncRun) float64 { return x.ListMS }),
+			GetMS:          medianOf(sr, func(x SyncRun) float64 { return x.GetMS }),
+			StartToReadyMS: medianOf(sr, func(x SyncRun) float64 { return x.StartToReadyMS }),
+			StartToFileMS:  medianOf(sr, func(x SyncRun) float64 { return x.StartToFileMS }),
+			PeakRSSMiB:     medianOf(sr, func(x SyncRun) float64 { return x.PeakRSSMiB }),
+			RSSMiB:         medianOf(sr, func(x SyncRun) float64 { return x.RSSMiB }),
+			AnonMiB:        medianOf(sr, func(x SyncRun) float64 { return x.AnonMiB }),
+			FileMiB:        medianOf(sr, func(x SyncRun) float64 { return x.FileMiB }),
+			FileBytes:      sr[0].FileBytes,
+		}
+		r.Sync = &m
+		r.Targets = append(r.Targets,
+			Target{fmt.Sprintf("sync of %d keys (list+compile+swap)", m.Keys), m.ListMS, 60, "ms", m.ListMS <= 60},
+			Target{"sync: peak RSS", m.PeakRSSMiB, 30, "MiB", m.PeakRSSMiB <= 30})
+	}
+}
+
+func mark(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "MISSED"
+}
+
+func printReport(w io.Writer, r *Report) {
+	fmt.Fprintf(w, "regiond bench: regiond %s; %d CPUs, %s, etcd %s (real process, data on %s), snapshot in %s %s; median of %d run(s)\n",
+		r.Agent, r.CPUs, r.GoVersion, r.EtcdVersion, r.EtcdDataDir, r.SnapshotDir, paren(r.FileWatch), r.Runs)
+	fmt.Fprintf(w, "other processes used %.0f%% of the CPUs during a run (median; max %.0f%%)", r.ForeignCPU[0], r.ForeignCPU[1])
+	if r.ForeignCPU[1] >= 10 {
+		fmt.Fprintf(w, ": the machine was busy, figures are inflated")
+	}
+	fmt.Fprintln(w)
+	if len(r.LatencyRuns) > 0 {
+		fmt.Fprintf(w, "\nisolated puts (%d per phase per run, %.0f–%.0f ms apart)     p50      p90      p99      max  (ms)\n",
+			r.Puts, r.GapMS[0], r.GapMS[1])
+		row := func(name string, d Dist) {
+			fmt.Fprintf(w, "  %-52s %8.3f %8.3f %8.3f %8.3f\n", name, d.P50, d.P90, d.P99, d.Max)
+		}
+		row("put ack (round trip of the Put)", r.Ack)
+		row("etcd floor: put → plain clientv3 watch", r.Floor)
+		row("regiond: put → snapshot file (inotify + read)", r.File)
+		row("  per put: file − floor of the same put", r.FileMinusFloor)
+		row("regiond: put → /v1/resolve shows it", r.Resolve)
+		row("  floor on the same puts (poller loading the CPUs)", r.FloorResolvePhase)
+		row("  per put: resolve − floor of the same put", r.ResolveMinusFloor)
+		fmt.Fprintf(w, "  resolve polls per put (median): %.0f; decisions below the put's revision: %d; table JSON: %d bytes\n",
+			r.PollsPerPut, r.Anomalies, r.FileBytes)
+		fmt.Fprintf(w, "  vs the floor: resolve p50 %+.3f ms, p99 ×%.2f", r.Resolve.P50-r.Floor.P50, r.Resolve.P99/r.Floor.P99)
+		if r.File.N > 0 {
+			fmt.Fprintf(w, ";  file p50 %+.3f ms, p99 ×%.2f", r.File.P50-r.Floor.P50, r.File.P99/r.Floor.P99)
+		}
+		fmt.Fprintln(w)
+		fmt.Fprintf(w, "  vs the floor under the same polling load: resolve p50 %+.3f ms, p99 ×%.2f\n",
+			r.Resolve.P50-r.FloorResolvePhase.P50, r.Resolve.P99/r.FloorResolvePhase.P99)
+	}
+	if b := r.Burst; b != nil {
+		fmt.Fprintf(w, "\nburst: %d puts from %d workers in %.0f ms (%.0f puts/s)\n", b.Puts, b.Workers, b.DurationMS, b.PutsPerSec)
+		fmt.Fprintf(w, "  last ack → file shows it: %.2f ms  (→ /v1/status shows it: %.2f ms)\n", b.LastAckToFileMS, b.LastAckToTableMS)
+		fmt.Fprintf(w, "  file rewrites: %d (inotify), %d (regiond_snapshot_writes_total);  tables compiled and swapped: %d\n",
+			b.Rewrites, b.RewritesMetric, b.TableSwaps)
+	}
+	if r.ExampleRSSMiB > 0 {
+		fmt.Fprintf(w, "\nagent with the example fleet: peak RSS %.1f MiB, of which %.1f MiB executable pages\n", r.ExampleRSSMiB, r.ExampleFileMiB)
+	}
+	if s := r.Sync; s != nil {
+		fmt.Fprintf(w, "\ninitial sync of %d keys (fresh agent, no snapshot file)\n", s.Keys)
+		fmt.Fprintf(w, "  list+compile+swap (regiond_watch_last_list_duration_seconds): %.1f ms  (the same paged Get from the bench: %.1f ms)\n", s.ListMS, s.GetMS)
+		fmt.Fprintf(w, "  process start → /readyz 200: %.1f ms;  → snapshot file written: %.1f ms (%d bytes)\n",
+			s.StartToReadyMS, s.StartToFileMS, s.FileBytes)
+		fmt.Fprintf(w, "  peak RSS (VmHWM): %.1f MiB;  RSS after sync: %.1f MiB = %.1f anonymous (heap, stacks) + %.1f executable pages\n",
+			s.PeakRSSMiB, s.RSSMiB, s.AnonMiB, s.FileMiB)
+	}
+	if len(r.Targets) > 0 {
+		fmt.Fprintf(w, "\ntargets (issue 3)\n")
+		for _, t := range r.Targets {
+			fmt.Fprintf(w, "  %-44s %9.3f %-3s  target ≤ %g %-3s  %s\n", t.Name, t.Value, t.Unit, t.Limit, t.Unit, mark(t.Met))
+		}
+	}
+}
+
+func paren(s string) string {
+	if s == "" {
+		return ""
+	}
+	return "(" + s + ")"
+}
