@@ -2,6 +2,7 @@ package routing
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"time"
@@ -60,17 +61,34 @@ func Compile(revision int64, kvs []KV, prev *Table, opts CompileOptions) *Table 
 	}
 	instances := map[string]int{}
 	for _, kv := range kvs {
-		t.addKV(kv, prevGood)
 		// A health key is a live instance whatever its value says: the
-		// key exists only while its lease does.
+		// key exists only while its lease does. Its value is only checked
+		// to be a JSON object (and reported otherwise), never decoded:
+		// thousands of them must not slow a compile down.
 		if k, err := ParseKey(kv.Key); err == nil && k.Kind == KindHealth {
 			instances[k.ID]++
+			if msg := checkHealthValue(kv.Value); msg != "" {
+				t.skipped = append(t.skipped, Skipped{Key: kv.Key, Error: kv.Key + ": " + msg})
+			}
+			continue
 		}
+		t.addKV(kv, prevGood)
 	}
 	t.assemble(prev, instances, opts)
 	sort.Slice(t.skipped, func(i, j int) bool { return t.skipped[i].Key < t.skipped[j].Key })
 	t.build(opts.Now, prev)
 	return t
+}
+
+// checkHealthValue returns why a health value is refused, or "".
+func checkHealthValue(raw []byte) string {
+	if len(raw) > MaxValueSize {
+		return fmt.Sprintf("value is %d bytes, larger than the %d-byte limit", len(raw), MaxValueSize)
+	}
+	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' || !json.Valid(t) {
+		return fmt.Sprintf("value must be a JSON object, got %q", truncate(raw))
+	}
+	return ""
 }
 
 // addKV decodes one key (or reuses prev's decoding of the same bytes) and

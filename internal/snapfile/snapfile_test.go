@@ -63,9 +63,10 @@ func TestSymlinkRefused(t *testing.T) {
 
 // source is an in-memory table source that swaps tables like the mirror.
 type source struct {
-	mu sync.Mutex
-	t  *routing.Table
-	ch chan struct{}
+	mu    sync.Mutex
+	t     *routing.Table
+	ch    chan struct{}
+	polls int // calls of Changed: one per writer loop
 }
 
 func newSource() *source { return &source{ch: make(chan struct{})} }
@@ -79,6 +80,7 @@ func (s *source) Table() *routing.Table {
 func (s *source) Changed() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.polls++
 	return s.ch
 }
 
@@ -222,5 +224,28 @@ func TestSameButWrittenAt(t *testing.T) {
 	c := []byte(`{"revision":2,"written_at":"2026-01-01T00:00:00Z","x":1}`)
 	if !sameButWrittenAt(a, b) || sameButWrittenAt(a, c) || sameButWrittenAt(a, nil) {
 		t.Fatal("sameButWrittenAt compares wrongly")
+	}
+}
+
+// TestWriterIdlesWithoutATable: before the first table (etcd unreachable,
+// no snapshot) the writer waits instead of spinning.
+func TestWriterIdlesWithoutATable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "table.json")
+	src := newSource()
+	w := NewWriter(WriterConfig{Path: path, Source: src})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	time.Sleep(200 * time.Millisecond)
+	cancel()
+	<-done
+	src.mu.Lock()
+	polls := src.polls
+	src.mu.Unlock()
+	if polls > 3 {
+		t.Fatalf("writer looped %d times in 200ms with no table: it spins", polls)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("a snapshot was written with no table: %v", err)
 	}
 }

@@ -106,6 +106,9 @@ func (w *Writer) Run(ctx context.Context) error {
 			}
 		}
 		wait := w.cfg.Refresh - now.Sub(w.lastWrite)
+		if t == nil {
+			wait = w.cfg.Refresh // nothing to write until the first table
+		}
 		if t != nil && (t != w.lastTable || wait <= 0) {
 			due := w.due(now)
 			if wait <= 0 || !due.After(now) {
