@@ -29,7 +29,7 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// HealthGrace is the health grace window; zero means 5s.
 	HealthGrace time.Duration
-	// PageSize is the number of keys per Get page; zero means 1000.
+	// PageSize is the number of keys per Get page; zero means 5000.
 	PageSize int64
 	// RequestTimeout bounds each Get; zero means 5s.
 	RequestTimeout time.Duration
@@ -95,7 +95,7 @@ func New(cfg Config) (*Mirror, error) {
 		cfg.HealthGrace = routing.DefaultHealthGrace
 	}
 	if cfg.PageSize <= 0 {
-		cfg.PageSize = 1000
+		cfg.PageSize = 5000
 	}
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 5 * time.Second

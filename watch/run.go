@@ -168,10 +168,7 @@ func (m *Mirror) watch(ctx context.Context, rev int64) string {
 			}
 			rcancel()
 		case resp, ok := <-wch:
-			if !ok {
-				return ReasonClosed
-			}
-			if why := m.handle(resp); why != "" {
+			if why := m.drain(wch, resp, ok); why != "" {
 				return why
 			}
 			lastHeard = time.Now()
@@ -179,38 +176,84 @@ func (m *Mirror) watch(ctx context.Context, rev int64) string {
 	}
 }
 
-// handle applies one watch response; it returns a resync reason when the
-// watch must be replaced.
-func (m *Mirror) handle(resp clientv3.WatchResponse) string {
+// drain applies a watch response and every response already queued behind
+// it, then compiles one table for all of them: under a burst of writes the
+// mirror compiles once per backlog, not once per revision. Each revision
+// is still applied whole. It returns a resync reason when the watch must be
+// replaced.
+func (m *Mirror) drain(wch clientv3.WatchChan, resp clientv3.WatchResponse, ok bool) string {
+	dirty, advanced := false, false
+	why := ""
+	for {
+		if !ok {
+			why = ReasonClosed
+			break
+		}
+		var c change
+		why, c = m.handle(resp)
+		dirty = dirty || c == changed
+		advanced = advanced || c == advancedOnly
+		if why != "" {
+			break
+		}
+		select {
+		case resp, ok = <-wch:
+			continue
+		default:
+		}
+		break
+	}
+	switch {
+	case why == ReasonOutOfOrder:
+	case dirty:
+		m.markSynced()
+		m.recompile()
+	case advanced:
+		m.markSynced()
+		m.advance(m.applied)
+	}
+	return why
+}
+
+// change is what a watch response did to the state.
+type change int
+
+const (
+	unchanged    change = iota
+	advancedOnly        // a progress notification: same state, later revision
+	changed             // events applied
+)
+
+// handle applies one watch response to the state; it reports whether the
+// state changed, and a resync reason when the watch must be replaced.
+func (m *Mirror) handle(resp clientv3.WatchResponse) (string, change) {
 	if err := resp.Err(); err != nil {
 		m.setConnected(false)
 		if resp.CompactRevision > 0 || errors.Is(err, rpctypes.ErrCompacted) {
 			m.log.Warn("watch compacted", "compact_revision", resp.CompactRevision, "applied_revision", m.applied)
-			return ReasonCompacted
+			return ReasonCompacted, unchanged
 		}
 		m.log.Warn("watch error", "err", err)
-		return ReasonError
+		return ReasonError, unchanged
 	}
 	if resp.Canceled {
-		return ReasonClosed
+		return ReasonClosed, unchanged
 	}
 	m.setConnected(true)
 	if resp.IsProgressNotify() {
+		// Every event up to the header revision has been delivered.
 		if h := resp.Header.Revision; h > m.applied {
 			m.applied = h
-			m.advance(h)
+			return "", advancedOnly
 		}
 		m.markSynced()
-		return ""
+		return "", unchanged
 	}
-	if len(resp.Events) == 0 {
-		return ""
-	}
-	return m.applyBatch(resp.Events)
+	return m.applyEvents(resp.Events)
 }
 
-// applyBatch applies the events of one watch response as one change.
-func (m *Mirror) applyBatch(events []*clientv3.Event) string {
+// applyEvents applies the events of one watch response to the state.
+func (m *Mirror) applyEvents(events []*clientv3.Event) (string, change) {
 	last := m.applied
 	n := 0
 	for _, ev := range events {
@@ -220,7 +263,7 @@ func (m *Mirror) applyBatch(events []*clientv3.Event) string {
 			continue
 		}
 		if r < last {
-			return ReasonOutOfOrder
+			return ReasonOutOfOrder, unchanged
 		}
 		last = r
 		rel := string(ev.Kv.Key[len(m.cfg.Prefix):])
@@ -232,13 +275,11 @@ func (m *Mirror) applyBatch(events []*clientv3.Event) string {
 		n++
 	}
 	if n == 0 {
-		return ""
+		return "", unchanged
 	}
 	m.applied = last
 	m.metrics.events.Add(float64(n))
-	m.markSynced()
-	m.recompile()
-	return ""
+	return "", changed
 }
 
 // recompile builds a table from the state at the applied revision.
