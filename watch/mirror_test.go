@@ -250,7 +250,7 @@ func TestCompactionWhileCutOffRelists(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	m := startMirror(t, cli, watch.Config{})
+	m := startMirror(t, cli, watch.Config{PageSize: 7}) // lists in pages of 7 keys
 
 	proxy.Sever()
 	// While the agent is cut off: deletes, puts, and a compaction past them.
