@@ -122,7 +122,7 @@ func (t *Table) assemble(prev *Table, instances map[string]int, opts CompileOpti
 		k, _ := ParseKey(key)
 		switch k.Kind {
 		case KindPool:
-			t.pools[k.ID] = &PoolState{Pool: *g.val.(*Pool)}
+			t.pools[k.ID] = &PoolState{Pool: *g.val.(*Pool), src: g.val.(*Pool)}
 		case KindRoute:
 			t.routes[k.ID] = g.val.(*Route)
 		case KindPolicy:

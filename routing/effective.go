@@ -23,6 +23,11 @@ type Effective struct {
 	// js is the entry's JSON, encoded once when the entry is built; entries
 	// equal to the previous table's are reused with their encoding.
 	js []byte
+	// routeDeps and poolDeps are the routes and pools the entry was computed
+	// from: when none changed, the next table reuses the entry as it is.
+	routeDeps, poolDeps []string
+	// sum is the entry's digest (see digest), set when it is encoded.
+	sum uint64
 }
 
 // Candidate is an eligible pool of an Effective entry.
@@ -110,6 +115,7 @@ func (t *Table) computeEffective(own, class string, now time.Time) *Effective {
 	e := &Effective{Candidates: []Candidate{}, Attrs: map[string]string{}}
 	rs := reasons{}
 	chain := t.chain(own)
+	e.routeDeps = chain
 	win := -1
 	for depth, name := range chain {
 		r, ok := t.routes[name]
@@ -123,6 +129,7 @@ func (t *Table) computeEffective(own, class string, now time.Time) *Effective {
 			if tg.Weight == 0 {
 				continue
 			}
+			e.poolDeps = append(e.poolDeps, tg.Pool)
 			if why := t.ineligible(tg.Pool, class, now); why != "" {
 				rs.add(why)
 				continue
@@ -202,8 +209,13 @@ func (t *Table) build(now time.Time, prev *Table) {
 	for id := range t.pools {
 		t.pads[id] = newPoolPad(id)
 	}
+	t.eligibleAt = make(map[string]bool, len(t.pools))
+	for id, p := range t.pools {
+		t.eligibleAt[id] = !p.down && t.healthy(p, now)
+	}
 	t.eff = make([]*Effective, n+1)
 	shared := map[[2]string]*Effective{}
+	deps := map[*Effective]bool{}
 	for id := 0; id <= n; id++ {
 		name, key := "", ""
 		if id < n {
@@ -214,6 +226,12 @@ func (t *Table) build(now time.Time, prev *Table) {
 		}
 		k := [2]string{key, t.classOf[id]}
 		e, ok := shared[k]
+		if !ok && t.canReuse(prev, id, deps) {
+			e, ok = prev.eff[id], true
+			if key != "\x00" || len(e.Candidates) > 0 {
+				shared[k] = e
+			}
+		}
 		if !ok {
 			e = t.computeEffective(name, t.classOf[id], now)
 			// A NoRoute entry names the country ("no-route:BR"): not shared.
@@ -232,7 +250,56 @@ func (t *Table) build(now time.Time, prev *Table) {
 			}
 		}
 	}
-	t.checksum = t.computeChecksum()
+	t.checksum = t.computeChecksum(false)
+}
+
+// canReuse reports whether the previous table's entry for country id holds
+// unchanged here: same class, same stale flag, same own route, and none of
+// the routes and pools it was computed from changed (values, existence,
+// health). deps memoizes the route and pool check per entry.
+func (t *Table) canReuse(prev *Table, id int, deps map[*Effective]bool) bool {
+	if prev == nil || len(prev.eff) != len(t.eff) || prev.stale != t.stale || len(prev.good) == 0 ||
+		prev.classOf[id] != t.classOf[id] || prev.eff[id] == nil {
+		return false
+	}
+	e := prev.eff[id]
+	if id < len(countries) && !sameRoute(t, prev, countries[id]) {
+		return false
+	}
+	ok, seen := deps[e]
+	if !seen {
+		ok = t.sameDeps(prev, e)
+		deps[e] = ok
+	}
+	return ok
+}
+
+// sameDeps reports whether the routes and pools an entry was computed from
+// are unchanged.
+func (t *Table) sameDeps(prev *Table, e *Effective) bool {
+	for _, r := range e.routeDeps {
+		if !sameRoute(t, prev, r) {
+			return false
+		}
+	}
+	for _, p := range e.poolDeps {
+		tp, tok := t.pools[p]
+		pp, pok := prev.pools[p]
+		if tok != pok || (tok && (tp.src == nil || tp.src != pp.src || tp.down != pp.down ||
+			t.eligibleAt[p] != prev.eligibleAt[p])) {
+			return false
+		}
+	}
+	return true
+}
+
+// sameRoute reports whether a route is the very same decoded value (or
+// absent) in both tables. Routes changed by an override are fresh copies:
+// never the same.
+func sameRoute(t, prev *Table, name string) bool {
+	a, aok := t.routes[name]
+	b, bok := prev.routes[name]
+	return aok == bok && a == b
 }
 
 // reuseEffective replaces each effective entry equal to the previous
@@ -250,6 +317,7 @@ func (t *Table) reuseEffective(prev *Table) {
 			r = prev.eff[id]
 		} else {
 			e.js, _ = json.Marshal(e)
+			e.sum = e.digest()
 		}
 		swap[e] = r
 		t.eff[id] = r
@@ -275,21 +343,34 @@ func equalEffective(a, b *Effective) bool {
 	return true
 }
 
-// computeChecksum digests the effective entries.
-func (t *Table) computeChecksum() uint64 {
-	d := xxhash.New()
-	for _, e := range t.eff {
-		d.WriteString(e.Route)
-		d.WriteString("\x00")
-		for _, c := range e.Candidates {
-			d.WriteString(c.Pool)
-			d.WriteString("\x01")
-			d.WriteString(c.Host)
-			d.Write([]byte{byte(c.Weight)})
+// computeChecksum digests the effective entries. Each entry's digest is
+// computed once when the entry is built (sum); VerifyChecksum recomputes
+// them from the entries' contents (fresh).
+func (t *Table) computeChecksum(fresh bool) uint64 {
+	var h uint64 = 1469598103934665603
+	for id, e := range t.eff {
+		s := e.sum
+		if fresh || s == 0 {
+			s = e.digest()
 		}
-		for _, r := range e.Degraded {
-			d.WriteString(r)
-		}
+		h = (h ^ s ^ uint64(id)) * 1099511628211
 	}
-	return d.Sum64()
+	return h
+}
+
+// digest hashes what an entry answers.
+func (e *Effective) digest() uint64 {
+	d := xxhash.New()
+	d.WriteString(e.Route)
+	d.WriteString("\x00")
+	for _, c := range e.Candidates {
+		d.WriteString(c.Pool)
+		d.WriteString("\x01")
+		d.WriteString(c.Host)
+		d.Write([]byte{byte(c.Weight)})
+	}
+	for _, r := range e.Degraded {
+		d.WriteString(r)
+	}
+	return d.Sum64() | 1
 }

@@ -36,6 +36,9 @@ type PoolState struct {
 	since time.Time
 	// fixedHealthy is used for tables loaded from a snapshot file.
 	fixedHealthy *bool
+	// src is the decoded stored value the pool was made from: the same
+	// pointer in two tables means the same value.
+	src *Pool
 }
 
 // Table is an immutable compiled routing table: everything needed to resolve
@@ -67,6 +70,9 @@ type Table struct {
 	// the clock alone (a grace window ending); zero if never.
 	validUntil time.Time
 	checksum   uint64
+	// eligibleAt tells, per pool, whether it was up and healthy at build
+	// time (status aside).
+	eligibleAt map[string]bool
 	// pads holds the padded pool ids of the candidates (see poolPad).
 	pads map[string]*poolPad
 }
@@ -125,7 +131,7 @@ func (t *Table) Checksum() uint64 { return t.checksum }
 
 // VerifyChecksum recomputes the digest of the effective entries and
 // reports whether it still equals Checksum.
-func (t *Table) VerifyChecksum() bool { return t.computeChecksum() == t.checksum }
+func (t *Table) VerifyChecksum() bool { return t.computeChecksum(true) == t.checksum }
 
 // Healthy reports whether the pool passes its health check at now.
 func (t *Table) Healthy(id string, now time.Time) bool {
