@@ -170,8 +170,9 @@ func run(ctx context.Context, o options) (rep *Report, err error) {
 	agentBin := o.agentBin
 	if agentBin == "" {
 		agentBin = filepath.Join(bin, "regiond")
-		logf(o, "building %s ...", agentPkg)
-		if err := goBuild(ctx, root, agentBin, agentPkg); err != nil {
+		// The production build: without `regiond dev`'s embedded etcd.
+		logf(o, "building %s -tags nodev ...", agentPkg)
+		if err := goBuild(ctx, root, agentBin, agentPkg, "-tags", "nodev"); err != nil {
 			return nil, err
 		}
 		rep.Agent = buildRevision(root, agentBin)

@@ -29,9 +29,11 @@ func freePort() (int, error) {
 }
 
 // goBuild builds pkg (a package path, or a module path such as
-// go.etcd.io/etcd/server/v3) into out, from the module root.
-func goBuild(ctx context.Context, root, out, pkg string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+// go.etcd.io/etcd/server/v3) into out, from the module root, with the
+// given build flags (e.g. "-tags", "nodev").
+func goBuild(ctx context.Context, root, out, pkg string, flags ...string) error {
+	args := append(append([]string{"build"}, flags...), "-o", out, pkg)
+	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stderr, &stderr

@@ -275,7 +275,8 @@ func (p *Residency) normalize() Errors {
 		errs.add("", "unknown_country_class", "must be a lower-case label, got %q", p.UnknownCountryClass)
 	}
 	owner := map[string]string{}
-	for class, ccs := range p.Classes {
+	for _, class := range sortedKeys(p.Classes) { // sorted: the same errors every time
+		ccs := p.Classes[class]
 		if !ValidLabel(class) {
 			errs.add("", "classes", "class name %q must be a lower-case label", class)
 		}
