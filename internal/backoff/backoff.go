@@ -58,8 +58,11 @@ func (b *Backoff) Next() time.Duration {
 func (b *Backoff) Reset() { b.cur = 0 }
 
 // Wait sleeps for Next() or until ctx is done, returning ctx.Err() then.
-func (b *Backoff) Wait(ctx context.Context) error {
-	t := time.NewTimer(b.Next())
+func (b *Backoff) Wait(ctx context.Context) error { return Sleep(ctx, b.Next()) }
+
+// Sleep sleeps for d or until ctx is done, returning ctx.Err() then.
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():

@@ -114,11 +114,7 @@ type boostInfo struct {
 }
 
 func (a *app) runBoostLs(ctx context.Context) error {
-	st, err := a.store(ctx)
-	if err != nil {
-		return err
-	}
-	cur, err := st.Load(ctx)
+	cur, err := a.load(ctx)
 	if err != nil {
 		return err
 	}
@@ -126,7 +122,7 @@ func (a *app) runBoostLs(ctx context.Context) error {
 	ttls := map[string]time.Duration{}
 	for _, id := range cur.OverrideIDs() {
 		lo := cur.Overrides[id]
-		ttl, err := st.TTL(ctx, lo.Lease)
+		ttl, err := a.st.TTL(ctx, lo.Lease) // a.load dialed a.st
 		if err != nil {
 			return err
 		}

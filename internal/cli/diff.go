@@ -44,16 +44,12 @@ func (a *app) runDiff(ctx context.Context, file string, prune bool) error {
 	if err != nil {
 		return err
 	}
-	st, err := a.store(ctx)
-	if err != nil {
-		return err
-	}
-	cur, err := st.Load(ctx)
+	cur, err := a.load(ctx)
 	if err != nil {
 		return err
 	}
 	next := mergeConfig(cur.Config, cfg, prune)
-	chg, err := st.Changes(cur, &store.Plan{Config: next, Prune: prune})
+	chg, err := a.st.Changes(cur, &store.Plan{Config: next, Prune: prune})
 	if err != nil {
 		return err
 	}

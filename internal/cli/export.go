@@ -25,11 +25,7 @@ runtime state and are not exported.`,
 }
 
 func (a *app) runExport(ctx context.Context) error {
-	st, err := a.store(ctx)
-	if err != nil {
-		return err
-	}
-	cur, err := st.Load(ctx)
+	cur, err := a.load(ctx)
 	if err != nil {
 		return err
 	}

@@ -52,11 +52,7 @@ func (a *app) runGet(ctx context.Context, section string) error {
 	if section != "" && !contains(getSections, section) {
 		return usagef("get %q: want one of %s", section, strings.Join(getSections, ", "))
 	}
-	st, err := a.store(ctx)
-	if err != nil {
-		return err
-	}
-	cur, err := st.Load(ctx)
+	cur, err := a.load(ctx)
 	if err != nil {
 		return err
 	}

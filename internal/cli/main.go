@@ -150,6 +150,15 @@ func (a *app) applyEnv(cmd *cobra.Command) error {
 }
 
 // store dials etcd on first use.
+// load dials etcd (once) and reads the whole routing state.
+func (a *app) load(ctx context.Context) (*store.State, error) {
+	st, err := a.store(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return st.Load(ctx)
+}
+
 func (a *app) store(ctx context.Context) (*store.Store, error) {
 	if a.st != nil {
 		return a.st, nil

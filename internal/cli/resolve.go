@@ -69,11 +69,7 @@ func (a *app) resolveTable(ctx context.Context, file string, opts routing.Compil
 		}
 		return routing.CompileConfig(cfg, nil, opts)
 	}
-	st, err := a.store(ctx)
-	if err != nil {
-		return nil, err
-	}
-	cur, err := st.Load(ctx)
+	cur, err := a.load(ctx)
 	if err != nil {
 		return nil, err
 	}

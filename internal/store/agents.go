@@ -9,6 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/regiond/regiond/internal/backoff"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -119,7 +120,7 @@ func (s *Store) WaitConverged(ctx context.Context, rev int64) error {
 		if converged(agents) {
 			return nil
 		}
-		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+		if err := backoff.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return s.notConverged(ctx, rev, start, agents, err)
 		}
 	}

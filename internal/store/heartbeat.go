@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/regiond/regiond/internal/backoff"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -36,19 +36,20 @@ func (s *Store) Heartbeat(ctx context.Context, c HeartbeatConfig) error {
 		return fmt.Errorf("heartbeat: encode marker: %w", err)
 	}
 	ttl := max(1, int((c.TTL+time.Second-1)/time.Second))
-	for attempt := 0; ; attempt++ {
+	bo := backoff.New(200*time.Millisecond, 5*time.Second)
+	for {
 		sess, err := s.heartbeatSession(ctx, ttl, s.ks.RoutingKey(rel), string(val))
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			s.log.Warn("heartbeat: cannot write marker, retrying", "key", rel, "err", err)
-			if sleepCtx(ctx, backoff(attempt)) != nil {
+			if bo.Wait(ctx) != nil {
 				return nil
 			}
 			continue
 		}
-		attempt = 0
+		bo.Reset()
 		s.log.Info("heartbeat up", "key", rel, "lease", fmt.Sprintf("%x", int64(sess.Lease())), "ttl_s", ttl)
 		if c.OnUp != nil {
 			c.OnUp(int64(sess.Lease()))
@@ -87,11 +88,4 @@ func (s *Store) heartbeatSession(ctx context.Context, ttl int, key, val string) 
 		return nil, s.rpcErr("put "+key, err)
 	}
 	return sess, nil
-}
-
-// backoff is a jittered exponential delay: 200ms doubling to 5s.
-func backoff(attempt int) time.Duration {
-	d := 200 * time.Millisecond << min(attempt, 5)
-	d = min(d, 5*time.Second)
-	return d/2 + rand.N(d/2+1)
 }

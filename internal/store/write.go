@@ -11,6 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/regiond/regiond/internal/backoff"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -58,7 +59,7 @@ func (s *Store) Write(ctx context.Context, req WriteRequest) (*Result, error) {
 			return res, err
 		}
 		s.log.Info("write conflict, retrying", "attempt", attempt, "epoch_was", ce.Epoch, "epoch_now", ce.Now)
-		if err := sleepCtx(ctx, retryDelay(attempt)); err != nil {
+		if err := backoff.Sleep(ctx, retryDelay(attempt)); err != nil {
 			return nil, err
 		}
 	}
@@ -68,17 +69,6 @@ func (s *Store) Write(ctx context.Context, req WriteRequest) (*Result, error) {
 func retryDelay(attempt int) time.Duration {
 	d := min(time.Duration(attempt)*20*time.Millisecond, time.Second)
 	return d/2 + rand.N(d/2+1)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 func (s *Store) writeOnce(ctx context.Context, req WriteRequest) (*Result, error) {
