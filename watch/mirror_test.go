@@ -3,7 +3,6 @@ package watch_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/regiond/regiond/internal/backoff"
 	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/fleettest"
 	"github.com/regiond/regiond/internal/tcpproxy"
 	"github.com/regiond/regiond/routing"
 	"github.com/regiond/regiond/watch"
@@ -75,28 +75,7 @@ func waitUntil(t *testing.T, m *watch.Mirror, what string, cond func(*routing.Ta
 
 func loadExample(t *testing.T, cli *clientv3.Client) int64 {
 	t.Helper()
-	b, err := os.ReadFile("../examples/routing.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := routing.ParseConfig(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vals, err := cfg.Values()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ops []clientv3.Op
-	for k, v := range vals {
-		ops = append(ops, clientv3.OpPut(prefix+k, string(v)))
-	}
-	ops = append(ops, clientv3.OpPut(prefix+"epoch", "1"))
-	resp, err := cli.Txn(context.Background()).Then(ops...).Commit()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.Header.Revision
+	return fleettest.Load(t, cli, prefix)
 }
 
 func put(t *testing.T, cli *clientv3.Client, rel, val string) int64 {

@@ -20,6 +20,7 @@ import (
 	"github.com/regiond/regiond/internal/agent"
 	"github.com/regiond/regiond/internal/api"
 	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/fleettest"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -128,25 +129,7 @@ func (h *harness) snapshot() *routing.Table {
 
 func loadExample(t *testing.T, cli *clientv3.Client) int64 {
 	t.Helper()
-	b, err := os.ReadFile("../../examples/routing.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := routing.ParseConfig(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vals, _ := cfg.Values()
-	var ops []clientv3.Op
-	for k, v := range vals {
-		ops = append(ops, clientv3.OpPut(prefix+k, string(v)))
-	}
-	ops = append(ops, clientv3.OpPut(prefix+"epoch", "1"))
-	resp, err := cli.Txn(context.Background()).Then(ops...).Commit()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.Header.Revision
+	return fleettest.Load(t, cli, prefix)
 }
 
 func TestChangesReachAPIAndSnapshot(t *testing.T) {
