@@ -251,6 +251,7 @@ func (t *Table) build(now time.Time, prev *Table) {
 		}
 	}
 	t.checksum = t.computeChecksum(false)
+	t.encodeValues(prev)
 }
 
 // canReuse reports whether the previous table's entry for country id holds

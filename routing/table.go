@@ -73,6 +73,9 @@ type Table struct {
 	// eligibleAt tells, per pool, whether it was up and healthy at build
 	// time (status aside).
 	eligibleAt map[string]bool
+	// poolJS and routeJS are the JSON encodings of the pools (with their
+	// health) and routes, reused from the previous table when unchanged.
+	poolJS, routeJS map[string][]byte
 	// pads holds the padded pool ids of the candidates (see poolPad).
 	pads map[string]*poolPad
 }

@@ -65,7 +65,7 @@ func (p *poolJSON) UnmarshalJSON(b []byte) error {
 func (t *Table) JSON(writtenAt time.Time) ([]byte, error) {
 	t = t.At(writtenAt)
 	var b bytes.Buffer
-	b.Grow(1024 + 300*len(t.eff))
+	b.Grow(4096 + 400*len(t.eff) + 200*len(t.routeJS))
 	b.WriteString(`{"revision":`)
 	b.WriteString(strconv.FormatInt(t.revision, 10))
 	b.WriteString(`,"epoch":`)
@@ -74,21 +74,10 @@ func (t *Table) JSON(writtenAt time.Time) ([]byte, error) {
 	b.WriteString(writtenAt.UTC().Format(time.RFC3339Nano))
 	b.WriteString(`","stale":`)
 	b.WriteString(strconv.FormatBool(t.stale))
-	pools := make(map[string]poolJSON, len(t.pools))
-	for id, p := range t.pools {
-		pools[id] = poolJSON{Pool: p.Pool, Healthy: t.healthy(p, writtenAt) && !p.down}
-	}
-	skipped := t.skipped
-	if skipped == nil {
-		skipped = []Skipped{}
-	}
-	for _, part := range []struct {
-		name string
-		v    any
-	}{{"pools", pools}, {"routes", t.routes}, {"policy", policyJSON{Residency: t.policy}}} {
-		if err := writeField(&b, part.name, part.v); err != nil {
-			return nil, err
-		}
+	writeObject(&b, "pools", t.poolJS)
+	writeObject(&b, "routes", t.routeJS)
+	if err := writeField(&b, "policy", policyJSON{Residency: t.policy}); err != nil {
+		return nil, err
 	}
 	b.WriteString(`,"effective":{`)
 	for id, e := range t.eff {
@@ -112,6 +101,10 @@ func (t *Table) JSON(writtenAt time.Time) ([]byte, error) {
 		b.Write(js)
 	}
 	b.WriteByte('}')
+	skipped := t.skipped
+	if skipped == nil {
+		skipped = []Skipped{}
+	}
 	if err := writeField(&b, "skipped", skipped); err != nil {
 		return nil, err
 	}
@@ -122,6 +115,48 @@ func (t *Table) JSON(writtenAt time.Time) ([]byte, error) {
 	}
 	b.WriteByte('}')
 	return b.Bytes(), nil
+}
+
+// encodeValues encodes the pools (with their health) and routes of the
+// table for JSON, reusing the previous table's encoding of every value that
+// did not change.
+func (t *Table) encodeValues(prev *Table) {
+	t.poolJS = make(map[string][]byte, len(t.pools))
+	for id, p := range t.pools {
+		healthy := t.eligibleAt[id]
+		if prev != nil && prev.poolJS != nil {
+			if pp, ok := prev.pools[id]; ok && p.src != nil && pp.src == p.src && prev.eligibleAt[id] == healthy {
+				t.poolJS[id] = prev.poolJS[id]
+				continue
+			}
+		}
+		t.poolJS[id], _ = json.Marshal(poolJSON{Pool: p.Pool, Healthy: healthy})
+	}
+	t.routeJS = make(map[string][]byte, len(t.routes))
+	for name, r := range t.routes {
+		if prev != nil && prev.routeJS != nil && prev.routes[name] == r {
+			t.routeJS[name] = prev.routeJS[name]
+			continue
+		}
+		t.routeJS[name], _ = json.Marshal(r)
+	}
+}
+
+// writeObject appends ,"name":{…} from encoded members, in key order.
+func writeObject(b *bytes.Buffer, name string, members map[string][]byte) {
+	b.WriteString(`,"`)
+	b.WriteString(name)
+	b.WriteString(`":{`)
+	for i, k := range sortedKeys(members) {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		kb, _ := json.Marshal(k)
+		b.Write(kb)
+		b.WriteByte(':')
+		b.Write(members[k])
+	}
+	b.WriteByte('}')
 }
 
 // writeField appends ,"name":<json of v>.
