@@ -3,8 +3,10 @@ package devetcd
 import (
 	"context"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/crypto/bcrypt"
 )
 
 // NewTest starts an embedded etcd in t.TempDir() on free loopback ports and
@@ -28,4 +30,48 @@ func NewTestClient(t testing.TB, srv *Server) *clientv3.Client {
 	}
 	t.Cleanup(func() { cli.Close() })
 	return cli
+}
+
+// NewTestTLS is NewTest serving clients over TLS with certs' server
+// certificate and requiring client certificates signed by certs' CA; its
+// Client presents certs' client certificate. Passwords are hashed with
+// bcrypt.MinCost, for fast authentication.
+func NewTestTLS(t testing.TB, certs *TestCerts) *Server {
+	t.Helper()
+	tlsCfg, err := certs.ServerTLS()
+	if err != nil {
+		t.Fatalf("test TLS config: %v", err)
+	}
+	srv, err := Start(context.Background(), Config{Dir: t.TempDir(), ClientTLS: tlsCfg, BcryptCost: uint(bcrypt.MinCost)})
+	if err != nil {
+		t.Fatalf("start embedded etcd with TLS: %v", err)
+	}
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// Test users of EnableTestAuth.
+const (
+	TestRootPassword = "root-secret"
+	TestUser         = "regiond-test"
+	TestPassword     = "regiond-secret"
+)
+
+// EnableTestAuth turns on authentication on srv with root
+// (TestRootPassword) and TestUser (TestPassword) allowed to read and write
+// keys under prefix, and returns the users.
+func EnableTestAuth(t testing.TB, srv *Server, prefix string) Auth {
+	t.Helper()
+	cli, err := srv.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	a := Auth{RootPassword: TestRootPassword, User: TestUser, Password: TestPassword, Prefix: prefix}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := EnableAuth(ctx, cli, a); err != nil {
+		t.Fatal(err)
+	}
+	return a
 }

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -54,6 +56,9 @@ func Dial(ctx context.Context, c DialConfig) (*clientv3.Client, error) {
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
+		if errors.Is(err, rpctypes.ErrAuthFailed) {
+			return nil, &AuthError{User: c.Username, Endpoints: c.Endpoints, Err: err}
+		}
 		if isUnreachable(err) {
 			return nil, &UnreachableError{Endpoints: c.Endpoints, Err: err}
 		}
@@ -69,10 +74,41 @@ func Dial(ctx context.Context, c DialConfig) (*clientv3.Client, error) {
 		if isUnreachable(err) {
 			return nil, &UnreachableError{Endpoints: c.Endpoints, Err: fmt.Errorf("no answer within %s: %w", c.DialTimeout, err)}
 		}
+		if errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrUserEmpty) {
+			return nil, &AuthError{User: c.Username, Endpoints: c.Endpoints, Key: c.ProbeKey, Err: err}
+		}
 		return nil, fmt.Errorf("first request to etcd at %v: %w", c.Endpoints, err)
 	}
 	return cli, nil
 }
+
+// AuthError means etcd answered but refused who we are: a wrong user or
+// password, no user where etcd requires one, or a user without read
+// permission on the probed key.
+type AuthError struct {
+	// User is the etcd user ("" when none was given).
+	User      string
+	Endpoints []string
+	// Key is the key that could not be read; empty when authentication
+	// itself failed.
+	Key string
+	Err error
+}
+
+// Error names the user, the endpoints and what to check.
+func (e *AuthError) Error() string {
+	at := strings.Join(e.Endpoints, ",")
+	switch {
+	case e.Key == "":
+		return fmt.Sprintf("authentication failed for user %s at %s: %v (check --user and its password)", e.User, at, e.Err)
+	case e.User == "":
+		return fmt.Sprintf("etcd at %s refused to read %s without a user: %v (etcd has authentication on: set --user)", at, e.Key, e.Err)
+	}
+	return fmt.Sprintf("permission denied for user %s at %s reading %s: %v (the user's role needs readwrite on the whole --prefix)", e.User, at, e.Key, e.Err)
+}
+
+// Unwrap returns the underlying error.
+func (e *AuthError) Unwrap() error { return e.Err }
 
 // tlsConfig returns nil when no TLS file is set.
 func (c DialConfig) tlsConfig() (*tls.Config, error) {

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/regiond/regiond/internal/devetcd"
+)
+
+// TestRootTLSAndAuthFlags: `regiond` with --cacert/--cert/--key, a
+// scheme-less endpoint (made https by the TLS flags), --user and
+// $REGIOND_PASSWORD serves decisions from an etcd with TLS, client
+// certificates and authentication on. A wrong password exits 1 naming the
+// failure; a TLS file that does not load exits 2.
+func TestRootTLSAndAuthFlags(t *testing.T) {
+	certs := devetcd.NewTestCerts(t)
+	srv := devetcd.NewTestTLS(t, certs)
+	a := devetcd.EnableTestAuth(t, srv, "/regiond/v1/")
+	cli, err := srv.ClientAs(a.User, a.Password)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	if _, err := cli.Put(context.Background(), "/regiond/v1/routing/routes/_default",
+		`{"targets":[{"pool":"p1","weight":100}]}`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(context.Background(), "/regiond/v1/routing/pools/p1",
+		`{"host":"edge-1.example.net:443","residency":"eu","status":"active"}`); err != nil {
+		t.Fatal(err)
+	}
+	host := strings.TrimPrefix(srv.Endpoints[0], "https://")
+	args := func(dir string) []string {
+		return []string{"--endpoints", host, "--cacert", certs.CAFile, "--cert", certs.ClientCertFile,
+			"--key", certs.ClientKeyFile, "--user", a.User, "--node", "node-flags",
+			"--socket", filepath.Join(dir, "regiond.sock"), "--snapshot", filepath.Join(dir, "table.json"),
+			"--log-level", "error"}
+	}
+	run := func(ctx context.Context, args []string) error {
+		cmd := newRootCommand()
+		cmd.SetArgs(args)
+		return cmd.ExecuteContext(ctx)
+	}
+
+	t.Setenv("REGIOND_PASSWORD", a.Password)
+	listen := loopbackAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, append(args(t.TempDir()), "--listen", listen)) }()
+	var d struct{ Pool, Route string }
+	ok := false
+	for i := 0; i < 200 && !ok; i++ {
+		time.Sleep(25 * time.Millisecond)
+		resp, err := http.Get(fmt.Sprintf("http://%s/v1/resolve?country=PL&key=k", listen))
+		if err != nil {
+			continue
+		}
+		ok = resp.StatusCode == 200 && json.NewDecoder(resp.Body).Decode(&d) == nil && d.Pool == "p1"
+		resp.Body.Close()
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("regiond: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("regiond did not stop")
+	}
+	if !ok {
+		t.Fatalf("no decision from regiond over TLS with auth (last %+v)", d)
+	}
+
+	t.Setenv("REGIOND_PASSWORD", "wrong")
+	start := time.Now()
+	err = run(context.Background(), append(args(t.TempDir()), "--listen", loopbackAddr(t)))
+	t.Logf("wrong password: %v", err)
+	if err == nil || exitCode(err) != 1 || !strings.Contains(err.Error(), "authentication failed") || time.Since(start) > 3*time.Second {
+		t.Fatalf("wrong password: %v (exit %d) after %s, want exit 1 with an authentication error at once", err, exitCode(err), time.Since(start))
+	}
+	bad := append(args(t.TempDir()), "--listen", loopbackAddr(t), "--cacert", filepath.Join(t.TempDir(), "missing.pem"))
+	if err := run(context.Background(), bad); err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "TLS flags") {
+		t.Fatalf("missing --cacert file: %v (exit %d), want exit 2", err, exitCode(err))
+	}
+}
+
+// loopbackAddr is a free loopback address (freeAddr lives behind the
+// !nodev build tag).
+func loopbackAddr(t *testing.T) string {
+	t.Helper()
+	p, err := devetcd.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", p)
+}
