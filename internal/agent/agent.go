@@ -8,15 +8,18 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/regiond/regiond/internal/api"
+	"github.com/regiond/regiond/internal/backoff"
 	"github.com/regiond/regiond/internal/keyspace"
 	"github.com/regiond/regiond/internal/snapfile"
 	"github.com/regiond/regiond/routing"
@@ -27,17 +30,21 @@ import (
 type Agent struct {
 	cfg      Config
 	log      *slog.Logger
-	cli      *clientv3.Client
-	mirror   *watch.Mirror
 	api      *api.Server
 	registry *prometheus.Registry
 	unixLn   net.Listener
 	tcpLn    net.Listener
+
+	// seed is the table loaded from the snapshot file (marked stale), served
+	// until the mirror exists; seedAt is the file's written_at.
+	seed   *routing.Table
+	seedAt time.Time
+	mirror atomic.Pointer[watch.Mirror]
 }
 
-// New validates cfg, dials etcd (without waiting for it: an unreachable
-// etcd is retried in the background), loads the snapshot file if there is
-// one, and opens the listeners. Call Run to serve.
+// New validates cfg, loads the snapshot file if there is one, and opens the
+// listeners. It does not contact etcd: Run does, retrying while etcd is
+// unreachable and serving the snapshot meanwhile.
 func New(cfg Config) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("agent config: %w", err)
@@ -47,34 +54,66 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger, registry: prometheus.NewRegistry()}
 	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints: cfg.Endpoints, TLS: cfg.TLS, Username: cfg.Username, Password: cfg.Password,
-		DialTimeout: cfg.DialTimeout, DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 5 * time.Second,
-		Logger: zap.NewNop(),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("etcd client for %v: %w", cfg.Endpoints, err)
-	}
-	a.cli = cli
-	ks, _ := keyspace.New(cfg.Prefix)
-	a.mirror, err = watch.New(watch.Config{Client: cli, Prefix: ks.Routing(), Logger: cfg.Logger,
-		Registerer: a.registry, HealthGrace: cfg.HealthGrace})
-	if err != nil {
-		cli.Close()
-		return nil, err
-	}
 	a.loadSnapshot()
 	a.api = api.New(api.Config{Node: cfg.Node, MaxStale: cfg.MaxStale, Registerer: a.registry,
-		Gatherer: a.registry, Logger: cfg.Logger}, a.mirror)
+		Gatherer: a.registry, Logger: cfg.Logger}, source{a})
 	if err := a.listen(); err != nil {
 		a.closeListeners()
-		cli.Close()
 		return nil, err
 	}
 	return a, nil
 }
 
-// loadSnapshot seeds the mirror with the snapshot file, marked stale.
+// source is what the API answers from: the mirror once it exists, the
+// snapshot before.
+type source struct{ a *Agent }
+
+// Table returns the mirror's table, or the seeded snapshot.
+func (s source) Table() *routing.Table {
+	if m := s.a.mirror.Load(); m != nil {
+		return m.Table()
+	}
+	return s.a.seed
+}
+
+// Status returns the mirror's status, or the snapshot's.
+func (s source) Status() watch.Status {
+	if m := s.a.mirror.Load(); m != nil {
+		return m.Status()
+	}
+	if s.a.seed == nil {
+		return watch.Status{}
+	}
+	return watch.Status{Revision: s.a.seed.Revision(), Epoch: s.a.seed.Epoch(), SyncedAt: s.a.seedAt}
+}
+
+// dial connects to etcd, retrying with backoff while it is unreachable
+// (with --user, creating the client logs in, which needs etcd). A refused
+// login is returned at once: retrying cannot fix a wrong password.
+func (a *Agent) dial(ctx context.Context) (*clientv3.Client, error) {
+	bo := backoff.Default()
+	for {
+		cli, err := clientv3.New(clientv3.Config{
+			Endpoints: a.cfg.Endpoints, TLS: a.cfg.TLS, Username: a.cfg.Username, Password: a.cfg.Password,
+			DialTimeout: a.cfg.DialTimeout, DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 5 * time.Second,
+			Logger: zap.NewNop(), Context: ctx,
+		})
+		if err == nil {
+			return cli, nil
+		}
+		if errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrGRPCAuthFailed) ||
+			errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrGRPCPermissionDenied) {
+			return nil, fmt.Errorf("etcd client for %v: %w", a.cfg.Endpoints, err)
+		}
+		a.log.Warn("etcd unreachable; serving the last table meanwhile", "endpoints", a.cfg.Endpoints, "err", err)
+		if bo.Wait(ctx) != nil {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// loadSnapshot reads the snapshot file, to serve it (marked stale) until
+// synced.
 func (a *Agent) loadSnapshot() {
 	if a.cfg.Snapshot == "" {
 		return
@@ -91,7 +130,7 @@ func (a *Agent) loadSnapshot() {
 		a.log.Warn("snapshot file not loaded: does not decode", "path", a.cfg.Snapshot, "err", err)
 		return
 	}
-	a.mirror.Seed(t, writtenAt)
+	a.seed, a.seedAt = t, writtenAt
 	a.log.Info("serving the snapshot file until synced with etcd", "path", a.cfg.Snapshot,
 		"revision", t.Revision(), "written_at", writtenAt)
 }
@@ -123,8 +162,8 @@ func (a *Agent) closeListeners() {
 	}
 }
 
-// Mirror returns the agent's mirror.
-func (a *Agent) Mirror() *watch.Mirror { return a.mirror }
+// Mirror returns the agent's mirror, or nil before Run has reached etcd.
+func (a *Agent) Mirror() *watch.Mirror { return a.mirror.Load() }
 
 // Addr returns the loopback TCP address of the API, or "".
 func (a *Agent) Addr() string {
@@ -138,20 +177,11 @@ func (a *Agent) Addr() string {
 func (a *Agent) Registry() *prometheus.Registry { return a.registry }
 
 // Run serves until ctx is done, then shuts down: listeners closed, status
-// key revoked, etcd client closed.
+// key revoked, etcd client closed. It returns an error when etcd refuses
+// the agent's credentials, or a listener fails.
 func (a *Agent) Run(ctx context.Context) error {
-	defer a.cli.Close()
-	ks, _ := keyspace.New(a.cfg.Prefix)
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return a.mirror.Run(gctx) })
-	if a.cfg.Snapshot != "" {
-		w := snapfile.NewWriter(snapfile.WriterConfig{Path: a.cfg.Snapshot, Source: a.mirror,
-			Logger: a.log, Registerer: a.registry})
-		g.Go(func() error { return w.Run(gctx) })
-	}
-	pub := &publisher{cli: a.cli, key: ks.Agent(a.cfg.Node), node: a.cfg.Node, version: a.cfg.Version,
-		ttl: a.cfg.StatusTTL, mirror: a.mirror, log: a.log.With("component", "status")}
-	g.Go(func() error { pub.run(gctx); return nil })
+	g.Go(func() error { return a.runEtcd(gctx) })
 	for _, s := range []struct {
 		ln       net.Listener
 		loopback bool
@@ -182,4 +212,38 @@ func (a *Agent) Run(ctx context.Context) error {
 		os.Remove(a.cfg.Socket)
 	}
 	return err
+}
+
+// runEtcd connects to etcd, then runs the mirror, the snapshot writer and
+// the status publisher until ctx is done.
+func (a *Agent) runEtcd(ctx context.Context) error {
+	cli, err := a.dial(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	defer cli.Close()
+	ks, _ := keyspace.New(a.cfg.Prefix)
+	m, err := watch.New(watch.Config{Client: cli, Prefix: ks.Routing(), Logger: a.log,
+		Registerer: a.registry, HealthGrace: a.cfg.HealthGrace})
+	if err != nil {
+		return err
+	}
+	if a.seed != nil {
+		m.Seed(a.seed, a.seedAt)
+	}
+	a.mirror.Store(m)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return m.Run(gctx) })
+	if a.cfg.Snapshot != "" {
+		w := snapfile.NewWriter(snapfile.WriterConfig{Path: a.cfg.Snapshot, Source: m,
+			Logger: a.log, Registerer: a.registry})
+		g.Go(func() error { return w.Run(gctx) })
+	}
+	pub := &publisher{cli: cli, key: ks.Agent(a.cfg.Node), node: a.cfg.Node, version: a.cfg.Version,
+		ttl: a.cfg.StatusTTL, mirror: m, log: a.log.With("component", "status")}
+	g.Go(func() error { pub.run(gctx); return nil })
+	return g.Wait()
 }

@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -59,7 +60,8 @@ func runAgent(t *testing.T, dir string, cfg agent.Config) *harness {
 // TestTLSAndAuth: an agent dialing with TLS, a client certificate and a
 // user whose role has readwrite on /regiond/v1/ syncs, serves /v1/resolve,
 // follows changes, publishes its status key (a lease-bound put under
-// agents/) and revokes it on shutdown. A wrong password fails New at once.
+// agents/) and revokes it on shutdown. A wrong password makes Run fail at
+// once, without retries.
 func TestTLSAndAuth(t *testing.T) {
 	certs := devetcd.NewTestCerts(t)
 	srv := devetcd.NewTestTLS(t, certs)
@@ -109,7 +111,47 @@ func TestTLSAndAuth(t *testing.T) {
 	bad := tlsAgentConfig(t, t.TempDir(), srv, certs)
 	bad.Username, bad.Password = a.User, "wrong"
 	start := time.Now()
-	if _, err := agent.New(bad); err == nil || !strings.Contains(err.Error(), "authentication failed") || time.Since(start) > 3*time.Second {
-		t.Fatalf("agent.New with a wrong password: %v after %s, want an authentication error at once", err, time.Since(start))
+	ba, err := agent.New(bad)
+	if err != nil {
+		t.Fatalf("agent.New does not contact etcd, yet failed: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ba.Run(ctx); err == nil || !strings.Contains(err.Error(), "authentication failed") || ctx.Err() != nil {
+		t.Fatalf("Run with a wrong password: %v after %s, want an authentication error, not retries", err, time.Since(start))
+	}
+}
+
+// TestStartsWithAuthWhileEtcdIsDown: an agent with --user restarted while
+// etcd is down serves its snapshot (stale) instead of exiting, and syncs
+// once etcd is back.
+func TestStartsWithAuthWhileEtcdIsDown(t *testing.T) {
+	certs := devetcd.NewTestCerts(t)
+	srv := devetcd.NewTestTLS(t, certs)
+	a := devetcd.EnableTestAuth(t, srv, "/regiond/v1/")
+	cli, err := srv.ClientAs(a.User, a.Password)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	loadExample(t, cli)
+	dir := t.TempDir()
+	cfg := tlsAgentConfig(t, dir, srv, certs)
+	cfg.Username, cfg.Password = a.User, a.Password
+	h := runAgent(t, dir, cfg)
+	waitFor(t, "first sync", func() bool { c, _ := h.resolve("PL", "k"); return c == 200 && h.snapshot() != nil })
+	h.stop()
+
+	// etcd is unreachable: point the agent at a dead port.
+	down := cfg
+	port, err := devetcd.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	down.Endpoints = []string{fmt.Sprintf("https://127.0.0.1:%d", port)}
+	h2 := runAgent(t, dir, down)
+	c, d := h2.resolve("PL", "k")
+	if c != 200 || !contains(d.Degraded, "stale-table") {
+		t.Fatalf("with etcd down and --user: %d %+v, want the snapshot's decision marked stale", c, d)
 	}
 }
