@@ -309,6 +309,9 @@ func runLatencyAndBurst(ctx context.Context, o options, rep *Report, cli *client
 			lr.ForeignCPUPct = foreignPct(c0, sampleCPU(etcd.pid(), ag.pid()))
 			logf(o, "run %d/%d: floor p50 %.3f ms, file p50 %.3f ms, resolve p50 %.3f ms (other processes: %.0f%% CPU)", i+1, o.runs,
 				lr.Floor.P50, lr.File.P50, lr.Resolve.P50, lr.ForeignCPUPct)
+			p50, _ := ag.metric(`regiond_watch_apply_seconds{quantile="0.5"}`)
+			p99, _ := ag.metric(`regiond_watch_apply_seconds{quantile="0.99"}`)
+			logf(o, "run %d/%d: inside the agent, watch response → table swapped: p50 %.3f ms, p99 %.3f ms", i+1, o.runs, p50*1e3, p99*1e3)
 			rep.LatencyRuns = append(rep.LatencyRuns, lr)
 		}
 		if o.phases["burst"] {

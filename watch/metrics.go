@@ -18,6 +18,7 @@ type metrics struct {
 	regressions prometheus.Counter
 	swaps       prometheus.Counter
 	listSeconds prometheus.Gauge
+	apply       prometheus.Summary
 }
 
 func newMetrics(m *Mirror, reg prometheus.Registerer) *metrics {
@@ -39,6 +40,9 @@ func newMetrics(m *Mirror, reg prometheus.Registerer) *metrics {
 			Name: "revision_regressions_total", Help: "Lists whose revision was below the applied one (restored backup?)."}),
 		listSeconds: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "last_list_duration_seconds", Help: "Duration of the last full list, from the first Get to the table swapped in."}),
+		apply: prometheus.NewSummary(prometheus.SummaryOpts{Namespace: ns, Subsystem: sub,
+			Name: "apply_seconds", Help: "From a watch response's arrival to its table swapped in (apply, compile, swap).",
+			Objectives: map[float64]float64{0.5: 0.01, 0.9: 0.01, 0.99: 0.001}, MaxAge: 2 * time.Minute}),
 		swaps: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "table_swaps_total", Help: "Routing tables swapped in."}),
 	}
@@ -46,7 +50,7 @@ func newMetrics(m *Mirror, reg prometheus.Registerer) *metrics {
 		mt.resyncs.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(mt.revision, mt.epoch, mt.events, mt.dropped, mt.resyncs, mt.skipped, mt.regressions, mt.swaps, mt.listSeconds,
+		reg.MustRegister(mt.revision, mt.epoch, mt.events, mt.dropped, mt.resyncs, mt.skipped, mt.regressions, mt.swaps, mt.listSeconds, mt.apply,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 				Name: "seconds_since_sync", Help: "Seconds since the table was last confirmed current against etcd (-1: never)."},
 				func() float64 {

@@ -182,6 +182,7 @@ func (m *Mirror) watch(ctx context.Context, rev int64) string {
 // is still applied whole. It returns a resync reason when the watch must be
 // replaced.
 func (m *Mirror) drain(wch clientv3.WatchChan, resp clientv3.WatchResponse, ok bool) string {
+	began := time.Now()
 	dirty, advanced := false, false
 	why := ""
 	for {
@@ -208,6 +209,7 @@ func (m *Mirror) drain(wch clientv3.WatchChan, resp clientv3.WatchResponse, ok b
 	case dirty:
 		m.markSynced()
 		m.recompile()
+		m.metrics.apply.Observe(time.Since(began).Seconds())
 	case advanced:
 		m.markSynced()
 		m.advance(m.applied)
