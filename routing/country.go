@@ -1,6 +1,9 @@
 package routing
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // isoCodes is the ISO 3166-1 alpha-2 list of officially assigned codes (249).
 const isoCodes = "AD AE AF AG AI AL AM AO AQ AR AS AT AU AW AX AZ " +
@@ -55,7 +58,9 @@ func init() {
 func Countries() []string { return countries }
 
 // EEA returns the countries of the built-in "eu" residency class.
-func EEA() []string { return strings.Fields(eeaCodes) }
+func EEA() []string { return slices.Clone(eea) }
+
+var eea = strings.Fields(eeaCodes)
 
 // IsCountry reports whether s is an assigned ISO 3166-1 alpha-2 code in
 // upper case.

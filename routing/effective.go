@@ -196,15 +196,19 @@ func sortCandidates(cs []Candidate) {
 // and the unknown country, evaluated at now.
 func (t *Table) build(now time.Time, prev *Table) {
 	n := len(countries)
-	t.classOf = make([]string, n+1)
-	for class, ccs := range t.policy.Classes {
-		for _, cc := range ccs {
-			if id := countryID(cc); id >= 0 {
-				t.classOf[id] = class
+	if prev != nil && len(prev.good) > 0 && prev.classOf != nil && t.sameGoodOrAbsent(prev, PolicyKey) {
+		t.classOf = prev.classOf // same policy: same classes (the slice is never changed)
+	} else {
+		t.classOf = make([]string, n+1)
+		for class, ccs := range t.policy.Classes {
+			for _, cc := range ccs {
+				if id := countryID(cc); id >= 0 {
+					t.classOf[id] = class
+				}
 			}
 		}
+		t.classOf[n] = t.policy.UnknownCountryClass
 	}
-	t.classOf[n] = t.policy.UnknownCountryClass
 	t.pads = make(map[string]*poolPad, len(t.pools))
 	for id := range t.pools {
 		t.pads[id] = newPoolPad(id)
@@ -214,8 +218,8 @@ func (t *Table) build(now time.Time, prev *Table) {
 		t.eligibleAt[id] = !p.down && t.healthy(p, now)
 	}
 	t.eff = make([]*Effective, n+1)
-	shared := map[[2]string]*Effective{}
-	deps := map[*Effective]bool{}
+	shared := make(map[[2]string]*Effective, 64)
+	deps := make(map[*Effective]bool, 64)
 	for id := 0; id <= n; id++ {
 		name, key := "", ""
 		if id < n {
@@ -292,6 +296,14 @@ func (t *Table) sameDeps(prev *Table, e *Effective) bool {
 		}
 	}
 	return true
+}
+
+// sameGoodOrAbsent reports whether key holds the very same decoded value
+// in both tables, or is absent from both.
+func (t *Table) sameGoodOrAbsent(prev *Table, key string) bool {
+	a, aok := t.good[key]
+	b, bok := prev.good[key]
+	return aok == bok && (!aok || a.val == b.val)
 }
 
 // sameRoute reports whether a route is the very same decoded value (or
