@@ -75,9 +75,11 @@ type Mirror struct {
 	changed chan struct{}
 
 	// Owned by the Run goroutine.
-	state   map[string]routing.KV
-	applied int64
-	watches uint64 // watches opened, to give each its own stream
+	state      map[string]routing.KV
+	applied    int64  // revision the state is known current at
+	lastEvent  int64  // newest revision seen in a list or an event
+	uncompiled bool   // state changed since the table was compiled
+	watches    uint64 // watches opened, to give each its own stream
 }
 
 // New returns a mirror; call Run to start it.

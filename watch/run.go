@@ -28,7 +28,10 @@ const (
 // the way are logged, counted and retried; the last good table keeps
 // serving meanwhile.
 func (m *Mirror) Run(ctx context.Context) error {
-	go m.healthLoop(ctx)
+	hctx, stopHealth := context.WithCancel(ctx)
+	healthDone := make(chan struct{})
+	go func() { defer close(healthDone); m.healthLoop(hctx) }()
+	defer func() { stopHealth(); <-healthDone }()
 	bo := m.cfg.NewBackoff()
 	reason := ReasonInitial
 	for ctx.Err() == nil {
@@ -79,7 +82,8 @@ func (m *Mirror) relist(ctx context.Context, reason string) (int64, error) {
 	if cur := m.Table(); cur != nil {
 		known = max(known, cur.Revision()) // also a seeded snapshot's, after a restart
 	}
-	if rev < known {
+	regressed := rev < known
+	if regressed {
 		m.metrics.regressions.Inc()
 		m.log.Error("etcd revision went backwards; was the cluster restored from an older backup? following etcd",
 			"list_revision", rev, "known_revision", known, "reason", reason)
@@ -96,11 +100,13 @@ func (m *Mirror) relist(ctx context.Context, reason string) (int64, error) {
 		old, ok := m.state[k]
 		same = ok && old.ModRevision == kv.ModRevision && string(old.Value) == string(kv.Value)
 	}
-	m.state, m.applied = state, rev
+	m.state, m.applied, m.lastEvent = state, rev, rev
 	m.setConnected(true)
 	m.markSynced()
 	cur := m.Table()
-	if same && cur != nil && !cur.Stale() {
+	// The shortcut needs the table to have been compiled from the state it
+	// is compared with (not from events applied since, without a compile).
+	if same && !m.uncompiled && !regressed && cur != nil && !cur.Stale() {
 		m.advance(rev)
 	} else {
 		m.recompile()
@@ -260,15 +266,22 @@ func (m *Mirror) applyEvents(events []*clientv3.Event) (string, change) {
 	n := 0
 	for _, ev := range events {
 		r := ev.Kv.ModRevision
-		if r <= m.applied {
-			m.metrics.dropped.Inc()
+		if r <= m.lastEvent {
+			m.metrics.dropped.Inc() // a duplicate
 			continue
+		}
+		if r <= m.applied {
+			// Newer than every event seen, yet at or below a progress
+			// notification's revision: that notification came early, and
+			// the table claimed a revision it did not have. Relist.
+			return ReasonOutOfOrder, unchanged
 		}
 		if r < last {
 			return ReasonOutOfOrder, unchanged
 		}
 		last = r
 		rel := string(ev.Kv.Key[len(m.cfg.Prefix):])
+		m.uncompiled = true
 		if ev.Type == clientv3.EventTypeDelete {
 			delete(m.state, rel)
 		} else {
@@ -279,13 +292,14 @@ func (m *Mirror) applyEvents(events []*clientv3.Event) (string, change) {
 	if n == 0 {
 		return "", unchanged
 	}
-	m.applied = last
+	m.applied, m.lastEvent = last, last
 	m.metrics.events.Add(float64(n))
 	return "", changed
 }
 
 // recompile builds a table from the state at the applied revision.
 func (m *Mirror) recompile() {
+	m.uncompiled = false
 	kvs := make([]routing.KV, 0, len(m.state))
 	for _, kv := range m.state {
 		kvs = append(kvs, kv)
