@@ -54,6 +54,10 @@ type Status struct {
 	SyncedAt time.Time
 	// Synced is true once the mirror has listed etcd at least once.
 	Synced bool
+	// ChangeRevision is the revision of the last table built from new
+	// content (a list or events); Revision moves past it on progress
+	// notifications alone.
+	ChangeRevision int64
 }
 
 // Mirror keeps a routing.Table equal to the routing prefix of etcd.
@@ -68,6 +72,7 @@ type Mirror struct {
 
 	connected atomic.Bool
 	syncedAt  atomic.Int64 // unix nanoseconds
+	changeRev atomic.Int64 // see Status.ChangeRevision
 	ready     chan struct{}
 	readyOnce sync.Once
 
@@ -146,7 +151,7 @@ func (m *Mirror) Changed() <-chan struct{} {
 
 // Status returns the mirror's freshness.
 func (m *Mirror) Status() Status {
-	s := Status{Connected: m.connected.Load()}
+	s := Status{Connected: m.connected.Load(), ChangeRevision: m.changeRev.Load()}
 	if t := m.Table(); t != nil {
 		s.Revision, s.Epoch = t.Revision(), t.Epoch()
 	}
@@ -171,6 +176,7 @@ func (m *Mirror) Seed(t *routing.Table, syncedAt time.Time) {
 		return
 	}
 	m.syncedAt.Store(syncedAt.UnixNano())
+	m.changeRev.Store(t.Revision())
 	m.store(t)
 }
 

@@ -309,6 +309,7 @@ func (m *Mirror) recompile() {
 	t := routing.Compile(m.applied, kvs, m.Table(), routing.CompileOptions{
 		Now: time.Now(), Start: m.start, Grace: m.cfg.HealthGrace,
 	})
+	m.changeRev.Store(m.applied)
 	m.store(t)
 }
 

@@ -227,7 +227,7 @@ func (a *Agent) runEtcd(ctx context.Context) error {
 	defer cli.Close()
 	ks, _ := keyspace.New(a.cfg.Prefix)
 	m, err := watch.New(watch.Config{Client: cli, Prefix: ks.Routing(), Logger: a.log,
-		Registerer: a.registry, HealthGrace: a.cfg.HealthGrace})
+		Registerer: a.registry, HealthGrace: a.cfg.HealthGrace, ProgressInterval: a.cfg.ProgressInterval})
 	if err != nil {
 		return err
 	}

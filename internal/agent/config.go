@@ -43,6 +43,9 @@ type Config struct {
 	MaxStale time.Duration
 	// StatusTTL is the TTL of the lease behind the agent status key.
 	StatusTTL time.Duration
+	// ProgressInterval is how often the mirror asks etcd for a progress
+	// notification (zero: the mirror's default, 5s).
+	ProgressInterval time.Duration
 	// Version is reported in the agent status key.
 	Version string
 	// Logger receives the agent's logs.

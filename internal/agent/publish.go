@@ -56,23 +56,34 @@ func (p *publisher) run(ctx context.Context) {
 	}
 }
 
-// publish writes the status under one session until it ends or ctx is done.
+// statusRefresh is how often a status that only moved with progress
+// notifications (revision, synced_at) is re-put: every agent re-putting on
+// each notification would bump the revision for all the others, a fleet-wide
+// feedback loop of writes.
+const statusRefresh = time.Minute
+
+// publish writes the status under one session until it ends or ctx is done:
+// at once (at most once a second) when the epoch, the connection or the
+// content of the table changed, otherwise every statusRefresh.
 func (p *publisher) publish(ctx context.Context, sess *concurrency.Session) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	var last routing.AgentStatus
+	var lastChange int64
 	var lastAt time.Time
 	written := false
 	for {
-		st := p.status()
-		if (!written || st != last) && time.Since(lastAt) >= time.Second {
+		st, change := p.status(), p.mirror.Status().ChangeRevision
+		significant := !written || st.Epoch != last.Epoch || st.Connected != last.Connected || change != lastChange
+		due := significant || (st != last && time.Since(lastAt) >= statusRefresh)
+		if due && time.Since(lastAt) >= time.Second {
 			b, _ := json.Marshal(st)
 			pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 			_, err := p.cli.Put(pctx, p.key, string(b), clientv3.WithLease(sess.Lease()))
 			cancel()
 			lastAt = time.Now()
 			if err == nil {
-				last, written = st, true
+				last, lastChange, written = st, change, true
 			} else if ctx.Err() == nil {
 				p.log.Warn("agent status: put failed", "key", p.key, "err", err)
 			}

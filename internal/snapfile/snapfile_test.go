@@ -218,13 +218,50 @@ func TestWriterRefreshesWrittenAt(t *testing.T) {
 	t.Fatal("written_at never refreshed without a change")
 }
 
-func TestSameButWrittenAt(t *testing.T) {
-	a := []byte(`{"revision":1,"written_at":"2026-01-01T00:00:00Z","x":1}`)
-	b := []byte(`{"revision":1,"written_at":"2026-01-01T00:00:05.123Z","x":1}`)
-	c := []byte(`{"revision":2,"written_at":"2026-01-01T00:00:00Z","x":1}`)
-	if !sameButWrittenAt(a, b) || sameButWrittenAt(a, c) || sameButWrittenAt(a, nil) {
-		t.Fatal("sameButWrittenAt compares wrongly")
+func TestSameContent(t *testing.T) {
+	a := []byte(`{"revision":1,"epoch":3,"written_at":"2026-01-01T00:00:00Z","stale":false,"x":1}`)
+	for name, tc := range map[string]struct {
+		b    string
+		same bool
+	}{
+		"written_at only": {`{"revision":1,"epoch":3,"written_at":"2026-01-01T00:00:05.123Z","stale":false,"x":1}`, true},
+		"revision only":   {`{"revision":9,"epoch":3,"written_at":"2026-01-01T00:00:00Z","stale":false,"x":1}`, true},
+		"epoch":           {`{"revision":1,"epoch":4,"written_at":"2026-01-01T00:00:00Z","stale":false,"x":1}`, false},
+		"content":         {`{"revision":1,"epoch":3,"written_at":"2026-01-01T00:00:00Z","stale":false,"x":2}`, false},
+		"stale flag":      {`{"revision":1,"epoch":3,"written_at":"2026-01-01T00:00:00Z","stale":true,"x":1}`, false},
+		"nothing written": {``, false},
+	} {
+		if got := sameContent(a, []byte(tc.b)); got != tc.same {
+			t.Errorf("%s: sameContent = %v, want %v", name, got, tc.same)
+		}
 	}
+}
+
+// TestWriterRetriesAFailedWrite: a write that fails (here: the directory
+// cannot be created) is retried with backoff, without waiting for the next
+// change or the 60s refresh.
+func TestWriterRetriesAFailedWrite(t *testing.T) {
+	dir := t.TempDir()
+	blocker := filepath.Join(dir, "shm")
+	if err := os.WriteFile(blocker, []byte("a file where the directory should be"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(blocker, "table.json")
+	src := newSource()
+	w := NewWriter(WriterConfig{Path: path, Source: src})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	src.set(table(3, 40))
+	for i := 0; i < 200 && testutil.ToFloat64(w.errors) == 0; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if testutil.ToFloat64(w.errors) == 0 {
+		t.Fatal("the write never failed: test setup")
+	}
+	os.Remove(blocker) // the fault clears; no new table arrives
+	waitRevision(t, path, 3)
 }
 
 // TestWriterIdlesWithoutATable: before the first table (etcd unreachable,

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/regiond/regiond/internal/backoff"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -49,6 +50,8 @@ type Writer struct {
 	lastWriteTS           prometheus.Gauge
 
 	lastTable    *routing.Table // last table written (or skipped as unchanged)
+	retry        *backoff.Backoff
+	retryAt      time.Time      // after a failed write: not before this
 	seen         *routing.Table // last table observed
 	inBurst      bool           // the pending change came right after another
 	lastBytes    []byte
@@ -74,7 +77,8 @@ func NewWriter(cfg WriterConfig) *Writer {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	w := &Writer{cfg: cfg, log: cfg.Logger.With("component", "snapshot", "path", cfg.Path)}
+	w := &Writer{cfg: cfg, log: cfg.Logger.With("component", "snapshot", "path", cfg.Path),
+		retry: backoff.New(time.Second, 30*time.Second)}
 	opts := func(name, help string) prometheus.CounterOpts {
 		return prometheus.CounterOpts{Namespace: "regiond", Subsystem: "snapshot", Name: name, Help: help}
 	}
@@ -109,7 +113,9 @@ func (w *Writer) Run(ctx context.Context) error {
 		if t == nil {
 			wait = w.cfg.Refresh // nothing to write until the first table
 		}
-		if t != nil && (t != w.lastTable || wait <= 0) {
+		if t != nil && now.Before(w.retryAt) {
+			wait = w.retryAt.Sub(now)
+		} else if t != nil && (t != w.lastTable || wait <= 0) {
 			due := w.due(now)
 			if wait <= 0 || !due.After(now) {
 				w.write(t, now)
@@ -144,8 +150,10 @@ func minTime(a, b time.Time) time.Time {
 	return b
 }
 
-// write renders t and replaces the file, unless only written_at would
-// change and the refresh is not due.
+// write renders t and replaces the file, unless only written_at and the
+// revision would change (a progress notification: the content is the same,
+// and the file's revision may lag until the refresh) and the refresh is not
+// due. A failed write is retried with backoff.
 func (w *Writer) write(t *routing.Table, now time.Time) {
 	w.lastTable, w.firstPending = t, time.Time{}
 	b, err := t.JSON(now)
@@ -154,31 +162,51 @@ func (w *Writer) write(t *routing.Table, now time.Time) {
 		w.log.Error("render snapshot", "err", err)
 		return
 	}
-	if now.Sub(w.lastWrite) < w.cfg.Refresh && sameButWrittenAt(b, w.lastBytes) {
+	if now.Sub(w.lastWrite) < w.cfg.Refresh && sameContent(b, w.lastBytes) {
 		w.skips.Inc()
 		return
 	}
 	if err := WriteFile(w.cfg.Path, b, 0o644); err != nil {
 		w.errors.Inc()
-		w.log.Error("write snapshot; readers keep the previous file", "err", err)
-		w.lastWrite = now // retry at the next change or refresh, not in a hot loop
+		w.lastTable = nil // still to be written
+		w.retryAt = now.Add(w.retry.Next())
+		w.log.Error("write snapshot; readers keep the previous file", "err", err, "retry_at", w.retryAt)
 		return
 	}
+	w.retry.Reset()
+	w.retryAt = time.Time{}
 	w.lastBytes, w.lastWrite = b, time.Now()
 	w.writes.Inc()
 	w.lastWriteTS.Set(float64(now.UnixNano()) / 1e9)
 }
 
-var writtenAtField = []byte(`"written_at":"`)
+var (
+	epochField     = []byte(`,"epoch":`)
+	writtenAtField = []byte(`,"written_at":"`)
+)
 
-// sameButWrittenAt reports whether two table JSONs differ only in
-// written_at.
-func sameButWrittenAt(a, b []byte) bool {
-	ia, ib := bytes.Index(a, writtenAtField), bytes.Index(b, writtenAtField)
-	if ia < 0 || ib < 0 || ia != ib {
+// sameContent reports whether two table JSONs differ at most in revision
+// and written_at (the first members, in routing.Table.JSON's order).
+func sameContent(a, b []byte) bool {
+	ea, wa, ta := headerCuts(a)
+	eb, wb, tb := headerCuts(b)
+	if ea < 0 || eb < 0 {
 		return bytes.Equal(a, b)
 	}
-	ea := ia + len(writtenAtField) + bytes.IndexByte(a[ia+len(writtenAtField):], '"')
-	eb := ib + len(writtenAtField) + bytes.IndexByte(b[ib+len(writtenAtField):], '"')
-	return bytes.Equal(a[:ia], b[:ib]) && bytes.Equal(a[ea:], b[eb:])
+	return bytes.Equal(a[ea:wa], b[eb:wb]) && bytes.Equal(a[ta:], b[tb:])
+}
+
+// headerCuts returns where ,"epoch": starts, where ,"written_at":" starts
+// and where the member after written_at starts; -1s when not found.
+func headerCuts(b []byte) (epoch, writtenAt, tail int) {
+	epoch = bytes.Index(b, epochField)
+	writtenAt = bytes.Index(b, writtenAtField)
+	if epoch < 0 || writtenAt < epoch {
+		return -1, -1, -1
+	}
+	end := bytes.IndexByte(b[writtenAt+len(writtenAtField):], '"')
+	if end < 0 {
+		return -1, -1, -1
+	}
+	return epoch, writtenAt, writtenAt + len(writtenAtField) + end
 }
