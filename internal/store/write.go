@@ -156,7 +156,9 @@ func (s *Store) txn(ctx context.Context, st *State, ops []op, leases map[string]
 	defer cancel()
 	resp, err := s.cli.Txn(rctx).If(cmps...).Then(then...).Else(clientv3.OpGet(epochKey)).Commit()
 	if err != nil {
-		return 0, s.rpcErr(fmt.Sprintf("commit epoch %d", epoch), err)
+		// The Txn may have been applied even though no answer came back:
+		// say so (a re-run is safe, the epoch guard refuses a double write).
+		return 0, s.rpcErr(fmt.Sprintf("commit epoch %d: outcome unknown, check `regionctl history` before re-running", epoch), err)
 	}
 	if !resp.Succeeded {
 		return 0, s.conflict(st, ops, resp)
