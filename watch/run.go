@@ -24,6 +24,10 @@ const (
 	ReasonListFailed = "list-failed"
 )
 
+// reasonNoLeader is ReasonError from a member without a leader; Run tries
+// the other endpoints before relisting for it.
+const reasonNoLeader = "no-leader"
+
 // Run lists and watches until ctx is done; it then returns nil. Errors on
 // the way are logged, counted and retried; the last good table keeps
 // serving meanwhile.
@@ -50,6 +54,21 @@ func (m *Mirror) Run(ctx context.Context) error {
 		}
 		began := time.Now()
 		reason = m.watch(ctx, rev)
+		// "No leader" ends a watch whose member lost its leader, or refuses
+		// it at once when the member knew before. Every event up to the
+		// applied revision was delivered, so watch again from there: clientv3
+		// sends each new stream to its next endpoint, which may have a
+		// leader (two tries per other endpoint: the round-robin may start
+		// on the same one). Relisting in between does not help: with two
+		// endpoints the round-robin sends the list to the member with a
+		// leader and the watch to the one without, every time.
+		for left := 2 * (len(m.cfg.Client.Endpoints()) - 1); reason == reasonNoLeader && left > 0 && ctx.Err() == nil; left-- {
+			m.log.Info("watch has no leader; watching again from the applied revision", "applied_revision", m.applied)
+			reason = m.watch(ctx, m.applied)
+		}
+		if reason == reasonNoLeader {
+			reason = ReasonError
+		}
 		if ctx.Err() != nil {
 			break
 		}
@@ -154,8 +173,10 @@ func (m *Mirror) watch(ctx context.Context, rev int64) string {
 	wctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx),
 		"regiond-watch", strconv.FormatUint(m.watches, 10)))
 	defer cancel()
+	// WithCreatedNotify: the watch is connected once etcd has created it,
+	// not only when something (an event, a progress notification) arrives.
 	wch := m.cfg.Client.Watch(wctx, m.cfg.Prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1),
-		clientv3.WithProgressNotify())
+		clientv3.WithProgressNotify(), clientv3.WithCreatedNotify())
 	tick := time.NewTicker(m.cfg.ProgressInterval)
 	defer tick.Stop()
 	lastHeard := time.Now()
@@ -165,8 +186,11 @@ func (m *Mirror) watch(ctx context.Context, rev int64) string {
 			return ""
 		case <-tick.C:
 			if time.Since(lastHeard) > 3*m.cfg.ProgressInterval {
-				m.setConnected(false)
-				return ReasonSilent
+				if !m.unchangedSince(wctx) {
+					m.setConnected(false)
+					return ReasonSilent
+				}
+				lastHeard = time.Now()
 			}
 			rctx, rcancel := context.WithTimeout(wctx, m.cfg.RequestTimeout)
 			if err := m.cfg.Client.RequestProgress(rctx); err != nil {
@@ -180,6 +204,31 @@ func (m *Mirror) watch(ctx context.Context, rev int64) string {
 			lastHeard = time.Now()
 		}
 	}
+}
+
+// unchangedSince reports whether etcd's revision, read linearizably, is
+// still the applied one: then a silent watch has missed nothing. etcd
+// (3.6+) answers no progress request for a watch whose start revision is
+// in the future, so a watch opened at list revision + 1 stays silent until
+// something, anywhere in the cluster, is written: on an idle cluster the
+// silence says nothing about the watch. Once a write lands, progress
+// requests are answered again, and silence means a broken watch. The read
+// carries the watch's require-leader metadata, so a member that lost its
+// leader fails it at once. A revision below the applied one (a restored
+// cluster) is not "unchanged": the relist reports it.
+func (m *Mirror) unchangedSince(ctx context.Context) bool {
+	gctx, cancel := context.WithTimeout(ctx, m.cfg.RequestTimeout)
+	defer cancel()
+	resp, err := m.cfg.Client.Get(gctx, m.cfg.Prefix, clientv3.WithCountOnly())
+	if err != nil {
+		m.log.Debug("revision check of a silent watch failed", "err", err)
+		return false
+	}
+	if resp.Header.Revision != m.applied {
+		return false
+	}
+	m.markSynced()
+	return true
 }
 
 // drain applies a watch response and every response already queued behind
@@ -242,6 +291,9 @@ func (m *Mirror) handle(resp clientv3.WatchResponse) (string, change) {
 			return ReasonCompacted, unchanged
 		}
 		m.log.Warn("watch error", "err", err)
+		if errors.Is(err, rpctypes.ErrNoLeader) {
+			return reasonNoLeader, unchanged
+		}
 		return ReasonError, unchanged
 	}
 	if resp.Canceled {
