@@ -219,7 +219,7 @@ func (m *Mirror) watch(ctx context.Context, rev int64) string {
 func (m *Mirror) unchangedSince(ctx context.Context) bool {
 	gctx, cancel := context.WithTimeout(ctx, m.cfg.RequestTimeout)
 	defer cancel()
-	resp, err := m.cfg.Client.Get(gctx, m.cfg.Prefix, clientv3.WithCountOnly())
+	resp, err := m.cfg.Client.Get(gctx, m.cfg.Prefix+routing.EpochKey, clientv3.WithCountOnly()) // a point read: only its header matters
 	if err != nil {
 		m.log.Debug("revision check of a silent watch failed", "err", err)
 		return false
