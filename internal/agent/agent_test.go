@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -50,19 +49,7 @@ func startAgent(t *testing.T, dir string, endpoints []string) *harness {
 	cfg.DialTimeout = time.Second
 	cfg.StatusTTL = 2 * time.Second
 	cfg.Logger = quietLogger()
-	a, err := agent.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	h := &harness{t: t, dir: dir, a: a, cancel: cancel, done: make(chan error, 1), http: &http.Client{Timeout: 5 * time.Second}}
-	h.unixHTTP = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", cfg.Socket)
-		}}}
-	go func() { h.done <- a.Run(ctx) }()
-	t.Cleanup(h.stop)
-	return h
+	return runAgent(t, dir, cfg)
 }
 
 func (h *harness) stop() {
@@ -382,14 +369,7 @@ func TestStatusKeyNotRewrittenForProgressAlone(t *testing.T) {
 	dir := t.TempDir()
 	cfg.Socket, cfg.Listen, cfg.Snapshot = filepath.Join(dir, "regiond.sock"), "127.0.0.1:0", ""
 	cfg.StatusTTL, cfg.ProgressInterval = 2*time.Second, 100*time.Millisecond
-	a, err := agent.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	a := runAgent(t, dir, cfg).a
 	key := "/regiond/v1/agents/node-1"
 	statusRev := func() (int64, routing.AgentStatus) {
 		resp, err := cli.Get(context.Background(), key)
