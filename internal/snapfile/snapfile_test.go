@@ -133,11 +133,7 @@ func TestWriterCoalescesBurstsAndShowsTheLast(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "table.json")
 	src := newSource()
 	reg := prometheus.NewRegistry()
-	w := NewWriter(WriterConfig{Path: path, Source: src, Registerer: reg})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); w.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	w := runWriter(t, WriterConfig{Path: path, Source: src, Registerer: reg})
 
 	src.set(table(1, 50))
 	waitRevision(t, path, 1)
@@ -176,11 +172,7 @@ func TestWriterCoalescesBurstsAndShowsTheLast(t *testing.T) {
 func TestWriterSkipsUnchangedContent(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "table.json")
 	src := newSource()
-	w := NewWriter(WriterConfig{Path: path, Source: src})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); w.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	w := runWriter(t, WriterConfig{Path: path, Source: src})
 	src.set(table(5, 30))
 	waitRevision(t, path, 5)
 	time.Sleep(20 * time.Millisecond)
@@ -199,11 +191,7 @@ func TestWriterSkipsUnchangedContent(t *testing.T) {
 func TestWriterRefreshesWrittenAt(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "table.json")
 	src := newSource()
-	w := NewWriter(WriterConfig{Path: path, Source: src, Refresh: 50 * time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); w.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	runWriter(t, WriterConfig{Path: path, Source: src, Refresh: 50 * time.Millisecond})
 	src.set(table(7, 30))
 	waitRevision(t, path, 7)
 	b, _ := ReadFile(path)
@@ -248,11 +236,7 @@ func TestWriterRetriesAFailedWrite(t *testing.T) {
 	}
 	path := filepath.Join(blocker, "table.json")
 	src := newSource()
-	w := NewWriter(WriterConfig{Path: path, Source: src})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); w.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	w := runWriter(t, WriterConfig{Path: path, Source: src})
 	src.set(table(3, 40))
 	for i := 0; i < 200 && testutil.ToFloat64(w.errors) == 0; i++ {
 		time.Sleep(10 * time.Millisecond)
@@ -285,4 +269,15 @@ func TestWriterIdlesWithoutATable(t *testing.T) {
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Fatalf("a snapshot was written with no table: %v", err)
 	}
+}
+
+// runWriter runs a writer until the test ends.
+func runWriter(t *testing.T, cfg WriterConfig) *Writer {
+	t.Helper()
+	w := NewWriter(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return w
 }
