@@ -21,6 +21,8 @@ type CompileOptions struct {
 	Down []string
 	// Stale marks the table as not confirmed against etcd.
 	Stale bool
+	// ClusterID is the etcd cluster the values were read from (0: unknown).
+	ClusterID uint64
 }
 
 // Compile builds a table from every key/value of <root>/routing/ at one
@@ -45,6 +47,7 @@ func Compile(revision int64, kvs []KV, prev *Table, opts CompileOptions) *Table 
 	t := &Table{
 		revision:  revision,
 		stale:     opts.Stale,
+		clusterID: opts.ClusterID,
 		grace:     opts.Grace,
 		start:     opts.Start,
 		builtAt:   opts.Now,

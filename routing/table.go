@@ -45,12 +45,13 @@ type PoolState struct {
 // a viewer without I/O. A Table is safe for concurrent use; it is never
 // changed after Compile returns it.
 type Table struct {
-	revision int64
-	epoch    int64
-	stale    bool
-	grace    time.Duration
-	start    time.Time
-	builtAt  time.Time
+	revision  int64
+	epoch     int64
+	stale     bool
+	clusterID uint64
+	grace     time.Duration
+	start     time.Time
+	builtAt   time.Time
 
 	policy    Residency
 	pools     map[string]*PoolState
@@ -88,6 +89,10 @@ type goodValue struct {
 
 // Revision returns the etcd revision the table is current at.
 func (t *Table) Revision() int64 { return t.revision }
+
+// ClusterID returns the etcd cluster the table was read from (0: unknown).
+// Revisions of different clusters are unrelated.
+func (t *Table) ClusterID() uint64 { return t.clusterID }
 
 // Epoch returns the config epoch of the table.
 func (t *Table) Epoch() int64 { return t.epoch }

@@ -15,6 +15,7 @@ type tableJSON struct {
 	Epoch     int64                 `json:"epoch"`
 	WrittenAt string                `json:"written_at"`
 	Stale     bool                  `json:"stale"`
+	ClusterID string                `json:"cluster_id,omitempty"`
 	Pools     map[string]poolJSON   `json:"pools"`
 	Routes    map[string]*Route     `json:"routes"`
 	Policy    policyJSON            `json:"policy"`
@@ -74,6 +75,11 @@ func (t *Table) JSON(writtenAt time.Time) ([]byte, error) {
 	b.WriteString(writtenAt.UTC().Format(time.RFC3339Nano))
 	b.WriteString(`","stale":`)
 	b.WriteString(strconv.FormatBool(t.stale))
+	if t.clusterID != 0 {
+		b.WriteString(`,"cluster_id":"`)
+		b.WriteString(strconv.FormatUint(t.clusterID, 16))
+		b.WriteByte('"')
+	}
 	writeObject(&b, "pools", t.poolJS)
 	writeObject(&b, "routes", t.routeJS)
 	if err := writeField(&b, "policy", policyJSON{Residency: t.policy}); err != nil {
@@ -185,10 +191,17 @@ func LoadTableJSON(b []byte) (*Table, time.Time, error) {
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("decode table: written_at: %w", err)
 	}
+	var cid uint64
+	if in.ClusterID != "" {
+		if cid, err = strconv.ParseUint(in.ClusterID, 16, 64); err != nil {
+			return nil, time.Time{}, fmt.Errorf("decode table: cluster_id %q: %w", in.ClusterID, err)
+		}
+	}
 	t := &Table{
 		revision:  in.Revision,
 		epoch:     in.Epoch,
 		stale:     true,
+		clusterID: cid,
 		grace:     DefaultHealthGrace,
 		builtAt:   writtenAt,
 		policy:    in.Policy.Residency,

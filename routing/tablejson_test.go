@@ -83,3 +83,18 @@ func BenchmarkTableJSON(b *testing.B) {
 		}
 	}
 }
+
+func TestClusterIDRoundTrip(t *testing.T) {
+	tb := Compile(7, kvsOf(t, exampleConfig(t)), nil, CompileOptions{Now: t0, ClusterID: 0xcafe1234})
+	b, err := tb.JSON(t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte(`"cluster_id":"cafe1234"`)) {
+		t.Fatalf("table JSON lacks the cluster id: %.200s", b)
+	}
+	back, _, err := LoadTableJSON(b)
+	if err != nil || back.ClusterID() != 0xcafe1234 || back.WithRevision(8).ClusterID() != 0xcafe1234 {
+		t.Fatalf("loaded cluster id = %x (%v), want cafe1234", back.ClusterID(), err)
+	}
+}

@@ -9,16 +9,17 @@ import (
 )
 
 type metrics struct {
-	revision    prometheus.Gauge
-	epoch       prometheus.Gauge
-	events      prometheus.Counter
-	dropped     prometheus.Counter
-	resyncs     *prometheus.CounterVec
-	skipped     prometheus.Gauge
-	regressions prometheus.Counter
-	swaps       prometheus.Counter
-	listSeconds prometheus.Gauge
-	apply       prometheus.Summary
+	revision       prometheus.Gauge
+	epoch          prometheus.Gauge
+	events         prometheus.Counter
+	dropped        prometheus.Counter
+	resyncs        *prometheus.CounterVec
+	skipped        prometheus.Gauge
+	regressions    prometheus.Counter
+	clusterChanges prometheus.Counter
+	swaps          prometheus.Counter
+	listSeconds    prometheus.Gauge
+	apply          prometheus.Summary
 }
 
 func newMetrics(m *Mirror, reg prometheus.Registerer) *metrics {
@@ -43,6 +44,8 @@ func newMetrics(m *Mirror, reg prometheus.Registerer) *metrics {
 		apply: prometheus.NewSummary(prometheus.SummaryOpts{Namespace: ns, Subsystem: sub,
 			Name: "apply_seconds", Help: "From a watch response's arrival to its table swapped in (apply, compile, swap).",
 			Objectives: map[float64]float64{0.5: 0.01, 0.9: 0.01, 0.99: 0.001}, MaxAge: 2 * time.Minute}),
+		clusterChanges: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "cluster_changes_total", Help: "Lists from another etcd cluster than the table's (a replaced cluster)."}),
 		swaps: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "table_swaps_total", Help: "Routing tables swapped in."}),
 	}
@@ -50,7 +53,7 @@ func newMetrics(m *Mirror, reg prometheus.Registerer) *metrics {
 		mt.resyncs.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(mt.revision, mt.epoch, mt.events, mt.dropped, mt.resyncs, mt.skipped, mt.regressions, mt.swaps, mt.listSeconds, mt.apply,
+		reg.MustRegister(mt.revision, mt.epoch, mt.events, mt.dropped, mt.resyncs, mt.skipped, mt.regressions, mt.clusterChanges, mt.swaps, mt.listSeconds, mt.apply,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 				Name: "seconds_since_sync", Help: "Seconds since the table was last confirmed current against etcd (-1: never)."},
 				func() float64 {

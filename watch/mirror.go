@@ -84,6 +84,7 @@ type Mirror struct {
 	applied    int64  // revision the state is known current at
 	lastEvent  int64  // newest revision seen in a list or an event
 	uncompiled bool   // state changed since the table was compiled
+	clusterID  uint64 // etcd cluster of the last list
 	watches    uint64 // watches opened, to give each its own stream
 }
 

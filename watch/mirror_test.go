@@ -391,3 +391,35 @@ func metric(t *testing.T, reg *prometheus.Registry, name string) prometheus.Coll
 	t.Fatalf("metric %s not registered", name)
 	return nil
 }
+
+func TestSnapshotOfAnotherClusterIsNotARegression(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	rev := loadExample(t, cli)
+	// A snapshot written against another cluster (since replaced), far
+	// ahead in its own revisions: not comparable, not an alarm.
+	seed := routing.Compile(rev+100000, nil, nil, routing.CompileOptions{Stale: true, ClusterID: 0xdead})
+	reg := prometheus.NewRegistry()
+	m, err := watch.New(watch.Config{Client: cli, Prefix: prefix, Registerer: reg, NewBackoff: fastBackoff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Seed(seed, time.Now())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	if err := m.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tb := m.Table()
+	if tb.ClusterID() == 0xdead || tb.ClusterID() == 0 || tb.Revision() < rev {
+		t.Fatalf("table cluster %x revision %d, want etcd's cluster and revision >= %d", tb.ClusterID(), tb.Revision(), rev)
+	}
+	if got := testutil.ToFloat64(metric(t, reg, "regiond_watch_cluster_changes_total")); got != 1 {
+		t.Fatalf("cluster changes = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(metric(t, reg, "regiond_watch_revision_regressions_total")); got != 0 {
+		t.Fatalf("revision regressions = %v, want 0 (another cluster's revisions are not comparable)", got)
+	}
+}

@@ -3,6 +3,7 @@ package watch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -99,7 +100,16 @@ func (m *Mirror) relist(ctx context.Context, reason string) (int64, error) {
 	}
 	known := m.applied
 	if cur := m.Table(); cur != nil {
-		known = max(known, cur.Revision()) // also a seeded snapshot's, after a restart
+		if old := cur.ClusterID(); old != 0 && old != m.clusterID {
+			// Another cluster (a snapshot of a cluster since replaced):
+			// its revisions say nothing about this one's.
+			m.metrics.clusterChanges.Inc()
+			m.log.Warn("etcd cluster changed since the table was built; revisions are not comparable",
+				"was_cluster_id", fmt.Sprintf("%x", old), "cluster_id", fmt.Sprintf("%x", m.clusterID))
+			known = 0
+		} else {
+			known = max(known, cur.Revision()) // also a seeded snapshot's, after a restart
+		}
 	}
 	regressed := rev < known
 	if regressed {
@@ -151,7 +161,7 @@ func (m *Mirror) getAll(ctx context.Context) ([]routing.KV, int64, error) {
 			return nil, 0, err
 		}
 		if rev == 0 {
-			rev = resp.Header.Revision
+			rev, m.clusterID = resp.Header.Revision, resp.Header.ClusterId
 		}
 		for _, kv := range resp.Kvs {
 			out = append(out, routing.KV{Key: string(kv.Key[len(m.cfg.Prefix):]), Value: kv.Value, ModRevision: kv.ModRevision})
@@ -359,7 +369,7 @@ func (m *Mirror) recompile() {
 	m.swapMu.Lock()
 	defer m.swapMu.Unlock()
 	t := routing.Compile(m.applied, kvs, m.Table(), routing.CompileOptions{
-		Now: time.Now(), Start: m.start, Grace: m.cfg.HealthGrace,
+		Now: time.Now(), Start: m.start, Grace: m.cfg.HealthGrace, ClusterID: m.clusterID,
 	})
 	m.changeRev.Store(m.applied)
 	m.store(t)
