@@ -63,9 +63,13 @@ func (p *poolJSON) UnmarshalJSON(b []byte) error {
 // and written_at set to writtenAt. The effective entries, the bulk of the
 // document, are encoded once when a table is built (and reused from the
 // previous table when unchanged), so rendering after a change is cheap.
-func (t *Table) JSON(writtenAt time.Time) ([]byte, error) {
+func (t *Table) JSON(writtenAt time.Time) ([]byte, error) { return t.JSONInto(nil, writtenAt) }
+
+// JSONInto is JSON rendered into dst's storage (its contents are
+// overwritten), so a caller that renders often can reuse its buffers.
+func (t *Table) JSONInto(dst []byte, writtenAt time.Time) ([]byte, error) {
 	t = t.At(writtenAt)
-	var b bytes.Buffer
+	b := bytes.NewBuffer(dst[:0])
 	b.Grow(4096 + 400*len(t.eff) + 200*len(t.routeJS))
 	b.WriteString(`{"revision":`)
 	b.WriteString(strconv.FormatInt(t.revision, 10))
@@ -80,9 +84,9 @@ func (t *Table) JSON(writtenAt time.Time) ([]byte, error) {
 		b.WriteString(strconv.FormatUint(t.clusterID, 16))
 		b.WriteByte('"')
 	}
-	writeObject(&b, "pools", t.poolJS)
-	writeObject(&b, "routes", t.routeJS)
-	if err := writeField(&b, "policy", policyJSON{Residency: t.policy}); err != nil {
+	writeObject(b, "pools", t.poolJS)
+	writeObject(b, "routes", t.routeJS)
+	if err := writeField(b, "policy", policyJSON{Residency: t.policy}); err != nil {
 		return nil, err
 	}
 	b.WriteString(`,"effective":{`)
@@ -111,11 +115,11 @@ func (t *Table) JSON(writtenAt time.Time) ([]byte, error) {
 	if skipped == nil {
 		skipped = []Skipped{}
 	}
-	if err := writeField(&b, "skipped", skipped); err != nil {
+	if err := writeField(b, "skipped", skipped); err != nil {
 		return nil, err
 	}
 	if len(t.overrides) > 0 {
-		if err := writeField(&b, "overrides", t.overrides); err != nil {
+		if err := writeField(b, "overrides", t.overrides); err != nil {
 			return nil, err
 		}
 	}

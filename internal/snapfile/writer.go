@@ -54,7 +54,8 @@ type Writer struct {
 	retryAt      time.Time      // after a failed write: not before this
 	seen         *routing.Table // last table observed
 	inBurst      bool           // the pending change came right after another
-	lastBytes    []byte
+	lastBytes    []byte         // the file's content
+	spare        []byte         // a buffer to render into
 	lastWrite    time.Time
 	lastChange   time.Time
 	firstPending time.Time
@@ -156,12 +157,13 @@ func minTime(a, b time.Time) time.Time {
 // due. A failed write is retried with backoff.
 func (w *Writer) write(t *routing.Table, now time.Time) {
 	w.lastTable, w.firstPending = t, time.Time{}
-	b, err := t.JSON(now)
+	b, err := t.JSONInto(w.spare, now) // two buffers in turn: no 100 KB garbage per change
 	if err != nil {
 		w.errors.Inc()
 		w.log.Error("render snapshot", "err", err)
 		return
 	}
+	w.spare = b
 	if now.Sub(w.lastWrite) < w.cfg.Refresh && sameContent(b, w.lastBytes) {
 		w.skips.Inc()
 		return
@@ -175,7 +177,7 @@ func (w *Writer) write(t *routing.Table, now time.Time) {
 	}
 	w.retry.Reset()
 	w.retryAt = time.Time{}
-	w.lastBytes, w.lastWrite = b, time.Now()
+	w.lastBytes, w.spare, w.lastWrite = b, w.lastBytes, time.Now()
 	w.writes.Inc()
 	w.lastWriteTS.Set(float64(now.UnixNano()) / 1e9)
 }
