@@ -255,7 +255,7 @@ func (t *Table) build(now time.Time, prev *Table) {
 		}
 	}
 	t.checksum = t.computeChecksum(false)
-	t.encodeValues(prev)
+	t.enc = newEncoded(prev)
 }
 
 // canReuse reports whether the previous table's entry for country id holds

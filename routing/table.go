@@ -1,6 +1,8 @@
 package routing
 
 import (
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -74,9 +76,9 @@ type Table struct {
 	// eligibleAt tells, per pool, whether it was up and healthy at build
 	// time (status aside).
 	eligibleAt map[string]bool
-	// poolJS and routeJS are the JSON encodings of the pools (with their
-	// health) and routes, reused from the previous table when unchanged.
-	poolJS, routeJS map[string][]byte
+	// enc holds the JSON encodings of the pools and routes, made on first
+	// use (off the compile path) and shared by copies of the table.
+	enc *encoded
 	// pads holds the padded pool ids of the candidates (see poolPad).
 	pads map[string]*poolPad
 }
@@ -176,4 +178,32 @@ func (t *Table) Effective(country string) *Effective {
 		return t.eff[id]
 	}
 	return t.eff[len(countries)]
+}
+
+// encoded holds the JSON of a table's pools (with their health) and routes,
+// made once, reusing the previous table's encoding of unchanged values.
+type encoded struct {
+	once            sync.Once
+	done            atomic.Bool
+	prev            *Table // reuse source until encoded; only a table whose own encoding is done
+	poolJS, routeJS map[string][]byte
+}
+
+// newEncoded prepares the encodings of a table built after prev.
+func newEncoded(prev *Table) *encoded {
+	e := &encoded{}
+	if prev != nil && prev.enc != nil && prev.enc.done.Load() {
+		e.prev = prev
+	}
+	return e
+}
+
+// encodings returns the table's encodings, making them on first use.
+func (t *Table) encodings() *encoded {
+	t.enc.once.Do(func() {
+		t.encodeValues(t.enc.prev)
+		t.enc.prev = nil // never keep a chain of old tables alive
+		t.enc.done.Store(true)
+	})
+	return t.enc
 }

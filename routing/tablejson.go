@@ -70,7 +70,8 @@ func (t *Table) JSON(writtenAt time.Time) ([]byte, error) { return t.JSONInto(ni
 func (t *Table) JSONInto(dst []byte, writtenAt time.Time) ([]byte, error) {
 	t = t.At(writtenAt)
 	b := bytes.NewBuffer(dst[:0])
-	b.Grow(4096 + 400*len(t.eff) + 200*len(t.routeJS))
+	enc := t.encodings()
+	b.Grow(4096 + 400*len(t.eff) + 200*len(enc.routeJS))
 	b.WriteString(`{"revision":`)
 	b.WriteString(strconv.FormatInt(t.revision, 10))
 	b.WriteString(`,"epoch":`)
@@ -84,8 +85,8 @@ func (t *Table) JSONInto(dst []byte, writtenAt time.Time) ([]byte, error) {
 		b.WriteString(strconv.FormatUint(t.clusterID, 16))
 		b.WriteByte('"')
 	}
-	writeObject(b, "pools", t.poolJS)
-	writeObject(b, "routes", t.routeJS)
+	writeObject(b, "pools", enc.poolJS)
+	writeObject(b, "routes", enc.routeJS)
 	if err := writeField(b, "policy", policyJSON{Residency: t.policy}); err != nil {
 		return nil, err
 	}
@@ -131,24 +132,28 @@ func (t *Table) JSONInto(dst []byte, writtenAt time.Time) ([]byte, error) {
 // table for JSON, reusing the previous table's encoding of every value that
 // did not change.
 func (t *Table) encodeValues(prev *Table) {
-	t.poolJS = make(map[string][]byte, len(t.pools))
+	var pe *encoded
+	if prev != nil {
+		pe = prev.enc
+	}
+	t.enc.poolJS = make(map[string][]byte, len(t.pools))
 	for id, p := range t.pools {
 		healthy := t.eligibleAt[id]
-		if prev != nil && prev.poolJS != nil {
+		if pe != nil {
 			if pp, ok := prev.pools[id]; ok && p.src != nil && pp.src == p.src && prev.eligibleAt[id] == healthy {
-				t.poolJS[id] = prev.poolJS[id]
+				t.enc.poolJS[id] = pe.poolJS[id]
 				continue
 			}
 		}
-		t.poolJS[id], _ = json.Marshal(poolJSON{Pool: p.Pool, Healthy: healthy})
+		t.enc.poolJS[id], _ = json.Marshal(poolJSON{Pool: p.Pool, Healthy: healthy})
 	}
-	t.routeJS = make(map[string][]byte, len(t.routes))
+	t.enc.routeJS = make(map[string][]byte, len(t.routes))
 	for name, r := range t.routes {
-		if prev != nil && prev.routeJS != nil && prev.routes[name] == r {
-			t.routeJS[name] = prev.routeJS[name]
+		if pe != nil && prev.routes[name] == r {
+			t.enc.routeJS[name] = pe.routeJS[name]
 			continue
 		}
-		t.routeJS[name], _ = json.Marshal(r)
+		t.enc.routeJS[name], _ = json.Marshal(r)
 	}
 }
 
