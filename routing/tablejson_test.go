@@ -98,3 +98,28 @@ func TestClusterIDRoundTrip(t *testing.T) {
 		t.Fatalf("loaded cluster id = %x (%v), want cafe1234", back.ClusterID(), err)
 	}
 }
+
+// TestConcurrentRendersAgree: the first render of a table encodes its pools
+// and routes lazily; renders racing for it (the API and the snapshot
+// writer) all see the same, complete document.
+func TestConcurrentRendersAgree(t *testing.T) {
+	kvs := kvsOf(t, exampleConfig(t))
+	prev := Compile(1, kvs, nil, CompileOptions{Now: t0})
+	if _, err := prev.JSON(t0); err != nil {
+		t.Fatal(err)
+	}
+	tb := Compile(2, kvs, prev, CompileOptions{Now: t0})
+	want := structJSON(t, tb)
+	out := make(chan []byte, 8)
+	for range 8 {
+		go func() {
+			b, _ := tb.JSON(t0)
+			out <- b
+		}()
+	}
+	for range 8 {
+		if b := <-out; !bytes.Equal(b, want) {
+			t.Fatalf("a concurrent render differs: %.200s", b)
+		}
+	}
+}
