@@ -352,19 +352,7 @@ func TestRevisionBehindSnapshotIsAnAlarm(t *testing.T) {
 	// A snapshot from a cluster far ahead (etcd since restored from an
 	// older backup): the mirror follows etcd, and says so.
 	seed := routing.Compile(rev+100000, nil, nil, routing.CompileOptions{Stale: true})
-	reg := prometheus.NewRegistry()
-	m, err := watch.New(watch.Config{Client: cli, Prefix: prefix, Registerer: reg, NewBackoff: fastBackoff})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.Seed(seed, time.Now())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); m.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	if err := m.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	m, reg := runSeeded(t, cli, seed)
 	if tb := m.Table(); tb.Stale() || tb.Revision() < rev || tb.Revision() > rev+10 {
 		t.Fatalf("table revision %d stale %v, want etcd's (%d) and fresh", tb.Revision(), tb.Stale(), rev)
 	}
@@ -399,19 +387,7 @@ func TestSnapshotOfAnotherClusterIsNotARegression(t *testing.T) {
 	// A snapshot written against another cluster (since replaced), far
 	// ahead in its own revisions: not comparable, not an alarm.
 	seed := routing.Compile(rev+100000, nil, nil, routing.CompileOptions{Stale: true, ClusterID: 0xdead})
-	reg := prometheus.NewRegistry()
-	m, err := watch.New(watch.Config{Client: cli, Prefix: prefix, Registerer: reg, NewBackoff: fastBackoff})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.Seed(seed, time.Now())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); m.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	if err := m.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	m, reg := runSeeded(t, cli, seed)
 	tb := m.Table()
 	if tb.ClusterID() == 0xdead || tb.ClusterID() == 0 || tb.Revision() < rev {
 		t.Fatalf("table cluster %x revision %d, want etcd's cluster and revision >= %d", tb.ClusterID(), tb.Revision(), rev)
@@ -422,4 +398,26 @@ func TestSnapshotOfAnotherClusterIsNotARegression(t *testing.T) {
 	if got := testutil.ToFloat64(metric(t, reg, "regiond_watch_revision_regressions_total")); got != 0 {
 		t.Fatalf("revision regressions = %v, want 0 (another cluster's revisions are not comparable)", got)
 	}
+}
+
+// runSeeded runs a mirror seeded with a snapshot table until the test ends,
+// and waits for its first list; it returns the mirror and its metrics.
+func runSeeded(t *testing.T, cli *clientv3.Client, seed *routing.Table) (*watch.Mirror, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := watch.New(watch.Config{Client: cli, Prefix: prefix, Registerer: reg, NewBackoff: fastBackoff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Seed(seed, time.Now())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	if err := m.WaitReady(wctx); err != nil {
+		t.Fatal(err)
+	}
+	return m, reg
 }

@@ -63,14 +63,8 @@ func runAgent(t *testing.T, dir string, cfg agent.Config) *harness {
 // agents/) and revokes it on shutdown. A wrong password makes Run fail at
 // once, without retries.
 func TestTLSAndAuth(t *testing.T) {
-	certs := devetcd.NewTestCerts(t)
-	srv := devetcd.NewTestTLS(t, certs)
-	a := devetcd.EnableTestAuth(t, srv, "/regiond/v1/")
-	cli, err := srv.ClientAs(a.User, a.Password)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
+	sec := devetcd.NewTestSecure(t, "/regiond/v1/")
+	srv, certs, a, cli := sec.Server, sec.Certs, sec.Auth, sec.Client
 	rev := loadExample(t, cli)
 
 	dir := t.TempDir()
@@ -126,14 +120,8 @@ func TestTLSAndAuth(t *testing.T) {
 // etcd is down serves its snapshot (stale) instead of exiting, and syncs
 // once etcd is back.
 func TestStartsWithAuthWhileEtcdIsDown(t *testing.T) {
-	certs := devetcd.NewTestCerts(t)
-	srv := devetcd.NewTestTLS(t, certs)
-	a := devetcd.EnableTestAuth(t, srv, "/regiond/v1/")
-	cli, err := srv.ClientAs(a.User, a.Password)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
+	sec := devetcd.NewTestSecure(t, "/regiond/v1/")
+	srv, certs, a, cli := sec.Server, sec.Certs, sec.Auth, sec.Client
 	loadExample(t, cli)
 	dir := t.TempDir()
 	cfg := tlsAgentConfig(t, dir, srv, certs)

@@ -75,3 +75,28 @@ func EnableTestAuth(t testing.TB, srv *Server, prefix string) Auth {
 	}
 	return a
 }
+
+// Secure is an embedded etcd serving TLS (client certificates required)
+// with authentication on, and a client logged in as TestUser.
+type Secure struct {
+	Server *Server
+	Certs  *TestCerts
+	Auth   Auth
+	// Client is TestUser's client, closed when the test ends.
+	Client *clientv3.Client
+}
+
+// NewTestSecure starts a Secure etcd whose TestUser may read and write
+// under prefix; it stops when the test ends.
+func NewTestSecure(t testing.TB, prefix string) Secure {
+	t.Helper()
+	certs := NewTestCerts(t)
+	srv := NewTestTLS(t, certs)
+	a := EnableTestAuth(t, srv, prefix)
+	cli, err := srv.ClientAs(a.User, a.Password)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return Secure{Server: srv, Certs: certs, Auth: a, Client: cli}
+}

@@ -29,6 +29,14 @@ func newStore(t *testing.T, cli *clientv3.Client, opts Options) *Store {
 	return New(cli, ks, opts)
 }
 
+// storeEnv starts an embedded etcd and returns a store on a fresh prefix,
+// its client, and the example fleet (not yet written).
+func storeEnv(t *testing.T, opts Options) (context.Context, *clientv3.Client, *Store, *routing.Config) {
+	t.Helper()
+	cli := devetcd.NewTestClient(t, devetcd.NewTest(t))
+	return context.Background(), cli, newStore(t, cli, opts), exampleConfig(t)
+}
+
 func exampleConfig(t testing.TB) *routing.Config {
 	t.Helper()
 	data, err := os.ReadFile("../../examples/routing.yaml")
@@ -69,11 +77,7 @@ func withPool(cfg *routing.Config, id, attr, val string) *routing.Config {
 
 func TestPagedLoad(t *testing.T) {
 	t.Parallel()
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	ctx := context.Background()
-	s := newStore(t, cli, Options{PageSize: 7})
-	cfg := exampleConfig(t)
+	ctx, _, s, cfg := storeEnv(t, Options{PageSize: 7})
 	res := put(ctx, t, s, cfg)
 	st, err := s.Load(ctx)
 	if err != nil {
@@ -99,11 +103,7 @@ func TestPagedLoad(t *testing.T) {
 
 func TestAuditKeepsNewest(t *testing.T) {
 	t.Parallel()
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	ctx := context.Background()
-	s := newStore(t, cli, Options{AuditKeep: 5})
-	cfg := exampleConfig(t)
+	ctx, _, s, cfg := storeEnv(t, Options{AuditKeep: 5})
 	for i := range 12 {
 		put(ctx, t, s, withPool(cfg, "eu-west", "n", fmt.Sprint(i)))
 	}
@@ -122,11 +122,7 @@ func TestAuditKeepsNewest(t *testing.T) {
 
 func TestConflictAndRetry(t *testing.T) {
 	t.Parallel()
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	ctx := context.Background()
-	s := newStore(t, cli, Options{})
-	cfg := exampleConfig(t)
+	ctx, cli, s, cfg := storeEnv(t, Options{})
 	put(ctx, t, s, cfg)
 	other := New(cli, s.Keyspace(), Options{})
 	var builds, others atomic.Int32
@@ -159,11 +155,7 @@ func TestConflictAndRetry(t *testing.T) {
 
 func TestRefusedWritesNothing(t *testing.T) {
 	t.Parallel()
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	ctx := context.Background()
-	s := newStore(t, cli, Options{})
-	cfg := exampleConfig(t)
+	ctx, cli, s, cfg := storeEnv(t, Options{})
 	bad := cfg.Clone()
 	delete(bad.Routes, routing.DefaultRoute)
 	bad.Routes["PL"] = routing.Route{Targets: []routing.Target{{Pool: "us-east", Weight: 100}}}
@@ -182,11 +174,7 @@ func TestRefusedWritesNothing(t *testing.T) {
 // decode is kept by plain writes, reported, and removed by a pruning one.
 func TestInvalidStoredValues(t *testing.T) {
 	t.Parallel()
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	ctx := context.Background()
-	s := newStore(t, cli, Options{})
-	cfg := exampleConfig(t)
+	ctx, cli, s, cfg := storeEnv(t, Options{})
 	put(ctx, t, s, cfg)
 	bad := s.Keyspace().RoutingKey("routes/SK")
 	if _, err := cli.Put(ctx, bad, `{"targets": "eu-central"}`); err != nil {
@@ -221,11 +209,7 @@ func TestInvalidStoredValues(t *testing.T) {
 // away, its config is rebuilt from the audit trail.
 func TestConfigAtAfterCompaction(t *testing.T) {
 	t.Parallel()
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	ctx := context.Background()
-	s := newStore(t, cli, Options{})
-	cfg := exampleConfig(t)
+	ctx, cli, s, cfg := storeEnv(t, Options{})
 	put(ctx, t, s, cfg)
 	two := withPool(cfg, "eu-west", "v", "2")
 	two.Routes["SK"] = routing.Route{Targets: []routing.Target{{Pool: "eu-west", Weight: 100}}, Affinity: routing.AffinitySticky}
