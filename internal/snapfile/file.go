@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 )
 
@@ -18,52 +20,137 @@ var ErrSymlink = errors.New("snapfile: path is a symbolic link; refusing to writ
 
 // WriteFile atomically replaces path with data, mode perm. The directory
 // is created (0755) if missing. A symlink at path is refused.
-func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
+func WriteFile(path string, data []byte, perm os.FileMode) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("snapfile: create directory %s: %w", dir, err)
 	}
-	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSymlink != 0 {
-		return fmt.Errorf("write %s: %w", path, ErrSymlink)
+	if err := refuseSymlink(path); err != nil {
+		return err
 	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	tmp, err := createTemp(dir, filepath.Base(path), perm, 0)
 	if err != nil {
-		return fmt.Errorf("snapfile: create temp file in %s: %w", dir, err)
+		return err
 	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := tmp.Write(data); err != nil {
-		return fmt.Errorf("snapfile: write %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Chmod(perm); err != nil {
-		return fmt.Errorf("snapfile: chmod %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("snapfile: fsync %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("snapfile: close %s: %w", tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("snapfile: rename into %s: %w", path, err)
+	if err := tmp.commit(path, data); err != nil {
+		return err
 	}
 	return syncDir(dir)
 }
 
+// tempPrefix is the name prefix of the temp files for the snapshot base:
+// they match .<base>.tmp-*.
+func tempPrefix(base string) string { return "." + base + ".tmp-" }
+
+// refuseSymlink returns ErrSymlink when path is a symbolic link.
+func refuseSymlink(path string) error {
+	var st syscall.Stat_t
+	if err := syscall.Lstat(path, &st); err == nil && st.Mode&syscall.S_IFMT == syscall.S_IFLNK {
+		return fmt.Errorf("write %s: %w", path, ErrSymlink)
+	}
+	return nil
+}
+
+// tempFile is an open, empty temp file beside the snapshot, held as a raw
+// descriptor (no os.File: no poller registration, no finalizer).
+type tempFile struct {
+	fd   int
+	name string
+}
+
+// createTemp creates a new temp file .<base>.tmp-<random> in dir with mode
+// perm (regardless of the umask) and, when prealloc > 0, that many bytes
+// of blocks allocated without changing its size (if the file system can).
+func createTemp(dir, base string, perm os.FileMode, prealloc int64) (*tempFile, error) {
+	prefix := filepath.Join(dir, tempPrefix(base))
+	for try := 0; ; try++ {
+		name := prefix + strconv.FormatUint(rand.Uint64(), 36)
+		fd, err := ignoringEINTR(func() (int, error) {
+			return syscall.Open(name, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0o600)
+		})
+		if errors.Is(err, syscall.EEXIST) && try < 100 {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("snapfile: create temp file in %s: %w", dir, err)
+		}
+		t := &tempFile{fd: fd, name: name}
+		if err := syscall.Fchmod(fd, uint32(perm.Perm())); err != nil {
+			t.discard()
+			return nil, fmt.Errorf("snapfile: chmod %s: %w", name, err)
+		}
+		if prealloc > 0 {
+			preallocate(fd, prealloc) // an optimisation only: errors do not matter
+		}
+		return t, nil
+	}
+}
+
+// commit writes data into the temp file, fsyncs and closes it, and renames
+// it to path. On error the temp file is closed and removed.
+func (t *tempFile) commit(path string, data []byte) (err error) {
+	defer func() {
+		if err != nil {
+			t.discard()
+		}
+	}()
+	for off := 0; off < len(data); {
+		n, err := syscall.Write(t.fd, data[off:])
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("snapfile: write %s: %w", t.name, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("snapfile: write %s: %w", t.name, io.ErrShortWrite)
+		}
+		off += n
+	}
+	if err := syscall.Fsync(t.fd); err != nil {
+		return fmt.Errorf("snapfile: fsync %s: %w", t.name, err)
+	}
+	fd := t.fd
+	t.fd = -1 // closed even when close reports an error
+	if err := syscall.Close(fd); err != nil {
+		return fmt.Errorf("snapfile: close %s: %w", t.name, err)
+	}
+	if err := syscall.Rename(t.name, path); err != nil {
+		return fmt.Errorf("snapfile: rename into %s: %w", path, &os.LinkError{Op: "rename", Old: t.name, New: path, Err: err})
+	}
+	return nil
+}
+
+// discard closes the temp file if open and removes it.
+func (t *tempFile) discard() {
+	if t.fd >= 0 {
+		syscall.Close(t.fd)
+		t.fd = -1
+	}
+	syscall.Unlink(t.name)
+}
+
 func syncDir(dir string) error {
-	d, err := os.Open(dir)
+	fd, err := ignoringEINTR(func() (int, error) {
+		return syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	})
 	if err != nil {
 		return fmt.Errorf("snapfile: open directory %s: %w", dir, err)
 	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) {
+	defer syscall.Close(fd)
+	if err := syscall.Fsync(fd); err != nil && err != syscall.EINVAL {
 		return fmt.Errorf("snapfile: fsync directory %s: %w", dir, err)
 	}
 	return nil
+}
+
+func ignoringEINTR(open func() (int, error)) (int, error) {
+	for {
+		fd, err := open()
+		if err != syscall.EINTR {
+			return fd, err
+		}
+	}
 }
 
 // ReadFile reads path without following a symlink at its last element.

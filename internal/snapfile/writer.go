@@ -49,6 +49,7 @@ type Writer struct {
 	writes, skips, errors prometheus.Counter
 	lastWriteTS           prometheus.Gauge
 
+	file         *preparedFile
 	lastTable    *routing.Table // last table written (or skipped as unchanged)
 	retry        *backoff.Backoff
 	retryAt      time.Time      // after a failed write: not before this
@@ -80,6 +81,7 @@ func NewWriter(cfg WriterConfig) *Writer {
 	}
 	w := &Writer{cfg: cfg, log: cfg.Logger.With("component", "snapshot", "path", cfg.Path),
 		retry: backoff.New(time.Second, 30*time.Second)}
+	w.file = newPreparedFile(cfg.Path, 0o644, w.log)
 	opts := func(name, help string) prometheus.CounterOpts {
 		return prometheus.CounterOpts{Namespace: "regiond", Subsystem: "snapshot", Name: name, Help: help}
 	}
@@ -94,8 +96,12 @@ func NewWriter(cfg WriterConfig) *Writer {
 	return w
 }
 
-// Run writes the file until ctx is done.
+// Run writes the file until ctx is done. It first removes temp files a
+// crashed earlier run left beside the file, and on return the temp file it
+// keeps prepared for the next write.
 func (w *Writer) Run(ctx context.Context) error {
+	w.file.start()
+	defer w.file.close()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -168,7 +174,7 @@ func (w *Writer) write(t *routing.Table, now time.Time) {
 		w.skips.Inc()
 		return
 	}
-	if err := WriteFile(w.cfg.Path, b, 0o644); err != nil {
+	if err := w.file.write(b); err != nil {
 		w.errors.Inc()
 		w.lastTable = nil // still to be written
 		w.retryAt = now.Add(w.retry.Next())

@@ -1,0 +1,387 @@
+package snapfile
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// dirNames returns the sorted names in dir.
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// tempNames returns the temp files of the snapshot base in dir.
+func tempNames(dir, base string) []string {
+	ents, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "."+base+".tmp-") {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}
+
+// waitPrepared waits until the writer's next temp file exists and returns
+// its name.
+func waitPrepared(t *testing.T, dir, base string) string {
+	t.Helper()
+	for i := 0; i < 500; i++ {
+		if names := tempNames(dir, base); len(names) == 1 {
+			return names[0]
+		} else if len(names) > 1 {
+			t.Fatalf("%d temp files, want one prepared: %v", len(names), names)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("no temp file was prepared")
+	return ""
+}
+
+// startWriter runs a writer until the returned stop is called (or the test
+// ends).
+func startWriter(t *testing.T, cfg WriterConfig) (*Writer, func()) {
+	t.Helper()
+	w := NewWriter(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	stop := func() { cancel(); <-done }
+	t.Cleanup(stop)
+	return w, stop
+}
+
+func TestWriterLeavesNoTempFileOnExit(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "table.json")
+	src := newSource()
+	_, stop := startWriter(t, WriterConfig{Path: path, Source: src})
+	src.set(table(1, 50))
+	waitRevision(t, path, 1)
+	waitPrepared(t, dir, "table.json") // there is a prepared file to remove
+	stop()
+	if got := dirNames(t, dir); !slices.Equal(got, []string{"table.json"}) {
+		t.Fatalf("directory after the writer stopped: %v, want only table.json", got)
+	}
+}
+
+func TestWriterRemovesLeftoverTempFiles(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "table.json")
+	leftovers := []string{".table.json.tmp-xyz", ".table.json.tmp-123456"}
+	keep := []string{".other.json.tmp-1", ".table.json.tmp", ".table.json.tmpx", "other.json", "table.json.tmp-1"}
+	for _, name := range append(slices.Clone(leftovers), keep...) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("crashed"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := newSource()
+	_, stop := startWriter(t, WriterConfig{Path: path, Source: src})
+	src.set(table(1, 50))
+	waitRevision(t, path, 1)
+	for _, name := range leftovers {
+		if _, err := os.Lstat(filepath.Join(dir, name)); !os.IsNotExist(err) {
+			t.Errorf("leftover %s still there after the first write (err %v)", name, err)
+		}
+	}
+	stop()
+	want := append(slices.Clone(keep), "table.json")
+	slices.Sort(want)
+	if got := dirNames(t, dir); !slices.Equal(got, want) {
+		t.Fatalf("directory = %v, want %v", got, want)
+	}
+}
+
+func TestWriterSurvivesLostTempFile(t *testing.T) {
+	for name, lose := range map[string]func(dir, tmp string) error{
+		"temp file removed": func(dir, tmp string) error { return os.Remove(filepath.Join(dir, tmp)) },
+		"directory removed": func(dir, tmp string) error { return os.RemoveAll(dir) },
+		"directory recreated": func(dir, tmp string) error {
+			if err := os.RemoveAll(dir); err != nil {
+				return err
+			}
+			return os.Mkdir(dir, 0o755)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "shm")
+			path := filepath.Join(dir, "table.json")
+			src := newSource()
+			w, stop := startWriter(t, WriterConfig{Path: path, Source: src})
+			src.set(table(1, 50))
+			waitRevision(t, path, 1)
+			tmp := waitPrepared(t, dir, "table.json")
+			if err := lose(dir, tmp); err != nil {
+				t.Fatal(err)
+			}
+			want := table(2, 70)
+			src.set(want)
+			waitRevision(t, path, 2)
+			if n := testutil.ToFloat64(w.errors); n != 0 {
+				t.Fatalf("%v failed writes, want the write to fall back to a fresh temp file", n)
+			}
+			got, err := ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantJSON, err := want.JSONInto(nil, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !sameContent(got, wantJSON) {
+				t.Fatalf("content = %s\nwant %s", got, wantJSON)
+			}
+			// The next write uses a newly prepared file.
+			waitPrepared(t, dir, "table.json")
+			src.set(table(3, 20))
+			waitRevision(t, path, 3)
+			stop()
+			if got := dirNames(t, dir); !slices.Equal(got, []string{"table.json"}) {
+				t.Fatalf("directory after the writer stopped: %v, want only table.json", got)
+			}
+		})
+	}
+}
+
+func TestWriterRefusesSymlink(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "elsewhere")
+	if err := os.WriteFile(target, []byte("precious"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "table.json")
+	if err := os.Symlink(target, path); err != nil {
+		t.Fatal(err)
+	}
+	src := newSource()
+	w, stop := startWriter(t, WriterConfig{Path: path, Source: src})
+	src.set(table(1, 50))
+	for i := 0; i < 500 && testutil.ToFloat64(w.errors) == 0; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	if n := testutil.ToFloat64(w.errors); n == 0 {
+		t.Fatal("writing through a symlink did not fail")
+	}
+	if n := testutil.ToFloat64(w.writes); n != 0 {
+		t.Fatalf("%v writes through a symlink", n)
+	}
+	if fi, err := os.Lstat(path); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("the symlink was replaced: %v, %v", fi, err)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "precious" {
+		t.Fatalf("symlink target changed to %q", b)
+	}
+	if got := dirNames(t, dir); !slices.Equal(got, []string{"elsewhere", "table.json"}) {
+		t.Fatalf("directory = %v, want only the target and the link", got)
+	}
+	// And at the lower level: the prepared file is not used either.
+	p := newPreparedFile(path, 0o644, discardLogger)
+	p.start()
+	defer p.close()
+	if p.next == nil {
+		t.Fatal("no temp file prepared")
+	}
+	if err := p.write([]byte("x")); !errors.Is(err, ErrSymlink) {
+		t.Fatalf("write through a symlink: err = %v, want ErrSymlink", err)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "precious" {
+		t.Fatalf("symlink target changed to %q", b)
+	}
+}
+
+func TestModeIgnoresUmask(t *testing.T) {
+	dir := t.TempDir()
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	checkMode := func(path string) {
+		t.Helper()
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o644 {
+			t.Fatalf("%s: mode = %v, want 0644 under umask 077", path, fi.Mode().Perm())
+		}
+	}
+
+	// The writer: its first prepared file is created at start.
+	path := filepath.Join(dir, "table.json")
+	src := newSource()
+	startWriter(t, WriterConfig{Path: path, Source: src})
+	src.set(table(1, 50))
+	waitRevision(t, path, 1)
+	checkMode(path)
+	checkMode(filepath.Join(dir, waitPrepared(t, dir, "table.json")))
+	src.set(table(2, 60))
+	waitRevision(t, path, 2)
+	checkMode(path)
+
+	// The prepared path and the fresh-temp path.
+	p := newPreparedFile(filepath.Join(dir, "p", "table.json"), 0o644, discardLogger)
+	defer p.close()
+	for i := 0; i < 2; i++ {
+		if err := p.write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		checkMode(p.path)
+		if p.next == nil {
+			t.Fatal("no temp file prepared")
+		}
+	}
+	plain := filepath.Join(dir, "plain", "table.json")
+	if err := WriteFile(plain, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	checkMode(plain)
+}
+
+func TestPreparedFileSizes(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "table.json")
+	p := newPreparedFile(path, 0o644, discardLogger)
+	p.start()
+	defer p.close()
+	canPreallocate := runtime.GOOS == "linux" && probePreallocate(t, dir)
+	for i, n := range []int{100_000, 10, 50_000, 0, 95_614, 1, 200_000, 4096, 4095} {
+		if p.next == nil {
+			t.Fatalf("write %d: no temp file prepared", i)
+		}
+		data := bytes.Repeat([]byte{'A' + byte(i)}, n)
+		if err := p.write(data); err != nil {
+			t.Fatal(err)
+		}
+		got, err := ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, data) {
+			t.Fatalf("write %d: file holds %d bytes (%.10q…), want %d bytes of %c", i, len(got), got, n, 'A'+byte(i))
+		}
+		if names := tempNames(dir, "table.json"); len(names) != 1 {
+			t.Fatalf("write %d: temp files %v, want the one prepared", i, names)
+		}
+		var st syscall.Stat_t
+		if err := syscall.Fstat(p.next.fd, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Size != 0 {
+			t.Fatalf("prepared file size %d, want 0", st.Size)
+		}
+		if canPreallocate && st.Blocks*512 < int64(n) {
+			t.Fatalf("write %d: prepared file has %d bytes of blocks, want >= %d", i, st.Blocks*512, n)
+		}
+	}
+	p.close()
+	if p.next != nil || p.hold != -1 {
+		t.Fatalf("after close: next %v, hold %d; want none", p.next, p.hold)
+	}
+	if got := dirNames(t, dir); !slices.Equal(got, []string{"table.json"}) {
+		t.Fatalf("directory after close: %v, want only table.json", got)
+	}
+}
+
+// probePreallocate reports whether the file system under dir supports
+// preallocation.
+func probePreallocate(t *testing.T, dir string) bool {
+	f, err := os.CreateTemp(dir, "probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	return preallocate(int(f.Fd()), 8192) == nil
+}
+
+var discardLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// BenchmarkWrite compares WriteFile (a fresh temp file per write) with the
+// writer's prepared temp file, for a snapshot-sized payload on /dev/shm.
+// "prepared" is the whole call (including freeing the replaced file, the
+// directory fsync and preparing the next file); "prepared-critical" is
+// until the rename, which makes the new file visible.
+func BenchmarkWrite(b *testing.B) {
+	data := bytes.Repeat([]byte(`{"pool":"a","weight":50},`), 95_614/25+1)[:95_614]
+	dir := func(b *testing.B) string {
+		if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+			d, err := os.MkdirTemp("/dev/shm", "snapfile-bench-")
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { os.RemoveAll(d) })
+			return d
+		}
+		return b.TempDir()
+	}
+	b.Run("WriteFile", func(b *testing.B) {
+		path := filepath.Join(dir(b), "table.json")
+		b.SetBytes(int64(len(data)))
+		for b.Loop() {
+			if err := WriteFile(path, data, 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("prepared", func(b *testing.B) {
+		p := newPreparedFile(filepath.Join(dir(b), "table.json"), 0o644, discardLogger)
+		defer p.close()
+		if err := p.write(data); err != nil {
+			b.Fatal(err)
+		}
+		b.SetBytes(int64(len(data)))
+		for b.Loop() {
+			if err := p.write(data); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("prepared-critical", func(b *testing.B) {
+		p := newPreparedFile(filepath.Join(dir(b), "table.json"), 0o644, discardLogger)
+		defer p.close()
+		if err := p.write(data); err != nil {
+			b.Fatal(err)
+		}
+		b.SetBytes(int64(len(data)))
+		for b.Loop() {
+			t := p.next
+			p.next = nil
+			if t == nil {
+				b.Fatal("no temp file prepared")
+			}
+			if err := refuseSymlink(p.path); err != nil {
+				b.Fatal(err)
+			}
+			if err := t.commit(p.path, data); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			if err := syncDir(p.dir); err != nil {
+				b.Fatal(err)
+			}
+			p.prepare(int64(len(data)))
+			b.StartTimer()
+		}
+	})
+}

@@ -1,0 +1,37 @@
+package snapfile
+
+import "syscall"
+
+const (
+	// fallocKeepSize is FALLOC_FL_KEEP_SIZE: allocate blocks, keep the size.
+	fallocKeepSize = 0x1
+	// oPath is O_PATH (the same on every Linux port Go supports; the
+	// syscall package lacks it on some).
+	oPath = 0x200000
+)
+
+// preallocate allocates n bytes of blocks for fd without changing its size.
+// File systems without fallocate (EOPNOTSUPP) are fine: the write
+// allocates instead.
+func preallocate(fd int, n int64) error {
+	for {
+		err := syscall.Fallocate(fd, fallocKeepSize, 0, n)
+		if err != syscall.EINTR {
+			return err
+		}
+	}
+}
+
+// holdFile returns an O_PATH descriptor on path (not following a symlink;
+// no read access, no side effects on special files), or -1. While it is
+// open, replacing path does not free the old file's blocks: closing it
+// does.
+func holdFile(path string) int {
+	fd, err := ignoringEINTR(func() (int, error) {
+		return syscall.Open(path, oPath|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	})
+	if err != nil {
+		return -1
+	}
+	return fd
+}
