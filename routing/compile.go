@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"sort"
 	"time"
 )
@@ -25,6 +26,23 @@ type CompileOptions struct {
 	ClusterID uint64
 }
 
+// withDefaults fills in Now, Start (from prev when it has one) and Grace.
+func (o CompileOptions) withDefaults(prev *Table) CompileOptions {
+	if o.Now.IsZero() {
+		o.Now = time.Now()
+	}
+	if o.Start.IsZero() {
+		o.Start = o.Now
+		if prev != nil && !prev.start.IsZero() {
+			o.Start = prev.start
+		}
+	}
+	if o.Grace <= 0 {
+		o.Grace = DefaultHealthGrace
+	}
+	return o
+}
+
 // Compile builds a table from every key/value of <root>/routing/ at one
 // revision. A value that does not parse or fails its own checks is listed in
 // Skipped; if prev had a good value for that key, that value is kept (last
@@ -32,18 +50,7 @@ type CompileOptions struct {
 // Compile never fails: whole-config rules (DESIGN §3) are enforced by
 // writers, and the resolver copes with whatever is left.
 func Compile(revision int64, kvs []KV, prev *Table, opts CompileOptions) *Table {
-	if opts.Now.IsZero() {
-		opts.Now = time.Now()
-	}
-	if opts.Start.IsZero() {
-		opts.Start = opts.Now
-		if prev != nil && !prev.start.IsZero() {
-			opts.Start = prev.start
-		}
-	}
-	if opts.Grace <= 0 {
-		opts.Grace = DefaultHealthGrace
-	}
+	opts = opts.withDefaults(prev)
 	t := &Table{
 		revision:  revision,
 		stale:     opts.Stale,
@@ -51,51 +58,278 @@ func Compile(revision int64, kvs []KV, prev *Table, opts CompileOptions) *Table 
 		grace:     opts.Grace,
 		start:     opts.Start,
 		builtAt:   opts.Now,
+		compiled:  len(opts.Down) == 0,
 		policy:    DefaultResidency(),
 		pools:     map[string]*PoolState{},
-		routes:    map[string]*Route{},
-		overrides: map[string]*Override{},
-		applied:   map[string][]string{},
 		good:      make(map[string]goodValue, len(kvs)),
+		instances: map[string]int{},
 	}
 	var prevGood map[string]goodValue
 	if prev != nil {
 		prevGood = prev.good
 	}
-	instances := map[string]int{}
 	for _, kv := range kvs {
 		// A health key is a live instance whatever its value says: the
 		// key exists only while its lease does. Its value is only checked
 		// to be a JSON object (and reported otherwise), never decoded:
 		// thousands of them must not slow a compile down.
 		if k, err := ParseKey(kv.Key); err == nil && k.Kind == KindHealth {
-			instances[k.ID]++
-			if msg := checkHealthValue(kv.Value); msg != "" {
-				t.skipped = append(t.skipped, Skipped{Key: kv.Key, Error: kv.Key + ": " + msg})
-			}
+			t.instances[k.ID]++
+			t.setInvalid(kv.Key, checkHealthValue(kv.Key, kv.Value))
 			continue
 		}
 		t.addKV(kv, prevGood)
 	}
-	t.assemble(prev, instances, opts)
-	sort.Slice(t.skipped, func(i, j int) bool { return t.skipped[i].Key < t.skipped[j].Key })
-	t.build(opts.Now, prev)
+	t.trackLost(prev, opts.Now)
+	for key, g := range t.good {
+		k, _ := ParseKey(key)
+		switch k.Kind {
+		case KindPool:
+			t.pools[k.ID] = t.newPoolState(k.ID, g.val.(*Pool))
+		case KindPolicy:
+			t.policy = *g.val.(*Residency)
+		case KindEpoch:
+			t.epoch = g.val.(int64)
+		}
+	}
+	for _, id := range opts.Down {
+		if p, ok := t.pools[id]; ok {
+			cp := *p
+			cp.down = true
+			t.pools[id] = &cp
+		}
+	}
+	t.assembleRoutes()
+	t.collectSkipped()
+	t.build(opts.Now, prev, nil)
 	return t
 }
 
+// Event is one key's new state for Update: a put of KV, or its deletion.
+type Event struct {
+	KV
+	// Deleted means the key was deleted; Value is then ignored.
+	Deleted bool
+	// Created means a put of a key that did not exist before it. Update
+	// counts health keys with it (a pool's live instances).
+	Created bool
+}
+
+// Update returns the table of prev's state with events applied in order,
+// at revision: the table Compile would build from the whole resulting
+// state with prev, in time that follows the events, not of the
+// table. It returns nil when prev cannot be updated (nil, loaded from a
+// snapshot file, or compiled with Down) or opts asks for a stale or
+// what-if table: compile the whole state then.
+func Update(prev *Table, revision int64, events []Event, opts CompileOptions) *Table {
+	if prev == nil || !prev.compiled || prev.stale || opts.Stale || len(opts.Down) > 0 {
+		return nil
+	}
+	opts = opts.withDefaults(prev)
+	t := &Table{
+		revision:  revision,
+		clusterID: opts.ClusterID,
+		grace:     opts.Grace,
+		start:     opts.Start,
+		builtAt:   opts.Now,
+		compiled:  true,
+		epoch:     prev.epoch,
+		policy:    prev.policy,
+		pools:     prev.pools,
+		routes:    prev.routes,
+		overrides: prev.overrides,
+		applied:   prev.applied,
+		good:      maps.Clone(prev.good),
+		invalid:   prev.invalid,
+		instances: prev.instances,
+		lost:      prev.lost,
+		skipped:   prev.skipped,
+		ovSkipped: prev.ovSkipped,
+	}
+	var touched []string
+	var instanceDelta map[string]int
+	for _, c := range events {
+		if k, err := ParseKey(c.Key); err == nil && k.Kind == KindHealth {
+			if c.Deleted || c.Created {
+				if instanceDelta == nil {
+					instanceDelta = map[string]int{}
+				}
+				if c.Deleted {
+					instanceDelta[k.ID]--
+				} else {
+					instanceDelta[k.ID]++
+				}
+			}
+			msg := ""
+			if !c.Deleted {
+				msg = checkHealthValue(c.Key, c.Value)
+			}
+			t.setInvalidCOW(prev, c.Key, msg)
+			continue
+		}
+		touched = append(touched, c.Key)
+		if c.Deleted {
+			delete(t.good, c.Key)
+			t.setInvalidCOW(prev, c.Key, "")
+			continue
+		}
+		t.addKVCOW(prev, c.KV)
+	}
+	var d diff
+	d.known = true
+	routesDirty, overridesDirty := false, false
+	var pools []string
+	for _, key := range touched {
+		k, err := ParseKey(key)
+		if err != nil {
+			continue
+		}
+		a, aok := prev.good[key]
+		b, bok := t.good[key]
+		if aok == bok && (!aok || (a.val == b.val && (k.Kind != KindOverride || a.rev == b.rev))) {
+			continue
+		}
+		switch k.Kind {
+		case KindPool:
+			pools = append(pools, k.ID)
+		case KindRoute:
+			d.routes.add(k.ID)
+			routesDirty = true
+		case KindOverride:
+			overridesDirty = true
+		case KindPolicy:
+			t.policy = DefaultResidency()
+			if bok {
+				t.policy = *b.val.(*Residency)
+			}
+		case KindEpoch:
+			t.epoch = 0
+			if bok {
+				t.epoch = b.val.(int64)
+			}
+		}
+	}
+	if len(instanceDelta) > 0 {
+		t.instances = maps.Clone(prev.instances)
+		t.lost = maps.Clone(prev.lost)
+		for id, n := range instanceDelta {
+			if n == 0 {
+				continue
+			}
+			if t.instances[id] += n; t.instances[id] <= 0 {
+				delete(t.instances, id)
+				t.lost[id] = opts.Now
+			} else {
+				delete(t.lost, id)
+			}
+			pools = append(pools, id)
+		}
+	}
+	if len(pools) > 0 {
+		t.pools = maps.Clone(prev.pools)
+		for _, id := range pools {
+			d.pools.add(id)
+			if g, ok := t.good[PoolKey(id)]; ok {
+				t.pools[id] = t.newPoolState(id, g.val.(*Pool))
+			} else {
+				delete(t.pools, id)
+			}
+		}
+	}
+	recollect := t.invalidCopied
+	switch {
+	case overridesDirty || (routesDirty && len(t.overrides) > 0):
+		// Overrides replace routes' targets in order: apply them all again.
+		t.assembleRoutes()
+		d.known, recollect = false, true
+	case routesDirty:
+		t.routes = maps.Clone(prev.routes)
+		for _, name := range d.routes.names {
+			if g, ok := t.good[RouteKey(name)]; ok {
+				t.routes[name] = g.val.(*Route)
+			} else {
+				delete(t.routes, name)
+			}
+		}
+	}
+	if recollect {
+		t.collectSkipped()
+	}
+	t.build(opts.Now, prev, &d)
+	return t
+}
+
+// newPoolState makes the state of pool id from its stored value, with its
+// live instances and when it lost its last one.
+func (t *Table) newPoolState(id string, val *Pool) *PoolState {
+	p := &PoolState{Pool: *val, src: val, Instances: t.instances[id], since: t.start}
+	if at, ok := t.lost[id]; ok {
+		p.since = at
+	}
+	return p
+}
+
+// trackLost records, per pool id, when its last health key went: from
+// prev's record, and now for the ids whose count dropped to zero.
+// Whether the pool's own key existed meanwhile does not matter.
+func (t *Table) trackLost(prev *Table, now time.Time) {
+	t.lost = map[string]time.Time{}
+	if prev == nil {
+		return
+	}
+	for id, at := range prev.lost {
+		// Once the grace windows from both the loss and the agent start
+		// are over, the record changes no answer.
+		if t.instances[id] == 0 && (at.Add(t.grace).After(now) || t.start.Add(t.grace).After(now)) {
+			t.lost[id] = at
+		}
+	}
+	for id, n := range prev.instances {
+		if n > 0 && t.instances[id] == 0 {
+			t.lost[id] = now
+		}
+	}
+}
+
 // checkHealthValue returns why a health value is refused, or "".
-func checkHealthValue(raw []byte) string {
+func checkHealthValue(key string, raw []byte) string {
 	if len(raw) > MaxValueSize {
-		return fmt.Sprintf("value is %d bytes, larger than the %d-byte limit", len(raw), MaxValueSize)
+		return fmt.Sprintf("%s: value is %d bytes, larger than the %d-byte limit", key, len(raw), MaxValueSize)
 	}
 	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' || !json.Valid(t) {
-		return fmt.Sprintf("value must be a JSON object, got %q", truncate(raw))
+		return fmt.Sprintf("%s: value must be a JSON object, got %q", key, truncate(raw))
 	}
 	return ""
 }
 
+// setInvalid records why key's current value is refused, or clears it
+// when msg is "".
+func (t *Table) setInvalid(key, msg string) {
+	if msg == "" {
+		delete(t.invalid, key)
+		return
+	}
+	if t.invalid == nil {
+		t.invalid = map[string]string{}
+	}
+	t.invalid[key] = msg
+}
+
+// setInvalidCOW is setInvalid on a table whose invalid map may still be
+// prev's: it is copied before its first change.
+func (t *Table) setInvalidCOW(prev *Table, key, msg string) {
+	if !t.invalidCopied {
+		if _, ok := t.invalid[key]; !ok && msg == "" {
+			return // nothing to clear
+		}
+		t.invalid = maps.Clone(prev.invalid)
+		t.invalidCopied = true
+	}
+	t.setInvalid(key, msg)
+}
+
 // addKV decodes one key (or reuses prev's decoding of the same bytes) and
-// records it as good, or as skipped keeping prev's good value.
+// records it as good, or as refused keeping prev's good value.
 func (t *Table) addKV(kv KV, prevGood map[string]goodValue) {
 	if g, ok := prevGood[kv.Key]; ok && bytes.Equal(g.raw, kv.Value) {
 		t.good[kv.Key] = goodValue{raw: g.raw, val: g.val, rev: kv.ModRevision}
@@ -103,7 +337,7 @@ func (t *Table) addKV(kv KV, prevGood map[string]goodValue) {
 	}
 	v, err := DecodeValue(kv.Key, kv.Value)
 	if err != nil {
-		t.skipped = append(t.skipped, Skipped{Key: kv.Key, Error: err.Error()})
+		t.setInvalid(kv.Key, err.Error())
 		if g, ok := prevGood[kv.Key]; ok {
 			t.good[kv.Key] = g
 		}
@@ -112,51 +346,46 @@ func (t *Table) addKV(kv KV, prevGood map[string]goodValue) {
 	t.good[kv.Key] = goodValue{raw: kv.Value, val: v, rev: kv.ModRevision}
 }
 
+// addKVCOW is addKV for Update: t.good already holds the last good values,
+// and the invalid map is copied before its first change.
+func (t *Table) addKVCOW(prev *Table, kv KV) {
+	if g, ok := t.good[kv.Key]; ok && bytes.Equal(g.raw, kv.Value) {
+		t.good[kv.Key] = goodValue{raw: g.raw, val: g.val, rev: kv.ModRevision}
+		t.setInvalidCOW(prev, kv.Key, "")
+		return
+	}
+	v, err := DecodeValue(kv.Key, kv.Value)
+	if err != nil {
+		t.setInvalidCOW(prev, kv.Key, err.Error())
+		return // the last good value, if any, stays
+	}
+	t.good[kv.Key] = goodValue{raw: kv.Value, val: v, rev: kv.ModRevision}
+	t.setInvalidCOW(prev, kv.Key, "")
+}
+
 type overrideAt struct {
 	id  string
 	rev int64
 	o   *Override
 }
 
-// assemble turns the good values into pools, routes, policy and overrides.
-func (t *Table) assemble(prev *Table, instances map[string]int, opts CompileOptions) {
+// assembleRoutes builds the routes and live overrides from the good
+// values, and applies the overrides.
+func (t *Table) assembleRoutes() {
+	t.routes = map[string]*Route{}
+	t.overrides = map[string]*Override{}
+	t.applied = map[string][]string{}
+	t.ovSkipped = nil
 	var ovs []overrideAt
 	for key, g := range t.good {
 		k, _ := ParseKey(key)
 		switch k.Kind {
-		case KindPool:
-			t.pools[k.ID] = &PoolState{Pool: *g.val.(*Pool), src: g.val.(*Pool)}
 		case KindRoute:
 			t.routes[k.ID] = g.val.(*Route)
-		case KindPolicy:
-			t.policy = *g.val.(*Residency)
 		case KindOverride:
 			o := g.val.(*Override)
 			t.overrides[k.ID] = o
 			ovs = append(ovs, overrideAt{id: k.ID, rev: g.rev, o: o})
-		case KindEpoch:
-			t.epoch = g.val.(int64)
-		}
-	}
-	for id, p := range t.pools {
-		p.Instances = instances[id]
-		p.since = t.start
-		if prev != nil {
-			if pp, ok := prev.pools[id]; ok {
-				switch {
-				case pp.Instances > 0:
-					p.since = opts.Now
-				case pp.fixedHealthy == nil:
-					p.since = pp.since
-				}
-			}
-		}
-	}
-	for _, id := range opts.Down {
-		if p, ok := t.pools[id]; ok {
-			cp := *p
-			cp.down = true
-			t.pools[id] = &cp
 		}
 	}
 	t.applyOverrides(ovs)
@@ -176,7 +405,7 @@ func (t *Table) applyOverrides(ovs []overrideAt) {
 	for _, ov := range ovs {
 		base, ok := t.routes[ov.o.Route]
 		if !ok {
-			t.skipped = append(t.skipped, Skipped{Key: OverrideKey(ov.id),
+			t.ovSkipped = append(t.ovSkipped, Skipped{Key: OverrideKey(ov.id),
 				Error: fmt.Sprintf("%s: route: route %s does not exist; the override is not applied", OverrideKey(ov.id), ov.o.Route)})
 			continue
 		}
@@ -200,6 +429,17 @@ func (t *Table) applyOverrides(ovs []overrideAt) {
 	}
 }
 
+// collectSkipped lists the refused values and the overrides not applied,
+// by key.
+func (t *Table) collectSkipped() {
+	t.skipped = nil
+	for key, msg := range t.invalid {
+		t.skipped = append(t.skipped, Skipped{Key: key, Error: msg})
+	}
+	t.skipped = append(t.skipped, t.ovSkipped...)
+	sort.Slice(t.skipped, func(i, j int) bool { return t.skipped[i].Key < t.skipped[j].Key })
+}
+
 // At returns a table equal to t but with health evaluated at now. It returns
 // t itself when no grace window has ended since t was built.
 func (t *Table) At(now time.Time) *Table {
@@ -207,7 +447,7 @@ func (t *Table) At(now time.Time) *Table {
 		return t
 	}
 	cp := *t
-	cp.build(now, t)
+	cp.build(now, t, &diff{known: true})
 	return &cp
 }
 
@@ -218,7 +458,7 @@ func (t *Table) WithRevision(rev int64) *Table {
 	cp.revision = rev
 	if cp.stale {
 		cp.stale = false
-		cp.build(t.builtAt, t)
+		cp.build(t.builtAt, t, nil)
 	}
 	return &cp
 }

@@ -3,6 +3,7 @@ package routing
 import (
 	"encoding/json"
 	"maps"
+	"reflect"
 	"slices"
 	"time"
 
@@ -192,13 +193,99 @@ func sortCandidates(cs []Candidate) {
 	}
 }
 
+// nameSet is a set of route or pool names, small in the common case.
+type nameSet struct {
+	names []string
+	m     map[string]struct{} // once there are many names
+}
+
+func (s *nameSet) add(name string) {
+	if s.has(name) {
+		return
+	}
+	s.names = append(s.names, name)
+	if s.m != nil {
+		s.m[name] = struct{}{}
+	} else if len(s.names) > 8 {
+		s.m = make(map[string]struct{}, 2*len(s.names))
+		for _, n := range s.names {
+			s.m[n] = struct{}{}
+		}
+	}
+}
+
+func (s *nameSet) has(name string) bool {
+	if s.m != nil {
+		_, ok := s.m[name]
+		return ok
+	}
+	for _, n := range s.names {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// hasAny reports whether the set holds one of names.
+func (s *nameSet) hasAny(names []string) bool {
+	if len(s.names) == 0 {
+		return false
+	}
+	for _, n := range names {
+		if s.has(n) {
+			return true
+		}
+	}
+	return false
+}
+
+// diff names the routes and pools whose values changed (or appeared, or
+// went) between a table and the table it is built from.
+type diff struct {
+	// known: routes and pools name every change. Otherwise build finds
+	// the changes by comparing the two tables.
+	known         bool
+	routes, pools nameSet
+}
+
+// diffFrom compares t's routes and pools with prev's.
+func (t *Table) diffFrom(prev *Table) diff {
+	d := diff{known: true}
+	for name, r := range t.routes {
+		if prev.routes[name] != r {
+			d.routes.add(name)
+		}
+	}
+	for name := range prev.routes {
+		if _, ok := t.routes[name]; !ok {
+			d.routes.add(name)
+		}
+	}
+	for id, p := range t.pools {
+		if pp, ok := prev.pools[id]; !ok || p.src == nil || p.src != pp.src || p.down != pp.down || p.Instances != pp.Instances {
+			d.pools.add(id)
+		}
+	}
+	for id := range prev.pools {
+		if _, ok := t.pools[id]; !ok {
+			d.pools.add(id)
+		}
+	}
+	return d
+}
+
 // build computes the residency class and effective entry of every country
-// and the unknown country, evaluated at now.
-func (t *Table) build(now time.Time, prev *Table) {
+// and the unknown country, evaluated at now. Entries of prev that depend
+// on no changed route or pool (d; nil: compare the tables) are reused as
+// they are, so a small change costs little.
+func (t *Table) build(now time.Time, prev *Table, d *diff) {
 	n := len(countries)
-	if prev != nil && len(prev.good) > 0 && prev.classOf != nil && t.sameGoodOrAbsent(prev, PolicyKey) {
+	full := prev == nil || len(prev.eff) != n+1 || prev.stale != t.stale || prev.classOf == nil
+	if !full && len(prev.good) > 0 && t.sameGoodOrAbsent(prev, PolicyKey) {
 		t.classOf = prev.classOf // same policy: same classes (the slice is never changed)
 	} else {
+		full = true
 		t.classOf = make([]string, n+1)
 		for class, ccs := range t.policy.Classes {
 			for _, cc := range ccs {
@@ -209,43 +296,52 @@ func (t *Table) build(now time.Time, prev *Table) {
 		}
 		t.classOf[n] = t.policy.UnknownCountryClass
 	}
-	t.pads = make(map[string]*poolPad, len(t.pools))
-	for id := range t.pools {
-		t.pads[id] = newPoolPad(id)
+	if prev != nil && (d == nil || !d.known) {
+		cd := t.diffFrom(prev)
+		d = &cd
 	}
-	t.eligibleAt = make(map[string]bool, len(t.pools))
-	for id, p := range t.pools {
-		t.eligibleAt[id] = !p.down && t.healthy(p, now)
+	if d == nil {
+		d = &diff{}
 	}
+	t.buildPads(prev, d)
+	t.buildEligible(now, prev, d)
 	t.eff = make([]*Effective, n+1)
-	shared := make(map[[2]string]*Effective, 64)
-	deps := make(map[*Effective]bool, 64)
+	var fresh map[[2]string]*Effective
+	var built []int
 	for id := 0; id <= n; id++ {
-		name, key := "", ""
+		name := ""
 		if id < n {
-			name, key = countries[id], countries[id]
-			if _, ok := t.routes[name]; !ok {
-				key = "\x00" // countries without a route share their class's entry
+			name = countries[id]
+		}
+		if !full {
+			// Countries without a route share one entry, computed for one
+			// of them: its own route is not among the entry's deps.
+			if e := prev.eff[id]; e != nil && (name == "" || !d.routes.has(name)) &&
+				!d.routes.hasAny(e.routeDeps) && !d.pools.hasAny(e.poolDeps) {
+				t.eff[id] = e
+				continue
 			}
+		}
+		key := name
+		if _, ok := t.routes[name]; name != "" && !ok {
+			key = "\x00" // countries without a route share their class's entry
 		}
 		k := [2]string{key, t.classOf[id]}
-		e, ok := shared[k]
-		if !ok && t.canReuse(prev, id, deps) {
-			e, ok = prev.eff[id], true
-			if key != "\x00" || len(e.Candidates) > 0 {
-				shared[k] = e
-			}
-		}
+		e, ok := fresh[k]
 		if !ok {
 			e = t.computeEffective(name, t.classOf[id], now)
 			// A NoRoute entry names the country ("no-route:BR"): not shared.
 			if key != "\x00" || len(e.Candidates) > 0 {
-				shared[k] = e
+				if fresh == nil {
+					fresh = make(map[[2]string]*Effective, 16)
+				}
+				fresh[k] = e
 			}
 		}
 		t.eff[id] = e
+		built = append(built, id)
 	}
-	t.reuseEffective(prev)
+	t.reuseEffective(prev, built)
 	t.validUntil = time.Time{}
 	for _, p := range t.pools {
 		if p.HealthCheck && p.Instances == 0 && p.fixedHealthy == nil {
@@ -258,44 +354,66 @@ func (t *Table) build(now time.Time, prev *Table) {
 	t.enc = newEncoded(prev)
 }
 
-// canReuse reports whether the previous table's entry for country id holds
-// unchanged here: same class, same stale flag, same own route, and none of
-// the routes and pools it was computed from changed (values, existence,
-// health). deps memoizes the route and pool check per entry.
-func (t *Table) canReuse(prev *Table, id int, deps map[*Effective]bool) bool {
-	if prev == nil || len(prev.eff) != len(t.eff) || prev.stale != t.stale || len(prev.good) == 0 ||
-		prev.classOf[id] != t.classOf[id] || prev.eff[id] == nil {
-		return false
+// buildPads fills the padded pool ids, from prev's for the pools d does
+// not name.
+func (t *Table) buildPads(prev *Table, d *diff) {
+	if prev == nil || prev.pads == nil {
+		t.pads = make(map[string]*poolPad, len(t.pools))
+		for id := range t.pools {
+			t.pads[id] = newPoolPad(id)
+		}
+		return
 	}
-	e := prev.eff[id]
-	if id < len(countries) && !sameRoute(t, prev, countries[id]) {
-		return false
+	t.pads = prev.pads
+	for _, id := range d.pools.names {
+		_, has := t.pools[id]
+		if _, had := t.pads[id]; has == had {
+			continue
+		}
+		if sameMap(t.pads, prev.pads) {
+			t.pads = maps.Clone(prev.pads)
+		}
+		if has {
+			t.pads[id] = newPoolPad(id)
+		} else {
+			delete(t.pads, id)
+		}
 	}
-	ok, seen := deps[e]
-	if !seen {
-		ok = t.sameDeps(prev, e)
-		deps[e] = ok
-	}
-	return ok
 }
 
-// sameDeps reports whether the routes and pools an entry was computed from
-// are unchanged.
-func (t *Table) sameDeps(prev *Table, e *Effective) bool {
-	for _, r := range e.routeDeps {
-		if !sameRoute(t, prev, r) {
-			return false
+// buildEligible tells, per pool, whether it is up and healthy at now, and
+// adds the pools whose answer differs from prev's to d.
+func (t *Table) buildEligible(now time.Time, prev *Table, d *diff) {
+	eligible := func(p *PoolState) bool { return !p.down && t.healthy(p, now) }
+	clockMoved := prev == nil || prev.eligibleAt == nil || t.grace != prev.grace || now.Before(prev.builtAt) ||
+		(!prev.validUntil.IsZero() && !now.Before(prev.validUntil))
+	if !clockMoved {
+		// No grace window ended: only the changed pools can differ.
+		t.eligibleAt = prev.eligibleAt
+		if len(d.pools.names) > 0 {
+			t.eligibleAt = maps.Clone(prev.eligibleAt)
+			for _, id := range d.pools.names {
+				if p, ok := t.pools[id]; ok {
+					t.eligibleAt[id] = eligible(p)
+				} else {
+					delete(t.eligibleAt, id)
+				}
+			}
+		}
+		return
+	}
+	t.eligibleAt = make(map[string]bool, len(t.pools))
+	for id, p := range t.pools {
+		t.eligibleAt[id] = eligible(p)
+		if prev != nil && prev.eligibleAt[id] != t.eligibleAt[id] {
+			d.pools.add(id)
 		}
 	}
-	for _, p := range e.poolDeps {
-		tp, tok := t.pools[p]
-		pp, pok := prev.pools[p]
-		if tok != pok || (tok && (tp.src == nil || tp.src != pp.src || tp.down != pp.down ||
-			t.eligibleAt[p] != prev.eligibleAt[p])) {
-			return false
-		}
-	}
-	return true
+}
+
+// sameMap reports whether a and b are the very same map.
+func sameMap[K comparable, V any](a, b map[K]V) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
 // sameGoodOrAbsent reports whether key holds the very same decoded value
@@ -306,21 +424,13 @@ func (t *Table) sameGoodOrAbsent(prev *Table, key string) bool {
 	return aok == bok && (!aok || a.val == b.val)
 }
 
-// sameRoute reports whether a route is the very same decoded value (or
-// absent) in both tables. Routes changed by an override are fresh copies:
-// never the same.
-func sameRoute(t, prev *Table, name string) bool {
-	a, aok := t.routes[name]
-	b, bok := prev.routes[name]
-	return aok == bok && a == b
-}
-
-// reuseEffective replaces each effective entry equal to the previous
-// table's entry for the same country by that entry, so its JSON encoding is
-// reused, and encodes the entries that are new.
-func (t *Table) reuseEffective(prev *Table) {
+// reuseEffective replaces each newly built entry (of the countries ids)
+// equal to the previous table's entry for the same country by that entry,
+// so its JSON encoding is reused, and encodes the entries that are new.
+func (t *Table) reuseEffective(prev *Table, ids []int) {
 	swap := map[*Effective]*Effective{}
-	for id, e := range t.eff {
+	for _, id := range ids {
+		e := t.eff[id]
 		if r, done := swap[e]; done {
 			t.eff[id] = r
 			continue

@@ -90,15 +90,19 @@ func goodKVs(t *Table) []KV {
 }
 
 // firstDiff names the first top-level member (or effective entry) in which
-// two table JSONs differ, or returns "".
-func firstDiff(a, b []byte) string {
+// two table JSONs differ, or returns "". skipped legitimately differs
+// between an incremental table and a fresh one (the fresh table never saw
+// the refused values); firstDiffAll compares it too.
+func firstDiff(a, b []byte) string { return tableDiff(a, b, "skipped") }
+
+func firstDiffAll(a, b []byte) string { return tableDiff(a, b, "") }
+
+func tableDiff(a, b []byte, ignore string) string {
 	var ma, mb map[string]json.RawMessage
 	json.Unmarshal(a, &ma)
 	json.Unmarshal(b, &mb)
 	for k := range ma {
-		// skipped legitimately differs: the fresh table never saw the
-		// refused values.
-		if k == "skipped" || bytes.Equal(ma[k], mb[k]) {
+		if k == ignore || bytes.Equal(ma[k], mb[k]) {
 			continue
 		}
 		if k != "effective" {

@@ -33,8 +33,8 @@ type PoolState struct {
 	Instances int
 	// down is set for what-if resolution (regionctl resolve --down).
 	down bool
-	// since is when the pool last lost its last health key (or the agent
-	// start when none was ever seen); meaningful when Instances == 0.
+	// since is when the pool id last lost its last health key (or the
+	// agent start when none was ever seen); meaningful when Instances == 0.
 	since time.Time
 	// fixedHealthy is used for tables loaded from a snapshot file.
 	fixedHealthy *bool
@@ -62,6 +62,19 @@ type Table struct {
 	applied   map[string][]string // route -> override ids applied, in order
 	skipped   []Skipped
 	good      map[string]goodValue
+	// compiled: built by Compile or Update from etcd's values (not loaded
+	// from a snapshot file, not a what-if), so Update can follow it.
+	compiled bool
+	// invalid holds why each refused value was refused, by key;
+	// invalidCopied tells Update the map is its own (not prev's).
+	invalid       map[string]string
+	invalidCopied bool
+	// ovSkipped lists the overrides not applied.
+	ovSkipped []Skipped
+	// instances counts the live health keys of each pool id; lost holds
+	// when a pool id's last health key went (pool key or not).
+	instances map[string]int
+	lost      map[string]time.Time
 
 	// classOf holds the residency class of each country, by country id;
 	// the last slot is the unknown country.

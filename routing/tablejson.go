@@ -256,6 +256,6 @@ func LoadTableJSON(b []byte) (*Table, time.Time, error) {
 			}
 		}
 	}
-	t.build(writtenAt, nil)
+	t.build(writtenAt, nil, nil)
 	return t, writtenAt, nil
 }

@@ -81,11 +81,16 @@ type Mirror struct {
 
 	// Owned by the Run goroutine.
 	state      map[string]routing.KV
-	applied    int64  // revision the state is known current at
-	lastEvent  int64  // newest revision seen in a list or an event
-	uncompiled bool   // state changed since the table was compiled
-	clusterID  uint64 // etcd cluster of the last list
-	watches    uint64 // watches opened, to give each its own stream
+	applied    int64 // revision the state is known current at
+	lastEvent  int64 // newest revision seen in a list or an event
+	uncompiled bool  // state changed since the table was compiled
+	// pending holds the events applied to the state since the table was
+	// compiled; incremental says they are all of them (no relist since),
+	// so the next table can be the current one updated with them.
+	pending     []routing.Event
+	incremental bool
+	clusterID   uint64 // etcd cluster of the last list
+	watches     uint64 // watches opened, to give each its own stream
 }
 
 // New returns a mirror; call Run to start it.

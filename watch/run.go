@@ -130,12 +130,14 @@ func (m *Mirror) relist(ctx context.Context, reason string) (int64, error) {
 		same = ok && old.ModRevision == kv.ModRevision && string(old.Value) == string(kv.Value)
 	}
 	m.state, m.applied, m.lastEvent = state, rev, rev
+	m.pending, m.incremental = m.pending[:0], false
 	m.setConnected(true)
 	m.markSynced()
 	cur := m.Table()
 	// The shortcut needs the table to have been compiled from the state it
 	// is compared with (not from events applied since, without a compile).
 	if same && !m.uncompiled && !regressed && cur != nil && !cur.Stale() {
+		m.incremental = true // the table is the state's: events can update it
 		m.advance(rev)
 	} else {
 		m.recompile()
@@ -344,10 +346,14 @@ func (m *Mirror) applyEvents(events []*clientv3.Event) (string, change) {
 		last = r
 		rel := string(ev.Kv.Key[len(m.cfg.Prefix):])
 		m.uncompiled = true
+		_, existed := m.state[rel]
 		if ev.Type == clientv3.EventTypeDelete {
 			delete(m.state, rel)
+			m.pending = append(m.pending, routing.Event{KV: routing.KV{Key: rel, ModRevision: r}, Deleted: true})
 		} else {
-			m.state[rel] = routing.KV{Key: rel, Value: ev.Kv.Value, ModRevision: r}
+			kv := routing.KV{Key: rel, Value: ev.Kv.Value, ModRevision: r}
+			m.state[rel] = kv
+			m.pending = append(m.pending, routing.Event{KV: kv, Created: !existed})
 		}
 		n++
 	}
@@ -359,18 +365,26 @@ func (m *Mirror) applyEvents(events []*clientv3.Event) (string, change) {
 	return "", changed
 }
 
-// recompile builds a table from the state at the applied revision.
+// recompile builds a table from the state at the applied revision: the
+// current table updated with the events applied since it was compiled,
+// when those are known, else a compile of the whole state.
 func (m *Mirror) recompile() {
-	m.uncompiled = false
-	kvs := make([]routing.KV, 0, len(m.state))
-	for _, kv := range m.state {
-		kvs = append(kvs, kv)
-	}
 	m.swapMu.Lock()
 	defer m.swapMu.Unlock()
-	t := routing.Compile(m.applied, kvs, m.Table(), routing.CompileOptions{
-		Now: time.Now(), Start: m.start, Grace: m.cfg.HealthGrace, ClusterID: m.clusterID,
-	})
+	opts := routing.CompileOptions{Now: time.Now(), Start: m.start, Grace: m.cfg.HealthGrace, ClusterID: m.clusterID}
+	var t *routing.Table
+	if m.incremental {
+		t = routing.Update(m.Table(), m.applied, m.pending, opts)
+	}
+	if t == nil {
+		kvs := make([]routing.KV, 0, len(m.state))
+		for _, kv := range m.state {
+			kvs = append(kvs, kv)
+		}
+		t = routing.Compile(m.applied, kvs, m.Table(), opts)
+	}
+	clear(m.pending) // drop the values: they live on in the table if needed
+	m.pending, m.incremental, m.uncompiled = m.pending[:0], true, false
 	m.changeRev.Store(m.applied)
 	m.store(t)
 }

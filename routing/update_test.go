@@ -1,0 +1,271 @@
+package routing
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestUpdateEqualsCompile: a table updated event by event equals the table
+// compiled from the whole state, over a long random sequence of puts and
+// deletes (pools, routes, overrides, policy, epoch, health keys, refused
+// values), with the clock moving through health grace windows.
+func TestUpdateEqualsCompile(t *testing.T) {
+	cfg := exampleConfig(t)
+	store := map[string]KV{}
+	rev := int64(1)
+	for _, kv := range kvsOf(t, cfg) {
+		kv.ModRevision = rev
+		store[kv.Key] = kv
+	}
+	pools := sortedKeys(cfg.Pools)
+	routes := []string{"PL", "DE", "KR", "JP", "US", "BR", "GB", "eu-general", "apac-general", "_default", "HU", "ZA", "AD"}
+	rng := rand.New(rand.NewPCG(3, 4))
+	pick := func(xs []string) string { return xs[rng.IntN(len(xs))] }
+	var events []Event
+	put := func(key string, value []byte) {
+		rev++
+		_, existed := store[key]
+		kv := KV{Key: key, Value: value, ModRevision: rev}
+		store[key] = kv
+		events = append(events, Event{KV: kv, Created: !existed})
+	}
+	del := func(key string) {
+		if _, ok := store[key]; !ok {
+			return // etcd sends no event for a key that is not there
+		}
+		rev++
+		delete(store, key)
+		events = append(events, Event{KV: KV{Key: key, ModRevision: rev}, Deleted: true})
+	}
+	mutations := []func(){
+		func() { // reweight or repoint a route
+			a, b := pick(pools), pick(pools)
+			w := rng.IntN(101)
+			if a == b {
+				w = 100
+			}
+			put(RouteKey(pick(routes)), fmt.Appendf(nil, `{"targets":[{"pool":%q,"weight":%d},{"pool":%q,"weight":%d}],"fallback":["eu-general"],"attrs":{"n":"%d"}}`, a, w, b, 100-w, rng.IntN(3)))
+		},
+		func() { del(RouteKey(pick(routes))) },
+		func() { // pool status and health checking
+			id := pick(pools)
+			st := []string{"active", "draining", "down"}[rng.IntN(3)]
+			put(PoolKey(id), fmt.Appendf(nil, `{"host":"%s.example.net","residency":%q,"status":%q,"health_check":%v,"attrs":{"s":"%d"}}`,
+				id, cfg.Pools[id].Residency, st, rng.IntN(3) > 0, rng.IntN(2)))
+		},
+		func() { del(PoolKey(pick(pools))) },
+		func() { // a health key comes or is refreshed
+			put(fmt.Sprintf("health/%s/i%d", pick(pools), rng.IntN(2)), []byte(`{"addr":"10.0.0.1:443"}`))
+		},
+		func() { // a health key goes (its lease ended)
+			var live []string
+			for k := range store {
+				if strings.HasPrefix(k, "health/") {
+					live = append(live, k)
+				}
+			}
+			if len(live) > 0 {
+				slices.Sort(live)
+				del(pick(live))
+			}
+		},
+		func() { put(fmt.Sprintf("health/%s/bad", pick(pools)), []byte(`nope`)) }, // refused, still an instance
+		func() { // an override
+			put(OverrideKey(fmt.Sprint("b", rng.IntN(2))), fmt.Appendf(nil, `{"route":%q,"targets":[{"pool":%q,"weight":100}]}`, pick(routes), pick(pools)))
+		},
+		func() { del(OverrideKey(fmt.Sprint("b", rng.IntN(2)))) },
+		func() { // policy
+			if rng.IntN(2) == 0 {
+				put(PolicyKey, []byte(`{"classes":{"eu":["PL","DE","HU"],"apac":["KR"]},"unknown_country_class":"eu"}`))
+			} else {
+				del(PolicyKey)
+			}
+		},
+		func() { put(EpochKey, fmt.Appendf(nil, "%d", rng.IntN(100))) },
+		func() { put(RouteKey(pick(routes)), []byte(`{"targets":[{"pool":"eu-west","weight":130}]}`)) }, // refused
+		func() { put(PoolKey(pick(pools)), []byte(`{"host":""}`)) },                                     // refused
+		func() { put("routes/Not A Name", []byte(`{}`)) },                                               // refused key
+		func() { // the same bytes again: a new revision only
+			for _, k := range sortedKeys(store) {
+				if rng.IntN(8) == 0 {
+					put(k, store[k].Value)
+					return
+				}
+			}
+		},
+	}
+	now := t0
+	// The compiled side replays the events one revision at a time, as
+	// the mirror applied them (a delete ends a key's last good value).
+	replay := map[string]KV{}
+	for k, kv := range store {
+		replay[k] = kv
+	}
+	kvs := func() []KV {
+		var out []KV
+		for _, k := range sortedKeys(replay) {
+			out = append(out, replay[k])
+		}
+		return out
+	}
+	opts := func() CompileOptions { return CompileOptions{Now: now, Start: t0, Grace: 5 * time.Second} }
+	full := Compile(rev, kvs(), nil, opts())
+	upd := full
+	steps := 1500
+	if raceEnabled {
+		steps = 500
+	}
+	updates, graceWindows := 0, 0
+	for step := 1; step <= steps; step++ {
+		events = events[:0]
+		for n := rng.IntN(4) + 1; n > 0 || len(events) == 0; n-- {
+			mutations[rng.IntN(len(mutations))]()
+		}
+		now = now.Add(time.Duration(rng.IntN(3000)) * time.Millisecond)
+		for _, ev := range events {
+			if ev.Deleted {
+				delete(replay, ev.Key)
+			} else {
+				replay[ev.Key] = ev.KV
+			}
+			full = Compile(ev.ModRevision, kvs(), full, opts())
+		}
+		next := Update(upd, rev, events, opts())
+		if next == nil {
+			t.Fatalf("step %d: Update refused a compiled table", step)
+		}
+		upd = next
+		updates++
+		for _, p := range upd.pools {
+			if p.HealthCheck && p.Instances == 0 && now.Before(p.since.Add(upd.grace)) {
+				graceWindows++
+			}
+		}
+		for _, at := range []time.Time{now, now.Add(2 * time.Second), now.Add(6 * time.Second)} {
+			a, _ := upd.JSON(at)
+			b, _ := full.JSON(at)
+			if d := firstDiffAll(a, b); d != "" {
+				t.Fatalf("step %d (events %v): updated table differs from the compiled one at +%v: %s",
+					step, eventKeys(events), at.Sub(now), d)
+			}
+		}
+		for _, at := range []time.Time{now, now.Add(6 * time.Second)} {
+			if msg := checkAgainstRecompute(upd.At(at), at, store); msg != "" {
+				t.Fatalf("step %d (events %v), at +%v: %s", step, eventKeys(events), at.Sub(now), msg)
+			}
+		}
+		if upd.ValidUntil() != full.ValidUntil() || upd.Checksum() != full.Checksum() || !upd.VerifyChecksum() {
+			t.Fatalf("step %d: valid until %v / %v, checksum %x / %x", step, upd.ValidUntil(), full.ValidUntil(), upd.Checksum(), full.Checksum())
+		}
+		for _, cc := range []string{"PL", "ZA", "US", Unknown} {
+			for _, key := range []string{"a", "b", "c"} {
+				da, erra := upd.Resolve(cc, key, now)
+				db, errb := full.Resolve(cc, key, now)
+				if (erra == nil) != (errb == nil) || da.Pool != db.Pool || da.Host != db.Host {
+					t.Fatalf("step %d: resolve %s/%s: %+v %v vs %+v %v", step, cc, key, da, erra, db, errb)
+				}
+			}
+		}
+	}
+	if updates < steps || graceWindows < steps/30 {
+		t.Fatalf("only %d updates, %d pool-steps in a grace window: the sequence misses cases", updates, graceWindows)
+	}
+}
+
+// TestUpdateRefuses: tables that do not come from etcd's values, and
+// stale or what-if requests, are not updated (the caller compiles).
+func TestUpdateRefuses(t *testing.T) {
+	kvs := kvsOf(t, exampleConfig(t))
+	good := Compile(1, kvs, nil, CompileOptions{Now: t0})
+	b, err := good.JSON(t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loaded, _, err := LoadTableJSON(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := []Event{{KV: KV{Key: EpochKey, Value: []byte("7"), ModRevision: 2}}}
+	for name, tc := range map[string]struct {
+		prev *Table
+		opts CompileOptions
+	}{
+		"nil":        {nil, CompileOptions{}},
+		"loaded":     {loaded, CompileOptions{}},
+		"advanced":   {loaded.WithRevision(5), CompileOptions{}},
+		"what-if":    {Compile(1, kvs, nil, CompileOptions{Down: []string{"eu-west"}}), CompileOptions{}},
+		"stale opts": {good, CompileOptions{Stale: true}},
+		"down opts":  {good, CompileOptions{Down: []string{"eu-west"}}},
+	} {
+		if got := Update(tc.prev, 2, ev, tc.opts); got != nil {
+			t.Errorf("%s: Update returned a table", name)
+		}
+	}
+	if got := Update(good, 2, ev, CompileOptions{Now: t0}); got == nil || got.Epoch() != 7 || good.Epoch() == 7 {
+		t.Fatalf("Update of a compiled table: %v", got)
+	}
+}
+
+// checkAgainstRecompute checks a table against its own values without the
+// reuse machinery: every effective entry equals one computed afresh, and
+// every pool's health follows its live health keys in store (the rule of
+// DESIGN §4, written out again here).
+func checkAgainstRecompute(tb *Table, at time.Time, store map[string]KV) string {
+	for id, e := range tb.eff {
+		name := Unknown
+		own := ""
+		if id < len(countries) {
+			name, own = countries[id], countries[id]
+		}
+		want, _ := json.Marshal(tb.computeEffective(own, tb.classOf[id], at))
+		if !bytes.Equal(want, e.js) {
+			return fmt.Sprintf("effective %s is\n %s\nrecomputed\n %s", name, e.js, want)
+		}
+	}
+	for id, p := range tb.pools {
+		live := 0
+		for k := range store {
+			if strings.HasPrefix(k, "health/"+id+"/") {
+				live++
+			}
+		}
+		want := !p.HealthCheck || live > 0 || at.Before(p.since.Add(tb.grace))
+		if p.Instances != live || tb.eligibleAt[id] != want {
+			return fmt.Sprintf("pool %s: %d instances (store: %d), eligible %v, want %v", id, p.Instances, live, tb.eligibleAt[id], want)
+		}
+	}
+	return ""
+}
+
+func eventKeys(evs []Event) []string {
+	var out []string
+	for _, e := range evs {
+		op := "put"
+		if e.Deleted {
+			op = "del"
+		} else if e.Created {
+			op = "create"
+		}
+		out = append(out, op+" "+e.Key)
+	}
+	return out
+}
+
+// BenchmarkUpdateOneChange updates the example fleet's table after one
+// route changed: the agent's work per isolated put (compare
+// BenchmarkCompileOneChange).
+func BenchmarkUpdateOneChange(b *testing.B) {
+	prev := Compile(1, kvsOf(b, exampleConfig(b)), nil, CompileOptions{Now: t0})
+	b.ReportAllocs()
+	for n := 0; b.Loop(); n++ {
+		w := n % 101
+		ev := []Event{{KV: KV{Key: "routes/PL", Value: fmt.Appendf(nil, `{"targets":[{"pool":"eu-central","weight":%d},{"pool":"eu-west","weight":%d}]}`, w, 100-w), ModRevision: int64(n + 2)}}}
+		prev = Update(prev, int64(n+2), ev, CompileOptions{Now: t0})
+	}
+}
