@@ -1,7 +1,6 @@
 package routing
 
 import (
-	"encoding/json"
 	"maps"
 	"reflect"
 	"slices"
@@ -29,6 +28,8 @@ type Effective struct {
 	routeDeps, poolDeps []string
 	// sum is the entry's digest (see digest), set when it is encoded.
 	sum uint64
+	// mask holds the bits of routeDeps and poolDeps (see depMask).
+	mask depMask
 }
 
 // Candidate is an eligible pool of an Effective entry.
@@ -157,6 +158,12 @@ func (t *Table) computeEffective(own, class string, now time.Time) *Effective {
 	}
 	e.Degraded = []string(rs)
 	sortCandidates(e.Candidates)
+	for _, name := range e.routeDeps {
+		e.mask.add(name)
+	}
+	for _, name := range e.poolDeps {
+		e.mask.add(name)
+	}
 	return e
 }
 
@@ -306,6 +313,20 @@ func (t *Table) build(now time.Time, prev *Table, d *diff) {
 	t.buildPads(prev, d)
 	t.buildEligible(now, prev, d)
 	t.eff = make([]*Effective, n+1)
+	t.masks = make([]depMask, n+1)
+	t.sums = make([]uint64, n+1)
+	var changed depMask
+	if !full {
+		copy(t.eff, prev.eff)
+		copy(t.masks, prev.masks)
+		copy(t.sums, prev.sums)
+		for _, name := range d.routes.names {
+			changed.add(name)
+		}
+		for _, name := range d.pools.names {
+			changed.add(name)
+		}
+	}
 	var fresh map[[2]string]*Effective
 	var built []int
 	for id := 0; id <= n; id++ {
@@ -314,11 +335,15 @@ func (t *Table) build(now time.Time, prev *Table, d *diff) {
 			name = countries[id]
 		}
 		if !full {
+			// The masks, side by side in one array, rule out most entries
+			// without reading them.
+			if !t.masks[id].meets(changed) {
+				continue
+			}
 			// Countries without a route share one entry, computed for one
 			// of them: its own route is not among the entry's deps.
 			if e := prev.eff[id]; e != nil && (name == "" || !d.routes.has(name)) &&
 				!d.routes.hasAny(e.routeDeps) && !d.pools.hasAny(e.poolDeps) {
-				t.eff[id] = e
 				continue
 			}
 		}
@@ -342,17 +367,47 @@ func (t *Table) build(now time.Time, prev *Table, d *diff) {
 		built = append(built, id)
 	}
 	t.reuseEffective(prev, built)
-	t.validUntil = time.Time{}
-	for _, p := range t.pools {
-		if p.HealthCheck && p.Instances == 0 && p.fixedHealthy == nil {
-			if d := p.since.Add(t.grace); d.After(now) && (t.validUntil.IsZero() || d.Before(t.validUntil)) {
-				t.validUntil = d
+	for _, id := range built {
+		e := t.eff[id]
+		t.masks[id] = e.mask
+		if id < n {
+			t.masks[id].add(countries[id])
+		}
+		t.sums[id] = e.sum
+	}
+	if full || len(d.pools.names) > 0 || !sameMap(t.eligibleAt, prev.eligibleAt) {
+		t.validUntil = time.Time{}
+		for _, p := range t.pools {
+			if p.HealthCheck && p.Instances == 0 && p.fixedHealthy == nil {
+				if d := p.since.Add(t.grace); d.After(now) && (t.validUntil.IsZero() || d.Before(t.validUntil)) {
+					t.validUntil = d
+				}
 			}
 		}
+	} else {
+		t.validUntil = prev.validUntil // no pool changed, no grace window ended
 	}
 	t.checksum = t.computeChecksum(false)
 	t.enc = newEncoded(prev)
 }
+
+// depMask is a 128-bit Bloom filter of the route and pool names an entry
+// depends on: an entry whose mask has no bit of a change's mask does not
+// depend on the change.
+type depMask [2]uint64
+
+// add sets the bit of name.
+func (m *depMask) add(name string) {
+	h := uint64(14695981039346656037) // FNV-1a
+	for i := 0; i < len(name); i++ {
+		h = (h ^ uint64(name[i])) * 1099511628211
+	}
+	h ^= h >> 29
+	m[(h>>6)&1] |= 1 << (h & 63)
+}
+
+// meets reports whether the two masks share a bit.
+func (m depMask) meets(o depMask) bool { return m[0]&o[0] != 0 || m[1]&o[1] != 0 }
 
 // buildPads fills the padded pool ids, from prev's for the pools d does
 // not name.
@@ -439,7 +494,7 @@ func (t *Table) reuseEffective(prev *Table, ids []int) {
 		if prev != nil && len(prev.eff) == len(t.eff) && equalEffective(prev.eff[id], e) {
 			r = prev.eff[id]
 		} else {
-			e.js, _ = json.Marshal(e)
+			e.js = appendEffectiveJSON(nil, e)
 			e.sum = e.digest()
 		}
 		swap[e] = r
@@ -467,14 +522,13 @@ func equalEffective(a, b *Effective) bool {
 }
 
 // computeChecksum digests the effective entries. Each entry's digest is
-// computed once when the entry is built (sum); VerifyChecksum recomputes
-// them from the entries' contents (fresh).
+// computed once when the entry is built (kept in sums); VerifyChecksum
+// recomputes them from the entries' contents (fresh).
 func (t *Table) computeChecksum(fresh bool) uint64 {
 	var h uint64 = 1469598103934665603
-	for id, e := range t.eff {
-		s := e.sum
+	for id, s := range t.sums {
 		if fresh || s == 0 {
-			s = e.digest()
+			s = t.eff[id].digest()
 		}
 		h = (h ^ s ^ uint64(id)) * 1099511628211
 	}

@@ -82,6 +82,10 @@ type Table struct {
 	// eff holds the effective entry of each country, by country id; the
 	// last slot is the unknown country.
 	eff []*Effective
+	// masks and sums hold, side by side, each entry's dependency mask
+	// (with the country's own route name added) and digest.
+	masks []depMask
+	sums  []uint64
 	// validUntil is the first instant at which a pool's health changes by
 	// the clock alone (a grace window ending); zero if never.
 	validUntil time.Time
