@@ -197,13 +197,24 @@ func (t *Table) Effective(country string) *Effective {
 	return t.eff[len(countries)]
 }
 
-// encoded holds the JSON of a table's pools (with their health) and routes,
-// made once, reusing the previous table's encoding of unchanged values.
+// encoded holds the JSON of a table's sections, made once, reusing the
+// previous table's encoding of every unchanged value and section.
 type encoded struct {
 	once            sync.Once
 	done            atomic.Bool
 	prev            *Table // reuse source until encoded; only a table whose own encoding is done
 	poolJS, routeJS map[string][]byte
+	// pools, routes and policy are whole sections (`,"pools":{…}`).
+	pools, routes, policy []byte
+	// eff holds the member of each country id in the effective section
+	// (`,"PL":{…}`), as pieces of shared, never changed byte arrays.
+	eff []effPart
+}
+
+// effPart is a member of the effective section: buf[start:end].
+type effPart struct {
+	buf        []byte
+	start, end int32
 }
 
 // newEncoded prepares the encodings of a table built after prev.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -71,7 +72,12 @@ func (t *Table) JSONInto(dst []byte, writtenAt time.Time) ([]byte, error) {
 	t = t.At(writtenAt)
 	b := bytes.NewBuffer(dst[:0])
 	enc := t.encodings()
-	b.Grow(4096 + 400*len(t.eff) + 200*len(enc.routeJS))
+	runs := effRuns(enc.eff)
+	size := 512 + len(enc.pools) + len(enc.routes) + len(enc.policy)
+	for _, r := range runs {
+		size += len(r)
+	}
+	b.Grow(size)
 	b.WriteString(`{"revision":`)
 	b.WriteString(strconv.FormatInt(t.revision, 10))
 	b.WriteString(`,"epoch":`)
@@ -85,38 +91,17 @@ func (t *Table) JSONInto(dst []byte, writtenAt time.Time) ([]byte, error) {
 		b.WriteString(strconv.FormatUint(t.clusterID, 16))
 		b.WriteByte('"')
 	}
-	writeObject(b, "pools", enc.poolJS)
-	writeObject(b, "routes", enc.routeJS)
-	if err := writeField(b, "policy", policyJSON{Residency: t.policy}); err != nil {
-		return nil, err
-	}
+	b.Write(enc.pools)
+	b.Write(enc.routes)
+	b.Write(enc.policy)
 	b.WriteString(`,"effective":{`)
-	for id, e := range t.eff {
-		if id > 0 {
-			b.WriteByte(',')
-		}
-		name := Unknown
-		if id < len(countries) {
-			name = countries[id]
-		}
-		b.WriteByte('"')
-		b.WriteString(name)
-		b.WriteString(`":`)
-		js := e.js
-		if js == nil {
-			var err error
-			if js, err = json.Marshal(e); err != nil {
-				return nil, fmt.Errorf("encode effective %s: %w", name, err)
-			}
-		}
-		b.Write(js)
+	for _, r := range runs {
+		b.Write(r)
 	}
 	b.WriteByte('}')
-	skipped := t.skipped
-	if skipped == nil {
-		skipped = []Skipped{}
-	}
-	if err := writeField(b, "skipped", skipped); err != nil {
+	if len(t.skipped) == 0 {
+		b.WriteString(`,"skipped":[]`)
+	} else if err := writeField(b, "skipped", t.skipped); err != nil {
 		return nil, err
 	}
 	if len(t.overrides) > 0 {
@@ -128,50 +113,146 @@ func (t *Table) JSONInto(dst []byte, writtenAt time.Time) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// encodeValues encodes the pools (with their health) and routes of the
-// table for JSON, reusing the previous table's encoding of every value that
-// did not change.
+// encodeValues encodes the sections of the table for JSON, reusing the
+// previous table's sections when unchanged and its encoding of every value
+// that did not change.
 func (t *Table) encodeValues(prev *Table) {
 	var pe *encoded
 	if prev != nil {
 		pe = prev.enc
 	}
-	t.enc.poolJS = make(map[string][]byte, len(t.pools))
-	for id, p := range t.pools {
-		healthy := t.eligibleAt[id]
-		if pe != nil {
-			if pp, ok := prev.pools[id]; ok && p.src != nil && pp.src == p.src && prev.eligibleAt[id] == healthy {
-				t.enc.poolJS[id] = pe.poolJS[id]
+	enc := t.enc
+	if pe != nil && sameMap(t.pools, prev.pools) && sameMap(t.eligibleAt, prev.eligibleAt) {
+		enc.poolJS, enc.pools = pe.poolJS, pe.pools
+	} else {
+		enc.poolJS = make(map[string][]byte, len(t.pools))
+		for id, p := range t.pools {
+			healthy := t.eligibleAt[id]
+			if pe != nil {
+				if pp, ok := prev.pools[id]; ok && p.src != nil && pp.src == p.src && prev.eligibleAt[id] == healthy {
+					enc.poolJS[id] = pe.poolJS[id]
+					continue
+				}
+			}
+			enc.poolJS[id], _ = json.Marshal(poolJSON{Pool: p.Pool, Healthy: healthy})
+		}
+		enc.pools = appendObject(nil, "pools", enc.poolJS)
+	}
+	if pe != nil && sameMap(t.routes, prev.routes) {
+		enc.routeJS, enc.routes = pe.routeJS, pe.routes
+	} else {
+		enc.routeJS = make(map[string][]byte, len(t.routes))
+		for name, r := range t.routes {
+			if pe != nil && prev.routes[name] == r {
+				enc.routeJS[name] = pe.routeJS[name]
 				continue
 			}
+			enc.routeJS[name], _ = json.Marshal(r)
 		}
-		t.enc.poolJS[id], _ = json.Marshal(poolJSON{Pool: p.Pool, Healthy: healthy})
+		enc.routes = appendObject(nil, "routes", enc.routeJS)
 	}
-	t.enc.routeJS = make(map[string][]byte, len(t.routes))
-	for name, r := range t.routes {
-		if pe != nil && prev.routes[name] == r {
-			t.enc.routeJS[name] = pe.routeJS[name]
+	if pe != nil && len(prev.good) > 0 && t.sameGoodOrAbsent(prev, PolicyKey) {
+		enc.policy = pe.policy
+	} else {
+		js, _ := json.Marshal(policyJSON{Residency: t.policy})
+		enc.policy = append([]byte(`,"policy":`), js...)
+	}
+	t.encodeEffective(pe, prev)
+}
+
+// encodeEffective makes the members of the effective section. A member
+// whose entry is the previous table's is the previous table's piece (no
+// copy); new members go into one new array. When the pieces come from too
+// many arrays, all members are copied into one again, so rendering stays a
+// few large copies.
+func (t *Table) encodeEffective(pe *encoded, prev *Table) {
+	enc := t.enc
+	enc.eff = make([]effPart, len(t.eff))
+	reuse := pe != nil && len(pe.eff) == len(t.eff) && len(prev.eff) == len(t.eff)
+	var buf []byte
+	for id, e := range t.eff {
+		if reuse && prev.eff[id] == e {
+			enc.eff[id] = pe.eff[id]
 			continue
 		}
-		t.enc.routeJS[name], _ = json.Marshal(r)
+		start := len(buf)
+		buf = appendEffMember(buf, id, e)
+		enc.eff[id] = effPart{start: int32(start), end: int32(len(buf))}
+	}
+	for id := range enc.eff {
+		if enc.eff[id].buf == nil {
+			enc.eff[id].buf = buf
+		}
+	}
+	if runs := len(effRuns(enc.eff)); runs > 32 {
+		buf = buf[:0:0]
+		for id, e := range t.eff {
+			start := len(buf)
+			buf = appendEffMember(buf, id, e)
+			enc.eff[id] = effPart{start: int32(start), end: int32(len(buf))}
+		}
+		for id := range enc.eff {
+			enc.eff[id].buf = buf
+		}
 	}
 }
 
-// writeObject appends ,"name":{…} from encoded members, in key order.
-func writeObject(b *bytes.Buffer, name string, members map[string][]byte) {
-	b.WriteString(`,"`)
-	b.WriteString(name)
-	b.WriteString(`":{`)
+// appendEffMember appends the effective member of country id.
+func appendEffMember(b []byte, id int, e *Effective) []byte {
+	if id > 0 {
+		b = append(b, ',')
+	}
+	name := Unknown
+	if id < len(countries) {
+		name = countries[id]
+	}
+	b = append(b, '"')
+	b = append(b, name...)
+	b = append(b, `":`...)
+	if e.js != nil {
+		return append(b, e.js...)
+	}
+	return appendEffectiveJSON(b, e)
+}
+
+// effRuns merges the pieces that follow each other in the same array.
+func effRuns(parts []effPart) [][]byte {
+	var runs [][]byte
+	for i := 0; i < len(parts); {
+		p := parts[i]
+		end := p.end
+		j := i + 1
+		for ; j < len(parts) && parts[j].start == end && sameArray(parts[j].buf, p.buf); j++ {
+			end = parts[j].end
+		}
+		runs = append(runs, p.buf[p.start:end])
+		i = j
+	}
+	return runs
+}
+
+// sameArray reports whether two non-empty slices share their first element.
+func sameArray(a, b []byte) bool { return len(a) > 0 && len(b) > 0 && &a[0] == &b[0] }
+
+// appendObject appends ,"name":{…} from encoded members, in key order.
+func appendObject(b []byte, name string, members map[string][]byte) []byte {
+	size := len(name) + 8
+	for k, v := range members {
+		size += len(k) + len(v) + 4
+	}
+	b = slices.Grow(b, size)
+	b = append(b, `,"`...)
+	b = append(b, name...)
+	b = append(b, `":{`...)
 	for i, k := range sortedKeys(members) {
 		if i > 0 {
-			b.WriteByte(',')
+			b = append(b, ',')
 		}
-		kb, _ := json.Marshal(k)
-		b.Write(kb)
-		b.WriteByte(':')
-		b.Write(members[k])
+		b = appendJSONString(b, k)
+		b = append(b, ':')
+		b = append(b, members[k]...)
 	}
-	b.WriteByte('}')
+	return append(b, '}')
 }
 
 // writeField appends ,"name":<json of v>.

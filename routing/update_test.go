@@ -217,6 +217,14 @@ func TestUpdateRefuses(t *testing.T) {
 // every pool's health follows its live health keys in store (the rule of
 // DESIGN §4, written out again here).
 func checkAgainstRecompute(tb *Table, at time.Time, store map[string]KV) string {
+	// The JSON reuses the previous table's sections: render once afresh.
+	cp := *tb
+	cp.enc = &encoded{}
+	spliced, _ := tb.JSON(at)
+	plain, _ := cp.JSON(at)
+	if d := firstDiffAll(spliced, plain); d != "" || !bytes.Equal(spliced, plain) {
+		return "the JSON differs from a fresh render: " + d
+	}
 	for id, e := range tb.eff {
 		name := Unknown
 		own := ""
@@ -267,5 +275,20 @@ func BenchmarkUpdateOneChange(b *testing.B) {
 		w := n % 101
 		ev := []Event{{KV: KV{Key: "routes/PL", Value: fmt.Appendf(nil, `{"targets":[{"pool":"eu-central","weight":%d},{"pool":"eu-west","weight":%d}]}`, w, 100-w), ModRevision: int64(n + 2)}}}
 		prev = Update(prev, int64(n+2), ev, CompileOptions{Now: t0})
+	}
+}
+
+// BenchmarkUpdateAndRender is the agent's whole work per isolated change
+// with a snapshot file: update the table after one route changed, then
+// render its JSON into a reused buffer.
+func BenchmarkUpdateAndRender(b *testing.B) {
+	prev := Compile(1, kvsOf(b, exampleConfig(b)), nil, CompileOptions{Now: t0})
+	buf, _ := prev.JSONInto(nil, t0)
+	b.ReportAllocs()
+	for n := 0; b.Loop(); n++ {
+		w := n % 101
+		ev := []Event{{KV: KV{Key: "routes/PL", Value: fmt.Appendf(nil, `{"targets":[{"pool":"eu-central","weight":%d},{"pool":"eu-west","weight":%d}]}`, w, 100-w), ModRevision: int64(n + 2)}}}
+		prev = Update(prev, int64(n+2), ev, CompileOptions{Now: t0})
+		buf, _ = prev.JSONInto(buf, t0)
 	}
 }
