@@ -106,6 +106,9 @@ func unmarshalUnknown(raw []byte, v any) ([]string, Errors) {
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return nil, Errors{{Msg: fmt.Sprintf("value must be a JSON object, got %q", truncate(raw))}}
 	}
+	if json.Valid(trimmed) {
+		return decodeJSONObject(trimmed, v)
+	}
 	if err := json.Unmarshal(trimmed, new(json.RawMessage)); err != nil {
 		var se *json.SyntaxError
 		if errors.As(err, &se) {
@@ -113,7 +116,7 @@ func unmarshalUnknown(raw []byte, v any) ([]string, Errors) {
 		}
 		return nil, Errors{{Msg: "invalid JSON: " + err.Error()}}
 	}
-	return decodeJSONObject(trimmed, v)
+	return decodeJSONObject(trimmed, v) // not reached: json.Valid and json.Unmarshal agree
 }
 
 func truncate(raw []byte) string {

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 // jsonDecoder decodes JSON into the value types of this package (Pool,
@@ -91,15 +93,15 @@ func (d *jsonDecoder) typeErr(path, want string, raw []byte) {
 
 // object decodes a JSON object into the struct v.
 func (d *jsonDecoder) object(raw []byte, v reflect.Value, path string) {
-	var m map[string]json.RawMessage
-	if raw[0] != '{' || json.Unmarshal(raw, &m) != nil {
+	if raw[0] != '{' {
 		d.typeErr(path, "an object", raw)
 		return
 	}
 	info := infoOf(v.Type())
-	for _, k := range sortedKeys(m) {
+	for _, m := range splitObject(raw) {
+		k := m.key
 		if i, ok := info.fields[k]; ok {
-			d.value(m[k], v.Field(i), joinPath(path, k))
+			d.value(m.raw, v.Field(i), joinPath(path, k))
 			continue
 		}
 		if info.extra < 0 {
@@ -110,7 +112,7 @@ func (d *jsonDecoder) object(raw []byte, v reflect.Value, path string) {
 		if ev.IsNil() {
 			ev.Set(reflect.ValueOf(Extra{}))
 		}
-		ev.SetMapIndex(reflect.ValueOf(k), reflect.ValueOf(canonicalRaw(m[k])))
+		ev.SetMapIndex(reflect.ValueOf(k), reflect.ValueOf(canonicalRaw(m.raw)))
 	}
 }
 
@@ -123,36 +125,52 @@ func (d *jsonDecoder) value(raw []byte, v reflect.Value, path string) {
 	case reflect.Struct:
 		d.object(raw, v, path)
 	case reflect.Slice:
-		var items []json.RawMessage
-		if raw[0] != '[' || json.Unmarshal(raw, &items) != nil {
+		if raw[0] != '[' {
 			d.typeErr(path, "a list", raw)
 			return
 		}
+		items := splitArray(raw)
 		s := reflect.MakeSlice(v.Type(), len(items), len(items))
 		for i, item := range items {
 			d.value(item, s.Index(i), fmt.Sprintf("%s[%d]", path, i))
 		}
 		v.Set(s)
 	case reflect.Map:
-		var m map[string]json.RawMessage
-		if raw[0] != '{' || json.Unmarshal(raw, &m) != nil {
+		if raw[0] != '{' {
 			d.typeErr(path, "an object", raw)
 			return
 		}
-		out := reflect.MakeMapWithSize(v.Type(), len(m))
-		for _, k := range sortedKeys(m) {
+		members := splitObject(raw)
+		if v.Type() == reflect.TypeOf(map[string]string(nil)) { // attrs: the common case, without reflection
+			out := make(map[string]string, len(members))
+			for _, m := range members {
+				if string(m.raw) == "null" {
+					out[m.key] = "" // as value() leaves a null
+					continue
+				}
+				if m.raw[0] != '"' {
+					d.typeErr(joinPath(path, m.key), "a string", m.raw)
+					out[m.key] = ""
+					continue
+				}
+				out[m.key] = decodeString(m.raw)
+			}
+			v.Set(reflect.ValueOf(out))
+			return
+		}
+		out := reflect.MakeMapWithSize(v.Type(), len(members))
+		for _, m := range members {
 			e := reflect.New(v.Type().Elem()).Elem()
-			d.value(m[k], e, joinPath(path, k))
-			out.SetMapIndex(reflect.ValueOf(k), e)
+			d.value(m.raw, e, joinPath(path, m.key))
+			out.SetMapIndex(reflect.ValueOf(m.key), e)
 		}
 		v.Set(out)
 	case reflect.String:
-		var s string
-		if raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+		if raw[0] != '"' {
 			d.typeErr(path, "a string", raw)
 			return
 		}
-		v.SetString(s)
+		v.SetString(decodeString(raw))
 	case reflect.Int, reflect.Int64:
 		n, err := strconv.ParseInt(string(raw), 10, 64)
 		if err != nil || v.OverflowInt(n) {
@@ -184,4 +202,111 @@ func canonicalRaw(raw []byte) json.RawMessage {
 	}
 	json.HTMLEscape(&e, c.Bytes())
 	return e.Bytes()
+}
+
+// The decoder's input was validated as JSON (json.Valid) before decoding
+// starts, so the helpers below only split it, without checking syntax
+// again and without encoding/json's reflection.
+
+// jsonMember is a member of a JSON object: its key and raw value.
+type jsonMember struct {
+	key string
+	raw []byte
+}
+
+// splitObject returns the members of a valid JSON object sorted by key;
+// of duplicate keys the last one wins (as with encoding/json and a map).
+func splitObject(raw []byte) []jsonMember {
+	var out []jsonMember
+	i := skipWS(raw, 1)
+	for i < len(raw) && raw[i] != '}' {
+		kEnd := skipValue(raw, i)
+		key := decodeString(raw[i:kEnd])
+		vStart := skipWS(raw, skipWS(raw, kEnd)+1) // past ':'
+		vEnd := skipValue(raw, vStart)
+		out = append(out, jsonMember{key: key, raw: raw[vStart:vEnd]})
+		i = skipWS(raw, vEnd)
+		if i < len(raw) && raw[i] == ',' {
+			i = skipWS(raw, i+1)
+		}
+	}
+	sort.SliceStable(out, func(a, b int) bool { return out[a].key < out[b].key })
+	dedup := out[:0]
+	for j, m := range out {
+		if j+1 < len(out) && out[j+1].key == m.key {
+			continue // a later duplicate follows
+		}
+		dedup = append(dedup, m)
+	}
+	return dedup
+}
+
+// splitArray returns the raw items of a valid JSON array.
+func splitArray(raw []byte) [][]byte {
+	var out [][]byte
+	i := skipWS(raw, 1)
+	for i < len(raw) && raw[i] != ']' {
+		end := skipValue(raw, i)
+		out = append(out, raw[i:end])
+		i = skipWS(raw, end)
+		if i < len(raw) && raw[i] == ',' {
+			i = skipWS(raw, i+1)
+		}
+	}
+	return out
+}
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipValue returns where the valid JSON value starting at i ends.
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		for i++; i < len(b); i++ {
+			switch b[i] {
+			case '\\':
+				i++
+			case '"':
+				return i + 1
+			}
+		}
+		return i
+	case '{', '[':
+		depth := 0
+		for ; i < len(b); i++ {
+			switch b[i] {
+			case '"':
+				i = skipValue(b, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+		}
+		return i
+	}
+	for i < len(b) && !strings.ContainsRune(",}] \t\r\n", rune(b[i])) {
+		i++
+	}
+	return i
+}
+
+// decodeString decodes a valid JSON string: as is when it has no escapes
+// and is valid UTF-8, else by encoding/json (which also replaces invalid
+// UTF-8 as it always did).
+func decodeString(raw []byte) string {
+	body := raw[1 : len(raw)-1]
+	if bytes.IndexByte(body, '\\') < 0 && utf8.Valid(body) {
+		return string(body)
+	}
+	var s string
+	json.Unmarshal(raw, &s)
+	return s
 }
