@@ -40,6 +40,8 @@ type Agent struct {
 	seed   *routing.Table
 	seedAt time.Time
 	mirror atomic.Pointer[watch.Mirror]
+	// mirrorSet is closed once mirror is set.
+	mirrorSet chan struct{}
 }
 
 // New validates cfg, loads the snapshot file if there is one, and opens the
@@ -52,7 +54,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	a := &Agent{cfg: cfg, log: cfg.Logger, registry: prometheus.NewRegistry()}
+	a := &Agent{cfg: cfg, log: cfg.Logger, registry: prometheus.NewRegistry(), mirrorSet: make(chan struct{})}
 	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.loadSnapshot()
 	a.api = api.New(api.Config{Node: cfg.Node, MaxStale: cfg.MaxStale, Registerer: a.registry,
@@ -74,6 +76,15 @@ func (s source) Table() *routing.Table {
 		return m.Table()
 	}
 	return s.a.seed
+}
+
+// Changed returns a channel closed at the mirror's next table swap, or,
+// before the mirror exists, when it is created.
+func (s source) Changed() <-chan struct{} {
+	if m := s.a.mirror.Load(); m != nil {
+		return m.Changed()
+	}
+	return s.a.mirrorSet
 }
 
 // Status returns the mirror's status, or the snapshot's.
@@ -235,6 +246,7 @@ func (a *Agent) runEtcd(ctx context.Context) error {
 		m.Seed(a.seed, a.seedAt)
 	}
 	a.mirror.Store(m)
+	close(a.mirrorSet)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return m.Run(gctx) })
 	if a.cfg.Snapshot != "" {

@@ -5,9 +5,11 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,7 +24,15 @@ import (
 type Source interface {
 	Table() *routing.Table
 	Status() watch.Status
+	// Changed returns a channel closed at the next table swap.
+	Changed() <-chan struct{}
 }
+
+// MaxWait bounds the wait of a blocking query (min_revision).
+const MaxWait = 5 * time.Minute
+
+// DefaultWait is the wait of a blocking query that names no wait.
+const DefaultWait = 30 * time.Second
 
 // Config configures the API.
 type Config struct {
@@ -112,8 +122,57 @@ type errorBody struct {
 	Reasons []string `json:"reasons,omitempty"`
 }
 
+// tableFor returns the table a request is answered from. With
+// min_revision=N it waits (up to wait=, default DefaultWait, at most
+// MaxWait) until the table is current at revision N or later, and answers
+// with the table it has when the wait ends (its revision tells which), as
+// Consul's blocking queries do: a client that just wrote at revision N
+// reads its write without polling. It writes a 400 and returns false for
+// malformed parameters.
+func (s *Server) tableFor(w http.ResponseWriter, r *http.Request) (*routing.Table, bool) {
+	q := r.URL.Query()
+	if !q.Has("min_revision") {
+		if q.Has("wait") {
+			writeJSON(w, http.StatusBadRequest, errorBody{Error: "wait needs min_revision: ?min_revision=N&wait=5s waits until the table is current at revision N"})
+			return nil, false
+		}
+		return s.src.Table(), true
+	}
+	min, err := strconv.ParseInt(q.Get("min_revision"), 10, 64)
+	if err != nil || min < 0 {
+		writeJSON(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("min_revision %q is not a non-negative integer (an etcd revision)", q.Get("min_revision"))})
+		return nil, false
+	}
+	wait := DefaultWait
+	if q.Has("wait") {
+		if wait, err = time.ParseDuration(q.Get("wait")); err != nil || wait < 0 || wait > MaxWait {
+			writeJSON(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("wait %q is not a duration between 0s and %v (e.g. 500ms, 5s)", q.Get("wait"), MaxWait)})
+			return nil, false
+		}
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		changed := s.src.Changed()
+		t := s.src.Table()
+		if t != nil && t.Revision() >= min {
+			return t, true
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return s.src.Table(), true
+		case <-r.Context().Done():
+			return s.src.Table(), true
+		}
+	}
+}
+
 func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request) {
-	t := s.src.Table()
+	t, ok := s.tableFor(w, r)
+	if !ok {
+		return
+	}
 	if t == nil {
 		s.resolves.WithLabelValues("no_table").Inc()
 		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "no routing table loaded yet"})
@@ -152,8 +211,11 @@ func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, d)
 }
 
-func (s *Server) handleTable(w http.ResponseWriter, _ *http.Request) {
-	t := s.src.Table()
+func (s *Server) handleTable(w http.ResponseWriter, r *http.Request) {
+	t, ok := s.tableFor(w, r)
+	if !ok {
+		return
+	}
 	if t == nil {
 		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "no routing table loaded yet"})
 		return
