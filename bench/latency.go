@@ -11,6 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/regiond/regiond/internal/stagetrace"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -33,6 +34,14 @@ type LatencyRun struct {
 	FloorResolvePhase Dist `json:"floor_resolve_phase"`
 	// ResolveMinusFloor is, per put, Resolve − the floor of the same put.
 	ResolveMinusFloor Dist `json:"resolve_minus_floor"`
+	// Blocking is put → a blocking query (/v1/resolve?min_revision=N,
+	// sent before the put) answers with the decision of the new value: no
+	// polling load on the CPUs.
+	Blocking Dist `json:"blocking"`
+	// FloorBlockingPhase is the floor measured on the same puts as
+	// Blocking; BlockingMinusFloor is, per put, Blocking − that floor.
+	FloorBlockingPhase Dist `json:"floor_blocking_phase"`
+	BlockingMinusFloor Dist `json:"blocking_minus_floor"`
 	// Ack is the put's own round trip.
 	Ack Dist `json:"ack"`
 	// PollsPerPut is the median number of /v1/resolve requests per put.
@@ -162,8 +171,10 @@ func (e *latencyEnv) runFilePhase(ctx context.Context, n int, out *LatencyRun) e
 			}
 			file = append(file, so.at.Sub(t0))
 			delta = append(delta, so.at.Sub(fo.at))
+			stagetrace.Rec("bench", rev, t0, acked, fo.at, so.at)
 		}
 		ack = append(ack, acked.Sub(t0))
+
 		prevStart, prevDone = t0, time.Now()
 	}
 	out.Floor, out.File, out.FileMinusFloor = dist(floor), dist(file), dist(delta)
@@ -174,6 +185,8 @@ func (e *latencyEnv) runFilePhase(ctx context.Context, n int, out *LatencyRun) e
 type pollJob struct {
 	want  string
 	after int64
+	// block: first ask with a blocking query for a revision past after.
+	block bool
 }
 
 type pollResult struct {
@@ -197,9 +210,30 @@ func (e *latencyEnv) poller(ctx context.Context, jobs <-chan pollJob, results ch
 		Pool     string `json:"pool"`
 		Revision int64  `json:"revision"`
 	}
+	var blocking *rawGetter
+	defer func() {
+		if blocking != nil {
+			blocking.Close()
+		}
+	}()
 	for job := range jobs {
 		deadline := time.Now().Add(5 * time.Second)
 		polls := 0
+		if job.block {
+			bpath := fmt.Sprintf("%s&min_revision=%d&wait=5s", path, job.after+1)
+			if blocking == nil {
+				blocking = newRawGetter(strings.TrimPrefix(e.ag.base, "http://"), bpath)
+			}
+			blocking.setPath(bpath)
+			code, body, err := blocking.get()
+			polls++
+			if err == nil && code == 200 {
+				if pool, rev, found := decisionFields(body); found && string(pool) == job.want && rev > job.after {
+					results <- pollResult{at: time.Now(), rev: rev, polls: polls}
+					continue
+				}
+			}
+		}
 		for {
 			code, body, err := get(path)
 			polls++
@@ -231,6 +265,18 @@ func (e *latencyEnv) poller(ctx context.Context, jobs <-chan pollJob, results ch
 // runResolvePhase: n isolated puts, each timed to the plain watch and to
 // /v1/resolve returning the new decision.
 func (e *latencyEnv) runResolvePhase(ctx context.Context, n int, out *LatencyRun) error {
+	return e.runQueryPhase(ctx, n, false, &out.Resolve, &out.FloorResolvePhase, &out.ResolveMinusFloor, &out.PollsPerPut, &out.Anomalies)
+}
+
+// runBlockingPhase: n isolated puts, each timed to the plain watch and to
+// a blocking /v1/resolve query (sent before the put) answering with the
+// new decision.
+func (e *latencyEnv) runBlockingPhase(ctx context.Context, n int, out *LatencyRun) error {
+	var polls float64
+	return e.runQueryPhase(ctx, n, true, &out.Blocking, &out.FloorBlockingPhase, &out.BlockingMinusFloor, &polls, &out.Anomalies)
+}
+
+func (e *latencyEnv) runQueryPhase(ctx context.Context, n int, block bool, resolveD, floorD, deltaD *Dist, pollsPerPut *float64, anomalies *int) error {
 	jobs, results := make(chan pollJob), make(chan pollResult, 1)
 	defer close(jobs)
 	go e.poller(ctx, jobs, results)
@@ -241,7 +287,10 @@ func (e *latencyEnv) runResolvePhase(ctx context.Context, n int, out *LatencyRun
 		if err := e.pace(ctx, prevStart, prevDone); err != nil {
 			return err
 		}
-		jobs <- pollJob{want: e.flipPool[e.next], after: e.lastRev}
+		jobs <- pollJob{want: e.flipPool[e.next], after: e.lastRev, block: block}
+		if block {
+			time.Sleep(time.Millisecond) // the query reaches the agent before the put does
+		}
 		t0, _, rev, err := e.put(ctx)
 		if err != nil {
 			return err
@@ -255,7 +304,7 @@ func (e *latencyEnv) runResolvePhase(ctx context.Context, n int, out *LatencyRun
 			return fmt.Errorf("%w\n%s", r.err, e.ag.logTail())
 		}
 		if r.rev < rev {
-			out.Anomalies++
+			*anomalies++
 		}
 		floor = append(floor, fo.at.Sub(t0))
 		resolve = append(resolve, r.at.Sub(t0))
@@ -263,8 +312,8 @@ func (e *latencyEnv) runResolvePhase(ctx context.Context, n int, out *LatencyRun
 		polls = append(polls, float64(r.polls))
 		prevStart, prevDone = t0, time.Now()
 	}
-	out.Resolve, out.FloorResolvePhase, out.ResolveMinusFloor = dist(resolve), dist(floor), dist(delta)
-	out.PollsPerPut = median(polls)
+	*resolveD, *floorD, *deltaD = dist(resolve), dist(floor), dist(delta)
+	*pollsPerPut = median(polls)
 	return nil
 }
 

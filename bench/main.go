@@ -306,9 +306,13 @@ func runLatencyAndBurst(ctx context.Context, o options, rep *Report, cli *client
 			if err := e.runResolvePhase(ctx, o.puts, &lr); err != nil {
 				return err
 			}
+			logf(o, "run %d/%d: %d isolated puts → plain watch + blocking /v1/resolve query ...", i+1, o.runs, o.puts)
+			if err := e.runBlockingPhase(ctx, o.puts, &lr); err != nil {
+				return err
+			}
 			lr.ForeignCPUPct = foreignPct(c0, sampleCPU(etcd.pid(), ag.pid()))
-			logf(o, "run %d/%d: floor p50 %.3f ms, file p50 %.3f ms, resolve p50 %.3f ms (other processes: %.0f%% CPU)", i+1, o.runs,
-				lr.Floor.P50, lr.File.P50, lr.Resolve.P50, lr.ForeignCPUPct)
+			logf(o, "run %d/%d: floor p50 %.3f ms, file p50 %.3f ms, resolve p50 %.3f ms polled, %.3f ms blocking (other processes: %.0f%% CPU)", i+1, o.runs,
+				lr.Floor.P50, lr.File.P50, lr.Resolve.P50, lr.Blocking.P50, lr.ForeignCPUPct)
 			p50, _ := ag.metric(`regiond_watch_apply_seconds{quantile="0.5"}`)
 			p99, _ := ag.metric(`regiond_watch_apply_seconds{quantile="0.99"}`)
 			logf(o, "run %d/%d: inside the agent, watch response → table swapped: p50 %.3f ms, p99 %.3f ms", i+1, o.runs, p50*1e3, p99*1e3)

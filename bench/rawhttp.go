@@ -28,6 +28,11 @@ func newRawGetter(addr, path string) *rawGetter {
 		req: []byte("GET " + path + " HTTP/1.1\r\nHost: " + addr + "\r\nUser-Agent: regiond-bench\r\n\r\n")}
 }
 
+// setPath changes the request's path (same connection).
+func (g *rawGetter) setPath(path string) {
+	g.req = []byte("GET " + path + " HTTP/1.1\r\nHost: " + g.addr + "\r\nUser-Agent: regiond-bench\r\n\r\n")
+}
+
 func (g *rawGetter) Close() {
 	if g.conn != nil {
 		g.conn.Close()
