@@ -11,7 +11,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/regiond/regiond/internal/stagetrace"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -171,7 +170,6 @@ func (e *latencyEnv) runFilePhase(ctx context.Context, n int, out *LatencyRun) e
 			}
 			file = append(file, so.at.Sub(t0))
 			delta = append(delta, so.at.Sub(fo.at))
-			stagetrace.Rec("bench", rev, t0, acked, fo.at, so.at)
 		}
 		ack = append(ack, acked.Sub(t0))
 
