@@ -210,15 +210,15 @@ func checkTargets(errs *Errors, targets []Target) {
 	sum := 0
 	seen := map[string]bool{}
 	for i, t := range targets {
-		f := fmt.Sprintf("targets[%d]", i)
+		f := func() string { return "targets[" + strconv.Itoa(i) + "]" } // only on error: no formatting on the change path
 		if !ValidPoolID(t.Pool) {
-			errs.add("", f+".pool", "invalid pool id %q", t.Pool)
+			errs.add("", f()+".pool", "invalid pool id %q", t.Pool)
 		} else if seen[t.Pool] {
-			errs.add("", f+".pool", "pool %s listed twice", t.Pool)
+			errs.add("", f()+".pool", "pool %s listed twice", t.Pool)
 		}
 		seen[t.Pool] = true
 		if t.Weight < 0 || t.Weight > 100 {
-			errs.add("", f+".weight", "must be 0..100, got %d", t.Weight)
+			errs.add("", f()+".weight", "must be 0..100, got %d", t.Weight)
 		}
 		sum += t.Weight
 	}
@@ -243,14 +243,14 @@ func (r *Route) normalize(name string) Errors {
 	checkTargets(&errs, r.Targets)
 	seen := map[string]bool{}
 	for i, f := range r.Fallback {
-		field := fmt.Sprintf("fallback[%d]", i)
+		field := func() string { return "fallback[" + strconv.Itoa(i) + "]" }
 		switch {
 		case !ValidRouteName(f):
-			errs.add("", field, "invalid route name %q", f)
+			errs.add("", field(), "invalid route name %q", f)
 		case f == name:
-			errs.add("", field, "route falls back to itself")
+			errs.add("", field(), "route falls back to itself")
 		case seen[f]:
-			errs.add("", field, "%s listed twice", f)
+			errs.add("", field(), "%s listed twice", f)
 		}
 		seen[f] = true
 	}

@@ -3,7 +3,6 @@ package routing
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"reflect"
 	"sort"
 	"strconv"
@@ -132,7 +131,7 @@ func (d *jsonDecoder) value(raw []byte, v reflect.Value, path string) {
 		items := splitArray(raw)
 		s := reflect.MakeSlice(v.Type(), len(items), len(items))
 		for i, item := range items {
-			d.value(item, s.Index(i), fmt.Sprintf("%s[%d]", path, i))
+			d.value(item, s.Index(i), path+"["+strconv.Itoa(i)+"]")
 		}
 		v.Set(s)
 	case reflect.Map:
