@@ -95,7 +95,17 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session) {
 			p.log.Warn("agent status: lease lost; starting a new session")
 			return
 		case <-p.mirror.Changed():
+			// Let the change settle first: the status put (an etcd write)
+			// then stays off the path that serves and writes the change.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(statusSettle):
+			}
 		case <-tick.C:
 		}
 	}
 }
+
+// statusSettle is how long the status waits after a table change.
+const statusSettle = 50 * time.Millisecond
