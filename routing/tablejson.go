@@ -1,7 +1,6 @@
 package routing
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -70,47 +69,108 @@ func (t *Table) JSON(writtenAt time.Time) ([]byte, error) { return t.JSONInto(ni
 // overwritten), so a caller that renders often can reuse its buffers.
 func (t *Table) JSONInto(dst []byte, writtenAt time.Time) ([]byte, error) {
 	t = t.At(writtenAt)
-	b := bytes.NewBuffer(dst[:0])
 	enc := t.encodings()
-	runs := effRuns(enc.eff)
+	var runsBuf [40][]byte
+	runs := appendEffRuns(runsBuf[:0], enc.eff)
 	size := 512 + len(enc.pools) + len(enc.routes) + len(enc.policy)
 	for _, r := range runs {
 		size += len(r)
 	}
-	b.Grow(size)
-	b.WriteString(`{"revision":`)
-	b.WriteString(strconv.FormatInt(t.revision, 10))
-	b.WriteString(`,"epoch":`)
-	b.WriteString(strconv.FormatInt(t.epoch, 10))
-	b.WriteString(`,"written_at":"`)
-	b.WriteString(writtenAt.UTC().Format(time.RFC3339Nano))
-	b.WriteString(`","stale":`)
-	b.WriteString(strconv.FormatBool(t.stale))
-	if t.clusterID != 0 {
-		b.WriteString(`,"cluster_id":"`)
-		b.WriteString(strconv.FormatUint(t.clusterID, 16))
-		b.WriteByte('"')
-	}
-	b.Write(enc.pools)
-	b.Write(enc.routes)
-	b.Write(enc.policy)
-	b.WriteString(`,"effective":{`)
+	b := slices.Grow(dst[:0], size)
+	b = t.appendHeader(b, writtenAt)
+	b = append(b, enc.pools...)
+	b = append(b, enc.routes...)
+	b = append(b, enc.policy...)
+	b = append(b, effectiveOpen...)
 	for _, r := range runs {
-		b.Write(r)
+		b = append(b, r...)
 	}
-	b.WriteByte('}')
-	if len(t.skipped) == 0 {
-		b.WriteString(`,"skipped":[]`)
-	} else if err := writeField(b, "skipped", t.skipped); err != nil {
+	b, err := t.appendTail(b)
+	if err != nil {
 		return nil, err
 	}
-	if len(t.overrides) > 0 {
-		if err := writeField(b, "overrides", t.overrides); err != nil {
-			return nil, err
+	return b, nil
+}
+
+// JSONSegments returns JSON(writtenAt) as segments whose concatenation is
+// that document, without copying its bulk (for writev): the sections and
+// the runs of effective members are the table's own encodings, and only
+// the small parts (the header, the opening of the effective section,
+// skipped, overrides, the closing brace) are made, in scratch. The
+// segments and the small parts are appended to dst[:0] and scratch[:0],
+// so a caller that renders often can reuse both.
+//
+// The first segment is the header: the opening brace and the members
+// revision, epoch, written_at, stale and cluster_id, in this order. No
+// segment is empty, and there are a few dozen at most.
+//
+// The returned slices alias the table's encodings and scratch: callers
+// must not modify them. The table's encodings never change, so segments
+// stay valid while held (they keep the arrays alive), however long; the
+// small parts stay valid until scratch is reused.
+func (t *Table) JSONSegments(dst [][]byte, scratch []byte, writtenAt time.Time) (segs [][]byte, scratchOut []byte, err error) {
+	t = t.At(writtenAt)
+	enc := t.encodings()
+	// All the small parts first, then the segments into scratch, each
+	// capped at its end.
+	s := t.appendHeader(scratch[:0], writtenAt)
+	header := len(s)
+	s = append(s, effectiveOpen...)
+	open := len(s)
+	if s, err = t.appendTail(s); err != nil {
+		return dst[:0], s, err
+	}
+	segs = append(dst[:0], s[:header:header])
+	for _, sec := range [][]byte{enc.pools, enc.routes, enc.policy} {
+		if len(sec) > 0 {
+			segs = append(segs, sec)
 		}
 	}
-	b.WriteByte('}')
-	return b.Bytes(), nil
+	segs = append(segs, s[header:open:open])
+	segs = appendEffRuns(segs, enc.eff)
+	segs = append(segs, s[open:len(s):len(s)])
+	return segs, s, nil
+}
+
+// effectiveOpen opens the effective section.
+const effectiveOpen = `,"effective":{`
+
+// appendHeader appends the table JSON up to the pools: the opening brace
+// and the members revision, epoch, written_at, stale and cluster_id.
+func (t *Table) appendHeader(b []byte, writtenAt time.Time) []byte {
+	b = append(b, `{"revision":`...)
+	b = strconv.AppendInt(b, t.revision, 10)
+	b = append(b, `,"epoch":`...)
+	b = strconv.AppendInt(b, t.epoch, 10)
+	b = append(b, `,"written_at":"`...)
+	b = writtenAt.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","stale":`...)
+	b = strconv.AppendBool(b, t.stale)
+	if t.clusterID != 0 {
+		b = append(b, `,"cluster_id":"`...)
+		b = strconv.AppendUint(b, t.clusterID, 16)
+		b = append(b, '"')
+	}
+	return b
+}
+
+// appendTail appends the table JSON after the effective members: the end
+// of the effective section, skipped, overrides and the closing brace. On
+// error it returns b as far as written.
+func (t *Table) appendTail(b []byte) ([]byte, error) {
+	b = append(b, '}')
+	var err error
+	if len(t.skipped) == 0 {
+		b = append(b, `,"skipped":[]`...)
+	} else if b, err = appendField(b, "skipped", t.skipped); err != nil {
+		return b, err
+	}
+	if len(t.overrides) > 0 {
+		if b, err = appendField(b, "overrides", t.overrides); err != nil {
+			return b, err
+		}
+	}
+	return append(b, '}'), nil
 }
 
 // encodeValues encodes the sections of the table for JSON, reusing the
@@ -216,8 +276,10 @@ func appendEffMember(b []byte, id int, e *Effective) []byte {
 }
 
 // effRuns merges the pieces that follow each other in the same array.
-func effRuns(parts []effPart) [][]byte {
-	var runs [][]byte
+func effRuns(parts []effPart) [][]byte { return appendEffRuns(nil, parts) }
+
+// appendEffRuns appends the runs of effRuns to runs.
+func appendEffRuns(runs [][]byte, parts []effPart) [][]byte {
 	for i := 0; i < len(parts); {
 		p := parts[i]
 		end := p.end
@@ -255,17 +317,16 @@ func appendObject(b []byte, name string, members map[string][]byte) []byte {
 	return append(b, '}')
 }
 
-// writeField appends ,"name":<json of v>.
-func writeField(b *bytes.Buffer, name string, v any) error {
+// appendField appends ,"name":<json of v>.
+func appendField(b []byte, name string, v any) ([]byte, error) {
 	js, err := json.Marshal(v)
 	if err != nil {
-		return fmt.Errorf("encode table %s: %w", name, err)
+		return b, fmt.Errorf("encode table %s: %w", name, err)
 	}
-	b.WriteString(`,"`)
-	b.WriteString(name)
-	b.WriteString(`":`)
-	b.Write(js)
-	return nil
+	b = append(b, `,"`...)
+	b = append(b, name...)
+	b = append(b, `":`...)
+	return append(b, js...), nil
 }
 
 // LoadTableJSON rebuilds a table from table JSON written by JSON

@@ -21,6 +21,11 @@ var ErrSymlink = errors.New("snapfile: path is a symbolic link; refusing to writ
 // WriteFile atomically replaces path with data, mode perm. The directory
 // is created (0755) if missing. A symlink at path is refused.
 func WriteFile(path string, data []byte, perm os.FileMode) error {
+	return writeFile(path, [][]byte{data}, perm)
+}
+
+// writeFile is WriteFile of the concatenation of segs.
+func writeFile(path string, segs [][]byte, perm os.FileMode) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("snapfile: create directory %s: %w", dir, err)
@@ -32,7 +37,7 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 	if err != nil {
 		return err
 	}
-	if err := tmp.commit(path, data); err != nil {
+	if err := tmp.commit(path, segs); err != nil {
 		return err
 	}
 	return syncDir(dir)
@@ -86,26 +91,17 @@ func createTemp(dir, base string, perm os.FileMode, prealloc int64) (*tempFile, 
 	}
 }
 
-// commit writes data into the temp file, fsyncs and closes it, and renames
-// it to path. On error the temp file is closed and removed.
-func (t *tempFile) commit(path string, data []byte) (err error) {
+// commit writes the concatenation of segs into the temp file (the kernel
+// gathers them: writev), fsyncs and closes it, and renames it to path. On
+// error the temp file is closed and removed.
+func (t *tempFile) commit(path string, segs [][]byte) (err error) {
 	defer func() {
 		if err != nil {
 			t.discard()
 		}
 	}()
-	for off := 0; off < len(data); {
-		n, err := syscall.Write(t.fd, data[off:])
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("snapfile: write %s: %w", t.name, err)
-		}
-		if n == 0 {
-			return fmt.Errorf("snapfile: write %s: %w", t.name, io.ErrShortWrite)
-		}
-		off += n
+	if err := writevAll(segs, func(iovs [][]byte) (int, error) { return writev(t.fd, iovs) }); err != nil {
+		return fmt.Errorf("snapfile: write %s: %w", t.name, err)
 	}
 	if err := syscall.Fsync(t.fd); err != nil {
 		return fmt.Errorf("snapfile: fsync %s: %w", t.name, err)
@@ -128,6 +124,50 @@ func (t *tempFile) discard() {
 		t.fd = -1
 	}
 	syscall.Unlink(t.name)
+}
+
+// iovMax is the most buffers one writev takes (IOV_MAX on Linux and the
+// BSDs).
+const iovMax = 1024
+
+// writevAll writes all of segs, in order, through writev, which may write
+// fewer bytes than given (then it is called again for the rest) and is
+// given at most iovMax buffers at a time. EINTR is retried. segs itself is
+// left as it is.
+func writevAll(segs [][]byte, writev func(iovs [][]byte) (int, error)) error {
+	for i, off := 0, 0; ; { // next byte: segs[i][off]
+		for i < len(segs) && off == len(segs[i]) {
+			i, off = i+1, 0
+		}
+		if i == len(segs) {
+			return nil
+		}
+		iovs := segs[i:min(len(segs), i+iovMax)]
+		if off > 0 { // after a short write: the rest of this segment alone
+			iovs = [][]byte{segs[i][off:]}
+		}
+		n, err := writev(iovs)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n <= 0 {
+			return io.ErrShortWrite
+		}
+		for n > 0 {
+			if i == len(segs) {
+				return fmt.Errorf("writev reported more bytes than given")
+			}
+			rest := len(segs[i]) - off
+			if n < rest {
+				off += n
+				break
+			}
+			i, off, n = i+1, 0, n-rest
+		}
+	}
 }
 
 func syncDir(dir string) error {

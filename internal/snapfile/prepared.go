@@ -93,31 +93,35 @@ func (p *preparedFile) release() {
 	}
 }
 
-// write atomically replaces the file with data through the prepared temp
-// file, falling back to WriteFile (a fresh temp file, the directory
-// created if missing) when there is none or it fails (removed, directory
-// recreated). Then it fsyncs the directory and prepares the next temp
-// file. A failed write leaves no temp file behind.
-func (p *preparedFile) write(data []byte) error {
+// write atomically replaces the file with the concatenation of segs
+// through the prepared temp file, falling back to WriteFile (a fresh temp
+// file, the directory created if missing) when there is none or it fails
+// (removed, directory recreated). Then it fsyncs the directory and
+// prepares the next temp file. A failed write leaves no temp file behind.
+func (p *preparedFile) write(segs ...[]byte) error {
 	p.start()
+	size := 0
+	for _, s := range segs {
+		size += len(s)
+	}
 	if t := p.next; t != nil {
 		if err := refuseSymlink(p.path); err != nil {
 			return err // the prepared file stays for the next write
 		}
 		p.next = nil
-		err := t.commit(p.path, data)
+		err := t.commit(p.path, segs)
 		if err == nil {
 			p.release()
 			err = syncDir(p.dir)
-			p.prepare(int64(len(data)))
+			p.prepare(int64(size))
 			return err
 		}
 		p.log.Debug("prepared snapshot temp file unusable; writing a fresh one", "err", err)
 	}
-	if err := WriteFile(p.path, data, p.perm); err != nil {
+	if err := writeFile(p.path, segs, p.perm); err != nil {
 		return err
 	}
-	p.prepare(int64(len(data)))
+	p.prepare(int64(size))
 	return nil
 }
 

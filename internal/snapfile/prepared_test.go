@@ -373,7 +373,7 @@ func BenchmarkWrite(b *testing.B) {
 			if err := refuseSymlink(p.path); err != nil {
 				b.Fatal(err)
 			}
-			if err := t.commit(p.path, data); err != nil {
+			if err := t.commit(p.path, [][]byte{data}); err != nil {
 				b.Fatal(err)
 			}
 			b.StopTimer()

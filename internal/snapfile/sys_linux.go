@@ -1,6 +1,10 @@
 package snapfile
 
-import "syscall"
+import (
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
 
 const (
 	// fallocKeepSize is FALLOC_FL_KEEP_SIZE: allocate blocks, keep the size.
@@ -35,3 +39,7 @@ func holdFile(path string) int {
 	}
 	return fd
 }
+
+// writev writes iovs in order with one writev call, returning the bytes
+// written (maybe fewer than given).
+func writev(fd int, iovs [][]byte) (int, error) { return unix.Writev(fd, iovs) }

@@ -55,11 +55,16 @@ type Writer struct {
 	retryAt      time.Time      // after a failed write: not before this
 	seen         *routing.Table // last table observed
 	inBurst      bool           // the pending change came right after another
-	lastBytes    []byte         // the file's content
-	spare        []byte         // a buffer to render into
 	lastWrite    time.Time
 	lastChange   time.Time
 	firstPending time.Time
+
+	// The file's content as segments (routing.Table.JSONSegments), which
+	// alias lastScratch and the written table's immutable encodings, and
+	// the storage to render the next table into. The two sets are used in
+	// turn: no 100 KB buffer and no garbage per change.
+	lastSegs, spareSegs       [][]byte
+	lastScratch, spareScratch []byte
 }
 
 // NewWriter returns a writer; call Run to start it.
@@ -160,21 +165,23 @@ func minTime(a, b time.Time) time.Time {
 // write renders t and replaces the file, unless only written_at and the
 // revision would change (a progress notification: the content is the same,
 // and the file's revision may lag until the refresh) and the refresh is not
-// due. A failed write is retried with backoff.
+// due. The table is rendered as segments, the kernel gathers them into the
+// file (writev): its bulk is copied once. A failed write is retried with
+// backoff.
 func (w *Writer) write(t *routing.Table, now time.Time) {
 	w.lastTable, w.firstPending = t, time.Time{}
-	b, err := t.JSONInto(w.spare, now) // two buffers in turn: no 100 KB garbage per change
+	segs, scratch, err := t.JSONSegments(w.spareSegs, w.spareScratch, now)
+	w.spareSegs, w.spareScratch = segs, scratch
 	if err != nil {
 		w.errors.Inc()
 		w.log.Error("render snapshot", "err", err)
 		return
 	}
-	w.spare = b
-	if now.Sub(w.lastWrite) < w.cfg.Refresh && sameContent(b, w.lastBytes) {
+	if now.Sub(w.lastWrite) < w.cfg.Refresh && sameSegments(segs, w.lastSegs) {
 		w.skips.Inc()
 		return
 	}
-	if err := w.file.write(b); err != nil {
+	if err := w.file.write(segs...); err != nil {
 		w.errors.Inc()
 		w.lastTable = nil // still to be written
 		w.retryAt = now.Add(w.retry.Next())
@@ -183,9 +190,56 @@ func (w *Writer) write(t *routing.Table, now time.Time) {
 	}
 	w.retry.Reset()
 	w.retryAt = time.Time{}
-	w.lastBytes, w.spare, w.lastWrite = b, w.lastBytes, time.Now()
+	clear(w.lastSegs) // no longer keeps the previous file's table alive
+	w.lastSegs, w.spareSegs = segs, w.lastSegs
+	w.lastScratch, w.spareScratch = scratch, w.lastScratch
+	w.lastWrite = time.Now()
 	w.writes.Inc()
 	w.lastWriteTS.Set(float64(now.UnixNano()) / 1e9)
+}
+
+// sameSegments reports whether two renderings of routing.Table.JSONSegments
+// differ at most in revision and written_at: the headers (the first
+// segments) by sameContent, the rest as concatenations, wherever the
+// segments end.
+func sameSegments(a, b [][]byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false // nothing written yet
+	}
+	return sameContent(a[0], b[0]) && equalConcat(a[1:], b[1:])
+}
+
+// equalConcat reports whether the concatenations of a and b are equal.
+// Pieces that are the same memory (sections and effective members shared
+// between tables) are equal without being read.
+func equalConcat(a, b [][]byte) bool {
+	n := 0
+	for _, s := range a {
+		n += len(s)
+	}
+	for _, s := range b {
+		n -= len(s)
+	}
+	if n != 0 {
+		return false
+	}
+	var x, y []byte
+	for i, j := 0, 0; ; {
+		for len(x) == 0 && i < len(a) {
+			x, i = a[i], i+1
+		}
+		for len(y) == 0 && j < len(b) {
+			y, j = b[j], j+1
+		}
+		if len(x) == 0 || len(y) == 0 {
+			return len(x) == len(y)
+		}
+		k := min(len(x), len(y))
+		if &x[0] != &y[0] && !bytes.Equal(x[:k], y[:k]) {
+			return false
+		}
+		x, y = x[k:], y[k:]
+	}
 }
 
 var (
