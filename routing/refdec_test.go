@@ -27,10 +27,6 @@ func refDecodeJSONObject(raw []byte, v any) (unknown []string, errs Errors) {
 	return d.unknown, d.errs
 }
 
-
-
-
-
 // jsonKind names the JSON type of a value by its first byte.
 
 func (d *refDecoder) typeErr(path, want string, raw []byte) {
