@@ -38,6 +38,7 @@ type options struct {
 	json, keep, noSnapshot, pollNetHTTP                  bool
 	phases                                               map[string]bool
 	cpuprofile, workDir, example, etcdBin, agentBin      string
+	agentEnv                                             string
 }
 
 func parseFlags() options {
@@ -64,6 +65,7 @@ func parseFlags() options {
 	flag.StringVar(&o.workDir, "work-dir", "", "work directory (default: a new temp directory); etcd's data lives here")
 	flag.StringVar(&o.example, "example", "examples/routing.yaml", "the fleet loaded for the latency and burst phases")
 	flag.StringVar(&o.etcdBin, "etcd", "", "use this etcd binary instead of building go.etcd.io/etcd/server/v3")
+	flag.StringVar(&o.agentEnv, "agent-env", "", `extra environment for the regiond processes, "K=V K=V" (e.g. "GOGC=50 GOMAXPROCS=1"), for experiments`)
 	flag.StringVar(&o.agentBin, "regiond", "", "use this regiond binary instead of building ./cmd/regiond (e.g. a release, or an experiment)")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", os.Getenv("REGIOND_BENCH_CPUPROFILE"),
 		"write CPU profiles of the agents to FILE.latency, FILE.sync-N (runs bench/profagent, the agent with pprof, instead of cmd/regiond); default $REGIOND_BENCH_CPUPROFILE")
@@ -200,7 +202,7 @@ func run(ctx context.Context, o options) (rep *Report, err error) {
 	if err != nil {
 		return nil, err
 	}
-	base := agentOpts{bin: agentBin, endpoint: etcd.clientURL, cpuprofile: o.cpuprofile}
+	base := agentOpts{bin: agentBin, endpoint: etcd.clientURL, cpuprofile: o.cpuprofile, env: o.agentEnv}
 
 	if o.noSnapshot {
 		delete(o.phases, "burst")

@@ -193,6 +193,7 @@ type agentProc struct {
 }
 
 type agentOpts struct {
+	env                         string // extra environment, "K=V K=V" (e.g. GOGC=50 GOMAXPROCS=1)
 	bin, endpoint, prefix, node string
 	dir                         string // socket and log live here
 	snapshot                    string
@@ -212,6 +213,7 @@ func startAgent(o agentOpts) (*agentProc, error) {
 	if o.cpuprofile != "" {
 		env = append(env, "REGIOND_CPUPROFILE="+o.cpuprofile)
 	}
+	env = append(env, strings.Fields(o.env)...)
 	listen := fmt.Sprintf("127.0.0.1:%d", port)
 	snapshot := o.snapshot
 	if o.noSnapshot {
