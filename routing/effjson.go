@@ -40,21 +40,7 @@ func appendEffectiveJSON(b []byte, e *Effective) []byte {
 	if e.Attrs == nil {
 		b = append(b, "null"...)
 	} else {
-		keys := make([]string, 0, len(e.Attrs))
-		for k := range e.Attrs {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		b = append(b, '{')
-		for i, k := range keys {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendJSONString(b, k)
-			b = append(b, ':')
-			b = appendJSONString(b, e.Attrs[k])
-		}
-		b = append(b, '}')
+		b = appendStringMap(b, e.Attrs)
 	}
 	b = append(b, `,"degraded":`...)
 	if e.Degraded == nil {
@@ -68,6 +54,81 @@ func appendEffectiveJSON(b []byte, e *Effective) []byte {
 			b = appendJSONString(b, r)
 		}
 		b = append(b, ']')
+	}
+	return append(b, '}')
+}
+
+// appendRouteJSON appends r's JSON, byte for byte what encoding/json
+// makes of it (Route.MarshalJSON), without reflection unless the route has
+// unknown fields.
+func appendRouteJSON(b []byte, r *Route) []byte {
+	if len(r.Extra) > 0 {
+		js, _ := json.Marshal(r)
+		return append(b, js...)
+	}
+	b = append(b, '{')
+	first := true
+	member := func(name string) {
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = append(b, '"')
+		b = append(b, name...)
+		b = append(b, `":`...)
+	}
+	if len(r.Targets) > 0 {
+		member("targets")
+		b = append(b, '[')
+		for i, tg := range r.Targets {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"pool":`...)
+			b = appendJSONString(b, tg.Pool)
+			b = append(b, `,"weight":`...)
+			b = strconv.AppendInt(b, int64(tg.Weight), 10)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	if len(r.Fallback) > 0 {
+		member("fallback")
+		b = append(b, '[')
+		for i, f := range r.Fallback {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, f)
+		}
+		b = append(b, ']')
+	}
+	if r.Affinity != "" {
+		member("affinity")
+		b = appendJSONString(b, r.Affinity)
+	}
+	if len(r.Attrs) > 0 {
+		member("attrs")
+		b = appendStringMap(b, r.Attrs)
+	}
+	return append(b, '}')
+}
+
+// appendStringMap appends m as a JSON object with sorted keys.
+func appendStringMap(b []byte, m map[string]string) []byte {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, k)
+		b = append(b, ':')
+		b = appendJSONString(b, m[k])
 	}
 	return append(b, '}')
 }

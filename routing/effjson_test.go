@@ -59,3 +59,55 @@ func TestEffectiveJSONMatchesEncodingJSON(t *testing.T) {
 		check(e)
 	}
 }
+
+// TestRouteJSONMatchesEncodingJSON: the hand-written route encoder makes
+// exactly encoding/json's bytes (Route.MarshalJSON), with and without
+// unknown fields and empty members.
+func TestRouteJSONMatchesEncodingJSON(t *testing.T) {
+	check := func(r *Route) {
+		t.Helper()
+		want, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendRouteJSON(nil, r); !bytes.Equal(got, want) {
+			t.Fatalf("route %+v:\n got %s\nwant %s", r, got, want)
+		}
+	}
+	cfg := exampleConfig(t)
+	for _, r := range cfg.Routes {
+		check(&r)
+	}
+	check(&Route{})
+	rng := rand.New(rand.NewPCG(11, 12))
+	pieces := []string{"a", "eu-west", `"`, `\`, "<", "&", "\n", "\x01", "é", "\u2028", "\xff", " "}
+	str := func() string {
+		var s string
+		for n := rng.IntN(4); n > 0; n-- {
+			s += pieces[rng.IntN(len(pieces))]
+		}
+		return s
+	}
+	for i := 0; i < 5000; i++ {
+		r := &Route{Affinity: str()}
+		for n := rng.IntN(3); n > 0; n-- {
+			r.Targets = append(r.Targets, Target{Pool: str(), Weight: rng.IntN(101)})
+		}
+		if rng.IntN(3) == 0 {
+			r.Targets = []Target{}
+		}
+		for n := rng.IntN(3); n > 0; n-- {
+			r.Fallback = append(r.Fallback, str())
+		}
+		if rng.IntN(2) == 0 {
+			r.Attrs = map[string]string{}
+			for n := rng.IntN(3); n > 0; n-- {
+				r.Attrs[str()] = str()
+			}
+		}
+		if rng.IntN(5) == 0 {
+			r.Extra = Extra{"zz": json.RawMessage(`{"a":1}`)}
+		}
+		check(r)
+	}
+}

@@ -200,10 +200,14 @@ func (t *Table) Effective(country string) *Effective {
 // encoded holds the JSON of a table's sections, made once, reusing the
 // previous table's encoding of every unchanged value and section.
 type encoded struct {
-	once            sync.Once
-	done            atomic.Bool
-	prev            *Table // reuse source until encoded; only a table whose own encoding is done
-	poolJS, routeJS map[string][]byte
+	once   sync.Once
+	done   atomic.Bool
+	prev   *Table // reuse source until encoded; only a table whose own encoding is done
+	poolJS map[string][]byte
+	// routeNames are the route names in order; routeJS[i] is the JSON of
+	// the route routeNames[i].
+	routeNames []string
+	routeJS    [][]byte
 	// pools, routes and policy are whole sections (`,"pools":{…}`).
 	pools, routes, policy []byte
 	// eff holds the member of each country id in the effective section

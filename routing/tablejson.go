@@ -199,17 +199,9 @@ func (t *Table) encodeValues(prev *Table) {
 		enc.pools = appendObject(nil, "pools", enc.poolJS)
 	}
 	if pe != nil && sameMap(t.routes, prev.routes) {
-		enc.routeJS, enc.routes = pe.routeJS, pe.routes
+		enc.routeNames, enc.routeJS, enc.routes = pe.routeNames, pe.routeJS, pe.routes
 	} else {
-		enc.routeJS = make(map[string][]byte, len(t.routes))
-		for name, r := range t.routes {
-			if pe != nil && prev.routes[name] == r {
-				enc.routeJS[name] = pe.routeJS[name]
-				continue
-			}
-			enc.routeJS[name], _ = json.Marshal(r)
-		}
-		enc.routes = appendObject(nil, "routes", enc.routeJS)
+		t.encodeRoutes(pe, prev)
 	}
 	if pe != nil && len(prev.good) > 0 && t.sameGoodOrAbsent(prev, PolicyKey) {
 		enc.policy = pe.policy
@@ -218,6 +210,49 @@ func (t *Table) encodeValues(prev *Table) {
 		enc.policy = append([]byte(`,"policy":`), js...)
 	}
 	t.encodeEffective(pe, prev)
+}
+
+// encodeRoutes makes the routes section, reusing the previous table's
+// order of names when the set of routes is the same, and its encoding of
+// every route that did not change.
+func (t *Table) encodeRoutes(pe *encoded, prev *Table) {
+	enc := t.enc
+	names := []string(nil)
+	if pe != nil && len(pe.routeNames) == len(t.routes) {
+		names = pe.routeNames
+		for _, name := range names {
+			if _, ok := t.routes[name]; !ok {
+				names = nil
+				break
+			}
+		}
+	}
+	if names == nil {
+		names = sortedKeys(t.routes)
+	}
+	enc.routeNames = names
+	enc.routeJS = make([][]byte, len(names))
+	size := len(`,"routes":{}`)
+	for i, name := range names {
+		r := t.routes[name]
+		if pe != nil && prev.routes[name] == r && i < len(pe.routeJS) && pe.routeNames[i] == name {
+			enc.routeJS[i] = pe.routeJS[i]
+		} else {
+			enc.routeJS[i] = appendRouteJSON(nil, r)
+		}
+		size += len(name) + len(enc.routeJS[i]) + 4
+	}
+	b := make([]byte, 0, size)
+	b = append(b, `,"routes":{`...)
+	for i, name := range names {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, name)
+		b = append(b, ':')
+		b = append(b, enc.routeJS[i]...)
+	}
+	enc.routes = append(b, '}')
 }
 
 // encodeEffective makes the members of the effective section. A member
