@@ -447,6 +447,7 @@ func (t *Table) At(now time.Time) *Table {
 		return t
 	}
 	cp := *t
+	cp.builtAt = now // health is evaluated at now: what the next update compares its clock with
 	cp.build(now, t, &diff{known: true})
 	return &cp
 }

@@ -127,7 +127,14 @@ func TestUpdateEqualsCompile(t *testing.T) {
 		for n := rng.IntN(4) + 1; n > 0 || len(events) == 0; n-- {
 			mutations[rng.IntN(len(mutations))]()
 		}
-		now = now.Add(time.Duration(rng.IntN(3000)) * time.Millisecond)
+		dt := time.Duration(rng.IntN(3000)) * time.Millisecond
+		if rng.IntN(3) == 0 {
+			// Between changes the mirror's health loop swaps in the table
+			// re-evaluated when a grace window ends; the next update starts
+			// from that table.
+			upd = upd.At(now.Add(time.Duration(rng.Int64N(int64(dt) + 1))))
+		}
+		now = now.Add(dt)
 		for _, ev := range events {
 			if ev.Deleted {
 				delete(replay, ev.Key)
@@ -142,6 +149,7 @@ func TestUpdateEqualsCompile(t *testing.T) {
 		}
 		upd = next
 		updates++
+
 		for _, p := range upd.pools {
 			if p.HealthCheck && p.Instances == 0 && now.Before(p.since.Add(upd.grace)) {
 				graceWindows++
