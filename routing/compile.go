@@ -147,18 +147,29 @@ func Update(prev *Table, revision int64, events []Event, opts CompileOptions) *T
 		ovSkipped: prev.ovSkipped,
 	}
 	var touched []string
-	var instanceDelta map[string]int
+	// live counts each pool's health keys event by event; lostHere marks
+	// the pools whose count fell to zero at some event (the loss is then
+	// now, even when a key came back or the batch ends where it began).
+	var live map[string]int
+	var lostHere map[string]bool
 	for _, c := range events {
 		if k, err := ParseKey(c.Key); err == nil && k.Kind == KindHealth {
 			if c.Deleted || c.Created {
-				if instanceDelta == nil {
-					instanceDelta = map[string]int{}
+				if live == nil {
+					live, lostHere = map[string]int{}, map[string]bool{}
+				}
+				n, seen := live[k.ID]
+				if !seen {
+					n = prev.instances[k.ID]
 				}
 				if c.Deleted {
-					instanceDelta[k.ID]--
+					if n--; n == 0 {
+						lostHere[k.ID] = true
+					}
 				} else {
-					instanceDelta[k.ID]++
+					n++
 				}
+				live[k.ID] = n
 			}
 			msg := ""
 			if !c.Deleted {
@@ -209,18 +220,22 @@ func Update(prev *Table, revision int64, events []Event, opts CompileOptions) *T
 			}
 		}
 	}
-	if len(instanceDelta) > 0 {
+	if len(live) > 0 {
 		t.instances = maps.Clone(prev.instances)
 		t.lost = maps.Clone(prev.lost)
-		for id, n := range instanceDelta {
-			if n == 0 {
+		for id, n := range live {
+			if n == prev.instances[id] && !lostHere[id] {
 				continue
 			}
-			if t.instances[id] += n; t.instances[id] <= 0 {
+			switch {
+			case n > 0:
+				t.instances[id] = n
+				delete(t.lost, id)
+			case lostHere[id]:
 				delete(t.instances, id)
 				t.lost[id] = opts.Now
-			} else {
-				delete(t.lost, id)
+			default:
+				delete(t.instances, id)
 			}
 			pools = append(pools, id)
 		}
@@ -437,7 +452,12 @@ func (t *Table) collectSkipped() {
 		t.skipped = append(t.skipped, Skipped{Key: key, Error: msg})
 	}
 	t.skipped = append(t.skipped, t.ovSkipped...)
-	sort.Slice(t.skipped, func(i, j int) bool { return t.skipped[i].Key < t.skipped[j].Key })
+	// A key can be listed twice (an override whose new value is refused
+	// while its last good value's route is missing): order by error too.
+	sort.Slice(t.skipped, func(i, j int) bool {
+		a, b := t.skipped[i], t.skipped[j]
+		return a.Key < b.Key || a.Key == b.Key && a.Error < b.Error
+	})
 }
 
 // At returns a table equal to t but with health evaluated at now. It returns

@@ -270,7 +270,8 @@ func (t *Table) diffFrom(prev *Table) diff {
 		}
 	}
 	for id, p := range t.pools {
-		if pp, ok := prev.pools[id]; !ok || p.src == nil || p.src != pp.src || p.down != pp.down || p.Instances != pp.Instances {
+		if pp, ok := prev.pools[id]; !ok || p.src == nil || p.src != pp.src || p.down != pp.down || p.Instances != pp.Instances ||
+			p.Instances == 0 && !p.since.Equal(pp.since) {
 			d.pools.add(id)
 		}
 	}
@@ -305,6 +306,14 @@ func (t *Table) build(now time.Time, prev *Table, d *diff) {
 	}
 	if prev != nil && (d == nil || !d.known) {
 		cd := t.diffFrom(prev)
+		if d != nil { // what the caller knows changed (a pool's since) stays
+			for _, name := range d.routes.names {
+				cd.routes.add(name)
+			}
+			for _, name := range d.pools.names {
+				cd.pools.add(name)
+			}
+		}
 		d = &cd
 	}
 	if d == nil {
@@ -492,7 +501,16 @@ func (t *Table) reuseEffective(prev *Table, ids []int) {
 		}
 		r := e
 		if prev != nil && len(prev.eff) == len(t.eff) && equalEffective(prev.eff[id], e) {
-			r = prev.eff[id]
+			// The same answer; its encoding is reused. The entry itself is
+			// reused only when it was computed from the same routes and
+			// pools: a route in the chain that leaves no trace in the
+			// answer (no targets, or fallbacks only) must stay among the
+			// deps, or a later change to it would be missed.
+			if p := prev.eff[id]; slices.Equal(p.routeDeps, e.routeDeps) && slices.Equal(p.poolDeps, e.poolDeps) {
+				r = p
+			} else {
+				e.js, e.sum = p.js, p.sum
+			}
 		} else {
 			e.js = appendEffectiveJSON(nil, e)
 			e.sum = e.digest()

@@ -14,8 +14,20 @@ import (
 // TestUpdateEqualsCompile: a table updated event by event equals the table
 // compiled from the whole state, over a long random sequence of puts and
 // deletes (pools, routes, overrides, policy, epoch, health keys, refused
-// values), with the clock moving through health grace windows.
+// values, routes without targets or with fallbacks only, batches of up to
+// 20 events), with the clock moving through health grace windows; several
+// seeds (two found bugs in review).
 func TestUpdateEqualsCompile(t *testing.T) {
+	steps := 1000
+	if raceEnabled {
+		steps = 200
+	}
+	for _, seed := range [][2]uint64{{3, 4}, {9, 64}, {12, 85}} {
+		t.Run(fmt.Sprintf("seed=%d,%d", seed[0], seed[1]), func(t *testing.T) { testUpdateEqualsCompile(t, seed, steps) })
+	}
+}
+
+func testUpdateEqualsCompile(t *testing.T, seed [2]uint64, steps int) {
 	cfg := exampleConfig(t)
 	store := map[string]KV{}
 	rev := int64(1)
@@ -24,8 +36,9 @@ func TestUpdateEqualsCompile(t *testing.T) {
 		store[kv.Key] = kv
 	}
 	pools := sortedKeys(cfg.Pools)
-	routes := []string{"PL", "DE", "KR", "JP", "US", "BR", "GB", "eu-general", "apac-general", "_default", "HU", "ZA", "AD"}
-	rng := rand.New(rand.NewPCG(3, 4))
+	routes := []string{"PL", "DE", "KR", "JP", "US", "BR", "GB", "eu-general", "apac-general", "_default", "HU", "ZA", "AD", "grpx", "grpy"}
+	groups := []string{"eu-general", "apac-general", "grpx", "grpy"}
+	rng := rand.New(rand.NewPCG(seed[0], seed[1]))
 	pick := func(xs []string) string { return xs[rng.IntN(len(xs))] }
 	var events []Event
 	put := func(key string, value []byte) {
@@ -89,6 +102,10 @@ func TestUpdateEqualsCompile(t *testing.T) {
 		},
 		func() { put(EpochKey, fmt.Appendf(nil, "%d", rng.IntN(100))) },
 		func() { put(RouteKey(pick(routes)), []byte(`{"targets":[{"pool":"eu-west","weight":130}]}`)) }, // refused
+		func() { put(RouteKey(pick(groups)), []byte(`{}`)) },                                            // no targets: leaves no trace in an answer
+		func() { // fallbacks only (refused when it names itself or a route twice)
+			put(RouteKey(pick(routes)), fmt.Appendf(nil, `{"fallback":[%q,%q]}`, pick(groups), pick(groups)))
+		},
 		func() { put(PoolKey(pick(pools)), []byte(`{"host":""}`)) },                                     // refused
 		func() { put("routes/Not A Name", []byte(`{}`)) },                                               // refused key
 		func() { // the same bytes again: a new revision only
@@ -117,14 +134,14 @@ func TestUpdateEqualsCompile(t *testing.T) {
 	opts := func() CompileOptions { return CompileOptions{Now: now, Start: t0, Grace: 5 * time.Second} }
 	full := Compile(rev, kvs(), nil, opts())
 	upd := full
-	steps := 1500
-	if raceEnabled {
-		steps = 500
-	}
 	updates, graceWindows := 0, 0
 	for step := 1; step <= steps; step++ {
 		events = events[:0]
-		for n := rng.IntN(4) + 1; n > 0 || len(events) == 0; n-- {
+		batch := rng.IntN(4) + 1
+		if rng.IntN(10) == 0 {
+			batch = 20
+		}
+		for n := batch; n > 0 || len(events) == 0; n-- {
 			mutations[rng.IntN(len(mutations))]()
 		}
 		dt := time.Duration(rng.IntN(3000)) * time.Millisecond
@@ -298,5 +315,109 @@ func BenchmarkUpdateAndRender(b *testing.B) {
 		ev := []Event{{KV: KV{Key: "routes/PL", Value: fmt.Appendf(nil, `{"targets":[{"pool":"eu-central","weight":%d},{"pool":"eu-west","weight":%d}]}`, w, 100-w), ModRevision: int64(n + 2)}}}
 		prev = Update(prev, int64(n+2), ev, CompileOptions{Now: t0})
 		buf, _ = prev.JSONInto(buf, t0)
+	}
+}
+
+// TestReusedEntryKeepsItsDeps: an entry rebuilt with the same answer but
+// from other routes (a route in the chain that leaves no trace: no
+// targets) must carry the new routes as deps, or a later change to that
+// route is missed. Found in review; the old Compile(prev) had it too.
+func TestReusedEntryKeepsItsDeps(t *testing.T) {
+	st := map[string]string{
+		"pools/p1":        `{"host":"p1.example","residency":"eu"}`,
+		"pools/p2":        `{"host":"p2.example","residency":"eu"}`,
+		"routes/_default": `{"targets":[{"pool":"p1","weight":100}]}`,
+		"routes/grpb":     `{"targets":[{"pool":"p1","weight":100}]}`,
+		"routes/grpx":     `{}`,
+		"routes/grpy":     `{}`,
+		"routes/DE":       `{"fallback":["grpx","grpb"]}`,
+	}
+	kvs := func(rev int64) []KV {
+		var out []KV
+		for _, k := range sortedKeys(st) {
+			out = append(out, KV{Key: k, Value: []byte(st[k]), ModRevision: rev})
+		}
+		return out
+	}
+	opts := CompileOptions{Now: t0, Start: t0}
+	full := Compile(1, kvs(1), nil, opts)
+	upd := full
+	for rev, ch := range []struct{ key, val string }{
+		{"routes/DE", `{"fallback":["grpy","grpb"]}`}, // same answer (grpb), other chain
+		{"routes/grpy", `{"targets":[{"pool":"p2","weight":100}]}`},
+	} {
+		st[ch.key] = ch.val
+		r := int64(rev + 2)
+		full = Compile(r, kvs(r), full, opts)
+		upd = Update(upd, r, []Event{{KV: KV{Key: ch.key, Value: []byte(ch.val), ModRevision: r}}}, opts)
+	}
+	fresh := Compile(3, kvs(3), nil, opts)
+	for name, tb := range map[string]*Table{"Update": upd, "Compile(prev)": full, "fresh": fresh} {
+		if e := tb.Effective("DE"); e.Route != "grpy" || e.FallbackDepth != 1 || e.Candidates[0].Pool != "p2" {
+			t.Errorf("%s: DE -> %s depth %d %v, want grpy depth 1 p2", name, e.Route, e.FallbackDepth, e.Candidates)
+		}
+	}
+}
+
+// TestHealthKeyComingAndGoingInOneBatch: a health key created and deleted
+// in the same batch of events is a loss at that time: the pool gets its
+// grace window, as when the events are applied one revision at a time.
+func TestHealthKeyComingAndGoingInOneBatch(t *testing.T) {
+	st := map[string]string{
+		"pools/p1":        `{"host":"p1.example","residency":"eu","health_check":true}`,
+		"routes/_default": `{"targets":[{"pool":"p1","weight":100}]}`,
+	}
+	var kvs []KV
+	for _, k := range sortedKeys(st) {
+		kvs = append(kvs, KV{Key: k, Value: []byte(st[k]), ModRevision: 1})
+	}
+	now := t0.Add(time.Minute) // the start's grace window is long over
+	opts := CompileOptions{Now: now, Start: t0, Grace: 5 * time.Second}
+	prev := Compile(1, kvs, nil, opts)
+	if prev.Healthy("p1", now) {
+		t.Fatal("p1 healthy without health keys a minute after start")
+	}
+	key := "health/p1/i0"
+	upd := Update(prev, 3, []Event{
+		{KV: KV{Key: key, Value: []byte(`{"addr":"10.0.0.1:443"}`), ModRevision: 2}, Created: true},
+		{KV: KV{Key: key, ModRevision: 3}, Deleted: true},
+	}, opts)
+	if !upd.Healthy("p1", now) || !upd.ValidUntil().Equal(now.Add(5*time.Second)) {
+		t.Fatalf("after a health key came and went: healthy %v, valid until %v; want healthy until now+5s",
+			upd.Healthy("p1", now), upd.ValidUntil())
+	}
+	if upd.Healthy("p1", now.Add(6*time.Second)) {
+		t.Fatal("p1 still healthy after the grace window")
+	}
+}
+
+// TestSkippedOrderIsStable: a key listed twice in Skipped (a refused new
+// value of an override whose last good value names a missing route) is
+// listed in one order, whatever the map order.
+func TestSkippedOrderIsStable(t *testing.T) {
+	st := map[string]string{
+		"pools/p1":        `{"host":"p1.example","residency":"eu"}`,
+		"routes/_default": `{"targets":[{"pool":"p1","weight":100}]}`,
+	}
+	for i := 0; i < 20; i++ {
+		st[fmt.Sprintf("overrides/o%02d", i)] = `{"route":"nope","targets":[{"pool":"p1","weight":100}]}`
+	}
+	kvs := func(rev int64) []KV {
+		var out []KV
+		for _, k := range sortedKeys(st) {
+			out = append(out, KV{Key: k, Value: []byte(st[k]), ModRevision: rev})
+		}
+		return out
+	}
+	opts := CompileOptions{Now: t0}
+	base := Compile(1, kvs(1), nil, opts)
+	for i := 0; i < 20; i++ {
+		st[fmt.Sprintf("overrides/o%02d", i)] = `{"route":1}`
+	}
+	want := fmt.Sprint(Compile(2, kvs(2), base, opts).Skipped())
+	for i := 0; i < 30; i++ {
+		if got := fmt.Sprint(Compile(2, kvs(2), base, opts).Skipped()); got != want {
+			t.Fatalf("skipped order changed between compiles of the same state:\n%.300s\n%.300s", got, want)
+		}
 	}
 }

@@ -136,7 +136,7 @@ func (m *Mirror) relist(ctx context.Context, reason string) (int64, error) {
 	cur := m.Table()
 	// The shortcut needs the table to have been compiled from the state it
 	// is compared with (not from events applied since, without a compile).
-	if same && !m.uncompiled && !regressed && cur != nil && !cur.Stale() {
+	if same && !m.uncompiled && !regressed && cur != nil && !cur.Stale() && cur.ClusterID() == m.clusterID {
 		m.incremental = true // the table is the state's: events can update it
 		m.advance(rev)
 	} else {
