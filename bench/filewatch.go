@@ -13,7 +13,10 @@ import (
 type fileObs struct {
 	rev int64
 	at  time.Time
-	n   int // replacements of the file this observation covers (>= 1)
+	// event is when the replacement was signalled (inotify), before the
+	// file was read; zero where the file is polled.
+	event time.Time
+	n     int // replacements of the file this observation covers (>= 1)
 }
 
 // fileWatcher reports every replacement of the snapshot file on C. Linux

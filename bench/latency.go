@@ -24,6 +24,9 @@ type LatencyRun struct {
 	File Dist `json:"file"`
 	// FileMinusFloor is, per put, File − Floor.
 	FileMinusFloor Dist `json:"file_minus_floor"`
+	// FileEvent is put → the rename was signalled (inotify), before the
+	// bench read the file: when the new file became visible at its path.
+	FileEvent Dist `json:"file_event"`
 	// Resolve is put → /v1/resolve (polled back to back over one
 	// keep-alive connection) returns the decision of the new value at a
 	// revision past the previous put.
@@ -148,7 +151,7 @@ func (e *latencyEnv) put(ctx context.Context) (time.Time, time.Time, int64, erro
 // runFilePhase: n isolated puts, each timed to the plain watch (floor) and
 // to the snapshot file.
 func (e *latencyEnv) runFilePhase(ctx context.Context, n int, out *LatencyRun) error {
-	var floor, file, delta, ack []time.Duration
+	var floor, file, delta, ack, event []time.Duration
 	var prevStart, prevDone time.Time
 	for i := 0; i < n; i++ {
 		if err := e.pace(ctx, prevStart, prevDone); err != nil {
@@ -169,6 +172,9 @@ func (e *latencyEnv) runFilePhase(ctx context.Context, n int, out *LatencyRun) e
 				return fmt.Errorf("%w\n%s", err, e.ag.logTail())
 			}
 			file = append(file, so.at.Sub(t0))
+			if !so.event.IsZero() {
+				event = append(event, so.event.Sub(t0))
+			}
 			delta = append(delta, so.at.Sub(fo.at))
 		}
 		ack = append(ack, acked.Sub(t0))
@@ -176,6 +182,9 @@ func (e *latencyEnv) runFilePhase(ctx context.Context, n int, out *LatencyRun) e
 		prevStart, prevDone = t0, time.Now()
 	}
 	out.Floor, out.File, out.FileMinusFloor = dist(floor), dist(file), dist(delta)
+	if len(event) > 0 {
+		out.FileEvent = dist(event)
+	}
 	out.Ack = dist(ack)
 	return nil
 }

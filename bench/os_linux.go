@@ -36,6 +36,7 @@ func watchFile(path string) (*fileWatcher, error) {
 		buf := make([]byte, 64<<10)
 		for {
 			n, err := f.Read(buf)
+			event := time.Now()
 			if err != nil {
 				if errors.Is(err, os.ErrClosed) {
 					return
@@ -58,7 +59,7 @@ func watchFile(path string) (*fileWatcher, error) {
 			if err != nil {
 				rev = -1 // still counted as a rewrite
 			}
-			w.C <- fileObs{rev: rev, at: time.Now(), n: seen}
+			w.C <- fileObs{rev: rev, at: time.Now(), event: event, n: seen}
 		}
 	}()
 	return w, nil

@@ -33,6 +33,7 @@ type Report struct {
 	Floor             Dist    `json:"floor"`
 	File              Dist    `json:"file"`
 	FileMinusFloor    Dist    `json:"file_minus_floor_paired"`
+	FileEvent         Dist    `json:"file_event"`
 	Resolve           Dist    `json:"resolve"`
 	FloorResolvePhase Dist    `json:"floor_resolve_phase"`
 	ResolveMinusFloor Dist    `json:"resolve_minus_floor_paired"`
@@ -98,6 +99,7 @@ func (r *Report) summarize() {
 		r.Floor = pick(func(x LatencyRun) Dist { return x.Floor })
 		r.File = pick(func(x LatencyRun) Dist { return x.File })
 		r.FileMinusFloor = pick(func(x LatencyRun) Dist { return x.FileMinusFloor })
+		r.FileEvent = pick(func(x LatencyRun) Dist { return x.FileEvent })
 		r.Resolve = pick(func(x LatencyRun) Dist { return x.Resolve })
 		r.FloorResolvePhase = pick(func(x LatencyRun) Dist { return x.FloorResolvePhase })
 		r.ResolveMinusFloor = pick(func(x LatencyRun) Dist { return x.ResolveMinusFloor })
@@ -179,6 +181,9 @@ func printReport(w io.Writer, r *Report) {
 		row("etcd floor: put → plain clientv3 watch", r.Floor)
 		row("regiond: put → snapshot file (inotify + read)", r.File)
 		row("  per put: file − floor of the same put", r.FileMinusFloor)
+		if r.FileEvent.N > 0 {
+			row("  put → rename signalled (inotify), before the read", r.FileEvent)
+		}
 		row("regiond: put → blocking /v1/resolve?min_revision answers", r.Blocking)
 		row("  floor on the same puts", r.FloorBlocking)
 		row("  per put: blocking − floor of the same put", r.BlockingMinus)
