@@ -106,8 +106,8 @@ func testUpdateEqualsCompile(t *testing.T, seed [2]uint64, steps int) {
 		func() { // fallbacks only (refused when it names itself or a route twice)
 			put(RouteKey(pick(routes)), fmt.Appendf(nil, `{"fallback":[%q,%q]}`, pick(groups), pick(groups)))
 		},
-		func() { put(PoolKey(pick(pools)), []byte(`{"host":""}`)) },                                     // refused
-		func() { put("routes/Not A Name", []byte(`{}`)) },                                               // refused key
+		func() { put(PoolKey(pick(pools)), []byte(`{"host":""}`)) }, // refused
+		func() { put("routes/Not A Name", []byte(`{}`)) },           // refused key
 		func() { // the same bytes again: a new revision only
 			for _, k := range sortedKeys(store) {
 				if rng.IntN(8) == 0 {
