@@ -62,7 +62,7 @@ func appendEffectiveJSON(b []byte, e *Effective) []byte {
 // makes of it (Route.MarshalJSON), without reflection unless the route has
 // unknown fields.
 func appendRouteJSON(b []byte, r *Route) []byte {
-	if len(r.Extra) > 0 {
+	if len(r.Extra) > 0 || slices.ContainsFunc(r.Targets, func(t Target) bool { return len(t.Extra) > 0 }) {
 		js, _ := json.Marshal(r)
 		return append(b, js...)
 	}

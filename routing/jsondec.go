@@ -15,9 +15,9 @@ import (
 // Route, Residency, Override, Health) more strictly than encoding/json:
 // field names match exactly (encoding/json also accepts "HOST" for "host"),
 // every type error is collected with its full path ("targets[1].weight"),
-// and fields a type does not declare are kept in its Extra (top level) or
-// listed in unknown (inside nested objects such as a target), which config
-// files refuse.
+// and fields a type does not declare are kept in its Extra (values keep
+// them, forward compatible); those inside nested objects (a target) are
+// also listed in unknown, which config files refuse.
 type jsonDecoder struct {
 	errs    Errors
 	unknown []string
@@ -103,8 +103,12 @@ func (d *jsonDecoder) object(raw []byte, v reflect.Value, path string) {
 			d.value(m.raw, v.Field(i), joinPath(path, k))
 			continue
 		}
-		if info.extra < 0 {
+		if path != "" || info.extra < 0 {
+			// Inside a nested object (a target) an unknown field is also
+			// listed, for config files to refuse; values keep it in Extra.
 			d.unknown = append(d.unknown, joinPath(path, k))
+		}
+		if info.extra < 0 {
 			continue
 		}
 		ev := v.Field(info.extra)

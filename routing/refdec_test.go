@@ -50,8 +50,10 @@ func (d *refDecoder) object(raw []byte, v reflect.Value, path string) {
 			d.value(m[k], v.Field(i), joinPath(path, k))
 			continue
 		}
-		if info.extra < 0 {
+		if path != "" || info.extra < 0 { // the one rule changed since: nested unknown fields are kept and listed
 			d.unknown = append(d.unknown, joinPath(path, k))
+		}
+		if info.extra < 0 {
 			continue
 		}
 		ev := v.Field(info.extra)

@@ -123,3 +123,36 @@ func TestConcurrentRendersAgree(t *testing.T) {
 		}
 	}
 }
+
+// TestTargetUnknownFieldsInTable: unknown fields inside a route's targets
+// are kept through the table JSON (the snapshot) and back, and the
+// effective entries answer as without them.
+func TestTargetUnknownFieldsInTable(t *testing.T) {
+	kvs := kvsOf(t, exampleConfig(t))
+	for i := range kvs {
+		if kvs[i].Key == "routes/PL" {
+			kvs[i].Value = []byte(`{"targets":[{"pool":"eu-central","weight":70,"zone":"fra-1"},{"pool":"eu-west","weight":30}],"fallback":["eu-general"]}`)
+		}
+	}
+	tb := Compile(1, kvs, nil, CompileOptions{Now: t0})
+	if len(tb.Skipped()) > 0 {
+		t.Fatalf("skipped: %v", tb.Skipped())
+	}
+	b, err := tb.JSON(t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte(`{"pool":"eu-central","weight":70,"zone":"fra-1"}`)) {
+		t.Fatal("the table JSON lost the unknown target field")
+	}
+	loaded, _, err := LoadTableJSON(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := loaded.Route("PL"); string(r.Targets[0].Extra["zone"]) != `"fra-1"` {
+		t.Fatalf("loaded route PL targets: %+v", r.Targets)
+	}
+	if e := tb.Effective("PL"); len(e.Candidates) != 2 || e.Candidates[0].Pool != "eu-central" || e.Candidates[0].Weight != 70 {
+		t.Fatalf("PL entry: %+v", e)
+	}
+}

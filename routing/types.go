@@ -43,6 +43,7 @@ type Pool struct {
 type Target struct {
 	Pool   string `json:"pool"`
 	Weight int    `json:"weight"`
+	Extra  Extra  `json:"-"`
 }
 
 // Route maps a country, a named group or _default to weighted pools.
@@ -142,6 +143,18 @@ func (r *Route) UnmarshalJSON(b []byte) error {
 func (r Route) MarshalJSON() ([]byte, error) {
 	type plain Route
 	return encodeWithExtra(plain(r), r.Extra)
+}
+
+// UnmarshalJSON decodes a target, keeping unknown fields in Extra.
+func (t *Target) UnmarshalJSON(b []byte) error {
+	*t = Target{}
+	return unmarshal(b, t).Err()
+}
+
+// MarshalJSON encodes a target with its unknown fields.
+func (t Target) MarshalJSON() ([]byte, error) {
+	type plain Target
+	return encodeWithExtra(plain(t), t.Extra)
 }
 
 // UnmarshalJSON decodes a residency policy, keeping unknown fields in Extra.

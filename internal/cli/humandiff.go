@@ -169,7 +169,7 @@ func targetDiff(before, after []routing.Target) string {
 			parts = append(parts, fmt.Sprintf("%s %d→none", t.Pool, t.Weight))
 		}
 	}
-	if len(parts) == 0 && !slices.Equal(before, after) {
+	if len(parts) == 0 && !slices.EqualFunc(before, after, func(a, b routing.Target) bool { return a.Pool == b.Pool && a.Weight == b.Weight }) {
 		return "reordered " + targetList(after)
 	}
 	return strings.Join(parts, ", ")
