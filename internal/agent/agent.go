@@ -201,7 +201,10 @@ func (a *Agent) Run(ctx context.Context) error {
 			continue
 		}
 		srv := &http.Server{Handler: a.api.Handler(s.loopback), ReadHeaderTimeout: 5 * time.Second,
-			IdleTimeout: 2 * time.Minute}
+			IdleTimeout: 2 * time.Minute,
+			// Requests end with the agent: a blocking query (min_revision)
+			// answers at once instead of holding the shutdown.
+			BaseContext: func(net.Listener) context.Context { return gctx }}
 		ln := s.ln
 		g.Go(func() error {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -91,3 +91,34 @@ func TestBlockingQuery(t *testing.T) {
 }
 
 func jsonDecode(resp *http.Response, v any) error { return json.NewDecoder(resp.Body).Decode(v) }
+
+// TestBlockingQueryEndsWithTheAgent: a blocking query waiting for a
+// revision that never comes answers when the agent stops, and the agent
+// stops cleanly instead of waiting for it.
+func TestBlockingQueryEndsWithTheAgent(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	h := startAgent(t, t.TempDir(), srv.Endpoints)
+	waitFor(t, "first table", func() bool { c, _ := h.resolve("DE", "k"); return c == 200 })
+	done := make(chan int, 1)
+	go func() {
+		resp, err := h.http.Get(fmt.Sprintf("http://%s/v1/resolve?country=DE&key=k&min_revision=%d&wait=1m", h.a.Addr(), int64(1)<<60))
+		if err != nil {
+			done <- 0
+			return
+		}
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	time.Sleep(200 * time.Millisecond) // the query is waiting
+	h.stop()                           // fails the test if Run returns an error
+	select {
+	case code := <-done:
+		if code != 200 {
+			t.Fatalf("the blocked query ended with HTTP %d, want 200 (the current table)", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the blocked query did not end with the agent")
+	}
+}
