@@ -46,14 +46,7 @@ func appendEffectiveJSON(b []byte, e *Effective) []byte {
 	if e.Degraded == nil {
 		b = append(b, "null"...)
 	} else {
-		b = append(b, '[')
-		for i, r := range e.Degraded {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendJSONString(b, r)
-		}
-		b = append(b, ']')
+		b = appendStringList(b, e.Degraded)
 	}
 	return append(b, '}')
 }
@@ -94,14 +87,7 @@ func appendRouteJSON(b []byte, r *Route) []byte {
 	}
 	if len(r.Fallback) > 0 {
 		member("fallback")
-		b = append(b, '[')
-		for i, f := range r.Fallback {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendJSONString(b, f)
-		}
-		b = append(b, ']')
+		b = appendStringList(b, r.Fallback)
 	}
 	if r.Affinity != "" {
 		member("affinity")
@@ -112,6 +98,18 @@ func appendRouteJSON(b []byte, r *Route) []byte {
 		b = appendStringMap(b, r.Attrs)
 	}
 	return append(b, '}')
+}
+
+// appendStringList appends l as a JSON list of strings.
+func appendStringList(b []byte, l []string) []byte {
+	b = append(b, '[')
+	for i, x := range l {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, x)
+	}
+	return append(b, ']')
 }
 
 // appendStringMap appends m as a JSON object with sorted keys.

@@ -26,12 +26,7 @@ func TestIncrementalCompileEqualsFresh(t *testing.T) {
 	pick := func(xs []string) string { return xs[rng.IntN(len(xs))] }
 	mutations := []func(){
 		func() { // reweight or repoint a route
-			a, b := pick(pools), pick(pools)
-			w := rng.IntN(101)
-			if a == b {
-				w = 100
-			}
-			store[RouteKey(pick(routes))] = fmt.Appendf(nil, `{"targets":[{"pool":%q,"weight":%d},{"pool":%q,"weight":%d}],"fallback":["eu-general"],"attrs":{"n":"%d"}}`, a, w, b, 100-w, rng.IntN(3))
+			store[RouteKey(pick(routes))] = randomRouteValue(rng, pools)
 		},
 		func() { delete(store, RouteKey(pick(routes))) },
 		func() { // pool status
@@ -78,6 +73,18 @@ func TestIncrementalCompileEqualsFresh(t *testing.T) {
 		}
 		prev = inc
 	}
+}
+
+// randomRouteValue is a route over two random pools with random weights
+// and attrs; the same pool twice is a refused value (listed twice).
+func randomRouteValue(rng *rand.Rand, pools []string) []byte {
+	a, b := pools[rng.IntN(len(pools))], pools[rng.IntN(len(pools))]
+	w := rng.IntN(101)
+	if a == b {
+		w = 100
+	}
+	return fmt.Appendf(nil, `{"targets":[{"pool":%q,"weight":%d},{"pool":%q,"weight":%d}],"fallback":["eu-general"],"attrs":{"n":"%d"}}`,
+		a, w, b, 100-w, rng.IntN(3))
 }
 
 // goodKVs returns the values a table holds as good, as key/values.

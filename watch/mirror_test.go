@@ -43,6 +43,13 @@ func startMirror(t *testing.T, cli *clientv3.Client, cfg watch.Config) *watch.Mi
 	if err != nil {
 		t.Fatal(err)
 	}
+	runMirror(t, m)
+	return m
+}
+
+// runMirror runs m until the test ends and waits (bounded) until it is ready.
+func runMirror(t *testing.T, m *watch.Mirror) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); m.Run(ctx) }()
@@ -52,7 +59,6 @@ func startMirror(t *testing.T, cli *clientv3.Client, cfg watch.Config) *watch.Mi
 	if err := m.WaitReady(wctx); err != nil {
 		t.Fatal(err)
 	}
-	return m
 }
 
 // waitUntil waits, bounded, until cond holds on the mirror's table.
@@ -410,14 +416,6 @@ func runSeeded(t *testing.T, cli *clientv3.Client, seed *routing.Table) (*watch.
 		t.Fatal(err)
 	}
 	m.Seed(seed, time.Now())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); m.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
-	defer wcancel()
-	if err := m.WaitReady(wctx); err != nil {
-		t.Fatal(err)
-	}
+	runMirror(t, m)
 	return m, reg
 }

@@ -232,13 +232,21 @@ func TestPartitionedMemberIsNotCurrent(t *testing.T) {
 	c.Heal(lone)
 	healed := time.Now()
 	for _, o := range mirrors {
-		tb := waitUntil(t, o.m, o.name+" catching up after the heal", func(tb *routing.Table) bool { return tb.Revision() >= changeRev })
-		if got := resolvePool(t, tb, "DE"); got != "eu-west" {
-			t.Fatalf("%s: after the heal DE -> %s, want the change's eu-west", o.name, got)
-		}
-		watchStatus(t, o.m, o.name+" Connected after the heal", 15*time.Second, func(s watch.Status) bool { return s.Connected }, func(watch.Status) error { return nil })
-		t.Logf("%s: caught up and connected %v after the heal", o.name, time.Since(healed).Round(10*time.Millisecond))
+		o.caughtUp(t, changeRev, "after the heal", healed)
 	}
+}
+
+// caughtUp waits until the mirror's table holds the change to DE at rev
+// (eu-west) and its watch is connected; since is when it was cut off or
+// healed, for the log.
+func (o *observed) caughtUp(t *testing.T, rev int64, when string, since time.Time) {
+	t.Helper()
+	tb := waitUntil(t, o.m, o.name+" catching up "+when, func(tb *routing.Table) bool { return tb.Revision() >= rev })
+	if got := resolvePool(t, tb, "DE"); got != "eu-west" {
+		t.Fatalf("%s: %s DE -> %s, want the change's eu-west", o.name, when, got)
+	}
+	watchStatus(t, o.m, o.name+" Connected "+when, 15*time.Second, func(s watch.Status) bool { return s.Connected }, func(watch.Status) error { return nil })
+	t.Logf("%s: caught up and connected %s, %v after", o.name, when, time.Since(since).Round(10*time.Millisecond))
 }
 
 // TestPartitionedEndpointFailsOver: with a second endpoint in the majority,
@@ -277,12 +285,7 @@ func TestPartitionedEndpointFailsOver(t *testing.T) {
 	cut := time.Now()
 	changeRev := putWithin(t, writer, "routes/DE", newDE)
 	for _, o := range mirrors {
-		tb := waitUntil(t, o.m, o.name+" catching up through member 1, partition not healed", func(tb *routing.Table) bool { return tb.Revision() >= changeRev })
-		if got := resolvePool(t, tb, "DE"); got != "eu-west" {
-			t.Fatalf("%s: DE -> %s, want the change's eu-west", o.name, got)
-		}
-		watchStatus(t, o.m, o.name+" Connected through member 1", 15*time.Second, func(s watch.Status) bool { return s.Connected }, func(watch.Status) error { return nil })
-		t.Logf("%s: caught up through member 1, connected, %v after the partition", o.name, time.Since(cut).Round(10*time.Millisecond))
+		o.caughtUp(t, changeRev, "through member 1, partition not healed", cut)
 	}
 	// And settled there: a watch on member 1, not a loop of lists through
 	// member 1 and watches refused by member 3.

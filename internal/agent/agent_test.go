@@ -114,17 +114,25 @@ func (h *harness) snapshot() *routing.Table {
 	return t
 }
 
+// startExampleAgent runs etcd with the example fleet and an agent that
+// has served its first decision.
+func startExampleAgent(t *testing.T) (*harness, *clientv3.Client) {
+	t.Helper()
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	h := startAgent(t, t.TempDir(), srv.Endpoints)
+	waitFor(t, "first table", func() bool { c, _ := h.resolve("DE", "k"); return c == 200 })
+	return h, cli
+}
+
 func loadExample(t *testing.T, cli *clientv3.Client) int64 {
 	t.Helper()
 	return fleettest.Load(t, cli, prefix)
 }
 
 func TestChangesReachAPIAndSnapshot(t *testing.T) {
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
-	h := startAgent(t, t.TempDir(), srv.Endpoints)
-	waitFor(t, "first table", func() bool { c, _ := h.resolve("DE", "k"); return c == 200 })
+	h, cli := startExampleAgent(t)
 
 	// seen: the API and the snapshot file both serve a decision for cc at
 	// rev or later from the route and pool (any eu pool when pool is "").

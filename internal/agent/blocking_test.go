@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -18,11 +17,7 @@ import (
 // without polling); when the wait ends first it answers from the table it
 // has; malformed parameters are a 400 naming the parameter.
 func TestBlockingQuery(t *testing.T) {
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
-	h := startAgent(t, t.TempDir(), srv.Endpoints)
-	waitFor(t, "first table", func() bool { c, _ := h.resolve("DE", "k"); return c == 200 })
+	h, cli := startExampleAgent(t)
 	_, d := h.resolve("DE", "k")
 	rev := d.Revision
 
@@ -96,11 +91,7 @@ func jsonDecode(resp *http.Response, v any) error { return json.NewDecoder(resp.
 // revision that never comes answers when the agent stops, and the agent
 // stops cleanly instead of waiting for it.
 func TestBlockingQueryEndsWithTheAgent(t *testing.T) {
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
-	h := startAgent(t, t.TempDir(), srv.Endpoints)
-	waitFor(t, "first table", func() bool { c, _ := h.resolve("DE", "k"); return c == 200 })
+	h, _ := startExampleAgent(t)
 	done := make(chan int, 1)
 	go func() {
 		resp, err := h.http.Get(fmt.Sprintf("http://%s/v1/resolve?country=DE&key=k&min_revision=%d&wait=1m", h.a.Addr(), int64(1)<<60))

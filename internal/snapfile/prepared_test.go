@@ -324,19 +324,18 @@ var discardLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
 // until the rename, which makes the new file visible.
 func BenchmarkWrite(b *testing.B) {
 	data := bytes.Repeat([]byte(`{"pool":"a","weight":50},`), 95_614/25+1)[:95_614]
-	dir := func(b *testing.B) string {
-		if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
-			d, err := os.MkdirTemp("/dev/shm", "snapfile-bench-")
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { os.RemoveAll(d) })
-			return d
+	// prepared is a prepared file on /dev/shm that has written data once.
+	prepared := func(b *testing.B) *preparedFile {
+		p := newPreparedFile(filepath.Join(shmDir(b), "table.json"), 0o644, discardLogger)
+		b.Cleanup(p.close)
+		if err := p.write(data); err != nil {
+			b.Fatal(err)
 		}
-		return b.TempDir()
+		b.SetBytes(int64(len(data)))
+		return p
 	}
 	b.Run("WriteFile", func(b *testing.B) {
-		path := filepath.Join(dir(b), "table.json")
+		path := filepath.Join(shmDir(b), "table.json")
 		b.SetBytes(int64(len(data)))
 		for b.Loop() {
 			if err := WriteFile(path, data, 0o644); err != nil {
@@ -345,12 +344,7 @@ func BenchmarkWrite(b *testing.B) {
 		}
 	})
 	b.Run("prepared", func(b *testing.B) {
-		p := newPreparedFile(filepath.Join(dir(b), "table.json"), 0o644, discardLogger)
-		defer p.close()
-		if err := p.write(data); err != nil {
-			b.Fatal(err)
-		}
-		b.SetBytes(int64(len(data)))
+		p := prepared(b)
 		for b.Loop() {
 			if err := p.write(data); err != nil {
 				b.Fatal(err)
@@ -358,12 +352,7 @@ func BenchmarkWrite(b *testing.B) {
 		}
 	})
 	b.Run("prepared-critical", func(b *testing.B) {
-		p := newPreparedFile(filepath.Join(dir(b), "table.json"), 0o644, discardLogger)
-		defer p.close()
-		if err := p.write(data); err != nil {
-			b.Fatal(err)
-		}
-		b.SetBytes(int64(len(data)))
+		p := prepared(b)
 		for b.Loop() {
 			t := p.next
 			p.next = nil
