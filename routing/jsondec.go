@@ -4,10 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"unicode/utf8"
 )
 
@@ -36,12 +35,27 @@ type structInfo struct {
 	extra  int            // index of the Extra field, or -1
 }
 
-var structInfos sync.Map // reflect.Type -> *structInfo
+// structInfos holds the structInfo of every struct type the decoder
+// meets (the value types and Target), made once: a plain map read without
+// locks, as decoding runs on the agent's path from a watch event to the
+// table.
+var structInfos = func() map[reflect.Type]*structInfo {
+	m := map[reflect.Type]*structInfo{}
+	for _, v := range []any{Pool{}, Route{}, Target{}, Residency{}, Override{}, Health{}} {
+		t := reflect.TypeOf(v)
+		m[t] = newStructInfo(t)
+	}
+	return m
+}()
 
 func infoOf(t reflect.Type) *structInfo {
-	if v, ok := structInfos.Load(t); ok {
-		return v.(*structInfo)
+	if info, ok := structInfos[t]; ok {
+		return info
 	}
+	return newStructInfo(t) // a type not listed above (tests): made each time
+}
+
+func newStructInfo(t reflect.Type) *structInfo {
 	info := &structInfo{fields: map[string]int{}, extra: -1}
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
@@ -54,7 +68,6 @@ func infoOf(t reflect.Type) *structInfo {
 			info.fields[name] = i
 		}
 	}
-	structInfos.Store(t, info)
 	return info
 }
 
@@ -233,7 +246,7 @@ func splitObject(raw []byte) []jsonMember {
 			i = skipWS(raw, i+1)
 		}
 	}
-	sort.SliceStable(out, func(a, b int) bool { return out[a].key < out[b].key })
+	slices.SortStableFunc(out, func(a, b jsonMember) int { return strings.Compare(a.key, b.key) })
 	dedup := out[:0]
 	for j, m := range out {
 		if j+1 < len(out) && out[j+1].key == m.key {
