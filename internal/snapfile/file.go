@@ -1,6 +1,6 @@
 // Package snapfile writes and reads the agent's snapshot file: the table
 // JSON, replaced atomically (temp file in the same directory → write →
-// fsync → close → rename → fsync directory) so a reader in any language
+// fsync → rename → close → fsync directory) so a reader in any language
 // sees either the old file or the new one, never a torn or empty one.
 package snapfile
 
@@ -92,7 +92,7 @@ func createTemp(dir, base string, perm os.FileMode, prealloc int64) (*tempFile, 
 }
 
 // commit writes the concatenation of segs into the temp file (the kernel
-// gathers them: writev), fsyncs and closes it, and renames it to path. On
+// gathers them: writev), fsyncs it, renames it to path and closes it. On
 // error the temp file is closed and removed.
 func (t *tempFile) commit(path string, segs [][]byte) (err error) {
 	defer func() {
@@ -106,14 +106,13 @@ func (t *tempFile) commit(path string, segs [][]byte) (err error) {
 	if err := syscall.Fsync(t.fd); err != nil {
 		return fmt.Errorf("snapfile: fsync %s: %w", t.name, err)
 	}
-	fd := t.fd
-	t.fd = -1 // closed even when close reports an error
-	if err := syscall.Close(fd); err != nil {
-		return fmt.Errorf("snapfile: close %s: %w", t.name, err)
-	}
+	// The data is durable: publish it first, close after (one system call
+	// less between the change and readers seeing it).
 	if err := syscall.Rename(t.name, path); err != nil {
 		return fmt.Errorf("snapfile: rename into %s: %w", path, &os.LinkError{Op: "rename", Old: t.name, New: path, Err: err})
 	}
+	syscall.Close(t.fd) // after a successful fsync, close has nothing left to report
+	t.fd = -1
 	return nil
 }
 
