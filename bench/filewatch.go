@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"syscall"
 	"time"
 )
 
@@ -38,6 +39,41 @@ func readRevision(path string) (int64, error) {
 		return 0, err
 	}
 	return parseRevision(b)
+}
+
+// fileReader reads the snapshot file whole into a buffer it keeps, as a
+// long-running reader would: open, read to the end, close; no allocation
+// and no runtime poller per read, so the figure holds the read itself and
+// not the bench's garbage.
+type fileReader struct{ buf []byte }
+
+func (r *fileReader) readRevision(path string) (int64, error) {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer syscall.Close(fd)
+	if r.buf == nil {
+		r.buf = make([]byte, 256<<10)
+	}
+	n := 0
+	for {
+		if n == len(r.buf) {
+			r.buf = append(r.buf, make([]byte, len(r.buf))...)
+		}
+		m, err := syscall.Read(fd, r.buf[n:])
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return 0, &os.PathError{Op: "read", Path: path, Err: err}
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	return parseRevision(r.buf[:n])
 }
 
 var revisionField = []byte(`"revision":`)

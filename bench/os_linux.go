@@ -34,6 +34,7 @@ func watchFile(path string) (*fileWatcher, error) {
 	w := &fileWatcher{C: make(chan fileObs, 1<<16), Kind: "inotify", close: func() { f.Close() }}
 	go func() {
 		buf := make([]byte, 64<<10)
+		var reader fileReader
 		for {
 			n, err := f.Read(buf)
 			event := time.Now()
@@ -55,7 +56,7 @@ func watchFile(path string) (*fileWatcher, error) {
 			if seen == 0 {
 				continue
 			}
-			rev, err := readRevision(path)
+			rev, err := reader.readRevision(path)
 			if err != nil {
 				rev = -1 // still counted as a rewrite
 			}
