@@ -3,7 +3,6 @@ package routing
 import (
 	"bytes"
 	"encoding/json"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,53 +21,243 @@ type jsonDecoder struct {
 	unknown []string
 }
 
-// decodeJSONObject decodes the JSON object raw into v, a pointer to a
-// struct.
+// decodeJSONObject decodes the JSON object raw into v, a pointer to one of
+// the value types.
 func decodeJSONObject(raw []byte, v any) (unknown []string, errs Errors) {
 	var d jsonDecoder
-	d.object(raw, reflect.ValueOf(v).Elem(), "")
+	switch x := v.(type) {
+	case *Pool:
+		d.pool(raw, x, "")
+	case *Route:
+		d.route(raw, x, "")
+	case *Residency:
+		d.residency(raw, x, "")
+	case *Override:
+		d.override(raw, x, "")
+	case *Health:
+		d.health(raw, x, "")
+	default:
+		d.errs.add("", "", "cannot decode into %T", v)
+	}
 	return d.unknown, d.errs
 }
 
-type structInfo struct {
-	fields map[string]int // JSON name -> field index
-	extra  int            // index of the Extra field, or -1
-}
+// Each value type has its decoder below: a switch over the member names,
+// no reflection (decoding runs on the agent's path from a watch event to
+// the table). A JSON null leaves a field at its zero value; a member of
+// the wrong JSON type is an error naming its path and leaves it zero too.
 
-// structInfos holds the structInfo of every struct type the decoder
-// meets (the value types and Target), made once: a plain map read without
-// locks, as decoding runs on the agent's path from a watch event to the
-// table.
-var structInfos = func() map[reflect.Type]*structInfo {
-	m := map[reflect.Type]*structInfo{}
-	for _, v := range []any{Pool{}, Route{}, Target{}, Residency{}, Override{}, Health{}} {
-		t := reflect.TypeOf(v)
-		m[t] = newStructInfo(t)
-	}
-	return m
-}()
-
-func infoOf(t reflect.Type) *structInfo {
-	if info, ok := structInfos[t]; ok {
-		return info
-	}
-	return newStructInfo(t) // a type not listed above (tests): made each time
-}
-
-func newStructInfo(t reflect.Type) *structInfo {
-	info := &structInfo{fields: map[string]int{}, extra: -1}
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		if f.Type == reflect.TypeOf(Extra(nil)) {
-			info.extra = i
-			continue
-		}
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name != "" && name != "-" && f.IsExported() {
-			info.fields[name] = i
+func (d *jsonDecoder) pool(raw []byte, p *Pool, path string) {
+	for _, m := range d.members(raw, path) {
+		fp := joinPath(path, m.key)
+		switch m.key {
+		case "host":
+			p.Host = d.str(m.raw, fp)
+		case "region":
+			p.Region = d.str(m.raw, fp)
+		case "residency":
+			p.Residency = d.str(m.raw, fp)
+		case "status":
+			p.Status = d.str(m.raw, fp)
+		case "health_check":
+			p.HealthCheck = d.boolean(m.raw, fp)
+		case "attrs":
+			p.Attrs = d.stringMap(m.raw, fp)
+		default:
+			d.extra(&p.Extra, m, path)
 		}
 	}
-	return info
+}
+
+func (d *jsonDecoder) target(raw []byte, path string) Target {
+	var t Target
+	if isNull(raw) {
+		return t
+	}
+	for _, m := range d.members(raw, path) {
+		fp := joinPath(path, m.key)
+		switch m.key {
+		case "pool":
+			t.Pool = d.str(m.raw, fp)
+		case "weight":
+			t.Weight = d.integer(m.raw, fp)
+		default:
+			d.extra(&t.Extra, m, path)
+		}
+	}
+	return t
+}
+
+func (d *jsonDecoder) route(raw []byte, r *Route, path string) {
+	for _, m := range d.members(raw, path) {
+		fp := joinPath(path, m.key)
+		switch m.key {
+		case "targets":
+			r.Targets = list(d, m.raw, fp, (*jsonDecoder).target)
+		case "fallback":
+			r.Fallback = list(d, m.raw, fp, (*jsonDecoder).str)
+		case "affinity":
+			r.Affinity = d.str(m.raw, fp)
+		case "attrs":
+			r.Attrs = d.stringMap(m.raw, fp)
+		default:
+			d.extra(&r.Extra, m, path)
+		}
+	}
+}
+
+func (d *jsonDecoder) residency(raw []byte, r *Residency, path string) {
+	for _, m := range d.members(raw, path) {
+		fp := joinPath(path, m.key)
+		switch m.key {
+		case "classes":
+			if isNull(m.raw) {
+				continue
+			}
+			if m.raw[0] != '{' {
+				d.typeErr(fp, "an object", m.raw)
+				continue
+			}
+			members := splitObject(m.raw)
+			r.Classes = make(map[string][]string, len(members))
+			for _, c := range members {
+				r.Classes[c.key] = list(d, c.raw, joinPath(fp, c.key), (*jsonDecoder).str)
+			}
+		case "unknown_country_class":
+			r.UnknownCountryClass = d.str(m.raw, fp)
+		default:
+			d.extra(&r.Extra, m, path)
+		}
+	}
+}
+
+func (d *jsonDecoder) override(raw []byte, o *Override, path string) {
+	for _, m := range d.members(raw, path) {
+		fp := joinPath(path, m.key)
+		switch m.key {
+		case "route":
+			o.Route = d.str(m.raw, fp)
+		case "targets":
+			o.Targets = list(d, m.raw, fp, (*jsonDecoder).target)
+		case "attrs":
+			o.Attrs = d.stringMap(m.raw, fp)
+		case "reason":
+			o.Reason = d.str(m.raw, fp)
+		case "author":
+			o.Author = d.str(m.raw, fp)
+		default:
+			d.extra(&o.Extra, m, path)
+		}
+	}
+}
+
+func (d *jsonDecoder) health(raw []byte, h *Health, path string) {
+	for _, m := range d.members(raw, path) {
+		fp := joinPath(path, m.key)
+		switch m.key {
+		case "addr":
+			h.Addr = d.str(m.raw, fp)
+		case "since":
+			h.Since = d.str(m.raw, fp)
+		default:
+			d.extra(&h.Extra, m, path)
+		}
+	}
+}
+
+// members returns the members of the JSON object raw (sorted by key, the
+// last of duplicates), or reports that raw is not an object.
+func (d *jsonDecoder) members(raw []byte, path string) []jsonMember {
+	if raw[0] != '{' {
+		d.typeErr(path, "an object", raw)
+		return nil
+	}
+	return splitObject(raw)
+}
+
+// extra keeps a member the type does not declare in its Extra; inside a
+// nested object (a target) it is also listed in unknown, for config files
+// to refuse.
+func (d *jsonDecoder) extra(e *Extra, m jsonMember, path string) {
+	if path != "" {
+		d.unknown = append(d.unknown, joinPath(path, m.key))
+	}
+	if *e == nil {
+		*e = Extra{}
+	}
+	(*e)[m.key] = canonicalRaw(m.raw)
+}
+
+func isNull(raw []byte) bool { return len(raw) == 0 || string(raw) == "null" }
+
+// list decodes a JSON list with elem for each item; null items are zero.
+func list[E any](d *jsonDecoder, raw []byte, path string, elem func(*jsonDecoder, []byte, string) E) []E {
+	if isNull(raw) {
+		return nil
+	}
+	if raw[0] != '[' {
+		d.typeErr(path, "a list", raw)
+		return nil
+	}
+	items := splitArray(raw)
+	out := make([]E, len(items))
+	for i, item := range items {
+		if !isNull(item) {
+			out[i] = elem(d, item, path+"["+strconv.Itoa(i)+"]")
+		}
+	}
+	return out
+}
+
+func (d *jsonDecoder) str(raw []byte, path string) string {
+	if isNull(raw) {
+		return ""
+	}
+	if raw[0] != '"' {
+		d.typeErr(path, "a string", raw)
+		return ""
+	}
+	return decodeString(raw)
+}
+
+func (d *jsonDecoder) integer(raw []byte, path string) int {
+	if isNull(raw) {
+		return 0
+	}
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil || int64(int(n)) != n {
+		d.typeErr(path, "an integer", raw)
+		return 0
+	}
+	return int(n)
+}
+
+func (d *jsonDecoder) boolean(raw []byte, path string) bool {
+	switch string(raw) {
+	case "true":
+		return true
+	case "false", "", "null":
+		return false
+	}
+	d.typeErr(path, "true or false", raw)
+	return false
+}
+
+// stringMap decodes an object of strings (attrs); a null member is "".
+func (d *jsonDecoder) stringMap(raw []byte, path string) map[string]string {
+	if isNull(raw) {
+		return nil
+	}
+	if raw[0] != '{' {
+		d.typeErr(path, "an object", raw)
+		return nil
+	}
+	members := splitObject(raw)
+	out := make(map[string]string, len(members))
+	for _, m := range members {
+		out[m.key] = d.str(m.raw, joinPath(path, m.key))
+	}
+	return out
 }
 
 func joinPath(path, name string) string {
@@ -101,111 +290,6 @@ func (d *jsonDecoder) typeErr(path, want string, raw []byte) {
 		got += " " + truncate(raw)
 	}
 	d.errs.add("", path, "expected %s, got %s", want, got)
-}
-
-// object decodes a JSON object into the struct v.
-func (d *jsonDecoder) object(raw []byte, v reflect.Value, path string) {
-	if raw[0] != '{' {
-		d.typeErr(path, "an object", raw)
-		return
-	}
-	info := infoOf(v.Type())
-	for _, m := range splitObject(raw) {
-		k := m.key
-		if i, ok := info.fields[k]; ok {
-			d.value(m.raw, v.Field(i), joinPath(path, k))
-			continue
-		}
-		if path != "" || info.extra < 0 {
-			// Inside a nested object (a target) an unknown field is also
-			// listed, for config files to refuse; values keep it in Extra.
-			d.unknown = append(d.unknown, joinPath(path, k))
-		}
-		if info.extra < 0 {
-			continue
-		}
-		ev := v.Field(info.extra)
-		if ev.IsNil() {
-			ev.Set(reflect.ValueOf(Extra{}))
-		}
-		ev.SetMapIndex(reflect.ValueOf(k), reflect.ValueOf(canonicalRaw(m.raw)))
-	}
-}
-
-// value decodes one JSON value into v; null leaves v at its zero value.
-func (d *jsonDecoder) value(raw []byte, v reflect.Value, path string) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return
-	}
-	switch v.Kind() {
-	case reflect.Struct:
-		d.object(raw, v, path)
-	case reflect.Slice:
-		if raw[0] != '[' {
-			d.typeErr(path, "a list", raw)
-			return
-		}
-		items := splitArray(raw)
-		s := reflect.MakeSlice(v.Type(), len(items), len(items))
-		for i, item := range items {
-			d.value(item, s.Index(i), path+"["+strconv.Itoa(i)+"]")
-		}
-		v.Set(s)
-	case reflect.Map:
-		if raw[0] != '{' {
-			d.typeErr(path, "an object", raw)
-			return
-		}
-		members := splitObject(raw)
-		if v.Type() == reflect.TypeOf(map[string]string(nil)) { // attrs: the common case, without reflection
-			out := make(map[string]string, len(members))
-			for _, m := range members {
-				if string(m.raw) == "null" {
-					out[m.key] = "" // as value() leaves a null
-					continue
-				}
-				if m.raw[0] != '"' {
-					d.typeErr(joinPath(path, m.key), "a string", m.raw)
-					out[m.key] = ""
-					continue
-				}
-				out[m.key] = decodeString(m.raw)
-			}
-			v.Set(reflect.ValueOf(out))
-			return
-		}
-		out := reflect.MakeMapWithSize(v.Type(), len(members))
-		for _, m := range members {
-			e := reflect.New(v.Type().Elem()).Elem()
-			d.value(m.raw, e, joinPath(path, m.key))
-			out.SetMapIndex(reflect.ValueOf(m.key), e)
-		}
-		v.Set(out)
-	case reflect.String:
-		if raw[0] != '"' {
-			d.typeErr(path, "a string", raw)
-			return
-		}
-		v.SetString(decodeString(raw))
-	case reflect.Int, reflect.Int64:
-		n, err := strconv.ParseInt(string(raw), 10, 64)
-		if err != nil || v.OverflowInt(n) {
-			d.typeErr(path, "an integer", raw)
-			return
-		}
-		v.SetInt(n)
-	case reflect.Bool:
-		switch string(raw) {
-		case "true":
-			v.SetBool(true)
-		case "false":
-			v.SetBool(false)
-		default:
-			d.typeErr(path, "true or false", raw)
-		}
-	default:
-		d.errs.add("", path, "cannot decode into %s", v.Type())
-	}
 }
 
 // canonicalRaw returns raw compacted and HTML-escaped, as json.Marshal

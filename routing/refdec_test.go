@@ -11,8 +11,30 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 )
+
+type structInfo struct {
+	fields map[string]int // JSON name -> field index
+	extra  int            // index of the Extra field, or -1
+}
+
+func infoOf(t reflect.Type) *structInfo {
+	info := &structInfo{fields: map[string]int{}, extra: -1}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if f.Type == reflect.TypeOf(Extra(nil)) {
+			info.extra = i
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name != "" && name != "-" && f.IsExported() {
+			info.fields[name] = i
+		}
+	}
+	return info
+}
 
 type refDecoder struct {
 	errs    Errors
