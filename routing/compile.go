@@ -61,12 +61,12 @@ func Compile(revision int64, kvs []KV, prev *Table, opts CompileOptions) *Table 
 		compiled:  len(opts.Down) == 0,
 		policy:    DefaultResidency(),
 		pools:     map[string]*PoolState{},
-		good:      make(map[string]goodValue, len(kvs)),
 		instances: map[string]int{},
 	}
-	var prevGood map[string]goodValue
+	good := make(map[string]goodValue, len(kvs))
+	var prevGood *goodValues
 	if prev != nil {
-		prevGood = prev.good
+		prevGood = &prev.good
 	}
 	for _, kv := range kvs {
 		// A health key is a live instance whatever its value says: the
@@ -78,10 +78,11 @@ func Compile(revision int64, kvs []KV, prev *Table, opts CompileOptions) *Table 
 			t.setInvalid(kv.Key, checkHealthValue(kv.Key, kv.Value))
 			continue
 		}
-		t.addKV(kv, prevGood)
+		t.addKV(good, kv, prevGood)
 	}
+	t.good = newGoodValues(good)
 	t.trackLost(prev, opts.Now)
-	for key, g := range t.good {
+	for key, g := range good {
 		k, _ := ParseKey(key)
 		switch k.Kind {
 		case KindPool:
@@ -139,7 +140,7 @@ func Update(prev *Table, revision int64, events []Event, opts CompileOptions) *T
 		routes:    prev.routes,
 		overrides: prev.overrides,
 		applied:   prev.applied,
-		good:      maps.Clone(prev.good),
+		good:      prev.good.fork(),
 		invalid:   prev.invalid,
 		instances: prev.instances,
 		lost:      prev.lost,
@@ -180,7 +181,7 @@ func Update(prev *Table, revision int64, events []Event, opts CompileOptions) *T
 		}
 		touched = append(touched, c.Key)
 		if c.Deleted {
-			delete(t.good, c.Key)
+			t.good.del(c.Key)
 			t.setInvalidCOW(prev, c.Key, "")
 			continue
 		}
@@ -195,8 +196,8 @@ func Update(prev *Table, revision int64, events []Event, opts CompileOptions) *T
 		if err != nil {
 			continue
 		}
-		a, aok := prev.good[key]
-		b, bok := t.good[key]
+		a, aok := prev.good.get(key)
+		b, bok := t.good.get(key)
 		if aok == bok && (!aok || (a.val == b.val && (k.Kind != KindOverride || a.rev == b.rev))) {
 			continue
 		}
@@ -244,7 +245,7 @@ func Update(prev *Table, revision int64, events []Event, opts CompileOptions) *T
 		t.pools = maps.Clone(prev.pools)
 		for _, id := range pools {
 			d.pools.add(id)
-			if g, ok := t.good[PoolKey(id)]; ok {
+			if g, ok := t.good.get(PoolKey(id)); ok {
 				t.pools[id] = t.newPoolState(id, g.val.(*Pool))
 			} else {
 				delete(t.pools, id)
@@ -260,7 +261,7 @@ func Update(prev *Table, revision int64, events []Event, opts CompileOptions) *T
 	case routesDirty:
 		t.routes = maps.Clone(prev.routes)
 		for _, name := range d.routes.names {
-			if g, ok := t.good[RouteKey(name)]; ok {
+			if g, ok := t.good.get(RouteKey(name)); ok {
 				t.routes[name] = g.val.(*Route)
 			} else {
 				delete(t.routes, name)
@@ -344,28 +345,28 @@ func (t *Table) setInvalidCOW(prev *Table, key, msg string) {
 }
 
 // addKV decodes one key (or reuses prev's decoding of the same bytes) and
-// records it as good, or as refused keeping prev's good value.
-func (t *Table) addKV(kv KV, prevGood map[string]goodValue) {
-	if g, ok := prevGood[kv.Key]; ok && bytes.Equal(g.raw, kv.Value) {
-		t.good[kv.Key] = goodValue{raw: g.raw, val: g.val, rev: kv.ModRevision}
+// records it in good, or as refused keeping prev's good value.
+func (t *Table) addKV(good map[string]goodValue, kv KV, prevGood *goodValues) {
+	if g, ok := prevGood.get(kv.Key); ok && bytes.Equal(g.raw, kv.Value) {
+		good[kv.Key] = goodValue{raw: g.raw, val: g.val, rev: kv.ModRevision}
 		return
 	}
 	v, err := DecodeValue(kv.Key, kv.Value)
 	if err != nil {
 		t.setInvalid(kv.Key, err.Error())
-		if g, ok := prevGood[kv.Key]; ok {
-			t.good[kv.Key] = g
+		if g, ok := prevGood.get(kv.Key); ok {
+			good[kv.Key] = g
 		}
 		return
 	}
-	t.good[kv.Key] = goodValue{raw: kv.Value, val: v, rev: kv.ModRevision}
+	good[kv.Key] = goodValue{raw: kv.Value, val: v, rev: kv.ModRevision}
 }
 
 // addKVCOW is addKV for Update: t.good already holds the last good values,
 // and the invalid map is copied before its first change.
 func (t *Table) addKVCOW(prev *Table, kv KV) {
-	if g, ok := t.good[kv.Key]; ok && bytes.Equal(g.raw, kv.Value) {
-		t.good[kv.Key] = goodValue{raw: g.raw, val: g.val, rev: kv.ModRevision}
+	if g, ok := t.good.get(kv.Key); ok && bytes.Equal(g.raw, kv.Value) {
+		t.good.set(kv.Key, goodValue{raw: g.raw, val: g.val, rev: kv.ModRevision})
 		t.setInvalidCOW(prev, kv.Key, "")
 		return
 	}
@@ -374,7 +375,7 @@ func (t *Table) addKVCOW(prev *Table, kv KV) {
 		t.setInvalidCOW(prev, kv.Key, err.Error())
 		return // the last good value, if any, stays
 	}
-	t.good[kv.Key] = goodValue{raw: kv.Value, val: v, rev: kv.ModRevision}
+	t.good.set(kv.Key, goodValue{raw: kv.Value, val: v, rev: kv.ModRevision})
 	t.setInvalidCOW(prev, kv.Key, "")
 }
 
@@ -392,7 +393,7 @@ func (t *Table) assembleRoutes() {
 	t.applied = map[string][]string{}
 	t.ovSkipped = nil
 	var ovs []overrideAt
-	for key, g := range t.good {
+	for key, g := range t.good.all() {
 		k, _ := ParseKey(key)
 		switch k.Kind {
 		case KindRoute:

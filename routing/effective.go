@@ -290,7 +290,7 @@ func (t *Table) diffFrom(prev *Table) diff {
 func (t *Table) build(now time.Time, prev *Table, d *diff) {
 	n := len(countries)
 	full := prev == nil || len(prev.eff) != n+1 || prev.stale != t.stale || prev.classOf == nil
-	if !full && len(prev.good) > 0 && t.sameGoodOrAbsent(prev, PolicyKey) {
+	if !full && prev.good.len() > 0 && t.sameGoodOrAbsent(prev, PolicyKey) {
 		t.classOf = prev.classOf // same policy: same classes (the slice is never changed)
 	} else {
 		full = true
@@ -483,8 +483,8 @@ func sameMap[K comparable, V any](a, b map[K]V) bool {
 // sameGoodOrAbsent reports whether key holds the very same decoded value
 // in both tables, or is absent from both.
 func (t *Table) sameGoodOrAbsent(prev *Table, key string) bool {
-	a, aok := t.good[key]
-	b, bok := prev.good[key]
+	a, aok := t.good.get(key)
+	b, bok := prev.good.get(key)
 	return aok == bok && (!aok || a.val == b.val)
 }
 

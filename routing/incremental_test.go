@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"testing"
 )
@@ -90,8 +91,9 @@ func randomRouteValue(rng *rand.Rand, pools []string) []byte {
 // goodKVs returns the values a table holds as good, as key/values.
 func goodKVs(t *Table) []KV {
 	var kvs []KV
-	for _, k := range sortedKeys(t.good) {
-		kvs = append(kvs, KV{Key: k, Value: t.good[k].raw, ModRevision: t.good[k].rev})
+	good := maps.Collect(t.good.all())
+	for _, k := range sortedKeys(good) {
+		kvs = append(kvs, KV{Key: k, Value: good[k].raw, ModRevision: good[k].rev})
 	}
 	return kvs
 }

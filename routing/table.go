@@ -61,7 +61,7 @@ type Table struct {
 	overrides map[string]*Override
 	applied   map[string][]string // route -> override ids applied, in order
 	skipped   []Skipped
-	good      map[string]goodValue
+	good      goodValues
 	// compiled: built by Compile or Update from etcd's values (not loaded
 	// from a snapshot file, not a what-if), so Update can follow it.
 	compiled bool
@@ -98,12 +98,6 @@ type Table struct {
 	enc *encoded
 	// pads holds the padded pool ids of the candidates (see poolPad).
 	pads map[string]*poolPad
-}
-
-type goodValue struct {
-	raw []byte
-	val Value
-	rev int64
 }
 
 // Revision returns the etcd revision the table is current at.

@@ -203,7 +203,7 @@ func (t *Table) encodeValues(prev *Table) {
 	} else {
 		t.encodeRoutes(pe, prev)
 	}
-	if pe != nil && len(prev.good) > 0 && t.sameGoodOrAbsent(prev, PolicyKey) {
+	if pe != nil && prev.good.len() > 0 && t.sameGoodOrAbsent(prev, PolicyKey) {
 		enc.policy = pe.policy
 	} else {
 		js, _ := json.Marshal(policyJSON{Residency: t.policy})
@@ -395,7 +395,6 @@ func LoadTableJSON(b []byte) (*Table, time.Time, error) {
 		routes:    map[string]*Route{},
 		overrides: map[string]*Override{},
 		applied:   map[string][]string{},
-		good:      map[string]goodValue{},
 		skipped:   in.Skipped,
 	}
 	if errs := t.policy.normalize(); len(errs) > 0 {
