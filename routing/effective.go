@@ -51,14 +51,12 @@ const maxChain = 64
 // ("" for the unknown country): own, then its fallbacks depth-first in
 // order, then _default; each name once.
 func (t *Table) chain(own string) []string {
-	out := make([]string, 0, 4)
-	seen := map[string]bool{}
+	out := make([]string, 0, 4) // also the names seen: chains are short
 	var visit func(name string, depth int)
 	visit = func(name string, depth int) {
-		if seen[name] || len(out) >= maxChain || depth > maxChain {
+		if len(out) >= maxChain || depth > maxChain || slices.Contains(out, name) {
 			return
 		}
-		seen[name] = true
 		out = append(out, name)
 		if r, ok := t.routes[name]; ok {
 			for _, f := range r.Fallback {
@@ -69,7 +67,7 @@ func (t *Table) chain(own string) []string {
 	if own != "" {
 		visit(own, 0)
 	}
-	if !seen[DefaultRoute] {
+	if !slices.Contains(out, DefaultRoute) {
 		out = append(out, DefaultRoute)
 	}
 	return out
@@ -492,7 +490,7 @@ func (t *Table) sameGoodOrAbsent(prev *Table, key string) bool {
 // equal to the previous table's entry for the same country by that entry,
 // so its JSON encoding is reused, and encodes the entries that are new.
 func (t *Table) reuseEffective(prev *Table, ids []int) {
-	swap := map[*Effective]*Effective{}
+	var swap map[*Effective]*Effective // entries shared by several countries
 	for _, id := range ids {
 		e := t.eff[id]
 		if r, done := swap[e]; done {
@@ -515,7 +513,12 @@ func (t *Table) reuseEffective(prev *Table, ids []int) {
 			e.js = appendEffectiveJSON(nil, e)
 			e.sum = e.digest()
 		}
-		swap[e] = r
+		if len(ids) > 1 {
+			if swap == nil {
+				swap = make(map[*Effective]*Effective, len(ids))
+			}
+			swap[e] = r
+		}
 		t.eff[id] = r
 	}
 }
