@@ -66,3 +66,72 @@ func TestGoodValuesMatchAMap(t *testing.T) {
 func equalGood(a, b map[string]goodValue) bool {
 	return maps.EqualFunc(a, b, func(x, y goodValue) bool { return x.val == y.val && x.rev == y.rev })
 }
+
+// TestGoodValuesForkTree: goodValues against plain maps when any earlier
+// version is forked again (a table updated twice; tables made with At or
+// WithRevision, then updated): a tree of forks, not a chain. Every version
+// is checked against its model after all the writes.
+func TestGoodValuesForkTree(t *testing.T) {
+	for seed := range uint64(20) {
+		r := rand.New(rand.NewPCG(seed, 77))
+		type version struct {
+			g     goodValues
+			model map[string]goodValue
+		}
+		start := map[string]goodValue{}
+		for i := range r.IntN(40) {
+			start["k"+strconv.Itoa(i)] = goodValue{val: int64(i)}
+		}
+		vs := []version{{newGoodValues(maps.Clone(start)), maps.Clone(start)}}
+		for range 600 {
+			parent := vs[r.IntN(len(vs))]
+			if r.IntN(3) == 0 {
+				parent = vs[len(vs)-1]
+			}
+			g := parent.g.fork()
+			model := maps.Clone(parent.model)
+			for range r.IntN(30) + 1 {
+				key := "k" + strconv.Itoa(r.IntN(100))
+				if r.IntN(3) == 0 {
+					g.del(key)
+					delete(model, key)
+				} else {
+					v := goodValue{val: r.Int64()}
+					g.set(key, v)
+					model[key] = v
+				}
+			}
+			vs = append(vs, version{g, model})
+		}
+		for i, v := range vs {
+			got := map[string]goodValue{}
+			for k, gv := range v.g.all() {
+				if _, dup := got[k]; dup {
+					t.Fatalf("seed %d version %d: all yields %s twice", seed, i, k)
+				}
+				got[k] = gv
+			}
+			if !equalGood(got, v.model) || v.g.len() != len(v.model) {
+				t.Fatalf("seed %d version %d: %d keys (len %d), want %d", seed, i, len(got), v.g.len(), len(v.model))
+			}
+			for j := range 100 {
+				k := "k" + strconv.Itoa(j)
+				gv, ok := v.g.get(k)
+				want, wok := v.model[k]
+				if ok != wok || gv.val != want.val {
+					t.Fatalf("seed %d version %d: get(%s) = %v %v, want %v %v", seed, i, k, gv, ok, want, wok)
+				}
+			}
+		}
+	}
+	var zero goodValues
+	if _, ok := zero.get("k"); ok || zero.len() != 0 {
+		t.Fatal("zero goodValues not empty")
+	}
+	f := zero.fork()
+	f.set("a", goodValue{val: int64(1)})
+	f.del("b")
+	if zero.len() != 0 || f.len() != 1 || len(zero.over) != 0 {
+		t.Fatal("fork of the zero value wrote to it")
+	}
+}

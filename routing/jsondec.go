@@ -10,19 +10,19 @@ import (
 )
 
 // jsonDecoder decodes JSON into the value types of this package (Pool,
-// Route, Residency, Override, Health) more strictly than encoding/json:
-// field names match exactly (encoding/json also accepts "HOST" for "host"),
-// every type error is collected with its full path ("targets[1].weight"),
-// and fields a type does not declare are kept in its Extra (values keep
-// them, forward compatible); those inside nested objects (a target) are
-// also listed in unknown, which config files refuse.
+// Route, Residency, Override, Health) and Target more strictly than
+// encoding/json: field names match exactly (encoding/json also accepts
+// "HOST" for "host"), every type error is collected with its full path
+// ("targets[1].weight"), and fields a type does not declare are kept in its
+// Extra (values keep them, forward compatible); those inside nested
+// objects (a target) are also listed in unknown, which config files refuse.
 type jsonDecoder struct {
 	errs    Errors
 	unknown []string
 }
 
 // decodeJSONObject decodes the JSON object raw into v, a pointer to one of
-// the value types.
+// the value types or to a Target.
 func decodeJSONObject(raw []byte, v any) (unknown []string, errs Errors) {
 	var d jsonDecoder
 	switch x := v.(type) {
@@ -36,6 +36,8 @@ func decodeJSONObject(raw []byte, v any) (unknown []string, errs Errors) {
 		d.override(raw, x, "")
 	case *Health:
 		d.health(raw, x, "")
+	case *Target:
+		*x = d.target(raw, "")
 	default:
 		d.errs.add("", "", "cannot decode into %T", v)
 	}

@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -438,5 +441,106 @@ func BenchmarkUpdateAfterIdle(b *testing.B) {
 		b.StartTimer()
 		prev = Update(prev, int64(n+2), ev, CompileOptions{Now: t0})
 		segs, scratch, _ = prev.JSONSegments(segs, scratch, t0)
+	}
+}
+
+// TestTablesStayUnchanged: a table never changes once built, while it is
+// updated several times (directly, through At and through WithRevision)
+// and other goroutines read every table built so far: each table's good
+// values and JSON at the end are what they were when it was built. Run
+// with -race.
+func TestTablesStayUnchanged(t *testing.T) {
+	cfg := exampleConfig(t)
+	pools := sortedKeys(cfg.Pools)
+	routes := []string{"PL", "DE", "KR", "JP", "US", "BR", "GB", "eu-general", "apac-general", "_default", "HU", "ZA", "AD"}
+	rng := rand.New(rand.NewPCG(5, 6))
+	rev := int64(1)
+	now := t0
+	opts := CompileOptions{Now: now, Start: t0}
+	type built struct {
+		t    *Table
+		good []KV
+		js   []byte
+	}
+	snap := func(tb *Table) built {
+		js, err := tb.JSON(now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return built{tb, goodKVs(tb), js}
+	}
+	all := []built{snap(Compile(rev, kvsOf(t, cfg), nil, opts))}
+	const readers = 4
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	tables := make(chan *Table, 1024)
+	for range readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var seen []*Table
+			for {
+				select {
+				case <-stop:
+					return
+				case tb := <-tables:
+					seen = append(seen, tb)
+				default:
+				}
+				for _, tb := range seen {
+					_ = goodKVs(tb)
+					tb.Resolve("PL", "k", now)
+				}
+			}
+		}()
+	}
+	steps := 300
+	if raceEnabled {
+		steps = 120
+	}
+	for step := range steps {
+		parent := all[rng.IntN(len(all))].t
+		switch rng.IntN(4) {
+		case 0:
+			parent = parent.At(now.Add(time.Duration(rng.IntN(20)) * time.Second))
+		case 1:
+			parent = parent.WithRevision(parent.Revision())
+		}
+		var events []Event
+		for range rng.IntN(25) + 1 {
+			rev++
+			route := routes[rng.IntN(len(routes))]
+			switch rng.IntN(4) {
+			case 0:
+				events = append(events, Event{KV: KV{Key: RouteKey(route), ModRevision: rev}, Deleted: true})
+			case 1:
+				events = append(events, Event{KV: KV{Key: OverrideKey("o" + strconv.Itoa(rng.IntN(3))), ModRevision: rev,
+					Value: fmt.Appendf(nil, `{"route":%q,"targets":[{"pool":%q,"weight":100}]}`, route, pools[rng.IntN(len(pools))])}})
+			case 2:
+				events = append(events, Event{KV: KV{Key: RouteKey("X" + strconv.Itoa(rng.IntN(40))), ModRevision: rev,
+					Value: randomRouteValue(rng, pools)}})
+			default:
+				events = append(events, Event{KV: KV{Key: RouteKey(route), ModRevision: rev, Value: randomRouteValue(rng, pools)}})
+			}
+		}
+		next := Update(parent, rev, events, opts)
+		if next == nil {
+			t.Fatalf("step %d: Update refused", step)
+		}
+		all = append(all, snap(next))
+		for range readers {
+			tables <- next
+		}
+	}
+	close(stop)
+	wg.Wait()
+	for i, b := range all {
+		if got := goodKVs(b.t); !reflect.DeepEqual(got, b.good) {
+			t.Fatalf("table %d: good values changed after it was built", i)
+		}
+		js, _ := b.t.JSON(now)
+		if d := firstDiffAll(js, b.js); d != "" {
+			t.Fatalf("table %d: JSON changed after it was built: %s", i, d)
+		}
 	}
 }
