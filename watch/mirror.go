@@ -39,6 +39,10 @@ type Config struct {
 	ProgressInterval time.Duration
 	// NewBackoff returns the retry policy; nil means backoff.Default.
 	NewBackoff func() *backoff.Backoff
+	// AfterChange, if set, is called in the mirror's goroutine after it
+	// swapped in a table built from watch events (the snapshot writer's
+	// WriteNow). The next events wait for it.
+	AfterChange func()
 }
 
 // Status is the mirror's view of its own freshness.

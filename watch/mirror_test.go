@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -418,4 +419,27 @@ func runSeeded(t *testing.T, cli *clientv3.Client, seed *routing.Table) (*watch.
 	m.Seed(seed, time.Now())
 	runMirror(t, m)
 	return m, reg
+}
+
+// TestAfterChangeSeesTheNewTable: AfterChange runs after each swap of a
+// table built from watch events, in the mirror's goroutine, and the table
+// it sees is already the new one (the snapshot writer writes that table).
+func TestAfterChangeSeesTheNewTable(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	seen := make(chan int64, 16)
+	var m atomic.Pointer[watch.Mirror]
+	m.Store(startMirror(t, cli, watch.Config{AfterChange: func() { seen <- m.Load().Table().Revision() }}))
+	for i := range 3 {
+		rev := put(t, cli, "routes/DE", fmt.Sprintf(`{"targets":[{"pool":"eu-west","weight":%d}]}`, 10+i))
+		select {
+		case r := <-seen:
+			if r < rev {
+				t.Fatalf("AfterChange saw revision %d, want the put's %d", r, rev)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("AfterChange not called after the put at revision %d", rev)
+		}
+	}
 }

@@ -277,6 +277,9 @@ func (m *Mirror) drain(wch clientv3.WatchChan, resp clientv3.WatchResponse, ok b
 		m.markSynced()
 		m.recompile()
 		m.metrics.apply.Observe(time.Since(began).Seconds())
+		if m.cfg.AfterChange != nil {
+			m.cfg.AfterChange()
+		}
 	case advanced:
 		m.markSynced()
 		m.advance(m.applied)

@@ -240,8 +240,20 @@ func (a *Agent) runEtcd(ctx context.Context) error {
 	}
 	defer cli.Close()
 	ks, _ := keyspace.New(a.cfg.Prefix)
-	m, err := watch.New(watch.Config{Client: cli, Prefix: ks.Routing(), Logger: a.log,
-		Registerer: a.registry, HealthGrace: a.cfg.HealthGrace, ProgressInterval: a.cfg.ProgressInterval})
+	var w *snapfile.Writer // set before the mirror runs
+	mcfg := watch.Config{Client: cli, Prefix: ks.Routing(), Logger: a.log,
+		Registerer: a.registry, HealthGrace: a.cfg.HealthGrace, ProgressInterval: a.cfg.ProgressInterval}
+	if a.cfg.Snapshot != "" {
+		// An isolated change goes to the file straight from the mirror's
+		// goroutine, unless blocking queries wait for it: they answer
+		// first, and the writer's goroutine writes after them.
+		mcfg.AfterChange = func() {
+			if a.api.Waiting() == 0 {
+				w.WriteNow()
+			}
+		}
+	}
+	m, err := watch.New(mcfg)
 	if err != nil {
 		return err
 	}
@@ -250,11 +262,13 @@ func (a *Agent) runEtcd(ctx context.Context) error {
 	}
 	a.mirror.Store(m)
 	close(a.mirrorSet)
+	if a.cfg.Snapshot != "" {
+		w = snapfile.NewWriter(snapfile.WriterConfig{Path: a.cfg.Snapshot, Source: m,
+			Logger: a.log, Registerer: a.registry})
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return m.Run(gctx) })
-	if a.cfg.Snapshot != "" {
-		w := snapfile.NewWriter(snapfile.WriterConfig{Path: a.cfg.Snapshot, Source: m,
-			Logger: a.log, Registerer: a.registry})
+	if w != nil {
 		g.Go(func() error { return w.Run(gctx) })
 	}
 	pub := &publisher{cli: cli, key: ks.Agent(a.cfg.Node), node: a.cfg.Node, version: a.cfg.Version,

@@ -43,6 +43,11 @@ func TestBlockingQuery(t *testing.T) {
 		t.Fatalf("the blocking query answered before any write: %+v", r)
 	case <-time.After(300 * time.Millisecond):
 	}
+	// It is counted as waiting (the agent then leaves the snapshot write
+	// of the next change to the writer's goroutine, after the answer).
+	if n := gauge(t, h, "regiond_api_blocking_queries_waiting"); n != 1 {
+		t.Fatalf("blocking queries waiting: %v, want 1", n)
+	}
 	p, err := cli.Put(context.Background(), prefix+"routes/DE", `{"targets":[{"pool":"eu-north","weight":100}]}`)
 	if err != nil {
 		t.Fatal(err)
@@ -55,6 +60,12 @@ func TestBlockingQuery(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("the blocking query did not answer after the write")
 	}
+	waitFor(t, "no blocking query waiting", func() bool { return gauge(t, h, "regiond_api_blocking_queries_waiting") == 0 })
+	// The file shows the write too (written after the answer).
+	waitFor(t, "the snapshot file at the put's revision", func() bool {
+		s := h.snapshot()
+		return s != nil && s.Revision() >= p.Header.Revision
+	})
 
 	// The wait ends first: the current table answers, its revision says so.
 	var late routing.Decision

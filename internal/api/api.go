@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -55,7 +56,12 @@ type Server struct {
 	resolves *prometheus.CounterVec
 	degraded *prometheus.CounterVec
 	mux      *http.ServeMux
+	waiting  atomic.Int64 // blocking queries waiting for a newer table
 }
+
+// Waiting returns how many blocking queries (min_revision) are waiting for
+// a newer table.
+func (s *Server) Waiting() int64 { return s.waiting.Load() }
 
 // New returns the API over src.
 func New(cfg Config, src Source) *Server {
@@ -70,8 +76,11 @@ func New(cfg Config, src Source) *Server {
 		Name: "resolves_total", Help: "Resolve requests by outcome (ok, degraded, no_route, no_table)."}, []string{"outcome"})
 	s.degraded = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "regiond", Subsystem: "api",
 		Name: "resolve_reasons_total", Help: "Reasons reported by resolve requests, by reason code."}, []string{"reason"})
+	waiting := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "regiond", Subsystem: "api",
+		Name: "blocking_queries_waiting", Help: "Blocking queries (min_revision) waiting for a newer table."},
+		func() float64 { return float64(s.waiting.Load()) })
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(s.resolves, s.degraded)
+		cfg.Registerer.MustRegister(s.resolves, s.degraded, waiting)
 	}
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("/v1/resolve", s.handleResolve)
@@ -152,6 +161,8 @@ func (s *Server) tableFor(w http.ResponseWriter, r *http.Request) (*routing.Tabl
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
+	s.waiting.Add(1)
+	defer s.waiting.Add(-1)
 	for {
 		changed := s.src.Changed()
 		t := s.src.Table()

@@ -281,3 +281,42 @@ func runWriter(t *testing.T, cfg WriterConfig) *Writer {
 	t.Cleanup(func() { cancel(); <-done })
 	return w
 }
+
+// TestWriteNow: called right after a swap, WriteNow writes an isolated
+// change before it returns, leaves a change that is part of a burst to
+// Run, and writes nothing inline while writes are slow or once Run has
+// returned.
+func TestWriteNow(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "table.json")
+	src := newSource()
+	w := NewWriter(WriterConfig{Path: path, Source: src, Logger: discardLogger, MinInterval: time.Hour})
+	src.set(table(1, 10))
+	w.WriteNow()
+	if r := readRevision(t, path); r != 1 {
+		t.Fatalf("after WriteNow of a first change: revision %d, want 1", r)
+	}
+	src.set(table(2, 20)) // within MinInterval: a burst
+	w.WriteNow()
+	if r := readRevision(t, path); r != 1 {
+		t.Fatalf("WriteNow wrote a change of a burst: revision %d, want 1 (left to Run)", r)
+	}
+	// Run writes it when the burst pauses (Quiet), then stops.
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	waitRevision(t, path, 2)
+	cancel()
+	<-done
+	src.set(table(3, 30))
+	w.WriteNow()
+	if r := readRevision(t, path); r != 2 {
+		t.Fatalf("WriteNow wrote after Run returned: revision %d, want 2", r)
+	}
+
+	slow := NewWriter(WriterConfig{Path: filepath.Join(t.TempDir(), "table.json"), Source: src, Logger: discardLogger})
+	slow.lastWriteTook = 2 * inlineMax
+	slow.WriteNow()
+	if _, err := os.Stat(slow.cfg.Path); !os.IsNotExist(err) {
+		t.Fatalf("WriteNow wrote while writes are slow: %v", err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,23 +43,28 @@ type WriterConfig struct {
 }
 
 // Writer keeps the snapshot file equal to the source's table, coalescing
-// bursts of changes.
+// bursts of changes. Run does the work; WriteNow lets the source write an
+// isolated change at once from its own goroutine.
 type Writer struct {
 	cfg WriterConfig
+	// mu is held by whoever writes: Run's loop, or the mirror in WriteNow.
+	mu  sync.Mutex
 	log *slog.Logger
 
 	writes, skips, errors prometheus.Counter
 	lastWriteTS           prometheus.Gauge
 
-	file         *preparedFile
-	lastTable    *routing.Table // last table written (or skipped as unchanged)
-	retry        *backoff.Backoff
-	retryAt      time.Time      // after a failed write: not before this
-	seen         *routing.Table // last table observed
-	inBurst      bool           // the pending change came right after another
-	lastWrite    time.Time
-	lastChange   time.Time
-	firstPending time.Time
+	file          *preparedFile
+	lastTable     *routing.Table // last table written (or skipped as unchanged)
+	retry         *backoff.Backoff
+	retryAt       time.Time      // after a failed write: not before this
+	seen          *routing.Table // last table observed
+	inBurst       bool           // the pending change came right after another
+	lastWrite     time.Time
+	lastWriteTook time.Duration // render and write, for WriteNow
+	stopped       bool          // Run has returned: WriteNow does nothing
+	lastChange    time.Time
+	firstPending  time.Time
 
 	// The file's content as segments (routing.Table.JSONSegments), which
 	// alias lastScratch and the written table's immutable encodings, and
@@ -106,35 +112,24 @@ func NewWriter(cfg WriterConfig) *Writer {
 // crashed earlier run left beside the file, and on return the temp file it
 // keeps prepared for the next write.
 func (w *Writer) Run(ctx context.Context) error {
+	w.mu.Lock()
 	w.file.start()
-	defer w.file.close()
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.file.close()
+		w.stopped = true
+		w.mu.Unlock()
+	}()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		ch := w.cfg.Source.Changed()
-		now := time.Now()
-		t := w.cfg.Source.Table()
-		if t != w.seen {
-			// A change right after another one starts (or extends) a burst.
-			w.inBurst = now.Sub(w.lastChange) < w.cfg.MinInterval || (w.inBurst && !w.firstPending.IsZero())
-			w.seen, w.lastChange = t, now
-			if w.firstPending.IsZero() {
-				w.firstPending = now
-			}
-		}
-		wait := w.cfg.Refresh - now.Sub(w.lastWrite)
-		if t == nil {
-			wait = w.cfg.Refresh // nothing to write until the first table
-		}
-		if t != nil && now.Before(w.retryAt) {
-			wait = w.retryAt.Sub(now)
-		} else if t != nil && (t != w.lastTable || wait <= 0) {
-			due := w.due(now)
-			if wait <= 0 || !due.After(now) {
-				w.write(t, now)
-				continue
-			}
-			wait = min(wait, due.Sub(now))
+		w.mu.Lock()
+		wait, again := w.step(time.Now())
+		w.mu.Unlock()
+		if again {
+			continue
 		}
 		timer.Reset(max(wait, 0))
 		select {
@@ -148,6 +143,57 @@ func (w *Writer) Run(ctx context.Context) error {
 		case <-timer.C:
 		}
 	}
+}
+
+// WriteNow writes the source's table at once, in the caller's goroutine,
+// when it is a change after a quiet spell (not part of a burst) and the
+// writer is not busy: the mirror calls it right after a swap, so an
+// isolated change reaches the file without waking the writer's goroutine
+// (on another CPU, with cold caches). Anything else is left to Run. It
+// does nothing while the last write took longer than inlineMax (a slow
+// file system must not hold up the mirror).
+func (w *Writer) WriteNow() {
+	if !w.mu.TryLock() {
+		return
+	}
+	defer w.mu.Unlock()
+	if w.stopped || w.lastWriteTook > inlineMax {
+		return
+	}
+	w.step(time.Now())
+}
+
+// inlineMax: WriteNow writes only while writes take less than this.
+const inlineMax = time.Millisecond
+
+// step observes the source's table and writes it when a write is due. It
+// returns how long Run may wait before the next step, or again when it
+// wrote and should look again at once. The caller holds mu.
+func (w *Writer) step(now time.Time) (wait time.Duration, again bool) {
+	t := w.cfg.Source.Table()
+	if t != w.seen {
+		// A change right after another one starts (or extends) a burst.
+		w.inBurst = now.Sub(w.lastChange) < w.cfg.MinInterval || (w.inBurst && !w.firstPending.IsZero())
+		w.seen, w.lastChange = t, now
+		if w.firstPending.IsZero() {
+			w.firstPending = now
+		}
+	}
+	wait = w.cfg.Refresh - now.Sub(w.lastWrite)
+	if t == nil {
+		wait = w.cfg.Refresh // nothing to write until the first table
+	}
+	if t != nil && now.Before(w.retryAt) {
+		wait = w.retryAt.Sub(now)
+	} else if t != nil && (t != w.lastTable || wait <= 0) {
+		due := w.due(now)
+		if wait <= 0 || !due.After(now) {
+			w.write(t, now)
+			return 0, true
+		}
+		wait = min(wait, due.Sub(now))
+	}
+	return wait, false
 }
 
 // due returns when a pending change should be written: at once when it
@@ -199,6 +245,7 @@ func (w *Writer) write(t *routing.Table, now time.Time) {
 	w.lastSegs, w.spareSegs = segs, w.lastSegs
 	w.lastScratch, w.spareScratch = scratch, w.lastScratch
 	w.lastWrite = time.Now()
+	w.lastWriteTook = w.lastWrite.Sub(now)
 	w.writes.Inc()
 	w.lastWriteTS.Set(float64(now.UnixNano()) / 1e9)
 }
