@@ -126,6 +126,22 @@ func TestDecoderRandomJSON(t *testing.T) {
 		`0`, `-0`, `1`, `100`, `-1`, `1.0`, `1e2`, `-1.5e3`, `9223372036854775807`, `9223372036854775808`,
 		`-9223372036854775808`, `-9223372036854775809`, `true`, `false`, `"<&>"`}
 	var value func(depth int) string
+	// object is a JSON object of up to members-1 members whose values are
+	// value(depth).
+	object := func(depth, members int, colon string) string {
+		var b strings.Builder
+		b.WriteByte('{')
+		for i := range rng.IntN(members) {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(escName(names[rng.IntN(len(names))]))
+			b.WriteString(colon)
+			b.WriteString(value(depth))
+		}
+		b.WriteByte('}')
+		return b.String()
+	}
 	value = func(depth int) string {
 		switch r := rng.IntN(10); {
 		case depth > 4 || r < 5:
@@ -142,34 +158,12 @@ func TestDecoderRandomJSON(t *testing.T) {
 			b.WriteByte(']')
 			return b.String()
 		default:
-			var b strings.Builder
-			b.WriteByte('{')
-			for i := range rng.IntN(5) {
-				if i > 0 {
-					b.WriteByte(',')
-				}
-				b.WriteString(escName(names[rng.IntN(len(names))]))
-				b.WriteString(" : ")
-				b.WriteString(value(depth + 1))
-			}
-			b.WriteByte('}')
-			return b.String()
+			return object(depth+1, 5, " : ")
 		}
 	}
 	checked := 0
 	for range n {
-		var b strings.Builder
-		b.WriteByte('{')
-		for i := range rng.IntN(7) {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(escName(names[rng.IntN(len(names))]))
-			b.WriteByte(':')
-			b.WriteString(value(0))
-		}
-		b.WriteByte('}')
-		raw := []byte(b.String())
+		raw := []byte(object(0, 7, ":"))
 		if !json.Valid(raw) {
 			continue
 		}
