@@ -5,6 +5,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -290,6 +292,7 @@ func TestWriteNow(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "table.json")
 	src := newSource()
 	w := NewWriter(WriterConfig{Path: path, Source: src, Logger: discardLogger, MinInterval: time.Hour})
+	w.memFS = 1 // the test's directory may be on a disk (TestInMemoryFS checks the detection)
 	src.set(table(1, 10))
 	w.WriteNow()
 	if r := readRevision(t, path); r != 1 {
@@ -314,9 +317,38 @@ func TestWriteNow(t *testing.T) {
 	}
 
 	slow := NewWriter(WriterConfig{Path: filepath.Join(t.TempDir(), "table.json"), Source: src, Logger: discardLogger})
-	slow.lastWriteTook = 2 * inlineMax
+	slow.memFS, slow.lastWriteTook = 1, 2*inlineMax
 	slow.WriteNow()
 	if _, err := os.Stat(slow.cfg.Path); !os.IsNotExist(err) {
 		t.Fatalf("WriteNow wrote while writes are slow: %v", err)
+	}
+}
+
+// TestInMemoryFS: WriteNow writes only where writes cannot wait for a
+// disk: /dev/shm (tmpfs, where /proc/mounts lists it so) is in memory, a
+// missing directory is an error (asked again later), and a writer whose
+// directory is not in memory leaves every write to Run.
+func TestInMemoryFS(t *testing.T) {
+	if _, err := inMemoryFS(filepath.Join(t.TempDir(), "missing")); err == nil && runtime.GOOS == "linux" {
+		t.Error("a missing directory: no error")
+	}
+	mounts, _ := os.ReadFile("/proc/self/mounts")
+	for _, line := range strings.Split(string(mounts), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 || f[1] != "/dev/shm" {
+			continue
+		}
+		got, err := inMemoryFS("/dev/shm")
+		if want := f[2] == "tmpfs" || f[2] == "ramfs"; err != nil || got != want {
+			t.Errorf("/dev/shm (%s): in memory %v, %v; want %v", f[2], got, err, want)
+		}
+	}
+	src := newSource()
+	w := NewWriter(WriterConfig{Path: filepath.Join(t.TempDir(), "table.json"), Source: src, Logger: discardLogger})
+	w.memFS = -1
+	src.set(table(1, 10))
+	w.WriteNow()
+	if _, err := os.Stat(w.cfg.Path); !os.IsNotExist(err) {
+		t.Fatalf("WriteNow wrote to a directory that is not in memory: %v", err)
 	}
 }

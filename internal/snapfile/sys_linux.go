@@ -43,3 +43,13 @@ func holdFile(path string) int {
 // writev writes iovs in order with one writev call, returning the bytes
 // written (maybe fewer than given).
 func writev(fd int, iovs [][]byte) (int, error) { return unix.Writev(fd, iovs) }
+
+// inMemoryFS reports whether dir is on a file system held in memory (tmpfs,
+// ramfs), where a write never waits for a disk or a server.
+func inMemoryFS(dir string) (bool, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return false, err
+	}
+	return st.Type == unix.TMPFS_MAGIC || st.Type == unix.RAMFS_MAGIC, nil
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"time"
@@ -63,6 +64,7 @@ type Writer struct {
 	lastWrite     time.Time
 	lastWriteTook time.Duration // render and write, for WriteNow
 	stopped       bool          // Run has returned: WriteNow does nothing
+	memFS         int8          // the file's directory is in memory: 1 yes, -1 no, 0 unknown yet
 	lastChange    time.Time
 	firstPending  time.Time
 
@@ -149,15 +151,24 @@ func (w *Writer) Run(ctx context.Context) error {
 // when it is a change after a quiet spell (not part of a burst) and the
 // writer is not busy: the mirror calls it right after a swap, so an
 // isolated change reaches the file without waking the writer's goroutine
-// (on another CPU, with cold caches). Anything else is left to Run. It
-// does nothing while the last write took longer than inlineMax (a slow
-// file system must not hold up the mirror).
+// (on another CPU, with cold caches). Anything else is left to Run. The
+// caller must not be held up by a slow or hung file system: WriteNow
+// writes only to a file system held in memory (tmpfs, such as the default
+// /dev/shm), and not while the last write took longer than inlineMax.
 func (w *Writer) WriteNow() {
 	if !w.mu.TryLock() {
 		return
 	}
 	defer w.mu.Unlock()
-	if w.stopped || w.lastWriteTook > inlineMax {
+	if w.memFS == 0 {
+		if ok, err := inMemoryFS(filepath.Dir(w.cfg.Path)); err == nil { // else: ask again next time
+			w.memFS = -1
+			if ok {
+				w.memFS = 1
+			}
+		}
+	}
+	if w.stopped || w.memFS != 1 || w.lastWriteTook > inlineMax {
 		return
 	}
 	w.step(time.Now())
