@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -98,14 +99,11 @@ func table(rev int64, weight int) *routing.Table {
 	kvs := []routing.KV{
 		{Key: "pools/a", Value: []byte(`{"host":"a.example.net","residency":"eu"}`)},
 		{Key: "pools/b", Value: []byte(`{"host":"b.example.net","residency":"eu"}`)},
-		{Key: "routes/_default", Value: []byte(`{"targets":[{"pool":"a","weight":` + itoa(weight) + `},{"pool":"b","weight":` + itoa(100-weight) + `}]}`)},
+		{Key: "routes/_default", Value: []byte(`{"targets":[{"pool":"a","weight":` + strconv.Itoa(weight) + `},{"pool":"b","weight":` + strconv.Itoa(100-weight) + `}]}`)},
 	}
 	return routing.Compile(rev, kvs, nil, routing.CompileOptions{})
 }
 
-func itoa(i int) string {
-	return string(rune('0'+i/100)) + string(rune('0'+i/10%10)) + string(rune('0'+i%10))
-}
 
 func readRevision(t *testing.T, path string) int64 {
 	t.Helper()

@@ -243,10 +243,12 @@ func (w *Writer) write(t *routing.Table, now time.Time) {
 		w.skips.Inc()
 		return
 	}
-	if err := w.file.write(segs...); err != nil {
+	err = w.file.write(segs...)
+	w.lastWriteTook = time.Since(now) // failed writes too: one that hangs, then fails, is slow
+	if err != nil {
 		w.errors.Inc()
 		w.lastTable = nil // still to be written
-		w.retryAt = now.Add(w.retry.Next())
+		w.retryAt = time.Now().Add(w.retry.Next())
 		w.log.Error("write snapshot; readers keep the previous file", "err", err, "retry_at", w.retryAt)
 		return
 	}
@@ -256,7 +258,6 @@ func (w *Writer) write(t *routing.Table, now time.Time) {
 	w.lastSegs, w.spareSegs = segs, w.lastSegs
 	w.lastScratch, w.spareScratch = scratch, w.lastScratch
 	w.lastWrite = time.Now()
-	w.lastWriteTook = w.lastWrite.Sub(now)
 	w.writes.Inc()
 	w.lastWriteTS.Set(float64(now.UnixNano()) / 1e9)
 }

@@ -1,0 +1,108 @@
+package snapfile
+
+import (
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// TestSlowWriteStopsWriteNow: after a write that took longer than
+// inlineMax, WriteNow leaves writing to Run, whether that write succeeded
+// or failed (a file system that hangs, then times out). Found in review:
+// only successful writes were timed. The write is made slow by handing it
+// a start 10 ms in the past.
+func TestSlowWriteStopsWriteNow(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "table.json")
+		if fail { // a file where the directory should be: every write fails
+			blocker := filepath.Join(dir, "shm")
+			if err := os.WriteFile(blocker, []byte("x"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			path = filepath.Join(blocker, "table.json")
+		}
+		src := newSource()
+		w := NewWriter(WriterConfig{Path: path, Source: src, Logger: discardLogger, MinInterval: time.Microsecond})
+		w.memFS = 1
+		src.set(table(1, 10))
+		w.mu.Lock()
+		w.seen, w.lastChange = src.Table(), time.Now()
+		w.write(src.Table(), time.Now().Add(-10*time.Millisecond))
+		w.retryAt = time.Time{} // the backoff has passed
+		w.mu.Unlock()
+		errs, writes := testutil.ToFloat64(w.errors), testutil.ToFloat64(w.writes)
+		time.Sleep(time.Millisecond) // an isolated change
+		src.set(table(2, 20))
+		w.WriteNow()
+		if testutil.ToFloat64(w.errors) > errs || testutil.ToFloat64(w.writes) > writes {
+			t.Errorf("the last write took 10 ms (failed: %v), yet WriteNow wrote in the caller's goroutine", fail)
+		}
+	}
+}
+
+// TestWriteNowFailedWriteRetried: a write that fails inside WriteNow is
+// retried by Run although no further change arrives.
+func TestWriteNowFailedWriteRetried(t *testing.T) {
+	dir := t.TempDir()
+	blocker := filepath.Join(dir, "shm")
+	if err := os.WriteFile(blocker, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(blocker, "table.json")
+	src := newSource()
+	w := runWriter(t, WriterConfig{Path: path, Source: src, Logger: discardLogger})
+	w.mu.Lock()
+	w.memFS = 1
+	w.mu.Unlock()
+	time.Sleep(20 * time.Millisecond) // Run idle, waiting for a table
+	src.set(table(3, 40))
+	w.WriteNow() // fails; nothing changes afterwards
+	for i := 0; i < 200 && testutil.ToFloat64(w.errors) == 0; i++ {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if testutil.ToFloat64(w.errors) == 0 {
+		t.Fatal("the write never failed: test setup")
+	}
+	os.Remove(blocker)
+	waitRevision(t, path, 3)
+}
+
+// TestWriteNowWithRun: a "mirror" swaps tables with random gaps (bursts
+// and isolated changes) and calls WriteNow after each swap while Run runs;
+// the file reaches the last table soon after the last swap (no lost
+// wakeup), with and without WriteNow. Run it with -race.
+func TestWriteNowWithRun(t *testing.T) {
+	for _, inline := range []bool{true, false} {
+		for round := range 3 {
+			path := filepath.Join(t.TempDir(), "table.json")
+			src := newSource()
+			w := runWriter(t, WriterConfig{Path: path, Source: src, Logger: discardLogger})
+			w.mu.Lock()
+			w.memFS = 1
+			w.mu.Unlock()
+			r := rand.New(rand.NewPCG(uint64(round), 1))
+			var last int64
+			for i := range 150 {
+				last = int64(i + 1)
+				src.set(table(last, 1+i%99))
+				if inline {
+					w.WriteNow()
+				}
+				switch r.IntN(4) {
+				case 1:
+					time.Sleep(time.Duration(r.IntN(3000)) * time.Microsecond)
+				case 2:
+					time.Sleep(time.Duration(8+r.IntN(8)) * time.Millisecond)
+				case 3:
+					time.Sleep(time.Duration(r.IntN(300)) * time.Microsecond)
+				}
+			}
+			waitRevision(t, path, last)
+		}
+	}
+}
