@@ -104,7 +104,6 @@ func table(rev int64, weight int) *routing.Table {
 	return routing.Compile(rev, kvs, nil, routing.CompileOptions{})
 }
 
-
 func readRevision(t *testing.T, path string) int64 {
 	t.Helper()
 	b, err := ReadFile(path)
