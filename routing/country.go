@@ -46,8 +46,14 @@ var countryIndex [26 * 26]uint16
 
 var countries []string
 
+// numCountries is len(Countries()), as a constant for array types.
+const numCountries = 249
+
 func init() {
 	countries = strings.Fields(isoCodes)
+	if len(countries) != numCountries {
+		panic("routing: numCountries is not the number of ISO codes")
+	}
 	for i, c := range countries {
 		countryIndex[int(c[0]-'A')*26+int(c[1]-'A')] = uint16(i + 1)
 	}

@@ -319,14 +319,17 @@ func (t *Table) build(now time.Time, prev *Table, d *diff) {
 	}
 	t.buildPads(prev, d)
 	t.buildEligible(now, prev, d)
-	t.eff = make([]*Effective, n+1)
-	t.masks = make([]depMask, n+1)
-	t.sums = make([]uint64, n+1)
+	arrays := new(effArrays)
+	t.arrays, t.eff, t.masks, t.sums = arrays, arrays.eff[:], arrays.masks[:], arrays.sums[:]
 	var changed depMask
 	if !full {
-		copy(t.eff, prev.eff)
-		copy(t.masks, prev.masks)
-		copy(t.sums, prev.sums)
+		if prev.arrays != nil {
+			*arrays = *prev.arrays
+		} else {
+			copy(t.eff, prev.eff)
+			copy(t.masks, prev.masks)
+			copy(t.sums, prev.sums)
+		}
 		for _, name := range d.routes.names {
 			changed.add(name)
 		}
@@ -396,6 +399,16 @@ func (t *Table) build(now time.Time, prev *Table, d *diff) {
 	}
 	t.checksum = t.computeChecksum(false)
 	t.enc = newEncoded(prev)
+}
+
+// effArrays holds a table's per-entry arrays (every country and the
+// unknown country) in one allocation, copied from the previous table in
+// one move; the masks stay side by side, so that the scan for the entries
+// a change touches reads 4 KB.
+type effArrays struct {
+	masks [numCountries + 1]depMask
+	sums  [numCountries + 1]uint64
+	eff   [numCountries + 1]*Effective
 }
 
 // depMask is a 128-bit Bloom filter of the route and pool names an entry

@@ -86,6 +86,8 @@ type Table struct {
 	// (with the country's own route name added) and digest.
 	masks []depMask
 	sums  []uint64
+	// arrays, when set, is where eff, masks and sums live (see effArrays).
+	arrays *effArrays
 	// validUntil is the first instant at which a pool's health changes by
 	// the clock alone (a grace window ending); zero if never.
 	validUntil time.Time
