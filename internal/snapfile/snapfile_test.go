@@ -228,12 +228,7 @@ func TestSameContent(t *testing.T) {
 // cannot be created) is retried with backoff, without waiting for the next
 // change or the 60s refresh.
 func TestWriterRetriesAFailedWrite(t *testing.T) {
-	dir := t.TempDir()
-	blocker := filepath.Join(dir, "shm")
-	if err := os.WriteFile(blocker, []byte("a file where the directory should be"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(blocker, "table.json")
+	path, blocker := unwritablePath(t)
 	src := newSource()
 	w := runWriter(t, WriterConfig{Path: path, Source: src})
 	src.set(table(3, 40))
@@ -348,4 +343,16 @@ func TestInMemoryFS(t *testing.T) {
 	if _, err := os.Stat(w.cfg.Path); !os.IsNotExist(err) {
 		t.Fatalf("WriteNow wrote to a directory that is not in memory: %v", err)
 	}
+}
+
+// unwritablePath returns a snapshot path whose directory cannot be created
+// (a file stands where it should be), and that file: removing it makes the
+// path writable.
+func unwritablePath(t *testing.T) (path, blocker string) {
+	t.Helper()
+	blocker = filepath.Join(t.TempDir(), "shm")
+	if err := os.WriteFile(blocker, []byte("a file where the directory should be"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(blocker, "table.json"), blocker
 }

@@ -17,14 +17,9 @@ import (
 // a start 10 ms in the past.
 func TestSlowWriteStopsWriteNow(t *testing.T) {
 	for _, fail := range []bool{false, true} {
-		dir := t.TempDir()
-		path := filepath.Join(dir, "table.json")
-		if fail { // a file where the directory should be: every write fails
-			blocker := filepath.Join(dir, "shm")
-			if err := os.WriteFile(blocker, []byte("x"), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			path = filepath.Join(blocker, "table.json")
+		path := filepath.Join(t.TempDir(), "table.json")
+		if fail {
+			path, _ = unwritablePath(t)
 		}
 		src := newSource()
 		w := NewWriter(WriterConfig{Path: path, Source: src, Logger: discardLogger, MinInterval: time.Microsecond})
@@ -48,12 +43,7 @@ func TestSlowWriteStopsWriteNow(t *testing.T) {
 // TestWriteNowFailedWriteRetried: a write that fails inside WriteNow is
 // retried by Run although no further change arrives.
 func TestWriteNowFailedWriteRetried(t *testing.T) {
-	dir := t.TempDir()
-	blocker := filepath.Join(dir, "shm")
-	if err := os.WriteFile(blocker, []byte("x"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(blocker, "table.json")
+	path, blocker := unwritablePath(t)
 	src := newSource()
 	w := runWriter(t, WriterConfig{Path: path, Source: src, Logger: discardLogger})
 	w.mu.Lock()
