@@ -22,6 +22,13 @@ type preparedFile struct {
 	next    *tempFile // the prepared temp file, or nil
 	hold    int       // descriptor holding the current file, or -1
 	started bool      // leftovers removed
+
+	// deferFinish: write leaves what follows the rename (releasing the
+	// replaced file, fsyncing the directory, preparing the next temp file)
+	// to finish; pending says finish has work, of a file of pendingSize.
+	deferFinish bool
+	pending     bool
+	pendingSize int64
 }
 
 func newPreparedFile(path string, perm os.FileMode, log *slog.Logger) *preparedFile {
@@ -100,6 +107,9 @@ func (p *preparedFile) release() {
 // prepares the next temp file. A failed write leaves no temp file behind.
 func (p *preparedFile) write(segs ...[]byte) error {
 	p.start()
+	if p.pending {
+		p.finish()
+	}
 	size := 0
 	for _, s := range segs {
 		size += len(s)
@@ -110,6 +120,10 @@ func (p *preparedFile) write(segs ...[]byte) error {
 		}
 		p.next = nil
 		err := t.commit(p.path, segs)
+		if err == nil && p.deferFinish {
+			p.pending, p.pendingSize = true, int64(size)
+			return nil
+		}
 		if err == nil {
 			p.release()
 			err = syncDir(p.dir)
@@ -125,8 +139,23 @@ func (p *preparedFile) write(segs ...[]byte) error {
 	return nil
 }
 
+// finish does what a write with deferFinish left after the rename:
+// release the replaced file, fsync the directory, prepare the next temp
+// file.
+func (p *preparedFile) finish() error {
+	if !p.pending {
+		return nil
+	}
+	p.pending = false
+	p.release()
+	err := syncDir(p.dir)
+	p.prepare(p.pendingSize)
+	return err
+}
+
 // close removes the prepared temp file and releases the current file.
 func (p *preparedFile) close() {
+	p.pending = false
 	p.release()
 	if p.next != nil {
 		p.next.discard()

@@ -290,6 +290,17 @@ func TestWriteNow(t *testing.T) {
 	if r := readRevision(t, path); r != 1 {
 		t.Fatalf("after WriteNow of a first change: revision %d, want 1", r)
 	}
+	// What follows the rename is left for later: the next temp file is
+	// prepared by finish (Run calls it finishDelay after the write).
+	if names := tempNames(filepath.Dir(path), "table.json"); len(names) != 0 {
+		t.Fatalf("WriteNow prepared the next temp file itself: %v", names)
+	}
+	w.mu.Lock()
+	err := w.file.finish()
+	w.mu.Unlock()
+	if names := tempNames(filepath.Dir(path), "table.json"); err != nil || len(names) != 1 {
+		t.Fatalf("after finish: %v, temp files %v; want one prepared", err, names)
+	}
 	src.set(table(2, 20)) // within MinInterval: a burst
 	w.WriteNow()
 	if r := readRevision(t, path); r != 1 {

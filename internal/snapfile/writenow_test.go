@@ -93,6 +93,8 @@ func TestWriteNowWithRun(t *testing.T) {
 				}
 			}
 			waitRevision(t, path, last)
+			// Run finishes the last write: the next temp file is prepared.
+			waitPrepared(t, filepath.Dir(path), "table.json")
 		}
 	}
 }

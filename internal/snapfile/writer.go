@@ -128,7 +128,16 @@ func (w *Writer) Run(ctx context.Context) error {
 	for {
 		ch := w.cfg.Source.Changed()
 		w.mu.Lock()
-		wait, again := w.step(time.Now())
+		now := time.Now()
+		wait, again := w.step(now)
+		if w.file.pending {
+			if at := w.lastWrite.Add(finishDelay); now.Before(at) {
+				wait = min(wait, at.Sub(now))
+			} else if err := w.file.finish(); err != nil {
+				w.errors.Inc()
+				w.log.Error("snapshot written; fsync of its directory failed", "err", err)
+			}
+		}
 		w.mu.Unlock()
 		if again {
 			continue
@@ -171,8 +180,16 @@ func (w *Writer) WriteNow() {
 	if w.stopped || w.memFS != 1 || w.lastWriteTook > inlineMax {
 		return
 	}
+	// Only the write itself, up to the rename: the rest (the directory's
+	// fsync, a no-op in memory; preparing the next temp file) is Run's,
+	// finishDelay later, once readers have read the new file.
+	w.file.deferFinish = true
 	w.step(time.Now())
+	w.file.deferFinish = false
 }
+
+// finishDelay: Run finishes an inline write this long after it.
+const finishDelay = 2 * time.Millisecond
 
 // inlineMax: WriteNow writes only while writes take less than this.
 const inlineMax = time.Millisecond
