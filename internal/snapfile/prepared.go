@@ -107,8 +107,8 @@ func (p *preparedFile) release() {
 // prepares the next temp file. A failed write leaves no temp file behind.
 func (p *preparedFile) write(segs ...[]byte) error {
 	p.start()
-	if p.pending {
-		p.finish()
+	if err := p.finish(); err != nil { // the last write's, if left pending
+		p.log.Warn("fsync of the snapshot directory after the last write", "err", err)
 	}
 	size := 0
 	for _, s := range segs {
