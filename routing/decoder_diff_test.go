@@ -25,12 +25,20 @@ func compareWithReference(t *testing.T, raw []byte) {
 		return
 	}
 	for _, mk := range decodeTypes {
-		got, want := mk(), mk()
-		gu, ge := decodeJSONObject(raw, got)
-		wu, we := refDecodeJSONObject(raw, want)
-		if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(gu, wu) || fmt.Sprint(ge) != fmt.Sprint(we) {
-			t.Fatalf("%T %s:\n got %+v %q %v\nwant %+v %q %v", got, raw, got, gu, ge, want, wu, we)
-		}
+		compareDecoders(t, raw, mk)
+	}
+}
+
+// compareDecoders decodes raw into a new value of mk's type with the
+// decoder and with the reference, and fails on any difference in values,
+// unknown fields or errors.
+func compareDecoders(t *testing.T, raw []byte, mk func() any) {
+	t.Helper()
+	got, want := mk(), mk()
+	gu, ge := decodeJSONObject(raw, got)
+	wu, we := refDecodeJSONObject(raw, want)
+	if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(gu, wu) || fmt.Sprint(ge) != fmt.Sprint(we) {
+		t.Fatalf("%T %s:\n got %+v %q %v\nwant %+v %q %v", got, raw, got, gu, ge, want, wu, we)
 	}
 }
 

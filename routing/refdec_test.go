@@ -219,12 +219,7 @@ func TestDecoderMatchesReference(t *testing.T) {
 		if !json.Valid(raw) || len(raw) == 0 || raw[0] != '{' {
 			continue
 		}
-		got, want := types[k.Kind](), types[k.Kind]()
-		gu, ge := decodeJSONObject(raw, got)
-		wu, we := refDecodeJSONObject(raw, want)
-		if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(gu, wu) || fmt.Sprint(ge) != fmt.Sprint(we) {
-			t.Fatalf("%s = %s:\n got %+v %v %v\nwant %+v %v %v", kv.Key, raw, got, gu, ge, want, wu, we)
-		}
+		compareDecoders(t, raw, types[k.Kind])
 		checked++
 	}
 	if checked < 10000 {
