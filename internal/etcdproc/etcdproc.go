@@ -115,6 +115,8 @@ type Member struct {
 	in, out  *tcpproxy.Proxy // connections to it, connections from it
 	cut      atomic.Bool     // partitioned
 	cmd      *exec.Cmd       // nil until started
+	bin      string          // the binary and flags it was started with
+	args     []string
 	exited   chan struct{}   // closed when the process has exited
 	waitErr  error           // the process's exit status, once exited
 }
@@ -211,11 +213,12 @@ func start(t testing.TB, bin string, cfg Config) (*Cluster, error) {
 			return c, err
 		}
 	}
-	return c, c.waitHealthy(cfg.ReadyTimeout)
+	return c, c.waitHealthy(cfg.ReadyTimeout, c.Members)
 }
 
 func (m *Member) start(bin string, args []string) error {
-	f, err := os.Create(m.LogPath)
+	// Appended to, so that a restarted member's log follows its first life.
+	f, err := os.OpenFile(m.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
@@ -227,10 +230,11 @@ func (m *Member) start(bin string, args []string) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", m.Name, err)
 	}
-	m.cmd = cmd
+	exited := make(chan struct{})
+	m.cmd, m.bin, m.args, m.exited = cmd, bin, args, exited
 	go func() {
 		m.waitErr = cmd.Wait()
-		close(m.exited)
+		close(exited)
 	}()
 	return nil
 }
@@ -254,13 +258,13 @@ func memberEnv(out string) []string {
 	return append(env, "HTTP_PROXY=http://"+out)
 }
 
-// waitHealthy waits until every member answers /health with 200 (it has a
+// waitHealthy waits until every one of members answers /health with 200 (it has a
 // leader and serves a linearizable read), a member exits, or timeout.
-func (c *Cluster) waitHealthy(timeout time.Duration) error {
+func (c *Cluster) waitHealthy(timeout time.Duration, members []*Member) error {
 	deadline := time.Now().Add(timeout)
 	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{Proxy: nil}}
 	defer hc.CloseIdleConnections()
-	pending := append([]*Member(nil), c.Members...)
+	pending := append([]*Member(nil), members...)
 	for {
 		var still []*Member
 		for _, m := range pending {
@@ -368,7 +372,7 @@ func (c *Cluster) Leader(t testing.TB) int {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		for i, m := range c.Members {
-			if m.cut.Load() {
+			if m.cut.Load() || !m.Running() {
 				continue
 			}
 			st, err := c.MemberStatus(context.Background(), i)

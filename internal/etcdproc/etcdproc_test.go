@@ -79,3 +79,30 @@ func TestPartitionCutsBothWays(t *testing.T) {
 		return err == nil && st.Leader != 0
 	})
 }
+
+// TestKillLeaderAndRestart checks the crash fault: the killed leader's
+// process is gone, the other two elect a leader and take writes, and the
+// restarted member rejoins from its data directory and catches up.
+func TestKillLeaderAndRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-member etcd cluster")
+	}
+	c := etcdproc.Start(t, etcdproc.Config{Members: 3})
+	killed := c.KillLeader(t)
+	if c.Members[killed].Running() {
+		t.Fatalf("%s still runs after Kill", c.Members[killed].Name)
+	}
+	if l := c.Leader(t); l == killed {
+		t.Fatalf("the killed member %d is leader", killed)
+	}
+	other := (killed + 1) % 3
+	w := c.Client(t, other)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := w.Put(ctx, "k", "after-kill"); err != nil {
+		t.Fatalf("write with the leader dead: %v", err)
+	}
+	c.Restart(killed, 30*time.Second)
+	back := c.Client(t, killed)
+	eventually(t, "the restarted member to catch up", func() bool { return get(t, back, "k") == "after-kill" })
+}
