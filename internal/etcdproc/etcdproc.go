@@ -117,8 +117,8 @@ type Member struct {
 	cmd      *exec.Cmd       // nil until started
 	bin      string          // the binary and flags it was started with
 	args     []string
-	exited   chan struct{}   // closed when the process has exited
-	waitErr  error           // the process's exit status, once exited
+	exited   chan struct{} // closed when the process has exited
+	waitErr  error         // the process's exit status, once exited
 }
 
 var clusters atomic.Int64
