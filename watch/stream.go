@@ -87,39 +87,60 @@ func (m *Mirror) open(ctx context.Context) (*stream, string) {
 	wctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx),
 		"regiond-watch", strconv.FormatUint(m.watches, 10)))
 	s := &stream{ctx: wctx, cancel: cancel, start: m.applied + 1}
-	s.ch = m.cfg.Client.Watch(wctx, m.cfg.Prefix, clientv3.WithPrefix(), clientv3.WithRev(s.start),
-		clientv3.WithProgressNotify(), clientv3.WithCreatedNotify())
+	// clientv3's Watch returns only once the creation is answered, or its
+	// context ends: with no endpoint reachable it waits for good.
+	chc := make(chan clientv3.WatchChan, 1)
+	go func() {
+		chc <- m.cfg.Client.Watch(wctx, m.cfg.Prefix, clientv3.WithPrefix(), clientv3.WithRev(s.start),
+			clientv3.WithProgressNotify(), clientv3.WithCreatedNotify())
+	}()
 	timer := time.NewTimer(m.cfg.RequestTimeout)
 	defer timer.Stop()
+	var first <-chan clientv3.WatchResponse // nil until Watch returned
 	why := ""
-	select {
-	case <-ctx.Done():
-	case <-timer.C:
-		why = "timeout"
-	case resp, ok := <-s.ch:
-		switch {
-		case !ok:
-			why = ReasonClosed
-		case resp.Err() != nil:
-			why = m.watchError(resp)
-		case resp.Canceled || !resp.Created:
-			why = ReasonClosed
-		case resp.Header.GetClusterId() != 0 && resp.Header.GetClusterId() != m.clusterID:
-			m.log.Warn("watch answered by another etcd cluster than the list", "cluster_id", resp.Header.GetClusterId())
-			why = ReasonCluster
-		default:
-			s.opened = time.Now()
-			s.heard = s.opened
-			m.setConnected(true)
-			return s, ""
+	for why == "" && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-timer.C:
+			why = "timeout"
+		case s.ch = <-chc:
+			first = s.ch
+			continue
+		case resp, ok := <-first:
+			if why = m.created(resp, ok); why == "" {
+				s.opened = time.Now()
+				s.heard = s.opened
+				m.setConnected(true)
+				return s, ""
+			}
 		}
 	}
 	cancel()
+	if s.ch == nil {
+		<-chc // Watch returns once its context is cancelled
+	}
 	if why != "" && !relists(why) {
 		m.metrics.openFailures.WithLabelValues(why).Inc()
 		m.log.Warn("watch not created", "reason", why, "applied_revision", m.applied)
 	}
 	return nil, why
+}
+
+// created checks the first response of a new watch: "" when it answers the
+// creation, else why the watch is not there.
+func (m *Mirror) created(resp clientv3.WatchResponse, ok bool) string {
+	switch {
+	case !ok:
+		return ReasonClosed
+	case resp.Err() != nil:
+		return m.watchError(resp)
+	case resp.Canceled || !resp.Created:
+		return ReasonClosed
+	case resp.Header.GetClusterId() != 0 && resp.Header.GetClusterId() != m.clusterID:
+		m.log.Warn("watch answered by another etcd cluster than the list", "cluster_id", resp.Header.GetClusterId())
+		return ReasonCluster
+	}
+	return ""
 }
 
 // watchError classifies a watch response carrying an error.
