@@ -2,8 +2,11 @@ package watch
 
 import (
 	"context"
+	"runtime"
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -62,5 +65,63 @@ func TestProbe(t *testing.T) {
 	}
 	if res, _ := m.probe(s); res != probeBehind {
 		t.Fatalf("probe after a delete in the prefix = %s, want %s", res, probeBehind)
+	}
+}
+
+// TestSilentReopenMakesBeforeBreak: a watch that fell silent while the
+// prefix changed (it delivered the put, but the mirror, as far as it can
+// tell, heard nothing) is replaced by a new watch from applied+1, created
+// before the old one is dropped: Connected stays true all along, and the
+// new watch replays the put from history.
+func TestSilentReopenMakesBeforeBreak(t *testing.T) {
+	m, cli, _ := listedMirror(t)
+	ctx := context.Background()
+	s, why := m.open(ctx)
+	if s == nil {
+		t.Fatalf("open: %s", why)
+	}
+	defer s.cancel()
+	p, err := cli.Put(ctx, faultPrefix+"pools/zz", zzA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, sampled := make(chan struct{}), make(chan int)
+	go func() {
+		down := 0
+		for {
+			select {
+			case <-stop:
+				sampled <- down
+				return
+			default:
+			}
+			if !m.Status().Connected {
+				down++
+			}
+			runtime.Gosched()
+		}
+	}()
+	next, why := m.silent(ctx, s)
+	close(stop)
+	if down := <-sampled; down > 0 {
+		t.Fatalf("Connected false in %d samples during a healthy reopen", down)
+	}
+	if next == nil || next == s {
+		t.Fatalf("silent watch with a change not delivered: next %v, %q; want a new watch", next, why)
+	}
+	defer next.cancel()
+	if got := testutil.ToFloat64(m.metrics.reopens.WithLabelValues(ReasonSilent)); got != 1 {
+		t.Fatalf("silent reopens = %v, want 1", got)
+	}
+	select {
+	case resp, ok := <-next.ch:
+		if why := m.drain(next.ch, resp, ok); why != "" {
+			t.Fatalf("the new watch: %q", why)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the new watch replayed nothing")
+	}
+	if _, ok := m.Table().Pool("zz"); !ok || m.Table().Revision() < p.Header.Revision {
+		t.Fatalf("pools/zz (revision %d) not replayed by the new watch (table revision %d)", p.Header.Revision, m.Table().Revision())
 	}
 }

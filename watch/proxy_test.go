@@ -202,9 +202,13 @@ func resyncsBy(t *testing.T, reg *prometheus.Registry, reason string) float64 {
 // reports itself disconnected while the proxy is down, and once it is
 // started again (same address) reconnects without relisting and holds
 // etcd's state: every change made meanwhile arrived.
+//
+// The request timeout is a minute, so that no probe or watch creation can
+// time out during the test: what notices the proxy gone is the check of the
+// client's connection, every progress interval.
 func TestProxyRestartLosesNoEvent(t *testing.T) {
 	_, p, direct, _ := proxyCluster(t)
-	o := connectedMirror(t, p.Client(t), watch.Config{})
+	o := connectedMirror(t, p.Client(t), watch.Config{RequestTimeout: time.Minute})
 	relists := counterSum(t, o.reg, "regiond_watch_resyncs_total")
 	for i, fault := range []struct {
 		name string
