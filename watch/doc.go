@@ -17,7 +17,8 @@
 //
 // # Relist or reopen
 //
-// Only four things relist (list again and replace the state; metric
+// Besides the first list and the retries of a failed one, only four things
+// relist (list again and replace the state; metric
 // regiond_watch_resyncs_total{reason}): a compaction past the applied
 // revision (at once), an event out of order or at or below a progress
 // notification's revision, etcd's revision below the applied one (a

@@ -64,7 +64,7 @@ func newMetrics(m *Mirror, reg prometheus.Registerer) *metrics {
 	for _, r := range []string{ReasonSilent, ReasonClosed, ReasonError, ReasonNoLeader, ReasonDisconnected} {
 		mt.reopens.WithLabelValues(r)
 	}
-	for _, r := range []string{"timeout", ReasonClosed, ReasonError, ReasonNoLeader} {
+	for _, r := range []string{createTimeout, ReasonClosed, ReasonError, ReasonNoLeader} {
 		mt.openFailures.WithLabelValues(r)
 	}
 	for _, r := range []string{probeCurrent, probeBehind, probeFailed, probeRegressed, probeCluster} {

@@ -26,8 +26,8 @@ import (
 // mirror hears nothing while its prefix is idle, however busy the rest of
 // the cluster is. That silence must not be taken for a broken watch.
 
-var proxySoak = flag.Bool("proxy-soak", false,
-	"run TestIdleMirrorBehindProxy with the production defaults (5s progress interval, 5s request timeout, 800ms→30s backoff) for 80s, sampled as the field report did")
+var proxySoak = flag.Duration("proxy-soak", 0,
+	"run TestIdleMirrorBehindProxy for this long with the production defaults (5s progress interval, 5s request timeout, 800ms→30s backoff), sampled every 5s as the field report did (it used 80s)")
 
 // proxyCluster starts a 1-member cluster with the example fleet loaded and
 // a grpc-proxy in front of it; it returns the cluster, the proxy, a direct
@@ -136,11 +136,13 @@ func sample(m *watch.Mirror, span, every time.Duration) samples {
 // the member directly then reaches it through the proxy.
 func TestIdleMirrorBehindProxy(t *testing.T) {
 	_, p, direct, _ := proxyCluster(t)
-	cfg := watch.Config{ProgressInterval: 100 * time.Millisecond}
+	// A generous request timeout: a probe slowed past it by a loaded
+	// machine would reopen the watch, which this test counts.
+	cfg := watch.Config{ProgressInterval: 100 * time.Millisecond, RequestTimeout: 5 * time.Second}
 	span, every := 3*time.Second, 10*time.Millisecond // 10 silence periods
-	if *proxySoak {
+	if *proxySoak > 0 {
 		cfg = watch.Config{ProgressInterval: 5 * time.Second, RequestTimeout: 5 * time.Second, NewBackoff: backoff.Default}
-		span, every = 80*time.Second, 5*time.Second
+		span, every = *proxySoak, 5*time.Second
 	}
 	o := connectedMirror(t, p.Client(t), cfg)
 	stop := otherAgents(t, direct)

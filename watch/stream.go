@@ -25,6 +25,10 @@ type stream struct {
 	probedPast bool      // a probe found etcd's revision at or past start
 }
 
+// createTimeout is the create failures metric's reason for a creation not
+// answered within RequestTimeout.
+const createTimeout = "timeout"
+
 // healthyAfter is how long a created watch must last for its end not to
 // count as a failure: a watch created and ended at once, over and over,
 // backs off like a creation that fails.
@@ -102,7 +106,7 @@ func (m *Mirror) open(ctx context.Context) (*stream, string) {
 		select {
 		case <-ctx.Done():
 		case <-timer.C:
-			why = "timeout"
+			why = createTimeout
 		case s.ch = <-chc:
 			first = s.ch
 			continue
