@@ -2,16 +2,10 @@
 // routing.Table held in an atomic pointer, with one watch.
 //
 // The mirror lists the prefix at revision R (paged), watches from R+1 with
-// WithRequireLeader and progress requests, applies each watch response as
-// one batch, drops events at or below the applied revision, and relists and
-// replaces its state on compaction, on a channel that closes, on a watch
-// that falls silent, or on a revision that goes backwards. A watch refused
-// or ended with "no leader" is reopened from the applied revision first, so
-// clientv3 moves it to another endpoint. A silent watch on an idle cluster
-// is kept when a linearizable read shows etcd's revision unchanged (etcd
-// answers no progress request while a watch's start revision is in the
-// future). Failures back off with capped jitter (800 ms → 30 s). Every change compiles a new table
-// (last good value per key) and swaps it in; readers never lock.
+// WithRequireLeader, WithProgressNotify and WithCreatedNotify, applies each
+// watch response as one batch, and drops events at or below the applied
+// revision. Every change compiles a new table (last good value per key) and
+// swaps it in; readers never lock.
 //
 // A Go router can embed it in-process:
 //
@@ -20,4 +14,83 @@
 //	go m.Run(ctx)
 //	if err := m.WaitReady(ctx); err != nil { … }
 //	d, err := m.Table().Resolve(r.Header.Get("CF-IPCountry"), r.URL.Query().Get("key"), time.Now())
+//
+// # Relist or reopen
+//
+// Besides the first list and the retries of a failed one, only four things
+// relist (list again and replace the state; metric
+// regiond_watch_resyncs_total{reason}): a compaction past the applied
+// revision (at once), an event out of order or at or below a progress
+// notification's revision, etcd's revision below the applied one (a
+// restored cluster), and an answer from another cluster than the list's.
+//
+// Everything else reopens: a new watch from applied+1, no list, and history
+// replays whatever the old watch missed (regiond_watch_reopens_total
+// {reason}): a closed channel (also one whose final error was lost), a
+// watch error, "no leader" (the next stream goes to the next endpoint:
+// clientv3 round-robins them), a lost connection, a silent watch that a
+// probe finds stuck or cannot check. A compaction found while reopening
+// relists. Reopens are immediate; only attempts that keep failing back off
+// (after one immediate retry, or two per other endpoint: 800 ms → 30 s with
+// jitter; a watch that lasted under a second counts as a failure). A
+// creation refused or not answered within RequestTimeout is counted in
+// regiond_watch_create_failures_total{reason}.
+//
+// # What detects what
+//
+//   - Connected is true exactly while a watch whose creation was answered
+//     follows etcd: it is set when the creation is answered (by etcd, or by
+//     the grpc-proxy joining the watch to one it has), never by a list, and
+//     cleared when that watch ends and no successor is created.
+//   - A watch ended by etcd, the proxy or clientv3 (error, cancel, closed
+//     channel, compaction, no leader) is seen on its channel, at once.
+//   - A connection that is down: every ProgressInterval the mirror checks
+//     the client's gRPC connection; when no endpoint is connected (the
+//     proxy or member went away, or gRPC keepalive, DialKeepAliveTime, found
+//     the connection dead) the watch is dropped and reopened once a
+//     connection is back. clientv3 alone would keep the channel open and
+//     resume it silently.
+//   - A partitioned member: WithRequireLeader makes etcd refuse or end the
+//     watch ("no leader") and fail the probe's read at once.
+//   - A silent watch: every ProgressInterval the mirror sends a progress
+//     request on the watch's stream. Etcd answers it directly once its
+//     revision is past the watch's start; that answer advances the revision
+//     of an idle table and SyncedAt. etcd's grpc-proxy (v3.7.3) drops
+//     progress requests ("not supported request type by gRPC proxy"); once
+//     a probe shows etcd past the start revision for a whole silence period,
+//     the mirror stops sending them until a progress notification arrives.
+//     After three intervals without any answer, a probe: one linearizable
+//     Range of the prefix, keys only, WithMinModRev(applied+1), which the
+//     proxy forwards and etcd answers from its in-memory index. No key
+//     newer than the applied revision and as many keys as the state means
+//     etcd's prefix equals the state: the table is current at etcd's
+//     revision, which it takes (and SyncedAt moves), and the watch is kept.
+//     A key newer than the applied revision or another count means the
+//     watch missed something, and a failed probe means etcd could not
+//     confirm: a new watch is created from applied+1 before the old one is
+//     cancelled (make before break), so Connected stays true across a
+//     healthy reopen. If that creation is not answered within
+//     RequestTimeout, the mirror is disconnected and retries.
+//
+// # SyncedAt
+//
+// Status.SyncedAt is when the table was last confirmed current against
+// etcd: by a list, by applied events, by a progress notification, or by a
+// probe that found the prefix unchanged. Directly against etcd, progress
+// requests answered every ProgressInterval keep it within an interval of
+// now whenever anything in the cluster is written (on a fully idle cluster,
+// the probes do, every three intervals). Behind the grpc-proxy, progress
+// requests are dropped: the probes keep it within three intervals, and
+// etcd's own progress notifications, which the proxy forwards to watchers
+// that asked for them (WithProgressNotify; proxy watcher.go and
+// watch_broadcast.go), every ~10 minutes (--watch-progress-notify-interval)
+// keep it within that even without probes.
+//
+// One limit of the proxy: it does not honour WithRequireLeader for the
+// watches it forwards (v3.7.3 reads the metadata from the outgoing context of
+// the server stream), and its own upstream watches do not require a
+// leader. Behind a proxy whose upstream member is cut off from the
+// majority, the probes fail (the linearizable read needs a leader), so the
+// mirror keeps replacing its watch and SyncedAt stops; the table keeps
+// serving, and /readyz reports it once it is older than --max-stale.
 package watch

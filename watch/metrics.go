@@ -14,6 +14,9 @@ type metrics struct {
 	events         prometheus.Counter
 	dropped        prometheus.Counter
 	resyncs        *prometheus.CounterVec
+	reopens        *prometheus.CounterVec
+	openFailures   *prometheus.CounterVec
+	probes         *prometheus.CounterVec
 	skipped        prometheus.Gauge
 	regressions    prometheus.Counter
 	clusterChanges prometheus.Counter
@@ -34,7 +37,13 @@ func newMetrics(m *Mirror, reg prometheus.Registerer) *metrics {
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "events_dropped_total", Help: "Watch events at or below the applied revision, dropped."}),
 		resyncs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "resyncs_total", Help: "Full relists of the routing prefix, by reason."}, []string{"reason"}),
+			Name: "resyncs_total", Help: "Full relists of the routing prefix, by reason (the first is initial)."}, []string{"reason"}),
+		reopens: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "reopens_total", Help: "Watches replaced by a new one from the applied revision, without a relist, by why the old one ended."}, []string{"reason"}),
+		openFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "create_failures_total", Help: "Watches whose creation was refused or not answered within the request timeout, by reason."}, []string{"reason"}),
+		probes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "silence_probes_total", Help: "Linearizable reads after three progress intervals of silence, by result."}, []string{"result"}),
 		skipped: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "skipped_keys", Help: "Keys whose current value was refused (last good value kept)."}),
 		regressions: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
@@ -49,11 +58,20 @@ func newMetrics(m *Mirror, reg prometheus.Registerer) *metrics {
 		swaps: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "table_swaps_total", Help: "Routing tables swapped in."}),
 	}
-	for _, r := range []string{ReasonCompacted, ReasonClosed, ReasonError, ReasonSilent, ReasonOutOfOrder, ReasonListFailed} {
+	for _, r := range []string{ReasonInitial, ReasonCompacted, ReasonOutOfOrder, ReasonRegressed, ReasonCluster, ReasonListFailed} {
 		mt.resyncs.WithLabelValues(r)
 	}
+	for _, r := range []string{ReasonSilent, ReasonClosed, ReasonError, ReasonNoLeader, ReasonDisconnected} {
+		mt.reopens.WithLabelValues(r)
+	}
+	for _, r := range []string{createTimeout, ReasonClosed, ReasonError, ReasonNoLeader} {
+		mt.openFailures.WithLabelValues(r)
+	}
+	for _, r := range []string{probeCurrent, probeBehind, probeFailed, probeRegressed, probeCluster} {
+		mt.probes.WithLabelValues(r)
+	}
 	if reg != nil {
-		reg.MustRegister(mt.revision, mt.epoch, mt.events, mt.dropped, mt.resyncs, mt.skipped, mt.regressions, mt.clusterChanges, mt.swaps, mt.listSeconds, mt.apply,
+		reg.MustRegister(mt.revision, mt.epoch, mt.events, mt.dropped, mt.resyncs, mt.reopens, mt.openFailures, mt.probes, mt.skipped, mt.regressions, mt.clusterChanges, mt.swaps, mt.listSeconds, mt.apply,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 				Name: "seconds_since_sync", Help: "Seconds since the table was last confirmed current against etcd (-1: never)."},
 				func() float64 {
@@ -63,7 +81,7 @@ func newMetrics(m *Mirror, reg prometheus.Registerer) *metrics {
 					return -1
 				}),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
-				Name: "connected", Help: "1 while the watch is established and answering."},
+				Name: "connected", Help: "1 while a created watch follows etcd."},
 				func() float64 {
 					if m.connected.Load() {
 						return 1

@@ -31,11 +31,12 @@ type Config struct {
 	HealthGrace time.Duration
 	// PageSize is the number of keys per Get page; zero means 5000.
 	PageSize int64
-	// RequestTimeout bounds each Get; zero means 5s.
+	// RequestTimeout bounds each Get and probe, and the wait for etcd to
+	// answer a watch's creation; zero means 5s.
 	RequestTimeout time.Duration
 	// ProgressInterval is how often the mirror asks etcd for a progress
-	// notification; a watch that stays silent for three intervals is
-	// restarted. Zero means 5s.
+	// notification and checks its connection; a watch that stays silent
+	// for three intervals is probed (see the package doc). Zero means 5s.
 	ProgressInterval time.Duration
 	// NewBackoff returns the retry policy; nil means backoff.Default.
 	NewBackoff func() *backoff.Backoff
@@ -51,7 +52,9 @@ type Status struct {
 	Revision int64
 	// Epoch is the config epoch of the table.
 	Epoch int64
-	// Connected is true while the watch is established and answering.
+	// Connected is true while a watch whose creation etcd (or the
+	// grpc-proxy) answered follows etcd: never between a list and the
+	// creation of the watch after it.
 	Connected bool
 	// SyncedAt is when the table was last confirmed current against etcd
 	// (or the snapshot's written_at for a seeded table); zero if never.
@@ -95,6 +98,9 @@ type Mirror struct {
 	incremental bool
 	clusterID   uint64 // etcd cluster of the last list
 	watches     uint64 // watches opened, to give each its own stream
+	// progressIgnored: progress requests go unanswered on this path (etcd's
+	// grpc-proxy drops them), so none are sent until a notification comes.
+	progressIgnored bool
 }
 
 // New returns a mirror; call Run to start it.

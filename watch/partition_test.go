@@ -28,8 +28,9 @@ import (
 // its watch just delivers nothing more (no event, and no progress
 // notification beyond its own stale revision). Two things end such a watch:
 // the mirror's silence timer (three progress intervals without an answer,
-// then a linearizable revision read, which a member without a leader cannot
-// serve), and etcd cancelling require-leader watches
+// then a linearizable probe, which a member without a leader cannot serve,
+// then a new watch, which that member refuses with "no leader"), and etcd
+// cancelling require-leader watches
 // (clientv3.WithRequireLeader) once the member has had no leader for three
 // election timeouts. A mirror whose progress interval (1 min) cannot elapse
 // during the test shows the second alone: without WithRequireLeader it stays
@@ -252,10 +253,10 @@ func (o *observed) caughtUp(t *testing.T, rev int64, when string, since time.Tim
 // TestPartitionedEndpointFailsOver: with a second endpoint in the majority,
 // the mirror does not need the partition to heal. Its watch on the cut-off
 // member ends; clientv3 sends each new request or stream to its next
-// endpoint (round-robin, blind to which member has a leader), so a relist
-// that lands on member 3 times out, and a watch opened there is refused at
+// endpoint (round-robin, blind to which member has a leader), so a probe
+// that lands on member 3 fails, and a watch opened there is refused at
 // once with "no leader" and opened again, from the applied revision, until
-// it lands on member 1. As above, one mirror with 200ms progress requests
+// it lands on member 1; no relist is needed. As above, one mirror with 200ms progress requests
 // and one with only the leader check.
 func TestPartitionedEndpointFailsOver(t *testing.T) {
 	c, writer, rev := startPartitionCluster(t)

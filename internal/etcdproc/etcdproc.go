@@ -37,6 +37,21 @@
 // the proxy could not resolve its peers' names at all: the cluster would fail
 // to form instead of silently bypassing the cut.
 //
+// # gRPC proxy
+//
+// StartProxy runs etcd's own gRPC proxy (`etcd grpc-proxy start`, from the
+// same binary) in front of the cluster, on a free 127.0.0.1 port, the path
+// a large fleet takes to etcd:
+//
+//	p := c.StartProxy(t, etcdproc.ProxyConfig{}) // forwards to every member
+//	cli := p.Client(t)                           // or an endpoint p.URL()
+//	p.Stop(); p.Start()                          // "restart the proxy": same address
+//	p.Kill(); p.Start()                          // SIGKILL: connections reset, no goodbye
+//
+// The proxy dials the members' client URLs directly (no peer router on that
+// path). It is stopped when the test ends, before the cluster; its log
+// (every run, appended) is printed if the test failed.
+//
 // # Lifetime
 //
 // The etcd binary is built once per test process (see Binary). Members run
@@ -239,10 +254,14 @@ func (m *Member) start(bin string, args []string) error {
 	return nil
 }
 
-// memberEnv is the test process's environment without anything that
-// would reconfigure etcd (ETCD_* variables are flags) or its proxies, and
-// with the member's outbound proxy as HTTP_PROXY.
+// memberEnv is cleanEnv with the member's outbound proxy as HTTP_PROXY.
 func memberEnv(out string) []string {
+	return append(cleanEnv(), "HTTP_PROXY=http://"+out)
+}
+
+// cleanEnv is the test process's environment without anything that would
+// reconfigure etcd (ETCD_* variables are flags) or its HTTP proxies.
+func cleanEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
@@ -255,7 +274,7 @@ func memberEnv(out string) []string {
 		}
 		env = append(env, kv)
 	}
-	return append(env, "HTTP_PROXY=http://"+out)
+	return env
 }
 
 // waitHealthy waits until every one of members answers /health with 200 (it has a

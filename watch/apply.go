@@ -1,0 +1,198 @@
+package watch
+
+import (
+	"context"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/regiond/regiond/routing"
+)
+
+// drain applies a watch response and every response already queued behind
+// it, then compiles one table for all of them: under a burst of writes the
+// mirror compiles once per backlog, not once per revision. Each revision
+// is still applied whole. It returns a reason when the watch must be
+// replaced.
+func (m *Mirror) drain(wch clientv3.WatchChan, resp clientv3.WatchResponse, ok bool) string {
+	began := time.Now()
+	dirty, advanced := false, false
+	why := ""
+	for {
+		if !ok {
+			why = ReasonClosed
+			break
+		}
+		var c change
+		why, c = m.handle(resp)
+		dirty = dirty || c == changed
+		advanced = advanced || c == advancedOnly
+		if why != "" {
+			break
+		}
+		select {
+		case resp, ok = <-wch:
+			continue
+		default:
+		}
+		break
+	}
+	switch {
+	case why == ReasonOutOfOrder || why == ReasonCluster:
+	case dirty:
+		m.markSynced()
+		m.recompile()
+		m.metrics.apply.Observe(time.Since(began).Seconds())
+		if m.cfg.AfterChange != nil {
+			m.cfg.AfterChange()
+		}
+	case advanced:
+		m.markSynced()
+		m.advance(m.applied)
+	}
+	return why
+}
+
+// change is what a watch response did to the state.
+type change int
+
+const (
+	unchanged    change = iota
+	advancedOnly        // a progress notification: same state, later revision
+	changed             // events applied
+)
+
+// handle applies one watch response to the state; it reports whether the
+// state changed, and a reason when the watch must be replaced.
+func (m *Mirror) handle(resp clientv3.WatchResponse) (string, change) {
+	if resp.Err() != nil {
+		return m.watchError(resp), unchanged
+	}
+	if resp.Canceled {
+		return ReasonClosed, unchanged
+	}
+	if id := resp.Header.GetClusterId(); id != 0 && id != m.clusterID {
+		m.log.Warn("watch response from another etcd cluster than the list", "cluster_id", id)
+		return ReasonCluster, unchanged
+	}
+	if resp.Created {
+		return "", unchanged // a creation is answered once, to open
+	}
+	if resp.IsProgressNotify() {
+		if m.progressIgnored {
+			m.progressIgnored = false
+			m.log.Info("progress notification received: sending progress requests again")
+		}
+		// Every event up to the header revision has been delivered.
+		if h := resp.Header.Revision; h > m.applied {
+			m.applied = h
+			return "", advancedOnly
+		}
+		m.markSynced()
+		return "", unchanged
+	}
+	return m.applyEvents(resp.Events)
+}
+
+// applyEvents applies the events of one watch response to the state.
+func (m *Mirror) applyEvents(events []*clientv3.Event) (string, change) {
+	last := m.applied
+	n := 0
+	for _, ev := range events {
+		r := ev.Kv.ModRevision
+		if r <= m.lastEvent {
+			m.metrics.dropped.Inc() // a duplicate
+			continue
+		}
+		if r <= m.applied {
+			// Newer than every event seen, yet at or below a progress
+			// notification's revision: that notification came early, and
+			// the table claimed a revision it did not have. Relist.
+			return ReasonOutOfOrder, unchanged
+		}
+		if r < last {
+			return ReasonOutOfOrder, unchanged
+		}
+		last = r
+		rel := string(ev.Kv.Key[len(m.cfg.Prefix):])
+		m.uncompiled = true
+		_, existed := m.state[rel]
+		if ev.Type == clientv3.EventTypeDelete {
+			delete(m.state, rel)
+			m.pending = append(m.pending, routing.Event{KV: routing.KV{Key: rel, ModRevision: r}, Deleted: true})
+		} else {
+			kv := routing.KV{Key: rel, Value: ev.Kv.Value, ModRevision: r}
+			m.state[rel] = kv
+			m.pending = append(m.pending, routing.Event{KV: kv, Created: !existed})
+		}
+		n++
+	}
+	if n == 0 {
+		return "", unchanged
+	}
+	m.applied, m.lastEvent = last, last
+	m.metrics.events.Add(float64(n))
+	return "", changed
+}
+
+// recompile builds a table from the state at the applied revision: the
+// current table updated with the events applied since it was compiled,
+// when those are known, else a compile of the whole state.
+func (m *Mirror) recompile() {
+	m.swapMu.Lock()
+	defer m.swapMu.Unlock()
+	opts := routing.CompileOptions{Now: time.Now(), Start: m.start, Grace: m.cfg.HealthGrace, ClusterID: m.clusterID}
+	var t *routing.Table
+	if m.incremental {
+		t = routing.Update(m.Table(), m.applied, m.pending, opts)
+	}
+	if t == nil {
+		kvs := make([]routing.KV, 0, len(m.state))
+		for _, kv := range m.state {
+			kvs = append(kvs, kv)
+		}
+		t = routing.Compile(m.applied, kvs, m.Table(), opts)
+	}
+	clear(m.pending) // drop the values: they live on in the table if needed
+	m.pending, m.incremental, m.uncompiled = m.pending[:0], true, false
+	m.changeRev.Store(m.applied)
+	m.store(t)
+}
+
+// advance marks the current table current at a later revision.
+func (m *Mirror) advance(rev int64) {
+	m.swapMu.Lock()
+	defer m.swapMu.Unlock()
+	if cur := m.Table(); cur != nil && cur.Revision() < rev {
+		m.store(cur.WithRevision(rev))
+	}
+}
+
+// healthLoop rebuilds the table when a health grace window ends, with no
+// etcd event needed.
+func (m *Mirror) healthLoop(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		changed := m.Changed()
+		t := m.Table()
+		wait := time.Hour
+		if t != nil && !t.ValidUntil().IsZero() {
+			wait = time.Until(t.ValidUntil())
+		}
+		timer.Reset(max(wait, 0))
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-timer.C:
+			m.swapMu.Lock()
+			if cur := m.Table(); cur == t && t != nil {
+				if next := t.At(time.Now()); next != t {
+					m.store(next)
+				}
+			}
+			m.swapMu.Unlock()
+		}
+	}
+}

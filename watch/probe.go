@@ -1,0 +1,107 @@
+package watch
+
+import (
+	"context"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Probe results, the values of the probes metric's result label.
+const (
+	probeCurrent   = "current"   // nothing in the prefix changed after the applied revision
+	probeBehind    = "behind"    // something did, and the watch has not delivered it
+	probeFailed    = "failed"    // no answer within RequestTimeout, or an error
+	probeRegressed = "regressed" // etcd's revision is below the applied one
+	probeCluster   = "cluster-change"
+)
+
+// silent handles a watch that answered nothing for three progress
+// intervals. Silence alone means nothing: etcd's grpc-proxy drops progress
+// requests, and etcd answers none while a watch's start revision is ahead
+// of its own (an idle cluster). So a probe asks etcd whether the prefix
+// changed since the applied revision. If not, the table is current at
+// etcd's revision and the watch is kept. If it did (the watch is stuck) or
+// the probe failed, a new watch is created from applied+1 before the old
+// one is dropped, so Connected stays true across a healthy reopen, and
+// history replays what the old one missed. It returns the watch to follow,
+// or nil and why none is left.
+func (m *Mirror) silent(ctx context.Context, s *stream) (*stream, string) {
+	res, rev := m.probe(s)
+	switch res {
+	case probeCurrent:
+		if s.probedPast && !m.progressIgnored {
+			// etcd has been past the watch's start revision since the
+			// last probe: it would have answered the progress requests
+			// sent meanwhile. Whatever sits in between drops them.
+			m.progressIgnored = true
+			m.log.Info("progress requests go unanswered (etcd's grpc-proxy drops them): no more are sent; silence probes confirm the table until a progress notification arrives")
+		}
+		s.probedPast = s.probedPast || rev >= s.start
+		s.heard = time.Now()
+		return s, ""
+	case probeRegressed:
+		return nil, ReasonRegressed
+	case probeCluster:
+		return nil, ReasonCluster
+	}
+	next, why := m.open(ctx)
+	if next == nil {
+		if ctx.Err() == nil && !relists(why) {
+			why = ReasonSilent
+		}
+		return nil, why
+	}
+	m.metrics.reopens.WithLabelValues(ReasonSilent).Inc()
+	m.log.Info("silent watch replaced by a new one from the applied revision", "probe", res, "applied_revision", m.applied)
+	return next, ""
+}
+
+// probe reads the keys of the prefix modified after the applied revision,
+// and how many keys it holds, in one linearizable Range (keys only: etcd
+// answers it from its in-memory index; the grpc-proxy forwards it). No key
+// newer than the applied revision and as many keys as the state means
+// etcd's prefix at its current revision is the state: every key there was
+// last written at or before the applied revision, so it is in the state
+// with that value, and none is missing. The read carries the watch's
+// require-leader metadata: a member without a leader fails it at once. It
+// returns the result and etcd's revision.
+func (m *Mirror) probe(s *stream) (string, int64) {
+	gctx, cancel := context.WithTimeout(s.ctx, m.cfg.RequestTimeout)
+	defer cancel()
+	resp, err := m.cfg.Client.Get(gctx, m.cfg.Prefix, clientv3.WithRange(clientv3.GetPrefixRangeEnd(m.cfg.Prefix)),
+		clientv3.WithKeysOnly(), clientv3.WithMinModRev(m.applied+1))
+	res, rev := probeCurrent, int64(0)
+	switch {
+	case err != nil:
+		res = probeFailed
+		m.log.Debug("probe of a silent watch failed", "err", err)
+	case resp.Header.GetClusterId() != 0 && resp.Header.GetClusterId() != m.clusterID:
+		res = probeCluster
+		m.log.Warn("probe answered by another etcd cluster than the list", "cluster_id", resp.Header.GetClusterId())
+	case resp.Header.Revision < m.applied:
+		res = probeRegressed
+		m.log.Error("etcd revision below the applied one; was the cluster restored from an older backup?",
+			"revision", resp.Header.Revision, "applied_revision", m.applied)
+	case len(resp.Kvs) > 0 || resp.Count != int64(len(m.state)):
+		res, rev = probeBehind, resp.Header.Revision
+	default:
+		rev = resp.Header.Revision
+		m.confirm(rev)
+	}
+	m.metrics.probes.WithLabelValues(res).Inc()
+	return res, rev
+}
+
+// confirm records that etcd's prefix at rev equals the state: the table is
+// current at rev.
+func (m *Mirror) confirm(rev int64) {
+	if rev > m.applied {
+		// A watch may still deliver events up to rev: only ones undone
+		// by rev (a key created and deleted again). They are dropped as
+		// duplicates.
+		m.applied, m.lastEvent = rev, max(m.lastEvent, rev)
+		m.advance(rev)
+	}
+	m.markSynced()
+}

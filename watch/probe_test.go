@@ -1,0 +1,127 @@
+package watch
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+func deleteEvent(rev int64, rel string) *clientv3.Event {
+	return &clientv3.Event{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: []byte(faultPrefix + rel), ModRevision: rev}}
+}
+
+// TestProbe: with nothing in the prefix changed since the applied revision
+// (writes outside it, a key created and deleted again), the probe confirms
+// the table current at etcd's revision; the events of the created and
+// deleted key, delivered after that, are dropped instead of being taken
+// for an out-of-order stream. A put or a delete in the prefix makes the
+// probe report the watch behind.
+func TestProbe(t *testing.T) {
+	m, cli, r0 := listedMirror(t)
+	ctx := context.Background()
+	s := &stream{ctx: ctx, start: r0 + 1}
+	if _, err := cli.Put(ctx, "/regiond/v1/agents/node-1", `{}`); err != nil {
+		t.Fatal(err)
+	}
+	p, err := cli.Put(ctx, faultPrefix+"pools/tmp", zzA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := cli.Delete(ctx, faultPrefix+"pools/tmp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, rev := m.probe(s); res != probeCurrent || rev != d.Header.Revision {
+		t.Fatalf("probe = %s at %d, want current at etcd's %d", res, rev, d.Header.Revision)
+	}
+	if got := m.Status().Revision; got != d.Header.Revision {
+		t.Fatalf("table revision %d after the probe, want %d", got, d.Header.Revision)
+	}
+	before := m.Table()
+	late := clientv3.WatchResponse{Events: []*clientv3.Event{putEvent(p.Header.Revision, "pools/tmp", zzA), deleteEvent(d.Header.Revision, "pools/tmp")}}
+	if why := m.drain(make(chan clientv3.WatchResponse), late, true); why != "" {
+		t.Fatalf("late events of a key created and deleted before the probe: %q, want them dropped", why)
+	}
+	if m.Table() != before {
+		t.Fatal("late events already covered by the probe produced a new table")
+	}
+
+	if _, err := cli.Put(ctx, faultPrefix+"pools/zz", zzA); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := m.probe(s); res != probeBehind {
+		t.Fatalf("probe after a put in the prefix = %s, want %s", res, probeBehind)
+	}
+	if _, err := m.relist(ctx, ReasonInitial); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Delete(ctx, faultPrefix+"pools/zz"); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := m.probe(s); res != probeBehind {
+		t.Fatalf("probe after a delete in the prefix = %s, want %s", res, probeBehind)
+	}
+}
+
+// TestSilentReopenMakesBeforeBreak: a watch that fell silent while the
+// prefix changed (it delivered the put, but the mirror, as far as it can
+// tell, heard nothing) is replaced by a new watch from applied+1, created
+// before the old one is dropped: Connected stays true all along, and the
+// new watch replays the put from history.
+func TestSilentReopenMakesBeforeBreak(t *testing.T) {
+	m, cli, _ := listedMirror(t)
+	ctx := context.Background()
+	s, why := m.open(ctx)
+	if s == nil {
+		t.Fatalf("open: %s", why)
+	}
+	defer s.cancel()
+	p, err := cli.Put(ctx, faultPrefix+"pools/zz", zzA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, sampled := make(chan struct{}), make(chan int)
+	go func() {
+		down := 0
+		for {
+			select {
+			case <-stop:
+				sampled <- down
+				return
+			default:
+			}
+			if !m.Status().Connected {
+				down++
+			}
+			runtime.Gosched()
+		}
+	}()
+	next, why := m.silent(ctx, s)
+	close(stop)
+	if down := <-sampled; down > 0 {
+		t.Fatalf("Connected false in %d samples during a healthy reopen", down)
+	}
+	if next == nil || next == s {
+		t.Fatalf("silent watch with a change not delivered: next %v, %q; want a new watch", next, why)
+	}
+	defer next.cancel()
+	if got := testutil.ToFloat64(m.metrics.reopens.WithLabelValues(ReasonSilent)); got != 1 {
+		t.Fatalf("silent reopens = %v, want 1", got)
+	}
+	select {
+	case resp, ok := <-next.ch:
+		if why := m.drain(next.ch, resp, ok); why != "" {
+			t.Fatalf("the new watch: %q", why)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the new watch replayed nothing")
+	}
+	if _, ok := m.Table().Pool("zz"); !ok || m.Table().Revision() < p.Header.Revision {
+		t.Fatalf("pools/zz (revision %d) not replayed by the new watch (table revision %d)", p.Header.Revision, m.Table().Revision())
+	}
+}

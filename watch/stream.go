@@ -1,0 +1,220 @@
+package watch
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/regiond/regiond/internal/backoff"
+)
+
+// stream is one watch of the prefix whose creation etcd answered.
+type stream struct {
+	ctx        context.Context // the watch's: require-leader metadata, also for its reads
+	cancel     context.CancelFunc
+	ch         clientv3.WatchChan
+	start      int64     // the first revision it watches
+	opened     time.Time // when its creation was answered
+	heard      time.Time // when it last answered, or a probe confirmed the table
+	probedPast bool      // a probe found etcd's revision at or past start
+}
+
+// createTimeout is the create failures metric's reason for a creation not
+// answered within RequestTimeout.
+const createTimeout = "timeout"
+
+// healthyAfter is how long a created watch must last for its end not to
+// count as a failure: a watch created and ended at once, over and over,
+// backs off like a creation that fails.
+const healthyAfter = time.Second
+
+// follow watches from the applied revision until a relist is needed, and
+// returns its reason ("" once ctx is done). A watch that ends is opened
+// again from the applied revision at once; only attempts that keep failing
+// back off. The first retries are immediate, two per other endpoint:
+// clientv3 sends each new stream to its next endpoint, so a member without
+// a leader is left for one that has one.
+func (m *Mirror) follow(ctx context.Context, bo *backoff.Backoff) string {
+	quick := max(1, 2*(len(m.cfg.Client.Endpoints())-1))
+	failures := 0
+	for ctx.Err() == nil {
+		s, why := m.open(ctx)
+		if s == nil {
+			if ctx.Err() != nil || relists(why) {
+				return why
+			}
+			m.setConnected(false)
+			if failures++; failures > quick && bo.Wait(ctx) != nil {
+				return ""
+			}
+			continue
+		}
+		why, s = m.serve(ctx, s)
+		s.cancel()
+		m.setConnected(false)
+		if ctx.Err() != nil || relists(why) {
+			return why
+		}
+		switch lived := time.Since(s.opened); {
+		case lived > 2*time.Minute:
+			bo.Reset()
+			failures = 0
+		case lived >= healthyAfter:
+			failures = 0
+		default:
+			failures++
+		}
+		m.metrics.reopens.WithLabelValues(why).Inc()
+		m.log.Info("watching again from the applied revision", "reason", why, "applied_revision", m.applied)
+		if failures > quick && bo.Wait(ctx) != nil {
+			return ""
+		}
+	}
+	return ""
+}
+
+// open creates a watch from applied+1 and waits, up to RequestTimeout, for
+// its creation to be answered (by etcd, or by the grpc-proxy joining it to
+// a watch it already has). Only then is the mirror connected. It returns
+// the watch, or why there is none.
+func (m *Mirror) open(ctx context.Context) (*stream, string) {
+	// Each watch gets its own gRPC stream (clientv3 shares streams between
+	// watches with equal metadata): a new watch must not join the stream of
+	// the one it replaces while that stream shuts down, or it is closed too.
+	m.watches++
+	wctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx),
+		"regiond-watch", strconv.FormatUint(m.watches, 10)))
+	s := &stream{ctx: wctx, cancel: cancel, start: m.applied + 1}
+	// clientv3's Watch returns only once the creation is answered, or its
+	// context ends: with no endpoint reachable it waits for good.
+	chc := make(chan clientv3.WatchChan, 1)
+	go func() {
+		chc <- m.cfg.Client.Watch(wctx, m.cfg.Prefix, clientv3.WithPrefix(), clientv3.WithRev(s.start),
+			clientv3.WithProgressNotify(), clientv3.WithCreatedNotify())
+	}()
+	timer := time.NewTimer(m.cfg.RequestTimeout)
+	defer timer.Stop()
+	var first <-chan clientv3.WatchResponse // nil until Watch returned
+	why := ""
+	for why == "" && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-timer.C:
+			why = createTimeout
+		case s.ch = <-chc:
+			first = s.ch
+			continue
+		case resp, ok := <-first:
+			if why = m.created(resp, ok); why == "" {
+				s.opened = time.Now()
+				s.heard = s.opened
+				m.setConnected(true)
+				return s, ""
+			}
+		}
+	}
+	cancel()
+	if s.ch == nil {
+		<-chc // Watch returns once its context is cancelled
+	}
+	if why != "" && !relists(why) {
+		m.metrics.openFailures.WithLabelValues(why).Inc()
+		m.log.Warn("watch not created", "reason", why, "applied_revision", m.applied)
+	}
+	return nil, why
+}
+
+// created checks the first response of a new watch: "" when it answers the
+// creation, else why the watch is not there.
+func (m *Mirror) created(resp clientv3.WatchResponse, ok bool) string {
+	switch {
+	case !ok:
+		return ReasonClosed
+	case resp.Err() != nil:
+		return m.watchError(resp)
+	case resp.Canceled || !resp.Created:
+		return ReasonClosed
+	case resp.Header.GetClusterId() != 0 && resp.Header.GetClusterId() != m.clusterID:
+		m.log.Warn("watch answered by another etcd cluster than the list", "cluster_id", resp.Header.GetClusterId())
+		return ReasonCluster
+	}
+	return ""
+}
+
+// watchError classifies a watch response carrying an error.
+func (m *Mirror) watchError(resp clientv3.WatchResponse) string {
+	err := resp.Err()
+	if resp.CompactRevision > 0 || errors.Is(err, rpctypes.ErrCompacted) {
+		m.log.Warn("watch compacted", "compact_revision", resp.CompactRevision, "applied_revision", m.applied)
+		return ReasonCompacted
+	}
+	m.log.Warn("watch error", "err", err)
+	if errors.Is(err, rpctypes.ErrNoLeader) {
+		return ReasonNoLeader
+	}
+	return ReasonError
+}
+
+// serve follows s, and the watches that replace it when it falls silent,
+// until one must end; it returns why, and the last watch.
+func (m *Mirror) serve(ctx context.Context, s *stream) (string, *stream) {
+	tick := time.NewTicker(m.cfg.ProgressInterval)
+	defer tick.Stop()
+	silentAfter := 3*m.cfg.ProgressInterval - m.cfg.ProgressInterval/2 // the third tick
+	for {
+		select {
+		case <-ctx.Done():
+			return "", s
+		case resp, ok := <-s.ch:
+			if why := m.drain(s.ch, resp, ok); why != "" {
+				return why, s
+			}
+			s.heard = time.Now()
+		case <-tick.C:
+			if !m.transportReady() {
+				m.log.Warn("no connection to etcd; watching again once there is one", "applied_revision", m.applied)
+				return ReasonDisconnected, s
+			}
+			if time.Since(s.heard) < silentAfter {
+				m.requestProgress(s)
+				continue
+			}
+			next, why := m.silent(ctx, s)
+			if next == nil {
+				return why, s
+			}
+			if next != s {
+				s.cancel() // make before break: next is created
+				s = next
+			}
+		}
+	}
+}
+
+// transportReady reports whether the client has a connection to some
+// endpoint. With none (the member or the proxy went away, or gRPC
+// keepalive found the connection dead), no watch stream is alive, although
+// clientv3 keeps the watch's channel open to resume it later, silently.
+func (m *Mirror) transportReady() bool {
+	conn := m.cfg.Client.ActiveConnection()
+	return conn == nil || conn.GetState() == connectivity.Ready
+}
+
+// requestProgress asks etcd to tell s's revision, unless the path to etcd
+// is known to drop such requests.
+func (m *Mirror) requestProgress(s *stream) {
+	if m.progressIgnored {
+		return
+	}
+	rctx, cancel := context.WithTimeout(s.ctx, m.cfg.RequestTimeout)
+	defer cancel()
+	if err := m.cfg.Client.RequestProgress(rctx); err != nil {
+		m.log.Debug("progress request failed", "err", err)
+	}
+}
