@@ -129,6 +129,9 @@ type errorBody struct {
 	Error   string   `json:"error"`
 	Country string   `json:"country,omitempty"`
 	Reasons []string `json:"reasons,omitempty"`
+	// Revision and Epoch name the table that found no route.
+	Revision int64 `json:"revision,omitempty"`
+	Epoch    int64 `json:"epoch,omitempty"`
 }
 
 // tableFor returns the table a request is answered from. With
@@ -211,7 +214,8 @@ func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request) {
 	}
 	if errors.Is(err, routing.ErrNoRoute) {
 		s.resolves.WithLabelValues("no_route").Inc()
-		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "no eligible pool", Country: d.Country, Reasons: d.Degraded})
+		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "no eligible pool", Country: d.Country, Reasons: d.Degraded,
+			Revision: d.Revision, Epoch: d.Epoch})
 		return
 	}
 	outcome := "ok"

@@ -1,0 +1,25 @@
+// Package faultsuite holds regiond's fleet fault suite: its tests run a
+// real 3-member etcd cluster (internal/etcdproc), etcd's grpc-proxy in
+// front of some agents, and ten or more regiond agent processes, write a
+// random history of thousands of operations while injecting faults (a
+// compaction every 200 ms, the leader killed and restarted, a member
+// partitioned, the proxy restarted, agents killed with SIGKILL and
+// restarted, agents' connections cut), and check that every agent serves
+// exactly what etcd holds:
+//
+//   - at checkpoints and at the end, every agent's table JSON equals a
+//     fresh compile of etcd's state at the agent's revision (byte for
+//     byte, apart from written_at);
+//   - the tables and decisions sampled during the run equal the reference
+//     at their revision, taken from an independent recorder watch: no
+//     event is skipped or applied twice;
+//   - no agent's revision ever goes backwards (within a process, and
+//     across a restart below what its snapshot file held);
+//   - the local API answers every request while the agent runs: 200, or
+//     503 exactly where the reference resolver says NoRoute.
+//
+// The package has no code of its own outside its tests. `go test ./...`
+// runs the CI-sized suite (about a minute); the long variant is
+//
+//	go test ./internal/faultsuite -run TestFleetFaults -timeout 60m -args -fleet.ops=50000 -fleet.agents=20
+package faultsuite
