@@ -130,4 +130,3 @@ func leaseOf(t *testing.T, cli *clientv3.Client, key string) int64 {
 	}
 	return resp.Kvs[0].Lease
 }
-
