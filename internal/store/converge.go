@@ -1,0 +1,135 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/regiond/regiond/internal/backoff"
+)
+
+// Delays between two rounds of WaitConverged (a relist after its watch
+// ended, or a read that got no answer).
+const (
+	convergeRetryMin = 50 * time.Millisecond
+	convergeRetryMax = time.Second
+)
+
+// WaitConverged returns once every live agent's status key says revision
+// rev or later (an agent whose key disappears is dead and no longer waited
+// for). It learns the agents' progress from one watch on <root>/agents/:
+// Get at R, then Watch from R+1, and returns on the event that completes
+// the set. It relists only when that watch ends (compaction, no leader, a
+// closed stream); a read that gets no answer is retried until ctx ends.
+//
+// Every failure is a *NotConvergedError: when ctx ends first it names the
+// laggards, and its Err says what failed when a read could not be made
+// (etcd unreachable, permission denied).
+func (s *Store) WaitConverged(ctx context.Context, rev int64) error {
+	w := &convergeWait{s: s, rev: rev, start: time.Now(), agents: map[string]AgentInfo{}}
+	b := backoff.New(convergeRetryMin, convergeRetryMax)
+	for {
+		done, err := w.round(ctx)
+		switch {
+		case done:
+			return nil
+		case ctx.Err() != nil:
+			return w.failed(w.lastErr)
+		case !w.retryable(err):
+			return w.failed(err)
+		}
+		w.lastErr = err
+		s.log.Info("wait converged: retrying", "revision", rev, "err", err)
+		if b.Wait(ctx) != nil {
+			return w.failed(w.lastErr)
+		}
+	}
+}
+
+// convergeWait is one WaitConverged: the agents as last seen.
+type convergeWait struct {
+	s       *Store
+	rev     int64
+	start   time.Time
+	agents  map[string]AgentInfo
+	listed  bool  // agents holds a listing
+	lastErr error // the error that ended the previous round
+}
+
+// errWatchEnded marks a round ended by its watch: relist.
+var errWatchEnded = errors.New("watch ended")
+
+// round lists the agents and watches them from the listing's revision on
+// until they are all at w.rev (true), the watch ends or ctx ends.
+func (w *convergeWait) round(ctx context.Context) (bool, error) {
+	prefix := w.s.ks.AgentsPrefix()
+	kvs, hdr, err := w.s.getRange(ctx, prefix, clientv3.GetPrefixRangeEnd(prefix), 0)
+	if err != nil {
+		return false, err
+	}
+	clear(w.agents)
+	w.listed = true
+	for _, kv := range kvs {
+		w.put(string(kv.Key), kv.Value)
+	}
+	if w.converged() {
+		return true, nil
+	}
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for wr := range w.s.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(hdr+1)) {
+		if err := wr.Err(); err != nil {
+			return false, fmt.Errorf("watch %s from revision %d: %w: %w", prefix, hdr+1, errWatchEnded, err)
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				delete(w.agents, string(ev.Kv.Key))
+				continue
+			}
+			w.put(string(ev.Kv.Key), ev.Kv.Value)
+		}
+		if w.converged() {
+			return true, nil
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	return false, fmt.Errorf("watch %s from revision %d: %w: channel closed", prefix, hdr+1, errWatchEnded)
+}
+
+func (w *convergeWait) put(key string, value []byte) {
+	w.agents[key] = agentInfo(key, strings.TrimPrefix(key, w.s.ks.AgentsPrefix()), value, w.rev)
+}
+
+func (w *convergeWait) converged() bool {
+	for _, a := range w.agents {
+		if a.Lag > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// retryable tells the errors that another round may get past: a watch
+// that ended, a read that got no answer.
+func (w *convergeWait) retryable(err error) bool {
+	return errors.Is(err, errWatchEnded) || isUnreachable(err)
+}
+
+// failed returns the *NotConvergedError of the wait, with cause.
+func (w *convergeWait) failed(cause error) error {
+	e := &NotConvergedError{Revision: w.rev, Waited: time.Since(w.start), Err: cause, Unknown: !w.listed}
+	for _, a := range w.agents {
+		if a.Lag > 0 {
+			e.Lagging = append(e.Lagging, a)
+		}
+	}
+	sort.Slice(e.Lagging, func(i, j int) bool { return e.Lagging[i].Node < e.Lagging[j].Node })
+	return e
+}
