@@ -22,10 +22,10 @@ const (
 
 // WaitConverged returns once every live agent's status key says revision
 // rev or later (an agent whose key disappears is dead and no longer waited
-// for). It learns the agents' progress from one watch on <root>/agents/:
-// Get at R, then Watch from R+1, and returns on the event that completes
-// the set. It relists only when that watch ends (compaction, no leader, a
-// closed stream); a read that gets no answer is retried until ctx ends.
+// for). It learns the agents' progress from one watch on <root>/agents/
+// and one Get (see round), and returns on the event that completes the
+// set. It relists only when that watch ends (no leader, a closed stream);
+// a read that gets no answer is retried until ctx ends.
 //
 // Every failure is a *NotConvergedError: when ctx ends first it names the
 // laggards, and its Err says what failed when a read could not be made
@@ -64,11 +64,21 @@ type convergeWait struct {
 // errWatchEnded marks a round ended by its watch: relist.
 var errWatchEnded = errors.New("watch ended")
 
-// round lists the agents and watches them from the listing's revision on
-// until they are all at w.rev (true), the watch ends or ctx ends.
+// round opens a watch on the agents' keys, lists them at R once etcd
+// confirmed the watch, and follows the watch's events after R until the
+// agents are all at w.rev (true), the watch ends or ctx ends. The watch
+// starts from "now" rather than from R+1: one that starts at a past
+// revision is served by etcd's unsynced-watcher loop, every 100 ms, while
+// one from now is synced and sees every later event at once; listing after
+// its creation leaves no gap between the two.
 func (w *convergeWait) round(ctx context.Context) (bool, error) {
 	prefix := w.s.ks.AgentsPrefix()
-	kvs, hdr, err := w.s.getRange(ctx, prefix, clientv3.GetPrefixRangeEnd(prefix), 0)
+	wch, cancel, err := w.watch(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer cancel()
+	kvs, listRev, err := w.s.getRange(ctx, prefix, clientv3.GetPrefixRangeEnd(prefix), 0)
 	if err != nil {
 		return false, err
 	}
@@ -80,18 +90,18 @@ func (w *convergeWait) round(ctx context.Context) (bool, error) {
 	if w.converged() {
 		return true, nil
 	}
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	for wr := range w.s.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(hdr+1)) {
+	for wr := range wch {
 		if err := wr.Err(); err != nil {
-			return false, fmt.Errorf("watch %s from revision %d: %w: %w", prefix, hdr+1, errWatchEnded, err)
+			return false, fmt.Errorf("watch %s: %w: %w", prefix, errWatchEnded, err)
 		}
 		for _, ev := range wr.Events {
-			if ev.Type == clientv3.EventTypeDelete {
+			switch {
+			case ev.Kv.ModRevision <= listRev: // in the listing already
+			case ev.Type == clientv3.EventTypeDelete:
 				delete(w.agents, string(ev.Kv.Key))
-				continue
+			default:
+				w.put(string(ev.Kv.Key), ev.Kv.Value)
 			}
-			w.put(string(ev.Kv.Key), ev.Kv.Value)
 		}
 		if w.converged() {
 			return true, nil
@@ -100,7 +110,35 @@ func (w *convergeWait) round(ctx context.Context) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	return false, fmt.Errorf("watch %s from revision %d: %w: channel closed", prefix, hdr+1, errWatchEnded)
+	return false, fmt.Errorf("watch %s: %w: channel closed", prefix, errWatchEnded)
+}
+
+// watch opens the watch of round and waits, at most a request timeout,
+// for etcd to confirm it (the client blocks in Watch while it has no
+// connection).
+func (w *convergeWait) watch(ctx context.Context) (clientv3.WatchChan, context.CancelFunc, error) {
+	prefix := w.s.ks.AgentsPrefix()
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	t := time.AfterFunc(w.s.opts.RequestTimeout, cancel)
+	wch := w.s.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	wr, ok := <-wch
+	var err error
+	switch {
+	case !t.Stop():
+		err = &UnreachableError{Endpoints: w.s.opts.Endpoints,
+			Err: fmt.Errorf("watch %s: not created within %s", prefix, w.s.opts.RequestTimeout)}
+	case ctx.Err() != nil:
+		err = ctx.Err()
+	case !ok:
+		err = fmt.Errorf("watch %s: %w: closed before it was created", prefix, errWatchEnded)
+	case wr.Err() != nil:
+		err = fmt.Errorf("watch %s: %w: %w", prefix, errWatchEnded, wr.Err())
+	}
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	return wch, cancel, nil
 }
 
 func (w *convergeWait) put(key string, value []byte) {
@@ -119,7 +157,8 @@ func (w *convergeWait) converged() bool {
 // retryable tells the errors that another round may get past: a watch
 // that ended, a read that got no answer.
 func (w *convergeWait) retryable(err error) bool {
-	return errors.Is(err, errWatchEnded) || isUnreachable(err)
+	var ue *UnreachableError
+	return errors.Is(err, errWatchEnded) || errors.As(err, &ue) || isUnreachable(err)
 }
 
 // failed returns the *NotConvergedError of the wait, with cause.
