@@ -33,8 +33,8 @@ type signalHandler struct {
 }
 
 func (h *signalHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h *signalHandler) WithAttrs([]slog.Attr) slog.Handler      { return h }
-func (h *signalHandler) WithGroup(string) slog.Handler           { return h }
+func (h *signalHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *signalHandler) WithGroup(string) slog.Handler            { return h }
 func (h *signalHandler) Handle(_ context.Context, r slog.Record) error {
 	if r.Message == h.msg {
 		select {
