@@ -83,11 +83,12 @@ func (a *app) rootCmd() *cobra.Command {
 Every write reads the whole state, validates the whole proposed state, and
 commits it in one transaction guarded by the epoch, with an audit record.
 
-Exit codes: 0 ok, 1 refused (validation; nothing written), 2 usage,
-3 conflict (changed concurrently; re-run or use --retry), 4 etcd unreachable
-(nothing written, unless the message says the outcome is unknown: then see
-regionctl history first), 5 written but not converged (the write is
-committed, do not re-run it; also status --max-lag with a lagging agent).
+Exit codes: 0 ok, 1 refused (validation, an epoch key reset by hand, other
+errors; nothing written), 2 usage, 3 conflict (changed concurrently; re-run
+or use --retry), 4 etcd unreachable (nothing written, unless the message says
+the outcome is unknown: then check regionctl history first), 5 written but not
+converged (the write is committed: do not re-run it; also status --max-lag
+with a lagging agent).
 Every flag can also be set as REGIONCTL_<FLAG> (REGIONCTL_ENDPOINTS,
 REGIONCTL_PREFIX, …); the password of --user is read from REGIONCTL_PASSWORD.`,
 		Example: `  regionctl get
