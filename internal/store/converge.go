@@ -31,7 +31,7 @@ const (
 // laggards, and its Err says what failed when a read could not be made
 // (etcd unreachable, permission denied).
 func (s *Store) WaitConverged(ctx context.Context, rev int64) error {
-	w := &convergeWait{s: s, rev: rev, start: time.Now(), agents: map[string]AgentInfo{}}
+	w := &convergeWait{s: s, rev: rev, start: time.Now(), agents: map[string]AgentInfo{}, behind: map[string]bool{}}
 	b := backoff.New(convergeRetryMin, convergeRetryMax)
 	for {
 		done, err := w.round(ctx)
@@ -57,8 +57,9 @@ type convergeWait struct {
 	rev     int64
 	start   time.Time
 	agents  map[string]AgentInfo
-	listed  bool  // agents holds a listing
-	lastErr error // the error that ended the previous round
+	behind  map[string]bool // the keys of agents before rev
+	listed  bool            // agents holds a listing
+	lastErr error           // the error that ended the previous round
 }
 
 // errWatchEnded marks a round ended by its watch: relist.
@@ -83,6 +84,7 @@ func (w *convergeWait) round(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	clear(w.agents)
+	clear(w.behind)
 	w.listed = true
 	for _, kv := range kvs {
 		w.put(string(kv.Key), kv.Value)
@@ -99,6 +101,7 @@ func (w *convergeWait) round(ctx context.Context) (bool, error) {
 			case ev.Kv.ModRevision <= listRev: // in the listing already
 			case ev.Type == clientv3.EventTypeDelete:
 				delete(w.agents, string(ev.Kv.Key))
+				delete(w.behind, string(ev.Kv.Key))
 			default:
 				w.put(string(ev.Kv.Key), ev.Kv.Value)
 			}
@@ -142,17 +145,17 @@ func (w *convergeWait) watch(ctx context.Context) (clientv3.WatchChan, context.C
 }
 
 func (w *convergeWait) put(key string, value []byte) {
-	w.agents[key] = agentInfo(key, strings.TrimPrefix(key, w.s.ks.AgentsPrefix()), value, w.rev)
+	a := agentInfo(key, strings.TrimPrefix(key, w.s.ks.AgentsPrefix()), value, w.rev)
+	w.agents[key] = a
+	if a.Lag > 0 {
+		w.behind[key] = true
+	} else {
+		delete(w.behind, key)
+	}
 }
 
-func (w *convergeWait) converged() bool {
-	for _, a := range w.agents {
-		if a.Lag > 0 {
-			return false
-		}
-	}
-	return true
-}
+// converged reports whether every agent seen is at rev or later.
+func (w *convergeWait) converged() bool { return len(w.behind) == 0 }
 
 // retryable tells the errors that another round may get past: a watch
 // that ended, a read that got no answer.
@@ -164,10 +167,8 @@ func (w *convergeWait) retryable(err error) bool {
 // failed returns the *NotConvergedError of the wait, with cause.
 func (w *convergeWait) failed(cause error) error {
 	e := &NotConvergedError{Revision: w.rev, Waited: time.Since(w.start), Err: cause, Unknown: !w.listed}
-	for _, a := range w.agents {
-		if a.Lag > 0 {
-			e.Lagging = append(e.Lagging, a)
-		}
+	for key := range w.behind {
+		e.Lagging = append(e.Lagging, w.agents[key])
 	}
 	sort.Slice(e.Lagging, func(i, j int) bool { return e.Lagging[i].Node < e.Lagging[j].Node })
 	return e
