@@ -40,14 +40,22 @@ func (a *app) exitCode(err error) int {
 		return ExitOK
 	}
 	var (
-		refused  *store.RefusedError
-		local    refusedError
-		conflict *store.ConflictError
-		unreach  *store.UnreachableError
-		notConv  *store.NotConvergedError
-		usage    usageError
+		committed *committedError
+		refused   *store.RefusedError
+		local     refusedError
+		conflict  *store.ConflictError
+		unknown   *store.OutcomeUnknownError
+		unreach   *store.UnreachableError
+		notConv   *store.NotConvergedError
+		usage     usageError
 	)
 	switch {
+	case errors.As(err, &committed): // first: whatever failed after the commit
+		fmt.Fprintf(a.stderr, "regionctl: %v\n", committed)
+		return ExitNotConverged
+	case errors.As(err, &notConv): // before unreach: it may wrap one
+		fmt.Fprintf(a.stderr, "regionctl: %v\n", notConv)
+		return ExitNotConverged
 	case errors.As(err, &refused):
 		if a.output == "table" {
 			for _, line := range diffLines(refused.Changes) {
@@ -62,12 +70,12 @@ func (a *app) exitCode(err error) int {
 	case errors.As(err, &conflict):
 		fmt.Fprintf(a.stderr, "CONFLICT %v\n", conflict)
 		return ExitConflict
+	case errors.As(err, &unknown): // before unreach: it may wrap one
+		fmt.Fprintf(a.stderr, "regionctl: %v\n", unknown)
+		return ExitUnreachable
 	case errors.As(err, &unreach):
 		fmt.Fprintf(a.stderr, "regionctl: %v\n", unreach)
 		return ExitUnreachable
-	case errors.As(err, &notConv):
-		fmt.Fprintf(a.stderr, "regionctl: %v\n", notConv)
-		return ExitNotConverged
 	case errors.As(err, &usage) || !a.ran:
 		fmt.Fprintf(a.stderr, "regionctl: %v\nRun 'regionctl --help' for usage.\n", err)
 		return ExitUsage

@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
 	"github.com/regiond/regiond/internal/keyspace"
 	"github.com/regiond/regiond/internal/store"
@@ -27,11 +28,11 @@ import (
 // Exit codes (DESIGN §6, plus 5).
 const (
 	ExitOK           = 0
-	ExitRefused      = 1 // validation refused the change, or another failure
+	ExitRefused      = 1 // validation refused the change, or another failure; nothing written
 	ExitUsage        = 2 // bad flags or arguments
-	ExitConflict     = 3 // the state changed concurrently
-	ExitUnreachable  = 4 // etcd did not answer
-	ExitNotConverged = 5 // written, but agents lag (--wait-converged, status --max-lag)
+	ExitConflict     = 3 // the state changed concurrently; nothing written
+	ExitUnreachable  = 4 // etcd did not answer; nothing written unless the message says "outcome unknown"
+	ExitNotConverged = 5 // written, but agents lag or the wait failed (--wait-converged); status --max-lag
 )
 
 // Main runs regionctl with args (without the program name) and returns the
@@ -82,8 +83,12 @@ func (a *app) rootCmd() *cobra.Command {
 Every write reads the whole state, validates the whole proposed state, and
 commits it in one transaction guarded by the epoch, with an audit record.
 
-Exit codes: 0 ok, 1 refused (validation), 2 usage, 3 conflict (changed
-concurrently; re-run or use --retry), 4 etcd unreachable, 5 not converged.
+Exit codes: 0 ok, 1 refused (validation, an epoch key reset by hand, other
+errors; nothing written), 2 usage, 3 conflict (changed concurrently; re-run
+or use --retry), 4 etcd unreachable (nothing written, unless the message says
+the outcome is unknown: then check regionctl history first), 5 written but not
+converged (the write is committed: do not re-run it; also status --max-lag
+with a lagging agent).
 Every flag can also be set as REGIONCTL_<FLAG> (REGIONCTL_ENDPOINTS,
 REGIONCTL_PREFIX, …); the password of --user is read from REGIONCTL_PASSWORD.`,
 		Example: `  regionctl get
@@ -149,7 +154,6 @@ func (a *app) applyEnv(cmd *cobra.Command) error {
 	return fmt.Errorf("-o %q: want table, json or yaml", a.output)
 }
 
-// store dials etcd on first use.
 // load dials etcd (once) and reads the whole routing state.
 func (a *app) load(ctx context.Context) (*store.State, error) {
 	st, err := a.store(ctx)
@@ -159,6 +163,11 @@ func (a *app) load(ctx context.Context) (*store.State, error) {
 	return st.Load(ctx)
 }
 
+// dialOptionsHook is a context key for tests: []grpc.DialOption added to
+// the client's (an interceptor injecting a network fault).
+type dialOptionsHook struct{}
+
+// store dials etcd on first use.
 func (a *app) store(ctx context.Context) (*store.Store, error) {
 	if a.st != nil {
 		return a.st, nil
@@ -177,6 +186,9 @@ func (a *app) store(ctx context.Context) (*store.Store, error) {
 		if cfg.Password == "" {
 			return nil, usageError{fmt.Errorf("--user %s: set the password in REGIONCTL_PASSWORD", cfg.Username)}
 		}
+	}
+	if opts, ok := ctx.Value(dialOptionsHook{}).([]grpc.DialOption); ok {
+		cfg.DialOptions = opts
 	}
 	cli, err := store.Dial(ctx, cfg)
 	if errors.Is(err, store.ErrDialConfig) {

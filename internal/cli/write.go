@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -30,7 +31,8 @@ func addWriteFlags(cmd *cobra.Command, w *writeOpts) {
 	f := cmd.Flags()
 	f.StringVar(&w.reason, "reason", "", "why: stored in the audit record")
 	f.BoolVar(&w.dryRun, "dry-run", false, "print the diff and write nothing")
-	f.DurationVar(&w.wait, "wait-converged", 0, "after writing, wait until every live agent serves the new revision (bare flag: "+defaultConvergeWait.String()+")")
+	f.DurationVar(&w.wait, "wait-converged", 0, "after writing, wait until every live agent serves the new revision (bare flag: "+
+		defaultConvergeWait.String()+"); exit 5 if it does not in time or the wait fails: the write stays committed")
 	f.Lookup("wait-converged").NoOptDefVal = defaultConvergeWait.String()
 	f.IntVar(&w.retry, "retry", 0, "on a concurrent change, re-read and retry up to N times")
 	f.BoolVar(&w.force, "force", false, "write even if some country would be left with no eligible pool")
@@ -53,8 +55,30 @@ type writeResult struct {
 // of a write, before its Txn (to provoke a conflict deterministically).
 type afterReadHook struct{}
 
+// afterCommitHook is a context key for tests: a func() run once a write
+// committed, before it waits and prints (to cut etcd off at that moment).
+type afterCommitHook struct{}
+
 // buildFunc builds the proposed change from the current state.
 type buildFunc func(ctx context.Context, cur *store.State) (*store.Plan, error)
+
+// committedError is any failure after a write's Txn committed: waiting for
+// convergence, printing the result. It exits 5, never 1 or 4, so that no
+// automation re-runs a write that is in etcd (a re-run boost would be a
+// second boost).
+type committedError struct {
+	prevEpoch, epoch, revision int64
+	err                        error
+}
+
+// Error says the write is committed, then what failed.
+func (e *committedError) Error() string {
+	return fmt.Sprintf("the write is committed (epoch %d → %d at revision %d; do not re-run it), but %v",
+		e.prevEpoch, e.epoch, e.revision, e.err)
+}
+
+// Unwrap returns what failed.
+func (e *committedError) Unwrap() error { return e.err }
 
 // runWrite sends one write through the store, prints the diff and the new
 // epoch, and waits for convergence when asked.
@@ -81,23 +105,45 @@ func (a *app) runWrite(ctx context.Context, w writeOpts, build buildFunc) error 
 	if err != nil {
 		return err
 	}
-	out := writeResult{PrevEpoch: res.PrevEpoch, Epoch: res.Epoch, Revision: res.Revision,
-		DryRun: res.DryRun, NoOp: res.NoOp, Changes: res.Changes, Diff: diffLines(res.Changes)}
-	if !res.DryRun && !res.NoOp {
-		out.Notes = w.notes
+	if res.DryRun || res.NoOp {
+		return a.printWrite(writeResultOf(res))
 	}
+	if hook, ok := ctx.Value(afterCommitHook{}).(func()); ok {
+		hook()
+	}
+	return a.afterCommit(ctx, st, res, w)
+}
+
+// afterCommit waits for convergence when asked and prints the result of a
+// committed write; any failure is a *committedError.
+func (a *app) afterCommit(ctx context.Context, st *store.Store, res *store.Result, w writeOpts) error {
+	out := writeResultOf(res)
+	out.Notes = w.notes
 	var waitErr error
-	if w.wait > 0 && !res.DryRun && !res.NoOp {
+	if w.wait > 0 {
 		wctx, cancel := context.WithTimeout(ctx, w.wait)
 		waitErr = st.WaitConverged(wctx, res.Revision)
 		cancel()
 		ok := waitErr == nil
 		out.Converged = &ok
 	}
-	if err := a.printer().print(out, func(tw io.Writer) { printWriteTable(tw, out) }); err != nil {
-		return err
+	var printErr error
+	if err := a.printWrite(out); err != nil {
+		printErr = fmt.Errorf("printing the result failed: %w", err)
 	}
-	return waitErr
+	if err := errors.Join(waitErr, printErr); err != nil {
+		return &committedError{prevEpoch: res.PrevEpoch, epoch: res.Epoch, revision: res.Revision, err: err}
+	}
+	return nil
+}
+
+func writeResultOf(res *store.Result) writeResult {
+	return writeResult{PrevEpoch: res.PrevEpoch, Epoch: res.Epoch, Revision: res.Revision,
+		DryRun: res.DryRun, NoOp: res.NoOp, Changes: res.Changes, Diff: diffLines(res.Changes)}
+}
+
+func (a *app) printWrite(out writeResult) error {
+	return a.printer().print(out, func(tw io.Writer) { printWriteTable(tw, out) })
 }
 
 func diffLines(changes []routing.Change) []string {

@@ -3,13 +3,13 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"sort"
+	"errors"
+	"fmt"
 	"strings"
-	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/regiond/regiond/internal/backoff"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -36,8 +36,9 @@ type Fleet struct {
 	Agents          []AgentInfo `json:"agents"`
 }
 
-// Fleet reads the agents' status keys and the newest routing change at one
-// revision.
+// Fleet reads the agents' status keys, the newest routing change and the
+// epoch at one revision. Any failed read is an error: a picture with a
+// part missing (epoch 0) would pass for a true one.
 func (s *Store) Fleet(ctx context.Context) (*Fleet, error) {
 	prefix := s.ks.AgentsPrefix()
 	kvs, rev, err := s.getRange(ctx, prefix, clientv3.GetPrefixRangeEnd(prefix), 0)
@@ -53,7 +54,9 @@ func (s *Store) Fleet(ctx context.Context) (*Fleet, error) {
 	for _, kv := range rkvs {
 		f.RoutingRevision = max(f.RoutingRevision, kv.ModRevision)
 		if string(kv.Key) == s.ks.Epoch() {
-			f.Epoch = s.epochAt(ctx, rev)
+			if f.Epoch, err = s.epochAt(ctx, rev); err != nil {
+				return nil, err
+			}
 		}
 	}
 	for _, kv := range kvs {
@@ -62,17 +65,24 @@ func (s *Store) Fleet(ctx context.Context) (*Fleet, error) {
 	return f, nil
 }
 
-// epochAt reads the epoch at rev; 0 when unreadable.
-func (s *Store) epochAt(ctx context.Context, rev int64) int64 {
+// epochAt reads the epoch at rev; 0 when the key is absent or does not
+// hold a number (Load reports that).
+func (s *Store) epochAt(ctx context.Context, rev int64) (int64, error) {
 	rctx, cancel := s.reqCtx(ctx)
 	defer cancel()
 	resp, err := s.cli.Get(rctx, s.ks.Epoch(), clientv3.WithRev(rev))
-	if err != nil || len(resp.Kvs) == 0 {
-		return 0
+	if errors.Is(err, rpctypes.ErrCompacted) {
+		return 0, fmt.Errorf("read the epoch at revision %d: %w", rev, ErrCompacted)
+	}
+	if err != nil {
+		return 0, s.rpcErr(fmt.Sprintf("read the epoch at revision %d", rev), err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, nil
 	}
 	st := &State{}
 	st.add("epoch", resp.Kvs[0])
-	return st.Epoch
+	return st.Epoch, nil
 }
 
 func agentInfo(key, node string, value []byte, want int64) AgentInfo {
@@ -96,85 +106,4 @@ func (f *Fleet) Lagging(maxLag int64) []AgentInfo {
 		}
 	}
 	return out
-}
-
-// WaitConverged returns once every live agent serves revision rev or later
-// (an agent whose key disappears is dead and no longer waited for). When
-// ctx ends first it returns a *NotConvergedError naming the laggards.
-func (s *Store) WaitConverged(ctx context.Context, rev int64) error {
-	start := time.Now()
-	prefix := s.ks.AgentsPrefix()
-	agents := map[string]AgentInfo{}
-	for {
-		kvs, hdr, err := s.getRange(ctx, prefix, clientv3.GetPrefixRangeEnd(prefix), 0)
-		if err != nil {
-			return s.notConverged(ctx, rev, start, agents, err)
-		}
-		clear(agents)
-		for _, kv := range kvs {
-			agents[string(kv.Key)] = agentInfo(string(kv.Key), strings.TrimPrefix(string(kv.Key), prefix), kv.Value, rev)
-		}
-		if err := s.watchUntilConverged(ctx, rev, hdr+1, agents); err != nil {
-			return s.notConverged(ctx, rev, start, agents, err)
-		}
-		if converged(agents) {
-			return nil
-		}
-		if err := backoff.Sleep(ctx, 100*time.Millisecond); err != nil {
-			return s.notConverged(ctx, rev, start, agents, err)
-		}
-	}
-}
-
-// watchUntilConverged applies agent-key events to agents until all are at
-// rev (nil), the watch closes (nil; the caller relists) or ctx ends.
-func (s *Store) watchUntilConverged(ctx context.Context, rev, from int64, agents map[string]AgentInfo) error {
-	if converged(agents) {
-		return nil
-	}
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	prefix := s.ks.AgentsPrefix()
-	for wr := range s.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(from)) {
-		if err := wr.Err(); err != nil {
-			return nil
-		}
-		for _, ev := range wr.Events {
-			k := string(ev.Kv.Key)
-			if ev.Type == clientv3.EventTypeDelete {
-				delete(agents, k)
-				continue
-			}
-			agents[k] = agentInfo(k, strings.TrimPrefix(k, prefix), ev.Kv.Value, rev)
-		}
-		if converged(agents) {
-			return nil
-		}
-	}
-	return ctx.Err()
-}
-
-func converged(agents map[string]AgentInfo) bool {
-	for _, a := range agents {
-		if a.Lag > 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// notConverged turns a deadline into *NotConvergedError; other errors are
-// returned as they are.
-func (s *Store) notConverged(ctx context.Context, rev int64, start time.Time, agents map[string]AgentInfo, err error) error {
-	if ctx.Err() == nil {
-		return err
-	}
-	e := &NotConvergedError{Revision: rev, Waited: time.Since(start)}
-	for _, a := range agents {
-		if a.Lag > 0 {
-			e.Lagging = append(e.Lagging, a)
-		}
-	}
-	sort.Slice(e.Lagging, func(i, j int) bool { return e.Lagging[i].Node < e.Lagging[j].Node })
-	return e
 }

@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 // DefaultDialTimeout bounds the first contact with etcd.
@@ -34,6 +35,9 @@ type DialConfig struct {
 	// unreachable cluster, or one without a leader, is reported at once.
 	// Empty skips the probe.
 	ProbeKey string
+	// DialOptions are added to the client's gRPC dial options (tests
+	// inject network faults through an interceptor).
+	DialOptions []grpc.DialOption
 }
 
 // Dial opens a client and probes the cluster. An etcd that does not answer
@@ -53,6 +57,7 @@ func Dial(ctx context.Context, c DialConfig) (*clientv3.Client, error) {
 		Username:    c.Username,
 		Password:    c.Password,
 		Logger:      zap.NewNop(),
+		DialOptions: c.DialOptions,
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {

@@ -4,12 +4,16 @@
 // validates it (DESIGN §3) and commits it in one Txn guarded by the epoch,
 // which bumps the epoch and writes the audit record of the change:
 //
-//	If(mod_revision(epoch) == R_E) Then(puts, deletes, epoch=E+1, audit/<E+1>,
-//	                                     delete audit records older than the newest 10,000)
+//	If(mod_revision(epoch) == R_E, no audit record of epoch E+1 or later)
+//	Then(puts, deletes, epoch=E+1, audit/<E+1>, delete audit records older than the newest 10,000)
 //
 // A writer that lost the race gets a *ConflictError; a proposal that breaks
-// an invariant gets a *RefusedError listing every problem; an etcd that does
-// not answer gives an *UnreachableError naming the endpoints tried.
+// an invariant gets a *RefusedError listing every problem; an epoch key
+// reset by hand (an audit record of E+1 exists) gets an *EpochResetError;
+// an etcd that does not answer gives an *UnreachableError naming the
+// endpoints tried. A commit that gets no answer is read back (see resolve)
+// so that it reports what really happened; when even that fails, the
+// error is an *OutcomeUnknownError.
 //
 //	st := store.New(cli, keyspace.Default(), store.Options{})
 //	res, err := st.Write(ctx, store.WriteRequest{

@@ -65,26 +65,45 @@ func (e *UnreachableError) Error() string {
 // Unwrap returns the underlying error.
 func (e *UnreachableError) Unwrap() error { return e.Err }
 
-// NotConvergedError means some live agents did not reach a revision in time.
+// NotConvergedError means some live agents did not reach a revision in
+// time, or their status could not be read.
 type NotConvergedError struct {
 	Revision int64
 	Waited   time.Duration
 	Lagging  []AgentInfo
+	// Err is what failed, when a read of the agents' status failed (the
+	// last such failure when the wait ended on its deadline); nil when the
+	// agents were read and some simply lag.
+	Err error
+	// Unknown is set when the agents' status keys could not be listed at
+	// all: Lagging is then empty without meaning that none lag.
+	Unknown bool
 }
 
-// Error names the lagging agents.
+// Error names the lagging agents and what failed.
 func (e *NotConvergedError) Error() string {
-	names := make([]string, len(e.Lagging))
-	for i, a := range e.Lagging {
-		names[i] = fmt.Sprintf("%s@%d", a.Node, a.Revision)
-	}
 	waited := ""
 	if e.Waited > 0 {
 		waited = " after " + e.Waited.Round(time.Millisecond).String()
 	}
-	return fmt.Sprintf("not converged to revision %d%s: %d agent(s) behind: %s",
-		e.Revision, waited, len(e.Lagging), strings.Join(names, ", "))
+	msg := fmt.Sprintf("not converged to revision %d%s: ", e.Revision, waited)
+	if e.Unknown {
+		msg += "the agents' status keys could not be read"
+	} else {
+		names := make([]string, len(e.Lagging))
+		for i, a := range e.Lagging {
+			names[i] = fmt.Sprintf("%s@%d", a.Node, a.Revision)
+		}
+		msg += fmt.Sprintf("%d agent(s) behind: %s", len(e.Lagging), strings.Join(names, ", "))
+	}
+	if e.Err != nil {
+		msg += fmt.Sprintf(" (last error: %v)", e.Err)
+	}
+	return msg
 }
+
+// Unwrap returns Err.
+func (e *NotConvergedError) Unwrap() error { return e.Err }
 
 // rpcErr wraps an etcd request error with what was being done, turning
 // "no answer" errors into *UnreachableError.
@@ -114,3 +133,55 @@ func isUnreachable(err error) bool {
 	}
 	return false
 }
+
+// EpochResetError means the epoch key says E while an audit record of
+// epoch E+1 or later exists: the key was deleted or rewritten by hand.
+// Nothing was written, since the write would overwrite the audit trail,
+// and a retry cannot fix it: the operator must restore the epoch key.
+type EpochResetError struct {
+	EpochKey string
+	// Epoch is the epoch the key holds (0 when it is absent: Missing).
+	Epoch   int64
+	Missing bool
+	// AuditKey is the newest key under the audit prefix; Newest is its
+	// epoch (0 when it is not an audit record).
+	AuditKey string
+	Newest   int64
+}
+
+// Error says what happened and the etcdctl command that repairs it.
+func (e *EpochResetError) Error() string {
+	holds := fmt.Sprintf("holds %d", e.Epoch)
+	if e.Missing {
+		holds = "is missing"
+	}
+	if e.Newest == 0 {
+		return fmt.Sprintf("refused, nothing written: the epoch key %s %s, and %s, under the audit prefix, is not an audit record; "+
+			"remove it (etcdctl del %s) and re-run", e.EpochKey, holds, e.AuditKey, e.AuditKey)
+	}
+	return fmt.Sprintf("refused, nothing written: the epoch key %s %s, but the audit trail goes up to epoch %d (%s): "+
+		"the epoch key was deleted or rewritten by hand, and this write would overwrite the audit record of epoch %d. "+
+		"A retry cannot fix this: restore the epoch key, then re-run: etcdctl put %s %d",
+		e.EpochKey, holds, e.Newest, e.AuditKey, e.Epoch+1, e.EpochKey, e.Newest)
+}
+
+// OutcomeUnknownError means a commit got no answer and etcd did not
+// answer the read-back either: the write may or may not be committed. The
+// leases of its new boosts are left to end with their TTL.
+type OutcomeUnknownError struct {
+	// Epoch is the epoch the write would have committed.
+	Epoch     int64
+	Endpoints []string
+	// Err is the commit's error, ReadErr the last read-back's.
+	Err, ReadErr error
+}
+
+// Error tells the operator what to check before re-running.
+func (e *OutcomeUnknownError) Error() string {
+	return fmt.Sprintf("commit epoch %d: outcome unknown: etcd at %s did not answer the commit (%v) nor the read-back (%v); "+
+		"the write may be committed: check `regionctl history %d` before re-running",
+		e.Epoch, strings.Join(e.Endpoints, ","), e.Err, e.ReadErr, e.Epoch)
+}
+
+// Unwrap returns the commit's error.
+func (e *OutcomeUnknownError) Unwrap() error { return e.Err }

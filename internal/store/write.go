@@ -2,11 +2,9 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -102,17 +100,26 @@ func (s *Store) writeOnce(ctx context.Context, req WriteRequest) (*Result, error
 }
 
 // commit grants the leases of new boosts, runs the guarded Txn and, once it
-// succeeded, revokes the leases of replaced or cancelled boosts.
+// committed, revokes the leases of replaced or cancelled boosts. New leases
+// are revoked only when the Txn certainly did not apply; when its outcome
+// stays unknown they are left to end with their TTL.
 func (s *Store) commit(ctx context.Context, st *State, ops []op, req WriteRequest, chg []routing.Change) (int64, error) {
 	leases, err := s.grantLeases(ctx, ops)
 	if err != nil {
 		return 0, err
 	}
-	rev, err := s.txn(ctx, st, ops, leases, req, chg)
+	t, err := s.buildTxn(st, ops, leases, req, chg)
 	if err != nil {
-		for _, id := range leases {
-			s.revoke(ctx, id)
-		}
+		s.revokeAll(ctx, leases)
+		return 0, err
+	}
+	rev, err := s.runTxn(ctx, st, ops, t)
+	var unknown *OutcomeUnknownError
+	switch {
+	case errors.As(err, &unknown):
+		return 0, err
+	case err != nil:
+		s.revokeAll(ctx, leases)
 		return 0, err
 	}
 	for _, o := range ops {
@@ -121,71 +128,6 @@ func (s *Store) commit(ctx context.Context, st *State, ops []op, req WriteReques
 		}
 	}
 	return rev, nil
-}
-
-// txn runs the one guarded transaction of a write.
-func (s *Store) txn(ctx context.Context, st *State, ops []op, leases map[string]clientv3.LeaseID, req WriteRequest, chg []routing.Change) (int64, error) {
-	epoch := st.Epoch + 1
-	audit, err := json.Marshal(routing.Audit{Epoch: epoch, At: s.opts.Now().UTC().Format(time.RFC3339),
-		User: req.User, Host: req.Host, Reason: req.Reason, Command: req.Command, Changes: chg})
-	if err != nil {
-		return 0, fmt.Errorf("encode audit record: %w", err)
-	}
-	epochKey := s.ks.Epoch()
-	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(epochKey), "=", st.EpochModRevision)}
-	then := make([]clientv3.Op, 0, len(ops)+3)
-	for _, o := range ops {
-		key := s.ks.RoutingKey(o.rel)
-		if o.guard {
-			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", o.modRev))
-		}
-		switch {
-		case o.after == nil:
-			then = append(then, clientv3.OpDelete(key))
-		case leases[o.rel] != 0:
-			then = append(then, clientv3.OpPut(key, string(o.after), clientv3.WithLease(leases[o.rel])))
-		default:
-			then = append(then, clientv3.OpPut(key, string(o.after)))
-		}
-	}
-	then = append(then, clientv3.OpPut(epochKey, strconv.FormatInt(epoch, 10)), clientv3.OpPut(s.ks.Audit(epoch), string(audit)))
-	if cut := epoch - s.opts.AuditKeep + 1; cut > 1 {
-		then = append(then, clientv3.OpDelete(s.ks.Audit(0), clientv3.WithRange(s.ks.Audit(cut))))
-	}
-	rctx, cancel := s.reqCtx(ctx)
-	defer cancel()
-	resp, err := s.cli.Txn(rctx).If(cmps...).Then(then...).Else(clientv3.OpGet(epochKey)).Commit()
-	if err != nil {
-		// The Txn may have been applied even though no answer came back:
-		// say so (a re-run is safe, the epoch guard refuses a double write).
-		return 0, s.rpcErr(fmt.Sprintf("commit epoch %d: outcome unknown, check `regionctl history` before re-running", epoch), err)
-	}
-	if !resp.Succeeded {
-		return 0, s.conflict(st, ops, resp)
-	}
-	return resp.Header.Revision, nil
-}
-
-// conflict describes a failed guard: the epoch moved, or a guarded boost
-// changed under the same epoch (it expired).
-func (s *Store) conflict(st *State, ops []op, resp *clientv3.TxnResponse) error {
-	now := st.Epoch
-	if rr := resp.Responses[0].GetResponseRange(); rr != nil && len(rr.Kvs) > 0 {
-		now, _ = strconv.ParseInt(string(rr.Kvs[0].Value), 10, 64)
-		if rr.Kvs[0].ModRevision != st.EpochModRevision && now == st.Epoch {
-			now = st.Epoch + 1 // rewritten by hand; still a conflict
-		}
-	}
-	ce := &ConflictError{Epoch: st.Epoch, Now: now}
-	if now == st.Epoch {
-		for _, o := range ops {
-			if o.guard {
-				ce.Key = o.rel
-				break
-			}
-		}
-	}
-	return ce
 }
 
 // grantLeases grants one lease per boost put, keyed by relative key.
@@ -200,9 +142,7 @@ func (s *Store) grantLeases(ctx context.Context, ops []op) (map[string]clientv3.
 		resp, err := s.cli.Grant(rctx, secs)
 		cancel()
 		if err != nil {
-			for _, id := range leases {
-				s.revoke(ctx, id)
-			}
+			s.revokeAll(ctx, leases)
 			return nil, s.rpcErr(fmt.Sprintf("grant %ds lease for %s", secs, o.rel), err)
 		}
 		leases[o.rel] = resp.ID
@@ -217,5 +157,11 @@ func (s *Store) revoke(ctx context.Context, id clientv3.LeaseID) {
 	defer cancel()
 	if _, err := s.cli.Revoke(rctx, id); err != nil {
 		s.log.Warn("revoke lease", "lease", fmt.Sprintf("%x", int64(id)), "err", err)
+	}
+}
+
+func (s *Store) revokeAll(ctx context.Context, leases map[string]clientv3.LeaseID) {
+	for _, id := range leases {
+		s.revoke(ctx, id)
 	}
 }

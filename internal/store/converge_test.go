@@ -1,0 +1,157 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/url"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/tcpproxy"
+	"github.com/regiond/regiond/routing"
+)
+
+// putStatus writes an agent's status key saying it serves rev.
+func putStatus(ctx context.Context, t testing.TB, cli *clientv3.Client, s *Store, node string, rev int64) {
+	t.Helper()
+	b, _ := json.Marshal(routing.AgentStatus{Node: node, Revision: rev, Connected: true})
+	if _, err := cli.Put(ctx, s.Keyspace().Agent(node), string(b)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// signalHandler is a slog handler that signals each record with message msg.
+type signalHandler struct {
+	msg string
+	ch  chan struct{}
+}
+
+func (h *signalHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *signalHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *signalHandler) WithGroup(string) slog.Handler            { return h }
+func (h *signalHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		select {
+		case h.ch <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// waitSignal waits for a signal, failing the test after 30s (a hang
+// guard, not a timing assertion).
+func waitSignal(t *testing.T, ch <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no signal within 30s")
+	}
+}
+
+// proxiedClient returns a client of srv through a severable proxy.
+func proxiedClient(t *testing.T, srv *devetcd.Server) (*clientv3.Client, *tcpproxy.Proxy) {
+	t.Helper()
+	u, err := url.Parse(srv.Endpoints[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := tcpproxy.New(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{p.Addr()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli, p
+}
+
+// TestWaitConvergedThroughOutage: with etcd cut off, WaitConverged keeps
+// trying until its deadline and then says the agents could not be read
+// and why; when etcd comes back within the deadline it returns once the
+// agents are current, instead of failing on the first read.
+func TestWaitConvergedThroughOutage(t *testing.T) {
+	t.Parallel()
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	s := newStore(t, cli, Options{})
+	ctx := context.Background()
+	res := put(ctx, t, s, exampleConfig(t))
+	putStatus(ctx, t, cli, s, "node-a", res.Revision-1)
+
+	pcli, proxy := proxiedClient(t, srv)
+	retrying := &signalHandler{msg: "wait converged: retrying", ch: make(chan struct{}, 1)}
+	ws := New(pcli, s.Keyspace(), Options{RequestTimeout: 300 * time.Millisecond, Logger: slog.New(retrying)})
+	proxy.Sever()
+
+	dctx, cancel := context.WithTimeout(ctx, time.Second)
+	err := ws.WaitConverged(dctx, res.Revision)
+	cancel()
+	var nc *NotConvergedError
+	var ue *UnreachableError
+	if !errors.As(err, &nc) || !nc.Unknown || !errors.As(err, &ue) {
+		t.Fatalf("wait with etcd cut off: want not converged, agents unknown, etcd unreachable: %v", err)
+	}
+
+	waitSignal(t, retrying.ch) // drain the signal of the wait above
+	done := make(chan error, 1)
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	go func() { done <- ws.WaitConverged(wctx, res.Revision) }()
+	waitSignal(t, retrying.ch) // it met the outage and goes on
+	putStatus(ctx, t, cli, s, "node-a", res.Revision)
+	if err := proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("wait across an outage that ended: %v", err)
+	}
+}
+
+// TestWaitConvergedLearnsFromWatch: the wait returns on the status put that
+// completes the set (including an agent that appears during the wait and
+// one whose key is deleted), and names the laggards when it times out.
+func TestWaitConvergedLearnsFromWatch(t *testing.T) {
+	t.Parallel()
+	ctx, cli, s, cfg := storeEnv(t, Options{})
+	res := put(ctx, t, s, cfg)
+	putStatus(ctx, t, cli, s, "node-a", res.Revision-1)
+	putStatus(ctx, t, cli, s, "node-b", res.Revision-1)
+
+	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	err := s.WaitConverged(dctx, res.Revision)
+	cancel()
+	var nc *NotConvergedError
+	if !errors.As(err, &nc) || nc.Unknown || nc.Err != nil || len(nc.Lagging) != 2 || nc.Lagging[0].Node != "node-a" {
+		t.Fatalf("timeout: %v", err)
+	}
+
+	done := make(chan error, 1)
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	go func() { done <- s.WaitConverged(wctx, res.Revision) }()
+	putStatus(ctx, t, cli, s, "node-a", res.Revision)
+	putStatus(ctx, t, cli, s, "node-c", res.Revision-1) // a new agent, behind
+	if _, err := cli.Delete(ctx, s.Keyspace().Agent("node-b")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("returned with node-c behind: %v", err)
+	default:
+	}
+	putStatus(ctx, t, cli, s, "node-c", res.Revision+5)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,172 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+
+	"github.com/regiond/regiond/routing"
+)
+
+// txnPlan is the one guarded transaction of a write, built before it is
+// sent so that its audit record can be recognized when reading back.
+type txnPlan struct {
+	epoch int64  // the epoch it writes (E+1)
+	audit []byte // its audit record, as written
+	cmps  []clientv3.Cmp
+	then  []clientv3.Op
+}
+
+// buildTxn builds the guarded Txn of a write: its compares are the epoch's
+// mod revision, the absence of any audit record of epoch E+1 or later (an
+// epoch key reset by hand must not overwrite the audit trail) and the mod
+// revision of each replaced or cancelled boost.
+func (s *Store) buildTxn(st *State, ops []op, leases map[string]clientv3.LeaseID, req WriteRequest, chg []routing.Change) (*txnPlan, error) {
+	epoch := st.Epoch + 1
+	audit, err := json.Marshal(routing.Audit{Epoch: epoch, At: s.opts.Now().UTC().Format(time.RFC3339),
+		User: req.User, Host: req.Host, Reason: req.Reason, Command: req.Command, Changes: chg})
+	if err != nil {
+		return nil, fmt.Errorf("encode audit record: %w", err)
+	}
+	epochKey, auditKey := s.ks.Epoch(), s.ks.Audit(epoch)
+	t := &txnPlan{epoch: epoch, audit: audit, then: make([]clientv3.Op, 0, len(ops)+3)}
+	t.cmps = []clientv3.Cmp{
+		clientv3.Compare(clientv3.ModRevision(epochKey), "=", st.EpochModRevision),
+		clientv3.Compare(clientv3.CreateRevision(auditKey), "=", 0).WithRange(clientv3.GetPrefixRangeEnd(s.ks.AuditPrefix())),
+	}
+	for _, o := range ops {
+		key := s.ks.RoutingKey(o.rel)
+		if o.guard {
+			t.cmps = append(t.cmps, clientv3.Compare(clientv3.ModRevision(key), "=", o.modRev))
+		}
+		switch {
+		case o.after == nil:
+			t.then = append(t.then, clientv3.OpDelete(key))
+		case leases[o.rel] != 0:
+			t.then = append(t.then, clientv3.OpPut(key, string(o.after), clientv3.WithLease(leases[o.rel])))
+		default:
+			t.then = append(t.then, clientv3.OpPut(key, string(o.after)))
+		}
+	}
+	t.then = append(t.then, clientv3.OpPut(epochKey, strconv.FormatInt(epoch, 10)), clientv3.OpPut(auditKey, string(audit)))
+	if cut := epoch - s.opts.AuditKeep + 1; cut > 1 {
+		t.then = append(t.then, clientv3.OpDelete(s.ks.Audit(0), clientv3.WithRange(s.ks.Audit(cut))))
+	}
+	return t, nil
+}
+
+// runTxn sends the Txn and returns its revision. An error that may have
+// come after etcd applied it (no answer) is resolved by reading back.
+func (s *Store) runTxn(ctx context.Context, st *State, ops []op, t *txnPlan) (int64, error) {
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(rctx).If(t.cmps...).Then(t.then...).
+		Else(clientv3.OpGet(s.ks.Epoch()), s.opFirstAuditFrom(t.epoch)).Commit()
+	switch {
+	case err != nil && notApplied(err):
+		return 0, s.rpcErr(fmt.Sprintf("commit epoch %d: refused by etcd, nothing written", t.epoch), err)
+	case err != nil:
+		return s.resolve(ctx, st, t, err)
+	case !resp.Succeeded:
+		return 0, s.guardFailed(ctx, st, ops, t, resp)
+	}
+	return resp.Header.Revision, nil
+}
+
+// opFirstAuditFrom gets the first key under the audit prefix at or after
+// the audit record of epoch (in key order, which is epoch order): a key
+// that the Txn's audit guard refuses.
+func (s *Store) opFirstAuditFrom(epoch int64) clientv3.Op {
+	return clientv3.OpGet(s.ks.Audit(epoch), clientv3.WithRange(clientv3.GetPrefixRangeEnd(s.ks.AuditPrefix())),
+		clientv3.WithLimit(1), clientv3.WithKeysOnly())
+}
+
+// notApplied reports whether a Txn error certainly means the Txn did not
+// apply: an answer of etcd refusing it (too many operations, no space,
+// permission denied, …), or the client's "no connection" before sending.
+// Any other error (no answer, a lost reply) may have come after etcd
+// applied it.
+func notApplied(err error) bool {
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		switch ee.Code() {
+		case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Unknown, codes.Internal, codes.DataLoss:
+			return false
+		}
+		return true
+	}
+	desc := rpctypes.ErrorDesc(err)
+	return desc == "there is no address available" || desc == "there is no connection available"
+}
+
+// guardFailed explains a Txn whose guard failed: the epoch moved or a
+// guarded boost changed (a *ConflictError), or an audit record of the new
+// epoch or a later one exists while the epoch did not move (an
+// *EpochResetError: the epoch key was reset by hand).
+func (s *Store) guardFailed(ctx context.Context, st *State, ops []op, t *txnPlan, resp *clientv3.TxnResponse) error {
+	epochKV := firstKV(resp.Responses[0])
+	var epochRev int64
+	if epochKV != nil {
+		epochRev = epochKV.ModRevision
+	}
+	if audit := firstKV(resp.Responses[1]); audit != nil && epochRev == st.EpochModRevision {
+		return s.epochReset(ctx, st, epochKV == nil, string(audit.Key))
+	}
+	return s.conflict(st, ops, epochKV)
+}
+
+// epochReset returns the *EpochResetError of a write refused by its audit
+// guard, naming the newest key under the audit prefix (found is the one
+// the guard met, named when the newest cannot be read).
+func (s *Store) epochReset(ctx context.Context, st *State, missing bool, found string) error {
+	e := &EpochResetError{EpochKey: s.ks.Epoch(), Epoch: st.Epoch, Missing: missing, AuditKey: found}
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(rctx, s.ks.AuditPrefix(), append(clientv3.WithLastKey(), clientv3.WithKeysOnly())...)
+	if err == nil && len(resp.Kvs) > 0 {
+		e.AuditKey = string(resp.Kvs[0].Key)
+	}
+	e.Newest, _ = s.ks.ParseAudit(e.AuditKey)
+	return e
+}
+
+// conflict describes a failed guard: the epoch moved, or a guarded boost
+// changed under the same epoch (it expired). epochKV is the epoch key as
+// the Txn found it (nil: absent).
+func (s *Store) conflict(st *State, ops []op, epochKV *mvccpb.KeyValue) error {
+	now := st.Epoch
+	if epochKV != nil {
+		now, _ = strconv.ParseInt(string(epochKV.Value), 10, 64)
+		if epochKV.ModRevision != st.EpochModRevision && now == st.Epoch {
+			now = st.Epoch + 1 // rewritten by hand; still a conflict
+		}
+	}
+	ce := &ConflictError{Epoch: st.Epoch, Now: now}
+	if now == st.Epoch {
+		for _, o := range ops {
+			if o.guard {
+				ce.Key = o.rel
+				break
+			}
+		}
+	}
+	return ce
+}
+
+// firstKV returns the first key of a Txn's range response; nil when none.
+func firstKV(r *pb.ResponseOp) *mvccpb.KeyValue {
+	rr := r.GetResponseRange()
+	if rr == nil || len(rr.Kvs) == 0 {
+		return nil
+	}
+	return rr.Kvs[0]
+}
