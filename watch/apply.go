@@ -100,6 +100,9 @@ func (m *Mirror) applyEvents(events []*clientv3.Event) (string, change) {
 	n := 0
 	for _, ev := range events {
 		r := ev.Kv.ModRevision
+		if len(ev.Kv.Key) == len(m.cfg.Prefix) {
+			continue // the bare prefix: no key of the state (see firstKey)
+		}
 		if r <= m.lastEvent {
 			m.metrics.dropped.Inc() // a duplicate
 			continue

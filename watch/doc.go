@@ -86,6 +86,21 @@
 // watch_broadcast.go), every ~10 minutes (--watch-progress-notify-interval)
 // keep it within that even without probes.
 //
+// # Dead broadcasts behind the proxy
+//
+// The proxy serves all its watchers of one key range from one watch of its
+// own on etcd (a broadcast). When that watch ends (its member went away
+// and the history it needed to resume was compacted), the proxy tells its
+// watchers of the compaction but keeps the broadcast as long as any
+// watcher is left in it, and joins new watchers of the same range to it:
+// created, then silent for good (every agent of a fleet relisting at once
+// races into it). A probe finding the prefix ahead of such a watch
+// therefore also switches the watch to the other of two ranges that hold
+// the same keys, [prefix, end) and [prefix+"\x00", end), which the proxy
+// serves from another broadcast (TestProxyDeadBroadcast). The bare prefix,
+// the one key between them, is no key of the state: lists, probes and
+// watches skip it.
+//
 // One limit of the proxy: it does not honour WithRequireLeader for the
 // watches it forwards (v3.7.3 reads the metadata from the outgoing context of
 // the server stream), and its own upstream watches do not require a

@@ -98,6 +98,11 @@ type Mirror struct {
 	incremental bool
 	clusterID   uint64 // etcd cluster of the last list
 	watches     uint64 // watches opened, to give each its own stream
+	// otherRange: watch the prefix as [prefix+"\x00", end) rather than
+	// [prefix, end). Both hold the same keys (the bare prefix is no key of
+	// the state: lists and probes skip it too), but etcd's grpc-proxy keeps
+	// one upstream watch per range. See silent.
+	otherRange bool
 	// progressIgnored: progress requests go unanswered on this path (etcd's
 	// grpc-proxy drops them), so none are sent until a notification comes.
 	progressIgnored bool

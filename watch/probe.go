@@ -45,6 +45,16 @@ func (m *Mirror) silent(ctx context.Context, s *stream) (*stream, string) {
 	case probeCluster:
 		return nil, ReasonCluster
 	}
+	if res == probeBehind {
+		// etcd holds changes the watch was created to deliver and did not:
+		// the path that serves it is broken. Behind etcd's grpc-proxy that
+		// path can be a dead broadcast (the proxy's own watch on etcd ended,
+		// e.g. compacted, and the proxy did not drop it): the proxy keeps
+		// joining new watches of the same range to it, created and then
+		// silent for good, as long as any of its watchers is left. A watch
+		// of the other range is served by another broadcast.
+		m.otherRange = !m.otherRange
+	}
 	next, why := m.open(ctx)
 	if next == nil {
 		if ctx.Err() == nil && !relists(why) {
@@ -69,7 +79,7 @@ func (m *Mirror) silent(ctx context.Context, s *stream) (*stream, string) {
 func (m *Mirror) probe(s *stream) (string, int64) {
 	gctx, cancel := context.WithTimeout(s.ctx, m.cfg.RequestTimeout)
 	defer cancel()
-	resp, err := m.cfg.Client.Get(gctx, m.cfg.Prefix, clientv3.WithRange(clientv3.GetPrefixRangeEnd(m.cfg.Prefix)),
+	resp, err := m.cfg.Client.Get(gctx, m.firstKey(), clientv3.WithRange(clientv3.GetPrefixRangeEnd(m.cfg.Prefix)),
 		clientv3.WithKeysOnly(), clientv3.WithMinModRev(m.applied+1))
 	res, rev := probeCurrent, int64(0)
 	switch {

@@ -302,3 +302,74 @@ func TestServerProgressThroughProxy(t *testing.T) {
 		t.Fatalf("%v silence probes with a 1 min progress interval: the revision did not come from the notification", n)
 	}
 }
+
+// TestProxyDeadBroadcast: etcd's grpc-proxy serves all its watchers of one
+// range from one watch of its own on etcd (a broadcast). When that watch
+// ends (its member went away and, by the time it resumed, the history it
+// needed was compacted), the proxy tells its watchers of the compaction but
+// keeps the dead broadcast as long as any watcher is left in it, and joins
+// new watchers of the same range to it: they are created, then hear
+// nothing, ever. Here other clients keep watching the range through the
+// proxy (a new watch every few milliseconds, each closed after the next is
+// open), as a fleet's other agents do, so the mirror's watch after its
+// relist lands in the dead broadcast. Its silence probe must see etcd ahead
+// of it and get out by watching the other range, and then serve changes.
+func TestProxyDeadBroadcast(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-member etcd cluster and its grpc-proxy")
+	}
+	c := etcdproc.Start(t, etcdproc.Config{Members: 3})
+	c.MoveLeader(t, 1)
+	direct := c.Client(t, 1, 2)
+	fleettest.Load(t, direct, prefix)
+	p := c.StartProxy(t, etcdproc.ProxyConfig{Members: []int{0}})
+	o := connectedMirror(t, p.Client(t), watch.Config{ProgressInterval: 100 * time.Millisecond, RequestTimeout: 2 * time.Second})
+	churnWatchers(t, p.Client(t), direct)
+
+	c.Kill(0) // the proxy's only upstream
+	for i := range 5 {
+		putWithin(t, direct, "routes/DE", deRoute(10+i))
+	}
+	last := putWithin(t, direct, "pools/zz", zzPool)
+	if _, err := direct.Compact(context.Background(), last); err != nil {
+		t.Fatal(err)
+	}
+	c.Restart(0, 30*time.Second)
+	waitUntil(t, o.m, "the relist after the compaction", func(tb *routing.Table) bool { return tb.Revision() >= last })
+	for i := range 3 {
+		rev := putWithin(t, direct, "routes/DE", deRoute(70+i))
+		waitUntil(t, o.m, fmt.Sprintf("change %d after the compaction", i+1), func(tb *routing.Table) bool { return tb.Revision() >= rev })
+	}
+	t.Logf("watch reopens %v, silence probes %v (a dead broadcast was met when both are > 0)", counterSum(t, o.reg, "regiond_watch_reopens_total"),
+		counterSum(t, o.reg, "regiond_watch_silence_probes_total"))
+}
+
+// churnWatchers keeps watching the routing prefix through viaProxy until
+// the test ends: every 5 ms a new watch from etcd's next revision (read
+// from direct), the previous one closed once the new one is open.
+func churnWatchers(t *testing.T, viaProxy, direct *clientv3.Client) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		prev := func() {}
+		defer func() { prev() }()
+		for ctx.Err() == nil {
+			gctx, gcancel := context.WithTimeout(ctx, time.Second)
+			resp, err := direct.Get(gctx, "churn")
+			gcancel()
+			if err == nil {
+				wctx, wcancel := context.WithCancel(ctx)
+				viaProxy.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+				prev()
+				prev = wcancel
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+}

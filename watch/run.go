@@ -137,10 +137,15 @@ func (m *Mirror) relist(ctx context.Context, reason string) (int64, error) {
 	return rev, nil
 }
 
+// firstKey is where the keys of the prefix begin: the bare prefix itself,
+// a key with an empty name, is none of them (nothing could parse it), and
+// leaving it out lets a watch take either of two ranges (see otherRange).
+func (m *Mirror) firstKey() string { return m.cfg.Prefix + "\x00" }
+
 // getAll reads every key of the prefix at one revision, in pages.
 func (m *Mirror) getAll(ctx context.Context) ([]routing.KV, int64, error) {
 	end := clientv3.GetPrefixRangeEnd(m.cfg.Prefix)
-	key, rev := m.cfg.Prefix, int64(0)
+	key, rev := m.firstKey(), int64(0)
 	var out []routing.KV
 	for {
 		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(m.cfg.PageSize)}

@@ -91,11 +91,15 @@ func (m *Mirror) open(ctx context.Context) (*stream, string) {
 	wctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx),
 		"regiond-watch", strconv.FormatUint(m.watches, 10)))
 	s := &stream{ctx: wctx, cancel: cancel, start: m.applied + 1}
+	key := m.cfg.Prefix
+	if m.otherRange {
+		key = m.firstKey()
+	}
 	// clientv3's Watch returns only once the creation is answered, or its
 	// context ends: with no endpoint reachable it waits for good.
 	chc := make(chan clientv3.WatchChan, 1)
 	go func() {
-		chc <- m.cfg.Client.Watch(wctx, m.cfg.Prefix, clientv3.WithPrefix(), clientv3.WithRev(s.start),
+		chc <- m.cfg.Client.Watch(wctx, key, clientv3.WithRange(clientv3.GetPrefixRangeEnd(m.cfg.Prefix)), clientv3.WithRev(s.start),
 			clientv3.WithProgressNotify(), clientv3.WithCreatedNotify())
 	}()
 	timer := time.NewTimer(m.cfg.RequestTimeout)
