@@ -101,6 +101,9 @@ func (f *fleet) checkpoint(ctx context.Context, rev int64, name string) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		if d := time.Since(began); d > slowestAt {
+			if d-slowestAt > 5*time.Second {
+				f.t.Logf("%s: %s took %v to catch up; its log:\n%s", name, a.name, (d - slowestAt).Round(time.Millisecond), a.logTail(40))
+			}
 			slowest, slowestAt = a.name, d
 		}
 	}
