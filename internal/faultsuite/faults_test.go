@@ -87,24 +87,33 @@ func (f *fleet) checkpoint(ctx context.Context, rev int64, name string) {
 	began := time.Now()
 	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	slowest, slowestAt := "", time.Duration(0)
-	for _, a := range f.agents {
-		for {
+	// Poll every agent until each serves rev: when each got there tells
+	// which agent was the last.
+	pending := append([]*agentProc(nil), f.agents...)
+	slowest := ""
+	for len(pending) > 0 {
+		var still []*agentProc
+		for _, a := range pending {
 			st, err := a.status(wctx)
-			if err == nil && st.Revision >= rev && st.Connected && !st.Stale {
-				break
-			}
-			if wctx.Err() != nil {
+			switch {
+			case err == nil && st.Revision >= rev && st.Connected && !st.Stale:
+				slowest = a.name
+			case wctx.Err() != nil:
 				f.t.Fatalf("%s: %s does not serve revision %d after %v (status %+v, err %v)\n%s",
 					name, a.name, rev, time.Since(began).Round(time.Millisecond), st, err, a.logTail(40))
+			default:
+				still = append(still, a)
 			}
+		}
+		if pending = still; len(pending) > 0 {
 			time.Sleep(20 * time.Millisecond)
 		}
-		if d := time.Since(began); d > slowestAt {
-			if d-slowestAt > 5*time.Second {
-				f.t.Logf("%s: %s took %v to catch up; its log:\n%s", name, a.name, (d - slowestAt).Round(time.Millisecond), a.logTail(40))
+	}
+	if d := time.Since(began); d > 5*time.Second {
+		for _, a := range f.agents {
+			if a.name == slowest {
+				f.t.Logf("%s: %s took %v to catch up; its log:\n%s", name, a.name, d.Round(time.Millisecond), a.logTail(40))
 			}
-			slowest, slowestAt = a.name, d
 		}
 	}
 	converged := time.Since(began)
