@@ -39,12 +39,16 @@ func tlsAgentConfig(t *testing.T, dir string, srv *devetcd.Server, certs *devetc
 	return cfg
 }
 
-// runAgent runs an agent of cfg until the test ends.
-func runAgent(t *testing.T, dir string, cfg agent.Config) *harness {
+// runAgent runs an agent of cfg until the test ends; each setup is
+// applied to it before it runs.
+func runAgent(t *testing.T, dir string, cfg agent.Config, setup ...func(*agent.Agent)) *harness {
 	t.Helper()
 	a, err := agent.New(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range setup {
+		f(a)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &harness{t: t, dir: dir, a: a, cancel: cancel, done: make(chan error, 1), http: &http.Client{Timeout: 5 * time.Second}}
