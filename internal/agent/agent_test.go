@@ -221,6 +221,22 @@ func TestInvalidValueShowsInStatusAndMetrics(t *testing.T) {
 	}
 }
 
+// counter returns the value of an unlabelled counter of the agent's registry.
+func counter(t *testing.T, h *harness, name string) float64 {
+	t.Helper()
+	mfs, err := h.a.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("metric %s not found", name)
+	return 0
+}
+
 // gauge returns the value of a gauge of the agent's registry.
 func gauge(t *testing.T, h *harness, name string) float64 {
 	t.Helper()
