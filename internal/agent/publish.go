@@ -102,6 +102,10 @@ func (p *publisher) run(ctx context.Context) {
 // feedback loop of writes.
 const statusRefresh = time.Minute
 
+// statusYield is how long a status put waits after a change, for the
+// change's readers (as the snapshot writer's finishDelay does).
+const statusYield = 2 * time.Millisecond
+
 // statusCheck is how often the publisher looks for what no change signals:
 // a connection that came or went, a status due for its refresh.
 const statusCheck = time.Second
@@ -138,6 +142,14 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session) {
 			p.log.Warn("agent status: lease lost; starting a new session")
 			return
 		case <-kick:
+			// The readers woken by the change (the snapshot file's,
+			// blocking queries) get the CPUs first: the put, and etcd's
+			// work for it, come after them.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(statusYield):
+			}
 		case <-tick:
 		}
 	}
