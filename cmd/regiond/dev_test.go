@@ -106,3 +106,6 @@ func TestFlagErrorsAreUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestDevHelpShowsTheCaps: regiond dev has the API's caps too.
+func TestDevHelpShowsTheCaps(t *testing.T) { helpShowsTheCaps(t, "dev", "--help") }

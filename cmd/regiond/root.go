@@ -50,6 +50,12 @@ func (f *agentFlags) register(fs *pflag.FlagSet, dev bool) {
 	fs.StringVar(&f.cfg.Node, "node", d.Node, "this node's name in <prefix>/agents/")
 	fs.DurationVar(&f.cfg.HealthGrace, "health-grace", d.HealthGrace, "a pool with health_check turns unhealthy this long after its last health key is gone")
 	fs.DurationVar(&f.cfg.MaxStale, "max-stale", d.MaxStale, "/readyz fails once the table has not been confirmed against etcd for this long")
+	fs.IntVar(&f.cfg.MaxBlockingQueries, "max-blocking-queries", d.MaxBlockingQueries,
+		"most blocking queries (min_revision) waiting at once; one more gets 429 with Retry-After")
+	fs.IntVar(&f.cfg.MaxConnections, "max-connections", d.MaxConnections,
+		"most open API connections per listener (lowered to fit the file descriptor limit); at the cap idle ones are closed, new ones wait")
+	fs.IntVar(&f.cfg.FDReserve, "fd-reserve", d.FDReserve,
+		"file descriptors the API never takes, kept for the snapshot writer and the etcd client")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 }

@@ -13,14 +13,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/regiond/regiond/internal/api"
-	"github.com/regiond/regiond/internal/backoff"
-	"github.com/regiond/regiond/internal/keyspace"
 	"github.com/regiond/regiond/internal/snapfile"
 	"github.com/regiond/regiond/routing"
 	"github.com/regiond/regiond/watch"
@@ -32,8 +27,8 @@ type Agent struct {
 	log      *slog.Logger
 	api      *api.Server
 	registry *prometheus.Registry
-	unixLn   net.Listener
-	tcpLn    net.Listener
+	unixLn   *connLimit
+	tcpLn    *connLimit
 
 	// seed is the table loaded from the snapshot file (marked stale), served
 	// until the mirror exists; seedAt is the file's written_at.
@@ -42,6 +37,21 @@ type Agent struct {
 	mirror atomic.Pointer[watch.Mirror]
 	// mirrorSet is closed once mirror is set.
 	mirrorSet chan struct{}
+
+	// maxConns is the connection cap of each listener, fitted to the file
+	// descriptor limit; conns are the connection metrics.
+	maxConns int
+	conns    connVecs
+	// etcdErr says why there is no etcd client yet ("" when there is);
+	// login counts refused logins.
+	etcdErr atomic.Pointer[string]
+	login   loginMetrics
+	// statusClock times the status key's checks; beforeStatusPut runs
+	// before each put of it; pub is the status publisher once it exists
+	// (tests set and read them).
+	statusClock     statusClock
+	beforeStatusPut func()
+	pub             atomic.Pointer[publisher]
 }
 
 // New validates cfg, loads the snapshot file if there is one, and opens the
@@ -54,11 +64,17 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	a := &Agent{cfg: cfg, log: cfg.Logger, registry: prometheus.NewRegistry(), mirrorSet: make(chan struct{})}
+	a := &Agent{cfg: cfg, log: cfg.Logger, registry: prometheus.NewRegistry(), mirrorSet: make(chan struct{}),
+		statusClock: realClock}
 	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a.conns, a.login = newConnVecs(a.registry), newLoginMetrics(a.registry)
+	maxWaiting, err := a.fitToFDLimit()
+	if err != nil {
+		return nil, err
+	}
 	a.loadSnapshot()
-	a.api = api.New(api.Config{Node: cfg.Node, MaxStale: cfg.MaxStale, Registerer: a.registry,
-		Gatherer: a.registry, Logger: cfg.Logger}, source{a})
+	a.api = api.New(api.Config{Node: cfg.Node, MaxStale: cfg.MaxStale, MaxWaiting: maxWaiting,
+		Registerer: a.registry, Gatherer: a.registry, Logger: cfg.Logger}, source{a})
 	if err := a.listen(); err != nil {
 		a.closeListeners()
 		return nil, err
@@ -98,29 +114,34 @@ func (s source) Status() watch.Status {
 	return watch.Status{Revision: s.a.seed.Revision(), Epoch: s.a.seed.Epoch(), SyncedAt: s.a.seedAt}
 }
 
-// dial connects to etcd, retrying with backoff while it is unreachable
-// (with --user, creating the client logs in, which needs etcd). A refused
-// login is returned at once: retrying cannot fix a wrong password.
-func (a *Agent) dial(ctx context.Context) (*clientv3.Client, error) {
-	bo := backoff.Default()
-	for {
-		cli, err := clientv3.New(clientv3.Config{
-			Endpoints: a.cfg.Endpoints, TLS: a.cfg.TLS, Username: a.cfg.Username, Password: a.cfg.Password,
-			DialTimeout: a.cfg.DialTimeout, DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 5 * time.Second,
-			Logger: zap.NewNop(), Context: ctx,
-		})
-		if err == nil {
-			return cli, nil
-		}
-		if errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrGRPCAuthFailed) ||
-			errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrGRPCPermissionDenied) {
-			return nil, fmt.Errorf("etcd client for %v: %w", a.cfg.Endpoints, err)
-		}
-		a.log.Warn("etcd unreachable; serving the last table meanwhile", "endpoints", a.cfg.Endpoints, "err", err)
-		if bo.Wait(ctx) != nil {
-			return nil, ctx.Err()
+// EtcdError says why the agent has no etcd client yet, or "".
+func (s source) EtcdError() string {
+	if e := s.a.etcdErr.Load(); e != nil {
+		return *e
+	}
+	return ""
+}
+
+// fitToFDLimit sets the listeners' connection cap and returns the cap of
+// waiting blocking queries, both fitted to the file descriptor limit.
+func (a *Agent) fitToFDLimit() (int, error) {
+	n := 0
+	for _, on := range []bool{a.cfg.Socket != "", a.cfg.Listen != ""} {
+		if on {
+			n++
 		}
 	}
+	limit, inUse := fdLimit()
+	conns, blocking, err := fdBudget(a.cfg.MaxConnections, a.cfg.MaxBlockingQueries, a.cfg.FDReserve, n, limit, inUse)
+	if err != nil {
+		return 0, fmt.Errorf("agent config: %w", err)
+	}
+	if conns != a.cfg.MaxConnections || blocking != a.cfg.MaxBlockingQueries {
+		a.log.Warn("API caps lowered to fit the file descriptor limit", "fd_limit", limit, "fds_in_use", inUse,
+			"fd_reserve", a.cfg.FDReserve, "max_connections", conns, "max_blocking_queries", blocking)
+	}
+	a.maxConns = conns
+	return blocking, nil
 }
 
 // loadSnapshot reads the snapshot file, to serve it (marked stale) until
@@ -152,14 +173,14 @@ func (a *Agent) listen() error {
 		if err != nil {
 			return err
 		}
-		a.unixLn = ln
+		a.unixLn = limitListener(ln, a.maxConns, "unix", a.conns)
 	}
 	if a.cfg.Listen != "" {
 		ln, err := net.Listen("tcp", a.cfg.Listen)
 		if err != nil {
 			return fmt.Errorf("listen on %s: %w", a.cfg.Listen, err)
 		}
-		a.tcpLn = ln
+		a.tcpLn = limitListener(ln, a.maxConns, "tcp", a.conns)
 	}
 	return nil
 }
@@ -188,20 +209,21 @@ func (a *Agent) Addr() string {
 func (a *Agent) Registry() *prometheus.Registry { return a.registry }
 
 // Run serves until ctx is done, then shuts down: listeners closed, status
-// key revoked, etcd client closed. It returns an error when etcd refuses
-// the agent's credentials, or a listener fails.
+// key revoked, etcd client closed. It returns an error when a listener
+// fails; etcd unreachable or refusing the agent's login is retried, with
+// the last table served meanwhile.
 func (a *Agent) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return a.runEtcd(gctx) })
 	for _, s := range []struct {
-		ln       net.Listener
+		ln       *connLimit
 		loopback bool
 	}{{a.unixLn, false}, {a.tcpLn, true}} {
 		if s.ln == nil {
 			continue
 		}
 		srv := &http.Server{Handler: a.api.Handler(s.loopback), ReadHeaderTimeout: 5 * time.Second,
-			IdleTimeout: 2 * time.Minute,
+			IdleTimeout: 2 * time.Minute, ConnState: s.ln.connState,
 			// Requests end with the agent: a blocking query (min_revision)
 			// answers at once instead of holding the shutdown.
 			BaseContext: func(net.Listener) context.Context { return gctx }}
@@ -226,53 +248,4 @@ func (a *Agent) Run(ctx context.Context) error {
 		os.Remove(a.cfg.Socket)
 	}
 	return err
-}
-
-// runEtcd connects to etcd, then runs the mirror, the snapshot writer and
-// the status publisher until ctx is done.
-func (a *Agent) runEtcd(ctx context.Context) error {
-	cli, err := a.dial(ctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
-	}
-	defer cli.Close()
-	ks, _ := keyspace.New(a.cfg.Prefix)
-	var w *snapfile.Writer // set before the mirror runs
-	mcfg := watch.Config{Client: cli, Prefix: ks.Routing(), Logger: a.log,
-		Registerer: a.registry, HealthGrace: a.cfg.HealthGrace, ProgressInterval: a.cfg.ProgressInterval}
-	if a.cfg.Snapshot != "" {
-		// An isolated change goes to the file straight from the mirror's
-		// goroutine, unless blocking queries wait for it: they answer
-		// first, and the writer's goroutine writes after them.
-		mcfg.AfterChange = func() {
-			if a.api.Waiting() == 0 {
-				w.WriteNow()
-			}
-		}
-	}
-	m, err := watch.New(mcfg)
-	if err != nil {
-		return err
-	}
-	if a.seed != nil {
-		m.Seed(a.seed, a.seedAt)
-	}
-	a.mirror.Store(m)
-	close(a.mirrorSet)
-	if a.cfg.Snapshot != "" {
-		w = snapfile.NewWriter(snapfile.WriterConfig{Path: a.cfg.Snapshot, Source: m,
-			Logger: a.log, Registerer: a.registry})
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return m.Run(gctx) })
-	if w != nil {
-		g.Go(func() error { return w.Run(gctx) })
-	}
-	pub := &publisher{cli: cli, key: ks.Agent(a.cfg.Node), node: a.cfg.Node, version: a.cfg.Version,
-		ttl: a.cfg.StatusTTL, mirror: m, log: a.log.With("component", "status")}
-	g.Go(func() error { pub.run(gctx); return nil })
-	return g.Wait()
 }

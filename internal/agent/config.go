@@ -46,6 +46,17 @@ type Config struct {
 	// ProgressInterval is how often the mirror asks etcd for a progress
 	// notification (zero: the mirror's default, 5s).
 	ProgressInterval time.Duration
+	// MaxBlockingQueries caps the blocking queries (min_revision) waiting
+	// at once; one more is refused with 429.
+	MaxBlockingQueries int
+	// MaxConnections caps the open API connections of each listener; at
+	// the cap, idle keep-alive connections are closed to make room and new
+	// connections wait in the kernel's backlog. It is lowered to fit the
+	// process's file descriptor limit less FDReserve.
+	MaxConnections int
+	// FDReserve is how many file descriptors the API never takes: the
+	// snapshot writer and the etcd client need them.
+	FDReserve int
 	// Version is reported in the agent status key.
 	Version string
 	// Logger receives the agent's logs.
@@ -66,6 +77,10 @@ func DefaultConfig() Config {
 		MaxStale:    15 * time.Minute,
 		StatusTTL:   10 * time.Second,
 		Version:     "dev",
+
+		MaxBlockingQueries: 128,
+		MaxConnections:     256,
+		FDReserve:          64,
 	}
 }
 
@@ -100,6 +115,16 @@ func (c Config) Validate() error {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s: must be positive, got %v", name, d))
 		}
+	}
+	if c.MaxBlockingQueries < 1 {
+		errs = append(errs, fmt.Errorf("--max-blocking-queries: must be at least 1, got %d", c.MaxBlockingQueries))
+	}
+	if c.MaxConnections <= c.MaxBlockingQueries {
+		errs = append(errs, fmt.Errorf("--max-connections %d: must exceed --max-blocking-queries %d, or waiting queries could hold every connection",
+			c.MaxConnections, c.MaxBlockingQueries))
+	}
+	if c.FDReserve < 16 {
+		errs = append(errs, fmt.Errorf("--fd-reserve: must be at least 16 (the snapshot writer and the etcd client need them), got %d", c.FDReserve))
 	}
 	if c.StatusTTL < 2*time.Second {
 		errs = append(errs, fmt.Errorf("status TTL: must be at least 2s, got %v", c.StatusTTL))

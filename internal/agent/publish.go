@@ -14,8 +14,27 @@ import (
 	"github.com/regiond/regiond/watch"
 )
 
+// statusClock is the time source of the status publisher: a ticker that
+// re-checks the status (the connection, the refresh) and the current time.
+// Tests inject one that never ticks and never advances.
+type statusClock struct {
+	// newTicker returns a ticker's channel and its stop function.
+	newTicker func(d time.Duration) (<-chan time.Time, func())
+	now       func() time.Time
+}
+
+// realClock is the wall clock.
+var realClock = statusClock{
+	newTicker: func(d time.Duration) (<-chan time.Time, func()) {
+		t := time.NewTicker(d)
+		return t.C, t.Stop
+	},
+	now: time.Now,
+}
+
 // publisher keeps <root>/agents/<node> equal to the agent's status, bound
-// to a session lease, written at most once per second.
+// to a session lease. A new change of the table is put at once; the rest
+// (connection, epoch) is checked every statusCheck.
 type publisher struct {
 	cli     *clientv3.Client
 	key     string
@@ -24,10 +43,31 @@ type publisher struct {
 	ttl     time.Duration
 	mirror  *watch.Mirror
 	log     *slog.Logger
+	clock   statusClock
+	// kick is signalled by changed; its one slot coalesces the changes
+	// that arrive while a put is in flight into the next put.
+	kick chan struct{}
+	// beforePut, if set, runs before each put (tests hold a put with it).
+	beforePut func()
 }
 
-func (p *publisher) status() routing.AgentStatus {
-	st := p.mirror.Status()
+func newPublisher(cli *clientv3.Client, key string, m *watch.Mirror, a *Agent) *publisher {
+	return &publisher{cli: cli, key: key, node: a.cfg.Node, version: a.cfg.Version, ttl: a.cfg.StatusTTL,
+		mirror: m, log: a.log.With("component", "status"), clock: a.statusClock, kick: make(chan struct{}, 1),
+		beforePut: a.beforeStatusPut}
+}
+
+// changed tells the publisher that the table may have reached a new
+// change. It never blocks: it is called from the mirror's goroutine, after
+// the change is served and written (watch.Config.AfterChange).
+func (p *publisher) changed() {
+	select {
+	case p.kick <- struct{}{}:
+	default: // a put is already due: it will read the latest status
+	}
+}
+
+func (p *publisher) status(st watch.Status) routing.AgentStatus {
 	s := routing.AgentStatus{Node: p.node, Revision: st.Revision, Epoch: st.Epoch, Connected: st.Connected, Version: p.version}
 	if !st.SyncedAt.IsZero() {
 		s.SyncedAt = st.SyncedAt.UTC().Format(time.RFC3339)
@@ -62,31 +102,38 @@ func (p *publisher) run(ctx context.Context) {
 // feedback loop of writes.
 const statusRefresh = time.Minute
 
-// publish writes the status under one session until it ends or ctx is done:
-// at once (at most once a second) when the epoch, the connection or the
-// content of the table changed, otherwise every statusRefresh.
+// statusYield is how long a status put waits after a change, for the
+// change's readers (as the snapshot writer's finishDelay does).
+const statusYield = 2 * time.Millisecond
+
+// statusCheck is how often the publisher looks for what no change signals:
+// a connection that came or went, a status due for its refresh.
+const statusCheck = time.Second
+
+// publish writes the status under one session until it ends or ctx is
+// done: at once when the table reached a new change (watch.Status.
+// ChangeRevision moved), at the next check when the epoch or the
+// connection changed, and every statusRefresh otherwise. One put is in
+// flight at a time.
 func (p *publisher) publish(ctx context.Context, sess *concurrency.Session) {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
+	tick, stop := p.clock.newTicker(statusCheck)
+	defer stop()
 	var last routing.AgentStatus
 	var lastChange int64
 	var lastAt time.Time
 	written := false
 	for {
-		st, change := p.status(), p.mirror.Status().ChangeRevision
-		significant := !written || st.Epoch != last.Epoch || st.Connected != last.Connected || change != lastChange
-		due := significant || (st != last && time.Since(lastAt) >= statusRefresh)
-		if due && time.Since(lastAt) >= time.Second {
-			b, _ := json.Marshal(st)
-			pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-			_, err := p.cli.Put(pctx, p.key, string(b), clientv3.WithLease(sess.Lease()))
-			cancel()
-			lastAt = time.Now()
-			if err == nil {
-				last, lastChange, written = st, change, true
-			} else if ctx.Err() == nil {
-				p.log.Warn("agent status: put failed", "key", p.key, "err", err)
+		ms := p.mirror.Status()
+		st := p.status(ms)
+		significant := !written || st.Epoch != last.Epoch || st.Connected != last.Connected || ms.ChangeRevision != lastChange
+		kick := p.kick
+		if significant || st != last && p.clock.now().Sub(lastAt) >= statusRefresh {
+			if p.put(ctx, sess, st) {
+				last, lastChange, written = st, ms.ChangeRevision, true
+			} else {
+				kick = nil // a failed put is retried at the next check, not per change
 			}
+			lastAt = p.clock.now()
 		}
 		select {
 		case <-ctx.Done():
@@ -94,18 +141,33 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session) {
 		case <-sess.Done():
 			p.log.Warn("agent status: lease lost; starting a new session")
 			return
-		case <-p.mirror.Changed():
-			// Let the change settle first: the status put (an etcd write)
-			// then stays off the path that serves and writes the change.
+		case <-kick:
+			// The readers woken by the change (the snapshot file's,
+			// blocking queries) get the CPUs first: the put, and etcd's
+			// work for it, come after them.
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(statusSettle):
+			case <-time.After(statusYield):
 			}
-		case <-tick.C:
+		case <-tick:
 		}
 	}
 }
 
-// statusSettle is how long the status waits after a table change.
-const statusSettle = 50 * time.Millisecond
+// put writes st under the session's lease and reports whether it did.
+func (p *publisher) put(ctx context.Context, sess *concurrency.Session, st routing.AgentStatus) bool {
+	if p.beforePut != nil {
+		p.beforePut()
+	}
+	b, _ := json.Marshal(st)
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if _, err := p.cli.Put(pctx, p.key, string(b), clientv3.WithLease(sess.Lease())); err != nil {
+		if ctx.Err() == nil {
+			p.log.Warn("agent status: put failed", "key", p.key, "err", err)
+		}
+		return false
+	}
+	return true
+}

@@ -1,19 +1,23 @@
 package agent_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 
 	"github.com/regiond/regiond/internal/agent"
+	"github.com/regiond/regiond/internal/api"
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/routing"
 )
@@ -39,12 +43,16 @@ func tlsAgentConfig(t *testing.T, dir string, srv *devetcd.Server, certs *devetc
 	return cfg
 }
 
-// runAgent runs an agent of cfg until the test ends.
-func runAgent(t *testing.T, dir string, cfg agent.Config) *harness {
+// runAgent runs an agent of cfg until the test ends; each setup is
+// applied to it before it runs.
+func runAgent(t *testing.T, dir string, cfg agent.Config, setup ...func(*agent.Agent)) *harness {
 	t.Helper()
 	a, err := agent.New(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range setup {
+		f(a)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &harness{t: t, dir: dir, a: a, cancel: cancel, done: make(chan error, 1), http: &http.Client{Timeout: 5 * time.Second}}
@@ -60,8 +68,7 @@ func runAgent(t *testing.T, dir string, cfg agent.Config) *harness {
 // TestTLSAndAuth: an agent dialing with TLS, a client certificate and a
 // user whose role has readwrite on /regiond/v1/ syncs, serves /v1/resolve,
 // follows changes, publishes its status key (a lease-bound put under
-// agents/) and revokes it on shutdown. A wrong password makes Run fail at
-// once, without retries.
+// agents/) and revokes it on shutdown.
 func TestTLSAndAuth(t *testing.T) {
 	sec := devetcd.NewTestSecure(t, "/regiond/v1/")
 	srv, certs, a, cli := sec.Server, sec.Certs, sec.Auth, sec.Client
@@ -102,18 +109,6 @@ func TestTLSAndAuth(t *testing.T) {
 		t.Fatal("agent status key still present after a clean shutdown (lease revoke refused under auth?)")
 	}
 
-	bad := tlsAgentConfig(t, t.TempDir(), srv, certs)
-	bad.Username, bad.Password = a.User, "wrong"
-	start := time.Now()
-	ba, err := agent.New(bad)
-	if err != nil {
-		t.Fatalf("agent.New does not contact etcd, yet failed: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := ba.Run(ctx); err == nil || !strings.Contains(err.Error(), "authentication failed") || ctx.Err() != nil {
-		t.Fatalf("Run with a wrong password: %v after %s, want an authentication error, not retries", err, time.Since(start))
-	}
 }
 
 // TestStartsWithAuthWhileEtcdIsDown: an agent with --user restarted while
@@ -142,4 +137,87 @@ func TestStartsWithAuthWhileEtcdIsDown(t *testing.T) {
 	if c != 200 || !contains(d.Degraded, "stale-table") {
 		t.Fatalf("with etcd down and --user: %d %+v, want the snapshot's decision marked stale", c, d)
 	}
+}
+
+// TestRefusedLoginServesSnapshotAndRetries: an agent restarted with a
+// password etcd refuses keeps serving its snapshot (marked stale), names
+// the refusal in /v1/status, in its metrics and in an error log with the
+// user and the endpoints, and retries: once the user's password in etcd is
+// changed to the one the agent has, it syncs, without a restart.
+func TestRefusedLoginServesSnapshotAndRetries(t *testing.T) {
+	sec := devetcd.NewTestSecure(t, "/regiond/v1/")
+	srv, certs, a := sec.Server, sec.Certs, sec.Auth
+	loadExample(t, sec.Client)
+	dir := t.TempDir()
+	cfg := tlsAgentConfig(t, dir, srv, certs)
+	cfg.Username, cfg.Password = a.User, a.Password
+	h := runAgent(t, dir, cfg)
+	waitFor(t, "first sync and snapshot", func() bool { c, _ := h.resolve("PL", "k"); return c == 200 && h.snapshot() != nil })
+	h.stop()
+
+	var logs syncBuffer
+	refused := cfg
+	refused.Password = "rotated-secret"
+	refused.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	h2 := runAgent(t, dir, refused)
+	var st api.Status
+	waitFor(t, "the refusal in /v1/status", func() bool { h2.get("/v1/status", &st); return st.EtcdError != "" })
+	if !strings.Contains(st.EtcdError, "authentication failed") || !strings.Contains(st.EtcdError, a.User) ||
+		!strings.Contains(st.EtcdError, srv.Endpoints[0]) || !st.Stale || st.Connected {
+		t.Fatalf("status with the login refused: %+v, want etcd_error naming the user, the endpoint and the refusal; stale; not connected", st)
+	}
+	if c, d := h2.resolve("PL", "k"); c != 200 || !contains(d.Degraded, "stale-table") {
+		t.Fatalf("resolve with the login refused: %d %+v, want the snapshot's decision marked stale-table", c, d)
+	}
+	if g := gauge(t, h2, "regiond_agent_etcd_login_refused"); g != 1 {
+		t.Fatalf("regiond_agent_etcd_login_refused = %v, want 1", g)
+	}
+	if n := counter(t, h2, "regiond_agent_etcd_login_refusals_total"); n < 1 {
+		t.Fatalf("regiond_agent_etcd_login_refusals_total = %v, want >= 1", n)
+	}
+	if l := logs.String(); !strings.Contains(l, `"level":"ERROR"`) || !strings.Contains(l, `"user":"`+a.User+`"`) ||
+		!strings.Contains(l, srv.Endpoints[0]) {
+		t.Fatalf("no error log naming the user and the endpoints:\n%s", l)
+	}
+
+	root, err := srv.ClientAs("root", a.RootPassword)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	if _, err := root.UserChangePassword(context.Background(), a.User, refused.Password); err != nil {
+		t.Fatal(err)
+	}
+	p, err := root.Put(context.Background(), prefix+"routes/PL", `{"targets":[{"pool":"eu-north","weight":100}]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "sync after the password change", func() bool {
+		c, d := h2.resolve("PL", "k")
+		return c == 200 && d.Pool == "eu-north" && d.Revision >= p.Header.Revision && !contains(d.Degraded, "stale-table")
+	})
+	st = api.Status{} // etcd_error is omitted when empty
+	h2.get("/v1/status", &st)
+	if st.EtcdError != "" || st.Stale || gauge(t, h2, "regiond_agent_etcd_login_refused") != 0 {
+		t.Fatalf("status after the sync: %+v, login refused gauge %v; want no etcd_error, not stale, gauge 0", st,
+			gauge(t, h2, "regiond_agent_etcd_login_refused"))
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes (a log sink).
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -27,6 +27,9 @@ type Source interface {
 	Status() watch.Status
 	// Changed returns a channel closed at the next table swap.
 	Changed() <-chan struct{}
+	// EtcdError says why the agent has no etcd client (a refused login,
+	// etcd unreachable at start), or is "" once it has one.
+	EtcdError() string
 }
 
 // MaxWait bounds the wait of a blocking query (min_revision).
@@ -41,12 +44,21 @@ type Config struct {
 	Node string
 	// MaxStale: /readyz fails once the table is older than this. Default 15m.
 	MaxStale time.Duration
+	// MaxWaiting caps the blocking queries waiting at once; one more is
+	// refused with 429 and Retry-After. Default DefaultMaxWaiting.
+	MaxWaiting int
 	// Registerer receives the API's metrics; Gatherer is served on
 	// /metrics. Either may be nil.
 	Registerer prometheus.Registerer
 	Gatherer   prometheus.Gatherer
 	Logger     *slog.Logger
 }
+
+// DefaultMaxWaiting is the default cap of blocking queries waiting at once.
+const DefaultMaxWaiting = 128
+
+// RetryAfter is the Retry-After of a blocking query refused at the cap.
+const RetryAfter = 5 * time.Second
 
 // Server is the API's http.Handler factory.
 type Server struct {
@@ -55,6 +67,7 @@ type Server struct {
 	log      *slog.Logger
 	resolves *prometheus.CounterVec
 	degraded *prometheus.CounterVec
+	refused  prometheus.Counter
 	mux      *http.ServeMux
 	waiting  atomic.Int64 // blocking queries waiting for a newer table
 }
@@ -68,6 +81,9 @@ func New(cfg Config, src Source) *Server {
 	if cfg.MaxStale <= 0 {
 		cfg.MaxStale = 15 * time.Minute
 	}
+	if cfg.MaxWaiting <= 0 {
+		cfg.MaxWaiting = DefaultMaxWaiting
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -79,8 +95,13 @@ func New(cfg Config, src Source) *Server {
 	waiting := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "regiond", Subsystem: "api",
 		Name: "blocking_queries_waiting", Help: "Blocking queries (min_revision) waiting for a newer table."},
 		func() float64 { return float64(s.waiting.Load()) })
+	s.refused = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "regiond", Subsystem: "api",
+		Name: "blocking_queries_refused_total", Help: "Blocking queries refused with 429: that many were waiting already (--max-blocking-queries)."})
+	limit := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "regiond", Subsystem: "api",
+		Name: "blocking_queries_limit", Help: "The most blocking queries that may wait at once (--max-blocking-queries)."})
+	limit.Set(float64(cfg.MaxWaiting))
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(s.resolves, s.degraded, waiting)
+		cfg.Registerer.MustRegister(s.resolves, s.degraded, waiting, s.refused, limit)
 	}
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("/v1/resolve", s.handleResolve)
@@ -140,7 +161,7 @@ type errorBody struct {
 // with the table it has when the wait ends (its revision tells which), as
 // Consul's blocking queries do: a client that just wrote at revision N
 // reads its write without polling. It writes a 400 and returns false for
-// malformed parameters.
+// malformed parameters, and a 429 when MaxWaiting queries wait already.
 func (s *Server) tableFor(w http.ResponseWriter, r *http.Request) (*routing.Table, bool) {
 	q := r.URL.Query()
 	if !q.Has("min_revision") {
@@ -162,10 +183,21 @@ func (s *Server) tableFor(w http.ResponseWriter, r *http.Request) (*routing.Tabl
 			return nil, false
 		}
 	}
+	if t := s.src.Table(); wait == 0 || t != nil && t.Revision() >= min {
+		return t, true // no wait: it takes no place among the waiting
+	}
+	if s.waiting.Add(1) > int64(s.cfg.MaxWaiting) {
+		s.waiting.Add(-1)
+		s.refused.Inc()
+		w.Header().Set("Retry-After", strconv.Itoa(int(RetryAfter/time.Second)))
+		writeJSON(w, http.StatusTooManyRequests, errorBody{Error: fmt.Sprintf(
+			"too many blocking queries: %d are waiting for a newer table, the cap (--max-blocking-queries); retry later, or ask without min_revision for the current table",
+			s.cfg.MaxWaiting)})
+		return nil, false
+	}
+	defer s.waiting.Add(-1)
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	s.waiting.Add(1)
-	defer s.waiting.Add(-1)
 	for {
 		changed := s.src.Changed()
 		t := s.src.Table()
@@ -255,6 +287,9 @@ type Status struct {
 	StaleSeconds float64           `json:"stale_seconds"`
 	Stale        bool              `json:"stale"`
 	Skipped      []routing.Skipped `json:"skipped"`
+	// EtcdError is why the agent cannot use etcd (e.g. its login was
+	// refused); absent once it can.
+	EtcdError string `json:"etcd_error,omitempty"`
 }
 
 // status computes the agent's status now.
@@ -262,7 +297,7 @@ func (s *Server) status(now time.Time) (Status, bool) {
 	st := s.src.Status()
 	t := s.src.Table()
 	out := Status{Node: s.cfg.Node, Revision: st.Revision, Epoch: st.Epoch, Connected: st.Connected,
-		Skipped: []routing.Skipped{}, StaleSeconds: -1}
+		Skipped: []routing.Skipped{}, StaleSeconds: -1, EtcdError: s.src.EtcdError()}
 	if !st.SyncedAt.IsZero() {
 		out.SyncedAt = st.SyncedAt.UTC().Format(time.RFC3339Nano)
 		out.StaleSeconds = now.Sub(st.SyncedAt).Seconds()

@@ -1,0 +1,153 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/regiond/regiond/internal/backoff"
+	"github.com/regiond/regiond/internal/keyspace"
+	"github.com/regiond/regiond/internal/snapfile"
+	"github.com/regiond/regiond/watch"
+)
+
+// runEtcd connects to etcd, then runs the mirror, the snapshot writer and
+// the status publisher until ctx is done.
+func (a *Agent) runEtcd(ctx context.Context) error {
+	cli := a.dial(ctx)
+	if cli == nil {
+		return nil // ctx is done
+	}
+	defer cli.Close()
+	ks, _ := keyspace.New(a.cfg.Prefix)
+	var w *snapfile.Writer // set, as pub is, before the mirror runs
+	var pub *publisher
+	mcfg := watch.Config{Client: cli, Prefix: ks.Routing(), Logger: a.log,
+		Registerer: a.registry, HealthGrace: a.cfg.HealthGrace, ProgressInterval: a.cfg.ProgressInterval}
+	// An isolated change goes to the file straight from the mirror's
+	// goroutine, unless blocking queries wait for it: they answer first,
+	// and the writer's goroutine writes after them. Then the status key
+	// is put, from its own goroutine: an etcd write stays off the path
+	// that serves and writes the change.
+	mcfg.AfterChange = func() {
+		if w != nil && a.api.Waiting() == 0 {
+			w.WriteNow()
+		}
+		pub.changed()
+	}
+	m, err := watch.New(mcfg)
+	if err != nil {
+		return err
+	}
+	if a.seed != nil {
+		m.Seed(a.seed, a.seedAt)
+	}
+	a.mirror.Store(m)
+	close(a.mirrorSet)
+	if a.cfg.Snapshot != "" {
+		w = snapfile.NewWriter(snapfile.WriterConfig{Path: a.cfg.Snapshot, Source: m,
+			Logger: a.log, Registerer: a.registry})
+	}
+	pub = newPublisher(cli, ks.Agent(a.cfg.Node), m, a)
+	a.pub.Store(pub)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return m.Run(gctx) })
+	if w != nil {
+		g.Go(func() error { return w.Run(gctx) })
+	}
+	g.Go(func() error { pub.run(gctx); return nil })
+	return g.Wait()
+}
+
+// dialRetryMax bounds the wait between two attempts to reach etcd (or to
+// log in): the backoff's cap plus its jitter.
+const dialRetryMax = 30 * time.Second
+
+// dialBackoff is the retry policy of dial: 800 ms doubling to 20 s, plus
+// up to half again of jitter, so never more than dialRetryMax.
+func dialBackoff() *backoff.Backoff {
+	b := backoff.New(800*time.Millisecond, 20*time.Second)
+	b.Jitter = 0.5
+	return b
+}
+
+// dial connects to etcd (with --user, creating the client logs in, which
+// needs etcd), retrying with backoff until it does or ctx is done (then it
+// returns nil). Meanwhile the API serves the snapshot, marked stale, and
+// /v1/status names the error. A refused login is retried too: the
+// password may be fixed in etcd (or the user created) without a restart.
+func (a *Agent) dial(ctx context.Context) *clientv3.Client {
+	bo := dialBackoff()
+	for {
+		cli, err := clientv3.New(clientv3.Config{
+			Endpoints: a.cfg.Endpoints, TLS: a.cfg.TLS, Username: a.cfg.Username, Password: a.cfg.Password,
+			DialTimeout: a.cfg.DialTimeout, DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 5 * time.Second,
+			Logger: zap.NewNop(), Context: ctx,
+		})
+		if err == nil {
+			if a.etcdErr.Swap(nil) != nil {
+				a.log.Info("connected to etcd", "endpoints", a.cfg.Endpoints, "user", a.cfg.Username)
+			}
+			a.login.refused.Set(0)
+			return cli
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		wait := bo.Next()
+		a.dialFailed(err, wait)
+		if backoff.Sleep(ctx, wait) != nil {
+			return nil
+		}
+	}
+}
+
+// dialFailed reports a failed dial: in the logs (a refused login loudly),
+// in /v1/status and, for a refused login, in the metrics.
+func (a *Agent) dialFailed(err error, wait time.Duration) {
+	var msg string
+	if loginRefused(err) {
+		msg = fmt.Sprintf("etcd refused the login of user %q at %v: %v; check the user's password ($REGIOND_PASSWORD) and that the user exists in etcd",
+			a.cfg.Username, a.cfg.Endpoints, err)
+		a.login.refused.Set(1)
+		a.login.refusals.Inc()
+		a.log.Error("etcd refused the agent's login; serving the last table (stale) and retrying", "user", a.cfg.Username,
+			"endpoints", a.cfg.Endpoints, "err", err, "retry_in", wait.Round(time.Millisecond))
+	} else {
+		msg = fmt.Sprintf("etcd unreachable at %v: %v", a.cfg.Endpoints, err)
+		a.login.refused.Set(0)
+		a.log.Warn("etcd unreachable; serving the last table meanwhile", "endpoints", a.cfg.Endpoints,
+			"err", err, "retry_in", wait.Round(time.Millisecond))
+	}
+	a.etcdErr.Store(&msg)
+}
+
+// loginRefused reports whether err is etcd refusing the credentials.
+func loginRefused(err error) bool {
+	return errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrGRPCAuthFailed) ||
+		errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrGRPCPermissionDenied)
+}
+
+// loginMetrics count the logins etcd refused.
+type loginMetrics struct {
+	refused  prometheus.Gauge
+	refusals prometheus.Counter
+}
+
+func newLoginMetrics(reg prometheus.Registerer) loginMetrics {
+	m := loginMetrics{
+		refused: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "regiond", Subsystem: "agent", Name: "etcd_login_refused",
+			Help: "1 while etcd refuses the agent's login (--user, $REGIOND_PASSWORD): the agent serves its last table and retries."}),
+		refusals: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "regiond", Subsystem: "agent", Name: "etcd_login_refusals_total",
+			Help: "Logins to etcd refused (wrong password, unknown user)."}),
+	}
+	reg.MustRegister(m.refused, m.refusals)
+	return m
+}

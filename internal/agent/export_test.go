@@ -1,0 +1,23 @@
+package agent
+
+import "time"
+
+// SetStatusClock makes the agent's status publisher tick on tick and read
+// the time from now; call it before Run.
+func SetStatusClock(a *Agent, tick <-chan time.Time, now func() time.Time) {
+	a.statusClock = statusClock{
+		newTicker: func(time.Duration) (<-chan time.Time, func()) { return tick, func() {} },
+		now:       now,
+	}
+}
+
+// SetBeforeStatusPut makes the agent's status publisher call f before each
+// put; call it before Run.
+func SetBeforeStatusPut(a *Agent, f func()) { a.beforeStatusPut = f }
+
+// StatusPutPending reports whether a change waits for the status
+// publisher's next put.
+func StatusPutPending(a *Agent) bool {
+	p := a.pub.Load()
+	return p != nil && len(p.kick) > 0
+}

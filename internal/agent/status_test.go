@@ -1,0 +1,335 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/regiond/regiond/internal/agent"
+	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/routing"
+)
+
+// fakeClock is the status publisher's clock in tests: it ticks only when
+// the test says so, and its time moves only when the test moves it.
+type fakeClock struct {
+	tick chan time.Time
+	ns   atomic.Int64
+}
+
+func newFakeClock() *fakeClock {
+	c := &fakeClock{tick: make(chan time.Time, 1)}
+	c.ns.Store(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	return c
+}
+
+func (c *fakeClock) now() time.Time { return time.Unix(0, c.ns.Load()) }
+
+// fire ticks unless a tick is pending already.
+func (c *fakeClock) fire() {
+	select {
+	case c.tick <- c.now():
+	default:
+	}
+}
+
+func (c *fakeClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+func (c *fakeClock) install(a *agent.Agent) { agent.SetStatusClock(a, c.tick, c.now) }
+
+// statusKV reads an agent's status key: the value, its version and mod
+// revision (zero when absent).
+func statusKV(t *testing.T, cli *clientv3.Client, node string) (routing.AgentStatus, int64, int64) {
+	t.Helper()
+	resp, err := cli.Get(context.Background(), "/regiond/v1/agents/"+node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st routing.AgentStatus
+	if len(resp.Kvs) == 0 {
+		return st, 0, 0
+	}
+	if err := json.Unmarshal(resp.Kvs[0].Value, &st); err != nil {
+		t.Fatalf("status key of %s: %v", node, err)
+	}
+	return st, resp.Kvs[0].Version, resp.Kvs[0].ModRevision
+}
+
+// TestStatusKeyFollowsChangesAtOnce: the status key is put for a change's
+// revision as soon as the table has it, with no tick of the publisher's
+// once-a-second check and no time passing on its clock (both injected,
+// neither moves), so no rate limit or settle can have let it through; a
+// run of changes ends with the status key at the last one.
+func TestStatusKeyFollowsChangesAtOnce(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	clock := newFakeClock()
+	dir := t.TempDir()
+	cfg := agent.DefaultConfig()
+	cfg.Endpoints, cfg.Node, cfg.Logger = srv.Endpoints, "node-1", quietLogger()
+	cfg.Socket, cfg.Listen, cfg.Snapshot = "", "127.0.0.1:0", filepath.Join(dir, "shm", "table.json")
+	cfg.StatusTTL = 2 * time.Second
+	h := runAgent(t, dir, cfg, clock.install)
+	waitFor(t, "first table", func() bool { c, _ := h.resolve("DE", "k"); return c == 200 })
+	waitFor(t, "status key", func() bool { _, v, _ := statusKV(t, cli, "node-1"); return v > 0 })
+	_, _, from := statusKV(t, cli, "node-1")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	wch := cli.Watch(ctx, "/regiond/v1/agents/node-1", clientv3.WithRev(from+1))
+	p, err := cli.Put(ctx, prefix+"routes/DE", `{"targets":[{"pool":"eu-north","weight":100}]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := nextStatus(t, wch, func(st routing.AgentStatus) bool { return st.Revision >= p.Header.Revision })
+	if st.Revision != p.Header.Revision || !st.Connected || st.Epoch != 1 {
+		t.Fatalf("status put after the change: %+v, want revision %d, connected, epoch 1", st, p.Header.Revision)
+	}
+
+	var last int64
+	for i := 0; i < 30; i++ {
+		p, err := cli.Put(ctx, prefix+"routes/DE", fmt.Sprintf(`{"targets":[{"pool":"eu-north","weight":%d}]}`, 10+i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = p.Header.Revision
+	}
+	if st := nextStatus(t, wch, func(st routing.AgentStatus) bool { return st.Revision >= last }); st.Revision != last {
+		t.Fatalf("status after a run of changes: revision %d, want the last change's %d", st.Revision, last)
+	}
+}
+
+// TestStatusPutsCoalesce: changes that reach the table while a status put
+// is in flight wait for it (one put at a time), then go out in one put
+// carrying the latest of them, with no tick of the publisher's check.
+func TestStatusPutsCoalesce(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	clock := newFakeClock()
+	var held atomic.Bool
+	var inFlight, most atomic.Int32
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	hold := func() {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		if n > most.Load() {
+			most.Store(n)
+		}
+		if held.CompareAndSwap(true, false) {
+			entered <- struct{}{}
+			<-release
+		}
+	}
+	dir := t.TempDir()
+	cfg := agent.DefaultConfig()
+	cfg.Endpoints, cfg.Node, cfg.Logger = srv.Endpoints, "node-1", quietLogger()
+	cfg.Socket, cfg.Listen, cfg.Snapshot = "", "127.0.0.1:0", ""
+	cfg.StatusTTL = 2 * time.Second
+	h := runAgent(t, dir, cfg, clock.install, func(a *agent.Agent) { agent.SetBeforeStatusPut(a, hold) })
+	var releaseOnce sync.Once
+	letGo := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(letGo) // before the agent stops
+	waitFor(t, "first table", func() bool { c, _ := h.resolve("DE", "k"); return c == 200 })
+	waitFor(t, "status key", func() bool { _, v, _ := statusKV(t, cli, "node-1"); return v > 0 })
+	_, _, from := statusKV(t, cli, "node-1")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	wch := cli.Watch(ctx, "/regiond/v1/agents/node-1", clientv3.WithRev(from+1))
+
+	put := func(w int) int64 {
+		p, err := cli.Put(ctx, prefix+"routes/DE", fmt.Sprintf(`{"targets":[{"pool":"eu-north","weight":%d}]}`, w))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Header.Revision
+	}
+	held.Store(true)
+	first := put(10)
+	<-entered // the put for the first change is in flight, held
+	put(20)
+	third := put(30)
+	waitFor(t, "the later changes in the table, a put pending", func() bool {
+		return h.a.Mirror().Status().ChangeRevision == third && agent.StatusPutPending(h.a)
+	})
+	letGo()
+	if st := nextStatus(t, wch, func(routing.AgentStatus) bool { return true }); st.Revision != first {
+		t.Fatalf("first status put after the changes: revision %d, want the first change's %d", st.Revision, first)
+	}
+	if st := nextStatus(t, wch, func(routing.AgentStatus) bool { return true }); st.Revision != third {
+		t.Fatalf("next status put: revision %d, want the last change's %d (the one between coalesced)", st.Revision, third)
+	}
+	if n := most.Load(); n != 1 {
+		t.Fatalf("%d status puts were in flight at once, want 1", n)
+	}
+}
+
+// nextStatus reads status puts from wch until one satisfies ok.
+func nextStatus(t *testing.T, wch clientv3.WatchChan, ok func(routing.AgentStatus) bool) routing.AgentStatus {
+	t.Helper()
+	for resp := range wch {
+		if err := resp.Err(); err != nil {
+			t.Fatalf("watch of the status key: %v", err)
+		}
+		for _, ev := range resp.Events {
+			var st routing.AgentStatus
+			if ev.Type != clientv3.EventTypePut || json.Unmarshal(ev.Kv.Value, &st) != nil {
+				continue
+			}
+			if ok(st) {
+				return st
+			}
+		}
+	}
+	t.Fatal("no status put for the change before the watch ended (the publisher waited for a tick that never came?)")
+	return routing.AgentStatus{}
+}
+
+// TestIdleAgentsDoNotDriveEachOthersStatus: agents on one etcd, idle, with
+// progress notifications every 50 ms. Each agent's status put moves the
+// revision every other agent then learns from a progress notification; a
+// status re-put for that alone would make them write each other's
+// revision forever. Over 20 rounds, each of which waits until every agent
+// has received a progress notification and ticks its publisher, no status
+// key is written (its version stays), unless for a connection that came
+// or went; once the clock passes statusRefresh, each re-puts once.
+func TestIdleAgentsDoNotDriveEachOthersStatus(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadRev := loadExample(t, cli)
+	const n = 4
+	var hs [n]*harness
+	var clocks [n]*fakeClock
+	node := func(i int) string { return fmt.Sprintf("node-%d", i) }
+	for i := range hs {
+		dir := t.TempDir()
+		cfg := agent.DefaultConfig()
+		cfg.Endpoints, cfg.Node, cfg.Logger = srv.Endpoints, node(i), quietLogger()
+		cfg.Socket, cfg.Listen, cfg.Snapshot = "", "127.0.0.1:0", ""
+		cfg.StatusTTL, cfg.ProgressInterval = 2*time.Second, 50*time.Millisecond
+		clocks[i] = newFakeClock()
+		hs[i] = runAgent(t, dir, cfg, clocks[i].install)
+	}
+	tickAll := func() {
+		for _, c := range clocks {
+			c.fire()
+		}
+	}
+	waitFor(t, "every agent's status, synced and connected", func() bool {
+		tickAll()
+		for i := range hs {
+			if st, _, _ := statusKV(t, cli, node(i)); st.Revision < loadRev || !st.Connected {
+				return false
+			}
+		}
+		return true
+	})
+	etcdRev := func() int64 {
+		resp, err := cli.Get(context.Background(), "/regiond/v1/epoch", clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	// The agents learn the revisions of each other's puts.
+	waitFor(t, "every agent at etcd's revision", func() bool {
+		rev := etcdRev()
+		for _, h := range hs {
+			if h.a.Mirror().Status().Revision != rev {
+				return false
+			}
+		}
+		return true
+	})
+	var versions [n]int64
+	var last [n]routing.AgentStatus
+	for i := range hs {
+		last[i], versions[i], _ = statusKV(t, cli, node(i))
+	}
+	startRev := etcdRev()
+	// progressRound ticks every publisher and waits until every agent has
+	// received a progress notification since.
+	progressRound := func() {
+		var synced [n]time.Time
+		for i, h := range hs {
+			synced[i] = h.a.Mirror().Status().SyncedAt
+		}
+		tickAll()
+		waitFor(t, "a progress notification at every agent", func() bool {
+			for i, h := range hs {
+				if !h.a.Mirror().Status().SyncedAt.After(synced[i]) {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	for round := 0; round < 20; round++ {
+		progressRound()
+	}
+	for i := range hs {
+		if _, v, _ := statusKV(t, cli, node(i)); v != versions[i] {
+			explainPuts(t, cli, node(i), startRev, last[i])
+		}
+	}
+
+	// A minute later by the clock, each status is refreshed once, to the
+	// revision of etcd then; the refreshes are not refreshed in turn.
+	for _, c := range clocks {
+		c.advance(time.Minute + time.Second)
+	}
+	tickAll()
+	waitFor(t, "every status refreshed", func() bool {
+		for i := range hs {
+			if _, v, _ := statusKV(t, cli, node(i)); v <= versions[i] {
+				return false
+			}
+		}
+		return true
+	})
+	var refreshedAt [n]int64
+	for i := range hs {
+		last[i], versions[i], refreshedAt[i] = statusKV(t, cli, node(i))
+	}
+	for round := 0; round < 5; round++ {
+		progressRound()
+	}
+	for i := range hs {
+		if _, v, _ := statusKV(t, cli, node(i)); v != versions[i] {
+			explainPuts(t, cli, node(i), refreshedAt[i], last[i])
+		}
+	}
+}
+
+// explainPuts fails the test for each put of node's status key since rev
+// that neither changed the connection nor the epoch of the status before
+// it (a connection that came or went on a loaded machine is worth a put).
+func explainPuts(t *testing.T, cli *clientv3.Client, node string, rev int64, prev routing.AgentStatus) {
+	t.Helper()
+	key := "/regiond/v1/agents/" + node
+	cur, err := cli.Get(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := rev + 1; r <= cur.Header.Revision; r++ {
+		resp, err := cli.Get(context.Background(), key, clientv3.WithRev(r))
+		if err != nil || len(resp.Kvs) == 0 || resp.Kvs[0].ModRevision != r {
+			continue
+		}
+		var st routing.AgentStatus
+		json.Unmarshal(resp.Kvs[0].Value, &st)
+		if st.Connected == prev.Connected && st.Epoch == prev.Epoch {
+			t.Errorf("%s: status re-put at revision %d with only its revision moved (%d → %d): progress alone must not cause writes",
+				node, r, prev.Revision, st.Revision)
+		}
+		prev = st
+	}
+}
