@@ -41,8 +41,9 @@ type Config struct {
 	// NewBackoff returns the retry policy; nil means backoff.Default.
 	NewBackoff func() *backoff.Backoff
 	// AfterChange, if set, is called in the mirror's goroutine after it
-	// swapped in a table built from watch events (the snapshot writer's
-	// WriteNow). The next events wait for it.
+	// swapped in a table of new content, built from watch events or from a
+	// list that differed from the state (the agent's snapshot WriteNow and
+	// status put). The next events wait for it.
 	AfterChange func()
 }
 

@@ -132,6 +132,9 @@ func (m *Mirror) relist(ctx context.Context, reason string) (int64, error) {
 		m.advance(rev)
 	} else {
 		m.recompile()
+		if m.cfg.AfterChange != nil {
+			m.cfg.AfterChange()
+		}
 	}
 	m.readyOnce.Do(func() { close(m.ready) })
 	return rev, nil

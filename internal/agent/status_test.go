@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/regiond/regiond/internal/agent"
 	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/tcpproxy"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -331,5 +333,49 @@ func explainPuts(t *testing.T, cli *clientv3.Client, node string, rev int64, pre
 				node, r, prev.Revision, st.Revision)
 		}
 		prev = st
+	}
+}
+
+// TestStatusKeyFollowsARelist: a change the agent learns by a relist (it
+// was cut off while the change was made and the history compacted) is put
+// to the status key as soon as the relisted table is in, like a change
+// from the watch, with no tick of the publisher's check.
+func TestStatusKeyFollowsARelist(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	px, err := tcpproxy.New(strings.TrimPrefix(srv.Endpoints[0], "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	clock := newFakeClock()
+	dir := t.TempDir()
+	cfg := agent.DefaultConfig()
+	cfg.Endpoints, cfg.Node, cfg.Logger = []string{px.URL()}, "node-1", quietLogger()
+	cfg.Socket, cfg.Listen, cfg.Snapshot = "", "127.0.0.1:0", filepath.Join(dir, "shm", "table.json")
+	cfg.StatusTTL, cfg.ProgressInterval = 30*time.Second, 100*time.Millisecond
+	h := runAgent(t, dir, cfg, clock.install)
+	waitFor(t, "first table", func() bool { c, _ := h.resolve("DE", "k"); return c == 200 })
+	waitFor(t, "status key", func() bool { _, v, _ := statusKV(t, cli, "node-1"); return v > 0 })
+
+	px.Sever()
+	p, err := cli.Put(context.Background(), prefix+"routes/DE", `{"targets":[{"pool":"eu-north","weight":100}]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Compact(context.Background(), p.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+	_, _, from := statusKV(t, cli, "node-1")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	wch := cli.Watch(ctx, "/regiond/v1/agents/node-1", clientv3.WithRev(from+1))
+	if err := px.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	st := nextStatus(t, wch, func(st routing.AgentStatus) bool { return st.Revision >= p.Header.Revision })
+	if !st.Connected {
+		t.Fatalf("status after the relist: %+v, want connected", st)
 	}
 }
