@@ -422,7 +422,7 @@ func runSeeded(t *testing.T, cli *clientv3.Client, seed *routing.Table) (*watch.
 }
 
 // TestAfterChangeSeesTheNewTable: AfterChange runs after each swap of a
-// table built from watch events, in the mirror's goroutine, and the table
+// table of new content (here built from watch events), in the mirror's goroutine, and the table
 // it sees is already the new one (the snapshot writer writes that table).
 func TestAfterChangeSeesTheNewTable(t *testing.T) {
 	srv := devetcd.NewTest(t)
@@ -430,7 +430,11 @@ func TestAfterChangeSeesTheNewTable(t *testing.T) {
 	loadExample(t, cli)
 	seen := make(chan int64, 16)
 	var m atomic.Pointer[watch.Mirror]
-	m.Store(startMirror(t, cli, watch.Config{AfterChange: func() { seen <- m.Load().Table().Revision() }}))
+	m.Store(startMirror(t, cli, watch.Config{AfterChange: func() {
+		if mm := m.Load(); mm != nil { // nil for the first list, inside startMirror
+			seen <- mm.Table().Revision()
+		}
+	}}))
 	for i := range 3 {
 		rev := put(t, cli, "routes/DE", fmt.Sprintf(`{"targets":[{"pool":"eu-west","weight":%d}]}`, 10+i))
 		select {
