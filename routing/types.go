@@ -113,7 +113,16 @@ type AgentStatus struct {
 	SyncedAt  string `json:"synced_at"`
 	Connected bool   `json:"connected"`
 	Version   string `json:"version"`
+	// Skipped counts the keys whose current value the agent refused (it
+	// serves their last good value, or nothing); SkippedKeys names the
+	// first MaxStatusSkippedKeys of them, sorted. An agent with skipped
+	// keys is not converged: it may serve what no other agent does.
+	Skipped     int      `json:"skipped,omitempty"`
+	SkippedKeys []string `json:"skipped_keys,omitempty"`
 }
+
+// MaxStatusSkippedKeys bounds AgentStatus.SkippedKeys.
+const MaxStatusSkippedKeys = 10
 
 // DefaultResidency returns the built-in policy: class "eu" is the EEA and
 // viewers of unknown country are treated as "eu" (fail closed).

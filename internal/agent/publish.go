@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"reflect"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -127,7 +128,7 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session) {
 		st := p.status(ms)
 		significant := !written || st.Epoch != last.Epoch || st.Connected != last.Connected || ms.ChangeRevision != lastChange
 		kick := p.kick
-		if significant || st != last && p.clock.now().Sub(lastAt) >= statusRefresh {
+		if significant || !reflect.DeepEqual(st, last) && p.clock.now().Sub(lastAt) >= statusRefresh {
 			if p.put(ctx, sess, st) {
 				last, lastChange, written = st, ms.ChangeRevision, true
 			} else {
