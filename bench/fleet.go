@@ -20,7 +20,7 @@ func fleetFlags(o *options) {
 	flag.IntVar(&o.fleetChanges, "fleet-changes", 200, "fleet: isolated changes timed to every agent and to the floor (0: skip)")
 	flag.DurationVar(&o.fleetGap, "fleet-gap", 50*time.Millisecond,
 		"fleet: pause after a change's status keys all report it, plus up to as much again at random")
-	flag.DurationVar(&o.fleetLead, "fleet-lead", 25*time.Millisecond, "fleet: time between sending the blocking queries and the Put")
+	flag.DurationVar(&o.fleetLead, "fleet-lead", 50*time.Millisecond, "fleet: time between sending the blocking queries and the Put")
 	flag.DurationVar(&o.fleetStatusWait, "fleet-status-wait", 5*time.Second,
 		"fleet: after a change, wait up to this long for every status key to report it before the next change")
 	flag.DurationVar(&o.fleetIdle, "fleet-idle", 10*time.Minute, "fleet: idle span for relists, connected samples and idle etcd requests (0: skip)")
@@ -188,10 +188,15 @@ func fleetChanges(ctx context.Context, o options, f *FleetReport, e *latencyEnv,
 	fc := &FleetChange{}
 	logf(o, "fleet: %d isolated changes, each timed to %d agents and %d plain watchers ...", o.fleetChanges, len(agents), len(floor.clients))
 	samples, err := r.runChanges(ctx, o.fleetChanges, fc)
-	if err != nil {
+	if err != nil && (ctx.Err() != nil || len(samples) == 0) {
 		return err
 	}
 	f.Change = summarizeChange(samples, o.fleetLead, fc.QueriesWaitingAtPut)
+	if err != nil {
+		// Keep what was measured: the report says where it stopped.
+		f.Change.Error = err.Error()
+		logf(o, "fleet: changes stopped after %d: %v", len(samples), err)
+	}
 	f.Change.ForeignCPUPct = foreignPct(c0, sampleCPU(pids...))
 	logf(o, "fleet: change → all %d agents p50 %.2f ms, p99 %.2f ms; floor p50 %.2f ms, p99 %.2f ms (×%.2f)", len(agents),
 		f.Change.All.P50, f.Change.All.P99, f.Change.Floor.P50, f.Change.Floor.P99, f.Change.RatioP50)
@@ -217,10 +222,14 @@ func fleetConverge(ctx context.Context, o options, f *FleetReport, e *latencyEnv
 	c0 := sampleCPU(pids...)
 	logf(o, "fleet: %d regionctl --wait-converged writes back to back, %d agents ...", o.fleetConvergeWrites, len(keep))
 	samples, err := r.run(ctx, o.fleetConvergeWrites)
-	if err != nil {
+	if err != nil && (ctx.Err() != nil || len(samples) == 0) {
 		return err
 	}
 	f.Converge = summarizeConverge(samples, len(keep))
+	if err != nil {
+		f.Converge.Error = err.Error()
+		logf(o, "fleet: regionctl writes stopped after %d: %v", len(samples), err)
+	}
 	f.Converge.ForeignCPUPct = foreignPct(c0, sampleCPU(pids...))
 	logf(o, "fleet: --wait-converged commit → exit p50 %.1f ms, p99 %.1f ms", f.Converge.CommitToExit.P50, f.Converge.CommitToExit.P99)
 	return nil

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -95,12 +97,16 @@ func (r *convergeRunner) write(ctx context.Context) (convergeSample, error) {
 	cmd := exec.CommandContext(ctx, r.bin, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.Env = withoutRegionctlEnv(os.Environ())
-	cmd.SysProcAttr = childAttr()
+	// Its own process group (a terminal's Ctrl-C reaches only the bench,
+	// which cancels ctx: CommandContext kills it); no Pdeathsig, which
+	// fires when the thread that started the child exits: regionctl ends
+	// by itself within --wait-converged.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	for len(r.commits) > 0 {
 		<-r.commits
 	}
 	t0 := time.Now()
-	err := cmd.Run()
+	err := runWatched(cmd, r.o.fleetConvergeWait+30*time.Second)
 	exited := time.Now()
 	var ee *exec.ExitError
 	switch {
@@ -127,6 +133,46 @@ func (r *convergeRunner) write(ctx context.Context) (convergeSample, error) {
 		s.commitToStatus = at.Sub(commit.at)
 	}
 	return s, nil
+}
+
+// runWatched runs cmd and waits for it, but at most limit: a process that
+// is not reaped by then is reported (with what /proc says of it) instead
+// of hanging the bench. (Once, in a 100-agent run, Wait blocked in waitid
+// for minutes on a regionctl that no longer appeared in the process table.)
+func runWatched(cmd *exec.Cmd, limit time.Duration) error {
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(limit):
+		pid := cmd.Process.Pid
+		cmd.Process.Kill()
+		state := "no /proc entry"
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+			state = strings.TrimSpace(string(b))
+		}
+		return fmt.Errorf("%s (pid %d) not reaped %v after its start (%s; the bench's %s)",
+			filepath.Base(cmd.Path), pid, limit, state, procSignals())
+	}
+}
+
+// procSignals returns the bench's ignored and caught signal masks.
+func procSignals() string {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return "signal masks unknown"
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "SigIgn:") || strings.HasPrefix(line, "SigCgt:") {
+			out = append(out, strings.Join(strings.Fields(line), " "))
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // withoutRegionctlEnv drops REGIONCTL_* variables, which would override

@@ -57,6 +57,8 @@ type FleetChange struct {
 	Status        Dist    `json:"status_keys"`
 	StatusMissed  int     `json:"status_missed"`
 	ForeignCPUPct float64 `json:"foreign_cpu_pct"`
+	// Error is why the changes stopped before -fleet-changes, if they did.
+	Error string `json:"error,omitempty"`
 }
 
 // FleetIdle is what the idle fleet did over the idle span.
@@ -126,6 +128,9 @@ type FleetConverge struct {
 	StatusMissed   int            `json:"status_missed"`
 	ExitCodes      map[string]int `json:"exit_codes"`
 	ForeignCPUPct  float64        `json:"foreign_cpu_pct"`
+	// Error is why the writes stopped before -fleet-converge-writes, if
+	// they did.
+	Error string `json:"error,omitempty"`
 }
 
 func summarizeChange(ss []changeSample, lead time.Duration, waiting int) *FleetChange {
@@ -191,6 +196,9 @@ func (f *FleetReport) targets() []Target {
 	}
 	if c := f.Change; c != nil {
 		out = append(out, le(fmt.Sprintf("change→all %d p50 / floor p50", f.Agents), c.RatioP50, 2, "×"))
+		if c.Error != "" {
+			out = append(out, Target{Name: "fleet: changes stopped early", Value: float64(c.Changes), Met: false})
+		}
 	}
 	if i := f.Idle; i != nil {
 		out = append(out, le("idle relists", i.RelistsTotal, 0, ""),
@@ -202,6 +210,9 @@ func (f *FleetReport) targets() []Target {
 			le(fmt.Sprintf("--wait-converged (%d agents) p99", c.Agents), c.CommitToExit.P99, 250, "ms"))
 		if n := c.ExitCodes["0"]; n != c.Writes {
 			out = append(out, Target{Name: "fleet: --wait-converged writes not exiting 0", Value: float64(c.Writes - n), Limit: 0, Met: false})
+		}
+		if c.Error != "" {
+			out = append(out, Target{Name: "fleet: --wait-converged writes stopped early", Value: float64(c.Writes), Met: false})
 		}
 	}
 	return out
@@ -226,6 +237,9 @@ func printFleet(w io.Writer, f *FleetReport) {
 		row("put → last status key reports it", c.Status)
 		fmt.Fprintf(w, "  all-agents / floor: p50 ×%.2f, p99 ×%.2f;  status keys not all at the change within the wait: %d;  queries waiting at the first put: %d/%d (lead %.0f ms);  other processes: %.0f%% CPU\n",
 			c.RatioP50, c.RatioP99, c.StatusMissed, c.QueriesWaitingAtPut, f.Agents, c.LeadMS, c.ForeignCPUPct)
+		if c.Error != "" {
+			fmt.Fprintf(w, "  STOPPED after %d changes: %s\n", c.Changes, c.Error)
+		}
 	}
 	if i := f.Idle; i != nil {
 		printIdle(w, f, i)
@@ -238,6 +252,9 @@ func printFleet(w io.Writer, f *FleetReport) {
 		row("process start → exit", c.StartToExit)
 		fmt.Fprintf(w, "  exit codes: %s;  status keys not all seen within 1 s of the exit: %d;  other processes: %.0f%% CPU\n",
 			formatCounts(c.ExitCodes), c.StatusMissed, c.ForeignCPUPct)
+		if c.Error != "" {
+			fmt.Fprintf(w, "  STOPPED after %d writes: %s\n", c.Writes, c.Error)
+		}
 	}
 }
 

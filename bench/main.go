@@ -41,6 +41,7 @@ type options struct {
 	json, keep, noSnapshot, pollNetHTTP                  bool
 	phases                                               map[string]bool
 	cpuprofile, workDir, example, etcdBin, agentBin      string
+	jsonFile                                             string
 	agentEnv                                             string
 
 	fleetAgents, fleetViaProxy, fleetBatch, fleetChanges         int
@@ -74,6 +75,7 @@ func parseFlags() options {
 			"so not in the default; quick: -phases fleet -fleet-idle 2m)")
 	fleetFlags(&o)
 	flag.BoolVar(&o.json, "json", false, "print the report as JSON")
+	flag.StringVar(&o.jsonFile, "json-file", "", "also write the report as JSON to this file")
 	flag.BoolVar(&o.noSnapshot, "no-snapshot", false,
 		"diagnostic: run the agent without a snapshot file (--snapshot=\"\") and measure only put → /v1/resolve")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (logs, etcd data, snapshots)")
@@ -116,6 +118,12 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
+	}
+	if o.jsonFile != "" {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		if err := os.WriteFile(o.jsonFile, append(b, '\n'), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+		}
 	}
 	if o.json {
 		enc := json.NewEncoder(os.Stdout)
