@@ -10,6 +10,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/regiond/regiond/routing"
 )
 
 // fleetFlags registers the flags of the fleet phase.
@@ -57,6 +59,77 @@ func (o *options) validateFleet() error {
 // fleetRoot is the key root of the fleet phase.
 const fleetRoot = "/regiond/v1"
 
+// fleet is what the fleet phase runs: the cluster with its proxy, the
+// bench's client and watchers, and the agents.
+type fleet struct {
+	cluster *etcdCluster
+	cli     *clientv3.Client
+	status  *statusTracker
+	floor   *floorWatchers
+	agents  []*fleetAgent
+	bg      hopRate // the etcd counters' rates before any agent ran
+	rev     int64   // the revision of the loaded example
+	// startSeconds is how long starting the agents took.
+	startSeconds float64
+}
+
+// close stops the agents (they revoke their status leases), then the
+// bench's clients, then the proxy and the members. Safe on a partly
+// started fleet.
+func (fl *fleet) close() {
+	stopAgents(fl.agents, 10*time.Second)
+	if fl.floor != nil {
+		fl.floor.close()
+	}
+	if fl.cli != nil {
+		fl.cli.Close()
+	}
+	fl.cluster.stop()
+}
+
+// startFleet starts the cluster and its proxy, loads the example, opens the
+// bench's watches, measures the background and starts the agents. The
+// caller closes the fleet, also when startFleet fails.
+func startFleet(ctx context.Context, o options, cfg *routing.Config, work, shm, etcdBin, agentBin string) (*fleet, error) {
+	fl := &fleet{}
+	var err error
+	if fl.cluster, err = startCluster(ctx, etcdBin, filepath.Join(work, "fleet-etcd"), 3); err != nil {
+		return fl, err
+	}
+	c := fl.cluster
+	logf(o, "fleet: 3 etcd members at %v; grpc-proxy at %s in front of %s", c.memberURLs(), c.proxyAddr, c.names[0])
+	if fl.cli, err = clientv3.New(clientv3.Config{Endpoints: c.memberURLs(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}); err != nil {
+		return fl, err
+	}
+	vals, err := configValues(cfg, 1)
+	if err != nil {
+		return fl, err
+	}
+	if fl.rev, err = putAll(ctx, fl.cli, fleetRoot+"/routing/", vals); err != nil {
+		return fl, err
+	}
+	if fl.status, err = startStatusTracker(ctx, fl.cli, fleetRoot+"/agents/"); err != nil {
+		return fl, err
+	}
+	endpoints, hops, proxied := fleetTopology(c, o.fleetAgents, o.fleetViaProxy)
+	if fl.floor, err = startFloorWatchers(ctx, endpoints, hops, proxied, fleetRoot+"/routing/"); err != nil {
+		return fl, err
+	}
+	if fl.bg, err = measureBackground(ctx, o, c); err != nil {
+		return fl, err
+	}
+	base := agentOpts{bin: agentBin, prefix: fleetRoot, env: o.agentEnv}
+	started := time.Now()
+	if fl.agents, err = startFleetAgents(ctx, o, base, c, work, shm, fl.rev); err != nil {
+		return fl, err
+	}
+	fl.startSeconds = time.Since(started).Seconds()
+	if _, err := fl.status.waitAll(ctx, len(fl.agents), fl.rev, 30*time.Second); err != nil {
+		return fl, fmt.Errorf("fleet: status keys after the start: %w", err)
+	}
+	return fl, nil
+}
+
 // runFleet runs the fleet phase: a 3-member cluster and its grpc-proxy,
 // the agents, then the isolated changes, the idle span and the
 // --wait-converged writes. Every process it starts is stopped when it
@@ -67,64 +140,26 @@ func runFleet(ctx context.Context, o options, rep *Report, root, work, shm, etcd
 	if err := goBuild(ctx, root, ctlBin, "./cmd/regionctl"); err != nil {
 		return err
 	}
-	cluster, err := startCluster(ctx, etcdBin, filepath.Join(work, "fleet-etcd"), 3)
-	if err != nil {
-		return err
-	}
-	defer cluster.stop()
-	logf(o, "fleet: 3 etcd members at %v; grpc-proxy at %s in front of %s", cluster.memberURLs(), cluster.proxyAddr, cluster.names[0])
-	f := &FleetReport{Agents: o.fleetAgents, ViaProxy: o.fleetViaProxy, Members: len(cluster.members),
-		Topology: fmt.Sprintf("the grpc-proxy's only upstream is %s; direct agents and watchers alternate over %v (one endpoint each); the bench's client and regionctl use every member",
-			cluster.names[0], cluster.names[1:])}
-	rep.Fleet = f
-	cli, err := clientv3.New(clientv3.Config{Endpoints: cluster.memberURLs(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
 	cfg, err := loadExample(filepath.Join(root, o.example))
 	if err != nil {
 		return err
 	}
-	vals, err := configValues(cfg, 1)
+	fl, err := startFleet(ctx, o, cfg, work, shm, etcdBin, agentBin)
+	defer fl.close()
 	if err != nil {
 		return err
 	}
-	rev, err := putAll(ctx, cli, fleetRoot+"/routing/", vals)
-	if err != nil {
-		return err
-	}
-	status, err := startStatusTracker(ctx, cli, fleetRoot+"/agents/")
-	if err != nil {
-		return err
-	}
-	endpoints, hops, proxied := fleetTopology(cluster, o.fleetAgents, o.fleetViaProxy)
-	floor, err := startFloorWatchers(ctx, endpoints, hops, proxied, fleetRoot+"/routing/")
-	if err != nil {
-		return err
-	}
-	defer floor.close()
-	bg, err := measureBackground(ctx, o, cluster)
-	if err != nil {
-		return err
-	}
-	started := time.Now()
-	base := agentOpts{bin: agentBin, prefix: fleetRoot, env: o.agentEnv}
-	agents, err := startFleetAgents(ctx, o, base, cluster, work, shm, rev)
-	defer func() { stopAgents(agents, 10*time.Second) }()
-	if err != nil {
-		return err
-	}
-	f.StartSeconds = time.Since(started).Seconds()
-	if _, err := status.waitAll(ctx, len(agents), rev, 30*time.Second); err != nil {
-		return fmt.Errorf("fleet: status keys after the start: %w", err)
-	}
-	e := &latencyEnv{opts: o, cli: cli, prefix: fleetRoot + "/routing/", route: "PL", cfg: cfg, lastRev: rev}
+	f := &FleetReport{Agents: o.fleetAgents, ViaProxy: o.fleetViaProxy, Members: len(fl.cluster.members),
+		StartSeconds: fl.startSeconds,
+		Topology: fmt.Sprintf("the grpc-proxy's only upstream is %s; direct agents and watchers alternate over %v (one endpoint each); the bench's client and regionctl use every member",
+			fl.cluster.names[0], fl.cluster.names[1:])}
+	rep.Fleet = f
+	e := &latencyEnv{opts: o, cli: fl.cli, prefix: fleetRoot + "/routing/", route: "PL", cfg: cfg, lastRev: fl.rev}
 	if err := e.prepareFlip(ctx); err != nil {
 		return err
 	}
 	if o.fleetChanges > 0 {
-		if err := fleetChanges(ctx, o, f, e, agents, cluster, floor, status); err != nil {
+		if err := fleetChanges(ctx, o, f, e, fl); err != nil {
 			return err
 		}
 	}
@@ -132,12 +167,12 @@ func runFleet(ctx context.Context, o options, rep *Report, root, work, shm, etcd
 		if err := sleepCtx(ctx, 3*time.Second); err != nil {
 			return err
 		}
-		if f.Idle, err = idleSpan(ctx, o, agents, cluster, status, bg); err != nil {
+		if f.Idle, err = idleSpan(ctx, o, fl); err != nil {
 			return err
 		}
 	}
 	if o.fleetConvergeWrites > 0 {
-		if err := fleetConverge(ctx, o, f, e, ctlBin, agents, cluster, cli, status); err != nil {
+		if err := fleetConverge(ctx, o, f, e, ctlBin, fl); err != nil {
 			return err
 		}
 	}
@@ -177,8 +212,8 @@ func measureBackground(ctx context.Context, o options, c *etcdCluster) (hopRate,
 	return ratesBetween(a, b), nil
 }
 
-func fleetChanges(ctx context.Context, o options, f *FleetReport, e *latencyEnv, agents []*fleetAgent,
-	c *etcdCluster, floor *floorWatchers, status *statusTracker) error {
+func fleetChanges(ctx context.Context, o options, f *FleetReport, e *latencyEnv, fl *fleet) error {
+	agents, c, floor, status := fl.agents, fl.cluster, fl.floor, fl.status
 	pids := append(agentPids(agents), c.pids()...)
 	waitQuiet(ctx, o, pids...)
 	r := &changeRunner{latencyEnv: e, o: o, agents: agents, cluster: c, floor: floor, status: status}
@@ -205,8 +240,8 @@ func fleetChanges(ctx context.Context, o options, f *FleetReport, e *latencyEnv,
 
 // fleetConverge stops all but -fleet-converge-agents agents, then times
 // regionctl writes with --wait-converged back to back.
-func fleetConverge(ctx context.Context, o options, f *FleetReport, e *latencyEnv, ctlBin string, agents []*fleetAgent,
-	c *etcdCluster, cli *clientv3.Client, status *statusTracker) error {
+func fleetConverge(ctx context.Context, o options, f *FleetReport, e *latencyEnv, ctlBin string, fl *fleet) error {
+	agents, c, cli, status := fl.agents, fl.cluster, fl.cli, fl.status
 	keep := agents[:o.fleetConvergeAgents]
 	stopAgents(agents[o.fleetConvergeAgents:], 10*time.Second)
 	if err := status.waitCount(ctx, len(keep), 30*time.Second); err != nil {

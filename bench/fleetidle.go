@@ -98,7 +98,8 @@ func (r hopRate) minus(bg hopRate) hopRate {
 
 // idleSpan measures the idle fleet for o.fleetIdle: relists, connected
 // samples and etcd requests.
-func idleSpan(ctx context.Context, o options, agents []*fleetAgent, c *etcdCluster, st *statusTracker, bg hopRate) (*FleetIdle, error) {
+func idleSpan(ctx context.Context, o options, fl *fleet) (*FleetIdle, error) {
+	agents, c := fl.agents, fl.cluster
 	res := &FleetIdle{SampleSeconds: o.fleetSample.Seconds(), Relists: map[string]float64{}}
 	before, err := scrapeAgents(ctx, agents, "regiond_watch_resyncs_total")
 	if err != nil {
@@ -108,36 +109,18 @@ func idleSpan(ctx context.Context, o options, agents []*fleetAgent, c *etcdClust
 	if err != nil {
 		return nil, err
 	}
-	cpu0 := sampleCPU(append(agentPids(agents), c.pids()...)...)
-	ev0 := st.eventCount()
+	pids := append(agentPids(agents), c.pids()...)
+	cpu0, ev0 := sampleCPU(pids...), fl.status.eventCount()
 	logf(o, "fleet: idle for %v, sampling regiond_watch_connected every %v ...", o.fleetIdle, o.fleetSample)
-	disconnectedAgents := map[int]bool{}
-	end := time.Now().Add(o.fleetIdle)
-	for time.Now().Before(end) {
-		if err := sleepCtx(ctx, min(o.fleetSample, time.Until(end))); err != nil {
-			return nil, err
-		}
-		if err := firstErr(agentsAlive(agents), c.alive()); err != nil {
-			return nil, err
-		}
-		ss, err := scrapeAgents(ctx, agents, "regiond_watch_connected")
-		if err != nil {
-			return nil, err
-		}
-		for i, s := range ss {
-			res.ConnectedSamples++
-			if sumOf(s, "regiond_watch_connected") != 1 {
-				res.DisconnectedSamples++
-				disconnectedAgents[i] = true
-			}
-		}
+	if err := sampleConnected(ctx, o, fl, time.Now().Add(o.fleetIdle), res); err != nil {
+		return nil, err
 	}
 	c1, err := readEtcdCounters(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	res.ForeignCPUPct = foreignPct(cpu0, sampleCPU(append(agentPids(agents), c.pids()...)...))
-	res.StatusPuts = st.eventCount() - ev0
+	res.ForeignCPUPct = foreignPct(cpu0, sampleCPU(pids...))
+	res.StatusPuts = fl.status.eventCount() - ev0
 	after, err := scrapeAgents(ctx, agents, "regiond_watch_resyncs_total")
 	if err != nil {
 		return nil, err
@@ -157,9 +140,35 @@ func idleSpan(ctx context.Context, o options, agents []*fleetAgent, c *etcdClust
 			res.AgentsRelisted++
 		}
 	}
-	res.AgentsDisconnected = len(disconnectedAgents)
-	res.Requests = requestFigures(ratesBetween(c0, c1), bg, c, agents)
+	res.Requests = requestFigures(ratesBetween(c0, c1), fl.bg, c, agents)
 	return res, nil
+}
+
+// sampleConnected reads regiond_watch_connected of every agent every
+// -fleet-sample until end, and counts the samples that are not 1.
+func sampleConnected(ctx context.Context, o options, fl *fleet, end time.Time, res *FleetIdle) error {
+	disconnected := map[int]bool{}
+	for time.Now().Before(end) {
+		if err := sleepCtx(ctx, min(o.fleetSample, time.Until(end))); err != nil {
+			return err
+		}
+		if err := firstErr(agentsAlive(fl.agents), fl.cluster.alive()); err != nil {
+			return err
+		}
+		ss, err := scrapeAgents(ctx, fl.agents, "regiond_watch_connected")
+		if err != nil {
+			return err
+		}
+		for i, s := range ss {
+			res.ConnectedSamples++
+			if sumOf(s, "regiond_watch_connected") != 1 {
+				res.DisconnectedSamples++
+				disconnected[i] = true
+			}
+		}
+	}
+	res.AgentsDisconnected = len(disconnected)
+	return nil
 }
 
 // requestFigures turns the idle span's rates, less the background measured
