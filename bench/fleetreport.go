@@ -222,6 +222,10 @@ func printFleet(w io.Writer, f *FleetReport) {
 	fmt.Fprintf(w, "\nfleet: %d agents (%d via grpc-proxy) on a %d-member etcd cluster; agents started in %.0f s\n  %s\n",
 		f.Agents, f.ViaProxy, f.Members, f.StartSeconds, f.Topology)
 	row := func(name string, d Dist) {
+		if d.N == 0 {
+			fmt.Fprintf(w, "  %-58s %8s %8s %8s %8s  (none)\n", name, "—", "—", "—", "—")
+			return
+		}
 		fmt.Fprintf(w, "  %-58s %8.2f %8.2f %8.2f %8.2f\n", name, d.P50, d.P90, d.P99, d.Max)
 	}
 	if c := f.Change; c != nil {

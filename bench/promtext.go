@@ -77,7 +77,7 @@ func parseSample(line string) (series, bool) {
 		if !ok {
 			return series{}, false
 		}
-		s.labels[strings.TrimPrefix(k, ",")] = val
+		s.labels[k] = val
 		rest = strings.TrimPrefix(after, ",")
 	}
 	return s, true
