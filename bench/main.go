@@ -71,7 +71,7 @@ func parseFlags() options {
 	flag.IntVar(&o.runs, "runs", 3, "repetitions of every measurement; the report shows medians")
 	flag.StringVar(&phases, "phases", "latency,burst,sync",
 		"which measurements to run, comma-separated: latency, burst, sync (the default, ~3 minutes), and fleet "+
-			"(-fleet-agents agents on a 3-member cluster, half through etcd's grpc-proxy: ~20 minutes with the default -fleet-idle 10m, "+
+			"(-fleet-agents agents on a 3-member cluster, half through etcd's grpc-proxy: 20–45 minutes with the default -fleet-idle 10m, "+
 			"so not in the default; quick: -phases fleet -fleet-idle 2m)")
 	fleetFlags(&o)
 	flag.BoolVar(&o.json, "json", false, "print the report as JSON")
