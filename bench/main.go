@@ -2,10 +2,13 @@
 // real etcd and the regiond binary, runs them as processes on loopback, and
 // reports in one run: the raw etcd put→watch floor; put→/v1/resolve and
 // put→snapshot-file visibility; a burst of puts (last ack → file, and file
-// rewrites); and the initial sync of a large store (time, peak RSS).
+// rewrites); and the initial sync of a large store (time, peak RSS). The
+// fleet phase (-phases fleet, not in the default) runs 100 agents on a
+// 3-member cluster, half of them through etcd's grpc-proxy.
 //
-//	go run ./bench            # from the module root; see bench/README.md
-//	go run ./bench -json      # machine-readable
+//	go run ./bench                  # from the module root; see bench/README.md
+//	go run ./bench -json            # machine-readable
+//	go run ./bench -phases fleet    # ~20 minutes
 //
 // It is a harness, not a test: nothing here asserts timings.
 package main
@@ -38,8 +41,17 @@ type options struct {
 	json, keep, noSnapshot, pollNetHTTP                  bool
 	phases                                               map[string]bool
 	cpuprofile, workDir, example, etcdBin, agentBin      string
+	jsonFile                                             string
 	agentEnv                                             string
+
+	fleetAgents, fleetViaProxy, fleetBatch, fleetChanges         int
+	fleetConvergeAgents, fleetConvergeWrites                     int
+	fleetGap, fleetLead, fleetStatusWait, fleetIdle, fleetSample time.Duration
+	fleetBackground, fleetConvergeWait                           time.Duration
 }
+
+// knownPhases are the values -phases accepts.
+var knownPhases = map[string]bool{"latency": true, "burst": true, "sync": true, "fleet": true}
 
 func parseFlags() options {
 	var o options
@@ -57,8 +69,13 @@ func parseFlags() options {
 	flag.DurationVar(&o.waitQuiet, "wait-quiet", 30*time.Second,
 		"before each run, wait up to this long for other processes to use < 10% of the CPUs (0: don't wait)")
 	flag.IntVar(&o.runs, "runs", 3, "repetitions of every measurement; the report shows medians")
-	flag.StringVar(&phases, "phases", "latency,burst,sync", "which measurements to run")
+	flag.StringVar(&phases, "phases", "latency,burst,sync",
+		"which measurements to run, comma-separated: latency, burst, sync (the default, ~3 minutes), and fleet "+
+			"(-fleet-agents agents on a 3-member cluster, half through etcd's grpc-proxy: 20–45 minutes with the default -fleet-idle 10m, "+
+			"so not in the default; quick: -phases fleet -fleet-idle 2m)")
+	fleetFlags(&o)
 	flag.BoolVar(&o.json, "json", false, "print the report as JSON")
+	flag.StringVar(&o.jsonFile, "json-file", "", "also write the report as JSON to this file")
 	flag.BoolVar(&o.noSnapshot, "no-snapshot", false,
 		"diagnostic: run the agent without a snapshot file (--snapshot=\"\") and measure only put → /v1/resolve")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (logs, etcd data, snapshots)")
@@ -77,7 +94,17 @@ func parseFlags() options {
 	o.phases = map[string]bool{}
 	for _, p := range strings.Split(phases, ",") {
 		if p = strings.TrimSpace(p); p != "" {
+			if !knownPhases[p] {
+				fmt.Fprintf(os.Stderr, "bench: -phases: unknown phase %q (want latency, burst, sync or fleet)\n", p)
+				os.Exit(2)
+			}
 			o.phases[p] = true
+		}
+	}
+	if o.phases["fleet"] {
+		if err := o.validateFleet(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(2)
 		}
 	}
 	return o
@@ -91,6 +118,12 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
+	}
+	if o.jsonFile != "" {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		if err := os.WriteFile(o.jsonFile, append(b, '\n'), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+		}
 	}
 	if o.json {
 		enc := json.NewEncoder(os.Stdout)
@@ -185,22 +218,39 @@ func run(ctx context.Context, o options) (rep *Report, err error) {
 		rep.EtcdVersion = strings.TrimPrefix(strings.SplitN(string(v), "\n", 2)[0], "etcd Version: ")
 	}
 
+	if o.phases["latency"] || o.phases["burst"] || o.phases["sync"] {
+		if err := runSingle(ctx, o, rep, root, work, shm, etcdBin, agentBin); err != nil {
+			return nil, err
+		}
+	}
+	if o.phases["fleet"] {
+		if err := runFleet(ctx, o, rep, root, work, shm, etcdBin, agentBin); err != nil {
+			return nil, err
+		}
+	}
+	rep.summarize()
+	return rep, nil
+}
+
+// runSingle runs the phases on one etcd and one agent (latency, burst,
+// sync); the etcd is stopped when it returns.
+func runSingle(ctx context.Context, o options, rep *Report, root, work, shm, etcdBin, agentBin string) error {
 	etcd, err := startEtcd(ctx, etcdBin, filepath.Join(work, "etcd"), filepath.Join(work, "etcd.log"))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer etcd.stop(10 * time.Second)
 	logf(o, "etcd %s serving at %s (data in %s)", rep.EtcdVersion, etcd.clientURL, work)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.clientURL}, DialTimeout: 5 * time.Second,
 		Logger: zap.NewNop()})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer cli.Close()
 
 	cfg, err := loadExample(filepath.Join(root, o.example))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	base := agentOpts{bin: agentBin, endpoint: etcd.clientURL, cpuprofile: o.cpuprofile, env: o.agentEnv}
 
@@ -209,16 +259,15 @@ func run(ctx context.Context, o options) (rep *Report, err error) {
 	}
 	if o.phases["latency"] || o.phases["burst"] {
 		if err := runLatencyAndBurst(ctx, o, rep, cli, cfg, base, work, shm, etcd); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if o.phases["sync"] {
 		if err := runSyncPhase(ctx, o, rep, cli, cfg, base, work, shm, etcd.pid()); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	rep.summarize()
-	return rep, nil
+	return nil
 }
 
 func runLatencyAndBurst(ctx context.Context, o options, rep *Report, cli *clientv3.Client, cfg *routing.Config,

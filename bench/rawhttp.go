@@ -21,6 +21,9 @@ type rawGetter struct {
 	conn net.Conn
 	br   *bufio.Reader
 	body []byte
+	// timeout bounds each request (0: 5s); a blocking query needs more
+	// than its wait.
+	timeout time.Duration
 }
 
 func newRawGetter(addr, path string) *rawGetter {
@@ -59,7 +62,11 @@ func (g *rawGetter) once() (int, []byte, error) {
 		c.(*net.TCPConn).SetNoDelay(true)
 		g.conn, g.br = c, bufio.NewReaderSize(c, 16<<10)
 	}
-	g.conn.SetDeadline(time.Now().Add(5 * time.Second))
+	timeout := g.timeout
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	g.conn.SetDeadline(time.Now().Add(timeout))
 	if _, err := g.conn.Write(g.req); err != nil {
 		g.Close()
 		return 0, nil, err

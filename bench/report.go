@@ -46,6 +46,9 @@ type Report struct {
 
 	Burst *BurstRun `json:"burst,omitempty"`
 	Sync  *SyncRun  `json:"sync,omitempty"`
+	// Fleet is the fleet phase (-phases fleet); its targets are in
+	// Targets, named "fleet: …".
+	Fleet *FleetReport `json:"fleet,omitempty"`
 
 	Targets []Target `json:"targets"`
 
@@ -84,6 +87,17 @@ func (r *Report) summarize() {
 	}
 	for _, x := range r.SyncRuns {
 		foreign = append(foreign, x.ForeignCPUPct)
+	}
+	if f := r.Fleet; f != nil {
+		if f.Change != nil {
+			foreign = append(foreign, f.Change.ForeignCPUPct)
+		}
+		if f.Idle != nil {
+			foreign = append(foreign, f.Idle.ForeignCPUPct)
+		}
+		if f.Converge != nil {
+			foreign = append(foreign, f.Converge.ForeignCPUPct)
+		}
 	}
 	if len(foreign) > 0 {
 		r.ForeignCPU = [2]float64{median(foreign), foreign[0]}
@@ -180,18 +194,25 @@ func (r *Report) summarize() {
 			Target{Name: fmt.Sprintf("sync of %d keys (list+compile+swap)", m.Keys), Value: m.ListMS, Limit: 60, Unit: "ms", Met: m.ListMS <= 60},
 			Target{Name: "sync: peak RSS", Value: m.PeakRSSMiB, Limit: 30, Unit: "MiB", Met: m.PeakRSSMiB <= 30})
 	}
+	if r.Fleet != nil {
+		r.Targets = append(r.Targets, r.Fleet.Targets...)
+	}
 }
 
 func mark(ok bool) string {
 	if ok {
 		return "met"
 	}
-	return "MISSED"
+	return "NOT MET"
 }
 
 func printReport(w io.Writer, r *Report) {
-	fmt.Fprintf(w, "regiond bench: regiond %s; %d CPUs, %s, etcd %s (real process, data on %s), snapshot in %s %s; median of %d run(s)\n",
-		r.Agent, r.CPUs, r.GoVersion, r.EtcdVersion, r.EtcdDataDir, r.SnapshotDir, paren(r.FileWatch), r.Runs)
+	runs := fmt.Sprintf("median of %d run(s)", r.Runs)
+	if len(r.LatencyRuns)+len(r.BurstRuns)+len(r.SyncRuns) == 0 {
+		runs = "fleet phase only"
+	}
+	fmt.Fprintf(w, "regiond bench: regiond %s; %d CPUs, %s, etcd %s (real processes, data on %s), snapshots in %s %s; %s\n",
+		r.Agent, r.CPUs, r.GoVersion, r.EtcdVersion, r.EtcdDataDir, r.SnapshotDir, paren(r.FileWatch), runs)
 	fmt.Fprintf(w, "other processes used %.0f%% of the CPUs during a run (median; max %.0f%%)", r.ForeignCPU[0], r.ForeignCPU[1])
 	if r.ForeignCPU[1] >= 10 {
 		fmt.Fprintf(w, ": the machine was busy, figures are inflated")
@@ -244,10 +265,13 @@ func printReport(w io.Writer, r *Report) {
 		fmt.Fprintf(w, "  peak RSS (VmHWM): %.1f MiB;  RSS after sync: %.1f MiB = %.1f anonymous (heap, stacks) + %.1f executable pages\n",
 			s.PeakRSSMiB, s.RSSMiB, s.AnonMiB, s.FileMiB)
 	}
+	if r.Fleet != nil {
+		printFleet(w, r.Fleet)
+	}
 	if len(r.Targets) > 0 {
-		fmt.Fprintf(w, "\ntargets (issue 3)\n")
+		fmt.Fprintf(w, "\ntargets (issue 3; fleet: issue 9)\n")
 		for _, t := range r.Targets {
-			fmt.Fprintf(w, "  %-47s %9.3f %-3s  target ≤ %g %-3s  %-6s", t.Name, t.Value, t.Unit, t.Limit, t.Unit, mark(t.Met))
+			fmt.Fprintf(w, "  %-47s %9.3f %-3s  target ≤ %g %-3s  %-7s", t.Name, t.Value, t.Unit, t.Limit, t.Unit, mark(t.Met))
 			if len(t.PerRun) > 1 {
 				fmt.Fprintf(w, "  runs:")
 				for _, v := range t.PerRun {
