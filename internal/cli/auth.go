@@ -131,6 +131,7 @@ func (a *app) runAuthApply(ctx context.Context, o authOpts) error {
 	if err != nil {
 		return err
 	}
+	a.probe = func(keyspace.Space) string { return "" } // root need not read regiond's keys
 	st, err := a.store(ctx)
 	if err != nil {
 		return err

@@ -231,11 +231,15 @@ func (a *app) close() {
 	}
 }
 
-// userName is the audit "user": the etcd user, else the OS user.
+// userName is the audit "user": the etcd user (--user, else the common
+// name of --cert, which etcd takes as the user), else the OS user.
 func (a *app) userName() string {
 	if a.user != "" {
 		name, _, _ := strings.Cut(a.user, ":")
 		return name
+	}
+	if cn := store.CertUser(a.cert, a.tlsKey); cn != "" {
+		return cn
 	}
 	if u, err := user.Current(); err == nil {
 		return u.Username

@@ -73,8 +73,16 @@ func needsString(needs []Grant) string {
 // isPermissionDenied reports whether etcd refused a request for lack of
 // permission, or because it carried no user while authentication is on.
 func isPermissionDenied(err error) bool {
-	return errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrGRPCPermissionDenied) ||
-		errors.Is(err, rpctypes.ErrUserEmpty) || errors.Is(err, rpctypes.ErrGRPCUserEmpty)
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrUserEmpty) {
+		return true
+	}
+	// A watch that etcd refuses is cancelled with the text of the gRPC
+	// error as its reason ("rpc error: code = PermissionDenied desc = …").
+	desc := rpctypes.ErrorDesc(err)
+	return strings.HasSuffix(desc, rpctypes.ErrPermissionDenied.Error()) || strings.HasSuffix(desc, rpctypes.ErrUserEmpty.Error())
 }
 
 // permErr is rpcErr for a request that needs needs: a permission refusal
