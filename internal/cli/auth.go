@@ -48,6 +48,8 @@ client certificate as the user of every request that carries no password
 login. With --passwords, apply gives each user it adds a generated password,
 printed once.
 
+Role names start with --role-prefix (regiond-): give each deployment
+(--prefix) in one etcd its own.
 Managing roles and users needs etcd's root role (or authentication still
 off). To turn authentication on: etcdctl user add root && etcdctl user
 grant-role root root && etcdctl auth enable.`
