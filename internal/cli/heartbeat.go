@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/regiond/regiond/internal/keyspace"
 	"github.com/regiond/regiond/internal/store"
 	"github.com/regiond/regiond/routing"
 )
@@ -26,7 +27,13 @@ func (a *app) heartbeatCmd() *cobra.Command {
 alive until SIGTERM or SIGINT, when it revokes the lease so the key goes at
 once. If the process dies, the key disappears within --ttl. After losing
 the lease (etcd unreachable past the TTL) it grants a new one and writes
-the key again. Heartbeats are liveness, not config: they bump no epoch.`,
+the key again. Heartbeats are liveness, not config: they bump no epoch.
+
+With etcd authentication on, heartbeat needs nothing but readwrite on
+<root>/routing/health/POOL/ (the role regiond-origin-POOL of regionctl auth
+roles --origin POOL). It reads no other key, so it does not check that POOL
+exists: regionctl get pools does. A refused write exits 1 naming the key
+and the role.`,
 		Example: `  regionctl heartbeat eu-central --instance fra-1a --addr 10.0.0.12:443 --ttl 10s`,
 		Args:    exactArgs(1, "a pool id"),
 	}
@@ -50,16 +57,16 @@ func (a *app) runHeartbeat(ctx context.Context, pool string, o heartbeatOpts) er
 	if o.ttl < time.Second {
 		return usagef("--ttl %s: want at least 1s", o.ttl)
 	}
+	// The heartbeat touches its own key alone: probing the epoch or
+	// reading the state would need more than the origin's role.
+	rel := routing.HealthKey(pool, o.instance)
+	a.probe = func(ks keyspace.Space) string { return ks.RoutingKey(rel) }
+	a.probeNeeds = func(r store.Roles) []store.Grant { return []store.Grant{r.WriteNeed(r.Keyspace().RoutingKey(rel))} }
 	st, err := a.store(ctx)
 	if err != nil {
 		return err
 	}
-	if cur, err := st.Load(ctx); err == nil {
-		if _, ok := cur.Config.Pools[pool]; !ok {
-			a.log.Warn("pool does not exist (yet); its health key is written anyway", "pool", pool)
-		}
-	}
-	key := st.Keyspace().RoutingKey(routing.HealthKey(pool, o.instance))
+	key := st.Keyspace().RoutingKey(rel)
 	return st.Heartbeat(ctx, store.HeartbeatConfig{Pool: pool, Instance: o.instance, Addr: o.addr, TTL: o.ttl,
 		OnUp: func(lease int64) {
 			fmt.Fprintf(a.stdout, "heartbeat: %s alive under lease %x (ttl %s)\n", key, lease, o.ttl)

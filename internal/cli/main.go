@@ -59,6 +59,13 @@ type app struct {
 	dialTimeout    time.Duration
 	commandTimeout time.Duration
 	verbose        bool
+	rolePrefix     string
+
+	// probe is the key read when dialing and probeNeeds what the verb's
+	// job needs, named if etcd refuses the read (nil: read on the key's
+	// section). Verbs set them before the first a.store.
+	probe      func(ks keyspace.Space) string
+	probeNeeds func(r store.Roles) []store.Grant
 
 	cli *clientv3.Client
 	st  *store.Store
@@ -90,7 +97,10 @@ the outcome is unknown: then check regionctl history first), 5 written but not
 converged (the write is committed: do not re-run it; also status --max-lag
 with a lagging agent).
 Every flag can also be set as REGIONCTL_<FLAG> (REGIONCTL_ENDPOINTS,
-REGIONCTL_PREFIX, …); the password of --user is read from REGIONCTL_PASSWORD.`,
+REGIONCTL_PREFIX, …); the password of --user is read from REGIONCTL_PASSWORD.
+With etcd authentication on, each job has its least-privilege role (see
+regionctl auth roles): a refused request names the key, the permission it
+needed and the role that holds it.`,
 		Example: `  regionctl get
   regionctl pool drain eu-central --reason "kernel upgrade" --wait-converged
   regionctl apply -f fleet.yaml --dry-run`,
@@ -101,7 +111,7 @@ REGIONCTL_PREFIX, …); the password of --user is read from REGIONCTL_PASSWORD.`
 	a.globalFlags(root.PersistentFlags())
 	root.AddCommand(a.getCmd(), a.exportCmd(), a.validateCmd(), a.diffCmd(), a.applyCmd(),
 		a.poolCmd(), a.routeCmd(), a.boostCmd(), a.historyCmd(), a.rollbackCmd(),
-		a.statusCmd(), a.resolveCmd(), a.heartbeatCmd())
+		a.statusCmd(), a.resolveCmd(), a.heartbeatCmd(), a.authCmd())
 	return root
 }
 
@@ -116,6 +126,7 @@ func (a *app) globalFlags(f *pflag.FlagSet) {
 	f.DurationVar(&a.dialTimeout, "dial-timeout", store.DefaultDialTimeout, "give up reaching etcd after this long (exit 4)")
 	f.DurationVar(&a.commandTimeout, "command-timeout", store.DefaultRequestTimeout, "timeout of each etcd request")
 	f.BoolVarP(&a.verbose, "verbose", "v", false, "log retries and lease events")
+	f.StringVar(&a.rolePrefix, "role-prefix", store.DefaultRolePrefix, "start of the etcd role names of regionctl auth (named in permission errors)")
 }
 
 // applyEnv sets every flag not given on the command line from
@@ -176,8 +187,15 @@ func (a *app) store(ctx context.Context) (*store.Store, error) {
 	if err != nil {
 		return nil, usageError{err}
 	}
+	roles := store.NewRoles(ks, a.rolePrefix)
 	cfg := store.DialConfig{Endpoints: a.endpoints, DialTimeout: a.dialTimeout,
-		CACert: a.cacert, Cert: a.cert, Key: a.tlsKey, ProbeKey: ks.Epoch()}
+		CACert: a.cacert, Cert: a.cert, Key: a.tlsKey, ProbeKey: ks.Epoch(), Roles: roles}
+	if a.probe != nil {
+		cfg.ProbeKey = a.probe(ks)
+	}
+	if a.probeNeeds != nil {
+		cfg.ProbeNeeds = a.probeNeeds(roles)
+	}
 	if a.user != "" {
 		cfg.Username, cfg.Password, _ = strings.Cut(a.user, ":")
 		if cfg.Password == "" {
@@ -198,7 +216,12 @@ func (a *app) store(ctx context.Context) (*store.Store, error) {
 		return nil, err
 	}
 	a.cli = cli
-	a.st = store.New(cli, ks, store.Options{RequestTimeout: a.commandTimeout, Endpoints: a.endpoints, Logger: a.log})
+	user := cfg.Username
+	if user == "" {
+		user = store.CertUser(a.cert, a.tlsKey)
+	}
+	a.st = store.New(cli, ks, store.Options{RequestTimeout: a.commandTimeout, Endpoints: a.endpoints, Logger: a.log,
+		User: user, RolePrefix: a.rolePrefix})
 	return a.st, nil
 }
 
@@ -208,11 +231,15 @@ func (a *app) close() {
 	}
 }
 
-// userName is the audit "user": the etcd user, else the OS user.
+// userName is the audit "user": the etcd user (--user, else the common
+// name of --cert, which etcd takes as the user), else the OS user.
 func (a *app) userName() string {
 	if a.user != "" {
 		name, _, _ := strings.Cut(a.user, ":")
 		return name
+	}
+	if cn := store.CertUser(a.cert, a.tlsKey); cn != "" {
+		return cn
 	}
 	if u, err := user.Current(); err == nil {
 		return u.Username

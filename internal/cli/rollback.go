@@ -34,6 +34,7 @@ Boosts and health keys are not touched.`,
 }
 
 func (a *app) runRollback(ctx context.Context, epoch int64, w writeOpts) error {
+	a.writing(w)
 	st, err := a.store(ctx)
 	if err != nil {
 		return err

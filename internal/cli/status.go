@@ -16,14 +16,19 @@ func (a *app) statusCmd() *cobra.Command {
 		Use:   "status [--max-lag N]",
 		Short: "Show which revision every live agent serves",
 		Long: `status lists the live agents (from <root>/agents/) with the revision and
-epoch each serves and its lag: how many revisions it is behind the newest
-change under <root>/routing/. With --max-lag N it exits 5 when an agent
-lags more than N revisions (0: every agent must be current).`,
+epoch each serves, its lag (how many revisions it is behind the newest
+change under <root>/routing/) and its skipped keys: keys whose current
+value the agent refused, so that it serves their last good value or
+nothing, where another agent may serve something else. With --max-lag N it
+exits 5 when an agent lags more than N revisions (0: every agent must be
+current) or serves refused values, naming the node and the keys; fix or
+delete those keys (regionctl validate says what is wrong with them).
+--wait-converged counts the same agents as not converged.`,
 		Example: `  regionctl status
   regionctl status --max-lag 0 -o json`,
 		Args: exactArgs(0, "no arguments"),
 	}
-	cmd.Flags().Int64Var(&maxLag, "max-lag", -1, "exit 5 when an agent lags more than N revisions (-1: never)")
+	cmd.Flags().Int64Var(&maxLag, "max-lag", -1, "exit 5 when an agent lags more than N revisions or has skipped keys (-1: never)")
 	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, _ []string) error {
 		return a.runStatus(ctx, maxLag)
 	})
@@ -46,7 +51,7 @@ func (a *app) runStatus(ctx context.Context, maxLag int64) error {
 	if maxLag < 0 {
 		return nil
 	}
-	if lag := fleet.Lagging(maxLag); len(lag) > 0 {
+	if lag := fleet.Unconverged(maxLag); len(lag) > 0 {
 		return &store.NotConvergedError{Revision: fleet.RoutingRevision, Lagging: lag}
 	}
 	return nil
@@ -54,12 +59,12 @@ func (a *app) runStatus(ctx context.Context, maxLag int64) error {
 
 func printFleet(w io.Writer, f *store.Fleet) {
 	fmt.Fprintf(w, "epoch %d, newest routing change at revision %d, %d live agent(s)\n\n", f.Epoch, f.RoutingRevision, len(f.Agents))
-	row(w, "NODE", "REVISION", "LAG", "EPOCH", "CONNECTED", "SYNCED_AT", "VERSION")
+	row(w, "NODE", "REVISION", "LAG", "EPOCH", "CONNECTED", "SYNCED_AT", "VERSION", "SKIPPED")
 	for _, a := range f.Agents {
 		if a.Invalid != "" {
-			row(w, a.Node, "?", "?", "?", "?", "invalid status: "+a.Invalid, "-")
+			row(w, a.Node, "?", "?", "?", "?", "invalid status: "+a.Invalid, "-", "?")
 			continue
 		}
-		row(w, a.Node, a.Revision, a.Lag, a.Epoch, a.Connected, orDash(a.SyncedAt), orDash(a.Version))
+		row(w, a.Node, a.Revision, a.Lag, a.Epoch, a.Connected, orDash(a.SyncedAt), orDash(a.Version), store.SkippedString(a.AgentStatus))
 	}
 }

@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -116,4 +118,61 @@ func TestWaitConverged(t *testing.T) {
 		testClient.Revoke(context.Background(), dying) // node-stuck dies
 	}()
 	e.must(ExitOK, "pool", "set", "eu-central", "--attr", "x=3", "--wait-converged=10s")
+}
+
+// putAgentStatus writes an agent status key under a lease.
+func (e *tenv) putAgentStatus(st routing.AgentStatus, lease clientv3.LeaseID) {
+	e.t.Helper()
+	b, _ := json.Marshal(st)
+	if _, err := testClient.Put(context.Background(), e.ks.Agent(st.Node), string(b), clientv3.WithLease(lease)); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// TestStatusSkippedKeys: an agent whose status key lists skipped keys
+// (it serves refused values) is shown with them, and status --max-lag
+// and --wait-converged count it as not converged (exit 5) whatever its
+// revision, naming the node and the keys; once its status has none, the
+// wait converges.
+func TestStatusSkippedKeys(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	lease := grantLease(t)
+	const ahead = 1 << 40 // a revision no write reaches: lag 0 throughout
+	e.putAgentStatus(routing.AgentStatus{Node: "node-a", Revision: ahead, Connected: true}, lease)
+	e.putAgentStatus(routing.AgentStatus{Node: "node-b", Revision: ahead, Connected: true, Skipped: 2,
+		SkippedKeys: []string{"policy/residency", "routes/PL"}}, lease)
+	keys := make([]string, routing.MaxStatusSkippedKeys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("routes/X%d", i)
+	}
+	e.putAgentStatus(routing.AgentStatus{Node: "node-c", Revision: ahead, Connected: true, Skipped: 12, SkippedKeys: keys}, lease)
+
+	table := e.must(ExitOK, "status").stdout
+	if !strings.Contains(table, "SKIPPED") || !regexp.MustCompile(`node-b .*2: policy/residency, routes/PL`).MatchString(table) ||
+		!regexp.MustCompile(`node-a .* -\n`).MatchString(table) {
+		t.Fatalf("status table:\n%s", table)
+	}
+	var fleet store.Fleet
+	mustJSON(t, e.must(ExitOK, "status", "-o", "json").stdout, &fleet)
+	if b := fleet.Agents[1]; b.Node != "node-b" || b.Skipped != 2 || len(b.SkippedKeys) != 2 || b.Lag != 0 {
+		t.Fatalf("status -o json: %+v", fleet.Agents)
+	}
+	for _, maxLag := range []string{"0", "1000"} {
+		r := e.must(ExitNotConverged, "status", "--max-lag", maxLag)
+		if !strings.Contains(r.stderr, fmt.Sprintf("node-b@%d serving refused values of 2 key(s): policy/residency, routes/PL", ahead)) ||
+			!strings.Contains(r.stderr, "12 key(s): routes/X0, ") || !strings.Contains(r.stderr, "routes/X9 and 2 more") ||
+			strings.Contains(r.stderr, "node-a") {
+			t.Fatalf("status --max-lag %s: %s", maxLag, r)
+		}
+	}
+	r := e.must(ExitNotConverged, "pool", "set", "eu-central", "--attr", "x=1", "--wait-converged=1s")
+	if !strings.Contains(r.stderr, "node-b@") || !strings.Contains(r.stderr, "policy/residency, routes/PL") || strings.Contains(r.stderr, "node-a") {
+		t.Fatalf("--wait-converged with an agent serving refused values: %s", r)
+	}
+	e.putAgentStatus(routing.AgentStatus{Node: "node-b", Revision: ahead, Connected: true}, lease)
+	e.putAgentStatus(routing.AgentStatus{Node: "node-c", Revision: ahead, Connected: true}, lease)
+	e.must(ExitOK, "pool", "set", "eu-central", "--attr", "x=2", "--wait-converged=10s")
+	e.must(ExitOK, "status", "--max-lag", "0")
 }

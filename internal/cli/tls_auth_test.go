@@ -89,8 +89,10 @@ func TestTLS(t *testing.T) {
 // TestAuth: against an etcd with TLS and authentication on, a user whose
 // role has readwrite on the prefix writes with --user and
 // REGIONCTL_PASSWORD (or --user name:password); a wrong password, a
-// missing user and a prefix outside the role exit 1 naming the user and
-// the endpoint, and write nothing.
+// missing user and a prefix outside the role exit 1 naming the user (or
+// the certificate's CN), the endpoint and, for a write verb refused its
+// first read, what a write needs and the role that holds it; they write
+// nothing.
 func TestAuth(t *testing.T) {
 	t.Parallel()
 	certs := devetcd.NewTestCerts(t)
@@ -148,10 +150,14 @@ func TestAuth(t *testing.T) {
 			"regionctl: authentication failed for user " + a.User + " at " + ep},
 		{"unknown user", map[string]string{"REGIONCTL_PASSWORD": "x"}, append(flags, "--user", "mallory"),
 			"regionctl: authentication failed for user mallory at " + ep},
+		// Without --user, etcd takes the client certificate's CN as the
+		// user: no such user exists.
 		{"no user", nil, flags,
-			"regionctl: etcd at " + ep + " refused to read " + prefix + "/routing/epoch without a user: etcdserver: permission denied (etcd has authentication on: set --user)"},
+			"regionctl: permission denied for user " + devetcd.TestClientCN + " at " + ep + ": read " + prefix + "/routing/epoch needs readwrite on " +
+				prefix + "/routing/ and " + prefix + "/audit/ (role regiond-operator): etcdserver: permission denied"},
 		{"prefix outside the role", pw, append(tlsFlags(srv, certs, "/elsewhere"), "--user", a.User),
-			"regionctl: permission denied for user " + a.User + " at " + ep + " reading /elsewhere/routing/epoch: etcdserver: permission denied"},
+			"regionctl: permission denied for user " + a.User + " at " + ep + ": read /elsewhere/routing/epoch needs readwrite on " +
+				"/elsewhere/routing/ and /elsewhere/audit/ (role regiond-operator): etcdserver: permission denied"},
 	} {
 		r, took := runEnv(tc.env, append(tc.args, "pool", "undrain", "eu-north", "--reason", "z")...)
 		if r.code != ExitRefused || !strings.Contains(r.stderr, tc.want) || took > 10*time.Second {

@@ -83,6 +83,7 @@ func (e *committedError) Unwrap() error { return e.err }
 // runWrite sends one write through the store, prints the diff and the new
 // epoch, and waits for convergence when asked.
 func (a *app) runWrite(ctx context.Context, w writeOpts, build buildFunc) error {
+	a.writing(w)
 	st, err := a.store(ctx)
 	if err != nil {
 		return err
@@ -112,6 +113,14 @@ func (a *app) runWrite(ctx context.Context, w writeOpts, build buildFunc) error 
 		hook()
 	}
 	return a.afterCommit(ctx, st, res, w)
+}
+
+// writing makes a refused probe name what a write needs (a dry run only
+// reads): set before the first a.store of a write verb.
+func (a *app) writing(w writeOpts) {
+	if !w.dryRun {
+		a.probeNeeds = store.Roles.CommitNeeds
+	}
 }
 
 // afterCommit waits for convergence when asked and prints the result of a

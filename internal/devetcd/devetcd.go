@@ -156,10 +156,19 @@ func (s *Server) Client() (*clientv3.Client, error) { return s.ClientAs("", "") 
 // ClientAs is Client authenticated as user with password (an empty user
 // means no authentication).
 func (s *Server) ClientAs(user, password string) (*clientv3.Client, error) {
+	return s.client(s.dialTLS, user, password)
+}
+
+// ClientTLS is Client dialing with tc instead of ClientTLS.Dial, without a
+// user: with authentication on, etcd takes the common name of tc's client
+// certificate as the user.
+func (s *Server) ClientTLS(tc *tls.Config) (*clientv3.Client, error) { return s.client(tc, "", "") }
+
+func (s *Server) client(tc *tls.Config, user, password string) (*clientv3.Client, error) {
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   s.Endpoints,
 		DialTimeout: 5 * time.Second,
-		TLS:         s.dialTLS,
+		TLS:         tc,
 		Username:    user,
 		Password:    password,
 		Logger:      zap.NewNop(),

@@ -13,6 +13,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
+	"sync"
 	"testing"
 	"time"
 )
@@ -31,6 +33,12 @@ type TestCerts struct {
 	// ClientCertFile and ClientKeyFile are a client certificate (common
 	// name TestClientCN) and its key, for --cert and --key.
 	ClientCertFile, ClientKeyFile string
+
+	mu     sync.Mutex // guards serial
+	ca     *x509.Certificate
+	caKey  *ecdsa.PrivateKey
+	now    time.Time
+	serial int64
 }
 
 // TestClientCN is the common name of the client certificate of
@@ -80,53 +88,91 @@ func WriteTestCerts(dir string) (*TestCerts, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create CA certificate: %w", err)
 	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
+	if c.ca, err = x509.ParseCertificate(caDER); err != nil {
 		return nil, err
 	}
+	c.caKey, c.now, c.serial = caKey, now, 1
 	if err := writePEM(c.CAFile, "CERTIFICATE", caDER); err != nil {
 		return nil, err
 	}
-	leaf := func(serial int64, cn string, usage []x509.ExtKeyUsage, dns []string, ips []net.IP, certFile, keyFile string) error {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			return err
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial),
-			Subject:      pkix.Name{CommonName: cn},
-			NotBefore:    now.Add(-time.Hour),
-			NotAfter:     now.Add(24 * time.Hour),
-			KeyUsage:     x509.KeyUsageDigitalSignature,
-			ExtKeyUsage:  usage,
-			DNSNames:     dns,
-			IPAddresses:  ips,
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			return fmt.Errorf("create certificate %s: %w", cn, err)
-		}
-		keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-		if err != nil {
-			return err
-		}
-		if err := writePEM(certFile, "CERTIFICATE", der); err != nil {
-			return err
-		}
-		return writePEM(keyFile, "PRIVATE KEY", keyDER)
-	}
 	// The server certificate may also act as a client (etcd dials itself
 	// with it in some set-ups).
-	if err := leaf(2, "localhost", []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	if err := c.leaf("localhost", []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		[]string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
 		c.ServerCertFile, c.ServerKeyFile); err != nil {
 		return nil, err
 	}
-	if err := leaf(3, TestClientCN, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil, nil,
+	if err := c.leaf(TestClientCN, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil, nil,
 		c.ClientCertFile, c.ClientKeyFile); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// leaf writes a certificate for cn signed by the CA, and its key.
+func (c *TestCerts) leaf(cn string, usage []x509.ExtKeyUsage, dns []string, ips []net.IP, certFile, keyFile string) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(c.nextSerial()),
+		Subject:      pkix.Name{CommonName: cn},
+		NotBefore:    c.now.Add(-time.Hour),
+		NotAfter:     c.now.Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  usage,
+		DNSNames:     dns,
+		IPAddresses:  ips,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.ca, &key.PublicKey, c.caKey)
+	if err != nil {
+		return fmt.Errorf("create certificate %s: %w", cn, err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return err
+	}
+	if err := writePEM(certFile, "CERTIFICATE", der); err != nil {
+		return err
+	}
+	return writePEM(keyFile, "PRIVATE KEY", keyDER)
+}
+
+func (c *TestCerts) nextSerial() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.serial++
+	return c.serial
+}
+
+// ClientCert is a client certificate of TestCerts and its key.
+type ClientCert struct {
+	// CN is the certificate's common name: the etcd user it
+	// authenticates as, with authentication on.
+	CN                string
+	CertFile, KeyFile string
+}
+
+// IssueClient writes a client certificate with common name cn, signed by
+// the CA, into Dir. With authentication on, etcd takes cn as the user of
+// requests that carry no user token.
+func (c *TestCerts) IssueClient(cn string) (ClientCert, error) {
+	if c.caKey == nil {
+		return ClientCert{}, fmt.Errorf("devetcd: IssueClient %s: the CA key is not loaded", cn)
+	}
+	name := fmt.Sprintf("client-%s-%d", nonFileChars.ReplaceAllString(cn, "_"), c.nextSerial())
+	cc := ClientCert{CN: cn, CertFile: filepath.Join(c.Dir, name+".pem"), KeyFile: filepath.Join(c.Dir, name+"-key.pem")}
+	if err := c.leaf(cn, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil, nil, cc.CertFile, cc.KeyFile); err != nil {
+		return ClientCert{}, err
+	}
+	return cc, nil
+}
+
+// TLSConfig returns a client TLS config that trusts caFile and presents
+// the certificate.
+func (cc ClientCert) TLSConfig(caFile string) (*tls.Config, error) {
+	return clientTLS(caFile, cc.CertFile, cc.KeyFile)
 }
 
 // ServerTLS returns the TLS settings of a server that uses the server
@@ -143,20 +189,26 @@ func (c *TestCerts) ServerTLS() (*TLS, error) {
 // ClientTLSConfig returns a client TLS config that trusts the CA and
 // presents the client certificate.
 func (c *TestCerts) ClientTLSConfig() (*tls.Config, error) {
-	caPEM, err := os.ReadFile(c.CAFile)
+	return clientTLS(c.CAFile, c.ClientCertFile, c.ClientKeyFile)
+}
+
+func clientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
+	caPEM, err := os.ReadFile(caFile)
 	if err != nil {
 		return nil, err
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, fmt.Errorf("%s: no certificate", c.CAFile)
+		return nil, fmt.Errorf("%s: no certificate", caFile)
 	}
-	pair, err := tls.LoadX509KeyPair(c.ClientCertFile, c.ClientKeyFile)
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
 		return nil, err
 	}
 	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
 }
+
+var nonFileChars = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
 
 func writePEM(path, typ string, der []byte) error {
 	b := pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})

@@ -62,12 +62,30 @@ const (
 // keys under prefix, and returns the users.
 func EnableTestAuth(t testing.TB, srv *Server, prefix string) Auth {
 	t.Helper()
+	return enableTestAuth(t, srv, Auth{RootPassword: TestRootPassword, User: TestUser, Password: TestPassword, Prefix: prefix})
+}
+
+// EnableTestRootAuth turns on authentication on srv with user root
+// (TestRootPassword) alone, and returns a client of root closed when the
+// test ends.
+func EnableTestRootAuth(t testing.TB, srv *Server) *clientv3.Client {
+	t.Helper()
+	enableTestAuth(t, srv, Auth{RootPassword: TestRootPassword})
+	root, err := srv.ClientAs("root", TestRootPassword)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	return root
+}
+
+func enableTestAuth(t testing.TB, srv *Server, a Auth) Auth {
+	t.Helper()
 	cli, err := srv.Client()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	a := Auth{RootPassword: TestRootPassword, User: TestUser, Password: TestPassword, Prefix: prefix}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := EnableAuth(ctx, cli, a); err != nil {

@@ -3,7 +3,10 @@ package devetcd
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -128,4 +131,79 @@ func TestTLSWithAuth(t *testing.T) {
 	if _, err := cli.Put(ctx, "/regiond/v1/agents/n", "x"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestIssueClientCertIsUser: with authentication on, a client certificate
+// from IssueClient authenticates as the user of its common name: it may do
+// what that user's role allows and nothing else; a certificate whose
+// common name is no user is refused.
+func TestIssueClientCertIsUser(t *testing.T) {
+	certs := NewTestCerts(t)
+	srv := NewTestTLS(t, certs)
+	root := EnableTestRootAuth(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, step := range []func() error{
+		func() error { _, err := root.RoleAdd(ctx, "app-rw"); return err },
+		func() error {
+			_, err := root.RoleGrantPermission(ctx, "app-rw", "/app/", clientv3.GetPrefixRangeEnd("/app/"), clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		},
+		func() error {
+			_, err := root.UserAddWithOptions(ctx, "app-user", "", &clientv3.UserAddOptions{NoPassword: true})
+			return err
+		},
+		func() error { _, err := root.UserGrantRole(ctx, "app-user", "app-rw"); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	client := func(cn string) *clientv3.Client {
+		cc, err := certs.IssueClient(cn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cc.CN != cn || certCN(t, cc.CertFile) != cn {
+			t.Fatalf("certificate %s: CN %q, want %q", cc.CertFile, certCN(t, cc.CertFile), cn)
+		}
+		tc, err := cc.TLSConfig(certs.CAFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cli, err := srv.ClientTLS(tc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cli.Close() })
+		return cli
+	}
+	user := client("app-user")
+	if _, err := user.Put(ctx, "/app/k", "v"); err != nil {
+		t.Fatalf("put by the certificate's user in its prefix: %v", err)
+	}
+	if _, err := user.Put(ctx, "/other/k", "v"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Fatalf("put outside the user's prefix: %v, want permission denied", err)
+	}
+	if _, err := client("nobody").Get(ctx, "/app/k"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Fatalf("get with a certificate whose CN is no user: %v, want permission denied", err)
+	}
+}
+
+// certCN returns the common name of the certificate in a PEM file.
+func certCN(t *testing.T, file string) string {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		t.Fatalf("%s: no PEM block", file)
+	}
+	c, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Subject.CommonName
 }

@@ -75,7 +75,7 @@ func (s *Store) epochAt(ctx context.Context, rev int64) (int64, error) {
 		return 0, fmt.Errorf("read the epoch at revision %d: %w", rev, ErrCompacted)
 	}
 	if err != nil {
-		return 0, s.rpcErr(fmt.Sprintf("read the epoch at revision %d", rev), err)
+		return 0, s.permErr(fmt.Sprintf("read %s at revision %d", s.ks.Epoch(), rev), err, s.roles.ReadNeed(s.ks.Epoch()))
 	}
 	if len(resp.Kvs) == 0 {
 		return 0, nil
@@ -97,11 +97,16 @@ func agentInfo(key, node string, value []byte, want int64) AgentInfo {
 	return a
 }
 
-// Lagging returns the agents more than maxLag revisions behind.
-func (f *Fleet) Lagging(maxLag int64) []AgentInfo {
+// Converged reports whether the agent is at most maxLag revisions behind
+// and serves no refused value: an agent with skipped keys may serve a last
+// good value (or nothing) where another agent serves something else.
+func (a AgentInfo) Converged(maxLag int64) bool { return a.Lag <= maxLag && a.Skipped == 0 }
+
+// Unconverged returns the agents that are not Converged(maxLag).
+func (f *Fleet) Unconverged(maxLag int64) []AgentInfo {
 	var out []AgentInfo
 	for _, a := range f.Agents {
-		if a.Lag > maxLag {
+		if !a.Converged(maxLag) {
 			out = append(out, a)
 		}
 	}

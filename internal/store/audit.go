@@ -29,7 +29,7 @@ func (s *Store) History(ctx context.Context, limit int64) ([]AuditEntry, error) 
 	defer cancel()
 	resp, err := s.cli.Get(rctx, prefix, opts...)
 	if err != nil {
-		return nil, s.rpcErr("read audit records", err)
+		return nil, s.permErr("read the audit records "+prefix, err, s.roles.ReadNeed(prefix))
 	}
 	out := make([]AuditEntry, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
@@ -50,7 +50,7 @@ func (s *Store) AuditRecord(ctx context.Context, epoch int64) (AuditEntry, error
 	key := s.ks.Audit(epoch)
 	resp, err := s.cli.Get(rctx, key)
 	if err != nil {
-		return AuditEntry{}, s.rpcErr("read audit record of epoch "+fmt.Sprint(epoch), err)
+		return AuditEntry{}, s.permErr(fmt.Sprintf("read the audit record of epoch %d (%s)", epoch, key), err, s.roles.ReadNeed(key))
 	}
 	if len(resp.Kvs) == 0 {
 		return AuditEntry{}, fmt.Errorf("audit record of epoch %d: %w (only the newest %d are kept)", epoch, ErrNotFound, s.opts.AuditKeep)

@@ -21,8 +21,8 @@ const (
 )
 
 // WaitConverged returns once every live agent's status key says revision
-// rev or later (an agent whose key disappears is dead and no longer waited
-// for). It learns the agents' progress from one watch on <root>/agents/
+// rev or later and no skipped keys (an agent whose key disappears is dead
+// and no longer waited for). It learns the agents' progress from one watch on <root>/agents/
 // and one Get (see round), and returns on the event that completes the
 // set. It relists only when that watch ends (no leader, a closed stream);
 // a read that gets no answer is retried until ctx ends.
@@ -57,7 +57,7 @@ type convergeWait struct {
 	rev     int64
 	start   time.Time
 	agents  map[string]AgentInfo
-	behind  map[string]bool // the keys of agents before rev
+	behind  map[string]bool // the keys of agents before rev or with skipped keys
 	listed  bool            // agents holds a listing
 	lastErr error           // the error that ended the previous round
 }
@@ -94,7 +94,7 @@ func (w *convergeWait) round(ctx context.Context) (bool, error) {
 	}
 	for wr := range wch {
 		if err := wr.Err(); err != nil {
-			return false, fmt.Errorf("watch %s: %w: %w", prefix, errWatchEnded, err)
+			return false, w.watchErr(err)
 		}
 		for _, ev := range wr.Events {
 			switch {
@@ -135,7 +135,7 @@ func (w *convergeWait) watch(ctx context.Context) (clientv3.WatchChan, context.C
 	case !ok:
 		err = fmt.Errorf("watch %s: %w: closed before it was created", prefix, errWatchEnded)
 	case wr.Err() != nil:
-		err = fmt.Errorf("watch %s: %w: %w", prefix, errWatchEnded, wr.Err())
+		err = w.watchErr(wr.Err())
 	}
 	if err != nil {
 		cancel()
@@ -144,17 +144,28 @@ func (w *convergeWait) watch(ctx context.Context) (clientv3.WatchChan, context.C
 	return wch, cancel, nil
 }
 
+// watchErr is the error of a watch that ended with err: a relist may get
+// past it, unless etcd refused the watch (a *PermissionError).
+func (w *convergeWait) watchErr(err error) error {
+	prefix := w.s.ks.AgentsPrefix()
+	if isPermissionDenied(err) {
+		return w.s.permErr("watch "+prefix, err, w.s.roles.ReadNeed(prefix))
+	}
+	return fmt.Errorf("watch %s: %w: %w", prefix, errWatchEnded, err)
+}
+
 func (w *convergeWait) put(key string, value []byte) {
 	a := agentInfo(key, strings.TrimPrefix(key, w.s.ks.AgentsPrefix()), value, w.rev)
 	w.agents[key] = a
-	if a.Lag > 0 {
+	if !a.Converged(0) {
 		w.behind[key] = true
 	} else {
 		delete(w.behind, key)
 	}
 }
 
-// converged reports whether every agent seen is at rev or later.
+// converged reports whether every agent seen is at rev or later and
+// serves no refused value.
 func (w *convergeWait) converged() bool { return len(w.behind) == 0 }
 
 // retryable tells the errors that another round may get past: a watch

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/keyspace"
 	"github.com/regiond/regiond/internal/tcpproxy"
 	"github.com/regiond/regiond/routing"
 )
@@ -153,5 +155,23 @@ func TestWaitConvergedLearnsFromWatch(t *testing.T) {
 	putStatus(ctx, t, cli, s, "node-c", res.Revision+5)
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWaitConvergedRefused: a user that may not read agents/ gets a
+// *NotConvergedError whose Err is a *PermissionError naming the watch and
+// the roles that may read it, not a retry until the deadline.
+func TestWaitConvergedRefused(t *testing.T) {
+	t.Parallel()
+	sec := devetcd.NewTestSecure(t, "/regiond/v1/routing/") // readwrite routing/ only
+	s := New(sec.Client, keyspace.Default(), Options{User: sec.Auth.User, RequestTimeout: 2 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := s.WaitConverged(ctx, 1)
+	var nc *NotConvergedError
+	var pe *PermissionError
+	if !errors.As(err, &nc) || !errors.As(nc.Err, &pe) || !nc.Unknown ||
+		!strings.Contains(err.Error(), "watch /regiond/v1/agents/ needs read on /regiond/v1/agents/ (role regiond-viewer or regiond-operator)") {
+		t.Fatalf("WaitConverged without read on agents/: %v", err)
 	}
 }

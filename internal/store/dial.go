@@ -35,6 +35,12 @@ type DialConfig struct {
 	// unreachable cluster, or one without a leader, is reported at once.
 	// Empty skips the probe.
 	ProbeKey string
+	// ProbeNeeds are the permissions named when etcd refuses the probe
+	// (a *PermissionError): what the caller's job needs, which includes
+	// reading ProbeKey. Empty: Roles.ReadNeed(ProbeKey).
+	ProbeNeeds []Grant
+	// Roles name the roles that hold ProbeNeeds in a *PermissionError.
+	Roles Roles
 	// DialOptions are added to the client's gRPC dial options (tests
 	// inject network faults through an interceptor).
 	DialOptions []grpc.DialOption
@@ -79,37 +85,37 @@ func Dial(ctx context.Context, c DialConfig) (*clientv3.Client, error) {
 		if isUnreachable(err) {
 			return nil, &UnreachableError{Endpoints: c.Endpoints, Err: fmt.Errorf("no answer within %s: %w", c.DialTimeout, err)}
 		}
-		if errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrUserEmpty) {
-			return nil, &AuthError{User: c.Username, Endpoints: c.Endpoints, Key: c.ProbeKey, Err: err}
+		needs := c.ProbeNeeds
+		if len(needs) == 0 {
+			needs = []Grant{c.Roles.ReadNeed(c.ProbeKey)}
 		}
-		return nil, fmt.Errorf("first request to etcd at %v: %w", c.Endpoints, err)
+		return nil, permissionError(c.user(), c.Endpoints, c.Roles, "read "+c.ProbeKey, false, err, needs,
+			func(string, error) error { return fmt.Errorf("first request to etcd at %v: %w", c.Endpoints, err) })
 	}
 	return cli, nil
 }
 
-// AuthError means etcd answered but refused who we are: a wrong user or
-// password, no user where etcd requires one, or a user without read
-// permission on the probed key.
+// AuthError means etcd refused to log the user in: a wrong user or
+// password. (A user that lacks a permission gets a *PermissionError.)
 type AuthError struct {
-	// User is the etcd user ("" when none was given).
 	User      string
 	Endpoints []string
-	// Key is the key that could not be read; empty when authentication
-	// itself failed.
-	Key string
-	Err error
+	Err       error
 }
 
 // Error names the user, the endpoints and what to check.
 func (e *AuthError) Error() string {
-	at := strings.Join(e.Endpoints, ",")
-	switch {
-	case e.Key == "":
-		return fmt.Sprintf("authentication failed for user %s at %s: %v (check --user and its password)", e.User, at, e.Err)
-	case e.User == "":
-		return fmt.Sprintf("etcd at %s refused to read %s without a user: %v (etcd has authentication on: set --user)", at, e.Key, e.Err)
+	return fmt.Sprintf("authentication failed for user %s at %s: %v (check --user and its password)",
+		e.User, strings.Join(e.Endpoints, ","), e.Err)
+}
+
+// user is the etcd user of the connection: Username, else the common
+// name of the client certificate.
+func (c DialConfig) user() string {
+	if c.Username != "" {
+		return c.Username
 	}
-	return fmt.Sprintf("permission denied for user %s at %s reading %s: %v (the user's role needs readwrite on the whole --prefix)", e.User, at, e.Key, e.Err)
+	return CertUser(c.Cert, c.Key)
 }
 
 // Unwrap returns the underlying error.

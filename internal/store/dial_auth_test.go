@@ -9,10 +9,13 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/keyspace"
 )
 
 // TestDialTLSAndAuth: Dial reaches an etcd with TLS, client certificates
-// and authentication on; refusals of the user are *AuthError (not
+// and authentication on; a refused login is an *AuthError, a refused
+// probe a *PermissionError naming the user (or the certificate's CN), the
+// key, what the job needs and the roles that hold it (never an
 // *UnreachableError), keeping etcd's error in the chain.
 func TestDialTLSAndAuth(t *testing.T) {
 	t.Parallel()
@@ -34,27 +37,43 @@ func TestDialTLSAndAuth(t *testing.T) {
 	}
 	cli.Close()
 
+	other, _ := keyspace.New("/other")
 	for _, tc := range []struct {
 		name, user, password, probe string
+		roles                       Roles
+		needs                       []Grant
 		is                          error
+		login                       bool // an *AuthError, else a *PermissionError
 		want                        string
 	}{
-		{name: "wrong password", user: a.User, password: "wrong", is: rpctypes.ErrAuthFailed,
+		{name: "wrong password", user: a.User, password: "wrong", is: rpctypes.ErrAuthFailed, login: true,
 			want: "authentication failed for user " + a.User + " at " + srv.Endpoints[0]},
-		{name: "no user", is: rpctypes.ErrPermissionDenied, want: "without a user"},
-		{name: "outside the role", user: a.User, password: a.Password, probe: "/other/routing/epoch",
-			is: rpctypes.ErrPermissionDenied, want: "permission denied for user " + a.User},
+		// The client certificate's CN is no etcd user.
+		{name: "no user", is: rpctypes.ErrPermissionDenied,
+			want: "permission denied for user " + devetcd.TestClientCN + " at " + srv.Endpoints[0] + ": read /regiond/v1/routing/epoch"},
+		{name: "outside the role", user: a.User, password: a.Password, probe: "/other/routing/epoch", roles: NewRoles(other, ""),
+			is: rpctypes.ErrPermissionDenied,
+			want: "permission denied for user " + a.User + " at " + srv.Endpoints[0] + ": read /other/routing/epoch needs read on /other/routing/ " +
+				"(role regiond-viewer or regiond-operator): etcdserver: permission denied"},
+		{name: "a write job", user: a.User, password: a.Password, probe: "/other/routing/epoch", roles: NewRoles(other, "x-"),
+			needs: NewRoles(other, "x-").CommitNeeds(), is: rpctypes.ErrPermissionDenied,
+			want: "read /other/routing/epoch needs readwrite on /other/routing/ and /other/audit/ (role x-operator)"},
 	} {
 		c := base
-		c.Username, c.Password = tc.user, tc.password
+		c.Username, c.Password, c.Roles, c.ProbeNeeds = tc.user, tc.password, tc.roles, tc.needs
 		if tc.probe != "" {
 			c.ProbeKey = tc.probe
 		}
 		_, err := Dial(ctx, c)
 		var ae *AuthError
+		var pe *PermissionError
 		var ue *UnreachableError
-		if !errors.As(err, &ae) || errors.As(err, &ue) || !errors.Is(err, tc.is) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: got %v, want *AuthError wrapping %v with %q", tc.name, err, tc.is, tc.want)
+		typed := errors.As(err, &pe)
+		if tc.login {
+			typed = errors.As(err, &ae)
+		}
+		if !typed || errors.As(err, &ue) || !errors.Is(err, tc.is) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want an error wrapping %v with %q", tc.name, err, tc.is, tc.want)
 		}
 	}
 }

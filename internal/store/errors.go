@@ -66,11 +66,14 @@ func (e *UnreachableError) Error() string {
 func (e *UnreachableError) Unwrap() error { return e.Err }
 
 // NotConvergedError means some live agents did not reach a revision in
-// time, or their status could not be read.
+// time or serve refused values (skipped keys), or their status could not
+// be read.
 type NotConvergedError struct {
 	Revision int64
 	Waited   time.Duration
-	Lagging  []AgentInfo
+	// Lagging are the agents not converged: behind Revision, or with
+	// skipped keys.
+	Lagging []AgentInfo
 	// Err is what failed, when a read of the agents' status failed (the
 	// last such failure when the wait ended on its deadline); nil when the
 	// agents were read and some simply lag.
@@ -91,10 +94,18 @@ func (e *NotConvergedError) Error() string {
 		msg += "the agents' status keys could not be read"
 	} else {
 		names := make([]string, len(e.Lagging))
+		skipping := false
 		for i, a := range e.Lagging {
 			names[i] = fmt.Sprintf("%s@%d", a.Node, a.Revision)
+			if a.Skipped > 0 {
+				names[i] += " serving refused values of " + skippedString(a.AgentStatus)
+				skipping = true
+			}
 		}
-		msg += fmt.Sprintf("%d agent(s) behind: %s", len(e.Lagging), strings.Join(names, ", "))
+		msg += fmt.Sprintf("%d agent(s) behind or serving refused values: %s", len(e.Lagging), strings.Join(names, "; "))
+		if skipping {
+			msg += " (fix or delete those keys: regionctl validate names what is wrong with them)"
+		}
 	}
 	if e.Err != nil {
 		msg += fmt.Sprintf(" (last error: %v)", e.Err)
@@ -104,6 +115,28 @@ func (e *NotConvergedError) Error() string {
 
 // Unwrap returns Err.
 func (e *NotConvergedError) Unwrap() error { return e.Err }
+
+// skippedString is "2 key(s): policy/residency, routes/PL", with "and N
+// more" when the status names only the first keys.
+func skippedString(a routing.AgentStatus) string {
+	s := fmt.Sprintf("%d key(s)", a.Skipped)
+	if len(a.SkippedKeys) > 0 {
+		s += ": " + strings.Join(a.SkippedKeys, ", ")
+	}
+	if more := a.Skipped - len(a.SkippedKeys); more > 0 && len(a.SkippedKeys) > 0 {
+		s += fmt.Sprintf(" and %d more", more)
+	}
+	return s
+}
+
+// SkippedString describes an agent's skipped keys for a table: "-" when
+// none, else "2: policy/residency, routes/PL".
+func SkippedString(a routing.AgentStatus) string {
+	if a.Skipped == 0 {
+		return "-"
+	}
+	return strings.Replace(skippedString(a), " key(s)", "", 1)
+}
 
 // rpcErr wraps an etcd request error with what was being done, turning
 // "no answer" errors into *UnreachableError.

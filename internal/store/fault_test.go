@@ -209,7 +209,7 @@ func TestFleetReadErrors(t *testing.T) {
 	faulty := New(faultClient(t, srv, f), s.Keyspace(), Options{RequestTimeout: 300 * time.Millisecond})
 	fleet, err := faulty.Fleet(ctx)
 	var ue *UnreachableError
-	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "read the epoch") {
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "read "+epochKey+" at revision") {
 		t.Fatalf("Fleet with the epoch read failing: %+v %v", fleet, err)
 	}
 	if fleet, err := s.Fleet(ctx); err != nil || fleet.Epoch != 1 {

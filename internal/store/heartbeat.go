@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -25,7 +26,9 @@ type HeartbeatConfig struct {
 // Heartbeat keeps <root>/routing/health/<pool>/<instance> alive under a
 // concurrency.Session until ctx ends, then revokes the lease so the marker
 // disappears at once. When the lease is lost (etcd unreachable past the
-// TTL), it grants a new one and writes the marker again.
+// TTL), it grants a new one and writes the marker again. It needs nothing
+// but readwrite on <root>/routing/health/<pool>/ (Roles.Origin); a
+// refused put is a *PermissionError, returned at once.
 func (s *Store) Heartbeat(ctx context.Context, c HeartbeatConfig) error {
 	rel := routing.HealthKey(c.Pool, c.Instance)
 	if _, err := routing.ParseKey(rel); err != nil {
@@ -39,6 +42,10 @@ func (s *Store) Heartbeat(ctx context.Context, c HeartbeatConfig) error {
 	bo := backoff.New(200*time.Millisecond, 5*time.Second)
 	for {
 		sess, err := s.heartbeatSession(ctx, ttl, s.ks.RoutingKey(rel), string(val))
+		var pe *PermissionError
+		if errors.As(err, &pe) {
+			return fmt.Errorf("heartbeat: %w", err) // a retry cannot fix it
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -57,7 +64,8 @@ func (s *Store) Heartbeat(ctx context.Context, c HeartbeatConfig) error {
 		select {
 		case <-ctx.Done():
 			if err := sess.Close(); err != nil {
-				return s.rpcErr("heartbeat: revoke lease", err)
+				key := s.ks.RoutingKey(rel)
+				return s.writeErr("heartbeat: revoke the lease of "+key, err, s.roles.WriteNeed(key))
 			}
 			s.log.Info("heartbeat stopped, lease revoked", "key", rel)
 			return nil
@@ -85,7 +93,7 @@ func (s *Store) heartbeatSession(ctx context.Context, ttl int, key, val string) 
 	}
 	if _, err := s.cli.Put(rctx, key, val, clientv3.WithLease(sess.Lease())); err != nil {
 		sess.Close()
-		return nil, s.rpcErr("put "+key, err)
+		return nil, s.writeErr("put "+key, err, s.roles.WriteNeed(key))
 	}
 	return sess, nil
 }

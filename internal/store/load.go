@@ -81,6 +81,7 @@ func (s *Store) LoadAt(ctx context.Context, rev int64) (*State, error) {
 // keys and the revision read at.
 func (s *Store) getRange(ctx context.Context, key, end string, rev int64, extra ...clientv3.OpOption) ([]*mvccpb.KeyValue, int64, error) {
 	var out []*mvccpb.KeyValue
+	start := key
 	for {
 		opts := append([]clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(s.opts.PageSize)}, extra...)
 		if rev > 0 {
@@ -93,7 +94,7 @@ func (s *Store) getRange(ctx context.Context, key, end string, rev int64, extra 
 			return nil, 0, fmt.Errorf("read %s at revision %d: %w", key, rev, ErrCompacted)
 		}
 		if err != nil {
-			return nil, 0, s.rpcErr("read "+key, err)
+			return nil, 0, s.permErr("read "+start, err, s.roles.ReadNeed(start))
 		}
 		if rev == 0 {
 			rev = resp.Header.Revision

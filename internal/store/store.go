@@ -32,14 +32,21 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives warnings and retries; nil discards them.
 	Logger *slog.Logger
+	// User is the etcd user named in a *PermissionError (the --user, or
+	// the common name of the client certificate).
+	User string
+	// RolePrefix starts the role names that a *PermissionError suggests
+	// (empty: DefaultRolePrefix).
+	RolePrefix string
 }
 
 // Store reads and writes the routing state of one keyspace.
 type Store struct {
-	cli  *clientv3.Client
-	ks   keyspace.Space
-	opts Options
-	log  *slog.Logger
+	cli   *clientv3.Client
+	ks    keyspace.Space
+	opts  Options
+	log   *slog.Logger
+	roles Roles
 }
 
 // New returns a store on an open client; the caller owns and closes cli.
@@ -63,11 +70,14 @@ func New(cli *clientv3.Client, ks keyspace.Space, opts Options) *Store {
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
 	}
-	return &Store{cli: cli, ks: ks, opts: opts, log: lg}
+	return &Store{cli: cli, ks: ks, opts: opts, log: lg, roles: NewRoles(ks, opts.RolePrefix)}
 }
 
 // Client returns the etcd client of the store.
 func (s *Store) Client() *clientv3.Client { return s.cli }
+
+// Roles returns the roles of the store's keyspace.
+func (s *Store) Roles() Roles { return s.roles }
 
 // Keyspace returns the key layout of the store.
 func (s *Store) Keyspace() keyspace.Space { return s.ks }

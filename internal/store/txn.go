@@ -72,6 +72,8 @@ func (s *Store) runTxn(ctx context.Context, st *State, ops []op, t *txnPlan) (in
 	resp, err := s.cli.Txn(rctx).If(t.cmps...).Then(t.then...).
 		Else(clientv3.OpGet(s.ks.Epoch()), s.opFirstAuditFrom(t.epoch)).Commit()
 	switch {
+	case err != nil && isPermissionDenied(err):
+		return 0, s.writeErr(fmt.Sprintf("commit epoch %d", t.epoch), err, s.roles.CommitNeeds()...)
 	case err != nil && notApplied(err):
 		return 0, s.rpcErr(fmt.Sprintf("commit epoch %d: refused by etcd, nothing written", t.epoch), err)
 	case err != nil:

@@ -1,0 +1,268 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/regiond/regiond/internal/keyspace"
+	"github.com/regiond/regiond/internal/store"
+)
+
+// authOpts are the flags of auth roles and auth apply.
+type authOpts struct {
+	operators, viewers []string
+	agents, origins    []string // NODE[=USER], POOL[=USER]
+	passwords          bool
+	dryRun             bool
+	revokeExtra        bool
+}
+
+const authLong = `auth prints (roles) or makes (apply) the etcd roles and users that give
+each of regiond's jobs what it needs under --prefix, and nothing more:
+
+  regiond-operator       regionctl's writes: readwrite <root>/routing/,
+                         <root>/audit/, <root>/locks/; read <root>/agents/
+                         (it cannot forge an agent's status)
+  regiond-viewer         regionctl's reads (get, diff, history, status,
+                         resolve, every --dry-run): read <root>/
+  regiond-agent-NODE     the agent of one router node: read <root>/routing/,
+                         readwrite the key <root>/agents/NODE alone
+  regiond-origin-POOL    regionctl heartbeat POOL: readwrite
+                         <root>/routing/health/POOL/ alone
+
+No agent or origin can change the routing policy: a compromised router node
+or origin host cannot rewrite residency, pools or routes. Each node has its
+own role, so one node cannot delete or forge another node's status.
+
+Users are created without a password (etcdctl user add --no-password): in
+production they authenticate with client certificates. Run etcd with
+--client-cert-auth --trusted-ca-file=ca.pem; give each user a certificate
+whose common name (CN) is the user's name; etcd takes the CN of a verified
+client certificate as the user of every request that carries no password
+login. With --passwords, apply gives each user it adds a generated password,
+printed once.
+
+Role names start with --role-prefix (regiond-): give each deployment
+(--prefix) in one etcd its own.
+Managing roles and users needs etcd's root role (or authentication still
+off). To turn authentication on: etcdctl user add root && etcdctl user
+grant-role root root && etcdctl auth enable.`
+
+func (a *app) authCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "auth",
+		Short: "Least-privilege etcd roles and users for operators, viewers, agents and origins",
+		Long:  authLong,
+		Example: `  regionctl auth roles --operator alice --viewer grafana --agent edge-fra-1 --origin eu-central
+  regionctl --user root auth apply --operator alice --agent edge-fra-1 --agent edge-waw-1 --dry-run`,
+		RunE: groupRun,
+	}
+	cmd.AddCommand(a.authRolesCmd(), a.authApplyCmd())
+	return cmd
+}
+
+func addAuthFlags(cmd *cobra.Command, o *authOpts) {
+	f := cmd.Flags()
+	f.StringSliceVar(&o.operators, "operator", nil, "user of role regiond-operator (repeatable, or comma-separated)")
+	f.StringSliceVar(&o.viewers, "viewer", nil, "user of role regiond-viewer (repeatable)")
+	f.StringSliceVar(&o.agents, "agent", nil, "NODE[=USER]: the agent of node NODE (its --node), as USER (default: the role's name, regiond-agent-NODE)")
+	f.StringSliceVar(&o.origins, "origin", nil, "POOL[=USER]: an origin of pool POOL, as USER (default: regiond-origin-POOL); repeat for several users")
+	f.BoolVar(&o.passwords, "passwords", false, "give new users a generated password (printed once) instead of none (client certificates)")
+}
+
+func (a *app) authRolesCmd() *cobra.Command {
+	var o authOpts
+	cmd := &cobra.Command{
+		Use:   "roles [--operator USER] [--viewer USER] [--agent NODE[=USER]] [--origin POOL[=USER]]",
+		Short: "Print the roles and users as etcdctl commands; contacts no etcd",
+		Long:  "roles prints, as the etcdctl commands that create them, every role and user of the flags. It\ncontacts no etcd and changes nothing: regionctl auth apply makes the same changes.\n\n" + authLong,
+		Example: `  regionctl auth roles --operator alice --viewer grafana --agent edge-fra-1 --origin eu-central
+  regionctl auth roles --prefix /staging/v1 --role-prefix regiond-staging- --agent edge-fra-1`,
+		Args: exactArgs(0, "no arguments (roles and users are flags)"),
+	}
+	addAuthFlags(cmd, &o)
+	cmd.RunE = a.verb(func(_ context.Context, _ *cobra.Command, _ []string) error {
+		plan, err := a.authPlan(o)
+		if err != nil {
+			return err
+		}
+		steps, err := plan.Steps(nil, o.passwords, false)
+		if err != nil {
+			return err
+		}
+		return a.printAuth(authResult{Prefix: a.prefix, AuthPlan: plan, Steps: stepsOut(steps), DryRun: true}, plan)
+	})
+	return cmd
+}
+
+func (a *app) authApplyCmd() *cobra.Command {
+	var o authOpts
+	cmd := &cobra.Command{
+		Use:   "apply [--operator USER] [--viewer USER] [--agent NODE[=USER]] [--origin POOL[=USER]] [--dry-run]",
+		Short: "Make the roles and users in etcd (idempotent); needs etcd's root role",
+		Long: `apply reads the roles and users of the flags from etcd and makes what is
+missing, through etcd's auth API; it prints each change as its etcdctl
+command. A re-run changes nothing. A role or user of the flags that holds
+more than its job (another permission, another role) is refused, nothing
+changed, unless --revoke-extra revokes the extras. Users that exist keep
+their password. --dry-run prints the changes and makes none.
+
+` + authLong,
+		Example: `  regionctl --user root auth apply --operator alice --viewer grafana --agent edge-fra-1 --origin eu-central
+  regionctl --user root auth apply --agent edge-fra-1 --dry-run`,
+		Args: exactArgs(0, "no arguments (roles and users are flags)"),
+	}
+	addAuthFlags(cmd, &o)
+	f := cmd.Flags()
+	f.BoolVar(&o.dryRun, "dry-run", false, "print the changes as etcdctl commands and make none")
+	f.BoolVar(&o.revokeExtra, "revoke-extra", false, "revoke permissions and roles the roles and users hold beyond their job")
+	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, _ []string) error {
+		return a.runAuthApply(ctx, o)
+	})
+	return cmd
+}
+
+func (a *app) runAuthApply(ctx context.Context, o authOpts) error {
+	plan, err := a.authPlan(o)
+	if err != nil {
+		return err
+	}
+	a.probe = func(keyspace.Space) string { return "" } // root need not read regiond's keys
+	st, err := a.store(ctx)
+	if err != nil {
+		return err
+	}
+	cur, err := st.ReadAuth(ctx, plan)
+	if err != nil {
+		return err
+	}
+	steps, err := plan.Steps(cur, o.passwords, o.revokeExtra)
+	var extra *store.ExtraGrantsError
+	if errors.As(err, &extra) {
+		return fmt.Errorf("%w (revoke them with --revoke-extra, or give the job another user)", err)
+	}
+	if err != nil {
+		return err
+	}
+	res := authResult{Prefix: a.prefix, AuthPlan: plan, Steps: stepsOut(steps), DryRun: o.dryRun}
+	if !o.dryRun && len(steps) > 0 {
+		res.Passwords, err = st.ApplyAuth(ctx, steps)
+		if err != nil {
+			return err
+		}
+		res.Applied = true
+	}
+	return a.printAuth(res, plan)
+}
+
+// authPlan builds the plan of the flags.
+func (a *app) authPlan(o authOpts) (*store.AuthPlan, error) {
+	ks, err := keyspace.New(a.prefix)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	spec := store.RoleSpec{Operators: o.operators, Viewers: o.viewers}
+	if spec.Agents, err = bindings("--agent", o.agents); err != nil {
+		return nil, err
+	}
+	if spec.Origins, err = bindings("--origin", o.origins); err != nil {
+		return nil, err
+	}
+	plan, err := store.NewRoles(ks, a.rolePrefix).Plan(spec)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return plan, nil
+}
+
+// bindings parses NAME[=USER] values of flag.
+func bindings(flag string, vals []string) ([]store.Binding, error) {
+	out := make([]store.Binding, 0, len(vals))
+	for _, v := range vals {
+		name, user, hasUser := strings.Cut(v, "=")
+		if name == "" || hasUser && user == "" {
+			return nil, usagef("%s %q: want NAME or NAME=USER", flag, v)
+		}
+		out = append(out, store.Binding{Name: name, User: user})
+	}
+	return out, nil
+}
+
+// authStep is an AuthStep with its etcdctl command, for -o json.
+type authStep struct {
+	store.AuthStep
+	Etcdctl string `json:"etcdctl"`
+}
+
+func stepsOut(steps []store.AuthStep) []authStep {
+	out := make([]authStep, len(steps))
+	for i, s := range steps {
+		out[i] = authStep{AuthStep: s, Etcdctl: s.Etcdctl()}
+	}
+	return out
+}
+
+// authResult is the output of auth roles and auth apply.
+type authResult struct {
+	Prefix string `json:"prefix"`
+	*store.AuthPlan
+	// Steps are the changes: all of them for roles, what etcd lacked for apply.
+	Steps   []authStep `json:"steps"`
+	DryRun  bool       `json:"dry_run"`
+	Applied bool       `json:"applied"`
+	// Passwords are the generated passwords of the users apply added.
+	Passwords map[string]string `json:"passwords,omitempty"`
+}
+
+func (a *app) printAuth(res authResult, plan *store.AuthPlan) error {
+	return a.printer().print(res, func(w io.Writer) { printAuthTable(w, res, plan) })
+}
+
+func printAuthTable(w io.Writer, res authResult, plan *store.AuthPlan) {
+	jobs := map[string]string{}
+	for _, r := range plan.Roles {
+		jobs[r.Name] = r.Job
+	}
+	if len(res.Steps) > 0 {
+		fmt.Fprintf(w, "# etcd roles and users of regiond under %s, as etcdctl commands (run as etcd's root user)\n", res.Prefix)
+	}
+	usersShown := false
+	for _, s := range res.Steps {
+		switch {
+		case s.Op == store.OpRoleAdd:
+			fmt.Fprintf(w, "\n# %s: %s\n", s.Role, jobs[s.Role])
+		case strings.HasPrefix(s.Op, "user ") && !usersShown:
+			fmt.Fprintln(w, "\n# users")
+			usersShown = true
+		}
+		fmt.Fprintln(w, s.Etcdctl)
+	}
+	if len(res.Steps) > 0 {
+		fmt.Fprintln(w)
+	}
+	switch {
+	case len(res.Steps) == 0:
+		fmt.Fprintf(w, "# nothing to change: every role and user holds what its job needs under %s, and nothing more\n", res.Prefix)
+	case res.Applied:
+		fmt.Fprintf(w, "# applied %d change(s)\n", len(res.Steps))
+	case res.DryRun:
+		fmt.Fprintf(w, "# dry run: %d change(s); nothing changed\n", len(res.Steps))
+	}
+	if len(plan.Users) == 0 {
+		fmt.Fprintln(w, "# no users: add --operator USER, --viewer USER, --agent NODE or --origin POOL")
+	}
+	users := make([]string, 0, len(res.Passwords))
+	for u := range res.Passwords {
+		users = append(users, u)
+	}
+	sort.Strings(users)
+	for _, u := range users {
+		fmt.Fprintf(w, "# password of user %s: %s (shown once)\n", u, res.Passwords[u])
+	}
+}

@@ -1,0 +1,439 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/keyspace"
+	"github.com/regiond/regiond/routing"
+)
+
+// rbacPrefix is the --prefix of the role tests.
+const rbacPrefix = "/rbac/v1"
+
+// rbacEnv is an etcd with TLS (client certificates required) and
+// authentication on, whose roles and users were made by regionctl auth
+// apply, and a way to act as each user: with a password, or with a
+// client certificate whose CN is the user.
+type rbacEnv struct {
+	t         *testing.T
+	srv       *devetcd.Server
+	certs     *devetcd.TestCerts
+	root      *clientv3.Client
+	ks        keyspace.Space
+	passwords map[string]string // nil: users authenticate with certificates
+	certsOf   map[string]devetcd.ClientCert
+}
+
+// rbacUsers are the users of the role tests, one per job.
+var rbacUsers = []string{"--operator", "op", "--viewer", "view", "--agent", "n1", "--origin", "eu-central"}
+
+// Users the role tests act as.
+const (
+	rbacOperator = "op"
+	rbacViewer   = "view"
+	rbacAgent    = "regiond-agent-n1"
+	rbacOrigin   = "regiond-origin-eu-central"
+)
+
+// newRBACEnv starts the etcd, turns authentication on (root alone) and
+// runs regionctl auth apply as root; with passwords the users get
+// generated passwords, else none (certificates).
+func newRBACEnv(t *testing.T, passwords bool) *rbacEnv {
+	t.Helper()
+	certs := devetcd.NewTestCerts(t)
+	srv := devetcd.NewTestTLS(t, certs)
+	e := &rbacEnv{t: t, srv: srv, certs: certs, root: devetcd.EnableTestRootAuth(t, srv), certsOf: map[string]devetcd.ClientCert{}}
+	e.ks, _ = keyspace.New(rbacPrefix)
+	args := append(e.rootFlags(), append([]string{"auth", "apply", "-o", "json"}, rbacUsers...)...)
+	if passwords {
+		args = append(args, "--passwords")
+	}
+	r, _ := runEnv(nil, args...)
+	var res authResult
+	if r.code != ExitOK || json.Unmarshal([]byte(r.stdout), &res) != nil || !res.Applied || len(res.Steps) != 20 {
+		t.Fatalf("auth apply: %s", r)
+	}
+	if passwords {
+		e.passwords = res.Passwords
+		if len(e.passwords) != 4 {
+			t.Fatalf("generated passwords: %v", e.passwords)
+		}
+	}
+	return e
+}
+
+func (e *rbacEnv) rootFlags() []string {
+	return append(tlsFlags(e.srv, e.certs, rbacPrefix), "--user", "root:"+devetcd.TestRootPassword)
+}
+
+// cert returns the client certificate whose CN is user (issued once).
+func (e *rbacEnv) cert(user string) devetcd.ClientCert {
+	e.t.Helper()
+	if cc, ok := e.certsOf[user]; ok {
+		return cc
+	}
+	cc, err := e.certs.IssueClient(user)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.certsOf[user] = cc
+	return cc
+}
+
+// flags are regionctl's connection flags acting as user.
+func (e *rbacEnv) flags(user string) []string {
+	if e.passwords != nil {
+		return append(tlsFlags(e.srv, e.certs, rbacPrefix), "--user", user+":"+e.passwords[user])
+	}
+	cc := e.cert(user)
+	return []string{"--endpoints", e.srv.Endpoints[0], "--cacert", e.certs.CAFile, "--cert", cc.CertFile, "--key", cc.KeyFile,
+		"--prefix", rbacPrefix}
+}
+
+// as runs regionctl as user.
+func (e *rbacEnv) as(user string, args ...string) result {
+	r, _ := runEnv(nil, append(e.flags(user), args...)...)
+	return r
+}
+
+// asResolve runs regionctl resolve as user: its own --key (the sticky
+// key) shadows the TLS --key, which goes in REGIONCTL_KEY instead.
+func (e *rbacEnv) asResolve(user string, args ...string) result {
+	flags := e.flags(user)
+	env := map[string]string{}
+	for i := 0; i < len(flags); i++ {
+		if flags[i] == "--key" {
+			env["REGIONCTL_KEY"] = flags[i+1]
+			flags = append(flags[:i:i], flags[i+2:]...)
+			break
+		}
+	}
+	r, _ := runEnv(env, append(flags, append([]string{"resolve"}, args...)...)...)
+	return r
+}
+
+// client returns an etcd client acting as user, closed when the test ends.
+func (e *rbacEnv) client(user string) *clientv3.Client {
+	e.t.Helper()
+	var cli *clientv3.Client
+	var err error
+	if e.passwords != nil {
+		cli, err = e.srv.ClientAs(user, e.passwords[user])
+	} else {
+		tc, terr := e.cert(user).TLSConfig(e.certs.CAFile)
+		if terr != nil {
+			e.t.Fatal(terr)
+		}
+		cli, err = e.srv.ClientTLS(tc)
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// kvState is every key under the prefix with its value and mod revision,
+// and the store's revision: what a refused request must leave unchanged.
+type kvState struct {
+	Revision int64
+	KVs      map[string]string
+}
+
+func (e *rbacEnv) state() kvState {
+	e.t.Helper()
+	resp, err := e.root.Get(context.Background(), rbacPrefix+"/", clientv3.WithPrefix())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	st := kvState{Revision: resp.Header.Revision, KVs: map[string]string{}}
+	for _, kv := range resp.Kvs {
+		st.KVs[string(kv.Key)] = fmt.Sprintf("%s@%d", kv.Value, kv.ModRevision)
+	}
+	return st
+}
+
+// TestRolesWithPasswords and TestRolesWithClientCerts: on an etcd with
+// TLS and authentication on, the roles and users that regionctl auth
+// apply made let each job do its work (a real agent included) and nothing
+// more, and a refused request changes nothing.
+func TestRolesWithPasswords(t *testing.T) {
+	t.Parallel()
+	testRoles(t, newRBACEnv(t, true))
+}
+
+func TestRolesWithClientCerts(t *testing.T) {
+	t.Parallel()
+	testRoles(t, newRBACEnv(t, false))
+}
+
+func testRoles(t *testing.T, e *rbacEnv) {
+	// A re-run of auth apply changes nothing: etcd's auth revision stays.
+	before, err := e.root.AuthStatus(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := runEnv(nil, append(e.rootFlags(), append([]string{"auth", "apply"}, rbacUsers...)...)...)
+	if r.code != ExitOK || !strings.Contains(r.stdout, "nothing to change") {
+		t.Fatalf("auth apply re-run: %s", r)
+	}
+	if after, err := e.root.AuthStatus(context.Background()); err != nil || after.AuthRevision != before.AuthRevision {
+		t.Fatalf("auth apply re-run moved the auth revision %d → %v (%v)", before.AuthRevision, after, err)
+	}
+	operatorJobs(t, e)
+	viewerJobs(t, e)
+	originJobs(t, e)
+	agentJobs(t, e)
+	refusals(t, e)
+	agentRuns(t, e)
+	extras(t, e)
+}
+
+// extras: a role granted by hand beyond a user's job is refused by auth
+// apply (nothing changed), shown by --dry-run --revoke-extra and revoked
+// by --revoke-extra.
+func extras(t *testing.T, e *rbacEnv) {
+	t.Helper()
+	if _, err := e.root.UserGrantRole(context.Background(), rbacViewer, "regiond-operator"); err != nil {
+		t.Fatal(err)
+	}
+	apply := func(extra ...string) result {
+		r, _ := runEnv(nil, append(e.rootFlags(), append(append([]string{"auth", "apply"}, rbacUsers...), extra...)...)...)
+		return r
+	}
+	before, _ := e.root.AuthStatus(context.Background())
+	if r := apply(); r.code != ExitRefused || !strings.Contains(r.stderr, "user view also holds role regiond-operator") ||
+		!strings.Contains(r.stderr, "--revoke-extra") {
+		t.Fatalf("auth apply with an extra role: %s", r)
+	}
+	revoke := "etcdctl user revoke-role view regiond-operator"
+	if r := apply("--revoke-extra", "--dry-run"); r.code != ExitOK || !strings.Contains(r.stdout, revoke) || !strings.Contains(r.stdout, "nothing changed") {
+		t.Fatalf("auth apply --revoke-extra --dry-run: %s", r)
+	}
+	if after, _ := e.root.AuthStatus(context.Background()); after.AuthRevision != before.AuthRevision {
+		t.Fatal("a refused or dry-run auth apply changed etcd's auth")
+	}
+	if r := apply("--revoke-extra"); r.code != ExitOK || !strings.Contains(r.stdout, revoke) {
+		t.Fatalf("auth apply --revoke-extra: %s", r)
+	}
+	if r := e.as(rbacViewer, "pool", "drain", "eu-central", "--reason", "v"); r.code != ExitRefused {
+		t.Fatalf("viewer write after the extra role was revoked: %s", r)
+	}
+}
+
+// TestAuthRoles: auth roles prints every role and user as etcdctl
+// commands without contacting etcd (the endpoint is dead), in JSON too;
+// bad names are usage errors; the help teaches the roles and the
+// certificate form.
+func TestAuthRoles(t *testing.T) {
+	t.Parallel()
+	dead := []string{"--endpoints", "127.0.0.1:1", "--dial-timeout", "100ms", "--prefix", "/fleet/v2", "--role-prefix", "rd-"}
+	r, _ := runEnv(nil, append(dead, "auth", "roles", "--agent", "edge-fra-1=fra1.example.net", "--origin", "eu-central", "--viewer", "grafana")...)
+	for _, want := range []string{
+		"# rd-agent-edge-fra-1: the regiond agent of node edge-fra-1\netcdctl role add rd-agent-edge-fra-1\n",
+		"etcdctl role grant-permission rd-agent-edge-fra-1 --prefix=true read /fleet/v2/routing/\n",
+		"etcdctl role grant-permission rd-agent-edge-fra-1 readwrite /fleet/v2/agents/edge-fra-1\n",
+		"etcdctl role grant-permission rd-origin-eu-central --prefix=true readwrite /fleet/v2/routing/health/eu-central/\n",
+		"etcdctl role grant-permission rd-operator --prefix=true read /fleet/v2/agents/\n",
+		"etcdctl user add fra1.example.net --no-password\netcdctl user grant-role fra1.example.net rd-agent-edge-fra-1\n",
+		"etcdctl user add grafana --no-password\netcdctl user grant-role grafana rd-viewer\n",
+	} {
+		if r.code != ExitOK || !strings.Contains(r.stdout, want) {
+			t.Fatalf("auth roles: want %q in %s", want, r)
+		}
+	}
+	r, _ = runEnv(nil, append(dead, "auth", "roles", "--operator", "alice", "--passwords", "-o", "json")...)
+	var res authResult
+	if r.code != ExitOK || json.Unmarshal([]byte(r.stdout), &res) != nil || len(res.Roles) != 2 || len(res.Users) != 1 ||
+		res.Steps[len(res.Steps)-2].Etcdctl != "etcdctl user add alice # prompts for the password" {
+		t.Fatalf("auth roles -o json: %s", r)
+	}
+	for _, args := range [][]string{{"--agent", "a/b"}, {"--operator", "root"}, {"--origin", "eu-central="}, {"--origin", "EU central"},
+		{"--agent", "n1=u", "--agent", "n2=u"}} {
+		if r, _ := runEnv(nil, append(dead, append([]string{"auth", "roles"}, args...)...)...); r.code != ExitUsage {
+			t.Errorf("auth roles %v: want exit 2, got %s", args, r)
+		}
+	}
+	r, _ = runEnv(nil, "auth", "apply", "--help")
+	for _, want := range []string{"regiond-origin-POOL", "readwrite the key <root>/agents/NODE alone", "--client-cert-auth",
+		"common name (CN)", "--no-password", "--revoke-extra", "--dry-run", "root role"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("auth apply --help lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}
+
+// operatorJobs: the operator writes (with the audit record naming it),
+// waits for convergence, reads history and status.
+func operatorJobs(t *testing.T, e *rbacEnv) {
+	t.Helper()
+	if r := e.as(rbacOperator, "apply", "-f", exampleConfig, "--reason", "seed"); r.code != ExitOK || !strings.Contains(r.stdout, "epoch 0 → 1") {
+		t.Fatalf("operator apply: %s", r)
+	}
+	if r := e.as(rbacOperator, "pool", "drain", "eu-north", "--reason", "x", "--wait-converged=10s"); r.code != ExitOK ||
+		!strings.Contains(r.stdout, "converged") {
+		t.Fatalf("operator drain --wait-converged: %s", r)
+	}
+	if r := e.as(rbacOperator, "boost", "KR", "--target", "kr-music=100", "--ttl", "1h", "--reason", "b"); r.code != ExitOK {
+		t.Fatalf("operator boost: %s", r)
+	}
+	for _, args := range [][]string{{"history"}, {"status"}, {"get", "pools"}} {
+		if r := e.as(rbacOperator, args...); r.code != ExitOK {
+			t.Fatalf("operator %v: %s", args, r)
+		}
+	}
+	resp, err := e.root.Get(context.Background(), e.ks.Audit(2))
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("audit 2: %v", err)
+	}
+	var rec routing.Audit
+	if err := json.Unmarshal(resp.Kvs[0].Value, &rec); err != nil || rec.User != rbacOperator {
+		t.Fatalf("audit record user %q (%v), want %s (the --user, or the certificate's CN)", rec.User, err, rbacOperator)
+	}
+}
+
+// viewerJobs: the viewer reads everything, dry runs included.
+func viewerJobs(t *testing.T, e *rbacEnv) {
+	t.Helper()
+	for _, args := range [][]string{{"get", "pools"}, {"status"}, {"history"},
+		{"pool", "drain", "eu-central", "--dry-run"}, {"diff", "-f", exampleConfig}, {"validate"}} {
+		if r := e.as(rbacViewer, args...); r.code != ExitOK {
+			t.Fatalf("viewer %v: %s", args, r)
+		}
+	}
+	if r := e.asResolve(rbacViewer, "DE", "--key", "v"); r.code != ExitOK || !strings.Contains(r.stdout, "edge-") {
+		t.Fatalf("viewer resolve: %s", r)
+	}
+}
+
+// originJobs: an origin keeps its pool's health key alive, and the key
+// goes when the heartbeat stops.
+func originJobs(t *testing.T, e *rbacEnv) {
+	t.Helper()
+	key := e.ks.RoutingKey(routing.HealthKey("eu-central", "fra-1"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan result, 1)
+	var out, errb bytes.Buffer
+	go func() {
+		args := append(e.flags(rbacOrigin), "heartbeat", "eu-central", "--instance", "fra-1", "--addr", "10.0.0.1:443", "--ttl", "5s")
+		code := run(ctx, args, &out, &errb, func(string) string { return "" })
+		done <- result{code: code}
+	}()
+	present := func() bool {
+		resp, err := e.root.Get(context.Background(), key)
+		return err == nil && len(resp.Kvs) == 1 && resp.Kvs[0].Lease != 0
+	}
+	if _, ok := waitFor(10*time.Second, present); !ok {
+		cancel()
+		<-done
+		t.Fatalf("origin heartbeat wrote no health key:\n%s%s", out.String(), errb.String())
+	}
+	cancel()
+	if r := <-done; r.code != ExitOK || present() {
+		t.Fatalf("origin heartbeat stopped: exit %d, key present %v:\n%s%s", r.code, present(), out.String(), errb.String())
+	}
+}
+
+// agentJobs: an agent's user reads the routing policy and puts its own
+// status key under a lease (what the agent does; TestAgentWithAgentRole
+// runs a real one).
+func agentJobs(t *testing.T, e *rbacEnv) {
+	t.Helper()
+	cli := e.client(rbacAgent)
+	ctx := context.Background()
+	if resp, err := cli.Get(ctx, e.ks.Routing(), clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || resp.Count == 0 {
+		t.Fatalf("agent reads routing/: %v %v", resp, err)
+	}
+	lease, err := cli.Grant(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, e.ks.Agent("n1"), `{"node":"n1"}`, clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatalf("agent puts its status key: %v", err)
+	}
+	if _, err := cli.Revoke(ctx, lease.ID); err != nil {
+		t.Fatalf("agent revokes its status key's lease: %v", err)
+	}
+}
+
+// refusals: each user is refused what its job does not need, with a
+// message naming the key, the permission and the role; nothing changes.
+func refusals(t *testing.T, e *rbacEnv) {
+	t.Helper()
+	before := e.state()
+	ctx := context.Background()
+	p := rbacPrefix
+	for _, tc := range []struct{ user, key string }{
+		{rbacAgent, p + "/routing/policy/residency"},
+		{rbacAgent, p + "/routing/pools/eu-central"},
+		{rbacAgent, p + "/agents/n2"},
+		{rbacAgent, p + "/audit/00000000000000000009"},
+		{rbacOrigin, p + "/routing/health/us-east/x"},
+		{rbacOrigin, p + "/routing/health/eu-central-2/x"},
+		{rbacOrigin, p + "/routing/pools/eu-central"},
+		{rbacViewer, p + "/routing/pools/eu-central"},
+		{rbacViewer, p + "/routing/health/eu-central/x"},
+		{rbacViewer, p + "/audit/00000000000000000009"},
+		{rbacViewer, p + "/agents/n1"},
+		{rbacViewer, p + "/locks/x"},
+		{rbacOperator, p + "/agents/n1"},
+	} {
+		if _, err := e.client(tc.user).Put(ctx, tc.key, `{"classes":{}}`); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+			t.Errorf("%s put %s: %v, want permission denied", tc.user, tc.key, err)
+		}
+	}
+	if _, err := e.client(rbacViewer).Delete(ctx, p+"/", clientv3.WithPrefix()); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Errorf("viewer delete of the prefix: %v, want permission denied", err)
+	}
+	if _, err := e.client(rbacAgent).Get(ctx, p+"/audit/", clientv3.WithPrefix()); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Errorf("agent read of audit/: %v, want permission denied", err)
+	}
+	ep := e.srv.Endpoints[0]
+	for _, tc := range []struct {
+		user string
+		args []string
+		want string
+	}{
+		{rbacViewer, []string{"pool", "drain", "eu-central", "--reason", "v"},
+			"regionctl: permission denied for user view at " + ep + ": commit epoch 4 needs readwrite on " + p + "/routing/ and " + p +
+				"/audit/ (role regiond-operator), nothing written: etcdserver: permission denied"},
+		{rbacOrigin, []string{"heartbeat", "us-east", "--instance", "x", "--addr", "a:1"},
+			"regionctl: permission denied for user regiond-origin-eu-central at " + ep + ": read " + p + "/routing/health/us-east/x needs readwrite on " +
+				p + "/routing/health/us-east/ (role regiond-origin-us-east or regiond-operator)"},
+		// The viewer may read the health key, not write it: refused at the
+		// put, at once (not retried until the heartbeat is stopped).
+		{rbacViewer, []string{"heartbeat", "eu-central", "--instance", "x", "--addr", "a:1"},
+			"regionctl: heartbeat: permission denied for user view at " + ep + ": put " + p + "/routing/health/eu-central/x needs readwrite on " +
+				p + "/routing/health/eu-central/ (role regiond-origin-eu-central or regiond-operator), nothing written"},
+		{rbacOrigin, []string{"get", "pools"},
+			"read " + p + "/routing/epoch needs read on " + p + "/routing/ (role regiond-viewer or regiond-operator)"},
+		{rbacAgent, []string{"route", "set", "PL", "--target", "eu-central=100", "--reason", "a"},
+			"regionctl: permission denied for user regiond-agent-n1 at " + ep + ": commit epoch 4 needs readwrite on " + p + "/routing/ and " +
+				p + "/audit/ (role regiond-operator), nothing written"},
+		{rbacOrigin, []string{"route", "set", "PL", "--target", "eu-central=100", "--reason", "a"},
+			"read " + p + "/routing/epoch needs readwrite on " + p + "/routing/ and " + p + "/audit/ (role regiond-operator)"},
+		{rbacAgent, []string{"history"}, "read the audit records " + p + "/audit/ needs read on " + p + "/audit/ (role regiond-viewer or regiond-operator)"},
+		{rbacOrigin, []string{"auth", "apply", "--viewer", "x"}, "needs etcd's root role"},
+	} {
+		r := e.as(tc.user, tc.args...)
+		if r.code != ExitRefused || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%s %v: want exit 1 with %q, got %s", tc.user, tc.args, tc.want, r)
+		}
+	}
+	if after := e.state(); !reflect.DeepEqual(after, before) {
+		t.Fatalf("refused requests changed etcd:\nbefore %+v\nafter  %+v", before, after)
+	}
+}

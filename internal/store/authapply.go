@@ -1,0 +1,281 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/authpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// The operations of an AuthStep, named as etcdctl names them.
+const (
+	OpRoleAdd          = "role add"
+	OpRoleGrant        = "role grant-permission"
+	OpRoleRevoke       = "role revoke-permission"
+	OpUserAdd          = "user add"
+	OpUserGrantRole    = "user grant-role"
+	OpUserRevokeRole   = "user revoke-role"
+	generatedPwEntropy = 18 // bytes of a generated password: 24 base64 characters
+)
+
+// AuthStep is one change of etcd's roles and users.
+type AuthStep struct {
+	Op    string `json:"op"`
+	Role  string `json:"role,omitempty"`
+	User  string `json:"user,omitempty"`
+	Grant *Grant `json:"grant,omitempty"`
+	// Password, on a user add, gives the user a generated password;
+	// without it the user has none (--no-password): it authenticates with
+	// a client certificate whose common name is the user's name.
+	Password bool `json:"password,omitempty"`
+}
+
+// Etcdctl returns the etcdctl command that makes the same change.
+func (s AuthStep) Etcdctl() string {
+	q := shellQuote
+	switch s.Op {
+	case OpRoleAdd:
+		return "etcdctl role add " + q(s.Role)
+	case OpRoleGrant:
+		g := *s.Grant
+		if g.Prefix() {
+			return fmt.Sprintf("etcdctl role grant-permission %s --prefix=true %s %s", q(s.Role), g.Access, q(g.Key))
+		}
+		return strings.TrimSpace(fmt.Sprintf("etcdctl role grant-permission %s %s %s %s", q(s.Role), g.Access, q(g.Key), q(g.End)))
+	case OpRoleRevoke:
+		g := *s.Grant
+		if g.Prefix() {
+			return fmt.Sprintf("etcdctl role revoke-permission %s --prefix=true %s", q(s.Role), q(g.Key))
+		}
+		return strings.TrimSpace(fmt.Sprintf("etcdctl role revoke-permission %s %s %s", q(s.Role), q(g.Key), q(g.End)))
+	case OpUserAdd:
+		if s.Password {
+			return "etcdctl user add " + q(s.User) + " # prompts for the password"
+		}
+		return "etcdctl user add " + q(s.User) + " --no-password"
+	case OpUserGrantRole, OpUserRevokeRole:
+		return fmt.Sprintf("etcdctl %s %s %s", s.Op, q(s.User), q(s.Role))
+	}
+	return "# unknown step " + s.Op
+}
+
+var shellSafe = regexp.MustCompile(`^[A-Za-z0-9_@%+=:,./-]+$`)
+
+// shellQuote quotes s for a POSIX shell when it needs it ("" stays "").
+func shellQuote(s string) string {
+	if s == "" || shellSafe.MatchString(s) {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// AuthState is what etcd holds of a plan's roles and users.
+type AuthState struct {
+	// Roles holds the grants of each role that exists.
+	Roles map[string][]Grant
+	// Users holds the roles of each user that exists.
+	Users map[string][]string
+}
+
+// ExtraGrantsError means a role or user of the plan holds more than the
+// plan gives it: a permission beyond the role's job, or another role.
+// Nothing was changed.
+type ExtraGrantsError struct {
+	// Extras describe each, e.g. "role regiond-viewer also holds readwrite on /x/".
+	Extras []string
+}
+
+// Error lists the extras.
+func (e *ExtraGrantsError) Error() string {
+	return "refused, nothing changed: " + strings.Join(e.Extras, "; ")
+}
+
+// Steps returns the changes that make cur hold the plan (nil cur: an
+// empty etcd), in order: roles, their grants, users, their roles. New
+// users get a generated password when passwords is set. A grant or role
+// that cur holds beyond the plan is an *ExtraGrantsError, unless
+// revokeExtra is set: then it is revoked.
+func (p *AuthPlan) Steps(cur *AuthState, passwords, revokeExtra bool) ([]AuthStep, error) {
+	if cur == nil {
+		cur = &AuthState{}
+	}
+	var steps []AuthStep
+	var extras []string
+	for _, r := range p.Roles {
+		have, ok := cur.Roles[r.Name]
+		if !ok {
+			steps = append(steps, AuthStep{Op: OpRoleAdd, Role: r.Name})
+		}
+		for _, g := range r.Grants {
+			if !slices.Contains(have, g) {
+				steps = append(steps, AuthStep{Op: OpRoleGrant, Role: r.Name, Grant: &g})
+			}
+		}
+		for _, h := range have {
+			if !slices.ContainsFunc(r.Grants, func(g Grant) bool { return g.Key == h.Key && g.End == h.End }) {
+				extras = append(extras, fmt.Sprintf("role %s also holds %s", r.Name, h))
+				steps = append(steps, AuthStep{Op: OpRoleRevoke, Role: r.Name, Grant: &h})
+			}
+		}
+	}
+	for _, u := range p.Users {
+		have, ok := cur.Users[u.Name]
+		if !ok {
+			steps = append(steps, AuthStep{Op: OpUserAdd, User: u.Name, Password: passwords})
+		}
+		for _, r := range u.Roles {
+			if !slices.Contains(have, r) {
+				steps = append(steps, AuthStep{Op: OpUserGrantRole, User: u.Name, Role: r})
+			}
+		}
+		for _, r := range have {
+			if !slices.Contains(u.Roles, r) {
+				extras = append(extras, fmt.Sprintf("user %s also holds role %s", u.Name, r))
+				steps = append(steps, AuthStep{Op: OpUserRevokeRole, User: u.Name, Role: r})
+			}
+		}
+	}
+	if len(extras) > 0 && !revokeExtra {
+		return nil, &ExtraGrantsError{Extras: extras}
+	}
+	return steps, nil
+}
+
+// ReadAuth reads the roles and users of plan as etcd holds them. It needs
+// etcd's root role once authentication is on.
+func (s *Store) ReadAuth(ctx context.Context, plan *AuthPlan) (*AuthState, error) {
+	st := &AuthState{Roles: map[string][]Grant{}, Users: map[string][]string{}}
+	for _, r := range plan.Roles {
+		rctx, cancel := s.reqCtx(ctx)
+		resp, err := s.cli.RoleGet(rctx, r.Name)
+		cancel()
+		if errors.Is(err, rpctypes.ErrRoleNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, s.authAdminErr("read role "+r.Name, err)
+		}
+		grants := make([]Grant, 0, len(resp.Perm))
+		for _, p := range resp.Perm {
+			grants = append(grants, Grant{Access: accessOf(p.PermType), Key: string(p.Key), End: string(p.RangeEnd)})
+		}
+		st.Roles[r.Name] = grants
+	}
+	for _, u := range plan.Users {
+		rctx, cancel := s.reqCtx(ctx)
+		resp, err := s.cli.UserGet(rctx, u.Name)
+		cancel()
+		if errors.Is(err, rpctypes.ErrUserNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, s.authAdminErr("read user "+u.Name, err)
+		}
+		roles := append([]string{}, resp.Roles...)
+		sort.Strings(roles)
+		st.Users[u.Name] = roles
+	}
+	return st, nil
+}
+
+func accessOf(t authpb.Permission_Type) Access {
+	switch t {
+	case authpb.READ:
+		return AccessRead
+	case authpb.WRITE:
+		return AccessWrite
+	}
+	return AccessReadWrite
+}
+
+func permType(a Access) clientv3.PermissionType {
+	switch a {
+	case AccessRead:
+		return clientv3.PermissionType(clientv3.PermRead)
+	case AccessWrite:
+		return clientv3.PermissionType(clientv3.PermWrite)
+	}
+	return clientv3.PermissionType(clientv3.PermReadWrite)
+}
+
+// ApplyAuth makes each change of steps in order and returns the
+// generated password of each user it added with one. A step whose object
+// appeared meanwhile (another apply) counts as done. On a failure it says
+// which step failed and how many were made: a re-run finishes the job.
+func (s *Store) ApplyAuth(ctx context.Context, steps []AuthStep) (map[string]string, error) {
+	passwords := map[string]string{}
+	for i, st := range steps {
+		pw, err := s.authStep(ctx, st)
+		if err != nil {
+			return passwords, fmt.Errorf("step %d of %d (%s) failed; the %d before it were made, re-run to finish: %w",
+				i+1, len(steps), st.Etcdctl(), i, err)
+		}
+		if pw != "" {
+			passwords[st.User] = pw
+		}
+	}
+	return passwords, nil
+}
+
+// authStep makes one change; it returns the password of a user it added
+// with one.
+func (s *Store) authStep(ctx context.Context, st AuthStep) (string, error) {
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	var err error
+	var pw string
+	switch st.Op {
+	case OpRoleAdd:
+		_, err = s.cli.RoleAdd(rctx, st.Role)
+		if errors.Is(err, rpctypes.ErrRoleAlreadyExist) {
+			err = nil
+		}
+	case OpRoleGrant:
+		_, err = s.cli.RoleGrantPermission(rctx, st.Role, st.Grant.Key, st.Grant.End, permType(st.Grant.Access))
+	case OpRoleRevoke:
+		_, err = s.cli.RoleRevokePermission(rctx, st.Role, st.Grant.Key, st.Grant.End)
+	case OpUserAdd:
+		opts := &clientv3.UserAddOptions{NoPassword: !st.Password}
+		if st.Password {
+			pw = newPassword()
+		}
+		_, err = s.cli.UserAddWithOptions(rctx, st.User, pw, opts)
+		if errors.Is(err, rpctypes.ErrUserAlreadyExist) {
+			err, pw = nil, "" // added meanwhile, with its own password
+		}
+	case OpUserGrantRole:
+		_, err = s.cli.UserGrantRole(rctx, st.User, st.Role)
+	case OpUserRevokeRole:
+		_, err = s.cli.UserRevokeRole(rctx, st.User, st.Role)
+	default:
+		err = fmt.Errorf("unknown step %q", st.Op)
+	}
+	if err != nil {
+		return "", s.authAdminErr(st.Op, err)
+	}
+	return pw, nil
+}
+
+// authAdminErr wraps an error of the auth API, saying that managing roles
+// and users needs the root role when etcd refused it.
+func (s *Store) authAdminErr(what string, err error) error {
+	if errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrUserEmpty) {
+		return fmt.Errorf("%s: %w (managing etcd's roles and users needs etcd's root role: run as root, e.g. --user root)", what, err)
+	}
+	return s.rpcErr(what, err)
+}
+
+func newPassword() string {
+	b := make([]byte, generatedPwEntropy)
+	rand.Read(b) // never fails (crypto/rand)
+	return base64.RawURLEncoding.EncodeToString(b)
+}

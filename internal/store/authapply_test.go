@@ -1,0 +1,114 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/keyspace"
+)
+
+// TestApplyAuth: on a real etcd, ApplyAuth of the steps from ReadAuth
+// makes every role and user of the plan (before authentication is on);
+// once it is on, root's re-read finds nothing to do and the auth revision
+// does not move; a generated password logs in; a non-root user is told
+// that managing roles needs the root role; a role granted by hand is
+// refused as an extra.
+func TestApplyAuth(t *testing.T) {
+	t.Parallel()
+	srv, err := devetcd.Start(context.Background(), devetcd.Config{Dir: t.TempDir(), BcryptCost: uint(bcrypt.MinCost)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ks := keyspace.Default()
+	plan, err := NewRoles(ks, "").Plan(RoleSpec{Operators: []string{"alice"}, Agents: []Binding{{Name: "n1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	anon := devetcd.NewTestClient(t, srv)
+	s := New(anon, ks, Options{})
+	cur, err := s.ReadAuth(ctx, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps, err := plan.Steps(cur, true, false)
+	if err != nil || len(steps) != 14 {
+		t.Fatalf("steps from an empty etcd: %d %v", len(steps), err)
+	}
+	pw, err := s.ApplyAuth(ctx, steps)
+	if err != nil || len(pw) != 2 || len(pw["alice"]) != 24 {
+		t.Fatalf("apply: %v %v", pw, err)
+	}
+	root := devetcd.EnableTestRootAuth(t, srv)
+	rs := New(root, ks, Options{})
+	before, err := root.AuthStatus(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, err = rs.ReadAuth(ctx, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if steps, err := plan.Steps(cur, true, false); err != nil || len(steps) != 0 {
+		t.Fatalf("re-read after apply: %v %v, want nothing to do", steps, err)
+	}
+	if after, err := root.AuthStatus(ctx); err != nil || after.AuthRevision != before.AuthRevision {
+		t.Fatalf("auth revision %d → %v (%v): a re-read changed etcd's auth", before.AuthRevision, after, err)
+	}
+
+	alice, err := srv.ClientAs("alice", pw["alice"])
+	if err != nil {
+		t.Fatalf("log in with the generated password: %v", err)
+	}
+	defer alice.Close()
+	if _, err := alice.Put(ctx, ks.RoutingKey("pools/x"), "{}"); err != nil {
+		t.Fatalf("operator put under routing/: %v", err)
+	}
+	_, err = New(alice, ks, Options{}).ReadAuth(ctx, plan)
+	if err == nil || !strings.Contains(err.Error(), "needs etcd's root role") {
+		t.Fatalf("ReadAuth as a non-root user: %v", err)
+	}
+
+	if _, err := root.RoleGrantPermission(ctx, "regiond-agent-n1", ks.Routing(), clientv3.GetPrefixRangeEnd(ks.Routing()),
+		clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.RoleGrantPermission(ctx, "regiond-agent-n1", ks.AgentsPrefix(), clientv3.GetPrefixRangeEnd(ks.AgentsPrefix()),
+		clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
+		t.Fatal(err)
+	}
+	cur, err = rs.ReadAuth(ctx, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = plan.Steps(cur, false, false)
+	var extra *ExtraGrantsError
+	if !errors.As(err, &extra) || len(extra.Extras) != 1 || !strings.Contains(extra.Extras[0], "readwrite on /regiond/v1/agents/") {
+		t.Fatalf("a role widened by hand: %v", err)
+	}
+	steps, err = plan.Steps(cur, false, true)
+	if err != nil || len(steps) != 2 { // read again on routing/, revoke agents/
+		t.Fatalf("with revokeExtra: %v %v", steps, err)
+	}
+	if _, err := rs.ApplyAuth(ctx, steps); err != nil {
+		t.Fatal(err)
+	}
+	cur, err = rs.ReadAuth(ctx, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, want := cur.Roles["regiond-agent-n1"], NewRoles(ks, "").Agent("n1").Grants
+	if len(got) != len(want) || !slices.Contains(got, want[0]) || !slices.Contains(got, want[1]) {
+		t.Fatalf("agent role after revoking the extras: %v, want %v", got, want)
+	}
+}

@@ -1,0 +1,128 @@
+package store
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+)
+
+// PermissionError means etcd refused a request for lack of permission:
+// the request changed nothing.
+type PermissionError struct {
+	// User is the etcd user refused: the --user, or the common name of the
+	// client certificate (CertUser); empty when there was neither.
+	User      string
+	Endpoints []string
+	// Op is the refused request: "read /regiond/v1/routing/",
+	// "put /regiond/v1/routing/health/eu-central/fra-1", "commit epoch 3".
+	Op string
+	// Needs are the permissions Op needs; Roles are the regiond roles
+	// (see Roles) that hold them all, least privileged first.
+	Needs []Grant
+	Roles []string
+	// Write is set when Op was a write: the message says nothing was written.
+	Write bool
+	Err   error
+}
+
+// Error names the user, the request, what it needs and the roles that
+// hold it.
+func (e *PermissionError) Error() string {
+	who := "for user " + e.User
+	if e.User == "" {
+		who = "without a user"
+	}
+	msg := fmt.Sprintf("permission denied %s at %s: %s needs %s", who, strings.Join(e.Endpoints, ","), e.Op, needsString(e.Needs))
+	switch len(e.Roles) {
+	case 0:
+	case 1:
+		msg += " (role " + e.Roles[0] + ")"
+	default:
+		msg += " (role " + strings.Join(e.Roles[:len(e.Roles)-1], ", ") + " or " + e.Roles[len(e.Roles)-1] + ")"
+	}
+	if e.Write {
+		msg += ", nothing written"
+	}
+	msg += ": " + e.Err.Error()
+	if e.User == "" {
+		msg += " (etcd has authentication on: set --user, or --cert with a certificate whose common name is an etcd user)"
+	}
+	return msg
+}
+
+// Unwrap returns etcd's error.
+func (e *PermissionError) Unwrap() error { return e.Err }
+
+// needsString is "readwrite on A and B", "read on A and readwrite on B".
+func needsString(needs []Grant) string {
+	var parts []string
+	for i, n := range needs {
+		if i > 0 && needs[i-1].Access == n.Access {
+			parts[len(parts)-1] += " and " + n.Where()
+			continue
+		}
+		parts = append(parts, n.String())
+	}
+	return strings.Join(parts, " and ")
+}
+
+// isPermissionDenied reports whether etcd refused a request for lack of
+// permission, or because it carried no user while authentication is on.
+func isPermissionDenied(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrUserEmpty) {
+		return true
+	}
+	// A watch that etcd refuses is cancelled with the text of the gRPC
+	// error as its reason ("rpc error: code = PermissionDenied desc = …").
+	desc := rpctypes.ErrorDesc(err)
+	return strings.HasSuffix(desc, rpctypes.ErrPermissionDenied.Error()) || strings.HasSuffix(desc, rpctypes.ErrUserEmpty.Error())
+}
+
+// permErr is rpcErr for a request that needs needs: a permission refusal
+// becomes a *PermissionError naming them and the roles that hold them.
+func (s *Store) permErr(what string, err error, needs ...Grant) error {
+	return permissionError(s.opts.User, s.opts.Endpoints, s.roles, what, false, err, needs, s.rpcErr)
+}
+
+// writeErr is permErr for a write.
+func (s *Store) writeErr(what string, err error, needs ...Grant) error {
+	return permissionError(s.opts.User, s.opts.Endpoints, s.roles, what, true, err, needs, s.rpcErr)
+}
+
+func permissionError(user string, eps []string, roles Roles, what string, write bool, err error, needs []Grant,
+	other func(string, error) error) error {
+	if err == nil {
+		return nil
+	}
+	if len(needs) == 0 || !isPermissionDenied(err) {
+		return other(what, err)
+	}
+	return &PermissionError{User: user, Endpoints: eps, Op: what, Needs: needs, Roles: roles.Holding(needs...),
+		Write: write, Err: err}
+}
+
+// CertUser returns the etcd user of a client certificate: with
+// authentication on (and --client-cert-auth), etcd takes the common name
+// of a verified client certificate as the user of a request that carries
+// no user token. Empty when certFile is empty or does not load.
+func CertUser(certFile, keyFile string) string {
+	if certFile == "" {
+		return ""
+	}
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil || len(pair.Certificate) == 0 {
+		return ""
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return ""
+	}
+	return leaf.Subject.CommonName
+}

@@ -1,0 +1,312 @@
+package store
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/regiond/regiond/internal/keyspace"
+	"github.com/regiond/regiond/routing"
+)
+
+// DefaultRolePrefix starts the names of regiond's etcd roles.
+const DefaultRolePrefix = "regiond-"
+
+// Access is an etcd key permission type.
+type Access string
+
+// The permission types of etcd, as etcdctl spells them.
+const (
+	AccessRead      Access = "read"
+	AccessWrite     Access = "write"
+	AccessReadWrite Access = "readwrite"
+)
+
+// covers reports whether holding a allows what b allows.
+func (a Access) covers(b Access) bool { return a == b || a == AccessReadWrite }
+
+// Grant is one key permission: Access on Key alone (End empty), or on the
+// range [Key, End). A prefix is the range [Key, clientv3.GetPrefixRangeEnd(Key)).
+type Grant struct {
+	Access Access `json:"access"`
+	Key    string `json:"key"`
+	End    string `json:"range_end,omitempty"`
+}
+
+// prefixGrant grants access on every key under prefix.
+func prefixGrant(a Access, prefix string) Grant {
+	return Grant{Access: a, Key: prefix, End: clientv3.GetPrefixRangeEnd(prefix)}
+}
+
+// Prefix reports whether g is on every key under Key.
+func (g Grant) Prefix() bool { return g.End != "" && g.End == clientv3.GetPrefixRangeEnd(g.Key) }
+
+// end is the exclusive end of g's range.
+func (g Grant) end() string {
+	if g.End == "" {
+		return g.Key + "\x00"
+	}
+	return g.End
+}
+
+// covers reports whether holding g allows everything n needs.
+func (g Grant) covers(n Grant) bool {
+	return g.Access.covers(n.Access) && g.Key <= n.Key && n.end() <= g.end()
+}
+
+// Where names g's keys: "/regiond/v1/routing/" (a prefix, ending in '/'),
+// "the key K", or "the range [K, E)".
+func (g Grant) Where() string {
+	switch {
+	case g.End == "":
+		return "the key " + g.Key
+	case g.Prefix():
+		return g.Key
+	}
+	return fmt.Sprintf("the range [%s, %s)", g.Key, g.End)
+}
+
+// String is "readwrite on /regiond/v1/routing/".
+func (g Grant) String() string { return string(g.Access) + " on " + g.Where() }
+
+// Role is an etcd role of regiond: its name, what job it is for and its
+// permissions.
+type Role struct {
+	Name   string  `json:"name"`
+	Job    string  `json:"job"`
+	Grants []Grant `json:"grants"`
+}
+
+// holds reports whether r's grants allow every one of needs.
+func (r Role) holds(needs []Grant) bool {
+	for _, n := range needs {
+		if !slices.ContainsFunc(r.Grants, func(g Grant) bool { return g.covers(n) }) {
+			return false
+		}
+	}
+	return true
+}
+
+// Roles are the least-privilege roles of one keyspace:
+//
+//	<p>operator      readwrite routing/, audit/, locks/; read agents/ (regionctl's writes)
+//	<p>viewer        read <root>/ (regionctl's reads, status)
+//	<p>agent-<node>  read routing/; readwrite the key agents/<node> (one router node)
+//	<p>origin-<pool> readwrite routing/health/<pool>/ (regionctl heartbeat of one pool)
+//
+// where <p> is the role prefix (DefaultRolePrefix).
+type Roles struct {
+	ks     keyspace.Space
+	prefix string
+}
+
+// NewRoles returns the roles of ks, named with prefix (empty: DefaultRolePrefix).
+func NewRoles(ks keyspace.Space, prefix string) Roles {
+	if prefix == "" {
+		prefix = DefaultRolePrefix
+	}
+	return Roles{ks: ks, prefix: prefix}
+}
+
+// Keyspace returns the key layout of the roles.
+func (r Roles) Keyspace() keyspace.Space { return r.ks }
+
+// Operator is the role of regionctl's writes. It may not write agents/:
+// an operator's user cannot forge an agent's status (and so a fleet's
+// convergence).
+func (r Roles) Operator() Role {
+	return Role{Name: r.prefix + "operator", Job: "regionctl's writes (apply, pool, route, boost, rollback) and reads",
+		Grants: []Grant{
+			prefixGrant(AccessReadWrite, r.ks.Routing()),
+			prefixGrant(AccessReadWrite, r.ks.AuditPrefix()),
+			prefixGrant(AccessReadWrite, r.ks.LocksPrefix()),
+			prefixGrant(AccessRead, r.ks.AgentsPrefix()),
+		}}
+}
+
+// Viewer is the role of regionctl's reads (get, diff, history, status,
+// resolve, every --dry-run).
+func (r Roles) Viewer() Role {
+	return Role{Name: r.prefix + "viewer", Job: "regionctl's reads (get, export, diff, history, status, resolve, --dry-run)",
+		Grants: []Grant{prefixGrant(AccessRead, r.ks.Root()+"/")}}
+}
+
+// Agent is the role of the agent of one router node: it reads the
+// routing policy and writes its own status key, nothing else. A role per
+// node (rather than readwrite on agents/) keeps a compromised node from
+// deleting or forging another node's status.
+func (r Roles) Agent(node string) Role {
+	return Role{Name: r.prefix + "agent-" + node, Job: "the regiond agent of node " + node,
+		Grants: []Grant{prefixGrant(AccessRead, r.ks.Routing()), {Access: AccessReadWrite, Key: r.ks.Agent(node)}}}
+}
+
+// Origin is the role of the origins of one pool: regionctl heartbeat
+// POOL writes its health markers and nothing else.
+func (r Roles) Origin(pool string) Role {
+	return Role{Name: r.prefix + "origin-" + pool, Job: "regionctl heartbeat " + pool + " (the pool's origins)",
+		Grants: []Grant{prefixGrant(AccessReadWrite, r.ks.RoutingKey(routing.HealthKey(pool, "")))}} // health/<pool>/
+}
+
+// CommitNeeds are the permissions of a guarded write (the Txn of Write):
+// readwrite on routing/ and on audit/.
+func (r Roles) CommitNeeds() []Grant {
+	return []Grant{prefixGrant(AccessReadWrite, r.ks.Routing()), prefixGrant(AccessReadWrite, r.ks.AuditPrefix())}
+}
+
+// ReadNeed is the permission a read of the range [key, end) needs, stated
+// as the section of the keyspace it lies in (routing/, audit/, agents/,
+// locks/, or the whole root).
+func (r Roles) ReadNeed(key string) Grant { return prefixGrant(AccessRead, r.section(key)) }
+
+// WriteNeed is the permission a write of key needs: readwrite on its
+// pool's health prefix for a health marker, else on its section.
+func (r Roles) WriteNeed(key string) Grant {
+	if pool, ok := r.healthPool(key); ok {
+		return r.Origin(pool).Grants[0]
+	}
+	return prefixGrant(AccessReadWrite, r.section(key))
+}
+
+// healthPool returns the pool of a key under routing/health/<pool>/.
+func (r Roles) healthPool(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, r.ks.RoutingKey("health/"))
+	if !ok {
+		return "", false
+	}
+	pool, _, ok := strings.Cut(rest, "/")
+	return pool, ok && pool != ""
+}
+
+func (r Roles) section(key string) string {
+	for _, p := range []string{r.ks.Routing(), r.ks.AuditPrefix(), r.ks.AgentsPrefix(), r.ks.LocksPrefix()} {
+		if strings.HasPrefix(key, p) {
+			return p
+		}
+	}
+	return r.ks.Root() + "/"
+}
+
+// Holding returns the names of the roles that allow every one of needs,
+// least privileged first: the origin role of a pool whose health prefix
+// a need names, the agent role of a node whose status key a need names,
+// then the viewer and the operator.
+func (r Roles) Holding(needs ...Grant) []string {
+	if r.prefix == "" {
+		return nil // the zero Roles: no keyspace
+	}
+	var cands []Role
+	for _, n := range needs {
+		if pool, ok := r.healthPool(n.Key); ok {
+			cands = append(cands, r.Origin(pool))
+		}
+		if node, ok := strings.CutPrefix(n.Key, r.ks.AgentsPrefix()); ok && node != "" && n.End == "" {
+			cands = append(cands, r.Agent(node))
+		}
+	}
+	cands = append(cands, r.Viewer(), r.Operator())
+	var out []string
+	for _, c := range cands {
+		if c.holds(needs) && !slices.Contains(out, c.Name) {
+			out = append(out, c.Name)
+		}
+	}
+	return out
+}
+
+// Binding gives a user the role of one node (an agent) or pool (origins).
+type Binding struct {
+	// Name is the node or the pool.
+	Name string `json:"name"`
+	User string `json:"user"`
+}
+
+// RoleSpec names the users of each job. An empty User of a Binding means
+// the role's own name (regiond-agent-<node>, regiond-origin-<pool>).
+type RoleSpec struct {
+	Operators, Viewers []string
+	Agents, Origins    []Binding
+}
+
+// User is an etcd user and the regiond roles it is to hold.
+type User struct {
+	Name  string   `json:"name"`
+	Roles []string `json:"roles"`
+}
+
+// AuthPlan is every role and user of a RoleSpec.
+type AuthPlan struct {
+	Roles []Role `json:"roles"`
+	Users []User `json:"users"`
+}
+
+// Plan returns the roles (operator and viewer always, one per agent node
+// and origin pool) and users of spec, or an error naming a bad name.
+func (r Roles) Plan(spec RoleSpec) (*AuthPlan, error) {
+	p := &AuthPlan{Roles: []Role{r.Operator(), r.Viewer()}}
+	users := map[string][]string{}
+	add := func(user string, role Role) {
+		if !slices.ContainsFunc(p.Roles, func(x Role) bool { return x.Name == role.Name }) {
+			p.Roles = append(p.Roles, role)
+		}
+		if !slices.Contains(users[user], role.Name) {
+			users[user] = append(users[user], role.Name)
+		}
+	}
+	for _, u := range spec.Operators {
+		add(u, r.Operator())
+	}
+	for _, u := range spec.Viewers {
+		add(u, r.Viewer())
+	}
+	agentOf := map[string]string{}
+	for _, b := range spec.Agents {
+		if err := checkNode(b.Name); err != nil {
+			return nil, err
+		}
+		role := r.Agent(b.Name)
+		user := cmp.Or(b.User, role.Name)
+		if prev, ok := agentOf[user]; ok && prev != b.Name {
+			return nil, fmt.Errorf("user %s would be the agent of both %s and %s: give each node its own user "+
+				"(one node's user must not write another node's status)", user, prev, b.Name)
+		}
+		agentOf[user] = b.Name
+		add(user, role)
+	}
+	for _, b := range spec.Origins {
+		if _, err := routing.ParseKey(routing.HealthKey(b.Name, "x")); err != nil {
+			return nil, fmt.Errorf("origin pool %q: %w", b.Name, err)
+		}
+		role := r.Origin(b.Name)
+		add(cmp.Or(b.User, role.Name), role)
+	}
+	for name, roles := range users {
+		if err := checkUser(name); err != nil {
+			return nil, err
+		}
+		sort.Strings(roles)
+		p.Users = append(p.Users, User{Name: name, Roles: roles})
+	}
+	sort.Slice(p.Users, func(i, j int) bool { return p.Users[i].Name < p.Users[j].Name })
+	return p, nil
+}
+
+func checkNode(node string) error {
+	if node == "" || strings.ContainsAny(node, "/ \t\n") {
+		return fmt.Errorf("agent node %q: want a non-empty name without '/' or spaces (the agent's --node)", node)
+	}
+	return nil
+}
+
+func checkUser(name string) error {
+	switch {
+	case name == "" || strings.ContainsAny(name, " \t\n:"):
+		return fmt.Errorf("user %q: want a non-empty name without spaces or ':'", name)
+	case name == "root":
+		return fmt.Errorf("user root: etcd's root user has every permission; give regiond's jobs their own users")
+	}
+	return nil
+}
