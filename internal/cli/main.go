@@ -21,6 +21,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
+	"github.com/regiond/regiond/internal/cmddocs"
 	"github.com/regiond/regiond/internal/keyspace"
 	"github.com/regiond/regiond/internal/store"
 )
@@ -101,7 +102,8 @@ REGIONCTL_PREFIX, …); the password of --user is read from REGIONCTL_PASSWORD.`
 	a.globalFlags(root.PersistentFlags())
 	root.AddCommand(a.getCmd(), a.exportCmd(), a.validateCmd(), a.diffCmd(), a.applyCmd(),
 		a.poolCmd(), a.routeCmd(), a.boostCmd(), a.historyCmd(), a.rollbackCmd(),
-		a.statusCmd(), a.resolveCmd(), a.heartbeatCmd())
+		a.statusCmd(), a.resolveCmd(), a.heartbeatCmd(), a.versionCmd())
+	cmddocs.Register(root)
 	return root
 }
 
