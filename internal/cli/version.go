@@ -23,7 +23,9 @@ func (a *app) versionCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Print regionctl's version (set at build time from the git tag or commit)",
-		Args:  exactArgs(0, "no arguments"),
+		Example: `  regionctl version
+  regionctl version -o json`,
+		Args: exactArgs(0, "no arguments"),
 		RunE: a.verb(func(context.Context, *cobra.Command, []string) error {
 			v := versionInfo{Version: version.String(), Go: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH}
 			return a.printer().print(v, func(w io.Writer) {

@@ -98,6 +98,36 @@ func candidates(e *routing.Effective) string {
 	return strings.Join(s, ", ")
 }
 
+// servingPool is the pool the map colors a country by: the candidate of
+// the highest weight (the first of equals), "" for NoRoute.
+func servingPool(e *routing.Effective) string {
+	best := -1
+	for i, c := range e.Candidates {
+		if best < 0 || c.Weight > e.Candidates[best].Weight {
+			best = i
+		}
+	}
+	if best < 0 {
+		return ""
+	}
+	return e.Candidates[best].Pool
+}
+
+// checkMap checks that each country's shape is colored as the legend
+// colors its serving pool in tb.
+func checkMap(ctx context.Context, t *testing.T, tb *routing.Table, ccs ...string) {
+	t.Helper()
+	for _, cc := range ccs {
+		want := servingPool(tb.Effective(cc))
+		got := eval[[]string](ctx, t, fmt.Sprintf(`(() => { const p = document.querySelector("#map path[data-cc=%s]");
+			const l = [...document.querySelectorAll("#map-legend .legend-item")].find(i => i.dataset.pool === p.dataset.pool);
+			return [p.dataset.pool, p.getAttribute("fill"), l ? l.dataset.color : "no legend"]; })()`, cc))
+		if got[0] != want || got[1] != got[2] {
+			t.Errorf("map: %s colored for pool %q (fill %s, the legend's %s), want %q", cc, got[0], got[1], got[2], want)
+		}
+	}
+}
+
 // screenshot keeps a picture of the page: in the test's artifact directory
 // with -artifacts (go test -artifacts -outputdir DIR), else under the
 // system's temporary directory, named in the log either way.
@@ -176,6 +206,10 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Errorf("KR under the boost shows %q, want kr-music=100", got)
 	}
 
+	// The map colors each country by its serving pool, as the legend says.
+	waitJS(ctx, t, "the map", `document.querySelectorAll("#map path[data-cc]").length > 150 && document.querySelector("#map path[data-cc=DE]").dataset.pool !== undefined`)
+	checkMap(ctx, t, tb, "DE", "KR", "US", "JP")
+
 	// The boost, with its time left counting down from about an hour.
 	waitJS(ctx, t, "the boost's time left", `(document.querySelector("#boosts td.left") || {}).textContent.match(/^(59m|1h 0m)/)`)
 	if got := text(ctx, t, "#boosts tbody tr td:nth-child(2)"); got != "KR" {
@@ -201,6 +235,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if got := text(ctx, t, `#countries tr[data-cc="DE"] td.reasons`); !strings.Contains(got, "pool-draining:eu-central") {
 		t.Errorf("DE after the drain: degraded %q, want pool-draining:eu-central", got)
 	}
+	checkMap(ctx, t, drained, "DE", "PL", "FR")
 
 	// The filter keeps the matching rows only.
 	if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS("#filter"), "kr-music")); err != nil {

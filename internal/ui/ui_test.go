@@ -171,6 +171,39 @@ func TestPageServedSelfContained(t *testing.T) {
 	}
 }
 
+// The embedded map names countries only by codes the resolver knows.
+func TestMapCountryCodes(t *testing.T) {
+	b, err := os.ReadFile("assets/world/world-110m.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var topo struct {
+		Objects struct {
+			Countries struct {
+				Geometries []struct{ ID, Type string }
+			}
+		}
+	}
+	if err := json.Unmarshal(b, &topo); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, g := range topo.Objects.Countries.Geometries {
+		if g.ID != "" && (!routing.IsCountry(g.ID) || seen[g.ID]) {
+			t.Errorf("map shape %q: not an ISO 3166-1 alpha-2 code of routing, or twice", g.ID)
+		}
+		seen[g.ID] = true
+	}
+	for _, cc := range []string{"DE", "PL", "US", "BR", "JP", "KR", "IN", "AU", "FR", "GB"} {
+		if !seen[cc] {
+			t.Errorf("map has no shape for %s", cc)
+		}
+	}
+	if len(seen) < 170 {
+		t.Errorf("map has %d countries, want the 170-odd of Natural Earth's 1:110m", len(seen))
+	}
+}
+
 // The node endpoint names this agent and reads the snapshot file's header.
 func TestNodeEndpoint(t *testing.T) {
 	n := startNode(t, nil)

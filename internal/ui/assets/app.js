@@ -126,6 +126,7 @@
     nr.textContent = noRoute.length + ' with no route: ' + noRoute.join(' ');
     applyFilter();
     renderPools();
+    renderMap();
     state.renders++;
     document.body.dataset.revision = String(t.revision);
   }
@@ -141,6 +142,100 @@
       if (ok) shown++;
     }
     $('country-count').textContent = shown === total ? total : shown + ' of ' + total;
+  }
+
+  // ---- map ------------------------------------------------------------------
+  // world/world-110m.json is a TopoJSON topology (world/NOTICE): arcs of
+  // delta-encoded quantized points, and countries as rings of arc indices
+  // (~i: arc i reversed), ids ISO 3166-1 alpha-2. Drawn equirectangular.
+  const palette = ['#4e79a7', '#f28e2b', '#59a14f', '#b07aa1', '#76b7b2', '#edc948', '#9c755f',
+    '#ff9da7', '#8cd17d', '#86bcb6', '#d4a6c8', '#a0cbe8', '#ffbe7d', '#bab0ac'];
+  const noRouteColor = '#c62828', noEntryColor = '#d9dde3';
+  const map = { paths: {}, ready: false };
+
+  function decodeArcs(topo) {
+    const [sx, sy] = topo.transform.scale, [tx, ty] = topo.transform.translate;
+    return topo.arcs.map((arc) => {
+      let x = 0, y = 0;
+      return arc.map(([dx, dy]) => { x += dx; y += dy; return [x * sx + tx, y * sy + ty]; });
+    });
+  }
+  function ringPath(arcs, ring) {
+    const pts = [];
+    for (const i of ring) {
+      const a = i < 0 ? arcs[~i].slice().reverse() : arcs[i];
+      pts.push(...(pts.length ? a.slice(1) : a));
+    }
+    // A ring that crosses the antimeridian (Fiji, Chukotka) is cut there
+    // rather than drawn across the whole map.
+    let d = '';
+    pts.forEach(([x, y], i) => {
+      d += (i === 0 || Math.abs(x - pts[i - 1][0]) > 180 ? 'M' : 'L') + x.toFixed(2) + ',' + (-y).toFixed(2);
+    });
+    return d + 'Z';
+  }
+  function geometryPath(arcs, g) {
+    const polys = g.type === 'Polygon' ? [g.arcs] : g.type === 'MultiPolygon' ? g.arcs : [];
+    return polys.map((rings) => rings.map((r) => ringPath(arcs, r)).join('')).join('');
+  }
+
+  async function loadMap() {
+    const r = await fetch('world/world-110m.json');
+    if (!r.ok) return; // a build without the map: the table says it all
+    const topo = await r.json();
+    const svg = $('map'), NS = svg.namespaceURI;
+    const arcs = decodeArcs(topo);
+    for (const g of topo.objects.countries.geometries) {
+      const p = document.createElementNS(NS, 'path');
+      p.setAttribute('d', geometryPath(arcs, g));
+      p.setAttribute('fill', noEntryColor);
+      if (g.id) {
+        p.dataset.cc = g.id;
+        p.appendChild(document.createElementNS(NS, 'title'));
+        p.addEventListener('click', () => { $('filter').value = g.id; applyFilter(); });
+        (map.paths[g.id] = map.paths[g.id] || []).push(p);
+      }
+      svg.appendChild(p);
+    }
+    map.ready = true;
+    $('map-box').hidden = false;
+    if (state.table) renderMap();
+  }
+
+  // servingPool is the candidate with the highest weight (the first of equals).
+  function servingPool(e) {
+    let best = null;
+    for (const c of e.candidates || []) if (!best || c.weight > best.weight) best = c;
+    return best && best.pool;
+  }
+
+  function renderMap() {
+    if (!map.ready) return;
+    const eff = state.table.effective || {};
+    const pools = Object.keys(state.table.pools || {}).sort();
+    const color = (id) => palette[Math.max(0, pools.indexOf(id)) % palette.length];
+    const used = new Map();
+    for (const cc of Object.keys(map.paths).sort()) {
+      const e = eff[cc], pool = e && servingPool(e);
+      const fill = !e ? noEntryColor : pool ? color(pool) : noRouteColor;
+      for (const p of map.paths[cc]) {
+        p.setAttribute('fill', fill);
+        p.dataset.pool = pool || '';
+        p.classList.toggle('noroute', !!e && !pool);
+        p.firstChild.textContent = cc + ': ' + (!e ? 'no entry' : pool ? targets(e) : 'NO ROUTE');
+      }
+      if (pool) used.set(pool, fill);
+      else if (e) used.set('no route', noRouteColor);
+    }
+    $('map-legend').replaceChildren(...[...used].sort((a, b) => a[0].localeCompare(b[0])).map(([name, c]) => {
+      const item = el('span', null, 'legend-item');
+      const sw = el('span', null, 'swatch');
+      sw.style.background = c;
+      item.dataset.pool = name;
+      item.dataset.color = c;
+      item.append(sw, name);
+      return item;
+    }));
   }
 
   // ---- boosts ---------------------------------------------------------------
@@ -291,5 +386,6 @@
     $('whatif-result').replaceChildren(el('p', 'what-if: ' + e.message, 'bad'));
   }));
   setInterval(tick, 1000);
+  loadMap().catch((e) => console.warn('map: ' + e.message));
   follow();
 })();
