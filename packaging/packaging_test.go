@@ -86,6 +86,9 @@ func installed(t *testing.T) (*Result, string) {
 	dpkgDeb := testprog.Need(t, "dpkg-deb", "apt-get install -y dpkg")
 	built.once.Do(func() {
 		dir, err := os.MkdirTemp("", "regiond-package-test-")
+		if err == nil {
+			err = os.Chmod(dir, 0o755) // the packaged binaries run as another user too
+		}
 		if err != nil {
 			built.err = err
 			return
