@@ -257,11 +257,21 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Fatalf("what-if: %v", err)
 	}
 	summary := text(ctx, t, "#whatif-result .whatif-summary")
+	if len(want.NoRoute) > 0 {
+		first := eval[string](ctx, t, `document.querySelector("#whatif-result tbody tr").dataset.cc`)
+		if !contains(want.NoRoute, first) {
+			t.Errorf("what-if lists %s first, want a country left with no route (%v)", first, want.NoRoute)
+		}
+	}
 	if !strings.Contains(summary, "With eu-west down") || !strings.Contains(summary, fmt.Sprintf("%d with no route", len(want.NoRoute))) {
 		t.Errorf("what-if summary %q; the endpoint: %d no route", summary, len(want.NoRoute))
 	}
 	// The picture: every country, the drain, the boost and the what-if.
-	eval[bool](ctx, t, `(() => { const f = document.getElementById("filter"); f.value = ""; f.dispatchEvent(new Event("input")); return true; })()`)
+	visible := eval[int](ctx, t, `(() => { const f = document.getElementById("filter"); f.value = ""; f.dispatchEvent(new Event("input"));
+		return [...document.querySelectorAll("#countries tbody tr")].filter(r => !r.hidden).length; })()`)
+	if visible != rows {
+		t.Errorf("an empty filter shows %d of %d countries", visible, rows)
+	}
 	screenshot(ctx, t, "status-page.png")
 	if errs := scriptErrors(); len(errs) > 0 {
 		t.Errorf("errors on the page's console:\n%s", strings.Join(errs, "\n"))

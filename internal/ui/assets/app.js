@@ -332,16 +332,27 @@
     const head = el('thead');
     head.appendChild(row(['Country', 'Now', 'Then', 'Then: route', 'Then: degraded'].map((h) => el('th', h))));
     const body = el('tbody');
-    for (const cc of w.changed) {
+    // The countries left with no route first; long lists folded.
+    const order = w.changed.slice().sort((a, b) => (w.no_route.includes(b) - w.no_route.includes(a)) || a.localeCompare(b));
+    const fold = 25;
+    for (const [i, cc] of order.entries()) {
       const then = w.effective[cc];
       const noRoute = !then.candidates || then.candidates.length === 0;
       const tr = row([el('td', cc === '_unknown' ? 'unknown country' : cc, 'cc'), cur[cc] ? targets(cur[cc]) : '',
         noRoute ? 'NO ROUTE' : targets(then), then.route, (then.degraded || []).join(', ')], noRoute ? 'noroute' : 'changed');
       tr.dataset.cc = cc;
+      tr.hidden = i >= fold;
       body.appendChild(tr);
     }
     t.append(head, body);
-    out.replaceChildren(summary, ...(w.changed.length ? [t] : []));
+    const more = [];
+    if (order.length > fold) {
+      const b = el('button', 'Show all ' + order.length);
+      b.type = 'button';
+      b.addEventListener('click', () => { for (const tr of body.rows) tr.hidden = false; b.remove(); });
+      more.push(b);
+    }
+    out.replaceChildren(summary, ...(w.changed.length ? [t] : []), ...more);
   }
 
   // ---- the loop ---------------------------------------------------------------
@@ -369,6 +380,7 @@
         if (changed) {
           renderTable();
           await refreshBoosts();
+          refreshFleet(); // the agents' answers to the change
         }
         setLive(true);
         delay = 250; // during a burst of changes, at most ~4 renders a second
