@@ -12,6 +12,8 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 
 	"github.com/regiond/regiond/internal/agent"
+	"github.com/regiond/regiond/internal/cmddocs"
+	"github.com/regiond/regiond/internal/version"
 )
 
 // usageError marks errors in how regiond was invoked (exit 2).
@@ -77,6 +79,7 @@ func (f *agentFlags) finish() (agent.Config, error) {
 		return cfg, usageError{fmt.Errorf("--log-format %q: want text or json", f.logFormat)}
 	}
 	cfg.Password = os.Getenv("REGIOND_PASSWORD")
+	cfg.Version = version.String()
 	if f.cacert != "" || f.cert != "" || f.keyPEM != "" {
 		info := transport.TLSInfo{TrustedCAFile: f.cacert, CertFile: f.cert, KeyFile: f.keyPEM}
 		tc, err := info.ClientConfig()
@@ -137,5 +140,8 @@ snapshot file, marked stale).`,
 	f.register(cmd.Flags(), false)
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	cmd.AddCommand(newDevCommand())
+	cmd.Version = version.String()
+	cmd.SetVersionTemplate("regiond {{.Version}}\n")
+	cmddocs.Register(cmd)
 	return cmd
 }

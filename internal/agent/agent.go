@@ -75,6 +75,7 @@ func New(cfg Config) (*Agent, error) {
 	a.loadSnapshot()
 	a.api = api.New(api.Config{Node: cfg.Node, MaxStale: cfg.MaxStale, MaxWaiting: maxWaiting,
 		Registerer: a.registry, Gatherer: a.registry, Logger: cfg.Logger}, source{a})
+	a.mountUI()
 	if err := a.listen(); err != nil {
 		a.closeListeners()
 		return nil, err

@@ -76,6 +76,11 @@ type Server struct {
 // a newer table.
 func (s *Server) Waiting() int64 { return s.waiting.Load() }
 
+// Handle mounts h at pattern on the API's mux (the status page, /ui/): it
+// is served on every listener under the API's rules (GET and HEAD only;
+// on loopback TCP, loopback Host names only).
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
 // New returns the API over src.
 func New(cfg Config, src Source) *Server {
 	if cfg.MaxStale <= 0 {

@@ -21,6 +21,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
+	"github.com/regiond/regiond/internal/cmddocs"
 	"github.com/regiond/regiond/internal/keyspace"
 	"github.com/regiond/regiond/internal/store"
 )
@@ -111,7 +112,8 @@ needed and the role that holds it.`,
 	a.globalFlags(root.PersistentFlags())
 	root.AddCommand(a.getCmd(), a.exportCmd(), a.validateCmd(), a.diffCmd(), a.applyCmd(),
 		a.poolCmd(), a.routeCmd(), a.boostCmd(), a.historyCmd(), a.rollbackCmd(),
-		a.statusCmd(), a.resolveCmd(), a.heartbeatCmd(), a.authCmd())
+		a.statusCmd(), a.resolveCmd(), a.heartbeatCmd(), a.authCmd(), a.versionCmd())
+	cmddocs.Register(root)
 	return root
 }
 

@@ -1,0 +1,403 @@
+// regiond status page. Reads the agent's API only (same origin): the table
+// with a blocking query (min_revision), so a change shows without a reload;
+// /v1/status; and the page's own endpoints under ui/api/. Every value is
+// set with textContent: nothing from the table is parsed as HTML.
+'use strict';
+(function () {
+  const $ = (id) => document.getElementById(id);
+  const state = { table: null, rev: 0, status: null, node: null, renders: 0, fleetBusy: false, fleetTimer: 0 };
+  window.regiondUI = state; // for people poking at it (and the browser test)
+
+  function el(tag, text, cls) {
+    const e = document.createElement(tag);
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    if (cls) e.className = cls;
+    return e;
+  }
+  function row(cells, cls) {
+    const tr = el('tr', null, cls);
+    for (const c of cells) tr.appendChild(c instanceof Node ? c : el('td', c));
+    return tr;
+  }
+  function fill(tbody, rows) { tbody.replaceChildren(...rows); }
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+  async function getJSON(path) {
+    const r = await fetch(path, { cache: 'no-store', headers: { Accept: 'application/json' } });
+    let body;
+    try { body = await r.json(); } catch (e) { throw new Error(path + ': HTTP ' + r.status + ', not JSON'); }
+    return { status: r.status, body: body };
+  }
+
+  function fmtDur(s) {
+    s = Math.max(0, Math.round(s));
+    if (s < 60) return s + 's';
+    if (s < 3600) return Math.floor(s / 60) + 'm ' + (s % 60) + 's';
+    if (s < 86400) return Math.floor(s / 3600) + 'h ' + Math.floor((s % 3600) / 60) + 'm';
+    return Math.floor(s / 86400) + 'd ' + Math.floor((s % 86400) / 3600) + 'h';
+  }
+  function ago(iso) {
+    if (!iso) return '–';
+    const t = Date.parse(iso);
+    return isNaN(t) ? iso : fmtDur((Date.now() - t) / 1000) + ' ago';
+  }
+
+  function banner(msg) {
+    const b = $('banner');
+    b.hidden = !msg;
+    b.textContent = msg || '';
+  }
+  function setLive(ok, err) {
+    const l = $('live');
+    l.className = 'badge ' + (ok ? 'ok' : 'bad');
+    l.textContent = ok ? 'live' : 'agent unreachable';
+    l.title = ok ? 'following the table with a blocking query' : String(err);
+  }
+
+  // ---- this node ----------------------------------------------------------
+  async function refreshStatus() {
+    const [st, node] = await Promise.all([getJSON('../v1/status'), getJSON('api/node')]);
+    state.status = st.body;
+    state.node = node.body;
+    renderStatus();
+  }
+
+  function renderStatus() {
+    const st = state.status, node = state.node || {};
+    if (!st) return;
+    $('node').textContent = st.node || node.node || '';
+    document.title = 'regiond ' + (st.node || '') + ' · r' + st.revision;
+    $('revision').textContent = st.revision;
+    $('epoch').textContent = st.epoch;
+    const c = $('connected');
+    c.textContent = st.connected ? 'connected' : 'disconnected';
+    c.className = st.connected ? 'ok' : 'bad';
+    const s = $('synced');
+    s.textContent = st.synced_at ? ago(st.synced_at) : 'never';
+    s.title = st.synced_at || '';
+    s.className = st.stale_seconds < 0 || st.stale_seconds > 300 ? 'bad' : st.stale_seconds > 30 ? 'warn' : '';
+    const w = $('written'), snap = node.snapshot;
+    if (!snap) { w.textContent = 'no snapshot file (--snapshot "")'; w.title = ''; }
+    else if (snap.error) { w.textContent = 'unreadable'; w.title = snap.error; w.className = 'bad'; }
+    else { w.textContent = ago(snap.written_at) + ' (r' + snap.revision + ')'; w.title = snap.path + ' ' + snap.written_at; w.className = ''; }
+    const sv = $('serving');
+    sv.textContent = st.stale ? 'snapshot file, not yet synced with etcd' : 'table from etcd';
+    sv.className = st.stale ? 'bad' : 'ok';
+    $('version').textContent = node.version || '–';
+    banner(st.etcd_error ? 'etcd: ' + st.etcd_error : '');
+    const sk = st.skipped || [];
+    $('skipped-box').hidden = sk.length === 0;
+    $('skipped-count').textContent = sk.length;
+    fill($('skipped').tBodies[0], sk.map((k) => row([k.key, k.error])));
+  }
+
+  // ---- countries ------------------------------------------------------------
+  function targets(e) {
+    return (e.candidates || []).map((c) => c.pool + '=' + c.weight).join(', ');
+  }
+  function hosts(e) {
+    return [...new Set((e.candidates || []).map((c) => c.host))].join(', ');
+  }
+  function countryCodes(eff) {
+    return Object.keys(eff).sort((a, b) => (a === '_unknown') - (b === '_unknown') || a.localeCompare(b));
+  }
+  function countryRow(cc, e, extraCls) {
+    const noRoute = !e.candidates || e.candidates.length === 0;
+    const deg = e.degraded || [];
+    const cls = [noRoute ? 'noroute' : deg.length ? 'degraded' : '', extraCls || ''].join(' ').trim();
+    const tr = row([el('td', cc === '_unknown' ? 'unknown country' : cc, 'cc'), e.route || '–',
+      el('td', noRoute ? '–' : e.fallback_depth, 'num'), noRoute ? 'none eligible' : targets(e), hosts(e),
+      el('td', deg.join(', '), 'reasons')], cls);
+    tr.dataset.cc = cc;
+    tr.dataset.search = [cc, e.route, targets(e), hosts(e), deg.join(' '), noRoute ? 'noroute no route' : ''].join(' ').toLowerCase();
+    tr.dataset.problem = noRoute || deg.length ? '1' : '';
+    return tr;
+  }
+
+  function renderTable() {
+    const t = state.table;
+    const eff = t.effective || {};
+    const codes = countryCodes(eff);
+    const rows = codes.map((cc) => countryRow(cc, eff[cc]));
+    fill($('countries').tBodies[0], rows);
+    const noRoute = codes.filter((cc) => !eff[cc].candidates || eff[cc].candidates.length === 0);
+    const nr = $('noroute-count');
+    nr.hidden = noRoute.length === 0;
+    nr.textContent = noRoute.length + ' with no route: ' + noRoute.join(' ');
+    applyFilter();
+    renderPools();
+    renderMap();
+    state.renders++;
+    document.body.dataset.revision = String(t.revision);
+  }
+
+  function applyFilter() {
+    const terms = $('filter').value.toLowerCase().split(/\s+/).filter(Boolean);
+    const only = $('only-problems').checked;
+    let shown = 0, total = 0;
+    for (const tr of $('countries').tBodies[0].rows) {
+      total++;
+      const ok = terms.every((w) => tr.dataset.search.includes(w)) && (!only || tr.dataset.problem);
+      tr.hidden = !ok;
+      if (ok) shown++;
+    }
+    $('country-count').textContent = shown === total ? total : shown + ' of ' + total;
+  }
+
+  // ---- map ------------------------------------------------------------------
+  // world/world-110m.json is a TopoJSON topology (world/NOTICE): arcs of
+  // delta-encoded quantized points, and countries as rings of arc indices
+  // (~i: arc i reversed), ids ISO 3166-1 alpha-2. Drawn equirectangular.
+  const palette = ['#4e79a7', '#f28e2b', '#59a14f', '#b07aa1', '#76b7b2', '#edc948', '#9c755f',
+    '#ff9da7', '#8cd17d', '#86bcb6', '#d4a6c8', '#a0cbe8', '#ffbe7d', '#bab0ac'];
+  const noRouteColor = '#c62828', noEntryColor = '#d9dde3';
+  const map = { paths: {}, ready: false };
+
+  function decodeArcs(topo) {
+    const [sx, sy] = topo.transform.scale, [tx, ty] = topo.transform.translate;
+    return topo.arcs.map((arc) => {
+      let x = 0, y = 0;
+      return arc.map(([dx, dy]) => { x += dx; y += dy; return [x * sx + tx, y * sy + ty]; });
+    });
+  }
+  function ringPath(arcs, ring) {
+    const pts = [];
+    for (const i of ring) {
+      const a = i < 0 ? arcs[~i].slice().reverse() : arcs[i];
+      pts.push(...(pts.length ? a.slice(1) : a));
+    }
+    // A ring that crosses the antimeridian (Fiji, Chukotka) is cut there
+    // rather than drawn across the whole map.
+    let d = '';
+    pts.forEach(([x, y], i) => {
+      d += (i === 0 || Math.abs(x - pts[i - 1][0]) > 180 ? 'M' : 'L') + x.toFixed(2) + ',' + (-y).toFixed(2);
+    });
+    return d + 'Z';
+  }
+  function geometryPath(arcs, g) {
+    const polys = g.type === 'Polygon' ? [g.arcs] : g.type === 'MultiPolygon' ? g.arcs : [];
+    return polys.map((rings) => rings.map((r) => ringPath(arcs, r)).join('')).join('');
+  }
+
+  async function loadMap() {
+    const r = await fetch('world/world-110m.json');
+    if (!r.ok) return; // a build without the map: the table says it all
+    const topo = await r.json();
+    const svg = $('map'), NS = svg.namespaceURI;
+    const arcs = decodeArcs(topo);
+    for (const g of topo.objects.countries.geometries) {
+      const p = document.createElementNS(NS, 'path');
+      p.setAttribute('d', geometryPath(arcs, g));
+      p.setAttribute('fill', noEntryColor);
+      if (g.id) {
+        p.dataset.cc = g.id;
+        p.appendChild(document.createElementNS(NS, 'title'));
+        p.addEventListener('click', () => { $('filter').value = g.id; applyFilter(); });
+        (map.paths[g.id] = map.paths[g.id] || []).push(p);
+      }
+      svg.appendChild(p);
+    }
+    map.ready = true;
+    $('map-box').hidden = false;
+    if (state.table) renderMap();
+  }
+
+  // servingPool is the candidate with the highest weight (the first of equals).
+  function servingPool(e) {
+    let best = null;
+    for (const c of e.candidates || []) if (!best || c.weight > best.weight) best = c;
+    return best && best.pool;
+  }
+
+  function renderMap() {
+    if (!map.ready) return;
+    const eff = state.table.effective || {};
+    const pools = Object.keys(state.table.pools || {}).sort();
+    const color = (id) => palette[Math.max(0, pools.indexOf(id)) % palette.length];
+    const used = new Map();
+    for (const cc of Object.keys(map.paths).sort()) {
+      const e = eff[cc], pool = e && servingPool(e);
+      const fill = !e ? noEntryColor : pool ? color(pool) : noRouteColor;
+      for (const p of map.paths[cc]) {
+        p.setAttribute('fill', fill);
+        p.dataset.pool = pool || '';
+        p.classList.toggle('noroute', !!e && !pool);
+        p.firstChild.textContent = cc + ': ' + (!e ? 'no entry' : pool ? targets(e) : 'NO ROUTE');
+      }
+      if (pool) used.set(pool, fill);
+      else if (e) used.set('no route', noRouteColor);
+    }
+    $('map-legend').replaceChildren(...[...used].sort((a, b) => a[0].localeCompare(b[0])).map(([name, c]) => {
+      const item = el('span', null, 'legend-item');
+      const sw = el('span', null, 'swatch');
+      sw.style.background = c;
+      item.dataset.pool = name;
+      item.dataset.color = c;
+      item.append(sw, name);
+      return item;
+    }));
+  }
+
+  // ---- boosts ---------------------------------------------------------------
+  async function refreshBoosts() {
+    const r = await getJSON('api/boosts');
+    const bs = (r.body && r.body.boosts) || [];
+    const now = Date.now();
+    $('boosts-count').textContent = bs.length;
+    $('boosts-note').textContent = bs.length === 0 ? 'No live boosts.' : (r.body.error || '');
+    fill($('boosts').tBodies[0], bs.map((b) => {
+      const left = el('td', '', 'num left');
+      if (b.ttl_seconds !== undefined) left.dataset.expires = String(now + b.ttl_seconds * 1000);
+      else left.textContent = 'unknown';
+      if (b.granted_ttl_seconds) left.title = 'of ' + fmtDur(b.granted_ttl_seconds) + ', lease ' + b.lease;
+      return row([b.id, b.route, (b.targets || []).map((t) => t.pool + '=' + t.weight).join(', '), b.reason || '', b.author || '', left]);
+    }));
+    tick();
+  }
+
+  // tick moves the clocks: boosts' time left and the ages.
+  function tick() {
+    for (const td of document.querySelectorAll('td.left[data-expires]')) {
+      const s = (Number(td.dataset.expires) - Date.now()) / 1000;
+      td.textContent = s > 0 ? fmtDur(s) : 'expiring';
+    }
+    renderStatus();
+  }
+
+  // ---- fleet ----------------------------------------------------------------
+  async function refreshFleet() {
+    if (state.fleetBusy) return;
+    state.fleetBusy = true;
+    try {
+      const r = await getJSON('api/fleet');
+      const f = r.body || {};
+      const table = $('fleet');
+      if (f.error) {
+        $('fleet-note').textContent = f.denied ? 'This agent may not read the fleet: ' + f.error : f.error;
+        $('fleet-note').className = f.denied ? 'note' : 'note bad';
+        table.hidden = !!f.denied;
+        if (f.denied) return;
+      }
+      const agents = f.agents || [];
+      if (!f.error) {
+        $('fleet-note').className = 'note';
+        $('fleet-note').textContent = 'Newest routing change at revision ' + f.routing_revision + ', epoch ' + f.epoch + '; read at revision ' + f.revision + '.';
+      }
+      table.hidden = false;
+      $('fleet-count').textContent = agents.length;
+      const me = state.status && state.status.node;
+      fill(table.tBodies[0], agents.map((a) => {
+        const lag = el('td', a.invalid ? 'invalid' : a.lag, 'num ' + (a.lag > 0 || a.invalid ? 'bad' : 'ok'));
+        if (a.invalid) lag.title = a.invalid;
+        return row([el('td', a.node + (a.node === me ? ' (this node)' : '')), el('td', a.revision, 'num'), lag,
+          el('td', a.epoch, 'num'), el('td', a.connected ? 'yes' : 'no', a.connected ? 'ok' : 'bad'),
+          ago(a.synced_at), el('td', a.skipped || 0, 'num' + (a.skipped ? ' bad' : '')), a.version || '']);
+      }));
+    } catch (e) {
+      $('fleet-note').textContent = 'fleet: ' + e.message;
+    } finally {
+      state.fleetBusy = false;
+    }
+  }
+
+  // ---- what if --------------------------------------------------------------
+  function renderPools() {
+    const box = $('whatif-pools');
+    const checked = new Set([...box.querySelectorAll('input:checked')].map((i) => i.value));
+    const pools = Object.keys(state.table.pools || {}).sort();
+    box.replaceChildren(...pools.map((id) => {
+      const p = state.table.pools[id];
+      const label = el('label');
+      const cb = el('input');
+      cb.type = 'checkbox';
+      cb.value = id;
+      cb.checked = checked.has(id);
+      label.append(cb, ' ' + id + (p.status !== 'active' ? ' (' + p.status + ')' : '') + (p.healthy === false ? ' (unhealthy)' : ''));
+      return label;
+    }));
+  }
+
+  async function runWhatIf() {
+    const down = [...$('whatif-pools').querySelectorAll('input:checked')].map((i) => i.value);
+    const out = $('whatif-result');
+    if (down.length === 0) { out.replaceChildren(el('p', 'Choose at least one pool.', 'note')); return; }
+    const r = await getJSON('api/whatif?down=' + encodeURIComponent(down.join(',')));
+    if (r.status !== 200) { out.replaceChildren(el('p', r.body.error, 'bad')); return; }
+    const w = r.body, cur = state.table.effective || {};
+    const summary = el('p', null, 'whatif-summary');
+    summary.textContent = 'With ' + w.down.join(', ') + ' down (table r' + w.revision + '): ' + w.changed.length +
+      ' countr' + (w.changed.length === 1 ? 'y changes' : 'ies change') + ', ' + w.no_route.length + ' with no route.';
+    if (w.no_route.length) summary.classList.add('bad');
+    const t = el('table', null, 'whatif');
+    const head = el('thead');
+    head.appendChild(row(['Country', 'Now', 'Then', 'Then: route', 'Then: degraded'].map((h) => el('th', h))));
+    const body = el('tbody');
+    // The countries left with no route first; long lists folded.
+    const order = w.changed.slice().sort((a, b) => (w.no_route.includes(b) - w.no_route.includes(a)) || a.localeCompare(b));
+    const fold = 25;
+    for (const [i, cc] of order.entries()) {
+      const then = w.effective[cc];
+      const noRoute = !then.candidates || then.candidates.length === 0;
+      const tr = row([el('td', cc === '_unknown' ? 'unknown country' : cc, 'cc'), cur[cc] ? targets(cur[cc]) : '',
+        noRoute ? 'NO ROUTE' : targets(then), then.route, (then.degraded || []).join(', ')], noRoute ? 'noroute' : 'changed');
+      tr.dataset.cc = cc;
+      tr.hidden = i >= fold;
+      body.appendChild(tr);
+    }
+    t.append(head, body);
+    const more = [];
+    if (order.length > fold) {
+      const b = el('button', 'Show all ' + order.length);
+      b.type = 'button';
+      b.addEventListener('click', () => { for (const tr of body.rows) tr.hidden = false; b.remove(); });
+      more.push(b);
+    }
+    out.replaceChildren(summary, ...(w.changed.length ? [t] : []), ...more);
+  }
+
+  // ---- the loop ---------------------------------------------------------------
+  async function follow() {
+    let delay = 0;
+    for (;;) {
+      if (delay) await sleep(delay);
+      try {
+        const q = state.table ? '?min_revision=' + (state.rev + 1) + '&wait=25s' : '';
+        const t = await getJSON('../v1/table' + q);
+        if (t.status !== 200) {
+          await refreshStatus().catch(() => {});
+          banner((t.body && t.body.error) || 'table: HTTP ' + t.status);
+          delay = 2000;
+          continue;
+        }
+        const changed = !state.table || t.body.revision !== state.table.revision;
+        state.table = t.body;
+        state.rev = t.body.revision;
+        await refreshStatus();
+        if (!state.fleetTimer) { // the fleet marks this node: after the first status
+          refreshFleet();
+          state.fleetTimer = setInterval(refreshFleet, 5000);
+        }
+        if (changed) {
+          renderTable();
+          await refreshBoosts();
+          refreshFleet(); // the agents' answers to the change
+        }
+        setLive(true);
+        delay = 250; // during a burst of changes, at most ~4 renders a second
+      } catch (e) {
+        setLive(false, e);
+        banner('Cannot reach the agent: ' + e.message + '; retrying.');
+        delay = 2000;
+      }
+    }
+  }
+
+  $('filter').addEventListener('input', applyFilter);
+  $('only-problems').addEventListener('change', applyFilter);
+  $('whatif-run').addEventListener('click', () => runWhatIf().catch((e) => {
+    $('whatif-result').replaceChildren(el('p', 'what-if: ' + e.message, 'bad'));
+  }));
+  setInterval(tick, 1000);
+  loadMap().catch((e) => console.warn('map: ' + e.message));
+  follow();
+})();

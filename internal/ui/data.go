@@ -1,0 +1,273 @@
+package ui
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/regiond/regiond/internal/store"
+	"github.com/regiond/regiond/routing"
+)
+
+// nodeBody is /ui/api/node.
+type nodeBody struct {
+	Node     string        `json:"node"`
+	Version  string        `json:"version"`
+	Snapshot *snapshotInfo `json:"snapshot,omitempty"`
+}
+
+// snapshotInfo is what the snapshot file's header says.
+type snapshotInfo struct {
+	Path      string `json:"path"`
+	Revision  int64  `json:"revision,omitempty"`
+	WrittenAt string `json:"written_at,omitempty"`
+	Error     string `json:"error,omitempty"`
+}
+
+// snapshotHeadRE reads revision and written_at from the start of the
+// snapshot file, which the writer puts first (routing.Table.JSON).
+var snapshotHeadRE = regexp.MustCompile(`^\{"revision":(\d+),"epoch":\d+,"written_at":"([^"]+)"`)
+
+func (h *handler) handleNode(w http.ResponseWriter, _ *http.Request) {
+	body := nodeBody{Node: h.cfg.Node, Version: h.cfg.Version}
+	if p := h.cfg.Snapshot; p != "" {
+		body.Snapshot = readSnapshotHead(p)
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+// readSnapshotHead reads the header of the snapshot file at path.
+func readSnapshotHead(path string) *snapshotInfo {
+	info := &snapshotInfo{Path: path}
+	f, err := os.Open(path)
+	if err != nil {
+		info.Error = err.Error()
+		return info
+	}
+	defer f.Close()
+	head := make([]byte, 256)
+	n, err := io.ReadFull(f, head)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+		info.Error = fmt.Sprintf("read %s: %v", path, err)
+		return info
+	}
+	m := snapshotHeadRE.FindSubmatch(head[:n])
+	if m == nil {
+		info.Error = fmt.Sprintf("%s does not start like a table written by regiond", path)
+		return info
+	}
+	info.Revision, _ = strconv.ParseInt(string(m[1]), 10, 64)
+	info.WrittenAt = string(m[2])
+	return info
+}
+
+// boost is a live override with its lease's time left.
+type boost struct {
+	ID      string            `json:"id"`
+	Route   string            `json:"route"`
+	Targets []routing.Target  `json:"targets"`
+	Attrs   map[string]string `json:"attrs,omitempty"`
+	Reason  string            `json:"reason,omitempty"`
+	Author  string            `json:"author,omitempty"`
+	// Lease is the override key's lease (hex), "" when it has none.
+	Lease string `json:"lease,omitempty"`
+	// TTLSeconds is the time left, when known.
+	TTLSeconds *int64 `json:"ttl_seconds,omitempty"`
+	// GrantedTTLSeconds is the lease's whole TTL.
+	GrantedTTLSeconds int64 `json:"granted_ttl_seconds,omitempty"`
+}
+
+// boostsBody is /ui/api/boosts.
+type boostsBody struct {
+	Revision int64   `json:"revision"`
+	Boosts   []boost `json:"boosts"`
+	// Error says why the time left is missing.
+	Error string `json:"error,omitempty"`
+}
+
+// handleBoosts lists the table's live overrides, with the time left of
+// each one's lease read from etcd (the table does not hold leases).
+func (h *handler) handleBoosts(w http.ResponseWriter, r *http.Request) {
+	t := h.cfg.Table()
+	if t == nil {
+		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "no routing table loaded yet"})
+		return
+	}
+	body := boostsBody{Revision: t.Revision(), Boosts: []boost{}}
+	ovs := t.Overrides()
+	ids := make([]string, 0, len(ovs))
+	for id := range ovs {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		o := ovs[id]
+		body.Boosts = append(body.Boosts, boost{ID: id, Route: o.Route, Targets: o.Targets, Attrs: o.Attrs, Reason: o.Reason, Author: o.Author})
+	}
+	if len(ids) > 0 {
+		if err := h.leaseTimes(r.Context(), body.Boosts); err != nil {
+			body.Error = "time left unknown: " + err.Error()
+		}
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+// leaseTimes fills in each boost's lease and time left.
+func (h *handler) leaseTimes(ctx context.Context, bs []boost) error {
+	cli := h.cfg.Client()
+	if cli == nil {
+		return errors.New("the agent has no etcd client (see /v1/status etcd_error)")
+	}
+	prefix := h.cfg.Keyspace.RoutingKey(routing.OverrideKey(""))
+	rctx, cancel := context.WithTimeout(ctx, h.cfg.RequestTimeout)
+	defer cancel()
+	// Not keys-only: etcd 3.7 answers a keys-only range from its index,
+	// without the leases (mvcc FastKeysOnly).
+	resp, err := cli.Get(rctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return fmt.Errorf("read %s: %w", prefix, err)
+	}
+	leases := map[string]int64{}
+	for _, kv := range resp.Kvs {
+		leases[strings.TrimPrefix(string(kv.Key), prefix)] = kv.Lease
+	}
+	ttls := map[int64]*clientv3.LeaseTimeToLiveResponse{}
+	for i := range bs {
+		id := leases[bs[i].ID]
+		if id == 0 {
+			continue
+		}
+		bs[i].Lease = strconv.FormatInt(id, 16)
+		tr, ok := ttls[id]
+		if !ok {
+			if tr, err = cli.TimeToLive(rctx, clientv3.LeaseID(id)); err != nil {
+				return fmt.Errorf("time to live of lease %x (boost %s): %w", id, bs[i].ID, err)
+			}
+			ttls[id] = tr
+		}
+		left := max(tr.TTL, 0) // -1: the lease is gone, the key with it
+		bs[i].TTLSeconds, bs[i].GrantedTTLSeconds = &left, tr.GrantedTTL
+	}
+	return nil
+}
+
+// fleetBody is /ui/api/fleet.
+type fleetBody struct {
+	*store.Fleet
+	// Denied is set when the agent's etcd role may not read agents/.
+	Denied bool   `json:"denied,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+// handleFleet reads every agent's status key, as regionctl status does.
+func (h *handler) handleFleet(w http.ResponseWriter, r *http.Request) {
+	cli := h.cfg.Client()
+	if cli == nil {
+		writeJSON(w, http.StatusServiceUnavailable, fleetBody{Error: "the agent has no etcd client (see /v1/status etcd_error)"})
+		return
+	}
+	st := store.New(cli, h.cfg.Keyspace, store.Options{RequestTimeout: h.cfg.RequestTimeout})
+	f, err := st.Fleet(r.Context())
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusOK, fleetBody{Fleet: f})
+	case permissionDenied(err):
+		writeJSON(w, http.StatusForbidden, fleetBody{Denied: true, Error: fmt.Sprintf(
+			"this agent's etcd role may not read %s (least privilege): %v; grant it read on that prefix to see the fleet here, or use regionctl status",
+			h.cfg.Keyspace.AgentsPrefix(), err)})
+	default:
+		writeJSON(w, http.StatusBadGateway, fleetBody{Error: "read the fleet: " + err.Error()})
+	}
+}
+
+// permissionDenied reports whether etcd refused a read to this user.
+func permissionDenied(err error) bool {
+	if errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrGRPCPermissionDenied) {
+		return true
+	}
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		return ee.Code() == codes.PermissionDenied
+	}
+	return status.Code(errors.Unwrap(err)) == codes.PermissionDenied
+}
+
+// whatIfBody is /ui/api/whatif.
+type whatIfBody struct {
+	Revision int64    `json:"revision"`
+	Epoch    int64    `json:"epoch"`
+	Down     []string `json:"down"`
+	// Effective is every country's entry with the pools down; Changed
+	// names the countries whose entry differs from the table's.
+	Effective map[string]*routing.Effective `json:"effective"`
+	Changed   []string                      `json:"changed"`
+	NoRoute   []string                      `json:"no_route"`
+}
+
+// handleWhatIf resolves every country with the pools of ?down= down, as
+// regionctl resolve --down does, on the table the agent serves.
+func (h *handler) handleWhatIf(w http.ResponseWriter, r *http.Request) {
+	t := h.cfg.Table()
+	if t == nil {
+		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "no routing table loaded yet"})
+		return
+	}
+	down, err := parseDown(r.URL.Query()["down"], t)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, errorBody{Error: err.Error()})
+		return
+	}
+	now := time.Now()
+	wt := t.WithDown(down, now)
+	body := whatIfBody{Revision: t.Revision(), Epoch: t.Epoch(), Down: down, Effective: map[string]*routing.Effective{},
+		Changed: []string{}, NoRoute: []string{}}
+	for _, cc := range append(routing.Countries(), routing.Unknown) {
+		e := wt.Effective(cc)
+		body.Effective[cc] = e
+		if len(e.Candidates) == 0 {
+			body.NoRoute = append(body.NoRoute, cc)
+		}
+		a, _ := json.Marshal(e)
+		b, _ := json.Marshal(t.Effective(cc))
+		if !bytes.Equal(a, b) {
+			body.Changed = append(body.Changed, cc)
+		}
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+// parseDown reads ?down= (repeated or comma-separated) into pool ids of t.
+func parseDown(vals []string, t *routing.Table) ([]string, error) {
+	var down []string
+	for _, v := range vals {
+		for _, id := range strings.Split(v, ",") {
+			if id = strings.TrimSpace(id); id != "" && !slices.Contains(down, id) {
+				down = append(down, id)
+			}
+		}
+	}
+	if len(down) == 0 {
+		return nil, errors.New("down names no pool: ?down=eu-central,eu-west resolves every country with those pools down")
+	}
+	for _, id := range down {
+		if _, ok := t.Pool(id); !ok {
+			return nil, fmt.Errorf("down: no such pool %q (pools: %s)", id, strings.Join(t.PoolIDs(), ", "))
+		}
+	}
+	return down, nil
+}

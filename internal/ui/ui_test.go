@@ -1,0 +1,364 @@
+package ui_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/regiond/regiond/internal/agent"
+	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/fleettest"
+	"github.com/regiond/regiond/routing"
+)
+
+const root = "/regiond/v1/"
+
+// node is an agent serving the example fleet from an embedded etcd.
+type node struct {
+	etcd *devetcd.Server
+	a    *agent.Agent
+	http *http.Client
+}
+
+// startNode runs etcd with the example fleet and an agent (configured
+// further by edit, if not nil) until the test ends, and waits for its
+// first table.
+func startNode(t *testing.T, edit func(*agent.Config, *devetcd.Server)) *node {
+	t.Helper()
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	fleettest.Load(t, cli, root+"routing/")
+	dir := t.TempDir()
+	cfg := agent.DefaultConfig()
+	cfg.Endpoints, cfg.Node = srv.Endpoints, "ui-test"
+	cfg.Socket, cfg.Listen = filepath.Join(dir, "run", "regiond.sock"), "127.0.0.1:0"
+	cfg.Snapshot = filepath.Join(dir, "shm", "table.json")
+	cfg.Version = "v9.8.7-test"
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if edit != nil {
+		edit(&cfg, srv)
+	}
+	a, err := agent.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("agent: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Error("agent did not stop within 15s")
+		}
+	})
+	n := &node{etcd: srv, a: a, http: &http.Client{Timeout: 30 * time.Second}}
+	n.waitTable(t, func(tb *routing.Table) bool { return !tb.Stale() })
+	if cfg.Snapshot != "" {
+		n.wait(t, "the snapshot file", func() bool { _, err := os.Stat(cfg.Snapshot); return err == nil })
+	}
+	return n
+}
+
+func (n *node) url(path string) string { return "http://" + n.a.Addr() + path }
+
+// table returns the table the agent serves.
+func (n *node) table(t *testing.T) *routing.Table {
+	t.Helper()
+	m := n.a.Mirror()
+	if m == nil || m.Table() == nil {
+		t.Fatal("the agent has no table")
+	}
+	return m.Table()
+}
+
+// wait polls cond (bounded) until it holds.
+func (n *node) wait(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for i := 0; i < 800; i++ {
+		if cond() {
+			return
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+// waitTable waits until the served table satisfies cond, and returns it.
+func (n *node) waitTable(t *testing.T, cond func(*routing.Table) bool) *routing.Table {
+	t.Helper()
+	var tb *routing.Table
+	n.wait(t, "the table", func() bool {
+		if m := n.a.Mirror(); m != nil {
+			tb = m.Table()
+		}
+		return tb != nil && cond(tb)
+	})
+	return tb
+}
+
+// get returns the status, headers and body of a request.
+func (n *node) get(t *testing.T, method, path, host string) (int, http.Header, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, n.url(path), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host != "" {
+		req.Host = host
+	}
+	resp, err := n.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, b
+}
+
+// The page is served from the binary under the API's rules, and names no
+// other origin: everything it loads comes from the agent.
+func TestPageServedSelfContained(t *testing.T) {
+	n := startNode(t, nil)
+	code, hdr, body := n.get(t, http.MethodGet, "/ui/", "")
+	if code != 200 || !bytes.Contains(body, []byte(`<script src="app.js"></script>`)) {
+		t.Fatalf("GET /ui/: %d\n%s", code, body)
+	}
+	if csp := hdr.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") || !strings.Contains(csp, "connect-src 'self'") {
+		t.Errorf("Content-Security-Policy %q does not keep the page to its origin", csp)
+	}
+	for _, p := range []string{"/ui/app.js", "/ui/style.css"} {
+		if code, _, b := n.get(t, http.MethodGet, p, ""); code != 200 || len(b) < 500 {
+			t.Errorf("GET %s: %d, %d bytes", p, code, len(b))
+		}
+	}
+	if code, _, _ := n.get(t, http.MethodPost, "/ui/api/whatif?down=eu-central", ""); code != http.StatusMethodNotAllowed {
+		t.Errorf("POST to the page: %d, want 405 (the API is read-only)", code)
+	}
+	if code, _, _ := n.get(t, http.MethodGet, "/ui/", "regiond.example.com"); code != http.StatusForbidden {
+		t.Errorf("GET /ui/ with Host regiond.example.com: %d, want 403 (loopback names only)", code)
+	}
+	// No URL of another origin in any asset: no CDN, no font, no map tiles.
+	urlRE := regexp.MustCompile(`(?i)(https?:)?//[a-z0-9.-]+\.[a-z]{2,}`)
+	err := fs.WalkDir(os.DirFS("assets"), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(filepath.Join("assets", p))
+		if m := urlRE.Find(b); m != nil {
+			t.Errorf("assets/%s names another origin: %s", p, m)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The embedded map names countries only by codes the resolver knows.
+func TestMapCountryCodes(t *testing.T) {
+	b, err := os.ReadFile("assets/world/world-110m.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var topo struct {
+		Objects struct {
+			Countries struct {
+				Geometries []struct{ ID, Type string }
+			}
+		}
+	}
+	if err := json.Unmarshal(b, &topo); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, g := range topo.Objects.Countries.Geometries {
+		if g.ID != "" && (!routing.IsCountry(g.ID) || seen[g.ID]) {
+			t.Errorf("map shape %q: not an ISO 3166-1 alpha-2 code of routing, or twice", g.ID)
+		}
+		seen[g.ID] = true
+	}
+	for _, cc := range []string{"DE", "PL", "US", "BR", "JP", "KR", "IN", "AU", "FR", "GB"} {
+		if !seen[cc] {
+			t.Errorf("map has no shape for %s", cc)
+		}
+	}
+	if len(seen) < 170 {
+		t.Errorf("map has %d countries, want the 170-odd of Natural Earth's 1:110m", len(seen))
+	}
+}
+
+// The node endpoint names this agent and reads the snapshot file's header.
+func TestNodeEndpoint(t *testing.T) {
+	n := startNode(t, nil)
+	var body struct {
+		Node, Version string
+		Snapshot      struct {
+			Path, Error string
+			Revision    int64
+			WrittenAt   string `json:"written_at"`
+		}
+	}
+	n.getJSON(t, "/ui/api/node", &body)
+	at, err := time.Parse(time.RFC3339Nano, body.Snapshot.WrittenAt)
+	if body.Node != "ui-test" || body.Version != "v9.8.7-test" || err != nil || time.Since(at) > time.Hour || body.Snapshot.Revision == 0 {
+		t.Fatalf("node: %+v (written_at: %v)", body, err)
+	}
+}
+
+// The what-if endpoint answers as regionctl resolve --down does (a table
+// compiled from etcd's keys with CompileOptions.Down), and refuses pools
+// that do not exist.
+func TestWhatIf(t *testing.T) {
+	n := startNode(t, nil)
+	var got struct {
+		Down      []string
+		Effective map[string]*routing.Effective
+		Changed   []string
+		NoRoute   []string `json:"no_route"`
+	}
+	n.getJSON(t, "/ui/api/whatif?down=eu-central&down=eu-west,eu-central", &got)
+	cli := devetcd.NewTestClient(t, n.etcd)
+	resp, err := cli.Get(context.Background(), root+"routing/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kvs []routing.KV
+	for _, kv := range resp.Kvs {
+		kvs = append(kvs, routing.KV{Key: strings.TrimPrefix(string(kv.Key), root+"routing/"), Value: kv.Value, ModRevision: kv.ModRevision})
+	}
+	want := routing.Compile(resp.Header.Revision, kvs, nil, routing.CompileOptions{Down: []string{"eu-central", "eu-west"}})
+	if strings.Join(got.Down, ",") != "eu-central,eu-west" {
+		t.Errorf("down %v, want the two pools once each", got.Down)
+	}
+	var noRoute []string
+	for _, cc := range append(routing.Countries(), routing.Unknown) {
+		w := want.Effective(cc)
+		a, _ := json.Marshal(got.Effective[cc])
+		b, _ := json.Marshal(w)
+		if !bytes.Equal(a, b) {
+			t.Errorf("%s: what-if %s, Compile with Down %s", cc, a, b)
+		}
+		if len(w.Candidates) == 0 {
+			noRoute = append(noRoute, cc)
+		}
+	}
+	if strings.Join(got.NoRoute, ",") != strings.Join(noRoute, ",") || len(noRoute) == 0 {
+		t.Errorf("no_route %v, want %v (the EU countries with both EU pools down)", got.NoRoute, noRoute)
+	}
+	if len(got.Changed) == 0 || !contains(got.Changed, "DE") || contains(got.Changed, "JP") {
+		t.Errorf("changed %v: want DE, not JP", got.Changed)
+	}
+	for q, want := range map[string]string{"down=nope": `no such pool \"nope\"`, "down=": "down names no pool", "": "down names no pool"} {
+		code, _, b := n.get(t, http.MethodGet, "/ui/api/whatif?"+q, "")
+		if code != 400 || !strings.Contains(string(b), want) {
+			t.Errorf("whatif?%s: %d %s, want 400 naming %q", q, code, b, want)
+		}
+	}
+}
+
+func contains(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// The boosts endpoint gives each live boost's lease and time left, which
+// the table does not hold.
+func TestBoostsTimeLeft(t *testing.T) {
+	n := startNode(t, nil)
+	regionctl(t, n, "boost", "KR", "--target", "kr-music=100", "--ttl", "1h", "--reason", "comeback week")
+	tb := n.waitTable(t, func(tb *routing.Table) bool { return len(tb.Overrides()) == 1 })
+	var got struct {
+		Revision int64
+		Boosts   []struct {
+			ID, Route, Reason, Lease string
+			TTL                      *int64 `json:"ttl_seconds"`
+			Granted                  int64  `json:"granted_ttl_seconds"`
+		}
+		Error string
+	}
+	n.getJSON(t, "/ui/api/boosts", &got)
+	if len(got.Boosts) != 1 || got.Error != "" || got.Revision < tb.Revision() {
+		t.Fatalf("boosts: %+v", got)
+	}
+	b := got.Boosts[0]
+	if _, ok := tb.Overrides()[b.ID]; !ok || b.Route != "KR" || b.Reason != "comeback week" || b.Lease == "" {
+		t.Errorf("boost %+v does not match the table's %v", b, tb.Overrides())
+	}
+	if b.TTL == nil || *b.TTL <= 3500 || *b.TTL > 3600 || b.Granted != 3600 {
+		t.Errorf("boost time left %v of %d s, want just under an hour of 3600", b.TTL, b.Granted)
+	}
+}
+
+// Under a least-privilege role (read on routing/, write on agents/), the
+// agent may not read agents/: the fleet endpoint says so, and the rest of
+// the page works.
+func TestFleetDeniedUnderLeastPrivilege(t *testing.T) {
+	n := startNode(t, func(cfg *agent.Config, srv *devetcd.Server) {
+		leastPrivilege(t, srv)
+		cfg.Username, cfg.Password = "agent", "agent-secret"
+	})
+	code, _, b := n.get(t, http.MethodGet, "/ui/api/fleet", "")
+	var body struct {
+		Denied bool
+		Error  string
+	}
+	if err := json.Unmarshal(b, &body); err != nil {
+		t.Fatal(err)
+	}
+	if code != http.StatusForbidden || !body.Denied || !strings.Contains(body.Error, root+"agents/") {
+		t.Fatalf("fleet under least privilege: %d %s; want 403, denied, naming %sagents/", code, b, root)
+	}
+	if code, _, b := n.get(t, http.MethodGet, "/ui/api/whatif?down=eu-central", ""); code != 200 {
+		t.Errorf("what-if under least privilege: %d %s", code, b)
+	}
+}
+
+// leastPrivilege turns on auth with user agent allowed to read routing/
+// and write agents/ only (and root for the test's own writes).
+func leastPrivilege(t *testing.T, srv *devetcd.Server) {
+	t.Helper()
+	cli := devetcd.NewTestClient(t, srv)
+	ctx := context.Background()
+	steps := []func() error{
+		func() error { _, err := cli.UserAdd(ctx, "root", "root-secret"); return err },
+		func() error { _, err := cli.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := cli.RoleAdd(ctx, "agent"); return err },
+		func() error {
+			_, err := cli.RoleGrantPermission(ctx, "agent", root+"routing/", clientv3.GetPrefixRangeEnd(root+"routing/"), clientv3.PermissionType(clientv3.PermRead))
+			return err
+		},
+		func() error {
+			_, err := cli.RoleGrantPermission(ctx, "agent", root+"agents/", clientv3.GetPrefixRangeEnd(root+"agents/"), clientv3.PermissionType(clientv3.PermWrite))
+			return err
+		},
+		func() error { _, err := cli.UserAdd(ctx, "agent", "agent-secret"); return err },
+		func() error { _, err := cli.UserGrantRole(ctx, "agent", "agent"); return err },
+		func() error { _, err := cli.AuthEnable(ctx); return err },
+	}
+	for i, s := range steps {
+		if err := s(); err != nil {
+			t.Fatalf("least-privilege auth, step %d: %v", i, err)
+		}
+	}
+}

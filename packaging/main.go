@@ -1,0 +1,48 @@
+// Command packaging builds the Debian package of regiond:
+//
+//	go run ./packaging                  # dist/regiond_<version>_<arch>.deb
+//	go run ./packaging -arch arm64 -out /tmp/dist
+//
+// The package holds the production binaries (/usr/bin/regiond built with
+// -tags nodev, without the embedded etcd of `regiond dev`, and
+// /usr/bin/regionctl), the systemd units of systemd/, the commented
+// settings files of etc/ (conffiles), man pages and bash, zsh and fish
+// completions generated from the binaries' own command trees (cmddocs),
+// the example alert rules and dashboard, and the maintainer scripts of
+// scripts/ (postinst creates the regiond system user). The version comes
+// from `git describe --tags --always --dirty`, or, outside a git checkout,
+// from the build info; the binaries report it (`regiond --version`,
+// `regionctl version`). Debian's own tools are not needed: the archive is
+// written with nfpm.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+)
+
+func main() {
+	var o options
+	flag.StringVar(&o.out, "out", "dist", "directory the .deb is written to")
+	flag.StringVar(&o.arch, "arch", runtime.GOARCH, "GOARCH of the package's binaries (amd64, arm64, …)")
+	flag.StringVar(&o.version, "version", "", "version to stamp (default: git describe --tags --always --dirty)")
+	flag.Parse()
+	if flag.NArg() != 0 {
+		fmt.Fprintln(os.Stderr, "packaging: no arguments expected; flags: -out DIR -arch GOARCH -version V")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	o.log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	res, err := Build(ctx, o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "packaging:", err)
+		os.Exit(1)
+	}
+	fmt.Println(res.Path)
+}
