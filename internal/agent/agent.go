@@ -40,7 +40,7 @@ type Agent struct {
 	// snapshotRefresh is the snapshot writer's Refresh (zero: its default;
 	// tests shorten it).
 	snapshotRefresh time.Duration
-	mirror atomic.Pointer[watch.Mirror]
+	mirror          atomic.Pointer[watch.Mirror]
 	// mirrorSet is closed once mirror is set.
 	mirrorSet chan struct{}
 
