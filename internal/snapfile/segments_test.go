@@ -80,13 +80,16 @@ func shmDir(b *testing.B) string {
 }
 
 // BenchmarkWriterChange is the writer's work per change of the example
-// fleet on /dev/shm: render the table, compare it with the last file, and
+// fleet on /dev/shm: render the table (written_at and synced_at in its
+// header), compare it with the last file, and
 // replace the file through the prepared temp file (write, fsync, rename,
 // directory fsync, next temp file prepared).
 func BenchmarkWriterChange(b *testing.B) {
 	now := time.Now()
 	tables := changedTables(b, 64, now)
-	w := NewWriter(WriterConfig{Path: filepath.Join(shmDir(b), "table.json"), Source: newSource(), Logger: discardLogger})
+	src := newSource()
+	src.synced(now.Add(-time.Second)) // the header carries synced_at, as the agent's does
+	w := NewWriter(WriterConfig{Path: filepath.Join(shmDir(b), "table.json"), Source: src, Logger: discardLogger})
 	w.file.start()
 	defer w.file.close()
 	w.write(tables[len(tables)-1], now)
