@@ -132,9 +132,13 @@ func FuzzLoadTableJSON(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(b)
+	if b, err = tbl.JSONWith(nil, JSONHeader{WrittenAt: t0, SyncedAt: t0.Add(-time.Minute)}); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
 	f.Add([]byte(`{"written_at":"2026-03-01T12:00:00Z","pools":{},"routes":{},"policy":{"residency":{}}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		tbl, _, err := LoadTableJSON(b)
+		tbl, h, err := LoadTableJSONHeader(b)
 		if err != nil {
 			return
 		}
@@ -143,12 +147,14 @@ func FuzzLoadTableJSON(f *testing.F) {
 			tbl.Resolve(cc, "", t0.Add(time.Hour))
 		}
 		tbl.Explain("PL", "k", t0)
-		out, err := tbl.JSON(t0)
+		out, err := tbl.JSONWith(nil, h)
 		if err != nil {
 			t.Fatalf("JSON: %v", err)
 		}
-		if _, _, err := LoadTableJSON(out); err != nil {
+		if _, back, err := LoadTableJSONHeader(out); err != nil {
 			t.Fatalf("reload: %v\n%s", err, out)
+		} else if !back.WrittenAt.Equal(h.WrittenAt) || !back.SyncedAt.Equal(h.SyncedAt) {
+			t.Fatalf("reload: header %+v, want %+v", back, h)
 		}
 	})
 }

@@ -14,6 +14,7 @@ type tableJSON struct {
 	Revision  int64                 `json:"revision"`
 	Epoch     int64                 `json:"epoch"`
 	WrittenAt string                `json:"written_at"`
+	SyncedAt  string                `json:"synced_at,omitempty"`
 	Stale     bool                  `json:"stale"`
 	ClusterID string                `json:"cluster_id,omitempty"`
 	Pools     map[string]poolJSON   `json:"pools"`
@@ -59,16 +60,37 @@ func (p *poolJSON) UnmarshalJSON(b []byte) error {
 	return json.Unmarshal(raw, &p.Healthy)
 }
 
+// JSONHeader holds the times in a table JSON's header: when it was
+// rendered and when its table was last confirmed current against etcd.
+type JSONHeader struct {
+	// WrittenAt is the member written_at: when the JSON was rendered. The
+	// pools' health is evaluated at it.
+	WrittenAt time.Time
+	// SyncedAt is the member synced_at: when the table was last confirmed
+	// current against etcd (watch.Status.SyncedAt). Zero leaves the member
+	// out, as a table JSON without it was written.
+	SyncedAt time.Time
+}
+
 // JSON returns the table JSON (DESIGN §5) with health evaluated at
-// and written_at set to writtenAt. The effective entries, the bulk of the
-// document, are encoded once when a table is built (and reused from the
-// previous table when unchanged), so rendering after a change is cheap.
-func (t *Table) JSON(writtenAt time.Time) ([]byte, error) { return t.JSONInto(nil, writtenAt) }
+// and written_at set to writtenAt, without synced_at. The effective
+// entries, the bulk of the document, are encoded once when a table is
+// built (and reused from the previous table when unchanged), so rendering
+// after a change is cheap.
+func (t *Table) JSON(writtenAt time.Time) ([]byte, error) {
+	return t.JSONWith(nil, JSONHeader{WrittenAt: writtenAt})
+}
 
 // JSONInto is JSON rendered into dst's storage (its contents are
 // overwritten), so a caller that renders often can reuse its buffers.
 func (t *Table) JSONInto(dst []byte, writtenAt time.Time) ([]byte, error) {
-	t = t.At(writtenAt)
+	return t.JSONWith(dst, JSONHeader{WrittenAt: writtenAt})
+}
+
+// JSONWith is JSONInto with the header's times h: written_at and, when
+// h.SyncedAt is set, synced_at.
+func (t *Table) JSONWith(dst []byte, h JSONHeader) ([]byte, error) {
+	t = t.At(h.WrittenAt)
 	enc := t.encodings()
 	var runsBuf [40][]byte
 	runs := appendEffRuns(runsBuf[:0], enc.eff)
@@ -77,7 +99,7 @@ func (t *Table) JSONInto(dst []byte, writtenAt time.Time) ([]byte, error) {
 		size += len(r)
 	}
 	b := slices.Grow(dst[:0], size)
-	b = t.appendHeader(b, writtenAt)
+	b = t.appendHeader(b, h)
 	b = append(b, enc.pools...)
 	b = append(b, enc.routes...)
 	b = append(b, enc.policy...)
@@ -92,28 +114,35 @@ func (t *Table) JSONInto(dst []byte, writtenAt time.Time) ([]byte, error) {
 	return b, nil
 }
 
-// JSONSegments returns JSON(writtenAt) as segments whose concatenation is
-// that document, without copying its bulk (for writev): the sections and
-// the runs of effective members are the table's own encodings, and only
-// the small parts (the header, the opening of the effective section,
-// skipped, overrides, the closing brace) are made, in scratch. The
-// segments and the small parts are appended to dst[:0] and scratch[:0],
-// so a caller that renders often can reuse both.
+// JSONSegments returns JSON(writtenAt) as segments: JSONSegmentsWith with
+// written_at alone in the header.
+func (t *Table) JSONSegments(dst [][]byte, scratch []byte, writtenAt time.Time) (segs [][]byte, scratchOut []byte, err error) {
+	return t.JSONSegmentsWith(dst, scratch, JSONHeader{WrittenAt: writtenAt})
+}
+
+// JSONSegmentsWith returns JSONWith(nil, h) as segments whose
+// concatenation is that document, without copying its bulk (for writev):
+// the sections and the runs of effective members are the table's own
+// encodings, and only the small parts (the header, the opening of the
+// effective section, skipped, overrides, the closing brace) are made, in
+// scratch. The segments and the small parts are appended to dst[:0] and
+// scratch[:0], so a caller that renders often can reuse both.
 //
 // The first segment is the header: the opening brace and the members
-// revision, epoch, written_at, stale and cluster_id, in this order. No
-// segment is empty, and there are a few dozen at most.
+// revision, epoch, written_at, synced_at (when h.SyncedAt is set), stale
+// and cluster_id, in this order. No segment is empty, and there are a few
+// dozen at most.
 //
 // The returned slices alias the table's encodings and scratch: callers
 // must not modify them. The table's encodings never change, so segments
 // stay valid while held (they keep the arrays alive), however long; the
 // small parts stay valid until scratch is reused.
-func (t *Table) JSONSegments(dst [][]byte, scratch []byte, writtenAt time.Time) (segs [][]byte, scratchOut []byte, err error) {
-	t = t.At(writtenAt)
+func (t *Table) JSONSegmentsWith(dst [][]byte, scratch []byte, h JSONHeader) (segs [][]byte, scratchOut []byte, err error) {
+	t = t.At(h.WrittenAt)
 	enc := t.encodings()
 	// All the small parts first, then the segments into scratch, each
 	// capped at its end.
-	s := t.appendHeader(scratch[:0], writtenAt)
+	s := t.appendHeader(scratch[:0], h)
 	header := len(s)
 	s = append(s, effectiveOpen...)
 	open := len(s)
@@ -136,14 +165,19 @@ func (t *Table) JSONSegments(dst [][]byte, scratch []byte, writtenAt time.Time) 
 const effectiveOpen = `,"effective":{`
 
 // appendHeader appends the table JSON up to the pools: the opening brace
-// and the members revision, epoch, written_at, stale and cluster_id.
-func (t *Table) appendHeader(b []byte, writtenAt time.Time) []byte {
+// and the members revision, epoch, written_at, synced_at (when set),
+// stale and cluster_id.
+func (t *Table) appendHeader(b []byte, h JSONHeader) []byte {
 	b = append(b, `{"revision":`...)
 	b = strconv.AppendInt(b, t.revision, 10)
 	b = append(b, `,"epoch":`...)
 	b = strconv.AppendInt(b, t.epoch, 10)
 	b = append(b, `,"written_at":"`...)
-	b = writtenAt.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = h.WrittenAt.UTC().AppendFormat(b, time.RFC3339Nano)
+	if !h.SyncedAt.IsZero() {
+		b = append(b, `","synced_at":"`...)
+		b = h.SyncedAt.UTC().AppendFormat(b, time.RFC3339Nano)
+	}
 	b = append(b, `","stale":`...)
 	b = strconv.AppendBool(b, t.stale)
 	if t.clusterID != 0 {
@@ -362,76 +396,4 @@ func appendField(b []byte, name string, v any) ([]byte, error) {
 	b = append(b, name...)
 	b = append(b, `":`...)
 	return append(b, js...), nil
-}
-
-// LoadTableJSON rebuilds a table from table JSON written by JSON
-// (the snapshot file). The table is marked stale, keeps the pools' health
-// as written, and uses the routes as written (overrides already applied).
-// It also returns the file's written_at.
-func LoadTableJSON(b []byte) (*Table, time.Time, error) {
-	var in tableJSON
-	if err := json.Unmarshal(b, &in); err != nil {
-		return nil, time.Time{}, fmt.Errorf("decode table: %w", err)
-	}
-	writtenAt, err := time.Parse(time.RFC3339Nano, in.WrittenAt)
-	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("decode table: written_at: %w", err)
-	}
-	var cid uint64
-	if in.ClusterID != "" {
-		if cid, err = strconv.ParseUint(in.ClusterID, 16, 64); err != nil {
-			return nil, time.Time{}, fmt.Errorf("decode table: cluster_id %q: %w", in.ClusterID, err)
-		}
-	}
-	t := &Table{
-		revision:  in.Revision,
-		epoch:     in.Epoch,
-		stale:     true,
-		clusterID: cid,
-		grace:     DefaultHealthGrace,
-		builtAt:   writtenAt,
-		policy:    in.Policy.Residency,
-		pools:     map[string]*PoolState{},
-		routes:    map[string]*Route{},
-		overrides: map[string]*Override{},
-		applied:   map[string][]string{},
-		skipped:   in.Skipped,
-	}
-	if errs := t.policy.normalize(); len(errs) > 0 {
-		return nil, time.Time{}, fmt.Errorf("decode table: policy: %w", errs)
-	}
-	for _, id := range sortedKeys(in.Pools) {
-		p := in.Pools[id]
-		if !ValidPoolID(id) {
-			return nil, time.Time{}, fmt.Errorf("decode table: invalid pool id %q", id)
-		}
-		if errs := p.Pool.normalize(); len(errs) > 0 {
-			return nil, time.Time{}, fmt.Errorf("decode table: %w", errs.prefixed(PoolKey(id)))
-		}
-		healthy := p.Healthy
-		t.pools[id] = &PoolState{Pool: p.Pool, fixedHealthy: &healthy}
-	}
-	for _, name := range sortedKeys(in.Routes) {
-		r := in.Routes[name]
-		if !ValidRouteName(name) {
-			return nil, time.Time{}, fmt.Errorf("decode table: invalid route name %q", name)
-		}
-		if r == nil {
-			return nil, time.Time{}, fmt.Errorf("decode table: route %s is null", name)
-		}
-		if errs := r.normalize(name); len(errs) > 0 {
-			return nil, time.Time{}, fmt.Errorf("decode table: %w", errs.prefixed(RouteKey(name)))
-		}
-		t.routes[name] = r
-	}
-	for _, id := range sortedKeys(in.Overrides) {
-		if o := in.Overrides[id]; o != nil {
-			t.overrides[id] = o
-			if _, ok := t.routes[o.Route]; ok {
-				t.applied[o.Route] = append(t.applied[o.Route], id)
-			}
-		}
-	}
-	t.build(writtenAt, nil, nil)
-	return t, writtenAt, nil
 }

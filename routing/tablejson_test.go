@@ -3,7 +3,10 @@ package routing
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 )
 
 // structJSON is the table JSON encoded the plain way, through tableJSON and
@@ -73,12 +76,15 @@ func TestUnchangedEffectiveEntriesAreReused(t *testing.T) {
 	}
 }
 
+// BenchmarkTableJSON renders the example fleet's table JSON into a new
+// buffer, with written_at and synced_at, as /v1/table does.
 func BenchmarkTableJSON(b *testing.B) {
 	cfg := exampleConfig(b)
 	tb := Compile(1, kvsOf(b, cfg), nil, CompileOptions{Now: t0})
+	h := JSONHeader{WrittenAt: t0, SyncedAt: t0.Add(-time.Second)}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := tb.JSON(t0); err != nil {
+		if _, err := tb.JSONWith(nil, h); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -155,4 +161,68 @@ func TestTargetUnknownFieldsInTable(t *testing.T) {
 	if e := tb.Effective("PL"); len(e.Candidates) != 2 || e.Candidates[0].Pool != "eu-central" || e.Candidates[0].Weight != 70 {
 		t.Fatalf("PL entry: %+v", e)
 	}
+}
+
+// TestSyncedAtInHeader: synced_at is rendered right after written_at, in
+// UTC with sub-second precision, and is the only change to the bytes of
+// the table JSON; the segments carry it in their header; it is read back;
+// a JSON without it (written before it existed) loads with a zero
+// SyncedAt, and a malformed one is refused, naming the member.
+func TestSyncedAtInHeader(t *testing.T) {
+	tb := Compile(7, kvsOf(t, exampleConfig(t)), nil, CompileOptions{Now: t0, ClusterID: 0xcafe})
+	synced := t0.Add(-79*time.Second + 123456789).In(time.FixedZone("CEST", 2*3600))
+	h := JSONHeader{WrittenAt: t0, SyncedAt: synced}
+	plain, err := tb.JSON(t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := tb.JSONWith(nil, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	member := `,"synced_at":"` + synced.UTC().Format(time.RFC3339Nano) + `"`
+	if !strings.Contains(member, ".123456789Z") {
+		t.Fatalf("synced_at %s lacks its sub-second digits or is not UTC", member)
+	}
+	wa := bytes.Index(plain, []byte(`,"stale":`))
+	want := append(append(slices.Clip(plain[:wa]), member...), plain[wa:]...)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("with synced_at the JSON differs from the JSON without it by more than the member:\n got %.200s\nwant %.200s", got, want)
+	}
+	segs, _, err := tb.JSONSegmentsWith(nil, nil, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(bytes.Join(segs, nil), got) || !bytes.Contains(segs[0], []byte(member)) {
+		t.Fatalf("segments: header %q, or their concatenation differs from JSONWith", segs[0])
+	}
+	_, back, err := LoadTableJSONHeader(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !back.WrittenAt.Equal(t0) || !back.SyncedAt.Equal(synced) {
+		t.Fatalf("read back %+v, want written_at %v and synced_at %v", back, t0, synced)
+	}
+	if _, old, err := LoadTableJSONHeader(plain); err != nil || !old.SyncedAt.IsZero() || !old.WrittenAt.Equal(t0) {
+		t.Fatalf("a JSON without synced_at: %+v, %v; want a zero SyncedAt", old, err)
+	}
+	bad := bytes.Replace(got, []byte(member), []byte(`,"synced_at":"yesterday"`), 1)
+	if _, _, err := LoadTableJSONHeader(bad); err == nil || !strings.Contains(err.Error(), "synced_at") {
+		t.Fatalf("a malformed synced_at: err %v, want one naming synced_at", err)
+	}
+}
+
+// TestSyncedAtAddsNoAllocations: rendering the segments with synced_at
+// into reused storage allocates no more than rendering them without it.
+func TestSyncedAtAddsNoAllocations(t *testing.T) {
+	tb := Compile(7, kvsOf(t, exampleConfig(t)), nil, CompileOptions{Now: t0})
+	segs, scratch, _ := tb.JSONSegmentsWith(nil, nil, JSONHeader{WrittenAt: t0, SyncedAt: t0})
+	render := func(h JSONHeader) float64 {
+		return testing.AllocsPerRun(200, func() { segs, scratch, _ = tb.JSONSegmentsWith(segs, scratch, h) })
+	}
+	without, with := render(JSONHeader{WrittenAt: t0}), render(JSONHeader{WrittenAt: t0, SyncedAt: t0.Add(-time.Second)})
+	if with > without {
+		t.Fatalf("segments with synced_at: %v allocations per render, without: %v", with, without)
+	}
+	t.Logf("allocations per render: %v without synced_at, %v with", without, with)
 }

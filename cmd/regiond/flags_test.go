@@ -2,17 +2,25 @@ package main
 
 import (
 	"bytes"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
 
 // TestHelpShowsTheCaps: the API's caps are flags, shown in regiond --help
-// with their defaults.
-func TestHelpShowsTheCaps(t *testing.T) { helpShowsTheCaps(t, "--help") }
+// with their defaults; so is --snapshot-group.
+func TestHelpShowsTheCaps(t *testing.T) {
+	out := helpShowsTheCaps(t, "--help")
+	if !strings.Contains(out, "--snapshot-group string") {
+		t.Errorf("regiond --help lacks --snapshot-group:\n%s", out)
+	}
+}
 
-// helpShowsTheCaps runs regiond with args and checks the caps' flags and
-// defaults in its output.
-func helpShowsTheCaps(t *testing.T, args ...string) {
+// helpShowsTheCaps runs regiond with args, checks the caps' flags and
+// defaults in its output, and returns it.
+func helpShowsTheCaps(t *testing.T, args ...string) string {
 	t.Helper()
 	var out bytes.Buffer
 	cmd := newRootCommand()
@@ -27,5 +35,39 @@ func helpShowsTheCaps(t *testing.T, args ...string) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("regiond %v lacks %q:\n%s", args, want, out.String())
 		}
+	}
+	return out.String()
+}
+
+// TestRefusesASnapshotDirectoryNotItsOwn: regiond does not start (exit 1)
+// with a world-writable snapshot directory, naming it and what is wrong,
+// and writes nothing there; an unknown --snapshot-group is a usage error
+// (exit 2) naming the flag.
+func TestRefusesASnapshotDirectoryNotItsOwn(t *testing.T) {
+	base := t.TempDir()
+	open := filepath.Join(base, "shm")
+	if err := os.Mkdir(open, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) error {
+		cmd := newRootCommand()
+		cmd.SetArgs(append([]string{"--endpoints=127.0.0.1:1", "--socket=", "--listen=127.0.0.1:0", "--log-level=error"}, args...))
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		return cmd.Execute()
+	}
+	err := run("--snapshot=" + filepath.Join(open, "table.json"))
+	if err == nil || exitCode(err) != 1 || !strings.Contains(err.Error(), "snapshot directory "+open+" is writable by group and others") {
+		t.Fatalf("regiond with a 0777 snapshot directory: %v (exit %d), want exit 1 naming %s", err, exitCode(err), open)
+	}
+	if ents, _ := os.ReadDir(open); len(ents) != 0 {
+		t.Fatalf("regiond wrote into the refused directory: %v", ents)
+	}
+	err = run("--snapshot="+filepath.Join(base, "new", "table.json"), "--snapshot-group=no-such-group-regiond")
+	if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "--snapshot-group") {
+		t.Fatalf("regiond with an unknown --snapshot-group: %v (exit %d), want exit 2 naming the flag", err, exitCode(err))
 	}
 }

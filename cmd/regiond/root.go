@@ -46,7 +46,10 @@ func (f *agentFlags) register(fs *pflag.FlagSet, dev bool) {
 		fs.DurationVar(&f.cfg.DialTimeout, "dial-timeout", d.DialTimeout, "first-connection timeout to etcd")
 		fs.StringVar(&f.cfg.Socket, "socket", d.Socket, "unix socket of the API (mode 0660; \"\" disables)")
 		fs.StringVar(&f.cfg.Listen, "listen", "", "also serve the API on this loopback TCP address, e.g. 127.0.0.1:7420")
-		fs.StringVar(&f.cfg.Snapshot, "snapshot", d.Snapshot, "snapshot file for front doors in other languages (\"\" disables)")
+		fs.StringVar(&f.cfg.Snapshot, "snapshot", d.Snapshot,
+			"snapshot file for front doors in other languages (\"\" disables); its directory must be the agent's own (created 0755 if missing)")
+		fs.StringVar(&f.cfg.SnapshotGroup, "snapshot-group", "",
+			"group (name or gid) the front doors reading the snapshot run as, e.g. www-data: its directory is created 0750 of that group, and must have it")
 	}
 	fs.StringVar(&f.cfg.Prefix, "prefix", d.Prefix, "root prefix of regiond's keys in etcd")
 	fs.StringVar(&f.cfg.Node, "node", d.Node, "this node's name in <prefix>/agents/")

@@ -65,8 +65,11 @@ final class RegiondTable
     public const DEFAULT_PATH = '/dev/shm/regiond/table.json';
 
     /**
-     * Default max age of written_at, in seconds. The agent rewrites the file
-     * at least every 60 s, so an older file means the agent stopped writing.
+     * Default max age of synced_at (written_at in files without it), in
+     * seconds. A healthy agent confirms its table against etcd every few
+     * seconds and rewrites the file at least every 60 s, so the file's
+     * synced_at is at most ~75 s old; an older one means the agent lost
+     * etcd (or stopped writing).
      */
     public const DEFAULT_MAX_AGE = 180.0;
 
@@ -81,7 +84,7 @@ final class RegiondTable
      * process keeps its statics: one request under php-fpm, the worker's
      * life under long-running servers.
      *
-     * @var array<string, array{sig: string, digest: string, racy: bool, data: array<string, mixed>, written_at: float}>
+     * @var array<string, array{sig: string, digest: string, racy: bool, data: array<string, mixed>, written_at: float, synced_at: float}>
      */
     private static array $cache = [];
 
@@ -93,15 +96,18 @@ final class RegiondTable
         private readonly string $path,
         private readonly array $data,
         private readonly float $writtenAt,
+        private readonly float $syncedAt,
         private readonly float $maxAge,
     ) {
     }
 
     /**
      * Loads the snapshot at $path, reusing the parsed table while the file
-     * is unchanged. A table whose written_at is older than $maxAgeSeconds is
-     * still served but is stale: isStale() says so and every decision's
-     * degraded list carries `stale-table`.
+     * is unchanged. A table whose synced_at (when the agent last confirmed
+     * it against etcd; written_at in files without it) is older than
+     * $maxAgeSeconds is still served but is stale: isStale() says so and
+     * every decision's degraded list carries `stale-table`, even while the
+     * agent keeps rewriting the file.
      *
      * @throws TableException
      */
@@ -117,7 +123,7 @@ final class RegiondTable
             $c = self::read($path, $c);
             self::$cache[$path] = $c;
         }
-        return new self($path, $c['data'], $c['written_at'], $maxAgeSeconds);
+        return new self($path, $c['data'], $c['written_at'], $c['synced_at'], $maxAgeSeconds);
     }
 
     /** Forgets every cached snapshot. */
@@ -213,13 +219,28 @@ final class RegiondTable
     }
 
     /**
+     * synced_at as Unix seconds: when the agent last confirmed the table
+     * against etcd (written_at for a file without synced_at).
+     */
+    public function syncedAt(): float
+    {
+        return $this->syncedAt;
+    }
+
+    /** Seconds since synced_at (negative if the agent's clock is ahead). */
+    public function syncAgeSeconds(): float
+    {
+        return microtime(true) - $this->syncedAt;
+    }
+
+    /**
      * True when the agent marked the table stale (loaded from its own
-     * snapshot, not yet confirmed against etcd) or written_at is older than
-     * the max age (the agent stopped rewriting the file).
+     * snapshot, not yet confirmed against etcd) or synced_at is older than
+     * the max age (the agent lost etcd, or stopped rewriting the file).
      */
     public function isStale(): bool
     {
-        return $this->data['stale'] || $this->ageSeconds() > $this->maxAge;
+        return $this->data['stale'] || $this->syncAgeSeconds() > $this->maxAge;
     }
 
     public function path(): string
@@ -306,8 +327,8 @@ final class RegiondTable
      * second (same inode, same size) would not change the signature; a racy
      * entry is re-read on every load until it is old enough.
      *
-     * @param array{sig: string, digest: string, racy: bool, data: array<string, mixed>, written_at: float}|null $prev
-     * @return array{sig: string, digest: string, racy: bool, data: array<string, mixed>, written_at: float}
+     * @param array{sig: string, digest: string, racy: bool, data: array<string, mixed>, written_at: float, synced_at: float}|null $prev
+     * @return array{sig: string, digest: string, racy: bool, data: array<string, mixed>, written_at: float, synced_at: float}
      */
     private static function read(string $path, ?array $prev): array
     {
@@ -333,15 +354,16 @@ final class RegiondTable
         if ($prev !== null && $prev['digest'] === $entry['digest']) {
             return $entry + $prev;
         }
-        [$data, $writtenAt] = self::parse($raw, $path);
+        [$data, $writtenAt, $syncedAt] = self::parse($raw, $path);
         self::$parses++;
-        return $entry + ['data' => $data, 'written_at' => $writtenAt];
+        return $entry + ['data' => $data, 'written_at' => $writtenAt, 'synced_at' => $syncedAt];
     }
 
     /**
      * Decodes and checks the table JSON.
      *
-     * @return array{0: array<string, mixed>, 1: float}
+     * @return array{0: array<string, mixed>, 1: float, 2: float} the table, written_at and synced_at
+     *         (written_at when the file has none)
      */
     private static function parse(string $raw, string $path): array
     {
@@ -365,6 +387,13 @@ final class RegiondTable
         $writtenAt = self::parseTime($d['written_at']);
         if ($writtenAt === null) {
             throw $bad("written_at {$d['written_at']} is not RFC 3339");
+        }
+        $syncedAt = $writtenAt;
+        if (array_key_exists('synced_at', $d)) {
+            $syncedAt = is_string($d['synced_at']) ? self::parseTime($d['synced_at']) : null;
+            if ($syncedAt === null) {
+                throw $bad('synced_at ' . json_encode($d['synced_at']) . ' is not RFC 3339');
+            }
         }
         $d['stale'] = ($d['stale'] ?? false) === true;
         if (!is_array($d['pools'] ?? null) || !is_array($d['effective'] ?? null)) {
@@ -391,7 +420,7 @@ final class RegiondTable
             }
         }
         unset($e);
-        return [$d, $writtenAt];
+        return [$d, $writtenAt, $syncedAt];
     }
 
     /** RFC 3339 (Go's RFC3339Nano) to Unix seconds, or null. */

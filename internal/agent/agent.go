@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/regiond/regiond/internal/api"
+	"github.com/regiond/regiond/internal/safedir"
 	"github.com/regiond/regiond/internal/snapfile"
 	"github.com/regiond/regiond/routing"
 	"github.com/regiond/regiond/watch"
@@ -31,10 +33,14 @@ type Agent struct {
 	tcpLn    *connLimit
 
 	// seed is the table loaded from the snapshot file (marked stale), served
-	// until the mirror exists; seedAt is the file's written_at.
+	// until the mirror exists; seedAt is the file's synced_at (its
+	// written_at when it has none).
 	seed   *routing.Table
 	seedAt time.Time
-	mirror atomic.Pointer[watch.Mirror]
+	// snapshotRefresh is the snapshot writer's Refresh (zero: its default;
+	// tests shorten it).
+	snapshotRefresh time.Duration
+	mirror          atomic.Pointer[watch.Mirror]
 	// mirrorSet is closed once mirror is set.
 	mirrorSet chan struct{}
 
@@ -71,6 +77,13 @@ func New(cfg Config) (*Agent, error) {
 	maxWaiting, err := a.fitToFDLimit()
 	if err != nil {
 		return nil, err
+	}
+	// Before the file is read: a table in a directory others can write
+	// may be forged.
+	if cfg.Snapshot != "" {
+		if err := a.ensureSnapshotDir(filepath.Dir(cfg.Snapshot)); err != nil {
+			return nil, fmt.Errorf("--snapshot %s: %w", cfg.Snapshot, err)
+		}
 	}
 	a.loadSnapshot()
 	a.api = api.New(api.Config{Node: cfg.Node, MaxStale: cfg.MaxStale, MaxWaiting: maxWaiting,
@@ -145,8 +158,22 @@ func (a *Agent) fitToFDLimit() (int, error) {
 	return blocking, nil
 }
 
+// ensureSnapshotDir creates the snapshot directory dir if missing (0755,
+// or 0750 of --snapshot-group) and checks that it is the agent's own
+// (safedir.Check). The writer calls it too, when the directory is gone.
+func (a *Agent) ensureSnapshotDir(dir string) error {
+	gid, err := a.cfg.snapshotGID()
+	if err != nil {
+		return err
+	}
+	return safedir.Ensure(dir, "snapshot directory", a.cfg.snapshotDirMode(), gid)
+}
+
 // loadSnapshot reads the snapshot file, to serve it (marked stale) until
-// synced.
+// synced. Its synced_at (not written_at, which the writer refreshes
+// whether or not etcd answers) is when the table was last confirmed
+// against etcd; a file written before synced_at existed has only
+// written_at.
 func (a *Agent) loadSnapshot() {
 	if a.cfg.Snapshot == "" {
 		return
@@ -158,14 +185,17 @@ func (a *Agent) loadSnapshot() {
 		}
 		return
 	}
-	t, writtenAt, err := routing.LoadTableJSON(b)
+	t, h, err := routing.LoadTableJSONHeader(b)
 	if err != nil {
 		a.log.Warn("snapshot file not loaded: does not decode", "path", a.cfg.Snapshot, "err", err)
 		return
 	}
-	a.seed, a.seedAt = t, writtenAt
+	a.seed, a.seedAt = t, h.SyncedAt
+	if h.SyncedAt.IsZero() {
+		a.seedAt = h.WrittenAt
+	}
 	a.log.Info("serving the snapshot file until synced with etcd", "path", a.cfg.Snapshot,
-		"revision", t.Revision(), "written_at", writtenAt)
+		"revision", t.Revision(), "synced_at", a.seedAt, "written_at", h.WrittenAt)
 }
 
 func (a *Agent) listen() error {

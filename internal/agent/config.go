@@ -9,12 +9,15 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/regiond/regiond/internal/api"
 	"github.com/regiond/regiond/internal/keyspace"
+	"github.com/regiond/regiond/internal/safedir"
 )
 
 // Config is the agent's configuration. Start from DefaultConfig.
@@ -35,8 +38,15 @@ type Config struct {
 	Socket string
 	// Listen is an optional loopback TCP address of the API.
 	Listen string
-	// Snapshot is the snapshot file path ("" disables it).
+	// Snapshot is the snapshot file path ("" disables it). Its directory
+	// must be the agent's own (see SnapshotGroup); the agent creates it
+	// when missing.
 	Snapshot string
+	// SnapshotGroup is the group (a name or a gid) the front doors that
+	// read the snapshot run as, e.g. www-data: the snapshot directory is
+	// created 0750 of that group, and must have it. Empty: it is created
+	// 0755, of the agent's group.
+	SnapshotGroup string
 	// HealthGrace is the health grace window.
 	HealthGrace time.Duration
 	// MaxStale: /readyz fails once the table is older than this.
@@ -84,6 +94,35 @@ func DefaultConfig() Config {
 	}
 }
 
+// snapshotGID returns the gid of SnapshotGroup, or safedir.NoGroup.
+func (c Config) snapshotGID() (int, error) {
+	if c.SnapshotGroup == "" {
+		return safedir.NoGroup, nil
+	}
+	name := c.SnapshotGroup
+	if _, err := strconv.Atoi(name); err != nil {
+		g, err := user.LookupGroup(name)
+		if err != nil {
+			return 0, fmt.Errorf("--snapshot-group %q: %w", name, err)
+		}
+		name = g.Gid
+	}
+	gid, err := strconv.Atoi(name)
+	if err != nil || gid < 0 {
+		return 0, fmt.Errorf("--snapshot-group %q: not a group name or gid", c.SnapshotGroup)
+	}
+	return gid, nil
+}
+
+// snapshotDirMode is the mode the snapshot directory is created with: 0755,
+// or 0750 with a SnapshotGroup.
+func (c Config) snapshotDirMode() os.FileMode {
+	if c.SnapshotGroup != "" {
+		return 0o750
+	}
+	return 0o755
+}
+
 // Validate checks the configuration and names the bad field.
 func (c Config) Validate() error {
 	var errs []error
@@ -109,6 +148,11 @@ func (c Config) Validate() error {
 	}
 	if c.Snapshot != "" && !filepath.IsAbs(c.Snapshot) {
 		errs = append(errs, fmt.Errorf("--snapshot %q: must be an absolute path", c.Snapshot))
+	}
+	if c.SnapshotGroup != "" && c.Snapshot == "" {
+		errs = append(errs, errors.New("--snapshot-group is set but --snapshot is empty: there is no snapshot directory to give the group"))
+	} else if _, err := c.snapshotGID(); err != nil {
+		errs = append(errs, err)
 	}
 	for name, d := range map[string]time.Duration{"--health-grace": c.HealthGrace, "--max-stale": c.MaxStale,
 		"--dial-timeout": c.DialTimeout} {

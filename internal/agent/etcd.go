@@ -52,8 +52,8 @@ func (a *Agent) runEtcd(ctx context.Context) error {
 	a.mirror.Store(m)
 	close(a.mirrorSet)
 	if a.cfg.Snapshot != "" {
-		w = snapfile.NewWriter(snapfile.WriterConfig{Path: a.cfg.Snapshot, Source: m,
-			Logger: a.log, Registerer: a.registry})
+		w = snapfile.NewWriter(snapfile.WriterConfig{Path: a.cfg.Snapshot, Source: snapshotSource{m},
+			Refresh: a.snapshotRefresh, EnsureDir: a.ensureSnapshotDir, Logger: a.log, Registerer: a.registry})
 	}
 	pub = newPublisher(cli, ks.Agent(a.cfg.Node), m, a)
 	a.pub.Store(pub)
@@ -65,6 +65,12 @@ func (a *Agent) runEtcd(ctx context.Context) error {
 	g.Go(func() error { pub.run(gctx); return nil })
 	return g.Wait()
 }
+
+// snapshotSource is the mirror as the snapshot writer's source.
+type snapshotSource struct{ *watch.Mirror }
+
+// SyncedAt returns the mirror's Status().SyncedAt: the file's synced_at.
+func (s snapshotSource) SyncedAt() time.Time { return s.Status().SyncedAt }
 
 // dialRetryMax bounds the wait between two attempts to reach etcd (or to
 // log in): the backoff's cap plus its jitter.

@@ -21,3 +21,7 @@ func StatusPutPending(a *Agent) bool {
 	p := a.pub.Load()
 	return p != nil && len(p.kick) > 0
 }
+
+// SetSnapshotRefresh makes the agent's snapshot writer rewrite the file at
+// least every d; call it before Run.
+func SetSnapshotRefresh(a *Agent, d time.Duration) { a.snapshotRefresh = d }

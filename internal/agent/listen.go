@@ -7,22 +7,18 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+
+	"github.com/regiond/regiond/internal/safedir"
 )
 
-// listenUnix creates the API socket, mode 0660, in a directory that only
-// the service user can write (created 0750 if missing). A stale socket
-// file left by a previous run is removed; any other file is refused.
+// listenUnix creates the API socket, mode 0660, in a directory that is
+// the agent's own (safedir: created 0750 if missing; not a symbolic link,
+// owned by the agent's user, writable by no one else). A stale socket file
+// left by a previous run is removed; any other file is refused.
 func listenUnix(path string) (net.Listener, error) {
 	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("create socket directory %s: %w", dir, err)
-	}
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return nil, fmt.Errorf("socket directory %s: %w", dir, err)
-	}
-	if fi.Mode().Perm()&0o022 != 0 {
-		return nil, fmt.Errorf("socket directory %s is writable by group or others (mode %v); use a directory only the service user can write, e.g. /run/regiond with mode 0750", dir, fi.Mode().Perm())
+	if err := safedir.Ensure(dir, "socket directory", 0o750, safedir.NoGroup); err != nil {
+		return nil, fmt.Errorf("--socket %s: %w", path, err)
 	}
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode()&fs.ModeSocket == 0 {

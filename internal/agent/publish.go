@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"reflect"
+	"slices"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -68,12 +69,33 @@ func (p *publisher) changed() {
 	}
 }
 
-func (p *publisher) status(st watch.Status) routing.AgentStatus {
+// status is the agent's status key for the mirror's status st and table
+// t (nil before the first).
+func (p *publisher) status(st watch.Status, t *routing.Table) routing.AgentStatus {
 	s := routing.AgentStatus{Node: p.node, Revision: st.Revision, Epoch: st.Epoch, Connected: st.Connected, Version: p.version}
 	if !st.SyncedAt.IsZero() {
 		s.SyncedAt = st.SyncedAt.UTC().Format(time.RFC3339)
 	}
+	if t != nil {
+		s.Skipped, s.SkippedKeys = skippedKeys(t.Skipped())
+	}
 	return s
+}
+
+// skippedKeys returns how many keys sk names (a key may be listed twice)
+// and the first routing.MaxStatusSkippedKeys of them, sorted; nil for
+// none.
+func skippedKeys(sk []routing.Skipped) (int, []string) {
+	if len(sk) == 0 {
+		return 0, nil
+	}
+	keys := make([]string, 0, len(sk))
+	for _, s := range sk {
+		keys = append(keys, s.Key)
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	return len(keys), slices.Clip(keys[:min(len(keys), routing.MaxStatusSkippedKeys)])
 }
 
 // run publishes until ctx is done, then revokes the lease so the key goes.
@@ -125,7 +147,7 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session) {
 	written := false
 	for {
 		ms := p.mirror.Status()
-		st := p.status(ms)
+		st := p.status(ms, p.mirror.Table())
 		significant := !written || st.Epoch != last.Epoch || st.Connected != last.Connected || ms.ChangeRevision != lastChange
 		kick := p.kick
 		if significant || !reflect.DeepEqual(st, last) && p.clock.now().Sub(lastAt) >= statusRefresh {

@@ -64,6 +64,21 @@ func statusKV(t *testing.T, cli *clientv3.Client, node string) (routing.AgentSta
 	return st, resp.Kvs[0].Version, resp.Kvs[0].ModRevision
 }
 
+// settleStatus waits until the status key says connected and no put is
+// due, ticking the publisher's check meanwhile: the first put may come
+// before the watch is created (connected=false), and the re-put that
+// follows may still be in flight. A test that then cuts the connection,
+// or reads the key's revision to watch it from, starts from a publisher
+// that is idle; it does not tick it again.
+func settleStatus(t *testing.T, cli *clientv3.Client, h *harness, clock *fakeClock) {
+	t.Helper()
+	waitFor(t, "status key connected, no put due", func() bool {
+		clock.fire()
+		st, v, _ := statusKV(t, cli, "node-1")
+		return v > 0 && st.Connected && h.a.Mirror().Status().Connected && !agent.StatusPutPending(h.a)
+	})
+}
+
 // TestStatusKeyFollowsChangesAtOnce: the status key is put for a change's
 // revision as soon as the table has it, with no tick of the publisher's
 // once-a-second check and no time passing on its clock (both injected,
@@ -141,7 +156,7 @@ func TestStatusPutsCoalesce(t *testing.T) {
 	letGo := func() { releaseOnce.Do(func() { close(release) }) }
 	t.Cleanup(letGo) // before the agent stops
 	waitFor(t, "first table", func() bool { c, _ := h.resolve("DE", "k"); return c == 200 })
-	waitFor(t, "status key", func() bool { _, v, _ := statusKV(t, cli, "node-1"); return v > 0 })
+	settleStatus(t, cli, h, clock)
 	_, _, from := statusKV(t, cli, "node-1")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -357,7 +372,9 @@ func TestStatusKeyFollowsARelist(t *testing.T) {
 	cfg.StatusTTL, cfg.ProgressInterval = 30*time.Second, 100*time.Millisecond
 	h := runAgent(t, dir, cfg, clock.install)
 	waitFor(t, "first table", func() bool { c, _ := h.resolve("DE", "k"); return c == 200 })
-	waitFor(t, "status key", func() bool { _, v, _ := statusKV(t, cli, "node-1"); return v > 0 })
+	// A put in flight when the connection is cut would fail, and a failed
+	// put waits for the check's next tick, which this test never gives.
+	settleStatus(t, cli, h, clock)
 
 	px.Sever()
 	p, err := cli.Put(context.Background(), prefix+"routes/DE", `{"targets":[{"pool":"eu-north","weight":100}]}`)

@@ -272,7 +272,7 @@ func (s *Server) handleTable(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "no routing table loaded yet"})
 		return
 	}
-	b, err := t.JSON(time.Now())
+	b, err := t.JSONWith(nil, routing.JSONHeader{WrittenAt: time.Now(), SyncedAt: s.src.Status().SyncedAt})
 	if err != nil {
 		writeJSON(w, http.StatusInternalServerError, errorBody{Error: "render table: " + err.Error()})
 		return

@@ -196,7 +196,7 @@ func randomPick(ref *routing.Table, country, key, pool string) bool {
 }
 
 // checkTable compares a's whole table JSON with the reference rendered at
-// the same written_at and staleness: byte for byte.
+// the same written_at, synced_at and staleness: byte for byte.
 func (c *checker) checkTable(ctx context.Context, a *agentProc) (int64, error) {
 	code, body, err := a.get(ctx, "/v1/table")
 	if err == nil && noTable(code, body) {
@@ -208,26 +208,33 @@ func (c *checker) checkTable(ctx context.Context, a *agentProc) (int64, error) {
 	var hdr struct {
 		Revision  int64  `json:"revision"`
 		WrittenAt string `json:"written_at"`
+		SyncedAt  string `json:"synced_at"`
 		Stale     bool   `json:"stale"`
 	}
 	if err := json.Unmarshal(body, &hdr); err != nil {
 		return 0, fmt.Errorf("table: %v", err)
 	}
 	c.tables.Add(1)
-	return hdr.Revision, c.compareTable(ctx, a.name, body, hdr.Revision, hdr.WrittenAt, hdr.Stale)
+	return hdr.Revision, c.compareTable(ctx, a.name, body, hdr.Revision, hdr.WrittenAt, hdr.SyncedAt, hdr.Stale)
 }
 
 // compareTable compares a table JSON with the reference at rev.
-func (c *checker) compareTable(ctx context.Context, name string, body []byte, rev int64, writtenAt string, stale bool) error {
+func (c *checker) compareTable(ctx context.Context, name string, body []byte, rev int64, writtenAt, syncedAt string, stale bool) error {
 	at, err := time.Parse(time.RFC3339Nano, writtenAt)
 	if err != nil {
 		return fmt.Errorf("table at %d: written_at %q: %v", rev, writtenAt, err)
+	}
+	var synced time.Time
+	if syncedAt != "" {
+		if synced, err = time.Parse(time.RFC3339Nano, syncedAt); err != nil {
+			return fmt.Errorf("table at %d: synced_at %q: %v", rev, syncedAt, err)
+		}
 	}
 	ref, err := c.refs.table(ctx, rev, stale)
 	if err != nil {
 		return fmt.Errorf("reference at %d: %w", rev, err)
 	}
-	want, err := ref.JSON(at)
+	want, err := ref.JSONWith(nil, routing.JSONHeader{WrittenAt: at, SyncedAt: synced})
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,7 @@
 //
 //   - at checkpoints and at the end, every agent's table JSON equals a
 //     fresh compile of etcd's state at the agent's revision (byte for
-//     byte, apart from written_at);
+//     byte, apart from written_at and synced_at);
 //   - the tables and decisions sampled during the run equal the reference
 //     at their revision, taken from an independent recorder watch: no
 //     event is skipped or applied twice;

@@ -21,14 +21,23 @@ var ErrSymlink = errors.New("snapfile: path is a symbolic link; refusing to writ
 // WriteFile atomically replaces path with data, mode perm. The directory
 // is created (0755) if missing. A symlink at path is refused.
 func WriteFile(path string, data []byte, perm os.FileMode) error {
-	return writeFile(path, [][]byte{data}, perm)
+	return writeFile(path, [][]byte{data}, perm, mkdirAll)
 }
 
-// writeFile is WriteFile of the concatenation of segs.
-func writeFile(path string, segs [][]byte, perm os.FileMode) error {
-	dir := filepath.Dir(path)
+// mkdirAll creates dir and its parents, 0755, if missing.
+func mkdirAll(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("snapfile: create directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// writeFile is WriteFile of the concatenation of segs, the directory
+// readied by ensureDir.
+func writeFile(path string, segs [][]byte, perm os.FileMode, ensureDir func(dir string) error) error {
+	dir := filepath.Dir(path)
+	if err := ensureDir(dir); err != nil {
+		return err
 	}
 	if err := refuseSymlink(path); err != nil {
 		return err

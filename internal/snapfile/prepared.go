@@ -18,6 +18,9 @@ type preparedFile struct {
 	path, dir, base string
 	perm            os.FileMode
 	log             *slog.Logger
+	// ensureDir readies the directory for a write without a prepared
+	// temp file (WriterConfig.EnsureDir).
+	ensureDir func(dir string) error
 
 	next    *tempFile // the prepared temp file, or nil
 	hold    int       // descriptor holding the current file, or -1
@@ -32,7 +35,8 @@ type preparedFile struct {
 }
 
 func newPreparedFile(path string, perm os.FileMode, log *slog.Logger) *preparedFile {
-	return &preparedFile{path: path, dir: filepath.Dir(path), base: filepath.Base(path), perm: perm, log: log, hold: -1}
+	return &preparedFile{path: path, dir: filepath.Dir(path), base: filepath.Base(path), perm: perm, log: log, hold: -1,
+		ensureDir: mkdirAll}
 }
 
 // start removes temp files left by an earlier run that crashed and
@@ -102,7 +106,7 @@ func (p *preparedFile) release() {
 
 // write atomically replaces the file with the concatenation of segs
 // through the prepared temp file, falling back to WriteFile (a fresh temp
-// file, the directory created if missing) when there is none or it fails
+// file, the directory readied by ensureDir) when there is none or it fails
 // (removed, directory recreated). Then it fsyncs the directory and
 // prepares the next temp file. A failed write leaves no temp file behind.
 func (p *preparedFile) write(segs ...[]byte) error {
@@ -132,7 +136,7 @@ func (p *preparedFile) write(segs ...[]byte) error {
 		}
 		p.log.Debug("prepared snapshot temp file unusable; writing a fresh one", "err", err)
 	}
-	if err := writeFile(p.path, segs, p.perm); err != nil {
+	if err := writeFile(p.path, segs, p.perm, p.ensureDir); err != nil {
 		return err
 	}
 	p.prepare(int64(size))

@@ -80,13 +80,16 @@ func shmDir(b *testing.B) string {
 }
 
 // BenchmarkWriterChange is the writer's work per change of the example
-// fleet on /dev/shm: render the table, compare it with the last file, and
+// fleet on /dev/shm: render the table (written_at and synced_at in its
+// header), compare it with the last file, and
 // replace the file through the prepared temp file (write, fsync, rename,
 // directory fsync, next temp file prepared).
 func BenchmarkWriterChange(b *testing.B) {
 	now := time.Now()
 	tables := changedTables(b, 64, now)
-	w := NewWriter(WriterConfig{Path: filepath.Join(shmDir(b), "table.json"), Source: newSource(), Logger: discardLogger})
+	src := newSource()
+	src.synced(now.Add(-time.Second)) // the header carries synced_at, as the agent's does
+	w := NewWriter(WriterConfig{Path: filepath.Join(shmDir(b), "table.json"), Source: src, Logger: discardLogger})
 	w.file.start()
 	defer w.file.close()
 	w.write(tables[len(tables)-1], now)
@@ -185,9 +188,9 @@ func BenchmarkRenderCopy(b *testing.B) {
 }
 
 // TestWriterWritesTableJSON: the file the writer gathers from segments is
-// the table's JSON byte for byte, over consecutive tables; a table that
-// differs only in revision is skipped, one that differs in the stale flag
-// is not.
+// the table's JSON byte for byte (synced_at the source's), over
+// consecutive tables; a table that differs only in revision and synced_at
+// is skipped, one that differs in the stale flag is not.
 func TestWriterWritesTableJSON(t *testing.T) {
 	now := time.Now().Truncate(time.Second)
 	tables := changedTables(t, 12, now)
@@ -196,12 +199,13 @@ func TestWriterWritesTableJSON(t *testing.T) {
 	withCluster := routing.Compile(101, kvs, stale, routing.CompileOptions{Now: now, Start: now, ClusterID: 0x5eed})
 	tables = append(tables, stale, withCluster, tables[3])
 	path := filepath.Join(t.TempDir(), "table.json")
-	w := NewWriter(WriterConfig{Path: path, Source: newSource(), Logger: discardLogger})
+	src := newSource()
+	w := NewWriter(WriterConfig{Path: path, Source: src, Logger: discardLogger})
 	w.file.start()
 	defer w.file.close()
 	check := func(name string, tb *routing.Table, at time.Time) {
 		t.Helper()
-		want, err := tb.JSON(at)
+		want, err := tb.JSONWith(nil, routing.JSONHeader{WrittenAt: at, SyncedAt: src.SyncedAt()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,12 +228,16 @@ func TestWriterWritesTableJSON(t *testing.T) {
 	for i, tb := range tables {
 		name := fmt.Sprintf("table %d (revision %d)", i, tb.Revision())
 		at = at.Add(123456789 * time.Nanosecond)
+		src.synced(at.Add(-time.Millisecond))
 		w.write(tb, at)
 		writes++
 		expect(name)
 		check(name, tb, at)
-		// A progress notification: the same content at a later revision.
+		// A progress notification: the same content at a later revision,
+		// confirmed later.
 		progress := tb.WithRevision(tb.Revision() + 1000)
+		written := src.SyncedAt()
+		src.synced(at)
 		w.write(progress, at.Add(time.Millisecond))
 		if tb == stale { // now confirmed against etcd: no longer stale
 			writes++
@@ -239,6 +247,7 @@ func TestWriterWritesTableJSON(t *testing.T) {
 		}
 		skips++
 		expect(name + " at a later revision")
+		src.synced(written) // the file's
 		check(name+" at a later revision", tb, at)
 	}
 }
@@ -342,7 +351,7 @@ func TestWriteFileSegments(t *testing.T) {
 	want := bytes.Join(segs, nil)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "a", "table.json")
-	if err := writeFile(path, segs, 0o644); err != nil {
+	if err := writeFile(path, segs, 0o644, mkdirAll); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := ReadFile(path); err != nil || !bytes.Equal(got, want) {

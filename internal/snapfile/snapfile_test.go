@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,10 +67,11 @@ func TestSymlinkRefused(t *testing.T) {
 
 // source is an in-memory table source that swaps tables like the mirror.
 type source struct {
-	mu    sync.Mutex
-	t     *routing.Table
-	ch    chan struct{}
-	polls int // calls of Changed: one per writer loop
+	mu       sync.Mutex
+	t        *routing.Table
+	ch       chan struct{}
+	polls    int // calls of Changed: one per writer loop
+	syncedAt time.Time
 }
 
 func newSource() *source { return &source{ch: make(chan struct{})} }
@@ -85,6 +87,20 @@ func (s *source) Changed() <-chan struct{} {
 	defer s.mu.Unlock()
 	s.polls++
 	return s.ch
+}
+
+func (s *source) SyncedAt() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.syncedAt
+}
+
+// synced sets the time SyncedAt returns, without a swap (as a silence
+// probe confirms the table).
+func (s *source) synced(at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.syncedAt = at
 }
 
 func (s *source) set(t *routing.Table) {
@@ -205,13 +221,62 @@ func TestWriterRefreshesWrittenAt(t *testing.T) {
 	t.Fatal("written_at never refreshed without a change")
 }
 
+// TestWriterRefreshKeepsSyncedAt: the periodic rewrite carries the
+// source's synced_at as it is, however old (etcd down: the file is
+// rewritten, but not confirmed); a synced_at that moved without a change
+// of content waits for the refresh, which then carries it.
+func TestWriterRefreshKeepsSyncedAt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "table.json")
+	src := newSource()
+	synced := time.Now().Add(-79*time.Second - 123456789)
+	src.synced(synced)
+	runWriter(t, WriterConfig{Path: path, Source: src, Refresh: 50 * time.Millisecond})
+	src.set(table(7, 30))
+	waitRevision(t, path, 7)
+	header := func() routing.JSONHeader {
+		b, err := ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, h, err := routing.LoadTableJSONHeader(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	first := header()
+	if !first.SyncedAt.Equal(synced) {
+		t.Fatalf("file's synced_at %v, want the source's %v", first.SyncedAt, synced)
+	}
+	waitHeader := func(what string, ok func(routing.JSONHeader) bool) routing.JSONHeader {
+		t.Helper()
+		for i := 0; i < 300; i++ {
+			if h := header(); ok(h) {
+				return h
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("the file never %s: %+v", what, header())
+		return routing.JSONHeader{}
+	}
+	h := waitHeader("refreshed", func(h routing.JSONHeader) bool { return h.WrittenAt.After(first.WrittenAt) })
+	if !h.SyncedAt.Equal(synced) {
+		t.Fatalf("the refresh wrote synced_at %v, want the source's unchanged %v", h.SyncedAt, synced)
+	}
+	later := synced.Add(75 * time.Second)
+	src.synced(later)
+	waitHeader("took the moved synced_at", func(h routing.JSONHeader) bool { return h.SyncedAt.Equal(later) })
+}
+
 func TestSameContent(t *testing.T) {
 	a := []byte(`{"revision":1,"epoch":3,"written_at":"2026-01-01T00:00:00Z","stale":false,"x":1}`)
+	as := []byte(`{"revision":1,"epoch":3,"written_at":"2026-01-01T00:00:00Z","synced_at":"2025-12-31T23:59:00.5Z","stale":false,"x":1}`)
 	for name, tc := range map[string]struct {
 		b    string
 		same bool
 	}{
 		"written_at only": {`{"revision":1,"epoch":3,"written_at":"2026-01-01T00:00:05.123Z","stale":false,"x":1}`, true},
+		"synced_at added": {string(as), true},
 		"revision only":   {`{"revision":9,"epoch":3,"written_at":"2026-01-01T00:00:00Z","stale":false,"x":1}`, true},
 		"epoch":           {`{"revision":1,"epoch":4,"written_at":"2026-01-01T00:00:00Z","stale":false,"x":1}`, false},
 		"content":         {`{"revision":1,"epoch":3,"written_at":"2026-01-01T00:00:00Z","stale":false,"x":2}`, false},
@@ -221,6 +286,58 @@ func TestSameContent(t *testing.T) {
 		if got := sameContent(a, []byte(tc.b)); got != tc.same {
 			t.Errorf("%s: sameContent = %v, want %v", name, got, tc.same)
 		}
+	}
+	for name, tc := range map[string]struct {
+		b    string
+		same bool
+	}{
+		"synced_at only":   {`{"revision":1,"epoch":3,"written_at":"2026-01-01T00:00:00Z","synced_at":"2026-01-01T00:00:00Z","stale":false,"x":1}`, true},
+		"all times":        {`{"revision":2,"epoch":3,"written_at":"2026-01-01T00:01:00Z","synced_at":"2026-01-01T00:01:00Z","stale":false,"x":1}`, true},
+		"stale flag":       {`{"revision":1,"epoch":3,"written_at":"2026-01-01T00:00:00Z","synced_at":"2025-12-31T23:59:00.5Z","stale":true,"x":1}`, false},
+		"content":          {`{"revision":1,"epoch":3,"written_at":"2026-01-01T00:00:00Z","synced_at":"2025-12-31T23:59:00.5Z","stale":false,"x":3}`, false},
+		"unclosed":         {`{"revision":1,"epoch":3,"written_at":"2026-01-01T00:00:00Z","synced_at":"2025-12-31`, false},
+		"epoch, synced_at": {`{"revision":1,"epoch":4,"written_at":"2026-01-01T00:00:00Z","synced_at":"2026-01-01T00:00:00Z","stale":false,"x":1}`, false},
+	} {
+		if got := sameContent(as, []byte(tc.b)); got != tc.same {
+			t.Errorf("with synced_at, %s: sameContent = %v, want %v", name, got, tc.same)
+		}
+	}
+}
+
+// TestWriterEnsuresItsDirectory: a write that finds no directory asks
+// EnsureDir for one: what it refuses is not written (and counted as an
+// error); what it creates is written into.
+func TestWriterEnsuresItsDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "snap")
+	path := filepath.Join(dir, "table.json")
+	var refuse atomic.Bool
+	refuse.Store(true)
+	var asked atomic.Int32
+	src := newSource()
+	w := runWriter(t, WriterConfig{Path: path, Source: src, Logger: discardLogger, EnsureDir: func(d string) error {
+		asked.Add(1)
+		if d != dir {
+			t.Errorf("EnsureDir(%s), want %s", d, dir)
+		}
+		if refuse.Load() {
+			return errors.New("not the agent's own")
+		}
+		return os.Mkdir(d, 0o750)
+	}})
+	src.set(table(3, 40))
+	for i := 0; i < 200 && testutil.ToFloat64(w.errors) == 0; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if testutil.ToFloat64(w.errors) == 0 || asked.Load() == 0 {
+		t.Fatalf("the refused write was not counted (%v errors, EnsureDir asked %d times)", testutil.ToFloat64(w.errors), asked.Load())
+	}
+	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+		t.Fatalf("the writer made the directory EnsureDir refused: %v", err)
+	}
+	refuse.Store(false) // retried with backoff (1s)
+	waitRevision(t, path, 3)
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o750 {
+		t.Fatalf("directory %v %v, want EnsureDir's 0750", fi, err)
 	}
 }
 

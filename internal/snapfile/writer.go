@@ -21,6 +21,9 @@ type Source interface {
 	Table() *routing.Table
 	// Changed returns a channel closed at the next table swap.
 	Changed() <-chan struct{}
+	// SyncedAt returns when the table was last confirmed current against
+	// etcd (watch.Status.SyncedAt), or zero: the file's synced_at.
+	SyncedAt() time.Time
 }
 
 // WriterConfig configures a Writer. Path and Source are required.
@@ -37,8 +40,13 @@ type WriterConfig struct {
 	// Default 200ms.
 	MaxDelay time.Duration
 	// Refresh: rewrite at least this often, so written_at is a dead-man's
-	// switch. Default 60s.
-	Refresh    time.Duration
+	// switch; synced_at is the source's, moved or not. Default 60s.
+	Refresh time.Duration
+	// EnsureDir makes the file's directory ready when a write finds no
+	// prepared temp file in it (the directory was removed, say): it
+	// creates the directory, or returns why it must not be written into.
+	// Default: create it, and its parents, 0755.
+	EnsureDir  func(dir string) error
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 }
@@ -96,6 +104,9 @@ func NewWriter(cfg WriterConfig) *Writer {
 	w := &Writer{cfg: cfg, log: cfg.Logger.With("component", "snapshot", "path", cfg.Path),
 		retry: backoff.New(time.Second, 30*time.Second)}
 	w.file = newPreparedFile(cfg.Path, 0o644, w.log)
+	if cfg.EnsureDir != nil {
+		w.file.ensureDir = cfg.EnsureDir
+	}
 	opts := func(name, help string) prometheus.CounterOpts {
 		return prometheus.CounterOpts{Namespace: "regiond", Subsystem: "snapshot", Name: name, Help: help}
 	}
@@ -241,15 +252,16 @@ func minTime(a, b time.Time) time.Time {
 	return b
 }
 
-// write renders t and replaces the file, unless only written_at and the
-// revision would change (a progress notification: the content is the same,
-// and the file's revision may lag until the refresh) and the refresh is not
-// due. The table is rendered as segments, the kernel gathers them into the
-// file (writev): its bulk is copied once. A failed write is retried with
-// backoff.
+// write renders t and replaces the file, unless only written_at, synced_at
+// and the revision would change (a progress notification: the content is
+// the same, and the file's revision and synced_at may lag until the
+// refresh) and the refresh is not due. The table is rendered as segments,
+// the kernel gathers them into the file (writev): its bulk is copied once.
+// A failed write is retried with backoff.
 func (w *Writer) write(t *routing.Table, now time.Time) {
 	w.lastTable, w.firstPending = t, time.Time{}
-	segs, scratch, err := t.JSONSegments(w.spareSegs, w.spareScratch, now)
+	h := routing.JSONHeader{WrittenAt: now, SyncedAt: w.cfg.Source.SyncedAt()}
+	segs, scratch, err := t.JSONSegmentsWith(w.spareSegs, w.spareScratch, h)
 	w.spareSegs, w.spareScratch = segs, scratch
 	if err != nil {
 		w.errors.Inc()
@@ -280,8 +292,8 @@ func (w *Writer) write(t *routing.Table, now time.Time) {
 }
 
 // sameSegments reports whether two renderings of routing.Table.JSONSegments
-// differ at most in revision and written_at: the headers (the first
-// segments) by sameContent, the rest as concatenations, wherever the
+// differ at most in revision, written_at and synced_at: the headers (the
+// first segments) by sameContent, the rest as concatenations, wherever the
 // segments end.
 func sameSegments(a, b [][]byte) bool {
 	if len(a) == 0 || len(b) == 0 {
@@ -326,10 +338,12 @@ func equalConcat(a, b [][]byte) bool {
 var (
 	epochField     = []byte(`,"epoch":`)
 	writtenAtField = []byte(`,"written_at":"`)
+	syncedAtField  = []byte(`","synced_at":"`)
 )
 
-// sameContent reports whether two table JSONs differ at most in revision
-// and written_at (the first members, in routing.Table.JSON's order).
+// sameContent reports whether two table JSONs differ at most in revision,
+// written_at and synced_at (the first members, in routing.Table.JSON's
+// order).
 func sameContent(a, b []byte) bool {
 	ea, wa, ta := headerCuts(a)
 	eb, wb, tb := headerCuts(b)
@@ -340,16 +354,26 @@ func sameContent(a, b []byte) bool {
 }
 
 // headerCuts returns where ,"epoch": starts, where ,"written_at":" starts
-// and where the member after written_at starts; -1s when not found.
+// and where the closing quote of the times starts (written_at's, or
+// synced_at's when it follows); -1s when not found.
 func headerCuts(b []byte) (epoch, writtenAt, tail int) {
 	epoch = bytes.Index(b, epochField)
 	writtenAt = bytes.Index(b, writtenAtField)
 	if epoch < 0 || writtenAt < epoch {
 		return -1, -1, -1
 	}
-	end := bytes.IndexByte(b[writtenAt+len(writtenAtField):], '"')
+	tail = writtenAt + len(writtenAtField)
+	end := bytes.IndexByte(b[tail:], '"')
 	if end < 0 {
 		return -1, -1, -1
 	}
-	return epoch, writtenAt, writtenAt + len(writtenAtField) + end
+	tail += end
+	if bytes.HasPrefix(b[tail:], syncedAtField) {
+		tail += len(syncedAtField)
+		if end = bytes.IndexByte(b[tail:], '"'); end < 0 {
+			return -1, -1, -1
+		}
+		tail += end
+	}
+	return epoch, writtenAt, tail
 }

@@ -6,6 +6,9 @@
 //       Prints a meta line {"revision","epoch","stale"}, then one JSON line
 //       per pair: {"ok":true,"d":Decision} or {"ok":false,"country","reasons",
 //       "revision","epoch"}.
+//   php driver.php meta TABLE MAXAGE
+//       Prints {"revision","epoch","stale","written_at","synced_at"} (Unix
+//       seconds) of the table, or {"error"} when it does not load.
 //   php driver.php scores < triples
 //       triples: "HEXKEY HEXPOOL WEIGHT". Prints "H53 SCOREBITS" per line,
 //       SCOREBITS being the IEEE-754 bits of the score as 16 hex digits.
@@ -62,6 +65,16 @@ switch ($mode) {
                 out(['ok' => false, 'country' => $e->country, 'reasons' => $e->reasons,
                     'revision' => $e->revision, 'epoch' => $e->epoch, 'body' => $e->toArray()]);
             }
+        }
+        break;
+
+    case 'meta':
+        try {
+            $t = RegiondTable::load($argv[2], (float) $argv[3]);
+            out(['revision' => $t->revision(), 'epoch' => $t->epoch(), 'stale' => $t->isStale(),
+                'written_at' => $t->writtenAt(), 'synced_at' => $t->syncedAt()]);
+        } catch (TableException $e) {
+            out(['error' => $e->getMessage()]);
         }
         break;
 
@@ -135,6 +148,6 @@ switch ($mode) {
         break;
 
     default:
-        fwrite(STDERR, "usage: driver.php resolve|scores|cache ...\n");
+        fwrite(STDERR, "usage: driver.php resolve|meta|scores|cache ...\n");
         exit(2);
 }

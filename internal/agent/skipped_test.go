@@ -1,0 +1,83 @@
+package agent_test
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/regiond/regiond/internal/agent"
+	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/routing"
+)
+
+// TestStatusKeyNamesSkippedKeys: an agent serving a refused value says so
+// in its status key (skipped: the count; skipped_keys: the first
+// routing.MaxStatusSkippedKeys, sorted), and re-puts it as the refused
+// keys come and go, with no tick of the publisher's check and no time
+// passing on its clock: the change itself brings the put.
+func TestStatusKeyNamesSkippedKeys(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	clock := newFakeClock()
+	dir := t.TempDir()
+	cfg := agent.DefaultConfig()
+	cfg.Endpoints, cfg.Node, cfg.Logger = srv.Endpoints, "node-1", quietLogger()
+	cfg.Socket, cfg.Listen, cfg.Snapshot = "", "127.0.0.1:0", filepath.Join(dir, "shm", "table.json")
+	cfg.StatusTTL = 2 * time.Second
+	h := runAgent(t, dir, cfg, clock.install)
+	waitFor(t, "first table", func() bool { c, _ := h.resolve("DE", "k"); return c == 200 })
+	waitFor(t, "status key", func() bool { _, v, _ := statusKV(t, cli, "node-1"); return v > 0 })
+	st, _, from := statusKV(t, cli, "node-1")
+	if st.Skipped != 0 || st.SkippedKeys != nil {
+		t.Fatalf("status before any refused value: %+v", st)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	wch := cli.Watch(ctx, "/regiond/v1/agents/node-1", clientv3.WithRev(from+1))
+	put := func(ops ...clientv3.Op) int64 {
+		t.Helper()
+		resp, err := cli.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	at := func(rev int64) func(routing.AgentStatus) bool {
+		return func(st routing.AgentStatus) bool { return st.Revision >= rev }
+	}
+
+	// One refused value.
+	rev := put(clientv3.OpPut(prefix+"pools/eu-west", `{"host":"","residency":"EU","status":"sleeping"}`))
+	if st := nextStatus(t, wch, at(rev)); st.Skipped != 1 || !slices.Equal(st.SkippedKeys, []string{"pools/eu-west"}) {
+		t.Fatalf("status with one refused value: skipped %d %q, want 1 [pools/eu-west]", st.Skipped, st.SkippedKeys)
+	}
+	// Twelve: the count says so, the keys are the first ten, sorted.
+	routes := []string{"NL", "FR", "BE", "AT", "CZ", "ES", "PT", "IT", "IE", "SE", "FI"}
+	var ops []clientv3.Op
+	for _, cc := range routes {
+		ops = append(ops, clientv3.OpPut(prefix+"routes/"+cc, `{"targets":5}`))
+	}
+	rev = put(ops...)
+	want := []string{"pools/eu-west"}
+	for _, cc := range routes {
+		want = append(want, "routes/"+cc)
+	}
+	slices.Sort(want)
+	if st := nextStatus(t, wch, at(rev)); st.Skipped != 12 || !slices.Equal(st.SkippedKeys, want[:routing.MaxStatusSkippedKeys]) {
+		t.Fatalf("status with 12 refused values: skipped %d %q, want 12 %q", st.Skipped, st.SkippedKeys, want[:routing.MaxStatusSkippedKeys])
+	}
+	// All fixed (deleted, or a good value): none.
+	ops = ops[:0]
+	for _, cc := range routes {
+		ops = append(ops, clientv3.OpDelete(prefix+"routes/"+cc))
+	}
+	rev = put(append(ops, clientv3.OpPut(prefix+"pools/eu-west", `{"host":"edge-ams-1.example.net:443","residency":"eu"}`))...)
+	if st := nextStatus(t, wch, at(rev)); st.Skipped != 0 || st.SkippedKeys != nil {
+		t.Fatalf("status once every value is good: skipped %d %q, want none", st.Skipped, st.SkippedKeys)
+	}
+}

@@ -1,0 +1,229 @@
+package agent_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/regiond/regiond/internal/agent"
+	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/routing"
+)
+
+// otherUID, otherGID are ids that are not the test's (it runs as root, which
+// may give any id to a file).
+const otherUID, otherGID = 4242, 4243
+
+// forgedTable plants a table.json in dir that sends PL viewers to a pool
+// nobody configured, as a local attacker would.
+func forgedTable(t *testing.T, dir string) {
+	t.Helper()
+	kvs := []routing.KV{
+		{Key: "pools/evil", Value: []byte(`{"host":"evil.example.net","residency":"eu"}`)},
+		{Key: "routes/_default", Value: []byte(`{"targets":[{"pool":"evil","weight":100}]}`)},
+	}
+	b, err := routing.Compile(999, kvs, nil, routing.CompileOptions{Now: time.Now()}).JSON(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "table.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// offlineConfig is an agent config whose files are in dir, for tests that
+// never get as far as etcd.
+func offlineConfig(dir string) agent.Config {
+	cfg := agent.DefaultConfig()
+	cfg.Endpoints = []string{"http://127.0.0.1:1"}
+	cfg.Node, cfg.Logger = "node-1", quietLogger()
+	cfg.Socket = filepath.Join(dir, "run", "regiond.sock")
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Snapshot = filepath.Join(dir, "shm", "table.json")
+	return cfg
+}
+
+// TestRefusesADirectoryNotItsOwn: the agent does not start when the
+// snapshot directory (or the socket's) is a symbolic link, is another
+// user's, or is writable by group or others; the error names the
+// directory and what is wrong, and the table planted there is not read.
+func TestRefusesADirectoryNotItsOwn(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test gives a directory to another user: run it as root (as CI does)")
+	}
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, dir string) // dir: the directory, still missing
+		want  string
+	}{
+		{"symlink", func(t *testing.T, dir string) {
+			target := dir + ".real"
+			mkdir(t, target, 0o755)
+			forgedTable(t, target)
+			if err := os.Symlink(target, dir); err != nil {
+				t.Fatal(err)
+			}
+		}, "is a symbolic link"},
+		{"other owner", func(t *testing.T, dir string) {
+			mkdir(t, dir, 0o755)
+			forgedTable(t, dir)
+			if err := os.Chown(dir, otherUID, otherGID); err != nil {
+				t.Fatal(err)
+			}
+		}, "is owned by uid " + strconv.Itoa(otherUID)},
+		{"group-writable", func(t *testing.T, dir string) { mkdir(t, dir, 0o775); forgedTable(t, dir) },
+			"is writable by group (mode 0775)"},
+		{"world-writable", func(t *testing.T, dir string) { mkdir(t, dir, 0o777); forgedTable(t, dir) },
+			"is writable by group and others (mode 0777)"},
+		{"world-writable sticky", func(t *testing.T, dir string) { mkdir(t, dir, 0o777|os.ModeSticky); forgedTable(t, dir) },
+			"is writable by group and others (mode 0777)"},
+	} {
+		for _, which := range []string{"snapshot", "socket"} {
+			t.Run(tc.name+"/"+which, func(t *testing.T) {
+				base := t.TempDir()
+				cfg := offlineConfig(base)
+				dir := filepath.Join(base, "shm")
+				if which == "socket" {
+					dir = filepath.Join(base, "run")
+				}
+				tc.setup(t, dir)
+				a, err := agent.New(cfg)
+				if err == nil {
+					stopOffline(t, a)
+					t.Fatalf("the agent started with a %s directory that %s", which, tc.want)
+				}
+				for _, w := range []string{which + " directory " + dir, tc.want} {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error %q does not say %q", err, w)
+					}
+				}
+			})
+		}
+	}
+}
+
+func mkdir(t *testing.T, dir string, mode os.FileMode) {
+	t.Helper()
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// stopOffline runs a with a context already done: it closes the listeners.
+func stopOffline(t *testing.T, a *agent.Agent) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := a.Run(ctx); err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
+
+func dirMode(t *testing.T, dir string) (os.FileMode, uint32) {
+	t.Helper()
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Mode(), fi.Sys().(*syscall.Stat_t).Gid
+}
+
+// TestCreatesTheSnapshotDirectory: a missing snapshot directory (and its
+// missing parents) is created 0755, whatever the umask; with
+// --snapshot-group, 0750 of that group. The socket's is created 0750.
+// An unknown group is refused before anything is created.
+func TestCreatesTheSnapshotDirectory(t *testing.T) {
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	base := t.TempDir()
+	cfg := offlineConfig(base)
+	cfg.Snapshot = filepath.Join(base, "a", "b", "regiond", "table.json")
+	a, err := agent.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopOffline(t, a)
+	if mode, _ := dirMode(t, filepath.Dir(cfg.Snapshot)); mode != os.ModeDir|0o755 {
+		t.Errorf("snapshot directory created %v, want drwxr-xr-x", mode)
+	}
+	if mode, _ := dirMode(t, filepath.Dir(cfg.Socket)); mode != os.ModeDir|0o750 {
+		t.Errorf("socket directory created %v, want drwxr-x---", mode)
+	}
+
+	cfg = offlineConfig(t.TempDir())
+	cfg.SnapshotGroup = strconv.Itoa(otherGID)
+	if a, err = agent.New(cfg); err != nil {
+		t.Fatal(err)
+	}
+	stopOffline(t, a)
+	if mode, gid := dirMode(t, filepath.Dir(cfg.Snapshot)); mode != os.ModeDir|0o750 || gid != otherGID {
+		t.Errorf("snapshot directory created %v of gid %d, want drwxr-x--- of gid %d", mode, gid, otherGID)
+	}
+	// Restarted with another group: refused, the directory as it was.
+	cfg.SnapshotGroup = strconv.Itoa(otherGID + 1)
+	if a, err := agent.New(cfg); err == nil {
+		stopOffline(t, a)
+		t.Error("started with a snapshot directory of another group than --snapshot-group")
+	} else if !strings.Contains(err.Error(), "has group gid 4243") {
+		t.Errorf("error %q does not name the directory's group", err)
+	}
+
+	cfg = offlineConfig(t.TempDir())
+	cfg.SnapshotGroup = "no-such-group-regiond"
+	if _, err := agent.New(cfg); err == nil || !strings.Contains(err.Error(), "--snapshot-group") {
+		t.Errorf("an unknown --snapshot-group: err %v, want one naming the flag", err)
+	}
+	if _, err := os.Lstat(filepath.Dir(cfg.Snapshot)); !os.IsNotExist(err) {
+		t.Errorf("the snapshot directory was created for an unknown group: %v", err)
+	}
+}
+
+// TestWriterRecreatesTheDirectoryAsAtStart: a snapshot directory removed
+// while the agent runs is created again as at start (0750 of
+// --snapshot-group) by the next write; one put back by someone else is
+// not written into.
+func TestWriterRecreatesTheDirectoryAsAtStart(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	dir := t.TempDir()
+	cfg := offlineConfig(dir)
+	cfg.Endpoints, cfg.DialTimeout, cfg.StatusTTL = srv.Endpoints, time.Second, 2*time.Second
+	cfg.SnapshotGroup = strconv.Itoa(otherGID)
+	h := runAgent(t, dir, cfg)
+	waitFor(t, "snapshot written", func() bool { return h.snapshot() != nil })
+	shm := filepath.Dir(cfg.Snapshot)
+	if err := os.RemoveAll(shm); err != nil {
+		t.Fatal(err)
+	}
+	p, err := cli.Put(context.Background(), prefix+"routes/DE", `{"targets":[{"pool":"eu-north","weight":100}]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "snapshot rewritten", func() bool { s := h.snapshot(); return s != nil && s.Revision() >= p.Header.Revision })
+	if mode, gid := dirMode(t, shm); mode != os.ModeDir|0o750 || gid != otherGID {
+		t.Fatalf("snapshot directory recreated %v of gid %d, want drwxr-x--- of gid %d", mode, gid, otherGID)
+	}
+
+	// Someone else's directory in its place: not written into.
+	if err := os.RemoveAll(shm); err != nil {
+		t.Fatal(err)
+	}
+	mkdir(t, shm, 0o777)
+	before := counter(t, h, "regiond_snapshot_errors_total")
+	if _, err := cli.Put(context.Background(), prefix+"routes/DE", `{"targets":[{"pool":"eu-west","weight":100}]}`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the refused write counted", func() bool { return counter(t, h, "regiond_snapshot_errors_total") > before })
+	if ents, _ := os.ReadDir(shm); len(ents) != 0 {
+		t.Fatalf("the writer wrote into a world-writable directory: %v", ents)
+	}
+}

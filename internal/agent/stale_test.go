@@ -1,0 +1,193 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/regiond/regiond/internal/agent"
+	"github.com/regiond/regiond/internal/api"
+	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/routing"
+)
+
+// snapshotHeader reads the times of the agent's snapshot file.
+func (h *harness) snapshotHeader() (routing.JSONHeader, bool) {
+	b, err := os.ReadFile(filepath.Join(h.dir, "shm", "table.json"))
+	if err != nil {
+		return routing.JSONHeader{}, false
+	}
+	_, hdr, err := routing.LoadTableJSONHeader(b)
+	if err != nil {
+		h.t.Fatalf("snapshot file does not load: %v", err)
+	}
+	return hdr, true
+}
+
+// TestSurvivesEtcdOutageAndRestartFromSnapshot, issue 10's scenario: etcd
+// goes down; the agent keeps answering from its table and rewriting its
+// snapshot file (written_at fresh, synced_at not), and is restarted while
+// etcd is still down. The restarted agent answers from the file, marked
+// stale-table, and takes its sync time from synced_at: /readyz, /v1/status
+// and the staleness metric say the table has not been confirmed for longer
+// than --max-stale, although the file's written_at is fresh, and its own
+// rewrites keep that synced_at. When etcd is back it catches up, is ready,
+// and the file's synced_at moves.
+func TestSurvivesEtcdOutageAndRestartFromSnapshot(t *testing.T) {
+	etcdDir := t.TempDir()
+	port, err := devetcd.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := fmt.Sprintf("http://127.0.0.1:%d", port)
+	srv, err := devetcd.Start(context.Background(), devetcd.Config{Dir: etcdDir, ClientURL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := srv.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev := loadExample(t, cli)
+	cli.Close()
+	const maxStale = time.Second
+	dir := t.TempDir()
+	start := func() *harness {
+		cfg := offlineConfig(dir)
+		cfg.Endpoints, cfg.DialTimeout, cfg.StatusTTL, cfg.MaxStale = []string{url}, time.Second, 2*time.Second, maxStale
+		return runAgent(t, dir, cfg, func(a *agent.Agent) { agent.SetSnapshotRefresh(a, 50*time.Millisecond) })
+	}
+	h := start()
+	waitFor(t, "synced and snapshot written", func() bool { s := h.snapshot(); return s != nil && s.Revision() >= rev })
+
+	// etcd stops: the agent keeps answering from its table, and rewriting
+	// the file, until written_at is more than --max-stale past synced_at.
+	srv.Close()
+	if c, d := h.resolve("PL", "k"); c != 200 || d.Pool == "" {
+		t.Fatalf("with etcd down: %d %+v", c, d)
+	}
+	var before routing.JSONHeader
+	waitFor(t, "snapshot rewritten well after the last sync", func() bool {
+		hdr, ok := h.snapshotHeader()
+		before = hdr
+		return ok && !hdr.SyncedAt.IsZero() && hdr.WrittenAt.Sub(hdr.SyncedAt) > maxStale
+	})
+	h.stop()
+
+	// Restarted while etcd is down: the snapshot, marked stale, not ready.
+	h2 := start()
+	c, d := h2.resolve("PL", "k")
+	if c != 200 || d.Pool == "" || d.Revision < rev || !contains(d.Degraded, "stale-table") {
+		t.Fatalf("restart with etcd down: %d %+v, want a decision from the snapshot marked stale-table", c, d)
+	}
+	var st api.Status
+	h2.get("/v1/status", &st)
+	if want := before.SyncedAt.UTC().Format(time.RFC3339Nano); !st.Stale || st.Connected || st.SyncedAt != want || st.StaleSeconds <= maxStale.Seconds() {
+		t.Fatalf("restarted: status %+v; want stale, not connected, the file's synced_at %s and stale_seconds over %v",
+			st, want, maxStale.Seconds())
+	}
+	resp, err := h2.http.Get("http://" + h2.a.Addr() + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || !strings.Contains(string(body), "table last confirmed "+st.SyncedAt) {
+		t.Fatalf("restarted: /readyz %d %q, want 503 naming synced_at %s (written_at was %s)", resp.StatusCode, body, st.SyncedAt, before.WrittenAt)
+	}
+	if got := gauge(t, h2, "regiond_watch_seconds_since_sync"); got <= maxStale.Seconds() {
+		t.Fatalf("restarted: regiond_watch_seconds_since_sync %v, want more than %v", got, maxStale.Seconds())
+	}
+	// The restarted agent's rewrites carry the same synced_at.
+	waitFor(t, "the restarted agent's rewrite", func() bool {
+		hdr, ok := h2.snapshotHeader()
+		if ok && hdr.WrittenAt.After(before.WrittenAt) && !hdr.SyncedAt.Equal(before.SyncedAt) {
+			t.Fatalf("the restarted agent rewrote synced_at %v, want the unconfirmed %v", hdr.SyncedAt, before.SyncedAt)
+		}
+		return ok && hdr.WrittenAt.After(before.WrittenAt)
+	})
+
+	// etcd comes back (same data, same port): the agent catches up, is
+	// ready, and the file's synced_at moves.
+	srv2, err := devetcd.Start(context.Background(), devetcd.Config{Dir: etcdDir, ClientURL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv2.Close()
+	cli2 := devetcd.NewTestClient(t, srv2)
+	p, err := cli2.Put(context.Background(), prefix+"routes/PL", `{"targets":[{"pool":"eu-north","weight":100}]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "catch up after etcd returns", func() bool {
+		c, d := h2.resolve("PL", "k")
+		return c == 200 && d.Pool == "eu-north" && d.Revision >= p.Header.Revision && !contains(d.Degraded, "stale-table")
+	})
+	if h2.get("/v1/status", &st); st.Stale {
+		t.Fatalf("status still stale after catching up: %+v", st)
+	}
+	waitFor(t, "ready once etcd is back", func() bool { return h2.get("/readyz", nil) == 200 })
+	waitFor(t, "synced_at moves in the file", func() bool {
+		hdr, ok := h2.snapshotHeader()
+		return ok && hdr.SyncedAt.After(before.SyncedAt)
+	})
+}
+
+// TestRestartSeedsFromSyncedAt: an agent restarted while etcd is
+// unreachable is ready when its snapshot's synced_at is within --max-stale
+// and not when it is older, whatever written_at says; a file without
+// synced_at (written before it existed) counts from written_at. /v1/table
+// carries the same synced_at.
+func TestRestartSeedsFromSyncedAt(t *testing.T) {
+	tb := routing.Compile(5, []routing.KV{
+		{Key: "pools/a", Value: []byte(`{"host":"a.example.net","residency":"eu"}`)},
+		{Key: "routes/_default", Value: []byte(`{"targets":[{"pool":"a","weight":100}]}`)},
+	}, nil, routing.CompileOptions{Now: time.Now()})
+	now := time.Now()
+	for _, tc := range []struct {
+		name     string
+		h        routing.JSONHeader
+		ready    bool
+		syncedAt time.Time
+	}{
+		{"confirmed a second ago", routing.JSONHeader{WrittenAt: now, SyncedAt: now.Add(-time.Second)}, true, now.Add(-time.Second)},
+		{"rewritten, not confirmed for an hour", routing.JSONHeader{WrittenAt: now, SyncedAt: now.Add(-time.Hour)}, false, now.Add(-time.Hour)},
+		{"no synced_at, fresh", routing.JSONHeader{WrittenAt: now}, true, now},
+		{"no synced_at, old", routing.JSONHeader{WrittenAt: now.Add(-time.Hour)}, false, now.Add(-time.Hour)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := offlineConfig(dir) // etcd unreachable
+			cfg.MaxStale = time.Minute
+			mkdir(t, filepath.Dir(cfg.Snapshot), 0o755)
+			b, err := tb.JSONWith(nil, tc.h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(cfg.Snapshot, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			h := runAgent(t, dir, cfg)
+			var st api.Status
+			h.get("/v1/status", &st)
+			if st.SyncedAt != tc.syncedAt.UTC().Format(time.RFC3339Nano) || !st.Stale {
+				t.Fatalf("status %+v, want synced_at %v, stale", st, tc.syncedAt)
+			}
+			if code := h.get("/readyz", nil); (code == 200) != tc.ready {
+				t.Fatalf("/readyz %d, want ready %v", code, tc.ready)
+			}
+			var table struct {
+				SyncedAt  string `json:"synced_at"`
+				WrittenAt string `json:"written_at"`
+			}
+			if h.get("/v1/table", &table); table.SyncedAt != st.SyncedAt || table.WrittenAt == "" {
+				t.Fatalf("/v1/table synced_at %q written_at %q, want the status's synced_at %s", table.SyncedAt, table.WrittenAt, st.SyncedAt)
+			}
+		})
+	}
+}

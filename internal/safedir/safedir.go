@@ -1,0 +1,132 @@
+// Package safedir makes and checks the directories the agent publishes
+// into: the snapshot file's and the API socket's. Another local user who
+// can write such a directory, or who owns it, or who chose where a
+// symbolic link in its place points, can swap in a forged table.json (or
+// socket) that every front door then follows. So the agent creates the
+// directory itself when it is missing and refuses to start when it is not
+// its own.
+//
+// Only the directory itself is checked, not its parents. A parent that
+// others may write must be sticky, as /dev/shm and /tmp are, or they can
+// rename the directory away and put their own in its place; /run, where
+// systemd's RuntimeDirectory= creates the service's directory, is root's.
+package safedir
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"syscall"
+)
+
+// NoGroup, as Ensure's or Check's gid, asks for no particular group.
+const NoGroup = -1
+
+// Ensure makes dir ready to publish into. When it is missing it is
+// created with mode (exactly: the umask does not apply) and, unless gid is
+// NoGroup, group gid; missing parents are created too, 0755 (less the
+// umask). Then, created or not, it must pass Check. what names the
+// directory in errors ("snapshot directory").
+func Ensure(dir, what string, mode os.FileMode, gid int) error {
+	if mode.Perm()&0o022 != 0 {
+		return fmt.Errorf("%s %s: mode %#o would be writable by group or others", what, dir, mode.Perm())
+	}
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		if err := create(dir, mode, gid); err != nil {
+			return fmt.Errorf("create %s %s: %w", what, dir, err)
+		}
+	}
+	return Check(dir, what, gid)
+}
+
+// create makes dir, missing parents first, with mode and group gid. A
+// directory made by someone else meanwhile is left to Check.
+func create(dir string, mode os.FileMode, gid int) error {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, mode.Perm()); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil
+		}
+		return err
+	}
+	if gid != NoGroup {
+		if err := os.Lchown(dir, -1, gid); err != nil {
+			os.Remove(dir)
+			return fmt.Errorf("give it group %s (the agent's user must be a member of it): %w", groupName(gid), err)
+		}
+	}
+	if err := os.Chmod(dir, mode.Perm()); err != nil {
+		os.Remove(dir)
+		return err
+	}
+	return nil
+}
+
+// Check returns an error naming dir (as what), what is wrong and how to
+// fix it, unless dir is a directory (not a symbolic link to one), owned by
+// the process's effective user, writable by neither its group nor others
+// and, unless gid is NoGroup, of group gid.
+func Check(dir, what string, gid int) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", what, dir, err)
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		to, _ := os.Readlink(dir)
+		return fmt.Errorf("%s %s is a symbolic link (to %q), refused: whoever controls the link chooses where the agent publishes; use a real directory owned by the agent's user (or remove the link and the agent creates one)", what, dir, to)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s %s is not a directory (mode %v)", what, dir, fi.Mode())
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fmt.Errorf("%s %s: its owner is unknown on this system", what, dir)
+	}
+	if euid := os.Geteuid(); int(st.Uid) != euid {
+		return fmt.Errorf("%s %s is owned by %s, not by the agent's user %s: its owner could replace the files in it; remove it (the agent creates it) or chown it to the agent's user",
+			what, dir, userName(int(st.Uid)), userName(euid))
+	}
+	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
+		return fmt.Errorf("%s %s is writable by %s (mode %#o): they could replace the files in it; chmod go-w %s",
+			what, dir, writers(perm), perm, dir)
+	}
+	if gid != NoGroup && int(st.Gid) != gid {
+		return fmt.Errorf("%s %s has group %s, not %s: its readers may not get in; chgrp %s %s (or remove it: the agent creates it)",
+			what, dir, groupName(int(st.Gid)), groupName(gid), strconv.Itoa(gid), dir)
+	}
+	return nil
+}
+
+// writers names who the write bits of perm (0o022) let in.
+func writers(perm os.FileMode) string {
+	switch perm & 0o022 {
+	case 0o022:
+		return "group and others"
+	case 0o020:
+		return "group"
+	default:
+		return "others"
+	}
+}
+
+// userName is "uid N (name)", or "uid N" when the name is unknown.
+func userName(uid int) string {
+	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
+		return fmt.Sprintf("uid %d (%s)", uid, u.Username)
+	}
+	return fmt.Sprintf("uid %d", uid)
+}
+
+// groupName is "gid N (name)", or "gid N" when the name is unknown.
+func groupName(gid int) string {
+	if g, err := user.LookupGroupId(strconv.Itoa(gid)); err == nil {
+		return fmt.Sprintf("gid %d (%s)", gid, g.Name)
+	}
+	return fmt.Sprintf("gid %d", gid)
+}

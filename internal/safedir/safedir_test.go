@@ -1,0 +1,154 @@
+package safedir
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// otherUID and otherGroup are ids that are not the test's own: as root (the
+// tests' usual user) any id can be given to a file.
+const otherUID, otherGID = 4242, 4243
+
+// someGroup returns a group the test can give its directories: any as
+// root, else one of its own (a supplementary group if it has one).
+func someGroup(t *testing.T) int {
+	if os.Geteuid() == 0 {
+		return otherGID
+	}
+	gs, _ := os.Getgroups()
+	for _, g := range gs {
+		if g != os.Getegid() {
+			return g
+		}
+	}
+	return os.Getegid()
+}
+
+func stat(t *testing.T, dir string) (os.FileMode, *syscall.Stat_t) {
+	t.Helper()
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Mode(), fi.Sys().(*syscall.Stat_t)
+}
+
+// TestEnsureCreates: a missing directory is created with exactly the mode
+// asked for whatever the umask, with its missing parents, and with the
+// group asked for; an existing good one is accepted as it is.
+func TestEnsureCreates(t *testing.T) {
+	old := syscall.Umask(0o077) // would make 0700 of a plain Mkdir(0755)
+	defer syscall.Umask(old)
+	base := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		dir  string
+		mode os.FileMode
+		gid  int
+	}{
+		{"default", filepath.Join(base, "regiond"), 0o755, NoGroup},
+		{"with parents", filepath.Join(base, "a", "b", "regiond"), 0o755, NoGroup},
+		{"snapshot group", filepath.Join(base, "grouped"), 0o750, someGroup(t)},
+	} {
+		if err := Ensure(tc.dir, "snapshot directory", tc.mode, tc.gid); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		mode, st := stat(t, tc.dir)
+		if !mode.IsDir() || mode.Perm() != tc.mode {
+			t.Errorf("%s: created %v, want a directory of mode %#o", tc.name, mode, tc.mode)
+		}
+		if int(st.Uid) != os.Geteuid() {
+			t.Errorf("%s: created owned by uid %d, want %d", tc.name, st.Uid, os.Geteuid())
+		}
+		if tc.gid != NoGroup && int(st.Gid) != tc.gid {
+			t.Errorf("%s: created with gid %d, want %d", tc.name, st.Gid, tc.gid)
+		}
+		// Again: it exists and is good.
+		if err := Ensure(tc.dir, "snapshot directory", tc.mode, tc.gid); err != nil {
+			t.Errorf("%s: an existing good directory refused: %v", tc.name, err)
+		}
+	}
+	if err := Ensure(filepath.Join(base, "open"), "snapshot directory", 0o775, NoGroup); err == nil {
+		t.Error("Ensure with a group-writable mode: no error")
+	}
+}
+
+// TestRefusals: each way a directory is not the agent's own is refused,
+// with an error naming the directory and what is wrong, and nothing is
+// changed in it.
+func TestRefusals(t *testing.T) {
+	base := t.TempDir()
+	mk := func(name string, mode os.FileMode) string {
+		d := filepath.Join(base, name)
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, mode); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	good := mk("good", 0o755)
+	link := filepath.Join(base, "link")
+	if err := os.Symlink(good, link); err != nil {
+		t.Fatal(err)
+	}
+	dangling := filepath.Join(base, "dangling")
+	if err := os.Symlink(filepath.Join(base, "nowhere"), dangling); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(base, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	foreign := "/" // root's: another user's unless the test runs as root
+	if os.Geteuid() == 0 {
+		foreign = mk("foreign", 0o755)
+		if err := os.Chown(foreign, otherUID, otherGID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grouped := mk("grouped", 0o750)
+	for _, tc := range []struct {
+		name, dir string
+		gid       int
+		want      []string
+	}{
+		{"symlink", link, NoGroup, []string{"is a symbolic link", good}},
+		{"dangling symlink", dangling, NoGroup, []string{"is a symbolic link"}},
+		{"other owner", foreign, NoGroup, []string{"is owned by uid", "not by the agent's user"}},
+		{"group-writable", mk("gw", 0o775), NoGroup, []string{"writable by group (mode 0775)", "chmod go-w"}},
+		{"world-writable", mk("ww", 0o757), NoGroup, []string{"writable by others (mode 0757)"}},
+		{"both", mk("all", 0o777), NoGroup, []string{"writable by group and others (mode 0777)"}},
+		{"not a directory", file, NoGroup, []string{"is not a directory"}},
+		{"other group", grouped, otherGID + 1, []string{"has group gid", "chgrp"}},
+	} {
+		for _, f := range []func() error{
+			func() error { return Check(tc.dir, "snapshot directory", tc.gid) },
+			func() error { return Ensure(tc.dir, "snapshot directory", 0o755, tc.gid) },
+		} {
+			err := f()
+			if err == nil {
+				t.Errorf("%s: %s accepted", tc.name, tc.dir)
+				continue
+			}
+			for _, w := range append(tc.want, "snapshot directory "+tc.dir) {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%s: error %q does not say %q", tc.name, err, w)
+				}
+			}
+		}
+	}
+	if target, err := os.Readlink(link); err != nil || target != good {
+		t.Errorf("the refused link changed: %q %v", target, err)
+	}
+	if _, err := os.Lstat(filepath.Join(base, "nowhere")); !os.IsNotExist(err) {
+		t.Errorf("Ensure created the target of a dangling link: %v", err)
+	}
+	if mode, _ := stat(t, filepath.Join(base, "all")); mode.Perm() != 0o777 {
+		t.Errorf("a refused directory's mode changed to %#o", mode.Perm())
+	}
+}
