@@ -24,6 +24,14 @@ type CompileOptions struct {
 	Stale bool
 	// ClusterID is the etcd cluster the values were read from (0: unknown).
 	ClusterID uint64
+	// Earlier holds, for keys whose current value is refused, the newest
+	// good value written before it to the same incarnation of the key, as
+	// read from etcd's history (the mirror does after a relist). Compile
+	// keeps it as the key's last good value, so a table compiled after a
+	// gap (a relist, a restart) keeps what one updated event by event
+	// kept. Without it, Compile can only keep prev's last good value of
+	// the same incarnation.
+	Earlier map[string]KV
 }
 
 // withDefaults fills in Now, Start (from prev when it has one) and Grace.
@@ -45,8 +53,10 @@ func (o CompileOptions) withDefaults(prev *Table) CompileOptions {
 
 // Compile builds a table from every key/value of <root>/routing/ at one
 // revision. A value that does not parse or fails its own checks is listed in
-// Skipped; if prev had a good value for that key, that value is kept (last
-// good wins). Values whose bytes equal prev's are not decoded again.
+// Skipped; the key keeps its last good value (last good wins) of the same
+// incarnation: opts.Earlier's, else prev's if prev's was written to that
+// incarnation (a key deleted and written again starts afresh). Values whose
+// bytes equal prev's are not decoded again.
 // Compile never fails: whole-config rules (DESIGN §3) are enforced by
 // writers, and the resolver copes with whatever is left.
 func Compile(revision int64, kvs []KV, prev *Table, opts CompileOptions) *Table {
@@ -78,7 +88,7 @@ func Compile(revision int64, kvs []KV, prev *Table, opts CompileOptions) *Table 
 			t.setInvalid(kv.Key, checkHealthValue(kv.Key, kv.Value))
 			continue
 		}
-		t.addKV(good, kv, prevGood)
+		t.addKV(good, kv, prevGood, opts.Earlier)
 	}
 	t.good = newGoodValues(good)
 	t.trackLost(prev, opts.Now)
@@ -345,37 +355,47 @@ func (t *Table) setInvalidCOW(prev *Table, key, msg string) {
 }
 
 // addKV decodes one key (or reuses prev's decoding of the same bytes) and
-// records it in good, or as refused keeping prev's good value.
-func (t *Table) addKV(good map[string]goodValue, kv KV, prevGood *goodValues) {
+// records it in good, or as refused keeping its last good value of the same
+// incarnation: earlier's, else prev's.
+func (t *Table) addKV(good map[string]goodValue, kv KV, prevGood *goodValues, earlier map[string]KV) {
 	if g, ok := prevGood.get(kv.Key); ok && bytes.Equal(g.raw, kv.Value) {
-		good[kv.Key] = goodValue{raw: g.raw, val: g.val, rev: kv.ModRevision}
+		good[kv.Key] = goodValue{raw: g.raw, val: g.val, rev: kv.ModRevision, create: kv.CreateRevision}
 		return
 	}
 	v, err := DecodeValue(kv.Key, kv.Value)
 	if err != nil {
 		t.setInvalid(kv.Key, err.Error())
-		if g, ok := prevGood.get(kv.Key); ok {
+		if e, ok := earlier[kv.Key]; ok && e.CreateRevision == kv.CreateRevision {
+			if ev, err := DecodeValue(e.Key, e.Value); err == nil {
+				good[kv.Key] = goodValue{raw: e.Value, val: ev, rev: e.ModRevision, create: e.CreateRevision}
+				return
+			}
+		}
+		if g, ok := prevGood.get(kv.Key); ok && g.sameIncarnation(kv) {
 			good[kv.Key] = g
 		}
 		return
 	}
-	good[kv.Key] = goodValue{raw: kv.Value, val: v, rev: kv.ModRevision}
+	good[kv.Key] = goodValue{raw: kv.Value, val: v, rev: kv.ModRevision, create: kv.CreateRevision}
 }
 
 // addKVCOW is addKV for Update: t.good already holds the last good values,
 // and the invalid map is copied before its first change.
 func (t *Table) addKVCOW(prev *Table, kv KV) {
 	if g, ok := t.good.get(kv.Key); ok && bytes.Equal(g.raw, kv.Value) {
-		t.good.set(kv.Key, goodValue{raw: g.raw, val: g.val, rev: kv.ModRevision})
+		t.good.set(kv.Key, goodValue{raw: g.raw, val: g.val, rev: kv.ModRevision, create: kv.CreateRevision})
 		t.setInvalidCOW(prev, kv.Key, "")
 		return
 	}
 	v, err := DecodeValue(kv.Key, kv.Value)
 	if err != nil {
 		t.setInvalidCOW(prev, kv.Key, err.Error())
-		return // the last good value, if any, stays
+		if g, ok := t.good.get(kv.Key); ok && !g.sameIncarnation(kv) {
+			t.good.del(kv.Key) // of an incarnation that ended unseen
+		}
+		return // the last good value of this incarnation, if any, stays
 	}
-	t.good.set(kv.Key, goodValue{raw: kv.Value, val: v, rev: kv.ModRevision})
+	t.good.set(kv.Key, goodValue{raw: kv.Value, val: v, rev: kv.ModRevision, create: kv.CreateRevision})
 	t.setInvalidCOW(prev, kv.Key, "")
 }
 

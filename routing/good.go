@@ -5,13 +5,19 @@ import (
 	"maps"
 )
 
-// goodValue is the last good value of a key: its bytes, its decoding and
-// the revision it was written at.
+// goodValue is the last good value of a key: its bytes, its decoding, the
+// revision it was written at and the revision that created the key's
+// incarnation it belongs to.
 type goodValue struct {
-	raw []byte
-	val Value
-	rev int64
+	raw    []byte
+	val    Value
+	rev    int64
+	create int64
 }
+
+// sameIncarnation reports whether g was written to the incarnation of the
+// key that kv is a value of: only then may a refused kv keep g.
+func (g goodValue) sameIncarnation(kv KV) bool { return g.create == kv.CreateRevision }
 
 // goodValues maps keys (all but health keys) to their last good values.
 // A table updated from another shares the other's map (base) and keeps its

@@ -11,15 +11,21 @@ import (
 const DefaultHealthGrace = 5 * time.Second
 
 // KV is one key/value of the routing prefix at some revision; Key is
-// relative to <root>/routing/ ("pools/eu-central").
+// relative to <root>/routing/ ("pools/eu-central"). CreateRevision and
+// Version are etcd's: the revision that created this incarnation of the
+// key (a delete ends it) and the number of puts to it since. Zero means
+// unknown (values not read from etcd).
 type KV struct {
-	Key         string
-	Value       []byte
-	ModRevision int64
+	Key            string
+	Value          []byte
+	ModRevision    int64
+	CreateRevision int64
+	Version        int64
 }
 
 // Skipped names a key whose current value was refused, and why. The table
-// keeps the key's last good value, if it ever had one.
+// keeps the key's last good value of the same incarnation (see
+// CompileOptions.Earlier), if it had one.
 type Skipped struct {
 	Key   string `json:"key"`
 	Error string `json:"error"`

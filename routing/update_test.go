@@ -35,9 +35,11 @@ func testUpdateEqualsCompile(t *testing.T, seed [2]uint64, steps int) {
 	cfg := exampleConfig(t)
 	store := map[string]KV{}
 	rev := int64(1)
+	history := map[string][]KV{} // every value of a key's current incarnation, oldest first
 	for _, kv := range kvsOf(t, cfg) {
-		kv.ModRevision = rev
+		kv.ModRevision, kv.CreateRevision, kv.Version = rev, rev, 1
 		store[kv.Key] = kv
+		history[kv.Key] = []KV{kv}
 	}
 	pools := sortedKeys(cfg.Pools)
 	routes := []string{"PL", "DE", "KR", "JP", "US", "BR", "GB", "eu-general", "apac-general", "_default", "HU", "ZA", "AD", "grpx", "grpy"}
@@ -47,9 +49,13 @@ func testUpdateEqualsCompile(t *testing.T, seed [2]uint64, steps int) {
 	var events []Event
 	put := func(key string, value []byte) {
 		rev++
-		_, existed := store[key]
-		kv := KV{Key: key, Value: value, ModRevision: rev}
+		old, existed := store[key]
+		kv := KV{Key: key, Value: value, ModRevision: rev, CreateRevision: old.CreateRevision, Version: old.Version + 1}
+		if !existed {
+			kv.CreateRevision, history[key] = rev, nil
+		}
 		store[key] = kv
+		history[key] = append(history[key], kv)
 		events = append(events, Event{KV: kv, Created: !existed})
 	}
 	del := func(key string) {
@@ -58,6 +64,7 @@ func testUpdateEqualsCompile(t *testing.T, seed [2]uint64, steps int) {
 		}
 		rev++
 		delete(store, key)
+		delete(history, key)
 		events = append(events, Event{KV: KV{Key: key, ModRevision: rev}, Deleted: true})
 	}
 	mutations := []func(){
@@ -133,6 +140,12 @@ func testUpdateEqualsCompile(t *testing.T, seed [2]uint64, steps int) {
 	opts := func() CompileOptions { return CompileOptions{Now: now, Start: t0, Grace: 5 * time.Second} }
 	full := Compile(rev, kvs(), nil, opts())
 	upd := full
+	// The relisted side is an agent cut off between its relists (or
+	// restarted, with no table): it compiles the whole state with the
+	// newest good earlier values of refused keys, as the mirror reads them
+	// from etcd's history.
+	relisted := full
+	relists, keptEarlier := 0, 0
 	updates, graceWindows := 0, 0
 	for step := 1; step <= steps; step++ {
 		events = events[:0]
@@ -165,6 +178,32 @@ func testUpdateEqualsCompile(t *testing.T, seed [2]uint64, steps int) {
 		}
 		upd = next
 		updates++
+		if rng.IntN(5) == 0 {
+			var all []KV
+			for _, k := range sortedKeys(store) {
+				all = append(all, store[k])
+			}
+			o := opts()
+			o.Earlier = earlierGood(store, history)
+			keptEarlier += len(o.Earlier)
+			prev := relisted
+			if rng.IntN(3) == 0 {
+				prev = nil // a restart: nothing but etcd's history to go by
+			}
+			relisted = Compile(rev, all, prev, o)
+			relists++
+			// Compared once every grace window has ended: an agent cut
+			// off cannot know when a health key went while it was away.
+			later := now.Add(time.Hour)
+			a, _ := relisted.JSON(later)
+			b, _ := upd.JSON(later)
+			if d := firstDiffAll(a, b); d != "" {
+				t.Fatalf("step %d: a relist after a gap differs from the table updated event by event: %s", step, d)
+			}
+			if !reflect.DeepEqual(relisted.Skipped(), upd.Skipped()) {
+				t.Fatalf("step %d: skipped %v after a relist, %v updated", step, relisted.Skipped(), upd.Skipped())
+			}
+		}
 
 		for _, p := range upd.pools {
 			if p.HealthCheck && p.Instances == 0 && now.Before(p.since.Add(upd.grace)) {
@@ -197,9 +236,33 @@ func testUpdateEqualsCompile(t *testing.T, seed [2]uint64, steps int) {
 			}
 		}
 	}
-	if updates < steps || graceWindows < steps/30 {
-		t.Fatalf("only %d updates, %d pool-steps in a grace window: the sequence misses cases", updates, graceWindows)
+	if updates < steps || graceWindows < steps/30 || relists < steps/10 || keptEarlier < relists/4 {
+		t.Fatalf("only %d updates, %d pool-steps in a grace window, %d relists keeping %d earlier values: the sequence misses cases",
+			updates, graceWindows, relists, keptEarlier)
 	}
+}
+
+// earlierGood is what the mirror reads from etcd's history after a relist:
+// for each key whose current value is refused, the newest good value
+// written before it to the same incarnation.
+func earlierGood(store map[string]KV, history map[string][]KV) map[string]KV {
+	out := map[string]KV{}
+	for key, kv := range store {
+		if k, err := ParseKey(key); err == nil && k.Kind == KindHealth {
+			continue // never decoded: no last good value
+		}
+		if _, err := DecodeValue(key, kv.Value); err == nil {
+			continue
+		}
+		h := history[key]
+		for i := len(h) - 2; i >= 0; i-- {
+			if _, err := DecodeValue(key, h[i].Value); err == nil {
+				out[key] = h[i]
+				break
+			}
+		}
+	}
+	return out
 }
 
 // TestUpdateRefuses: tables that do not come from etcd's values, and

@@ -124,7 +124,7 @@ func (m *Mirror) applyEvents(events []*clientv3.Event) (string, change) {
 			delete(m.state, rel)
 			m.pending = append(m.pending, routing.Event{KV: routing.KV{Key: rel, ModRevision: r}, Deleted: true})
 		} else {
-			kv := routing.KV{Key: rel, Value: ev.Kv.Value, ModRevision: r}
+			kv := routing.KV{Key: rel, Value: ev.Kv.Value, ModRevision: r, CreateRevision: ev.Kv.CreateRevision, Version: ev.Kv.Version}
 			m.state[rel] = kv
 			m.pending = append(m.pending, routing.Event{KV: kv, Created: !existed})
 		}
@@ -141,7 +141,13 @@ func (m *Mirror) applyEvents(events []*clientv3.Event) (string, change) {
 // recompile builds a table from the state at the applied revision: the
 // current table updated with the events applied since it was compiled,
 // when those are known, else a compile of the whole state.
-func (m *Mirror) recompile() {
+func (m *Mirror) recompile() { m.recompileWith(nil) }
+
+// recompileWith is recompile; when the table is compiled from the whole
+// state and refuses values that had earlier versions, earlier (if not nil)
+// is asked for their last good values from etcd's history, and the state
+// is compiled again with them (see routing.CompileOptions.Earlier).
+func (m *Mirror) recompileWith(earlier func([]routing.Skipped) map[string]routing.KV) {
 	m.swapMu.Lock()
 	defer m.swapMu.Unlock()
 	opts := routing.CompileOptions{Now: time.Now(), Start: m.start, Grace: m.cfg.HealthGrace, ClusterID: m.clusterID}
@@ -155,6 +161,11 @@ func (m *Mirror) recompile() {
 			kvs = append(kvs, kv)
 		}
 		t = routing.Compile(m.applied, kvs, m.Table(), opts)
+		if earlier != nil && len(t.Skipped()) > 0 {
+			if opts.Earlier = earlier(t.Skipped()); len(opts.Earlier) > 0 {
+				t = routing.Compile(m.applied, kvs, m.Table(), opts)
+			}
+		}
 	}
 	clear(m.pending) // drop the values: they live on in the table if needed
 	m.pending, m.incremental, m.uncompiled = m.pending[:0], true, false

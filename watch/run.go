@@ -131,7 +131,7 @@ func (m *Mirror) relist(ctx context.Context, reason string) (int64, error) {
 		m.incremental = true // the table is the state's: events can update it
 		m.advance(rev)
 	} else {
-		m.recompile()
+		m.recompileWith(func(sk []routing.Skipped) map[string]routing.KV { return m.earlierGood(ctx, sk) })
 		if m.cfg.AfterChange != nil {
 			m.cfg.AfterChange()
 		}
@@ -165,7 +165,8 @@ func (m *Mirror) getAll(ctx context.Context) ([]routing.KV, int64, error) {
 			rev, m.clusterID = resp.Header.Revision, resp.Header.ClusterId
 		}
 		for _, kv := range resp.Kvs {
-			out = append(out, routing.KV{Key: string(kv.Key[len(m.cfg.Prefix):]), Value: kv.Value, ModRevision: kv.ModRevision})
+			out = append(out, routing.KV{Key: string(kv.Key[len(m.cfg.Prefix):]), Value: kv.Value,
+				ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision, Version: kv.Version})
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
 			return out, rev, nil

@@ -21,7 +21,9 @@ import (
 // runEtcd connects to etcd, then runs the mirror, the snapshot writer and
 // the status publisher until ctx is done.
 func (a *Agent) runEtcd(ctx context.Context) error {
+	offline := a.registerOfflineGauges()
 	cli := a.dial(ctx)
+	a.unregister(offline)
 	if cli == nil {
 		return nil // ctx is done
 	}
@@ -156,4 +158,36 @@ func newLoginMetrics(reg prometheus.Registerer) loginMetrics {
 	}
 	reg.MustRegister(m.refused, m.refusals)
 	return m
+}
+
+// registerOfflineGauges registers the mirror's connection and staleness
+// gauges (regiond_watch_connected 0, regiond_watch_seconds_since_sync from
+// the snapshot's synced_at) for the time before the mirror exists: an agent
+// that cannot reach etcd, or whose login is refused, from its start on
+// still trips the alerts on them. The mirror registers its own once made.
+func (a *Agent) registerOfflineGauges() []prometheus.Collector {
+	const ns, sub = "regiond", "watch"
+	cs := []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "connected",
+			Help: "1 while a created watch follows etcd."}, func() float64 { return 0 }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "seconds_since_sync",
+			Help: "Seconds since the table was last confirmed current against etcd (-1: never)."},
+			func() float64 {
+				if a.seedAt.IsZero() {
+					return -1
+				}
+				return time.Since(a.seedAt).Seconds()
+			}),
+	}
+	for _, c := range cs {
+		a.registry.MustRegister(c)
+	}
+	return cs
+}
+
+// unregister removes collectors from the agent's registry.
+func (a *Agent) unregister(cs []prometheus.Collector) {
+	for _, c := range cs {
+		a.registry.Unregister(c)
+	}
 }

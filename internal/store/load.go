@@ -109,7 +109,7 @@ func (s *Store) getRange(ctx context.Context, key, end string, rev int64, extra 
 
 // add decodes one key of the routing prefix into the state.
 func (st *State) add(rel string, kv *mvccpb.KeyValue) {
-	st.KVs = append(st.KVs, routing.KV{Key: rel, Value: kv.Value, ModRevision: kv.ModRevision})
+	st.KVs = append(st.KVs, routing.KV{Key: rel, Value: kv.Value, ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision, Version: kv.Version})
 	k, err := routing.ParseKey(rel)
 	if err != nil {
 		st.skip(rel, err)

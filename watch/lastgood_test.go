@@ -1,0 +1,137 @@
+package watch_test
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/tcpproxy"
+	"github.com/regiond/regiond/routing"
+	"github.com/regiond/regiond/watch"
+)
+
+// decisions returns what a table answers for countries the tests touch, a
+// line each, to compare two agents by.
+func decisions(t *testing.T, tb *routing.Table) string {
+	t.Helper()
+	var b strings.Builder
+	for _, cc := range []string{"PL", "DE", "FR", "AT", "US", "GB", routing.Unknown} {
+		fmt.Fprintf(&b, "%s->%s ", cc, resolvePool(t, tb, cc))
+	}
+	return b.String()
+}
+
+// sameAs checks that a and b serve the same: decisions, policy, skipped keys.
+func sameAs(t *testing.T, a, b *routing.Table, what string) {
+	t.Helper()
+	if da, db := decisions(t, a), decisions(t, b); da != db {
+		t.Fatalf("%s: the agents disagree:\n A: %s\n B: %s", what, da, db)
+	}
+	if !reflect.DeepEqual(a.Policy().Classes, b.Policy().Classes) {
+		t.Fatalf("%s: policy %v on A, %v on B", what, a.Policy().Classes, b.Policy().Classes)
+	}
+	if !reflect.DeepEqual(a.Skipped(), b.Skipped()) {
+		t.Fatalf("%s: skipped %v on A, %v on B", what, a.Skipped(), b.Skipped())
+	}
+}
+
+// TestCutOffAgentAgreesAfterDeleteAndRefusedValue is the issue's scenario:
+// agent A is cut off while the residency policy is deleted and written
+// again with a refused value, PL is routed to a US pool only, and the
+// history is compacted. Once A is back (a relist: the history is gone) it
+// must serve what B, which saw every event, serves: the deleted policy's
+// value is no last good value of the new incarnation, so both use the
+// built-in EEA default and keep PL viewers on EU pools.
+func TestCutOffAgentAgreesAfterDeleteAndRefusedValue(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	direct := devetcd.NewTestClient(t, srv)
+	loadExample(t, direct)
+	put(t, direct, routing.PolicyKey, `{"classes":{"eu":["DE","FR"]}}`)
+	proxy, err := tcpproxy.New(strings.TrimPrefix(srv.Endpoints[0], "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	cutCli, err := clientv3.New(clientv3.Config{Endpoints: []string{proxy.URL()}, DialTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cutCli.Close()
+	a := startMirror(t, cutCli, watch.Config{})
+	b := startMirror(t, direct, watch.Config{})
+	onlyDEFR := func(tb *routing.Table) bool { return len(tb.Policy().Classes["eu"]) == 2 }
+	waitUntil(t, a, "A has the old policy", onlyDEFR)
+	waitUntil(t, b, "B has the old policy", onlyDEFR)
+
+	proxy.Sever()
+	if _, err := direct.Delete(context.Background(), prefix+routing.PolicyKey); err != nil {
+		t.Fatal(err)
+	}
+	put(t, direct, routing.PolicyKey, `{"classes":5}`)
+	last := put(t, direct, "routes/PL", `{"targets":[{"pool":"us-east","weight":100}],"fallback":["eu-general"]}`)
+	if _, err := direct.Compact(context.Background(), last); err != nil {
+		t.Fatal(err)
+	}
+	if err := proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	at := func(tb *routing.Table) bool { return tb.Revision() >= last }
+	ta := waitUntil(t, a, "A back at the last revision", at)
+	tb := waitUntil(t, b, "B at the last revision", at)
+	sameAs(t, ta, tb, "after the cut")
+	if p := resolvePool(t, tb, "PL"); p == "us-east" || p == "NoRoute" {
+		t.Fatalf("PL -> %s: want an EU pool (the built-in EEA default holds PL)", p)
+	}
+	if sk := tb.Skipped(); len(sk) != 1 || sk[0].Key != routing.PolicyKey {
+		t.Fatalf("skipped %v, want the refused policy", sk)
+	}
+}
+
+// TestRestartedAgentKeepsLastGoodFromHistory: a key's good value, then a
+// newer good one, then a refused one. B saw them all and serves the newer
+// good value; an agent started afterwards (a restart, with nothing but etcd
+// to go by) reads it from history and serves the same. Once the history is
+// compacted away there is nothing to read, and a new agent serves the
+// built-in default, naming the key.
+func TestRestartedAgentKeepsLastGoodFromHistory(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	b := startMirror(t, cli, watch.Config{})
+	put(t, cli, routing.PolicyKey, `{"classes":{"eu":["DE","FR"]}}`)
+	put(t, cli, routing.PolicyKey, `{"classes":{"eu":["DE","FR","PL"]}}`)
+	put(t, cli, routing.PolicyKey, `{"classes":6}`)
+	last := put(t, cli, routing.PolicyKey, `{"classes":{"eu":"PL"}}`) // refused too: two refused writes to walk back over
+	tb := waitUntil(t, b, "B at the last revision", func(tb *routing.Table) bool { return tb.Revision() >= last })
+	if got := tb.Policy().Classes["eu"]; len(got) != 3 {
+		t.Fatalf("B's policy eu = %v, want the newest good value [DE FR PL]", got)
+	}
+	logs := &logBuffer{}
+	restarted := startMirror(t, cli, watch.Config{Logger: logs.logger()})
+	sameAs(t, restarted.Table(), tb, "a restarted agent")
+	if !strings.Contains(logs.String(), "read from etcd's history") {
+		t.Fatalf("no log of the value read from history:\n%s", logs)
+	}
+
+	if _, err := cli.Compact(context.Background(), last); err != nil {
+		t.Fatal(err)
+	}
+	logs = &logBuffer{}
+	late := startMirror(t, cli, watch.Config{Logger: logs.logger()})
+	lt := late.Table()
+	if !reflect.DeepEqual(lt.Policy().Classes, routing.DefaultResidency().Classes) {
+		t.Fatalf("after compaction a new agent's policy is %v, want the built-in default", lt.Policy().Classes)
+	}
+	if sk := lt.Skipped(); len(sk) != 1 || sk[0].Key != routing.PolicyKey {
+		t.Fatalf("skipped %v, want the refused policy", sk)
+	}
+	if !strings.Contains(logs.String(), "compacted away") {
+		t.Fatalf("no warning that the history is gone:\n%s", logs)
+	}
+}
