@@ -18,6 +18,18 @@ import (
 // ErrSymlink is returned when the snapshot path is a symbolic link.
 var ErrSymlink = errors.New("snapfile: path is a symbolic link; refusing to write through it")
 
+// fileCalls are the system calls that replace the file: a seam through
+// which tests record their order and the directory of the temp file.
+type fileCalls struct {
+	open   func(path string, mode int, perm uint32) (fd int, err error)
+	writev func(fd int, iovs [][]byte) (n int, err error)
+	fsync  func(fd int) error
+	rename func(from, to string) error
+}
+
+// sys is the seam; the default is the system calls themselves.
+var sys = fileCalls{open: syscall.Open, writev: writev, fsync: syscall.Fsync, rename: syscall.Rename}
+
 // WriteFile atomically replaces path with data, mode perm. The directory
 // is created (0755) if missing. A symlink at path is refused.
 func WriteFile(path string, data []byte, perm os.FileMode) error {
@@ -80,7 +92,7 @@ func createTemp(dir, base string, perm os.FileMode, prealloc int64) (*tempFile, 
 	for try := 0; ; try++ {
 		name := prefix + strconv.FormatUint(rand.Uint64(), 36)
 		fd, err := ignoringEINTR(func() (int, error) {
-			return syscall.Open(name, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0o600)
+			return sys.open(name, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0o600)
 		})
 		if errors.Is(err, syscall.EEXIST) && try < 100 {
 			continue
@@ -109,15 +121,15 @@ func (t *tempFile) commit(path string, segs [][]byte) (err error) {
 			t.discard()
 		}
 	}()
-	if err := writevAll(segs, func(iovs [][]byte) (int, error) { return writev(t.fd, iovs) }); err != nil {
+	if err := writevAll(segs, func(iovs [][]byte) (int, error) { return sys.writev(t.fd, iovs) }); err != nil {
 		return fmt.Errorf("snapfile: write %s: %w", t.name, err)
 	}
-	if err := syscall.Fsync(t.fd); err != nil {
+	if err := sys.fsync(t.fd); err != nil {
 		return fmt.Errorf("snapfile: fsync %s: %w", t.name, err)
 	}
 	// The data is durable: publish it first, close after (one system call
 	// less between the change and readers seeing it).
-	if err := syscall.Rename(t.name, path); err != nil {
+	if err := sys.rename(t.name, path); err != nil {
 		return fmt.Errorf("snapfile: rename into %s: %w", path, &os.LinkError{Op: "rename", Old: t.name, New: path, Err: err})
 	}
 	syscall.Close(t.fd) // after a successful fsync, close has nothing left to report
@@ -180,13 +192,13 @@ func writevAll(segs [][]byte, writev func(iovs [][]byte) (int, error)) error {
 
 func syncDir(dir string) error {
 	fd, err := ignoringEINTR(func() (int, error) {
-		return syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+		return sys.open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
 	})
 	if err != nil {
 		return fmt.Errorf("snapfile: open directory %s: %w", dir, err)
 	}
 	defer syscall.Close(fd)
-	if err := syscall.Fsync(fd); err != nil && err != syscall.EINVAL {
+	if err := sys.fsync(fd); err != nil && err != syscall.EINVAL {
 		return fmt.Errorf("snapfile: fsync directory %s: %w", dir, err)
 	}
 	return nil
