@@ -144,44 +144,101 @@ func waitRevision(t *testing.T, path string, rev int64) {
 	t.Fatalf("snapshot never reached revision %d (at %d)", rev, readRevision(t, path))
 }
 
+// TestWriterCoalescesBurstsAndShowsTheLast drives the writer's step on a
+// clock of the test's own (step is given the time; Refresh is an hour, so
+// the wall clock it also reads for the refresh does not matter): an
+// isolated change is written at once; a burst of 2,000 changes 150 µs
+// apart is written at most once per MaxDelay; once the burst ends, the
+// writer asks to wake within Quiet, and then the file shows the last
+// change.
 func TestWriterCoalescesBurstsAndShowsTheLast(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "table.json")
 	src := newSource()
 	reg := prometheus.NewRegistry()
-	w := runWriter(t, WriterConfig{Path: path, Source: src, Registerer: reg})
+	w := NewWriter(WriterConfig{Path: path, Source: src, Registerer: reg, Refresh: time.Hour})
+	cfg := w.cfg
+	w.file.start()
+	t.Cleanup(w.file.close)
 
-	src.set(table(1, 50))
-	waitRevision(t, path, 1)
-	// A burst of 2,000 swaps, one every ~200µs.
-	tables := make([]*routing.Table, 0, 2000)
-	for i := 2; i <= 2001; i++ {
-		tables = append(tables, table(int64(i), i%101))
-	}
-	// The writer may write once per MaxDelay during the burst, and after
-	// every pause longer than Quiet: count the pauses the producer itself
-	// took (the race detector and a busy machine make some).
-	began, prev, pauses := time.Now(), time.Now(), 0
-	for _, tb := range tables {
-		src.set(tb)
-		time.Sleep(200 * time.Microsecond)
-		if now := time.Now(); now.Sub(prev) > 4*time.Millisecond {
-			pauses++
-			prev = now
-		} else {
-			prev = now
+	now := time.Now()
+	var writesAt []time.Time
+	// step runs the writer's step at now until it waits, recording the
+	// writes, and returns how long it asks to wait.
+	step := func() time.Duration {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for {
+			before := testutil.ToFloat64(w.writes)
+			wait, again := w.step(now)
+			if testutil.ToFloat64(w.writes) > before {
+				writesAt = append(writesAt, now)
+			}
+			if !again {
+				return wait
+			}
 		}
 	}
-	burst := time.Since(began)
-	waitRevision(t, path, 2001)
-	writes := testutil.ToFloat64(w.writes)
-	bound := 5 + float64(burst/(200*time.Millisecond)) + float64(pauses)
-	t.Logf("burst %v, producer pauses %d, writes %v (bound %v)", burst, pauses, writes, bound)
-	if writes > bound || writes > 1000 {
-		t.Fatalf("burst of 2,000 changes caused %v writes, want coalescing (<= %v)", writes, bound)
+
+	src.set(table(1, 50))
+	step()
+	if len(writesAt) != 1 || readRevision(t, path) != 1 {
+		t.Fatalf("the first table: %d writes, file at revision %d; want it written at once", len(writesAt), readRevision(t, path))
+	}
+	now = now.Add(time.Second) // a quiet spell
+	const changes, gap = 2000, 150 * time.Microsecond
+	began := now
+	for i := int64(2); i <= changes+1; i++ {
+		weight := int(i % 100)
+		if i == changes+1 {
+			weight = 100 // content of its own: not skipped as unchanged
+		}
+		src.set(table(i, weight))
+		step()
+		if i == 2 && len(writesAt) != 2 {
+			t.Fatalf("a change after a quiet spell was not written at once")
+		}
+		now = now.Add(gap)
+	}
+	last := now.Add(-gap)
+	if readRevision(t, path) == changes+1 {
+		t.Fatalf("the last change of the burst was written with no pause after it")
+	}
+	wait := step()
+	if wait <= 0 || wait > cfg.Quiet {
+		t.Fatalf("after the burst the writer waits %v, want at most Quiet (%v)", wait, cfg.Quiet)
+	}
+	now = now.Add(wait)
+	step()
+	if got := readRevision(t, path); got != changes+1 {
+		t.Fatalf("after the burst's pause the file is at revision %d, want the last change's %d", got, changes+1)
+	}
+	if end := writesAt[len(writesAt)-1]; end.After(last.Add(cfg.Quiet)) {
+		t.Fatalf("the last change was written %v after it, more than Quiet (%v)", end.Sub(last), cfg.Quiet)
+	}
+	// Between the burst's first write (the isolated change) and its last
+	// (after the pause), writes are at least MaxDelay apart.
+	inBurst := writesAt[1 : len(writesAt)-1]
+	for i := 1; i < len(inBurst); i++ {
+		if d := inBurst[i].Sub(inBurst[i-1]); d < cfg.MaxDelay {
+			t.Fatalf("writes during the burst %v apart, want at least MaxDelay (%v); writes at %v", d, cfg.MaxDelay, offsets(writesAt, began))
+		}
+	}
+	burst := last.Sub(began)
+	if most := 2 + int(burst/cfg.MaxDelay) + 1; len(writesAt)-1 > most || len(inBurst) < 2 {
+		t.Fatalf("a burst of %d changes over %v caused %d writes at %v, want coalescing (2..%d)", changes, burst, len(writesAt)-1, offsets(writesAt, began), most)
 	}
 	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
 		t.Fatalf("metric lint: %v %v", problems, err)
 	}
+}
+
+// offsets returns the times in ts as durations since t0.
+func offsets(ts []time.Time, t0 time.Time) []time.Duration {
+	ds := make([]time.Duration, len(ts))
+	for i, at := range ts {
+		ds[i] = at.Sub(t0)
+	}
+	return ds
 }
 
 func TestWriterSkipsUnchangedContent(t *testing.T) {
