@@ -392,7 +392,7 @@ func TestLoadTableJSONErrors(t *testing.T) {
 	}
 }
 
-// TestStickyHashVectors pins the sticky hash of DESIGN §4.4 to vectors
+// TestStickyHashVectors pins the sticky hash of docs/resolution.md, step 5 to vectors
 // computed independently with PHP 8.1+ (hash('xxh64', …)), so that any
 // reader can check its implementation:
 //

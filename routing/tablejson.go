@@ -9,7 +9,7 @@ import (
 )
 
 // tableJSON is the wire shape of /v1/table and of the snapshot file
-// (DESIGN §5).
+// (docs/agent.md).
 type tableJSON struct {
 	Revision  int64                 `json:"revision"`
 	Epoch     int64                 `json:"epoch"`
@@ -72,7 +72,7 @@ type JSONHeader struct {
 	SyncedAt time.Time
 }
 
-// JSON returns the table JSON (DESIGN §5) with health evaluated at
+// JSON returns the table JSON (docs/agent.md) with health evaluated at
 // and written_at set to writtenAt, without synced_at. The effective
 // entries, the bulk of the document, are encoded once when a table is
 // built (and reused from the previous table when unchanged), so rendering

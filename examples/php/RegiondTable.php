@@ -2,10 +2,10 @@
 // regiond snapshot reader for PHP front doors (PHP 8.1+, no extensions
 // beyond the bundled hash and json).
 //
-// The regiond agent writes the /v1/table JSON (DESIGN §5) to a snapshot file
+// The regiond agent writes the /v1/table JSON (docs/agent.md) to a snapshot file
 // (default /dev/shm/regiond/table.json) with an atomic rename. This reader
 // loads that file and resolves viewers exactly as the agent's Resolve does
-// (DESIGN §4): normalize the country, take its precomputed `effective` entry,
+// (docs/resolution.md): normalize the country, take its precomputed `effective` entry,
 // pick among its candidates (weighted rendezvous hashing for a sticky key,
 // weighted random otherwise), and overlay the pool's attrs with the entry's.
 //
@@ -262,7 +262,7 @@ final class RegiondTable
     }
 
     /**
-     * The rendezvous score of $pool for $key (DESIGN §4.4):
+     * The rendezvous score of $pool for $key (docs/resolution.md, step 5):
      * u = ((h >> 11) + 0.5) / 2^53, score = -ln(u) / weight. Lower wins.
      */
     public static function stickyScore(string $key, string $pool, int $weight): float

@@ -1,4 +1,4 @@
-// Package api serves the agent's HTTP API (DESIGN §5): resolve, table,
+// Package api serves the agent's HTTP API (docs/agent.md): resolve, table,
 // status, healthz, readyz and metrics, answered from memory.
 package api
 

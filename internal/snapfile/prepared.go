@@ -12,8 +12,7 @@ import (
 // next temp file created, chmodded and preallocated ahead of time, so that
 // a write is only: lstat (symlink check), write, fsync, close, rename.
 // It also holds the current file open (O_PATH) so that freeing the
-// replaced file's blocks (~20 µs for 95 KB on tmpfs) happens after the
-// rename, not inside it. Not safe for concurrent use.
+// replaced file's blocks happens after the rename, not inside it. Not safe for concurrent use.
 type preparedFile struct {
 	path, dir, base string
 	perm            os.FileMode

@@ -79,7 +79,7 @@ type Writer struct {
 	// The file's content as segments (routing.Table.JSONSegments), which
 	// alias lastScratch and the written table's immutable encodings, and
 	// the storage to render the next table into. The two sets are used in
-	// turn: no 100 KB buffer and no garbage per change.
+	// turn: no new buffer of the file's size and no garbage per change.
 	lastSegs, spareSegs       [][]byte
 	lastScratch, spareScratch []byte
 }
@@ -159,8 +159,8 @@ func (w *Writer) Run(ctx context.Context) error {
 			return nil
 		case <-ch:
 			// Shortest job first: let the API requests woken by the same
-			// swap (blocking queries, ~20 µs each) answer before the
-			// render and write (~100 µs) take the CPU.
+			// swap (blocking queries, each short) answer before the
+			// render and write (longer) take the CPU.
 			runtime.Gosched()
 		case <-timer.C:
 		}
