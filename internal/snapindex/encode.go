@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -77,19 +78,25 @@ func SlotCode(i int) string {
 }
 
 // Encoder encodes tables into index files, reusing the bytes of entries
-// unchanged since its previous call. The zero value is ready; an Encoder
-// is not safe for concurrent use.
+// unchanged since its previous call, and which entries share bytes. The
+// zero value is ready; an Encoder is not safe for concurrent use.
 type Encoder struct {
 	// By entry id (routing.Countries() order, then _unknown): the entry
 	// last encoded, its bytes and their digest.
 	effs []*routing.Effective
 	js   [][]byte
 	sums []uint64
+	// rep is the entry id whose bytes entry id shares (itself when its
+	// bytes are placed in the file); rep[id] <= id. changed marks the
+	// entries encoded anew in this call.
+	rep     []int
+	changed []bool
 	// offs holds each entry id's offset relative to the start of the
-	// entries, for this call; seen finds byte-identical entries.
-	offs  []uint32
-	first []bool
-	seen  map[uint64]int
+	// entries, for this call.
+	offs []uint32
+	// seen maps a digest to the entry id that had it when it was added:
+	// checked (id still a rep with that digest, bytes equal) before use.
+	seen map[uint64]int
 }
 
 // Encode is a new Encoder's Encode.
@@ -106,31 +113,7 @@ func (e *Encoder) Encode(dst []byte, t *routing.Table, h routing.JSONHeader) ([]
 		return dst[:0], fmt.Errorf("snapindex: encode: no table")
 	}
 	t = t.At(h.WrittenAt)
-	n := len(routing.Countries()) + 1
-	if len(e.effs) != n {
-		e.effs, e.js, e.sums = make([]*routing.Effective, n), make([][]byte, n), make([]uint64, n)
-		e.offs, e.first = make([]uint32, n), make([]bool, n)
-	}
-	if e.seen == nil {
-		e.seen = make(map[uint64]int, n)
-	}
-	clear(e.seen)
-	var size uint64
-	for id := range n {
-		eff := entryOf(t, id)
-		if eff != e.effs[id] || e.js[id] == nil {
-			e.js[id] = appendEntry(e.js[id][:0:0], eff)
-			e.sums[id] = xxhash.Sum64(e.js[id])
-			e.effs[id] = eff
-		}
-		if j, ok := e.seen[e.sums[id]]; ok && bytes.Equal(e.js[j], e.js[id]) {
-			e.offs[id], e.first[id] = e.offs[j], false
-			continue
-		}
-		e.seen[e.sums[id]], e.first[id] = id, true
-		e.offs[id] = uint32(size)
-		size += uint64(len(e.js[id]))
-	}
+	size := e.entries(t)
 	b := append(dst[:0], Magic...)
 	b = binary.LittleEndian.AppendUint16(b, Version)
 	b = append(b, 0, 0) // header length, set below
@@ -144,18 +127,22 @@ func (e *Encoder) Encode(dst []byte, t *routing.Table, h routing.JSONHeader) ([]
 	if base+size > math.MaxUint32 {
 		return dst[:0], fmt.Errorf("snapindex: encode: index of %d bytes exceeds 4 GiB", base+size)
 	}
-	unknown := n - 1
+	b = slices.Grow(b, int(Slots*SlotSize+size))
+	slots := b[len(b) : len(b)+Slots*SlotSize]
+	b = b[:len(b)+Slots*SlotSize]
+	unknown := len(e.effs) - 1
 	for s := range Slots {
 		id, kind := unknown, uint32(KindUnknown)
 		if s < UnknownSlot && slotCountry[s] >= 0 {
 			id, kind = slotCountry[s], KindCountry
 		}
-		b = binary.LittleEndian.AppendUint32(b, uint32(base)+e.offs[id])
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(e.js[id])))
-		b = binary.LittleEndian.AppendUint32(b, kind)
+		p := slots[s*SlotSize : s*SlotSize+SlotSize]
+		binary.LittleEndian.PutUint32(p, uint32(base)+e.offs[id])
+		binary.LittleEndian.PutUint32(p[4:], uint32(len(e.js[id])))
+		binary.LittleEndian.PutUint32(p[8:], kind)
 	}
-	for id := range n {
-		if e.first[id] {
+	for id, r := range e.rep {
+		if r == id {
 			b = append(b, e.js[id]...)
 		}
 	}
@@ -163,6 +150,51 @@ func (e *Encoder) Encode(dst []byte, t *routing.Table, h routing.JSONHeader) ([]
 		return dst[:0], fmt.Errorf("snapindex: encode: internal error: %d bytes written, %d planned", len(b), base+size)
 	}
 	return b, nil
+}
+
+// entries brings the encoded entries up to date with t, decides which
+// share bytes and where each goes, and returns the size of the entries.
+func (e *Encoder) entries(t *routing.Table) (size uint64) {
+	n := len(routing.Countries()) + 1
+	if len(e.effs) != n {
+		e.effs, e.js, e.sums = make([]*routing.Effective, n), make([][]byte, n), make([]uint64, n)
+		e.rep, e.changed, e.offs = make([]int, n), make([]bool, n), make([]uint32, n)
+	}
+	if e.seen == nil || len(e.seen) > 4*n {
+		e.seen = make(map[uint64]int, n) // stale digests pile up: start over
+		for id := range e.effs {
+			e.effs[id] = nil
+		}
+	}
+	for id := range n {
+		eff := entryOf(t, id)
+		e.changed[id] = eff != e.effs[id] || e.js[id] == nil
+		if e.changed[id] {
+			e.js[id] = appendEntry(e.js[id][:0], eff)
+			e.sums[id] = xxhash.Sum64(e.js[id])
+			e.effs[id] = eff
+		}
+	}
+	for id := range n {
+		if r := e.rep[id]; !e.changed[id] && !e.changed[r] && e.rep[r] == r {
+			continue // same bytes as in the last call, shared as then
+		}
+		e.rep[id] = id
+		if j, ok := e.seen[e.sums[id]]; ok && j < id && e.rep[j] == j && e.sums[j] == e.sums[id] && bytes.Equal(e.js[j], e.js[id]) {
+			e.rep[id] = j
+			continue
+		}
+		e.seen[e.sums[id]] = id
+	}
+	for id, r := range e.rep {
+		if r == id {
+			e.offs[id] = uint32(size)
+			size += uint64(len(e.js[id]))
+		} else {
+			e.offs[id] = e.offs[r]
+		}
+	}
+	return size
 }
 
 // entryOf returns the effective entry of entry id (routing.Countries()
