@@ -3,7 +3,7 @@
 //
 //   php driver.php resolve TABLE MAXAGE < pairs
 //       pairs: one per line, "HEXCOUNTRY HEXKEY" (either may be empty).
-//       Prints a meta line {"revision","epoch","stale"}, then one JSON line
+//       Prints a meta line {"revision","epoch","stale","index"}, then one JSON line
 //       per pair: {"ok":true,"d":Decision} or {"ok":false,"country","reasons",
 //       "revision","epoch"}.
 //   php driver.php meta TABLE MAXAGE
@@ -55,7 +55,7 @@ function out(mixed $v): void
 switch ($mode) {
     case 'resolve':
         $t = RegiondTable::load($argv[2], (float) $argv[3]);
-        out(['revision' => $t->revision(), 'epoch' => $t->epoch(), 'stale' => $t->isStale()]);
+        out(['revision' => $t->revision(), 'epoch' => $t->epoch(), 'stale' => $t->isStale(), 'index' => $t->fromIndex()]);
         foreach (lines() as [$hc, $hk]) {
             try {
                 $d = $t->resolve(unhex($hc), $hk === '' ? null : unhex($hk));
