@@ -166,8 +166,12 @@ final class RegiondTable
     private static function openIndex(string $path, string $idx, $fh, float $maxAge): self
     {
         self::$indexReads++;
-        $pre = fread($fh, 8);
-        if ($pre === false || strlen($pre) !== 8) {
+        // Unbuffered: each fread is one read(2) of what is asked, not of
+        // 8 KB; the first one takes the prefix and (nearly always) the
+        // whole header.
+        stream_set_read_buffer($fh, 0);
+        $pre = fread($fh, 256);
+        if ($pre === false || strlen($pre) < 8) {
             fclose($fh);
             throw new TableException("regiond: snapshot index {$idx} is too short");
         }
@@ -185,7 +189,14 @@ final class RegiondTable
                 implode(', ', self::INDEX_VERSIONS),
             ));
         }
-        $raw = $hlen > 0 ? fread($fh, $hlen) : '';
+        $raw = substr($pre, 8, $hlen);
+        while (strlen($raw) < $hlen) {
+            $more = fread($fh, $hlen - strlen($raw));
+            if ($more === false || $more === '') {
+                break;
+            }
+            $raw .= $more;
+        }
         $h = is_string($raw) && strlen($raw) === $hlen ? json_decode($raw, true) : null;
         if (
             !is_array($h) || !is_int($h['revision'] ?? null) || !is_int($h['epoch'] ?? null)
@@ -321,6 +332,11 @@ final class RegiondTable
         return ((ord($s[0]) | 0x20) - 97) * 26 + ((ord($s[1]) | 0x20) - 97);
     }
 
+    private function badSlot(int $i, string $what): TableException
+    {
+        return new TableException("regiond: snapshot index {$this->path}: slot {$i}: {$what}");
+    }
+
     /**
      * Reads the slot and entry of a raw country header from the index.
      *
@@ -330,24 +346,23 @@ final class RegiondTable
     private function indexEntry(string $raw): array
     {
         $i = self::slotOf($raw);
-        $bad = fn (string $what) => new TableException("regiond: snapshot index {$this->path}: slot {$i}: {$what}");
         if (fseek($this->fh, $this->slots + 12 * $i) !== 0 || strlen($b = (string) fread($this->fh, 12)) !== 12) {
-            throw $bad('cannot read the slot');
+            throw $this->badSlot($i, 'cannot read the slot');
         }
         ['o' => $off, 'n' => $len, 'k' => $kind] = unpack('Vo/Vn/Vk', $b);
         if ($len <= 0 || fseek($this->fh, $off) !== 0 || strlen($js = (string) fread($this->fh, $len)) !== $len) {
-            throw $bad("cannot read the entry at {$off}+{$len}");
+            throw $this->badSlot($i, "cannot read the entry at {$off}+{$len}");
         }
         $e = json_decode($js, true);
         if (
             !is_array($e) || !is_string($e['route'] ?? null) || !is_int($e['fallback_depth'] ?? null)
             || !is_array($e['candidates'] ?? null) || !is_array($e['degraded'] ?? null)
         ) {
-            throw $bad('malformed entry');
+            throw $this->badSlot($i, 'malformed entry');
         }
         foreach ($e['candidates'] as $c) {
             if (!is_string($c['pool'] ?? null) || !is_string($c['host'] ?? null) || !is_int($c['weight'] ?? null) || !is_array($c['attrs'] ?? null)) {
-                throw $bad('malformed candidate');
+                throw $this->badSlot($i, 'malformed candidate');
             }
         }
         $e['affinity'] = (string) ($e['affinity'] ?? '');
