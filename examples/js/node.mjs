@@ -8,7 +8,7 @@
 
 import { openSync, readSync, closeSync } from 'node:fs';
 import { open } from 'node:fs/promises';
-import { decideFromIndex, decideFromIndexAsync, TableError } from './regiond.mjs';
+import { decideEntry, readIndexEntry, readIndexEntryAsync, TableError } from './regiond.mjs';
 
 export * from './regiond.mjs';
 
@@ -21,6 +21,15 @@ export const DEFAULT_INDEX_PATH = '/dev/shm/regiond/table.idx';
  * Throws NoRouteError, or TableError for a missing or malformed file.
  */
 export function decideFromIndexFile(path, country, key, opts) {
+  const { header, country: cc, entry } = readIndexFile(path, country);
+  return decideEntry(header, cc, entry, key, opts);
+}
+
+/**
+ * The {header, country, entry} of a raw country header from the index file
+ * at path (see readIndexEntry), read through one descriptor.
+ */
+export function readIndexFile(path, country) {
   let fd;
   try {
     fd = openSync(path, 'r');
@@ -28,10 +37,10 @@ export function decideFromIndexFile(path, country, key, opts) {
     throw new TableError(`regiond: open index ${path}: ${err.message}`, { cause: err });
   }
   try {
-    return decideFromIndex((off, len) => {
+    return readIndexEntry((off, len) => {
       const b = Buffer.allocUnsafe(len);
       return b.subarray(0, readSync(fd, b, 0, len, off));
-    }, path, country, key, opts);
+    }, path, country);
   } finally {
     closeSync(fd);
   }
@@ -46,11 +55,12 @@ export async function decideFromIndexFileAsync(path, country, key, opts) {
     throw new TableError(`regiond: open index ${path}: ${err.message}`, { cause: err });
   }
   try {
-    return await decideFromIndexAsync(async (off, len) => {
+    const { header, country: cc, entry } = await readIndexEntryAsync(async (off, len) => {
       const b = Buffer.allocUnsafe(len);
       const { bytesRead } = await fh.read(b, 0, len, off);
       return b.subarray(0, bytesRead);
-    }, path, country, key, opts);
+    }, path, country);
+    return decideEntry(header, cc, entry, key, opts);
   } finally {
     await fh.close();
   }

@@ -315,13 +315,14 @@ function parseJSON(bytes, where, what) {
 export const INDEX_PREFIX_READ = 512;
 
 /**
- * The steps of reading one decision from an index, as a generator: it
- * yields [offset, length] reads and is sent back the bytes read there (fewer
- * at the end of the file); it returns the decision. Drive it with
- * decideFromIndex (sync) or decideFromIndexAsync; every read must come from
- * one open file, so header and entry are of one table.
+ * The steps of reading one country's entry from an index, as a generator:
+ * it yields [offset, length] reads and is sent back the bytes read there
+ * (fewer at the end of the file); it returns {header, country, entry}
+ * (country: the code, or _unknown per the slot's kind). Drive it with
+ * readIndexEntry (sync) or readIndexEntryAsync; every read must come from
+ * one open file, so that header and entry are of one table.
  */
-export function* indexSteps(name, country, key, opts = {}) {
+export function* indexSteps(name, country) {
   const slot = countrySlot(country);
   const head = yield [0, INDEX_PREFIX_READ];
   if (head.length < 8) throw new TableError(`regiond: ${name}: ${head.length} bytes: not a regiond index (too short)`);
@@ -347,32 +348,47 @@ export function* indexSteps(name, country, key, opts = {}) {
   if (kind > 1) throw new TableError(`regiond: ${name}: slot ${slot} has unknown kind ${kind}`);
   const tableEnd = 8 + hlen + SLOT_SIZE * SLOTS;
   if (off < tableEnd || len === 0) throw new TableError(`regiond: ${name}: slot ${slot} points at ${off}+${len}, outside the entries`);
-  let eb = off + len <= head.length ? head.subarray(off, off + len) : yield [off, len];
+  const eb = off + len <= head.length ? head.subarray(off, off + len) : yield [off, len];
   if (eb.length < len) throw new TableError(`regiond: ${name}: slot ${slot}: entry at ${off}+${len} is past the end of the file`);
   const where = `${name} slot ${slot}`;
   const entry = checkEntry(parseJSON(eb, where, 'entry'), where);
-  return decideEntry(header, kind === 0 ? slotCode(slot) : UNKNOWN, entry, key, opts);
+  return { header, country: kind === 0 ? slotCode(slot) : UNKNOWN, entry };
 }
 
 /**
- * The decision for a raw country header and sticky key from an index, read
+ * The {header, country, entry} of a raw country header from an index read
  * with readAt(offset, length) → Uint8Array (fewer bytes at the end of the
- * file). name names the index in errors.
+ * file); name names the index in errors.
  * @param {(offset: number, length: number) => Uint8Array} readAt
  */
-export function decideFromIndex(readAt, name, country, key, opts) {
-  const g = indexSteps(name, country, key, opts);
+export function readIndexEntry(readAt, name, country) {
+  const g = indexSteps(name, country);
   let r = g.next();
   while (!r.done) r = g.next(readAt(r.value[0], r.value[1]));
   return r.value;
 }
 
-/** decideFromIndex with an async readAt. */
-export async function decideFromIndexAsync(readAt, name, country, key, opts) {
-  const g = indexSteps(name, country, key, opts);
+/** readIndexEntry with an async readAt. */
+export async function readIndexEntryAsync(readAt, name, country) {
+  const g = indexSteps(name, country);
   let r = g.next();
   while (!r.done) r = g.next(await readAt(r.value[0], r.value[1]));
   return r.value;
+}
+
+/**
+ * The decision for a raw country header and sticky key from an index read
+ * with readAt (see readIndexEntry).
+ */
+export function decideFromIndex(readAt, name, country, key, opts) {
+  const { header, country: cc, entry } = readIndexEntry(readAt, name, country);
+  return decideEntry(header, cc, entry, key, opts);
+}
+
+/** decideFromIndex with an async readAt. */
+export async function decideFromIndexAsync(readAt, name, country, key, opts) {
+  const { header, country: cc, entry } = await readIndexEntryAsync(readAt, name, country);
+  return decideEntry(header, cc, entry, key, opts);
 }
 
 /**
@@ -387,26 +403,32 @@ export function decideFromIndexBytes(buf, name, country, key, opts) {
 // ---- per-country KV values (regionctl export kv) ----
 
 /**
- * The decision from one KV value of `regionctl export kv` (a JSON string,
- * or the value already parsed), for sticky key key. name names the value in
- * errors.
+ * The {header, country, entry} of one KV value of `regionctl export kv` (a
+ * JSON string, or the value already parsed); name names it in errors.
  */
-export function decideFromValue(value, key, opts = {}, name = 'KV value') {
+export function valueEntry(value, name = 'KV value') {
   const v = typeof value === 'string' ? parseJSON(utf8.encode(value), name, 'value') : value;
   checkHeader(v, name);
   if (v.format === undefined) throw new TableError(`regiond: ${name}: no format member: not a regiond KV value`);
   if (typeof v.country !== 'string' || (v.country !== UNKNOWN && !/^[A-Z]{2}$/.test(v.country))) {
     throw new TableError(`regiond: ${name}: country ${JSON.stringify(v.country)} is not a code or ${UNKNOWN}`);
   }
-  return decideEntry(v, v.country, checkEntry(v.entry, name), key, opts);
+  return { header: v, country: v.country, entry: checkEntry(v.entry, name) };
+}
+
+/** The decision from one KV value (see valueEntry) for sticky key key. */
+export function decideFromValue(value, key, opts = {}, name = 'KV value') {
+  const { header, country, entry } = valueEntry(value, name);
+  return decideEntry(header, country, entry, key, opts);
 }
 
 /**
- * The decision for a raw country header from a KV namespace holding the
- * export (a Workers KV binding: get(key, {type: 'json'}) → value or null):
- * the country's key, then _unknown when it is missing.
+ * The {header, country, entry} for a raw country header from a KV
+ * namespace holding the export (a Workers KV binding: get(key, {type:
+ * 'json'}) → value or null): the country's key, then _unknown when it is
+ * missing.
  */
-export async function decideFromKV(kv, country, key, opts = {}) {
+export async function kvEntry(kv, country) {
   let k = countryKey(country);
   let v = k === UNKNOWN ? null : await kv.get(k, { type: 'json' });
   if (v === null || v === undefined) {
@@ -416,5 +438,11 @@ export async function decideFromKV(kv, country, key, opts = {}) {
       throw new TableError(`regiond: KV has no ${UNKNOWN} value: upload regionctl export kv --format cloudflare`);
     }
   }
-  return decideFromValue(v, key, opts, `KV key ${k}`);
+  return valueEntry(v, `KV key ${k}`);
+}
+
+/** The decision for a raw country header and sticky key from a KV namespace (see kvEntry). */
+export async function decideFromKV(kv, country, key, opts = {}) {
+  const { header, country: cc, entry } = await kvEntry(kv, country);
+  return decideEntry(header, cc, entry, key, opts);
 }
