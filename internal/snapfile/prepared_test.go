@@ -82,15 +82,15 @@ func TestWriterLeavesNoTempFileOnExit(t *testing.T) {
 	waitRevision(t, path, 1)
 	waitPrepared(t, dir, "table.json") // there is a prepared file to remove
 	stop()
-	if got := dirNames(t, dir); !slices.Equal(got, []string{"table.json"}) {
-		t.Fatalf("directory after the writer stopped: %v, want only table.json", got)
+	if got := dirNames(t, dir); !slices.Equal(got, []string{"table.idx", "table.json"}) {
+		t.Fatalf("directory after the writer stopped: %v, want only table.idx and table.json", got)
 	}
 }
 
 func TestWriterRemovesLeftoverTempFiles(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "table.json")
-	leftovers := []string{".table.json.tmp-xyz", ".table.json.tmp-123456"}
+	leftovers := []string{".table.json.tmp-xyz", ".table.json.tmp-123456", ".table.idx.tmp-abc"}
 	keep := []string{".other.json.tmp-1", ".table.json.tmp", ".table.json.tmpx", "other.json", "table.json.tmp-1"}
 	for _, name := range append(slices.Clone(leftovers), keep...) {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte("crashed"), 0o600); err != nil {
@@ -107,7 +107,7 @@ func TestWriterRemovesLeftoverTempFiles(t *testing.T) {
 		}
 	}
 	stop()
-	want := append(slices.Clone(keep), "table.json")
+	want := append(slices.Clone(keep), "table.idx", "table.json")
 	slices.Sort(want)
 	if got := dirNames(t, dir); !slices.Equal(got, want) {
 		t.Fatalf("directory = %v, want %v", got, want)
@@ -158,8 +158,8 @@ func TestWriterSurvivesLostTempFile(t *testing.T) {
 			src.set(table(3, 20))
 			waitRevision(t, path, 3)
 			stop()
-			if got := dirNames(t, dir); !slices.Equal(got, []string{"table.json"}) {
-				t.Fatalf("directory after the writer stopped: %v, want only table.json", got)
+			if got := dirNames(t, dir); !slices.Equal(got, []string{"table.idx", "table.json"}) {
+				t.Fatalf("directory after the writer stopped: %v, want only table.idx and table.json", got)
 			}
 		})
 	}

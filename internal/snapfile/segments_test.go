@@ -92,6 +92,7 @@ func BenchmarkWriterChange(b *testing.B) {
 	w := NewWriter(WriterConfig{Path: filepath.Join(shmDir(b), "table.json"), Source: src, Logger: discardLogger})
 	w.file.start()
 	defer w.file.close()
+	defer w.idx.close()
 	w.write(tables[len(tables)-1], now)
 	b.ReportAllocs()
 	for n := 0; b.Loop(); n++ {

@@ -6,12 +6,14 @@ import (
 	"log/slog"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/regiond/regiond/internal/backoff"
+	"github.com/regiond/regiond/internal/snapindex"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -62,8 +64,16 @@ type Writer struct {
 
 	writes, skips, errors prometheus.Counter
 	lastWriteTS           prometheus.Gauge
+	idxWrites, idxErrors  prometheus.Counter
 
-	file          *preparedFile
+	file *preparedFile
+	// idx is the per-country index (IndexPath), written after each write
+	// of the file with the same protocol; idxDue says the last table
+	// written to the file is not yet in the index (its write failed).
+	idx           *preparedFile
+	idxEnc        snapindex.Encoder
+	idxBuf        []byte
+	idxDue        bool
 	lastTable     *routing.Table // last table written (or skipped as unchanged)
 	retry         *backoff.Backoff
 	retryAt       time.Time      // after a failed write: not before this
@@ -104,8 +114,10 @@ func NewWriter(cfg WriterConfig) *Writer {
 	w := &Writer{cfg: cfg, log: cfg.Logger.With("component", "snapshot", "path", cfg.Path),
 		retry: backoff.New(time.Second, 30*time.Second)}
 	w.file = newPreparedFile(cfg.Path, 0o644, w.log)
+	w.idx = newPreparedFile(IndexPath(cfg.Path), 0o644, w.log)
 	if cfg.EnsureDir != nil {
 		w.file.ensureDir = cfg.EnsureDir
+		w.idx.ensureDir = cfg.EnsureDir
 	}
 	opts := func(name, help string) prometheus.CounterOpts {
 		return prometheus.CounterOpts{Namespace: "regiond", Subsystem: "snapshot", Name: name, Help: help}
@@ -115,8 +127,10 @@ func NewWriter(cfg WriterConfig) *Writer {
 	w.errors = prometheus.NewCounter(opts("errors_total", "Snapshot writes that failed."))
 	w.lastWriteTS = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "regiond", Subsystem: "snapshot",
 		Name: "last_write_timestamp_seconds", Help: "Unix time of the last snapshot write."})
+	w.idxWrites = prometheus.NewCounter(opts("index_writes_total", "Snapshot index (table.idx) rewrites."))
+	w.idxErrors = prometheus.NewCounter(opts("index_errors_total", "Snapshot index (table.idx) writes that failed."))
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(w.writes, w.skips, w.errors, w.lastWriteTS)
+		cfg.Registerer.MustRegister(w.writes, w.skips, w.errors, w.lastWriteTS, w.idxWrites, w.idxErrors)
 	}
 	return w
 }
@@ -127,10 +141,12 @@ func NewWriter(cfg WriterConfig) *Writer {
 func (w *Writer) Run(ctx context.Context) error {
 	w.mu.Lock()
 	w.file.start()
+	w.idx.start()
 	w.mu.Unlock()
 	defer func() {
 		w.mu.Lock()
 		w.file.close()
+		w.idx.close()
 		w.stopped = true
 		w.mu.Unlock()
 	}()
@@ -141,12 +157,18 @@ func (w *Writer) Run(ctx context.Context) error {
 		w.mu.Lock()
 		now := time.Now()
 		wait, again := w.step(now)
-		if w.file.pending {
+		if w.file.pending || w.idx.pending {
 			if at := w.lastWrite.Add(finishDelay); now.Before(at) {
 				wait = min(wait, at.Sub(now))
-			} else if err := w.file.finish(); err != nil {
-				w.errors.Inc()
-				w.log.Error("snapshot written; fsync of its directory failed", "err", err)
+			} else {
+				if err := w.file.finish(); err != nil {
+					w.errors.Inc()
+					w.log.Error("snapshot written; fsync of its directory failed", "err", err)
+				}
+				if err := w.idx.finish(); err != nil {
+					w.idxErrors.Inc()
+					w.log.Error("snapshot index written; fsync of its directory failed", "err", err)
+				}
 			}
 		}
 		w.mu.Unlock()
@@ -194,9 +216,9 @@ func (w *Writer) WriteNow() {
 	// Only the write itself, up to the rename: the rest (the directory's
 	// fsync, a no-op in memory; preparing the next temp file) is Run's,
 	// finishDelay later, once readers have read the new file.
-	w.file.deferFinish = true
+	w.file.deferFinish, w.idx.deferFinish = true, true
 	w.step(time.Now())
-	w.file.deferFinish = false
+	w.file.deferFinish, w.idx.deferFinish = false, false
 }
 
 // finishDelay: Run finishes an inline write this long after it.
@@ -270,6 +292,9 @@ func (w *Writer) write(t *routing.Table, now time.Time) {
 	}
 	if now.Sub(w.lastWrite) < w.cfg.Refresh && sameSegments(segs, w.lastSegs) {
 		w.skips.Inc()
+		if w.idxDue {
+			w.writeIndex(t, h)
+		}
 		return
 	}
 	err = w.file.write(segs...)
@@ -286,9 +311,48 @@ func (w *Writer) write(t *routing.Table, now time.Time) {
 	clear(w.lastSegs) // no longer keeps the previous file's table alive
 	w.lastSegs, w.spareSegs = segs, w.lastSegs
 	w.lastScratch, w.spareScratch = scratch, w.lastScratch
-	w.lastWrite = time.Now()
 	w.writes.Inc()
 	w.lastWriteTS.Set(float64(now.UnixNano()) / 1e9)
+	w.writeIndex(t, h)
+	w.lastWrite = time.Now()
+	w.lastWriteTook = w.lastWrite.Sub(now)
+}
+
+// writeIndex replaces the index with t's, rendered with the file's header
+// h. A failure is logged and counted, and leaves the previous index in
+// place; the next write, of a change or not, tries again.
+func (w *Writer) writeIndex(t *routing.Table, h routing.JSONHeader) {
+	b, err := w.idxEnc.Encode(w.idxBuf, t, h)
+	if err == nil {
+		w.idxBuf = b
+		err = w.idx.write(b)
+	}
+	if err != nil {
+		w.idxDue = true
+		w.idxErrors.Inc()
+		w.log.Error("write snapshot index; readers keep the previous index", "index", w.idx.path, "err", err)
+		if w.retryAt.IsZero() {
+			w.retryAt = time.Now().Add(w.retry.Next())
+			w.lastTable = nil // to be written again, then the index
+		}
+		return
+	}
+	if w.idxDue {
+		w.idxDue = false
+		w.retry.Reset()
+		w.retryAt = time.Time{}
+	}
+	w.idxWrites.Inc()
+}
+
+// IndexPath returns the path of the per-country index written beside the
+// snapshot at path: a ".json" suffix replaced by ".idx", else ".idx"
+// appended (docs/snapshot-index.md).
+func IndexPath(path string) string {
+	if base, ok := strings.CutSuffix(path, ".json"); ok {
+		return base + ".idx"
+	}
+	return path + ".idx"
 }
 
 // sameSegments reports whether two renderings of routing.Table.JSONSegments
