@@ -189,9 +189,50 @@ function compareBytes(a, b) {
   return x.length - y.length;
 }
 
-/** The bytes of a sticky key (a string is taken as UTF-8). */
-function keyBytes(key) {
-  return typeof key === 'string' ? utf8.encode(key) : key;
+// scratch holds key + "\x00" + pool for the sticky hash, grown as needed.
+let scratch = new Uint8Array(256);
+
+function reserve(keep, n) {
+  if (n > scratch.length) {
+    const g = new Uint8Array(Math.max(n, 2 * scratch.length));
+    g.set(scratch.subarray(0, keep));
+    scratch = g;
+  }
+}
+
+// putString writes s as UTF-8 into scratch at off and returns the end
+// (plain ASCII without TextEncoder: it costs more than the hash).
+function putString(s, off) {
+  reserve(off, off + 3 * s.length);
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c >= 128) return off + utf8.encodeInto(s.slice(i), scratch.subarray(off)).written;
+    scratch[off++] = c;
+  }
+  return off;
+}
+
+// putKey writes a sticky key (a string is taken as UTF-8) and the "\x00"
+// separator at the start of scratch and returns the end.
+function putKey(key) {
+  let n;
+  if (typeof key === 'string') {
+    n = putString(key, 0);
+  } else {
+    reserve(0, key.length + 1);
+    scratch.set(key, 0);
+    n = key.length;
+  }
+  reserve(n, n + 1);
+  scratch[n] = 0;
+  return n + 1;
+}
+
+// unitAt is u = ((h >> 11) + 0.5) / 2^53 of the sticky hash of the key in
+// scratch[0:k] and pool.
+function unitAt(k, pool) {
+  const n = putString(pool, k);
+  return (hashTop53(scratch.subarray(0, n)) + 0.5) / TWO_POW_53;
 }
 
 /**
@@ -203,11 +244,7 @@ function keyBytes(key) {
  * @param {number} w
  */
 export function stickyScore(key, pool, w) {
-  const k = keyBytes(key), p = utf8.encode(pool);
-  const buf = new Uint8Array(k.length + 1 + p.length);
-  buf.set(k, 0);
-  buf.set(p, k.length + 1);
-  return -Math.log((hashTop53(buf) + 0.5) / TWO_POW_53) / w;
+  return -Math.log(unitAt(putKey(key), pool)) / w;
 }
 
 /**
@@ -218,19 +255,12 @@ export function stickyScore(key, pool, w) {
  * @param {string|Uint8Array} key
  */
 export function pickSticky(cands, key) {
-  const k = keyBytes(key);
-  let buf = new Uint8Array(k.length + 64);
+  const k = putKey(key);
   let best = -1, bestScore = 0;
   for (let i = 0; i < cands.length; i++) {
     const c = cands[i];
     if (c.weight <= 0) continue;
-    const p = utf8.encode(c.pool);
-    const n = k.length + 1 + p.length;
-    if (n > buf.length) buf = new Uint8Array(n);
-    buf.set(k, 0);
-    buf[k.length] = 0;
-    buf.set(p, k.length + 1);
-    const s = -Math.log((hashTop53(buf.subarray(0, n)) + 0.5) / TWO_POW_53) / c.weight;
+    const s = -Math.log(unitAt(k, c.pool)) / c.weight;
     if (best < 0 || s < bestScore || (s === bestScore && compareBytes(c.pool, cands[best].pool) < 0)) {
       best = i;
       bestScore = s;

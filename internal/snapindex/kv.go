@@ -49,7 +49,7 @@ func KVValues(t *routing.Table, h routing.JSONHeader) ([]KVValue, error) {
 		b := append(bytes.Clone(head), `,"country":`...)
 		b = strconv.AppendQuote(b, key) // codes and _unknown are plain ASCII
 		b = append(b, `,"entry":`...)
-		b = appendKVEntry(b, t, entryOf(t, id))
+		b = appendEntry(b, entryOf(t, id))
 		out = append(out, KVValue{Key: key, Value: append(b, '}')})
 	}
 	return out, nil
