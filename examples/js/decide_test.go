@@ -256,7 +256,7 @@ func jsonEqual(a, b []byte) bool {
 }
 
 // kvFile writes tab's KV export (cloudflare format) with synced_at.
-func kvFile(t *testing.T, tab *routing.Table, now, synced time.Time) string {
+func kvFile(t testing.TB, tab *routing.Table, now, synced time.Time) string {
 	t.Helper()
 	vs, err := snapindex.KVValues(tab, routing.JSONHeader{WrittenAt: now, SyncedAt: synced})
 	if err != nil {
@@ -270,7 +270,7 @@ func kvFile(t *testing.T, tab *routing.Table, now, synced time.Time) string {
 }
 
 // indexFile writes tab's index (snapindex.Encode, the agent's encoder).
-func indexFile(t *testing.T, tab *routing.Table, now, synced time.Time) string {
+func indexFile(t testing.TB, tab *routing.Table, now, synced time.Time) string {
 	t.Helper()
 	b, err := snapindex.Encode(nil, tab, routing.JSONHeader{WrittenAt: now, SyncedAt: synced})
 	if err != nil {

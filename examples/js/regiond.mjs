@@ -327,12 +327,30 @@ function u32(b, i) {
   return (b[i] | (b[i + 1] << 8) | (b[i + 2] << 16) | (b[i + 3] << 24)) >>> 0;
 }
 
-function parseJSON(bytes, where, what) {
-  let s;
-  try {
-    s = utf8Decoder.decode(bytes);
-  } catch {
-    throw new TableError(`regiond: ${where}: ${what} is not UTF-8`);
+// text decodes UTF-8 bytes; plain ASCII (entries usually are) without
+// TextDecoder, which costs more than the JSON.parse of a short entry.
+function text(bytes) {
+  if (bytes.length <= 4096) {
+    let ascii = true;
+    for (let i = 0; i < bytes.length; i++) {
+      if (bytes[i] >= 128) {
+        ascii = false;
+        break;
+      }
+    }
+    if (ascii) return String.fromCharCode.apply(null, bytes);
+  }
+  return utf8Decoder.decode(bytes);
+}
+
+function parseJSON(input, where, what) {
+  let s = input;
+  if (typeof s !== 'string') {
+    try {
+      s = text(input);
+    } catch {
+      throw new TableError(`regiond: ${where}: ${what} is not UTF-8`);
+    }
   }
   try {
     return JSON.parse(s);
@@ -437,7 +455,7 @@ export function decideFromIndexBytes(buf, name, country, key, opts) {
  * JSON string, or the value already parsed); name names it in errors.
  */
 export function valueEntry(value, name = 'KV value') {
-  const v = typeof value === 'string' ? parseJSON(utf8.encode(value), name, 'value') : value;
+  const v = typeof value === 'string' ? parseJSON(value, name, 'value') : value;
   checkHeader(v, name);
   if (v.format === undefined) throw new TableError(`regiond: ${name}: no format member: not a regiond KV value`);
   if (typeof v.country !== 'string' || (v.country !== UNKNOWN && !/^[A-Z]{2}$/.test(v.country))) {
