@@ -51,7 +51,7 @@ type options struct {
 }
 
 // knownPhases are the values -phases accepts.
-var knownPhases = map[string]bool{"latency": true, "burst": true, "sync": true, "fleet": true}
+var knownPhases = map[string]bool{"latency": true, "burst": true, "sync": true, "fleet": true, "front": true}
 
 func parseFlags() options {
 	var o options
@@ -72,8 +72,9 @@ func parseFlags() options {
 	flag.StringVar(&phases, "phases", "latency,burst,sync",
 		"which measurements to run, comma-separated: latency, burst, sync (the default, ~3 minutes), and fleet "+
 			"(-fleet-agents agents on a 3-member cluster, half through etcd's grpc-proxy: 20–45 minutes with the default -fleet-idle 10m, "+
-			"so not in the default; quick: -phases fleet -fleet-idle 2m)")
+			"so not in the default; quick: -phases fleet -fleet-idle 2m), and front (the PHP front door under php-fpm + nginx with wrk, ~2 minutes; no etcd)")
 	fleetFlags(&o)
+	frontFlags()
 	flag.BoolVar(&o.json, "json", false, "print the report as JSON")
 	flag.StringVar(&o.jsonFile, "json-file", "", "also write the report as JSON to this file")
 	flag.BoolVar(&o.noSnapshot, "no-snapshot", false,
@@ -95,7 +96,7 @@ func parseFlags() options {
 	for _, p := range strings.Split(phases, ",") {
 		if p = strings.TrimSpace(p); p != "" {
 			if !knownPhases[p] {
-				fmt.Fprintf(os.Stderr, "bench: -phases: unknown phase %q (want latency, burst, sync or fleet)\n", p)
+				fmt.Fprintf(os.Stderr, "bench: -phases: unknown phase %q (want latency, burst, sync, fleet or front)\n", p)
 				os.Exit(2)
 			}
 			o.phases[p] = true
@@ -114,6 +115,17 @@ func main() {
 	o := parseFlags()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if o.phases["front"] {
+		// The PHP front door under php-fpm + nginx: no etcd, no agent.
+		if err := runFront(ctx, o); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		delete(o.phases, "front")
+		if len(o.phases) == 0 {
+			return
+		}
+	}
 	rep, err := run(ctx, o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)

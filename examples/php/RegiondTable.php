@@ -3,11 +3,15 @@
 // beyond the bundled hash and json).
 //
 // The regiond agent writes the /v1/table JSON (DESIGN §5) to a snapshot file
-// (default /dev/shm/regiond/table.json) with an atomic rename. This reader
-// loads that file and resolves viewers exactly as the agent's Resolve does
-// (DESIGN §4): normalize the country, take its precomputed `effective` entry,
-// pick among its candidates (weighted rendezvous hashing for a sticky key,
-// weighted random otherwise), and overlay the pool's attrs with the entry's.
+// (default /dev/shm/regiond/table.json) with an atomic rename, and beside it
+// the per-country index table.idx (docs/snapshot-index.md). This reader opens
+// the index per load() and reads only the header, then per resolve() one slot
+// and one country's entry, from the same descriptor: one consistent table,
+// no shared cache. Only when there is no index does it read the full JSON.
+// It resolves viewers exactly as the agent's Resolve does (DESIGN §4):
+// normalize the country, take its precomputed entry, pick among its
+// candidates (weighted rendezvous hashing for a sticky key, weighted random
+// otherwise); each candidate's attrs are the pool's overlaid by the entry's.
 //
 //     $d = \Regiond\RegiondTable::load()->resolve($_SERVER['HTTP_CF_IPCOUNTRY'] ?? '', $viewerId);
 //
@@ -57,12 +61,21 @@ class NoRouteException extends \RuntimeException
 }
 
 /**
- * One loaded snapshot. Instances are immutable; call load() again (it is
- * cheap: one stat) to pick up a newer file.
+ * One loaded snapshot. Instances are immutable; call load() again per
+ * request (it is cheap: an open and two small reads) to pick up a newer file.
+ * An instance read from the index holds the index file open and reads every
+ * entry from it, so it answers from one table however often the agent
+ * rewrites the file meanwhile.
  */
 final class RegiondTable
 {
     public const DEFAULT_PATH = '/dev/shm/regiond/table.json';
+
+    /** Index format versions this reader knows (docs/snapshot-index.md). */
+    public const INDEX_VERSIONS = [1];
+    private const INDEX_MAGIC = 'RGIX';
+    private const INDEX_SLOTS = 677;
+    private const INDEX_UNKNOWN_SLOT = 676;
 
     /**
      * Default max age of synced_at (written_at in files without it), in
@@ -90,15 +103,34 @@ final class RegiondTable
 
     private static int $reads = 0;
     private static int $parses = 0;
+    private static int $indexReads = 0;
 
-    /** @param array<string, mixed> $data */
+    /**
+     * @param array<string, mixed> $data the table JSON (when read from it), else []
+     * @param resource|null $fh the open index (when read from it)
+     * @param int $slots offset of the index's slot table
+     */
     private function __construct(
         private readonly string $path,
         private readonly array $data,
         private readonly float $writtenAt,
         private readonly float $syncedAt,
         private readonly float $maxAge,
+        private readonly int $revision = 0,
+        private readonly int $epoch = 0,
+        private readonly bool $stale = false,
+        private readonly mixed $fh = null,
+        private readonly int $slots = 0,
     ) {
+    }
+
+    /**
+     * The index path for a snapshot path: a .json suffix replaced by .idx,
+     * else .idx appended (what the agent writes).
+     */
+    public static function indexPath(string $path): string
+    {
+        return str_ends_with($path, '.json') ? substr($path, 0, -5) . '.idx' : $path . '.idx';
     }
 
     /**
@@ -113,6 +145,94 @@ final class RegiondTable
      */
     public static function load(string $path = self::DEFAULT_PATH, float $maxAgeSeconds = self::DEFAULT_MAX_AGE): self
     {
+        $idx = str_ends_with($path, '.idx') ? $path : self::indexPath($path);
+        $fh = @fopen($idx, 'rb');
+        if ($fh !== false) {
+            return self::openIndex($path, $idx, $fh, $maxAgeSeconds);
+        }
+        clearstatcache(true, $idx);
+        if ($idx === $path || file_exists($idx)) {
+            throw new TableException("regiond: cannot open snapshot index {$idx}");
+        }
+        return self::loadJSON($path, $maxAgeSeconds);
+    }
+
+    /**
+     * Reads the index header from $fh (the index $idx of snapshot $path).
+     *
+     * @param resource $fh
+     * @throws TableException
+     */
+    private static function openIndex(string $path, string $idx, $fh, float $maxAge): self
+    {
+        self::$indexReads++;
+        // Unbuffered: each fread is one read(2) of what is asked, not of
+        // 8 KB; the first one takes the prefix and (nearly always) the
+        // whole header.
+        stream_set_read_buffer($fh, 0);
+        $pre = fread($fh, 256);
+        if ($pre === false || strlen($pre) < 8) {
+            fclose($fh);
+            throw new TableException("regiond: snapshot index {$idx} is too short");
+        }
+        if (substr($pre, 0, 4) !== self::INDEX_MAGIC) {
+            fclose($fh);
+            throw new TableException("regiond: {$idx} is not a regiond snapshot index (bad magic)");
+        }
+        ['v' => $version, 'h' => $hlen] = unpack('vv/vh', $pre, 4);
+        if (!in_array($version, self::INDEX_VERSIONS, true)) {
+            fclose($fh);
+            throw new TableException(sprintf(
+                'regiond: snapshot index %s has format version %d; this reader knows version %s',
+                $idx,
+                $version,
+                implode(', ', self::INDEX_VERSIONS),
+            ));
+        }
+        $raw = substr($pre, 8, $hlen);
+        while (strlen($raw) < $hlen) {
+            $more = fread($fh, $hlen - strlen($raw));
+            if ($more === false || $more === '') {
+                break;
+            }
+            $raw .= $more;
+        }
+        $h = is_string($raw) && strlen($raw) === $hlen ? json_decode($raw, true) : null;
+        if (
+            !is_array($h) || !is_int($h['revision'] ?? null) || !is_int($h['epoch'] ?? null)
+            || !is_string($h['written_at'] ?? null) || ($h['slots'] ?? null) !== self::INDEX_SLOTS
+        ) {
+            fclose($fh);
+            throw new TableException("regiond: snapshot index {$idx} has a malformed header");
+        }
+        $writtenAt = self::parseTime($h['written_at']);
+        $syncedAt = $writtenAt;
+        if (($h['synced_at'] ?? '') !== '') {
+            $syncedAt = is_string($h['synced_at']) ? self::parseTime($h['synced_at']) : null;
+        }
+        if ($writtenAt === null || $syncedAt === null) {
+            fclose($fh);
+            throw new TableException("regiond: snapshot index {$idx}: written_at or synced_at is not RFC 3339");
+        }
+        return new self($idx, [], $writtenAt, $syncedAt, $maxAge, $h['revision'], $h['epoch'],
+            ($h['stale'] ?? false) === true, $fh, 8 + $hlen);
+    }
+
+    public function __destruct()
+    {
+        if (is_resource($this->fh)) {
+            fclose($this->fh);
+        }
+    }
+
+    /**
+     * The JSON reader: loads the full snapshot, reusing the parsed table
+     * while the file is unchanged.
+     *
+     * @throws TableException
+     */
+    private static function loadJSON(string $path, float $maxAgeSeconds): self
+    {
         clearstatcache(true, $path);
         $st = @stat($path);
         if ($st === false) {
@@ -123,7 +243,8 @@ final class RegiondTable
             $c = self::read($path, $c);
             self::$cache[$path] = $c;
         }
-        return new self($path, $c['data'], $c['written_at'], $c['synced_at'], $maxAgeSeconds);
+        return new self($path, $c['data'], $c['written_at'], $c['synced_at'], $maxAgeSeconds,
+            $c['data']['revision'], $c['data']['epoch'], $c['data']['stale']);
     }
 
     /** Forgets every cached snapshot. */
@@ -133,13 +254,20 @@ final class RegiondTable
     }
 
     /**
-     * How often this process read and parsed a snapshot file.
+     * How often this process read and parsed a snapshot JSON file, and
+     * opened an index.
      *
-     * @return array{reads: int, parses: int}
+     * @return array{reads: int, parses: int, index_reads: int}
      */
     public static function cacheStats(): array
     {
-        return ['reads' => self::$reads, 'parses' => self::$parses];
+        return ['reads' => self::$reads, 'parses' => self::$parses, 'index_reads' => self::$indexReads];
+    }
+
+    /** True when this instance reads the per-country index (not the JSON). */
+    public function fromIndex(): bool
+    {
+        return $this->fh !== null;
     }
 
     /**
@@ -153,33 +281,95 @@ final class RegiondTable
      */
     public function resolve(string $country, ?string $key = null): array
     {
-        $cc = $this->normalizeCountry($country);
-        $e = $this->data['effective'][$cc];
+        if ($this->fh !== null) {
+            [$cc, $e] = $this->indexEntry($country);
+        } else {
+            $cc = $this->normalizeCountry($country);
+            $e = $this->data['effective'][$cc];
+        }
         $degraded = $e['degraded'];
         if ($this->isStale() && !in_array('stale-table', $degraded, true)) {
             $degraded[] = 'stale-table';
         }
         $cands = $e['candidates'];
         if ($cands === []) {
-            throw new NoRouteException($cc, $degraded, $this->data['revision'], $this->data['epoch']);
+            throw new NoRouteException($cc, $degraded, $this->revision, $this->epoch);
         }
         if ($key !== null && $key !== '' && $e['affinity'] !== 'random') {
             $c = $cands[self::pickSticky($cands, $key)];
         } else {
             $c = $cands[self::pickRandom($cands)];
         }
-        $pool = $this->data['pools'][$c['pool']] ?? [];
+        if ($this->fh !== null) {
+            $attrs = $c['attrs'];
+        } else {
+            $pool = $this->data['pools'][$c['pool']] ?? [];
+            $attrs = $e['attrs'] + ($pool['attrs'] ?? []);
+        }
         return [
             'country' => $cc,
             'route' => $e['route'],
             'pool' => $c['pool'],
             'host' => $c['host'],
-            'attrs' => $e['attrs'] + ($pool['attrs'] ?? []),
-            'revision' => $this->data['revision'],
-            'epoch' => $this->data['epoch'],
+            'attrs' => $attrs,
+            'revision' => $this->revision,
+            'epoch' => $this->epoch,
             'fallback_depth' => $e['fallback_depth'],
             'degraded' => $degraded,
         ];
+    }
+
+    /**
+     * The slot of a raw country header: ASCII spaces trimmed, two ASCII
+     * letters (any case) give 0..675, anything else the _unknown slot.
+     */
+    private static function slotOf(string $raw): int
+    {
+        $s = trim($raw, " \t\r\n");
+        if (strlen($s) !== 2 || strspn($s, self::LETTERS) !== 2) {
+            return self::INDEX_UNKNOWN_SLOT;
+        }
+        return ((ord($s[0]) | 0x20) - 97) * 26 + ((ord($s[1]) | 0x20) - 97);
+    }
+
+    private function badSlot(int $i, string $what): TableException
+    {
+        return new TableException("regiond: snapshot index {$this->path}: slot {$i}: {$what}");
+    }
+
+    /**
+     * Reads the slot and entry of a raw country header from the index.
+     *
+     * @return array{0: string, 1: array<string, mixed>} the decision's country and the entry
+     * @throws TableException
+     */
+    private function indexEntry(string $raw): array
+    {
+        $i = self::slotOf($raw);
+        if (fseek($this->fh, $this->slots + 12 * $i) !== 0 || strlen($b = (string) fread($this->fh, 12)) !== 12) {
+            throw $this->badSlot($i, 'cannot read the slot');
+        }
+        ['o' => $off, 'n' => $len, 'k' => $kind] = unpack('Vo/Vn/Vk', $b);
+        if ($len <= 0 || fseek($this->fh, $off) !== 0 || strlen($js = (string) fread($this->fh, $len)) !== $len) {
+            throw $this->badSlot($i, "cannot read the entry at {$off}+{$len}");
+        }
+        $e = json_decode($js, true);
+        if (
+            !is_array($e) || !is_string($e['route'] ?? null) || !is_int($e['fallback_depth'] ?? null)
+            || !is_array($e['candidates'] ?? null) || !is_array($e['degraded'] ?? null)
+        ) {
+            throw $this->badSlot($i, 'malformed entry');
+        }
+        foreach ($e['candidates'] as $c) {
+            if (!is_string($c['pool'] ?? null) || !is_string($c['host'] ?? null) || !is_int($c['weight'] ?? null) || !is_array($c['attrs'] ?? null)) {
+                throw $this->badSlot($i, 'malformed candidate');
+            }
+        }
+        $e['affinity'] = (string) ($e['affinity'] ?? '');
+        if ($kind === 0 && $i < self::INDEX_UNKNOWN_SLOT) {
+            return [chr(65 + intdiv($i, 26)) . chr(65 + $i % 26), $e];
+        }
+        return [self::UNKNOWN, $e];
     }
 
     /**
@@ -188,6 +378,9 @@ final class RegiondTable
      */
     public function normalizeCountry(string $raw): string
     {
+        if ($this->fh !== null) {
+            return $this->indexEntry($raw)[0];
+        }
         $s = trim($raw, " \t\r\n");
         if (strlen($s) !== 2 || strspn($s, self::LETTERS) !== 2) {
             return self::UNKNOWN;
@@ -198,12 +391,12 @@ final class RegiondTable
 
     public function revision(): int
     {
-        return $this->data['revision'];
+        return $this->revision;
     }
 
     public function epoch(): int
     {
-        return $this->data['epoch'];
+        return $this->epoch;
     }
 
     /** written_at as Unix seconds. */
@@ -240,7 +433,7 @@ final class RegiondTable
      */
     public function isStale(): bool
     {
-        return $this->data['stale'] || $this->syncAgeSeconds() > $this->maxAge;
+        return $this->stale || $this->syncAgeSeconds() > $this->maxAge;
     }
 
     public function path(): string

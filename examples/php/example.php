@@ -1,7 +1,11 @@
 <?php
-// A front door: send the viewer to the edge regiond chose for them, without
-// calling the agent. Cloudflare puts the viewer's country in CF-IPCountry;
-// the sticky key keeps a viewer on one pool while the table is unchanged.
+// A front door (front controller): send the viewer to the edge regiond chose
+// for them, without calling the agent. Cloudflare puts the viewer's country
+// in CF-IPCountry; the sticky key keeps a viewer on one pool while the table
+// is unchanged. Under php-fpm each request opens the agent's per-country
+// index (table.idx beside the snapshot) and reads one entry: see
+// nginx-front.conf and php-fpm-front.conf. Every answer names the table
+// revision it used (X-Regiond-Revision).
 
 declare(strict_types=1);
 
@@ -13,7 +17,8 @@ use Regiond\TableException;
 
 $country = $_SERVER['HTTP_CF_IPCOUNTRY'] ?? '';
 $viewer = $_COOKIE['viewer'] ?? null; // any stable per-viewer id; null = weighted random
-$snapshot = getenv('REGIOND_SNAPSHOT') ?: RegiondTable::DEFAULT_PATH;
+// fastcgi_param REGIOND_SNAPSHOT (nginx), or the environment (CLI).
+$snapshot = $_SERVER['REGIOND_SNAPSHOT'] ?? (getenv('REGIOND_SNAPSHOT') ?: RegiondTable::DEFAULT_PATH);
 
 try {
     $d = RegiondTable::load($snapshot)->resolve($country, $viewer);
@@ -23,6 +28,7 @@ try {
     http_response_code(503);
     header('Content-Type: application/json');
     header('Retry-After: 5');
+    header('X-Regiond-Revision: ' . $e->revision);
     echo json_encode($e->toArray(), JSON_UNESCAPED_SLASHES), "\n";
     exit;
 } catch (TableException $e) {

@@ -180,6 +180,7 @@ type phpMeta struct {
 	Revision int64 `json:"revision"`
 	Epoch    int64 `json:"epoch"`
 	Stale    bool  `json:"stale"`
+	Index    bool  `json:"index"` // read from the per-country index
 }
 
 // runPHP runs the driver with args and stdin, returning stdout.

@@ -3,7 +3,7 @@
 //
 //   php driver.php resolve TABLE MAXAGE < pairs
 //       pairs: one per line, "HEXCOUNTRY HEXKEY" (either may be empty).
-//       Prints a meta line {"revision","epoch","stale"}, then one JSON line
+//       Prints a meta line {"revision","epoch","stale","index"}, then one JSON line
 //       per pair: {"ok":true,"d":Decision} or {"ok":false,"country","reasons",
 //       "revision","epoch"}.
 //   php driver.php meta TABLE MAXAGE
@@ -12,6 +12,13 @@
 //   php driver.php scores < triples
 //       triples: "HEXKEY HEXPOOL WEIGHT". Prints "H53 SCOREBITS" per line,
 //       SCOREBITS being the IEEE-754 bits of the score as 16 hex digits.
+//   php driver.php race INDEX STOPFILE
+//       Loads INDEX and resolves PL and XX with a sticky key in a loop until
+//       STOPFILE exists; each table's routes carry attrs gen = its revision.
+//       Prints "ready" after the first load, then one JSON object: loads,
+//       errors (count and the first messages), mixed (a decision whose gen is
+//       not its revision), backwards (a revision lower than the one before),
+//       distinct revisions seen, first and last.
 //   php driver.php cache DIR A B C
 //       Exercises the parse cache with tables A, B, C (revisions 11, 12, 13;
 //       A and B of the same size) in DIR; prints one JSON object.
@@ -55,7 +62,7 @@ function out(mixed $v): void
 switch ($mode) {
     case 'resolve':
         $t = RegiondTable::load($argv[2], (float) $argv[3]);
-        out(['revision' => $t->revision(), 'epoch' => $t->epoch(), 'stale' => $t->isStale()]);
+        out(['revision' => $t->revision(), 'epoch' => $t->epoch(), 'stale' => $t->isStale(), 'index' => $t->fromIndex()]);
         foreach (lines() as [$hc, $hk]) {
             try {
                 $d = $t->resolve(unhex($hc), $hk === '' ? null : unhex($hk));
@@ -85,6 +92,54 @@ switch ($mode) {
             $s = RegiondTable::stickyScore($key, $pool, (int) $w);
             echo RegiondTable::stickyHash53($key, $pool), ' ', bin2hex(strrev(pack('e', $s))), "\n";
         }
+        break;
+
+    case 'race':
+        [, , $idx, $stop] = $argv;
+        $res = ['loads' => 0, 'errors' => 0, 'messages' => [], 'mixed' => 0, 'backwards' => 0,
+            'revisions' => 0, 'first' => 0, 'last' => 0];
+        $prev = 0;
+        for ($i = 0; ; $i++) {
+            if ($i % 32 === 0) {
+                clearstatcache(true, $stop);
+                if ($i > 0 && file_exists($stop)) {
+                    break;
+                }
+            }
+            try {
+                $t = RegiondTable::load($idx);
+                $rev = $t->revision();
+                foreach (['PL', 'XX'] as $cc) {
+                    $d = $t->resolve($cc, 'viewer-' . ($i % 97));
+                    if (($d['attrs']['gen'] ?? '') !== (string) $d['revision'] || $d['revision'] !== $rev) {
+                        $res['mixed']++;
+                    }
+                }
+            } catch (\Throwable $e) {
+                $res['errors']++;
+                if (count($res['messages']) < 5) {
+                    $res['messages'][] = $e->getMessage();
+                }
+                continue;
+            }
+            $res['loads']++;
+            if ($rev < $prev) {
+                $res['backwards']++;
+            }
+            if ($rev !== $prev) {
+                $res['revisions']++;
+            }
+            if ($res['loads'] === 1) {
+                $res['first'] = $rev;
+                echo "ready\n";
+                fflush(STDOUT);
+            }
+            $prev = $rev;
+            $res['last'] = $rev;
+            unset($t);
+            usleep(200); // leave the writer some CPU: 8 readers share 2 cores with it
+        }
+        out($res);
         break;
 
     case 'cache':

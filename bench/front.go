@@ -1,0 +1,284 @@
+package main
+
+// The front phase (-phases front): requests/s and latency of the PHP front
+// door (examples/php/example.php) under a real php-fpm (pm = static) behind
+// nginx, driven by wrk, A/B against the same controller without the routing
+// lookup, in one run, with the full-JSON reader and an APCu whole-table
+// cache side by side. See bench/README.md, "Front phase".
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/regiond/regiond/internal/phpfront"
+	"github.com/regiond/regiond/internal/snapfile"
+	"github.com/regiond/regiond/internal/snapindex"
+	"github.com/regiond/regiond/routing"
+)
+
+// frontVariant is one front controller measured by the front phase.
+type frontVariant struct {
+	Name     string `json:"name"`
+	Script   string `json:"script"`
+	Snapshot string `json:"snapshot"`
+	// OpenBasedir runs the pool with open_basedir.
+	OpenBasedir bool `json:"open_basedir"`
+	srv         *phpfront.Server
+	// Per round: p50 and p99 latency (µs) and requests/s.
+	P50, P99, RPS []float64
+}
+
+// frontOptions are the front phase's flags.
+type frontOptions struct {
+	duration    time.Duration
+	connections int
+	children    int
+}
+
+var frontOpts frontOptions
+
+func frontFlags() {
+	flag.DurationVar(&frontOpts.duration, "front-duration", 5*time.Second, "front phase: wrk's duration per variant per run")
+	flag.IntVar(&frontOpts.connections, "front-connections", 1, "front phase: wrk's connections (1: latency without queueing)")
+	flag.IntVar(&frontOpts.children, "front-children", 2, "front phase: php-fpm pm.max_children per variant")
+}
+
+// runFront runs the front phase and prints its report.
+func runFront(ctx context.Context, o options) error {
+	wrk, err := exec.LookPath("wrk")
+	if err != nil {
+		return fmt.Errorf("front phase: wrk not found (apt-get install -y wrk): %w", err)
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp("", "regiond-bench-front-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	shm := work
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		if shm, err = os.MkdirTemp("/dev/shm", "regiond-bench-front-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(shm)
+	}
+	front := filepath.Join(work, "front")
+	if err := os.MkdirAll(front, 0o755); err != nil {
+		return err
+	}
+	for src, dst := range map[string]string{
+		"examples/php/example.php":      "example.php",
+		"examples/php/RegiondTable.php": "RegiondTable.php",
+		"bench/php/front-nolookup.php":  "front-nolookup.php",
+		"bench/php/front-apcu.php":      "front-apcu.php",
+	} {
+		b, err := os.ReadFile(filepath.Join(root, src))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(front, dst), b, 0o644); err != nil {
+			return err
+		}
+	}
+	tab, err := frontTable(filepath.Join(root, o.example))
+	if err != nil {
+		return err
+	}
+	withIdx, jsonOnly := filepath.Join(shm, "idx", "table.json"), filepath.Join(shm, "json", "table.json")
+	writeSnap := func() error {
+		now := time.Now()
+		h := routing.JSONHeader{WrittenAt: now, SyncedAt: now}
+		js, err := tab.JSONWith(nil, h)
+		if err != nil {
+			return err
+		}
+		idx, err := snapindex.Encode(nil, tab, h)
+		if err != nil {
+			return err
+		}
+		for _, p := range []string{withIdx, jsonOnly} {
+			if err := snapfile.WriteFile(p, js, 0o644); err != nil {
+				return err
+			}
+		}
+		return snapfile.WriteFile(snapfile.IndexPath(withIdx), idx, 0o644)
+	}
+	if err := writeSnap(); err != nil {
+		return err
+	}
+	// Keep synced_at fresh (a rewrite every 10 s, as a healthy agent's
+	// refresh), so no variant turns stale during the run.
+	refreshCtx, stopRefresh := context.WithCancel(ctx)
+	defer stopRefresh()
+	go func() {
+		for {
+			select {
+			case <-refreshCtx.Done():
+				return
+			case <-time.After(10 * time.Second):
+				writeSnap()
+			}
+		}
+	}()
+
+	vs := []*frontVariant{
+		{Name: "no lookup (baseline)", Script: "front-nolookup.php", Snapshot: withIdx},
+		{Name: "index (table.idx)", Script: "example.php", Snapshot: withIdx},
+		{Name: "index + open_basedir", Script: "example.php", Snapshot: withIdx, OpenBasedir: true},
+		{Name: "full JSON (no table.idx)", Script: "example.php", Snapshot: jsonOnly},
+		{Name: "APCu whole table", Script: "front-apcu.php", Snapshot: jsonOnly},
+	}
+	for i, v := range vs {
+		dir := filepath.Join(work, "srv"+strconv.Itoa(i))
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return err
+		}
+		v.srv, err = phpfront.Start(ctx, phpfront.Config{Dir: dir, Script: filepath.Join(front, v.Script),
+			Snapshot: v.Snapshot, Children: frontOpts.children, OpenBasedir: v.OpenBasedir})
+		if err != nil {
+			return fmt.Errorf("front phase: %s: %w", v.Name, err)
+		}
+		defer v.srv.Close()
+		if err := frontCheck(v); err != nil {
+			return err
+		}
+	}
+	logf(o, "front: %d variants, %d runs of %v each, wrk -c%d, php-fpm pm=static children=%d", len(vs), o.runs,
+		frontOpts.duration, frontOpts.connections, frontOpts.children)
+	for _, v := range vs { // warm up: OPcache, APCu, the page cache
+		if _, err := runWrk(ctx, wrk, v.srv.URL, time.Second); err != nil {
+			return fmt.Errorf("front phase: %s: %w", v.Name, err)
+		}
+	}
+	for r := range o.runs {
+		for k := range vs {
+			v := vs[(k+r)%len(vs)] // rotate the order: drift spreads over every variant
+			res, err := runWrk(ctx, wrk, v.srv.URL, frontOpts.duration)
+			if err != nil {
+				return fmt.Errorf("front phase: %s: %w", v.Name, err)
+			}
+			v.P50, v.P99, v.RPS = append(v.P50, res.p50), append(v.P99, res.p99), append(v.RPS, res.rps)
+			logf(o, "front: run %d %-26s p50 %7.1f µs  p99 %7.1f µs  %8.0f req/s", r+1, v.Name, res.p50, res.p99, res.rps)
+		}
+	}
+	printFront(os.Stdout, vs, o.runs)
+	return nil
+}
+
+// frontTable compiles the example fleet, as the agent would serve it.
+func frontTable(example string) (*routing.Table, error) {
+	b, err := os.ReadFile(example)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := routing.ParseConfig(b)
+	if err != nil {
+		return nil, fmt.Errorf("parse %s: %w", example, err)
+	}
+	return routing.CompileConfig(cfg, nil, routing.CompileOptions{Now: time.Now()})
+}
+
+// frontCheck makes one request the way wrk will and checks the answer: a
+// redirect naming a pool.
+func frontCheck(v *frontVariant) error {
+	c := &http.Client{Timeout: 5 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	req, _ := http.NewRequest(http.MethodGet, v.srv.URL+"/watch/1", nil)
+	req.Header.Set("CF-IPCountry", "PL")
+	req.Header.Set("Cookie", "viewer=v-12345")
+	resp, err := c.Do(req)
+	if err != nil {
+		return fmt.Errorf("front phase: %s: %w", v.Name, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusFound || resp.Header.Get("X-Regiond-Pool") == "" {
+		return fmt.Errorf("front phase: %s: status %d, pool %q: %s\n%s", v.Name, resp.StatusCode,
+			resp.Header.Get("X-Regiond-Pool"), body, v.srv.Logs())
+	}
+	return nil
+}
+
+type wrkResult struct{ p50, p99, rps float64 }
+
+// runWrk runs wrk against url for d with one thread and the configured
+// connections, a viewer from PL with a sticky cookie, and parses its
+// latency distribution (µs) and requests/s.
+func runWrk(ctx context.Context, wrk, url string, d time.Duration) (wrkResult, error) {
+	secs := max(1, int(d.Round(time.Second)/time.Second))
+	cmd := exec.CommandContext(ctx, wrk, "-t1", "-c"+strconv.Itoa(frontOpts.connections), "-d"+strconv.Itoa(secs)+"s",
+		"--latency", "-H", "CF-IPCountry: PL", "-H", "Cookie: viewer=v-12345", url+"/watch/1")
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		return wrkResult{}, fmt.Errorf("wrk: %w: %s", err, stderr.String())
+	}
+	return parseWrk(out.String())
+}
+
+var (
+	wrkPercentile = regexp.MustCompile(`^\s*(50|99)(?:\.0+)?%\s+([0-9.]+)(us|ms|s)\s*$`)
+	wrkRPS        = regexp.MustCompile(`^Requests/sec:\s+([0-9.]+)`)
+	wrkBad        = regexp.MustCompile(`(Non-2xx or 3xx responses|Socket errors):.*`)
+)
+
+// parseWrk reads wrk --latency output.
+func parseWrk(s string) (wrkResult, error) {
+	var r wrkResult
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		line := sc.Text()
+		if m := wrkPercentile.FindStringSubmatch(line); m != nil {
+			v, _ := strconv.ParseFloat(m[2], 64)
+			v *= map[string]float64{"us": 1, "ms": 1e3, "s": 1e6}[m[3]]
+			if m[1] == "50" {
+				r.p50 = v
+			} else {
+				r.p99 = v
+			}
+		}
+		if m := wrkRPS.FindStringSubmatch(line); m != nil {
+			r.rps, _ = strconv.ParseFloat(m[1], 64)
+		}
+		if m := wrkBad.FindString(line); m != "" {
+			return r, fmt.Errorf("wrk: %s", m)
+		}
+	}
+	if r.p50 == 0 || r.rps == 0 {
+		return r, fmt.Errorf("wrk output without latency distribution or requests/s:\n%s", s)
+	}
+	return r, nil
+}
+
+// printFront prints the medians over the runs, and each variant's p50 and
+// throughput against the no-lookup baseline of the same run.
+func printFront(w io.Writer, vs []*frontVariant, runs int) {
+	base := vs[0]
+	fmt.Fprintf(w, "\nFront door under php-fpm + nginx (wrk -c%d, %d runs of %v; medians over runs)\n",
+		frontOpts.connections, runs, frontOpts.duration)
+	fmt.Fprintf(w, "%-26s %10s %10s %10s %14s %12s  %s\n", "variant", "p50 µs", "p99 µs", "req/s", "p50 − base µs", "p50 ×base", "per-run p50 − base")
+	for _, v := range vs {
+		var deltas []string
+		var d []float64
+		for i := range v.P50 {
+			d = append(d, v.P50[i]-base.P50[i])
+			deltas = append(deltas, fmt.Sprintf("%+.1f", v.P50[i]-base.P50[i]))
+		}
+		fmt.Fprintf(w, "%-26s %10.1f %10.1f %10.0f %14.1f %12.2f  [%s]\n", v.Name, median(v.P50), median(v.P99), median(v.RPS),
+			median(d), median(v.P50)/median(base.P50), strings.Join(deltas, " "))
+	}
+}

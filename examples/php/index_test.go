@@ -1,0 +1,164 @@
+package php_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/regiond/regiond/internal/fleettest"
+	"github.com/regiond/regiond/internal/snapindex"
+	"github.com/regiond/regiond/routing"
+)
+
+// writeSnapshot writes tab's table JSON and, when withIndex, its index
+// beside it (as the agent does) into a new directory; it returns the JSON's
+// path.
+func writeSnapshot(t *testing.T, tab *routing.Table, h routing.JSONHeader, withIndex bool) string {
+	t.Helper()
+	dir := t.TempDir()
+	js, err := tab.JSONWith(nil, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "table.json")
+	if err := os.WriteFile(path, js, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if withIndex {
+		idx, err := snapindex.Encode(nil, tab, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "table.idx"), idx, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return path
+}
+
+// allPairs returns every two-letter code AA..ZZ (as is, lower case,
+// space-padded) with sticky keys and without, the garbage headers, and the
+// unknown country with 1,000 keys.
+func allPairs() []pair {
+	r := rand.New(rand.NewPCG(20261202, 3))
+	var ps []pair
+	for i := range snapindex.UnknownSlot {
+		cc := snapindex.SlotCode(i)
+		ps = append(ps, pair{cc, randomKey(r)}, pair{cc, randomKey(r)}, pair{strings.ToLower(cc), randomKey(r)},
+			pair{" " + cc + "\t", randomKey(r)}, pair{cc, ""})
+	}
+	for _, g := range garbage {
+		for range 10 {
+			ps = append(ps, pair{g, randomKey(r)})
+		}
+		ps = append(ps, pair{g, ""})
+	}
+	for range 1000 {
+		ps = append(ps, pair{"XX", randomKey(r)})
+	}
+	return ps
+}
+
+// TestIndexReaderMatchesGo: on every scenario (drained, down, unhealthy,
+// boosted pools, NoRoute, stale), the PHP reader decides as Go's Resolve
+// does, through the index and through the full JSON (no index beside it),
+// on every code AA..ZZ, junk headers and the unknown country × 1,000 keys.
+func TestIndexReaderMatchesGo(t *testing.T) {
+	php(t)
+	t.Parallel()
+	now := time.Now()
+	h := routing.JSONHeader{WrittenAt: now, SyncedAt: now.Add(-time.Second)}
+	ps := allPairs()
+	for _, sc := range fleettest.Scenarios(t, now) {
+		for _, withIndex := range []bool{true, false} {
+			name := sc.Name + "/json"
+			if withIndex {
+				name = sc.Name + "/index"
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				meta, got := resolvePHP(t, writeSnapshot(t, sc.Table, h, withIndex), 180, ps)
+				if meta.Index != withIndex || meta.Revision != 4242 || meta.Epoch != 17 || meta.Stale != sc.Table.Stale() {
+					t.Errorf("php meta %+v, want index=%v revision 4242 epoch 17 stale=%v", meta, withIndex, sc.Table.Stale())
+				}
+				sticky, random, noRoute := check(t, sc.Table, now, ps, got, sc.Table.Stale())
+				t.Logf("%d sticky pairs equal, %d random picks valid, %d NoRoute", sticky, random, noRoute)
+				if sticky+noRoute < 3000 {
+					t.Errorf("only %d sticky and %d NoRoute pairs compared exactly", sticky, noRoute)
+				}
+				if (sc.Name == "down" || sc.Name == "drained") && noRoute < 1000 {
+					t.Errorf("%s: %d NoRoute pairs, want ≥ 1,000 (the unknown country)", sc.Name, noRoute)
+				}
+			})
+		}
+	}
+}
+
+// TestIndexReaderRefuses: an index of an unknown version, or one that is
+// not an index, is an error naming the file (never a silent fall back to
+// the JSON); a missing index falls back to the JSON.
+func TestIndexReaderRefuses(t *testing.T) {
+	php(t)
+	t.Parallel()
+	now := time.Now()
+	tab := fleettest.Scenarios(t, now)[0].Table
+	h := routing.JSONHeader{WrittenAt: now}
+	edit := func(f func(b []byte)) string {
+		path := writeSnapshot(t, tab, h, true)
+		idx := filepath.Join(filepath.Dir(path), "table.idx")
+		b, err := os.ReadFile(idx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f(b)
+		if err := os.WriteFile(idx, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	v2 := edit(func(b []byte) { binary.LittleEndian.PutUint16(b[4:], 2) })
+	if m := metaPHP(t, v2, 180); !strings.Contains(m.Error, "table.idx has format version 2; this reader knows version 1") {
+		t.Errorf("version 2: %+v, want a refusal naming the file and both versions", m)
+	}
+	magic := edit(func(b []byte) { copy(b, "JSON") })
+	if m := metaPHP(t, magic, 180); !strings.Contains(m.Error, "table.idx is not a regiond snapshot index") {
+		t.Errorf("bad magic: %+v", m)
+	}
+	header := edit(func(b []byte) { b[8] = 'x' })
+	if m := metaPHP(t, header, 180); !strings.Contains(m.Error, "malformed header") {
+		t.Errorf("broken header: %+v", m)
+	}
+	// An entry cut short: the slot points past the end.
+	short := writeSnapshot(t, tab, h, true)
+	idx := filepath.Join(filepath.Dir(short), "table.idx")
+	b, _ := os.ReadFile(idx)
+	if err := os.WriteFile(idx, b[:len(b)-10], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var in strings.Builder
+	in.WriteString("5a5a 6b\n") // ZZ: the unknown entry, the last one
+	out := string(runPHPAllowFail(t, []byte(in.String()), "resolve", short, "180"))
+	if !strings.Contains(out, "cannot read the entry") {
+		t.Errorf("entry cut short: %q, want an error naming the entry", out)
+	}
+	missing := writeSnapshot(t, tab, h, false)
+	if m := metaPHP(t, missing, 180); m.Error != "" {
+		t.Errorf("no index: %+v, want the JSON read", m)
+	}
+}
+
+// runPHPAllowFail runs the driver and returns its stdout and stderr,
+// whether it failed or not.
+func runPHPAllowFail(t *testing.T, stdin []byte, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command(php(t), append([]string{filepath.Join("testdata", "driver.php")}, args...)...)
+	cmd.Stdin = bytes.NewReader(stdin)
+	out, _ := cmd.CombinedOutput()
+	return out
+}
