@@ -33,7 +33,9 @@ type frontVariant struct {
 	Name     string `json:"name"`
 	Script   string `json:"script"`
 	Snapshot string `json:"snapshot"`
-	srv      *phpfront.Server
+	// OpenBasedir runs the pool with open_basedir.
+	OpenBasedir bool `json:"open_basedir"`
+	srv         *phpfront.Server
 	// Per round: p50 and p99 latency (µs) and requests/s.
 	P50, P99, RPS []float64
 }
@@ -137,6 +139,7 @@ func runFront(ctx context.Context, o options) error {
 	vs := []*frontVariant{
 		{Name: "no lookup (baseline)", Script: "front-nolookup.php", Snapshot: withIdx},
 		{Name: "index (table.idx)", Script: "example.php", Snapshot: withIdx},
+		{Name: "index + open_basedir", Script: "example.php", Snapshot: withIdx, OpenBasedir: true},
 		{Name: "full JSON (no table.idx)", Script: "example.php", Snapshot: jsonOnly},
 		{Name: "APCu whole table", Script: "front-apcu.php", Snapshot: jsonOnly},
 	}
@@ -146,7 +149,7 @@ func runFront(ctx context.Context, o options) error {
 			return err
 		}
 		v.srv, err = phpfront.Start(ctx, phpfront.Config{Dir: dir, Script: filepath.Join(front, v.Script),
-			Snapshot: v.Snapshot, Children: frontOpts.children})
+			Snapshot: v.Snapshot, Children: frontOpts.children, OpenBasedir: v.OpenBasedir})
 		if err != nil {
 			return fmt.Errorf("front phase: %s: %w", v.Name, err)
 		}

@@ -45,8 +45,8 @@ type rename struct {
 }
 
 // TestFrontDoorUnderFPM serves example.php from a real php-fpm (pm =
-// static, the example pool) behind a real nginx (the example server, on a
-// unix socket) while a writer replaces table.json and table.idx as the
+// static, the example pool with its open_basedir enabled) behind a real
+// nginx (the example server, on a unix socket) while a writer replaces table.json and table.idx as the
 // agent does, every ~2 ms. Every response names the revision it used
 // (X-Regiond-Revision), and none is older than the last replacement that
 // finished ≥ 5 ms before its request began.
@@ -80,7 +80,7 @@ func TestFrontDoorUnderFPM(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, err := phpfront.Start(context.Background(), phpfront.Config{Dir: t.TempDir(), Script: script, Snapshot: snapshot,
-		Children: 2, PHPFPM: fpm, Nginx: ngx})
+		Children: 2, PHPFPM: fpm, Nginx: ngx, OpenBasedir: true})
 	if err != nil {
 		t.Fatal(err)
 	}

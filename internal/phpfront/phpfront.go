@@ -44,6 +44,9 @@ type Config struct {
 	// ReadyPath is requested until it answers (any status) when starting;
 	// default "/".
 	ReadyPath string
+	// OpenBasedir enables the pool's commented-out open_basedir (the
+	// script's and the snapshot's directories).
+	OpenBasedir bool
 }
 
 // Server is a running nginx and php-fpm.
@@ -244,6 +247,12 @@ func render(cfg Config, port int) (fpmConf, ngxConf string, err error) {
 		"= www-data", "= "+u.Username,
 	)
 	poolText := paths.Replace(string(pool))
+	if cfg.OpenBasedir {
+		if !strings.Contains(poolText, ";php_admin_value[open_basedir]") {
+			return "", "", errors.New("phpfront: php-fpm-front.conf has no ;php_admin_value[open_basedir] line to enable")
+		}
+		poolText = strings.ReplaceAll(poolText, ";php_admin_value[open_basedir]", "php_admin_value[open_basedir]")
+	}
 	if os.Geteuid() != 0 { // an unprivileged php-fpm cannot switch users or chown its socket
 		var keep []string
 		for _, line := range strings.Split(poolText, "\n") {
