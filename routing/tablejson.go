@@ -46,6 +46,63 @@ func (p poolJSON) MarshalJSON() ([]byte, error) {
 	return encodeWithExtra(plain(p.Pool), extra)
 }
 
+// appendPoolJSON appends the table JSON of pool p with its health: what
+// json.Marshal(poolJSON{...}) writes (the fields in declaration order,
+// empty optional ones left out, attrs by key, the extra members and
+// healthy by key after them), without reflection. An extra member that is
+// not valid JSON, which decoding never keeps, is left out.
+func appendPoolJSON(b []byte, p *Pool, healthy bool) []byte {
+	b = append(b, `{"host":`...)
+	b = appendJSONString(b, p.Host)
+	if p.Region != "" {
+		b = append(b, `,"region":`...)
+		b = appendJSONString(b, p.Region)
+	}
+	b = append(b, `,"residency":`...)
+	b = appendJSONString(b, p.Residency)
+	b = append(b, `,"status":`...)
+	b = appendJSONString(b, p.Status)
+	if p.HealthCheck {
+		b = append(b, `,"health_check":true`...)
+	}
+	if len(p.Attrs) > 0 {
+		b = append(b, `,"attrs":{`...)
+		for i, k := range sortedKeys(p.Attrs) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, k)
+			b = append(b, ':')
+			b = appendJSONString(b, p.Attrs[k])
+		}
+		b = append(b, '}')
+	}
+	keys := make([]string, 0, len(p.Extra)+1)
+	for k := range p.Extra {
+		if k != "healthy" {
+			keys = append(keys, k)
+		}
+	}
+	keys = append(keys, "healthy")
+	slices.Sort(keys)
+	for _, k := range keys {
+		b = append(b, ',')
+		b = appendJSONString(b, k)
+		b = append(b, ':')
+		if k == "healthy" {
+			b = strconv.AppendBool(b, healthy)
+			continue
+		}
+		var c bytes.Buffer
+		if err := json.Compact(&c, p.Extra[k]); err == nil {
+			b = append(b, c.Bytes()...)
+		} else {
+			b = append(b, "null"...)
+		}
+	}
+	return append(b, '}')
+}
+
 func (p *poolJSON) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &p.Pool); err != nil {
 		return err
@@ -288,7 +345,7 @@ func (t *Table) encodeValues(prev *Table) {
 					continue
 				}
 			}
-			enc.poolJS[id], _ = json.Marshal(poolJSON{Pool: p.Pool, Healthy: healthy})
+			enc.poolJS[id] = appendPoolJSON(nil, &p.Pool, healthy)
 		}
 		enc.pools = appendObject(nil, "pools", enc.poolJS)
 	}

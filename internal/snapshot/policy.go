@@ -3,7 +3,7 @@ package snapshot
 import "time"
 
 // pacer spaces rewrites by their own cost: after a write that began at
-// lastStart and took cost, the next begins no sooner than cost/budget
+// lastStart and took cost (CPU time), the next begins no sooner than cost/budget
 // after lastStart (the rewrites take at most budget of one CPU), and never
 // later than max after the last one ended. A change after a quiet spell
 // is written at once; changes that come during a write, or during its

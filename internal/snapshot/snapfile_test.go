@@ -128,7 +128,8 @@ func testPacing(t *testing.T, writeCost time.Duration) {
 	interval := min(time.Duration(float64(writeCost)/cfg.Budget), writeCost+cfg.MaxDelay)
 
 	now := time.Now()
-	w.now = func() time.Time { return now.Add(writeCost) }
+	calls := 0 // each write costs writeCost on the CPU clock
+	w.cpu = func() time.Duration { calls++; return time.Duration(calls/2) * writeCost }
 	var writesAt []time.Time
 	// step runs the writer's step at now until it waits, recording the
 	// writes, and returns how long it asks to wait.
@@ -433,9 +434,9 @@ func TestAfterChange(t *testing.T) {
 	w.memFS = -1
 	inline("a directory not in memory", 1)
 	w.memFS = 1
-	w.pace.cost = 2 * inlineMax
-	w.pace.lastStart = time.Now().Add(-time.Hour)
+	w.lastWall = 2 * inlineMax
 	inline("after a slow write", 1)
+	w.lastWall = 0
 	paced()
 	inline("the pacing allows it", 2)
 

@@ -93,9 +93,13 @@ type Writer struct {
 	pending          bool           // an inline write left work to Finish
 	memFS            int8           // the files' directory is in memory: 1 yes, -1 no, 0 unknown yet
 	firstPending     time.Time      // when the oldest unwritten change was seen
-	// now is the clock that measures the writes' cost (tests step the
-	// writer on their own clock).
-	now func() time.Time
+	// now is the wall clock that times the writes (for inlineMax: a slow
+	// file system holds the mirror); cpu reads the CPU time the writing
+	// thread has used, the writes' cost for the pacing. Tests step the
+	// writer on clocks of their own.
+	now      func() time.Time
+	cpu      func() time.Duration
+	lastWall time.Duration // how long the last write took
 }
 
 // output is an Output with what the Writer keeps for it.
@@ -122,7 +126,7 @@ func New(cfg Config) *Writer {
 		cfg.Logger = slog.Default()
 	}
 	w := &Writer{cfg: cfg, log: cfg.Logger.With("component", "snapshot", "path", cfg.Path),
-		retry: backoff.New(time.Second, 30*time.Second), pace: pacer{budget: cfg.Budget, max: cfg.MaxDelay}, now: time.Now}
+		retry: backoff.New(time.Second, 30*time.Second), pace: pacer{budget: cfg.Budget, max: cfg.MaxDelay}, now: time.Now, cpu: cpuClock()}
 	opts := atomicfile.Options{EnsureDir: cfg.EnsureDir, Logger: w.log}
 	counter := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "regiond", Subsystem: "snapshot", Name: name, Help: help})
@@ -220,10 +224,20 @@ func (w *Writer) AfterChange() {
 			}
 		}
 	}
-	if w.stopped || w.memFS != 1 || w.pace.cost > inlineMax {
+	if w.stopped || w.memFS != 1 || w.lastWall > inlineMax {
 		return
 	}
 	w.step(time.Now(), true)
+}
+
+// cpuClock returns the clock of the writes' cost: the thread's CPU time,
+// or, where there is none, the wall clock.
+func cpuClock() func() time.Duration {
+	if _, ok := threadCPU(); ok {
+		return func() time.Duration { d, _ := threadCPU(); return d }
+	}
+	start := time.Now()
+	return func() time.Duration { return time.Since(start) }
 }
 
 // finishDelay: Run finishes an inline write this long after it began.
@@ -236,7 +250,9 @@ const inlineMax = time.Millisecond
 // first time, removes leftover temp files). Its time counts toward the
 // cost of the write it completes. The caller holds mu.
 func (w *Writer) finish() {
-	start := w.now()
+	runtime.LockOSThread() // the thread's CPU clock measures this goroutine
+	defer runtime.UnlockOSThread()
+	start := w.cpu()
 	for _, o := range w.outs {
 		if err := o.Finish(); err != nil {
 			o.errors.Inc()
@@ -245,7 +261,7 @@ func (w *Writer) finish() {
 	}
 	if w.pending {
 		w.pending = false
-		w.pace.cost += w.now().Sub(start)
+		w.pace.cost += w.cpu() - start
 	}
 }
 
@@ -255,6 +271,9 @@ func (w *Writer) finish() {
 // failure leaves the later ones for the retry, after backoff. With
 // inline, the outputs leave what follows their renames to finish.
 func (w *Writer) publish(t *routing.Table, now time.Time, force, inline bool) {
+	runtime.LockOSThread() // the thread's CPU clock measures this goroutine
+	defer runtime.UnlockOSThread()
+	cpu0 := w.cpu()
 	w.lastTable, w.firstPending = t, time.Time{}
 	rt := t.At(now)
 	h := routing.JSONHeader{WrittenAt: now, SyncedAt: w.cfg.Source.SyncedAt()}
@@ -289,5 +308,6 @@ func (w *Writer) publish(t *routing.Table, now time.Time, force, inline bool) {
 		w.skips.Inc()
 	}
 	// Failed writes count too: one that hangs, then fails, is slow.
-	w.pace.wrote(now, w.now().Sub(now))
+	w.lastWall = w.now().Sub(now)
+	w.pace.wrote(now, w.cpu()-cpu0)
 }
