@@ -1,4 +1,4 @@
-package snapfile
+package atomicfile
 
 import (
 	"fmt"
@@ -178,15 +178,15 @@ func TestPreparedFileOperationOrder(t *testing.T) {
 	ops := recordFileOps(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "table.json")
-	p := newPreparedFile(path, 0o644, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	t.Cleanup(p.close)
+	p := New(path, 0o644, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	t.Cleanup(p.Close)
 
-	p.start()
+	p.Start()
 	if p.next == nil {
 		t.Fatal("no temp file prepared")
 	}
 	prepared := p.next.name
-	if err := p.write([]byte(`{"revision":`), []byte(`1}`)); err != nil {
+	if err := p.Write([]byte(`{"revision":`), []byte(`1}`)); err != nil {
 		t.Fatal(err)
 	}
 	got := ops()
@@ -203,7 +203,7 @@ func TestPreparedFileOperationOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	gone := p.next.name
-	if err := p.write([]byte(`{"revision":2}`)); err != nil {
+	if err := p.Write([]byte(`{"revision":2}`)); err != nil {
 		t.Fatal(err)
 	}
 	got = ops()

@@ -1,13 +1,14 @@
-package snapfile
+package snapshot
 
 import (
+	"encoding/json"
+	"github.com/regiond/regiond/internal/atomicfile"
+
 	"context"
 	"errors"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,52 +19,6 @@ import (
 
 	"github.com/regiond/regiond/routing"
 )
-
-func TestWriteFileAtomicReplace(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "sub", "table.json")
-	for _, content := range []string{"first", "second, longer"} {
-		if err := WriteFile(path, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		got, err := ReadFile(path)
-		if err != nil || string(got) != content {
-			t.Fatalf("ReadFile = %q, %v; want %q", got, err, content)
-		}
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fi.Mode().Perm() != 0o644 {
-		t.Fatalf("mode = %v, want 0644", fi.Mode().Perm())
-	}
-	ents, _ := os.ReadDir(filepath.Dir(path))
-	if len(ents) != 1 {
-		t.Fatalf("directory holds %d entries, want only the file (no temp files left)", len(ents))
-	}
-}
-
-func TestSymlinkRefused(t *testing.T) {
-	dir := t.TempDir()
-	target := filepath.Join(dir, "elsewhere")
-	if err := os.WriteFile(target, []byte("precious"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	link := filepath.Join(dir, "table.json")
-	if err := os.Symlink(target, link); err != nil {
-		t.Fatal(err)
-	}
-	if err := WriteFile(link, []byte("x"), 0o644); !errors.Is(err, ErrSymlink) {
-		t.Fatalf("WriteFile through a symlink: err = %v, want ErrSymlink", err)
-	}
-	if b, _ := os.ReadFile(target); string(b) != "precious" {
-		t.Fatalf("symlink target changed to %q", b)
-	}
-	if _, err := ReadFile(link); !errors.Is(err, ErrSymlink) {
-		t.Fatalf("ReadFile through a symlink: err = %v, want ErrSymlink", err)
-	}
-}
 
 // source is an in-memory table source that swaps tables like the mirror.
 type source struct {
@@ -122,7 +77,7 @@ func table(rev int64, weight int) *routing.Table {
 
 func readRevision(t *testing.T, path string) int64 {
 	t.Helper()
-	b, err := ReadFile(path)
+	b, err := atomicfile.ReadFile(path)
 	if err != nil {
 		return -1
 	}
@@ -144,23 +99,37 @@ func waitRevision(t *testing.T, path string, rev int64) {
 	t.Fatalf("snapshot never reached revision %d (at %d)", rev, readRevision(t, path))
 }
 
-// TestWriterCoalescesBurstsAndShowsTheLast drives the writer's step on a
-// clock of the test's own (step is given the time; Refresh is an hour, so
-// the wall clock it also reads for the refresh does not matter): an
-// isolated change is written at once; a burst of 2,000 changes 150 µs
-// apart is written at most once per MaxDelay; once the burst ends, the
-// writer asks to wake within Quiet, and then the file shows the last
-// change.
-func TestWriterCoalescesBurstsAndShowsTheLast(t *testing.T) {
+// TestWriterPacesByCost drives the writer's step on a clock of the test's
+// own (step is given the time, and each write takes writeCost on it;
+// Refresh is an hour, so the wall clock it also reads for the refresh does
+// not matter): an isolated change is written at once; during a burst of
+// 2,000 changes 150 µs apart, writes begin at least writeCost/Budget apart
+// (the rewrites take at most Budget of a CPU) and as soon as the pacing
+// allows (no more than one change's gap later); once the burst ends, the
+// file shows the last change within one pacing interval. A write that
+// costs more than MaxDelay/Budget is paced by MaxDelay.
+func TestWriterPacesByCost(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		writeCost time.Duration
+	}{{"cheap writes", 200 * time.Microsecond}, {"1 ms writes", time.Millisecond}, {"slow writes", 40 * time.Millisecond}} {
+		t.Run(tc.name, func(t *testing.T) { testPacing(t, tc.writeCost) })
+	}
+}
+
+func testPacing(t *testing.T, writeCost time.Duration) {
 	path := filepath.Join(t.TempDir(), "table.json")
 	src := newSource()
 	reg := prometheus.NewRegistry()
-	w := NewWriter(WriterConfig{Path: path, Source: src, Registerer: reg, Refresh: time.Hour})
+	w := New(Config{Path: path, Source: src, Registerer: reg, Refresh: time.Hour})
 	cfg := w.cfg
-	w.file.start()
-	t.Cleanup(w.file.close)
+	w.finish()
+	t.Cleanup(func() { closeOutputs(w) })
+	interval := min(time.Duration(float64(writeCost)/cfg.Budget), writeCost+cfg.MaxDelay)
 
 	now := time.Now()
+	calls := 0 // each write costs writeCost on the CPU clock
+	w.cpu = func() time.Duration { calls++; return time.Duration(calls/2) * writeCost }
 	var writesAt []time.Time
 	// step runs the writer's step at now until it waits, recording the
 	// writes, and returns how long it asks to wait.
@@ -168,9 +137,10 @@ func TestWriterCoalescesBurstsAndShowsTheLast(t *testing.T) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		for {
-			before := testutil.ToFloat64(w.writes)
-			wait, again := w.step(now)
-			if testutil.ToFloat64(w.writes) > before {
+			// A publish is a write or a skip (the same weight again).
+			before := testutil.ToFloat64(w.outs[0].writes) + testutil.ToFloat64(w.skips)
+			wait, again := w.step(now, false)
+			if testutil.ToFloat64(w.outs[0].writes)+testutil.ToFloat64(w.skips) > before {
 				writesAt = append(writesAt, now)
 			}
 			if !again {
@@ -200,32 +170,31 @@ func TestWriterCoalescesBurstsAndShowsTheLast(t *testing.T) {
 		now = now.Add(gap)
 	}
 	last := now.Add(-gap)
-	if readRevision(t, path) == changes+1 {
-		t.Fatalf("the last change of the burst was written with no pause after it")
-	}
 	wait := step()
-	if wait <= 0 || wait > cfg.Quiet {
-		t.Fatalf("after the burst the writer waits %v, want at most Quiet (%v)", wait, cfg.Quiet)
-	}
-	now = now.Add(wait)
-	step()
-	if got := readRevision(t, path); got != changes+1 {
-		t.Fatalf("after the burst's pause the file is at revision %d, want the last change's %d", got, changes+1)
-	}
-	if end := writesAt[len(writesAt)-1]; end.After(last.Add(cfg.Quiet)) {
-		t.Fatalf("the last change was written %v after it, more than Quiet (%v)", end.Sub(last), cfg.Quiet)
-	}
-	// Between the burst's first write (the isolated change) and its last
-	// (after the pause), writes are at least MaxDelay apart.
-	inBurst := writesAt[1 : len(writesAt)-1]
-	for i := 1; i < len(inBurst); i++ {
-		if d := inBurst[i].Sub(inBurst[i-1]); d < cfg.MaxDelay {
-			t.Fatalf("writes during the burst %v apart, want at least MaxDelay (%v); writes at %v", d, cfg.MaxDelay, offsets(writesAt, began))
+	if readRevision(t, path) != changes+1 {
+		if wait <= 0 || wait > interval {
+			t.Fatalf("after the burst the writer waits %v, want at most one pacing interval (%v)", wait, interval)
 		}
+		now = now.Add(wait)
+		step()
 	}
-	burst := last.Sub(began)
-	if most := 2 + int(burst/cfg.MaxDelay) + 1; len(writesAt)-1 > most || len(inBurst) < 2 {
-		t.Fatalf("a burst of %d changes over %v caused %d writes at %v, want coalescing (2..%d)", changes, burst, len(writesAt)-1, offsets(writesAt, began), most)
+	if got := readRevision(t, path); got != changes+1 {
+		t.Fatalf("after the pacing interval the file is at revision %d, want the last change's %d", got, changes+1)
+	}
+	if end := writesAt[len(writesAt)-1]; end.After(last.Add(interval)) {
+		t.Fatalf("the last change was written %v after it, more than the pacing interval (%v)", end.Sub(last), interval)
+	}
+	inBurst := writesAt[1:]
+	for i := 1; i < len(inBurst); i++ {
+		d := inBurst[i].Sub(inBurst[i-1])
+		if d < interval {
+			t.Fatalf("writes during the burst %v apart, want at least %v (cost %v / budget %v); writes at %v",
+				d, interval, writeCost, cfg.Budget, offsets(writesAt, began))
+		}
+		if d > interval+gap {
+			t.Fatalf("writes during the burst %v apart, want at most %v (as soon as the pacing allows); writes at %v",
+				d, interval+gap, offsets(writesAt, began))
+		}
 	}
 	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
 		t.Fatalf("metric lint: %v %v", problems, err)
@@ -244,7 +213,7 @@ func offsets(ts []time.Time, t0 time.Time) []time.Duration {
 func TestWriterSkipsUnchangedContent(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "table.json")
 	src := newSource()
-	w := runWriter(t, WriterConfig{Path: path, Source: src})
+	w := runWriter(t, Config{Path: path, Source: src})
 	src.set(table(5, 30))
 	waitRevision(t, path, 5)
 	time.Sleep(20 * time.Millisecond)
@@ -255,7 +224,7 @@ func TestWriterSkipsUnchangedContent(t *testing.T) {
 	if got := testutil.ToFloat64(w.skips); got != 1 {
 		t.Fatalf("unchanged skips = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(w.writes); got != 1 {
+	if got := testutil.ToFloat64(w.outs[0].writes); got != 1 {
 		t.Fatalf("writes = %v, want 1", got)
 	}
 }
@@ -263,14 +232,14 @@ func TestWriterSkipsUnchangedContent(t *testing.T) {
 func TestWriterRefreshesWrittenAt(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "table.json")
 	src := newSource()
-	runWriter(t, WriterConfig{Path: path, Source: src, Refresh: 50 * time.Millisecond})
+	runWriter(t, Config{Path: path, Source: src, Refresh: 50 * time.Millisecond})
 	src.set(table(7, 30))
 	waitRevision(t, path, 7)
-	b, _ := ReadFile(path)
+	b, _ := atomicfile.ReadFile(path)
 	_, first, _ := routing.LoadTableJSON(b)
 	for i := 0; i < 200; i++ {
 		time.Sleep(10 * time.Millisecond)
-		b, _ = ReadFile(path)
+		b, _ = atomicfile.ReadFile(path)
 		if _, at, err := routing.LoadTableJSON(b); err == nil && at.After(first) {
 			return
 		}
@@ -287,11 +256,11 @@ func TestWriterRefreshKeepsSyncedAt(t *testing.T) {
 	src := newSource()
 	synced := time.Now().Add(-79*time.Second - 123456789)
 	src.synced(synced)
-	runWriter(t, WriterConfig{Path: path, Source: src, Refresh: 50 * time.Millisecond})
+	runWriter(t, Config{Path: path, Source: src, Refresh: 50 * time.Millisecond})
 	src.set(table(7, 30))
 	waitRevision(t, path, 7)
 	header := func() routing.JSONHeader {
-		b, err := ReadFile(path)
+		b, err := atomicfile.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -325,42 +294,6 @@ func TestWriterRefreshKeepsSyncedAt(t *testing.T) {
 	waitHeader("took the moved synced_at", func(h routing.JSONHeader) bool { return h.SyncedAt.Equal(later) })
 }
 
-func TestSameContent(t *testing.T) {
-	a := []byte(`{"revision":1,"epoch":3,"written_at":"2026-01-01T00:00:00Z","stale":false,"x":1}`)
-	as := []byte(`{"revision":1,"epoch":3,"written_at":"2026-01-01T00:00:00Z","synced_at":"2025-12-31T23:59:00.5Z","stale":false,"x":1}`)
-	for name, tc := range map[string]struct {
-		b    string
-		same bool
-	}{
-		"written_at only": {`{"revision":1,"epoch":3,"written_at":"2026-01-01T00:00:05.123Z","stale":false,"x":1}`, true},
-		"synced_at added": {string(as), true},
-		"revision only":   {`{"revision":9,"epoch":3,"written_at":"2026-01-01T00:00:00Z","stale":false,"x":1}`, true},
-		"epoch":           {`{"revision":1,"epoch":4,"written_at":"2026-01-01T00:00:00Z","stale":false,"x":1}`, false},
-		"content":         {`{"revision":1,"epoch":3,"written_at":"2026-01-01T00:00:00Z","stale":false,"x":2}`, false},
-		"stale flag":      {`{"revision":1,"epoch":3,"written_at":"2026-01-01T00:00:00Z","stale":true,"x":1}`, false},
-		"nothing written": {``, false},
-	} {
-		if got := sameContent(a, []byte(tc.b)); got != tc.same {
-			t.Errorf("%s: sameContent = %v, want %v", name, got, tc.same)
-		}
-	}
-	for name, tc := range map[string]struct {
-		b    string
-		same bool
-	}{
-		"synced_at only":   {`{"revision":1,"epoch":3,"written_at":"2026-01-01T00:00:00Z","synced_at":"2026-01-01T00:00:00Z","stale":false,"x":1}`, true},
-		"all times":        {`{"revision":2,"epoch":3,"written_at":"2026-01-01T00:01:00Z","synced_at":"2026-01-01T00:01:00Z","stale":false,"x":1}`, true},
-		"stale flag":       {`{"revision":1,"epoch":3,"written_at":"2026-01-01T00:00:00Z","synced_at":"2025-12-31T23:59:00.5Z","stale":true,"x":1}`, false},
-		"content":          {`{"revision":1,"epoch":3,"written_at":"2026-01-01T00:00:00Z","synced_at":"2025-12-31T23:59:00.5Z","stale":false,"x":3}`, false},
-		"unclosed":         {`{"revision":1,"epoch":3,"written_at":"2026-01-01T00:00:00Z","synced_at":"2025-12-31`, false},
-		"epoch, synced_at": {`{"revision":1,"epoch":4,"written_at":"2026-01-01T00:00:00Z","synced_at":"2026-01-01T00:00:00Z","stale":false,"x":1}`, false},
-	} {
-		if got := sameContent(as, []byte(tc.b)); got != tc.same {
-			t.Errorf("with synced_at, %s: sameContent = %v, want %v", name, got, tc.same)
-		}
-	}
-}
-
 // TestWriterEnsuresItsDirectory: a write that finds no directory asks
 // EnsureDir for one: what it refuses is not written (and counted as an
 // error); what it creates is written into.
@@ -371,7 +304,7 @@ func TestWriterEnsuresItsDirectory(t *testing.T) {
 	refuse.Store(true)
 	var asked atomic.Int32
 	src := newSource()
-	w := runWriter(t, WriterConfig{Path: path, Source: src, Logger: discardLogger, EnsureDir: func(d string) error {
+	w := runWriter(t, Config{Path: path, Source: src, Logger: discardLogger, EnsureDir: func(d string) error {
 		asked.Add(1)
 		if d != dir {
 			t.Errorf("EnsureDir(%s), want %s", d, dir)
@@ -382,11 +315,11 @@ func TestWriterEnsuresItsDirectory(t *testing.T) {
 		return os.Mkdir(d, 0o750)
 	}})
 	src.set(table(3, 40))
-	for i := 0; i < 200 && testutil.ToFloat64(w.errors) == 0; i++ {
+	for i := 0; i < 200 && testutil.ToFloat64(w.outs[0].errors) == 0; i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if testutil.ToFloat64(w.errors) == 0 || asked.Load() == 0 {
-		t.Fatalf("the refused write was not counted (%v errors, EnsureDir asked %d times)", testutil.ToFloat64(w.errors), asked.Load())
+	if testutil.ToFloat64(w.outs[0].errors) == 0 || asked.Load() == 0 {
+		t.Fatalf("the refused write was not counted (%v errors, EnsureDir asked %d times)", testutil.ToFloat64(w.outs[0].errors), asked.Load())
 	}
 	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
 		t.Fatalf("the writer made the directory EnsureDir refused: %v", err)
@@ -404,12 +337,12 @@ func TestWriterEnsuresItsDirectory(t *testing.T) {
 func TestWriterRetriesAFailedWrite(t *testing.T) {
 	path, blocker := unwritablePath(t)
 	src := newSource()
-	w := runWriter(t, WriterConfig{Path: path, Source: src})
+	w := runWriter(t, Config{Path: path, Source: src})
 	src.set(table(3, 40))
-	for i := 0; i < 200 && testutil.ToFloat64(w.errors) == 0; i++ {
+	for i := 0; i < 200 && testutil.ToFloat64(w.outs[0].errors) == 0; i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if testutil.ToFloat64(w.errors) == 0 {
+	if testutil.ToFloat64(w.outs[0].errors) == 0 {
 		t.Fatal("the write never failed: test setup")
 	}
 	os.Remove(blocker) // the fault clears; no new table arrives
@@ -421,7 +354,7 @@ func TestWriterRetriesAFailedWrite(t *testing.T) {
 func TestWriterIdlesWithoutATable(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "table.json")
 	src := newSource()
-	w := NewWriter(WriterConfig{Path: path, Source: src})
+	w := New(Config{Path: path, Source: src})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); w.Run(ctx) }()
@@ -440,9 +373,9 @@ func TestWriterIdlesWithoutATable(t *testing.T) {
 }
 
 // runWriter runs a writer until the test ends.
-func runWriter(t *testing.T, cfg WriterConfig) *Writer {
+func runWriter(t *testing.T, cfg Config) *Writer {
 	t.Helper()
-	w := NewWriter(cfg)
+	w := New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); w.Run(ctx) }()
@@ -450,84 +383,77 @@ func runWriter(t *testing.T, cfg WriterConfig) *Writer {
 	return w
 }
 
-// TestWriteNow: called right after a swap, WriteNow writes an isolated
-// change before it returns, leaves a change that is part of a burst to
-// Run, and writes nothing inline while writes are slow or once Run has
-// returned.
-func TestWriteNow(t *testing.T) {
+// TestAfterChange: called right after a swap, AfterChange writes a change
+// before it returns when no write is in flight and the pacing allows it,
+// leaving what follows the rename to Run; it leaves the change to Run
+// (without waiting) while a write is in flight, while the pacing holds
+// writes back, while Yield says so, while writes are slow, where the
+// directory is not in memory, and once Run has returned.
+func TestAfterChange(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "table.json")
 	src := newSource()
-	w := NewWriter(WriterConfig{Path: path, Source: src, Logger: discardLogger, MinInterval: time.Hour})
-	w.memFS = 1 // the test's directory may be on a disk (TestInMemoryFS checks the detection)
+	yield := false
+	w := New(Config{Path: path, Source: src, Logger: discardLogger, Yield: func() bool { return yield }})
+	w.memFS = 1 // the test's directory may be on a disk (atomicfile.TestInMemory checks the detection)
 	src.set(table(1, 10))
-	w.WriteNow()
+	w.AfterChange()
 	if r := readRevision(t, path); r != 1 {
-		t.Fatalf("after WriteNow of a first change: revision %d, want 1", r)
+		t.Fatalf("after AfterChange of a first change: revision %d, want 1", r)
 	}
 	// What follows the rename is left for later: the next temp file is
 	// prepared by finish (Run calls it finishDelay after the write).
 	if names := tempNames(filepath.Dir(path), "table.json"); len(names) != 0 {
-		t.Fatalf("WriteNow prepared the next temp file itself: %v", names)
+		t.Fatalf("AfterChange prepared the next temp file itself: %v", names)
 	}
 	w.mu.Lock()
-	err := w.file.finish()
+	w.finish()
 	w.mu.Unlock()
-	if names := tempNames(filepath.Dir(path), "table.json"); err != nil || len(names) != 1 {
-		t.Fatalf("after finish: %v, temp files %v; want one prepared", err, names)
+	if names := tempNames(filepath.Dir(path), "table.json"); len(names) != 1 {
+		t.Fatalf("after finish: temp files %v; want one prepared", names)
 	}
-	src.set(table(2, 20)) // within MinInterval: a burst
-	w.WriteNow()
-	if r := readRevision(t, path); r != 1 {
-		t.Fatalf("WriteNow wrote a change of a burst: revision %d, want 1 (left to Run)", r)
+	inline := func(name string, want int64) {
+		t.Helper()
+		w.AfterChange()
+		if r := readRevision(t, path); r != want {
+			t.Fatalf("%s: revision %d after AfterChange, want %d", name, r, want)
+		}
 	}
-	// Run writes it when the burst pauses (Quiet), then stops.
+	paced := func() { w.pace.lastStart, w.pace.cost = time.Now().Add(-time.Hour), 0 }
+
+	paced()
+	src.set(table(2, 20))
+	w.mu.Lock() // a write in flight
+	inline("a write in flight", 1)
+	w.mu.Unlock()
+	w.pace.lastStart, w.pace.cost = time.Now(), 500*time.Microsecond // the pacing holds writes back 5 ms
+	inline("within the pacing interval", 1)
+	paced()
+	yield = true
+	inline("while Yield says so", 1)
+	yield = false
+	w.memFS = -1
+	inline("a directory not in memory", 1)
+	w.memFS = 1
+	w.lastWall = 2 * inlineMax
+	inline("after a slow write", 1)
+	w.lastWall = 0
+	paced()
+	inline("the pacing allows it", 2)
+
+	// Run writes what is left to it, then stops.
+	src.set(table(3, 30))
+	w.mu.Lock()
+	inline("a write in flight", 2)
+	w.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); w.Run(ctx) }()
-	waitRevision(t, path, 2)
+	waitRevision(t, path, 3)
 	cancel()
 	<-done
-	src.set(table(3, 30))
-	w.WriteNow()
-	if r := readRevision(t, path); r != 2 {
-		t.Fatalf("WriteNow wrote after Run returned: revision %d, want 2", r)
-	}
-
-	slow := NewWriter(WriterConfig{Path: filepath.Join(t.TempDir(), "table.json"), Source: src, Logger: discardLogger})
-	slow.memFS, slow.lastWriteTook = 1, 2*inlineMax
-	slow.WriteNow()
-	if _, err := os.Stat(slow.cfg.Path); !os.IsNotExist(err) {
-		t.Fatalf("WriteNow wrote while writes are slow: %v", err)
-	}
-}
-
-// TestInMemoryFS: WriteNow writes only where writes cannot wait for a
-// disk: /dev/shm (tmpfs, where /proc/mounts lists it so) is in memory, a
-// missing directory is an error (asked again later), and a writer whose
-// directory is not in memory leaves every write to Run.
-func TestInMemoryFS(t *testing.T) {
-	if _, err := inMemoryFS(filepath.Join(t.TempDir(), "missing")); err == nil && runtime.GOOS == "linux" {
-		t.Error("a missing directory: no error")
-	}
-	mounts, _ := os.ReadFile("/proc/self/mounts")
-	for _, line := range strings.Split(string(mounts), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 3 || f[1] != "/dev/shm" {
-			continue
-		}
-		got, err := inMemoryFS("/dev/shm")
-		if want := f[2] == "tmpfs" || f[2] == "ramfs"; err != nil || got != want {
-			t.Errorf("/dev/shm (%s): in memory %v, %v; want %v", f[2], got, err, want)
-		}
-	}
-	src := newSource()
-	w := NewWriter(WriterConfig{Path: filepath.Join(t.TempDir(), "table.json"), Source: src, Logger: discardLogger})
-	w.memFS = -1
-	src.set(table(1, 10))
-	w.WriteNow()
-	if _, err := os.Stat(w.cfg.Path); !os.IsNotExist(err) {
-		t.Fatalf("WriteNow wrote to a directory that is not in memory: %v", err)
-	}
+	paced()
+	src.set(table(4, 40))
+	inline("after Run returned", 3)
 }
 
 // unwritablePath returns a snapshot path whose directory cannot be created
@@ -540,4 +466,23 @@ func unwritablePath(t *testing.T) (path, blocker string) {
 		t.Fatal(err)
 	}
 	return filepath.Join(blocker, "table.json"), blocker
+}
+
+// writtenAt returns the written_at of the table JSON b.
+func writtenAt(t *testing.T, b []byte) time.Time {
+	t.Helper()
+	var h struct {
+		WrittenAt time.Time `json:"written_at"`
+	}
+	if err := json.Unmarshal(b, &h); err != nil {
+		t.Fatalf("snapshot header: %v", err)
+	}
+	return h.WrittenAt
+}
+
+// closeOutputs closes w's outputs (a writer stepped without Run).
+func closeOutputs(w *Writer) {
+	for _, o := range w.outs {
+		o.Close()
+	}
 }
