@@ -33,7 +33,7 @@ func newDevCommand() *cobra.Command {
 when the store is empty (as one audited regionctl-style write, epoch 1), and runs
 the agent with the API on --listen, a unix socket and a snapshot file in
 --data-dir. Ctrl-C stops everything cleanly; the data survives for the next run.`,
-		Example: `  go run -tags dev ./cmd/regiond dev
+		Example: `  go run ./cmd/regiond dev
   curl '127.0.0.1:7420/v1/resolve?country=PL&key=viewer-42'`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
