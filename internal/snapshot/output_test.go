@@ -21,7 +21,10 @@ func testTables(t *testing.T, now time.Time) []*routing.Table {
 	kvs := exampleKVs(t)
 	stale := routing.Compile(100, kvs, nil, routing.CompileOptions{Now: now, Start: now, Stale: true})
 	withCluster := routing.Compile(101, kvs, stale, routing.CompileOptions{Now: now, Start: now, ClusterID: 0x5eed})
-	tables = append(tables, stale, withCluster, tables[3], tables[3])
+	// Pairs that differ only in the stale flag, or only in the cluster ID.
+	plain := routing.Compile(100, kvs, nil, routing.CompileOptions{Now: now, Start: now})
+	otherCluster := routing.Compile(100, kvs, nil, routing.CompileOptions{Now: now, Start: now, ClusterID: 0x5eed})
+	tables = append(tables, stale, withCluster, plain, otherCluster, tables[3], tables[3])
 	var out []*routing.Table
 	for _, tb := range tables {
 		out = append(out, tb, tb.WithRevision(tb.Revision()+1000))
