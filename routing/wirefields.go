@@ -68,7 +68,9 @@ func wireList[T any](name string, at func(*T) *[]string) wireField[T] {
 // wireTargets is the field of a []Target member.
 func wireTargets[T any](name string, at func(*T) *[]Target) wireField[T] {
 	return wireField[T]{name: name,
-		dec: func(d *jsonDecoder, raw []byte, path string, v *T) { *at(v) = list(d, raw, path, (*jsonDecoder).target) },
+		dec: func(d *jsonDecoder, raw []byte, path string, v *T) {
+			*at(v) = list(d, raw, path, (*jsonDecoder).target)
+		},
 		enc: func(b []byte, v *T) []byte {
 			b = append(b, '[')
 			for i := range *at(v) {
