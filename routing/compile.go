@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"sort"
 	"time"
 )
@@ -61,7 +60,7 @@ func (o CompileOptions) withDefaults(prev *Table) CompileOptions {
 // writers, and the resolver copes with whatever is left.
 func Compile(revision int64, kvs []KV, prev *Table, opts CompileOptions) *Table {
 	opts = opts.withDefaults(prev)
-	t := &Table{
+	t := &Table{tableState: tableState{
 		revision:  revision,
 		stale:     opts.Stale,
 		clusterID: opts.ClusterID,
@@ -71,8 +70,7 @@ func Compile(revision int64, kvs []KV, prev *Table, opts CompileOptions) *Table 
 		compiled:  len(opts.Down) == 0,
 		policy:    DefaultResidency(),
 		pools:     map[string]*PoolState{},
-		instances: map[string]int{},
-	}
+	}, memo: memo{instances: map[string]int{}}}
 	good := make(map[string]goodValue, len(kvs))
 	var prevGood *goodValues
 	if prev != nil {
@@ -124,165 +122,6 @@ type Event struct {
 	// Created means a put of a key that did not exist before it. Update
 	// counts health keys with it (a pool's live instances).
 	Created bool
-}
-
-// Update returns the table of prev's state with events applied in order,
-// at revision: the table Compile would build from the whole resulting
-// state with prev, in time that follows the events, not of the
-// table. It returns nil when prev cannot be updated (nil, loaded from a
-// snapshot file, or compiled with Down) or opts asks for a stale or
-// what-if table: compile the whole state then.
-func Update(prev *Table, revision int64, events []Event, opts CompileOptions) *Table {
-	if prev == nil || !prev.compiled || prev.stale || opts.Stale || len(opts.Down) > 0 {
-		return nil
-	}
-	opts = opts.withDefaults(prev)
-	t := &Table{
-		revision:  revision,
-		clusterID: opts.ClusterID,
-		grace:     opts.Grace,
-		start:     opts.Start,
-		builtAt:   opts.Now,
-		compiled:  true,
-		epoch:     prev.epoch,
-		policy:    prev.policy,
-		pools:     prev.pools,
-		routes:    prev.routes,
-		overrides: prev.overrides,
-		applied:   prev.applied,
-		good:      prev.good.fork(),
-		invalid:   prev.invalid,
-		instances: prev.instances,
-		lost:      prev.lost,
-		skipped:   prev.skipped,
-		ovSkipped: prev.ovSkipped,
-	}
-	var touched []string
-	// live counts each pool's health keys event by event; lostHere marks
-	// the pools whose count fell to zero at some event (the loss is then
-	// now, even when a key came back or the batch ends where it began).
-	var live map[string]int
-	var lostHere map[string]bool
-	for _, c := range events {
-		if k, err := ParseKey(c.Key); err == nil && k.Kind == KindHealth {
-			if c.Deleted || c.Created {
-				if live == nil {
-					live, lostHere = map[string]int{}, map[string]bool{}
-				}
-				n, seen := live[k.ID]
-				if !seen {
-					n = prev.instances[k.ID]
-				}
-				if c.Deleted {
-					if n--; n == 0 {
-						lostHere[k.ID] = true
-					}
-				} else {
-					n++
-				}
-				live[k.ID] = n
-			}
-			msg := ""
-			if !c.Deleted {
-				msg = checkHealthValue(c.Key, c.Value)
-			}
-			t.setInvalidCOW(prev, c.Key, msg)
-			continue
-		}
-		touched = append(touched, c.Key)
-		if c.Deleted {
-			t.good.del(c.Key)
-			t.setInvalidCOW(prev, c.Key, "")
-			continue
-		}
-		t.addKVCOW(prev, c.KV)
-	}
-	var d diff
-	d.known = true
-	routesDirty, overridesDirty := false, false
-	var pools []string
-	for _, key := range touched {
-		k, err := ParseKey(key)
-		if err != nil {
-			continue
-		}
-		a, aok := prev.good.get(key)
-		b, bok := t.good.get(key)
-		if aok == bok && (!aok || (a.val == b.val && (k.Kind != KindOverride || a.rev == b.rev))) {
-			continue
-		}
-		switch k.Kind {
-		case KindPool:
-			pools = append(pools, k.ID)
-		case KindRoute:
-			d.routes.add(k.ID)
-			routesDirty = true
-		case KindOverride:
-			overridesDirty = true
-		case KindPolicy:
-			t.policy = DefaultResidency()
-			if bok {
-				t.policy = *b.val.(*Residency)
-			}
-		case KindEpoch:
-			t.epoch = 0
-			if bok {
-				t.epoch = b.val.(int64)
-			}
-		}
-	}
-	if len(live) > 0 {
-		t.instances = maps.Clone(prev.instances)
-		t.lost = maps.Clone(prev.lost)
-		for id, n := range live {
-			if n == prev.instances[id] && !lostHere[id] {
-				continue
-			}
-			switch {
-			case n > 0:
-				t.instances[id] = n
-				delete(t.lost, id)
-			case lostHere[id]:
-				delete(t.instances, id)
-				t.lost[id] = opts.Now
-			default:
-				delete(t.instances, id)
-			}
-			pools = append(pools, id)
-		}
-	}
-	if len(pools) > 0 {
-		t.pools = maps.Clone(prev.pools)
-		for _, id := range pools {
-			d.pools.add(id)
-			if g, ok := t.good.get(PoolKey(id)); ok {
-				t.pools[id] = t.newPoolState(id, g.val.(*Pool))
-			} else {
-				delete(t.pools, id)
-			}
-		}
-	}
-	recollect := t.invalidCopied
-	switch {
-	case overridesDirty || (routesDirty && len(t.overrides) > 0):
-		// Overrides replace routes' targets in order: apply them all again.
-		t.assembleRoutes()
-		d.known, recollect = false, true
-	case routesDirty:
-		t.routes = maps.Clone(prev.routes)
-		for _, name := range d.routes.names {
-			if g, ok := t.good.get(RouteKey(name)); ok {
-				t.routes[name] = g.val.(*Route)
-			} else {
-				delete(t.routes, name)
-			}
-		}
-	}
-	if recollect {
-		t.collectSkipped()
-	}
-	t.build(opts.Now, prev, &d)
-	return t
 }
 
 // newPoolState makes the state of pool id from its stored value, with its
@@ -341,19 +180,6 @@ func (t *Table) setInvalid(key, msg string) {
 	t.invalid[key] = msg
 }
 
-// setInvalidCOW is setInvalid on a table whose invalid map may still be
-// prev's: it is copied before its first change.
-func (t *Table) setInvalidCOW(prev *Table, key, msg string) {
-	if !t.invalidCopied {
-		if _, ok := t.invalid[key]; !ok && msg == "" {
-			return // nothing to clear
-		}
-		t.invalid = maps.Clone(prev.invalid)
-		t.invalidCopied = true
-	}
-	t.setInvalid(key, msg)
-}
-
 // addKV decodes one key (or reuses prev's decoding of the same bytes) and
 // records it in good, or as refused keeping its last good value of the same
 // incarnation: earlier's, else prev's.
@@ -377,26 +203,6 @@ func (t *Table) addKV(good map[string]goodValue, kv KV, prevGood *goodValues, ea
 		return
 	}
 	good[kv.Key] = goodValue{raw: kv.Value, val: v, rev: kv.ModRevision, create: kv.CreateRevision}
-}
-
-// addKVCOW is addKV for Update: t.good already holds the last good values,
-// and the invalid map is copied before its first change.
-func (t *Table) addKVCOW(prev *Table, kv KV) {
-	if g, ok := t.good.get(kv.Key); ok && bytes.Equal(g.raw, kv.Value) {
-		t.good.set(kv.Key, goodValue{raw: g.raw, val: g.val, rev: kv.ModRevision, create: kv.CreateRevision})
-		t.setInvalidCOW(prev, kv.Key, "")
-		return
-	}
-	v, err := DecodeValue(kv.Key, kv.Value)
-	if err != nil {
-		t.setInvalidCOW(prev, kv.Key, err.Error())
-		if g, ok := t.good.get(kv.Key); ok && !g.sameIncarnation(kv) {
-			t.good.del(kv.Key) // of an incarnation that ended unseen
-		}
-		return // the last good value of this incarnation, if any, stays
-	}
-	t.good.set(kv.Key, goodValue{raw: kv.Value, val: v, rev: kv.ModRevision, create: kv.CreateRevision})
-	t.setInvalidCOW(prev, kv.Key, "")
 }
 
 type overrideAt struct {

@@ -3,52 +3,14 @@ package routing
 import (
 	"encoding/json"
 	"slices"
-	"strconv"
 	"unicode/utf8"
 )
 
 // appendEffectiveJSON appends e's JSON, byte for byte what encoding/json
-// makes of it, without reflection: entries are encoded on the agent's
-// change path.
+// makes of it, without reflection (its field list, wirefields.go): entries
+// are encoded on the agent's change path.
 func appendEffectiveJSON(b []byte, e *Effective) []byte {
-	b = append(b, `{"route":`...)
-	b = appendJSONString(b, e.Route)
-	b = append(b, `,"fallback_depth":`...)
-	b = strconv.AppendInt(b, int64(e.FallbackDepth), 10)
-	b = append(b, `,"affinity":`...)
-	b = appendJSONString(b, e.Affinity)
-	b = append(b, `,"candidates":`...)
-	if e.Candidates == nil {
-		b = append(b, "null"...)
-	} else {
-		b = append(b, '[')
-		for i, c := range e.Candidates {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, `{"pool":`...)
-			b = appendJSONString(b, c.Pool)
-			b = append(b, `,"host":`...)
-			b = appendJSONString(b, c.Host)
-			b = append(b, `,"weight":`...)
-			b = strconv.AppendInt(b, int64(c.Weight), 10)
-			b = append(b, '}')
-		}
-		b = append(b, ']')
-	}
-	b = append(b, `,"attrs":`...)
-	if e.Attrs == nil {
-		b = append(b, "null"...)
-	} else {
-		b = appendStringMap(b, e.Attrs)
-	}
-	b = append(b, `,"degraded":`...)
-	if e.Degraded == nil {
-		b = append(b, "null"...)
-	} else {
-		b = appendStringList(b, e.Degraded)
-	}
-	return append(b, '}')
+	return appendObjectOf(b, e, effectiveFields, false)
 }
 
 // appendRouteJSON appends r's JSON, byte for byte what encoding/json
@@ -59,45 +21,7 @@ func appendRouteJSON(b []byte, r *Route) []byte {
 		js, _ := json.Marshal(r)
 		return append(b, js...)
 	}
-	b = append(b, '{')
-	first := true
-	member := func(name string) {
-		if !first {
-			b = append(b, ',')
-		}
-		first = false
-		b = append(b, '"')
-		b = append(b, name...)
-		b = append(b, `":`...)
-	}
-	if len(r.Targets) > 0 {
-		member("targets")
-		b = append(b, '[')
-		for i, tg := range r.Targets {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, `{"pool":`...)
-			b = appendJSONString(b, tg.Pool)
-			b = append(b, `,"weight":`...)
-			b = strconv.AppendInt(b, int64(tg.Weight), 10)
-			b = append(b, '}')
-		}
-		b = append(b, ']')
-	}
-	if len(r.Fallback) > 0 {
-		member("fallback")
-		b = appendStringList(b, r.Fallback)
-	}
-	if r.Affinity != "" {
-		member("affinity")
-		b = appendJSONString(b, r.Affinity)
-	}
-	if len(r.Attrs) > 0 {
-		member("attrs")
-		b = appendStringMap(b, r.Attrs)
-	}
-	return append(b, '}')
+	return appendObjectOf(b, r, routeFields, true)
 }
 
 // appendStringList appends l as a JSON list of strings.

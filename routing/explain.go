@@ -33,7 +33,8 @@ type PoolStep struct {
 }
 
 // Explain resolves like Resolve and reports every route and pool it
-// considered, up to and including the winning route.
+// considered, up to and including the winning route: the steps of the
+// rules' walk (rules.go).
 func (t *Table) Explain(country, key string, now time.Time) Explanation {
 	cc := NormalizeCountry(country)
 	ex := Explanation{Country: cc, Class: t.ClassOf(cc), Routes: []RouteStep{}}
@@ -47,25 +48,33 @@ func (t *Table) Explain(country, key string, now time.Time) Explanation {
 	if cc != Unknown {
 		own = cc
 	}
-	for depth, name := range t.chain(own) {
-		r, ok := t.routes[name]
-		step := RouteStep{Route: name, Depth: depth, Exists: ok, Overrides: t.applied[name], Pools: []PoolStep{}}
-		if ok {
-			for _, tg := range r.Targets {
-				ps := PoolStep{Pool: tg.Pool, Weight: tg.Weight}
-				ps.Reason = t.ineligible(tg.Pool, ex.Class, now)
-				if ps.Reason == "" && tg.Weight == 0 {
-					ps.Reason = "weight-0"
-				}
-				ps.Eligible = ps.Reason == ""
-				step.Pools = append(step.Pools, ps)
-			}
-		}
-		step.Chosen = err == nil && d.Route == name && d.FallbackDepth == depth
-		ex.Routes = append(ex.Routes, step)
-		if step.Chosen {
-			break
+	st := &explainTracer{t: t}
+	e := newReader(t, now).walk(own, ex.Class, st)
+	if n := len(st.steps); n > 0 && len(e.Candidates) > 0 {
+		st.steps[n-1].Chosen = true
+	}
+	ex.Routes = append(ex.Routes, st.steps...)
+	return ex
+}
+
+// explainTracer records the walk's steps as Explain reports them.
+type explainTracer struct {
+	t     *Table
+	steps []RouteStep
+}
+
+func (x *explainTracer) route(name string, depth int, exists bool) {
+	x.steps = append(x.steps, RouteStep{Route: name, Depth: depth, Exists: exists, Overrides: x.t.applied[name], Pools: []PoolStep{}})
+}
+
+func (x *explainTracer) target(tg Target, why Reason) {
+	ps := PoolStep{Pool: tg.Pool, Weight: tg.Weight, Eligible: why == ""}
+	if why != "" {
+		ps.Reason = string(why)
+		if why != ReasonWeightZero {
+			ps.Reason = why.On(tg.Pool)
 		}
 	}
-	return ex
+	s := &x.steps[len(x.steps)-1]
+	s.Pools = append(s.Pools, ps)
 }

@@ -44,31 +44,13 @@ func decodeJSONObject(raw []byte, v any) (unknown []string, errs Errors) {
 	return d.unknown, d.errs
 }
 
-// Each value type has its decoder below: a switch over the member names,
-// no reflection (decoding runs on the agent's path from a watch event to
-// the table). A JSON null leaves a field at its zero value; a member of
-// the wrong JSON type is an error naming its path and leaves it zero too.
+// Each value type is decoded by its field list (wirefields.go): no
+// reflection (decoding runs on the agent's path from a watch event to the
+// table). A JSON null leaves a field at its zero value; a member of the
+// wrong JSON type is an error naming its path and leaves it zero too.
 
 func (d *jsonDecoder) pool(raw []byte, p *Pool, path string) {
-	for _, m := range d.members(raw, path) {
-		fp := joinPath(path, m.key)
-		switch m.key {
-		case "host":
-			p.Host = d.str(m.raw, fp)
-		case "region":
-			p.Region = d.str(m.raw, fp)
-		case "residency":
-			p.Residency = d.str(m.raw, fp)
-		case "status":
-			p.Status = d.str(m.raw, fp)
-		case "health_check":
-			p.HealthCheck = d.boolean(m.raw, fp)
-		case "attrs":
-			p.Attrs = d.stringMap(m.raw, fp)
-		default:
-			d.extra(&p.Extra, m, path)
-		}
-	}
+	decodeFields(d, raw, path, p, poolFields, &p.Extra)
 }
 
 func (d *jsonDecoder) target(raw []byte, path string) Target {
@@ -76,95 +58,41 @@ func (d *jsonDecoder) target(raw []byte, path string) Target {
 	if isNull(raw) {
 		return t
 	}
-	for _, m := range d.members(raw, path) {
-		fp := joinPath(path, m.key)
-		switch m.key {
-		case "pool":
-			t.Pool = d.str(m.raw, fp)
-		case "weight":
-			t.Weight = d.integer(m.raw, fp)
-		default:
-			d.extra(&t.Extra, m, path)
-		}
-	}
+	decodeFields(d, raw, path, &t, targetFields, &t.Extra)
 	return t
 }
 
 func (d *jsonDecoder) route(raw []byte, r *Route, path string) {
-	for _, m := range d.members(raw, path) {
-		fp := joinPath(path, m.key)
-		switch m.key {
-		case "targets":
-			r.Targets = list(d, m.raw, fp, (*jsonDecoder).target)
-		case "fallback":
-			r.Fallback = list(d, m.raw, fp, (*jsonDecoder).str)
-		case "affinity":
-			r.Affinity = d.str(m.raw, fp)
-		case "attrs":
-			r.Attrs = d.stringMap(m.raw, fp)
-		default:
-			d.extra(&r.Extra, m, path)
-		}
-	}
+	decodeFields(d, raw, path, r, routeFields, &r.Extra)
 }
 
 func (d *jsonDecoder) residency(raw []byte, r *Residency, path string) {
-	for _, m := range d.members(raw, path) {
-		fp := joinPath(path, m.key)
-		switch m.key {
-		case "classes":
-			if isNull(m.raw) {
-				continue
-			}
-			if m.raw[0] != '{' {
-				d.typeErr(fp, "an object", m.raw)
-				continue
-			}
-			members := splitObject(m.raw)
-			r.Classes = make(map[string][]string, len(members))
-			for _, c := range members {
-				r.Classes[c.key] = list(d, c.raw, joinPath(fp, c.key), (*jsonDecoder).str)
-			}
-		case "unknown_country_class":
-			r.UnknownCountryClass = d.str(m.raw, fp)
-		default:
-			d.extra(&r.Extra, m, path)
-		}
+	decodeFields(d, raw, path, r, residencyFields, &r.Extra)
+}
+
+// classes decodes the residency classes: an object of lists of strings.
+func (d *jsonDecoder) classes(raw []byte, path string) map[string][]string {
+	if isNull(raw) {
+		return nil
 	}
+	if raw[0] != '{' {
+		d.typeErr(path, "an object", raw)
+		return nil
+	}
+	members := splitObject(raw)
+	out := make(map[string][]string, len(members))
+	for _, c := range members {
+		out[c.key] = list(d, c.raw, joinPath(path, c.key), (*jsonDecoder).str)
+	}
+	return out
 }
 
 func (d *jsonDecoder) override(raw []byte, o *Override, path string) {
-	for _, m := range d.members(raw, path) {
-		fp := joinPath(path, m.key)
-		switch m.key {
-		case "route":
-			o.Route = d.str(m.raw, fp)
-		case "targets":
-			o.Targets = list(d, m.raw, fp, (*jsonDecoder).target)
-		case "attrs":
-			o.Attrs = d.stringMap(m.raw, fp)
-		case "reason":
-			o.Reason = d.str(m.raw, fp)
-		case "author":
-			o.Author = d.str(m.raw, fp)
-		default:
-			d.extra(&o.Extra, m, path)
-		}
-	}
+	decodeFields(d, raw, path, o, overrideFields, &o.Extra)
 }
 
 func (d *jsonDecoder) health(raw []byte, h *Health, path string) {
-	for _, m := range d.members(raw, path) {
-		fp := joinPath(path, m.key)
-		switch m.key {
-		case "addr":
-			h.Addr = d.str(m.raw, fp)
-		case "since":
-			h.Since = d.str(m.raw, fp)
-		default:
-			d.extra(&h.Extra, m, path)
-		}
-	}
+	decodeFields(d, raw, path, h, healthFields, &h.Extra)
 }
 
 // members returns the members of the JSON object raw (sorted by key, the

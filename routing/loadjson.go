@@ -50,7 +50,7 @@ func (in *tableJSON) table(builtAt time.Time) (*Table, error) {
 			return nil, fmt.Errorf("cluster_id %q: %w", in.ClusterID, err)
 		}
 	}
-	t := &Table{
+	t := &Table{tableState: tableState{
 		revision:  in.Revision,
 		epoch:     in.Epoch,
 		stale:     true,
@@ -63,7 +63,7 @@ func (in *tableJSON) table(builtAt time.Time) (*Table, error) {
 		overrides: map[string]*Override{},
 		applied:   map[string][]string{},
 		skipped:   in.Skipped,
-	}
+	}}
 	if errs := t.policy.normalize(); len(errs) > 0 {
 		return nil, fmt.Errorf("policy: %w", errs)
 	}

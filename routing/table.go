@@ -52,7 +52,25 @@ type PoolState struct {
 // Table is an immutable compiled routing table: everything needed to resolve
 // a viewer without I/O. A Table is safe for concurrent use; it is never
 // changed after Compile returns it.
+//
+// It is three parts: the state it was built from (tableState), what it
+// answers (answers: the classes and effective entries), and how it is kept
+// up to date from one table to the next (memo), besides the render cache
+// (enc). A table built from another may share any map or slice of these
+// with it: none is written once the table is built (Update copies a map
+// before its first write, see sharedMap).
 type Table struct {
+	tableState
+	answers
+	memo
+	// enc holds the JSON encodings of the pools and routes, made on first
+	// use (off the compile path) and shared by copies of the table.
+	enc *encoded
+}
+
+// tableState is what a table was built from: etcd's values at a revision
+// (with live overrides applied) and the health clock's inputs.
+type tableState struct {
 	revision  int64
 	epoch     int64
 	stale     bool
@@ -67,43 +85,48 @@ type Table struct {
 	overrides map[string]*Override
 	applied   map[string][]string // route -> override ids applied, in order
 	skipped   []Skipped
-	good      goodValues
 	// compiled: built by Compile or Update from etcd's values (not loaded
 	// from a snapshot file, not a what-if), so Update can follow it.
 	compiled bool
-	// invalid holds why each refused value was refused, by key;
-	// invalidCopied tells Update the map is its own (not prev's).
-	invalid       map[string]string
-	invalidCopied bool
-	// ovSkipped lists the overrides not applied.
-	ovSkipped []Skipped
-	// instances counts the live health keys of each pool id; lost holds
-	// when a pool id's last health key went (pool key or not).
-	instances map[string]int
-	lost      map[string]time.Time
+}
 
+// answers is what a table answers: the residency class and effective
+// entry of every country.
+type answers struct {
 	// classOf holds the residency class of each country, by country id;
 	// the last slot is the unknown country.
 	classOf []string
 	// eff holds the effective entry of each country, by country id; the
 	// last slot is the unknown country.
 	eff []*Effective
+	// validUntil is the first instant at which a pool's health changes by
+	// the clock alone (a grace window ending); zero if never.
+	validUntil time.Time
+	checksum   uint64
+}
+
+// memo is how a table is kept up to date: the last good values, refused
+// values and health bookkeeping Update follows, and what the memo engine
+// (memo.go) compares to reuse the previous table's entries.
+type memo struct {
+	good goodValues
+	// invalid holds why each refused value was refused, by key.
+	invalid map[string]string
+	// ovSkipped lists the overrides not applied.
+	ovSkipped []Skipped
+	// instances counts the live health keys of each pool id; lost holds
+	// when a pool id's last health key went (pool key or not).
+	instances map[string]int
+	lost      map[string]time.Time
 	// masks and sums hold, side by side, each entry's dependency mask
 	// (with the country's own route name added) and digest.
 	masks []depMask
 	sums  []uint64
 	// arrays, when set, is where eff, masks and sums live (see effArrays).
 	arrays *effArrays
-	// validUntil is the first instant at which a pool's health changes by
-	// the clock alone (a grace window ending); zero if never.
-	validUntil time.Time
-	checksum   uint64
 	// eligibleAt tells, per pool, whether it was up and healthy at build
 	// time (status aside).
 	eligibleAt map[string]bool
-	// enc holds the JSON encodings of the pools and routes, made on first
-	// use (off the compile path) and shared by copies of the table.
-	enc *encoded
 	// pads holds the padded pool ids of the candidates (see poolPad).
 	pads map[string]*poolPad
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 )
 
 // MaxFallbackDepth is the longest allowed chain of fallback hops.
@@ -182,10 +183,11 @@ func checkReachability(errs *Errors, cfg *Config, pol Residency) {
 		if staticallyReachable(t, own, class) {
 			continue
 		}
-		chain := strings.Join(t.chain(own), " → ")
-		if _, ok := t.routes[own]; !ok && own != "" {
-			chain = strings.Join(t.chain(""), " → ")
+		rd := newReader(t, time.Time{})
+		if _, ok := t.routes[own]; !ok {
+			own = "" // the chain as it matters: from _default
 		}
+		chain := strings.Join(rd.chain(own), " → ")
 		k := chain + "|" + class
 		if groups[k] == nil {
 			groups[k] = &group{chain: chain, class: class}
@@ -203,23 +205,25 @@ func checkReachability(errs *Errors, cfg *Config, pol Residency) {
 }
 
 // staticallyReachable reports whether some target with weight > 0 along the
-// chain names an existing pool allowed for class, whatever its status.
+// chain names an existing pool allowed for class, whatever its status: the
+// rules' walk, with the pool's status and health not counted against it.
 func staticallyReachable(t *Table, own, class string) bool {
-	if _, ok := t.routes[own]; !ok {
-		own = ""
+	var r reachTracer
+	newReader(t, time.Time{}).walk(own, class, &r)
+	return r.reachable
+}
+
+// reachTracer watches a walk for a target that only the pool's status or
+// health keeps from being a candidate.
+type reachTracer struct{ reachable bool }
+
+func (r *reachTracer) route(string, int, bool) {}
+
+func (r *reachTracer) target(tg Target, why Reason) {
+	switch why {
+	case "", ReasonPoolDown, ReasonPoolDraining, ReasonPoolUnhealthy:
+		r.reachable = r.reachable || tg.Weight > 0
 	}
-	for _, name := range t.chain(own) {
-		r, ok := t.routes[name]
-		if !ok {
-			continue
-		}
-		for _, tg := range r.Targets {
-			if p, ok := t.pools[tg.Pool]; ok && tg.Weight > 0 && (class == "" || p.Residency == class) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 func listCountries(ccs []string) string {
@@ -236,7 +240,7 @@ func listCountries(ccs []string) string {
 // compileConfigTable builds the pools/routes/policy of a table from a config
 // without computing effective entries.
 func compileConfigTable(cfg *Config, pol Residency) *Table {
-	t := &Table{policy: pol, pools: map[string]*PoolState{}, routes: map[string]*Route{}}
+	t := &Table{tableState: tableState{policy: pol, pools: map[string]*PoolState{}, routes: map[string]*Route{}}}
 	for id, p := range cfg.Pools {
 		t.pools[id] = &PoolState{Pool: p}
 	}

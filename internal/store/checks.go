@@ -70,7 +70,7 @@ func checkLostCountries(st *State, next *routing.Config, p *Plan) routing.Errors
 		}
 		lost = append(lost, cc)
 		for _, r := range a.Degraded {
-			if !reasons[r] && !strings.HasPrefix(r, "no-route:") {
+			if !reasons[r] && routing.ReasonOf(r) != routing.ReasonNoRoute {
 				reasons[r] = true
 				reasonList = append(reasonList, r)
 			}

@@ -1,0 +1,401 @@
+package routing
+
+import (
+	"maps"
+	"reflect"
+	"slices"
+	"time"
+)
+
+// This file is the memo engine: how a table built from another reuses
+// the other's effective entries. The rules (rules.go) record which routes
+// and pools an entry read; an entry whose dependencies did not change
+// (diff) is reused as it is, and a rebuilt entry equal to the previous
+// one keeps the previous one's encoding.
+
+// nameSet is a set of route or pool names, small in the common case.
+type nameSet struct {
+	names []string
+	m     map[string]struct{} // once there are many names
+}
+
+func (s *nameSet) add(name string) {
+	if s.has(name) {
+		return
+	}
+	s.names = append(s.names, name)
+	if s.m != nil {
+		s.m[name] = struct{}{}
+	} else if len(s.names) > 8 {
+		s.m = make(map[string]struct{}, 2*len(s.names))
+		for _, n := range s.names {
+			s.m[n] = struct{}{}
+		}
+	}
+}
+
+func (s *nameSet) has(name string) bool {
+	if s.m != nil {
+		_, ok := s.m[name]
+		return ok
+	}
+	for _, n := range s.names {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// hasAny reports whether the set holds one of names.
+func (s *nameSet) hasAny(names []string) bool {
+	if len(s.names) == 0 {
+		return false
+	}
+	for _, n := range names {
+		if s.has(n) {
+			return true
+		}
+	}
+	return false
+}
+
+// diff names the routes and pools whose values changed (or appeared, or
+// went) between a table and the table it is built from.
+type diff struct {
+	// known: routes and pools name every change. Otherwise build finds
+	// the changes by comparing the two tables.
+	known         bool
+	routes, pools nameSet
+}
+
+// diffFrom compares t's routes and pools with prev's.
+func (t *Table) diffFrom(prev *Table) diff {
+	d := diff{known: true}
+	for name, r := range t.routes {
+		if prev.routes[name] != r {
+			d.routes.add(name)
+		}
+	}
+	for name := range prev.routes {
+		if _, ok := t.routes[name]; !ok {
+			d.routes.add(name)
+		}
+	}
+	for id, p := range t.pools {
+		if pp, ok := prev.pools[id]; !ok || p.src == nil || p.src != pp.src || p.down != pp.down || p.Instances != pp.Instances ||
+			p.Instances == 0 && !p.since.Equal(pp.since) {
+			d.pools.add(id)
+		}
+	}
+	for id := range prev.pools {
+		if _, ok := t.pools[id]; !ok {
+			d.pools.add(id)
+		}
+	}
+	return d
+}
+
+// build computes the residency class and effective entry of every country
+// and the unknown country, evaluated at now. Entries of prev that depend
+// on no changed route or pool (d; nil: compare the tables) are reused as
+// they are, so a small change costs little.
+func (t *Table) build(now time.Time, prev *Table, d *diff) {
+	full := t.buildClasses(prev)
+	d = t.completeDiff(prev, d)
+	t.buildPads(prev, d)
+	t.buildEligible(now, prev, d)
+	arrays := new(effArrays)
+	t.arrays, t.eff, t.masks, t.sums = arrays, arrays.eff[:], arrays.masks[:], arrays.sums[:]
+	var changed depMask
+	if !full {
+		if prev.arrays != nil {
+			*arrays = *prev.arrays
+		} else {
+			copy(t.eff, prev.eff)
+			copy(t.masks, prev.masks)
+			copy(t.sums, prev.sums)
+		}
+		for _, name := range d.routes.names {
+			changed.add(name)
+		}
+		for _, name := range d.pools.names {
+			changed.add(name)
+		}
+	}
+	built := t.buildEntries(now, prev, d, full, changed)
+	t.reuseEffective(prev, built)
+	for _, id := range built {
+		e := t.eff[id]
+		t.masks[id] = e.mask
+		if id < numCountries {
+			t.masks[id].add(countries[id])
+		}
+		t.sums[id] = e.sum
+	}
+	t.buildValidUntil(now, prev, d, full)
+	t.checksum = t.computeChecksum(false)
+	t.enc = newEncoded(prev)
+}
+
+// buildClasses fills the residency class of every country, shared with
+// prev when the policy is the same, and reports whether every entry must
+// be built afresh: no usable prev, or a table-wide rule input (the
+// classes, the stale flag) changed.
+func (t *Table) buildClasses(prev *Table) (full bool) {
+	n := len(countries)
+	full = prev == nil || len(prev.eff) != n+1 || prev.stale != t.stale || prev.classOf == nil
+	if !full && prev.good.len() > 0 && t.sameGoodOrAbsent(prev, PolicyKey) {
+		t.classOf = prev.classOf // same policy: same classes (the slice is never changed)
+		return false
+	}
+	t.classOf = make([]string, n+1)
+	for class, ccs := range t.policy.Classes {
+		for _, cc := range ccs {
+			if id := countryID(cc); id >= 0 {
+				t.classOf[id] = class
+			}
+		}
+	}
+	t.classOf[n] = t.policy.UnknownCountryClass
+	return true
+}
+
+// completeDiff returns the changes between prev and t: d when it names
+// them all, else d's names and those found by comparing the tables.
+func (t *Table) completeDiff(prev *Table, d *diff) *diff {
+	if prev != nil && (d == nil || !d.known) {
+		cd := t.diffFrom(prev)
+		if d != nil { // what the caller knows changed (a pool's since) stays
+			for _, name := range d.routes.names {
+				cd.routes.add(name)
+			}
+			for _, name := range d.pools.names {
+				cd.pools.add(name)
+			}
+		}
+		return &cd
+	}
+	if d == nil {
+		return &diff{}
+	}
+	return d
+}
+
+// buildEntries computes the entries that depend on a change (d, whose
+// names' bits are changed), or all of them when full, and returns their
+// country ids.
+func (t *Table) buildEntries(now time.Time, prev *Table, d *diff, full bool, changed depMask) []int {
+	n := len(countries)
+	var fresh map[[2]string]*Effective
+	var built []int
+	for id := 0; id <= n; id++ {
+		name := ""
+		if id < n {
+			name = countries[id]
+		}
+		if !full {
+			// The masks, side by side in one array, rule out most entries
+			// without reading them.
+			if !t.masks[id].meets(changed) {
+				continue
+			}
+			// Countries without a route share one entry, computed for one
+			// of them: its own route is not among the entry's deps.
+			if e := prev.eff[id]; e != nil && (name == "" || !d.routes.has(name)) &&
+				!d.routes.hasAny(e.routeDeps) && !d.pools.hasAny(e.poolDeps) {
+				continue
+			}
+		}
+		key := name
+		if _, ok := t.routes[name]; name != "" && !ok {
+			key = "\x00" // countries without a route share their class's entry
+		}
+		k := [2]string{key, t.classOf[id]}
+		e, ok := fresh[k]
+		if !ok {
+			e = t.computeEffective(name, t.classOf[id], now)
+			// A NoRoute entry names the country ("no-route:BR"): not shared.
+			if key != "\x00" || len(e.Candidates) > 0 {
+				if fresh == nil {
+					fresh = make(map[[2]string]*Effective, 16)
+				}
+				fresh[k] = e
+			}
+		}
+		t.eff[id] = e
+		built = append(built, id)
+	}
+	return built
+}
+
+// buildValidUntil finds the first instant at which a pool's health
+// changes by the clock alone, prev's when no pool changed.
+func (t *Table) buildValidUntil(now time.Time, prev *Table, d *diff, full bool) {
+	if !full && len(d.pools.names) == 0 && sameMap(t.eligibleAt, prev.eligibleAt) {
+		t.validUntil = prev.validUntil // no pool changed, no grace window ended
+		return
+	}
+	t.validUntil = time.Time{}
+	for _, p := range t.pools {
+		if p.HealthCheck && p.Instances == 0 && p.fixedHealthy == nil {
+			if end := p.since.Add(t.grace); end.After(now) && (t.validUntil.IsZero() || end.Before(t.validUntil)) {
+				t.validUntil = end
+			}
+		}
+	}
+}
+
+// effArrays holds a table's per-entry arrays (every country and the
+// unknown country) in one allocation, copied from the previous table in
+// one move; the masks stay side by side, so that the scan for the entries
+// a change touches reads one small contiguous array.
+type effArrays struct {
+	masks [numCountries + 1]depMask
+	sums  [numCountries + 1]uint64
+	eff   [numCountries + 1]*Effective
+}
+
+// depMask is a 128-bit Bloom filter of the route and pool names an entry
+// depends on: an entry whose mask has no bit of a change's mask does not
+// depend on the change.
+type depMask [2]uint64
+
+// add sets the bit of name.
+func (m *depMask) add(name string) {
+	h := uint64(14695981039346656037) // FNV-1a
+	for i := 0; i < len(name); i++ {
+		h = (h ^ uint64(name[i])) * 1099511628211
+	}
+	h ^= h >> 29
+	m[(h>>6)&1] |= 1 << (h & 63)
+}
+
+// meets reports whether the two masks share a bit.
+func (m depMask) meets(o depMask) bool { return m[0]&o[0] != 0 || m[1]&o[1] != 0 }
+
+// buildPads fills the padded pool ids, from prev's for the pools d does
+// not name.
+func (t *Table) buildPads(prev *Table, d *diff) {
+	if prev == nil || prev.pads == nil {
+		t.pads = make(map[string]*poolPad, len(t.pools))
+		for id := range t.pools {
+			t.pads[id] = newPoolPad(id)
+		}
+		return
+	}
+	t.pads = prev.pads
+	for _, id := range d.pools.names {
+		_, has := t.pools[id]
+		if _, had := t.pads[id]; has == had {
+			continue
+		}
+		if sameMap(t.pads, prev.pads) {
+			t.pads = maps.Clone(prev.pads)
+		}
+		if has {
+			t.pads[id] = newPoolPad(id)
+		} else {
+			delete(t.pads, id)
+		}
+	}
+}
+
+// buildEligible tells, per pool, whether it is up and healthy at now, and
+// adds the pools whose answer differs from prev's to d.
+func (t *Table) buildEligible(now time.Time, prev *Table, d *diff) {
+	eligible := func(p *PoolState) bool { return !p.down && t.healthy(p, now) }
+	clockMoved := prev == nil || prev.eligibleAt == nil || t.grace != prev.grace || now.Before(prev.builtAt) ||
+		(!prev.validUntil.IsZero() && !now.Before(prev.validUntil))
+	if !clockMoved {
+		// No grace window ended: only the changed pools can differ.
+		t.eligibleAt = prev.eligibleAt
+		if len(d.pools.names) > 0 {
+			t.eligibleAt = maps.Clone(prev.eligibleAt)
+			for _, id := range d.pools.names {
+				if p, ok := t.pools[id]; ok {
+					t.eligibleAt[id] = eligible(p)
+				} else {
+					delete(t.eligibleAt, id)
+				}
+			}
+		}
+		return
+	}
+	t.eligibleAt = make(map[string]bool, len(t.pools))
+	for id, p := range t.pools {
+		t.eligibleAt[id] = eligible(p)
+		if prev != nil && prev.eligibleAt[id] != t.eligibleAt[id] {
+			d.pools.add(id)
+		}
+	}
+}
+
+// sameMap reports whether a and b are the very same map.
+func sameMap[K comparable, V any](a, b map[K]V) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+}
+
+// sameGoodOrAbsent reports whether key holds the very same decoded value
+// in both tables, or is absent from both.
+func (t *Table) sameGoodOrAbsent(prev *Table, key string) bool {
+	a, aok := t.good.get(key)
+	b, bok := prev.good.get(key)
+	return aok == bok && (!aok || a.val == b.val)
+}
+
+// reuseEffective replaces each newly built entry (of the countries ids)
+// equal to the previous table's entry for the same country by that entry,
+// so its JSON encoding is reused, and encodes the entries that are new.
+func (t *Table) reuseEffective(prev *Table, ids []int) {
+	var swap map[*Effective]*Effective // entries shared by several countries
+	for _, id := range ids {
+		e := t.eff[id]
+		if r, done := swap[e]; done {
+			t.eff[id] = r
+			continue
+		}
+		r := e
+		if prev != nil && len(prev.eff) == len(t.eff) && equalEffective(prev.eff[id], e) {
+			// The same answer; its encoding is reused. The entry itself is
+			// reused only when it was computed from the same routes and
+			// pools: a route in the chain that leaves no trace in the
+			// answer (no targets, or fallbacks only) must stay among the
+			// deps, or a later change to it would be missed.
+			if p := prev.eff[id]; slices.Equal(p.routeDeps, e.routeDeps) && slices.Equal(p.poolDeps, e.poolDeps) {
+				r = p
+			} else {
+				e.js, e.sum = p.js, p.sum
+			}
+		} else {
+			e.js = appendEffectiveJSON(nil, e)
+			e.sum = e.digest()
+		}
+		if len(ids) > 1 {
+			if swap == nil {
+				swap = make(map[*Effective]*Effective, len(ids))
+			}
+			swap[e] = r
+		}
+		t.eff[id] = r
+	}
+}
+
+// equalEffective reports whether two entries answer every viewer alike.
+func equalEffective(a, b *Effective) bool {
+	if a == b {
+		return true
+	}
+	if a == nil || b == nil || a.Route != b.Route || a.FallbackDepth != b.FallbackDepth ||
+		a.Affinity != b.Affinity || len(a.Candidates) != len(b.Candidates) ||
+		!maps.Equal(a.Attrs, b.Attrs) || !slices.Equal(a.Degraded, b.Degraded) {
+		return false
+	}
+	for i := range a.Candidates {
+		ca, cb := &a.Candidates[i], &b.Candidates[i]
+		if ca.Pool != cb.Pool || ca.Host != cb.Host || ca.Weight != cb.Weight || !maps.Equal(ca.attrs, cb.attrs) {
+			return false
+		}
+	}
+	return true
+}
