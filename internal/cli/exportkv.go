@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/regiond/regiond/internal/snapfile"
+	"github.com/regiond/regiond/internal/atomicfile"
 	"github.com/regiond/regiond/internal/snapindex"
 	"github.com/regiond/regiond/routing"
 )
@@ -76,7 +76,7 @@ func (a *app) runExportKV(ctx context.Context, o exportKVOpts) error {
 		_, err = a.stdout.Write(b)
 		return err
 	}
-	if err := snapfile.WriteFile(o.out, b, 0o644); err != nil {
+	if err := atomicfile.WriteFile(o.out, b, 0o644); err != nil {
 		return fmt.Errorf("export kv: write %s: %w", o.out, err)
 	}
 	return nil
