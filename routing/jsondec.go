@@ -37,7 +37,8 @@ func decodeJSONObject(raw []byte, v any) (unknown []string, errs Errors) {
 	case *Health:
 		d.health(raw, x, "")
 	case *Target:
-		*x = d.target(raw, "")
+		*x = Target{}
+		d.target(raw, "", x)
 	default:
 		d.errs.add("", "", "cannot decode into %T", v)
 	}
@@ -53,13 +54,29 @@ func (d *jsonDecoder) pool(raw []byte, p *Pool, path string) {
 	decodeFields(d, raw, path, p, poolFields, &p.Extra)
 }
 
-func (d *jsonDecoder) target(raw []byte, path string) Target {
-	var t Target
-	if isNull(raw) {
-		return t
+// target decodes a target into t, in place (its memory is the list's: a
+// local would escape through the field list's functions).
+func (d *jsonDecoder) target(raw []byte, path string, t *Target) {
+	if !isNull(raw) {
+		decodeFields(d, raw, path, t, targetFields, &t.Extra)
 	}
-	decodeFields(d, raw, path, &t, targetFields, &t.Extra)
-	return t
+}
+
+// targets decodes a list of targets.
+func (d *jsonDecoder) targets(raw []byte, path string) []Target {
+	if isNull(raw) {
+		return nil
+	}
+	if raw[0] != '[' {
+		d.typeErr(path, "a list", raw)
+		return nil
+	}
+	items := splitArray(raw)
+	out := make([]Target, len(items))
+	for i, item := range items {
+		d.target(item, path+"["+strconv.Itoa(i)+"]", &out[i])
+	}
+	return out
 }
 
 func (d *jsonDecoder) route(raw []byte, r *Route, path string) {

@@ -110,23 +110,25 @@ func (rd *reader) pool(id string) (*PoolState, bool) {
 // order, then _default; each name once.
 func (rd *reader) chain(own string) []string {
 	out := make([]string, 0, 4) // also the names seen: chains are short
-	var visit func(name string, depth int)
-	visit = func(name string, depth int) {
-		if len(out) >= maxChain || depth > maxChain || slices.Contains(out, name) {
-			return
-		}
-		out = append(out, name)
-		if r, ok := rd.route(name); ok {
-			for _, f := range r.Fallback {
-				visit(f, depth+1)
-			}
-		}
-	}
 	if own != "" {
-		visit(own, 0)
+		out = rd.visit(out, own, 0)
 	}
 	if !slices.Contains(out, DefaultRoute) {
 		out = append(out, DefaultRoute)
+	}
+	return out
+}
+
+// visit appends name and then its fallbacks, depth-first, to the chain out.
+func (rd *reader) visit(out []string, name string, depth int) []string {
+	if len(out) >= maxChain || depth > maxChain || slices.Contains(out, name) {
+		return out
+	}
+	out = append(out, name)
+	if r, ok := rd.route(name); ok {
+		for _, f := range r.Fallback {
+			out = rd.visit(out, f, depth+1)
+		}
 	}
 	return out
 }
@@ -258,7 +260,8 @@ func sortCandidates(cs []Candidate) {
 // whose class is class at now, with the routes and pools it read as its
 // dependencies.
 func (t *Table) computeEffective(own, class string, now time.Time) *Effective {
-	rd := newReader(t, now)
+	// The record becomes the entry's dependencies: room for a usual chain.
+	rd := reader{t: t, now: now, routes: make([]string, 0, 4), pools: make([]string, 0, 4)}
 	e := rd.walk(own, class, nil)
 	e.routeDeps, e.poolDeps = rd.routes, rd.pools
 	for _, name := range e.routeDeps {

@@ -69,7 +69,7 @@ func wireList[T any](name string, at func(*T) *[]string) wireField[T] {
 func wireTargets[T any](name string, at func(*T) *[]Target) wireField[T] {
 	return wireField[T]{name: name,
 		dec: func(d *jsonDecoder, raw []byte, path string, v *T) {
-			*at(v) = list(d, raw, path, (*jsonDecoder).target)
+			*at(v) = d.targets(raw, path)
 		},
 		enc: func(b []byte, v *T) []byte {
 			b = append(b, '[')
