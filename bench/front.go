@@ -22,9 +22,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/regiond/regiond/internal/atomicfile"
 	"github.com/regiond/regiond/internal/phpfront"
-	"github.com/regiond/regiond/internal/snapfile"
 	"github.com/regiond/regiond/internal/snapindex"
+	"github.com/regiond/regiond/internal/snapshot"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -119,11 +120,11 @@ func runFront(ctx context.Context, o options) error {
 			return err
 		}
 		for _, p := range []string{withIdx, jsonOnly} {
-			if err := snapfile.WriteFile(p, js, 0o644); err != nil {
+			if err := atomicfile.WriteFile(p, js, 0o644); err != nil {
 				return err
 			}
 		}
-		return snapfile.WriteFile(snapfile.IndexPath(withIdx), idx, 0o644)
+		return atomicfile.WriteFile(snapshot.IndexPath(withIdx), idx, 0o644)
 	}
 	if err := writeSnap(); err != nil {
 		return err

@@ -24,9 +24,12 @@ var assets embed.FS
 // unitDir is where the units go (merged /usr: /lib is /usr/lib).
 const unitDir = "/usr/lib/systemd/system/"
 
-// monitoringDir holds the example alert rules and dashboard, shipped under
-// /usr/share/doc/regiond/examples/.
-const monitoringDir = "examples/monitoring"
+// docsDir is the contract and monitoringDir the example alert rules and
+// dashboard, shipped under /usr/share/doc/regiond/ (see addDocs).
+const (
+	docsDir       = "docs"
+	monitoringDir = "examples/monitoring"
+)
 
 // packageInfo describes the package's metadata and every file in it,
 // staged under s.dir.
@@ -56,7 +59,7 @@ func (s *stage) packageInfo(res *Result, mtime time.Time) (*nfpm.Info, error) {
 	for _, p := range man {
 		c.file(p, "/usr/share/man/man1/"+filepath.Base(p), 0o644)
 	}
-	if err := s.addMonitoring(c); err != nil {
+	if err := s.addDocs(c); err != nil {
 		return nil, err
 	}
 	c.file(filepath.Join(s.repo, "README.md"), "/usr/share/doc/regiond/README.md", 0o644)
@@ -184,21 +187,28 @@ func (s *stage) gzipManPages() ([]string, error) {
 	return out, nil
 }
 
-// addMonitoring ships the example alert rules, their tests and the
-// dashboard as documentation.
-func (s *stage) addMonitoring(c *contents) error {
-	root := filepath.Join(s.repo, monitoringDir)
-	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return fmt.Errorf("monitoring examples: %w", err)
-		}
-		if d.IsDir() || strings.HasSuffix(p, "_test.go") || strings.HasSuffix(p, ".go") {
+// addDocs ships the contract (docs/, which the README links to) and the
+// example alert rules, their tests and the dashboard as documentation, under
+// /usr/share/doc/regiond/ at their paths in the repository.
+func (s *stage) addDocs(c *contents) error {
+	for _, dir := range []string{docsDir, monitoringDir} {
+		root := filepath.Join(s.repo, dir)
+		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return fmt.Errorf("documentation %s: %w", dir, err)
+			}
+			if d.IsDir() || strings.HasSuffix(p, ".go") {
+				return nil
+			}
+			rel, _ := filepath.Rel(s.repo, p)
+			c.file(p, "/usr/share/doc/regiond/"+filepath.ToSlash(rel), 0o644)
 			return nil
+		})
+		if err != nil {
+			return err
 		}
-		rel, _ := filepath.Rel(root, p)
-		c.file(p, "/usr/share/doc/regiond/examples/monitoring/"+filepath.ToSlash(rel), 0o644)
-		return nil
-	})
+	}
+	return nil
 }
 
 // writeDeb writes the package to out/<conventional name>, through a

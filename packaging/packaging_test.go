@@ -180,6 +180,10 @@ func TestPackageLayout(t *testing.T) {
 		"usr/share/man/man1/regionctl-pool-drain.1.gz":                           0o644,
 		"usr/share/doc/regiond/examples/monitoring/prometheus/regiond.rules.yml": 0o644,
 		"usr/share/doc/regiond/examples/monitoring/grafana/regiond.json":         0o644,
+		"usr/share/doc/regiond/README.md":                                        0o644,
+		"usr/share/doc/regiond/docs/README.md":                                   0o644,
+		"usr/share/doc/regiond/docs/agent.md":                                    0o644,
+		"usr/share/doc/regiond/docs/snapshot-index.md":                           0o644,
 	} {
 		fi, err := os.Lstat(filepath.Join(root, path))
 		if err != nil {

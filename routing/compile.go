@@ -57,7 +57,7 @@ func (o CompileOptions) withDefaults(prev *Table) CompileOptions {
 // incarnation: opts.Earlier's, else prev's if prev's was written to that
 // incarnation (a key deleted and written again starts afresh). Values whose
 // bytes equal prev's are not decoded again.
-// Compile never fails: whole-config rules (DESIGN §3) are enforced by
+// Compile never fails: whole-config rules (docs/keys-and-values.md, invariants) are enforced by
 // writers, and the resolver copes with whatever is left.
 func Compile(revision int64, kvs []KV, prev *Table, opts CompileOptions) *Table {
 	opts = opts.withDefaults(prev)

@@ -248,6 +248,20 @@ func TestCompileHealthGrace(t *testing.T) {
 				t.Fatalf("%s: after grace PL resolves to %+v, %v", name, d, err)
 			}
 		}
+		// The residency invariant holds on both, for every viewer: DE
+		// (eu, no route of its own) reaches only _default's fra
+		// (unhealthy) and iad (us), so it gets NoRoute.
+		for _, cc := range append(slices.Clone(Countries()), "XX") {
+			for i := 0; i < 3; i++ {
+				d, err := tbl.Resolve(cc, strings.Repeat("k", i), t1.Add(grace))
+				if v := residencyViolation(tbl, cc, d, err); v != "" {
+					t.Fatalf("%s: after grace %s", name, v)
+				}
+			}
+		}
+		if d, err := tbl.Resolve("DE", "k", t1.Add(grace)); err == nil {
+			t.Fatalf("%s: after grace DE resolves to %+v, want NoRoute", name, d)
+		}
 	}
 	after := lost.At(t1.Add(grace))
 	if !after.ValidUntil().IsZero() {

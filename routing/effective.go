@@ -404,7 +404,7 @@ func (t *Table) build(now time.Time, prev *Table, d *diff) {
 // effArrays holds a table's per-entry arrays (every country and the
 // unknown country) in one allocation, copied from the previous table in
 // one move; the masks stay side by side, so that the scan for the entries
-// a change touches reads 4 KB.
+// a change touches reads one small contiguous array.
 type effArrays struct {
 	masks [numCountries + 1]depMask
 	sums  [numCountries + 1]uint64

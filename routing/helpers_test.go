@@ -103,3 +103,24 @@ func bigConfig(nPools int) *Config {
 	cfg.Routes[DefaultRoute] = Route{Targets: tg(byClass["eu"][0], 100), Affinity: AffinitySticky}
 	return cfg
 }
+
+// residencyViolation returns why the decision for country (a raw header
+// value) breaks the residency invariant of tbl, or "": a viewer of a
+// residency class is given only a pool of that class (or NoRoute).
+func residencyViolation(tbl *Table, country string, d Decision, err error) string {
+	if err != nil {
+		return ""
+	}
+	class := tbl.ClassOf(d.Country)
+	if class == "" {
+		return ""
+	}
+	p, ok := tbl.Pool(d.Pool)
+	if !ok {
+		return fmt.Sprintf("%s (class %s) went to %s, a pool the table does not have", country, class, d.Pool)
+	}
+	if p.Residency != class {
+		return fmt.Sprintf("%s (class %s) went to %s of residency %s", country, class, d.Pool, p.Residency)
+	}
+	return ""
+}

@@ -180,7 +180,7 @@ func checkViewer(tbl *Table, header string, keys []string) string {
 	return ""
 }
 
-// referenceResolve is DESIGN §4.3 written out plainly: the route chain
+// referenceResolve is docs/resolution.md (steps 3 and 4) written out plainly: the route chain
 // (own route, its fallbacks depth-first, _default; each name once) and the
 // candidates of the first route that has any.
 func referenceResolve(tbl *Table, cc, class string) (string, int, []string) {

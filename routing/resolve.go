@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Decision is where one viewer is sent (DESIGN §4.5).
+// Decision is where one viewer is sent (docs/resolution.md, Decision).
 type Decision struct {
 	Country       string            `json:"country"`
 	Route         string            `json:"route"`
@@ -90,7 +90,7 @@ func (e *Effective) pick(key string) int {
 }
 
 // StickyScore is the rendezvous score of pool for key with weight w
-// (DESIGN §4.4): h = xxh64(key + "\x00" + pool, seed 0),
+// (docs/resolution.md, step 5): h = xxh64(key + "\x00" + pool, seed 0),
 // u = ((h >> 11) + 0.5) / 2^53, score = -ln(u) / w. Lower wins. It does not
 // allocate.
 func StickyScore(key, pool string, w int) float64 {

@@ -392,7 +392,7 @@ func TestLoadTableJSONErrors(t *testing.T) {
 	}
 }
 
-// TestStickyHashVectors pins the sticky hash of DESIGN §4.4 to vectors
+// TestStickyHashVectors pins the sticky hash of docs/resolution.md, step 5 to vectors
 // computed independently with PHP 8.1+ (hash('xxh64', …)), so that any
 // reader can check its implementation:
 //
@@ -600,18 +600,26 @@ func TestResolveRandomAffinity(t *testing.T) {
 
 // TestResolveConcurrent: a table is used by many goroutines at once, also
 // past ValidUntil when Resolve computes entries on the fly (run with -race).
+// Those entries keep the residency invariant: PL, DE and the unknown
+// country are of class eu, and with fra unhealthy DE's chain ends at
+// _default's iad (us): NoRoute, never iad.
 func TestResolveConcurrent(t *testing.T) {
 	prev := Compile(1, smallStore.kvs(nil), nil, CompileOptions{Now: t0})
 	tbl := Compile(2, smallStore.with("health/fra/i-1", "").kvs(nil), prev, CompileOptions{Now: t0})
 	past := tbl.ValidUntil().Add(time.Second)
+	viewers := append(slices.Clone(Countries()), "XX")
 	done := make(chan error)
 	for g := 0; g < 4; g++ {
 		go func(g int) {
 			for i := 0; i < 500; i++ {
-				cc := Countries()[(g*500+i)%len(Countries())]
+				cc := viewers[(g*500+i)%len(viewers)]
 				d, err := tbl.Resolve(cc, fmt.Sprint(i), past)
 				if err == nil && d.Pool == "fra" {
 					done <- fmt.Errorf("%s went to the unhealthy pool fra", cc)
+					return
+				}
+				if v := residencyViolation(tbl, cc, d, err); v != "" {
+					done <- fmt.Errorf("between rebuilds: %s", v)
 					return
 				}
 				tbl.Explain(cc, "", past)
@@ -623,5 +631,8 @@ func TestResolveConcurrent(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Error(err)
 		}
+	}
+	if d, err := tbl.Resolve("DE", "k", past); err == nil {
+		t.Errorf("DE between rebuilds resolves to %+v, want NoRoute (fra unhealthy, iad not eu)", d)
 	}
 }

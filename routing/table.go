@@ -7,7 +7,7 @@ import (
 )
 
 // DefaultHealthGrace is how long a pool with health_check stays healthy
-// after its last health key is gone (DESIGN §4).
+// after its last health key is gone (docs/resolution.md).
 const DefaultHealthGrace = 5 * time.Second
 
 // KV is one key/value of the routing prefix at some revision; Key is

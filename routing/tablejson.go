@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -9,7 +10,7 @@ import (
 )
 
 // tableJSON is the wire shape of /v1/table and of the snapshot file
-// (DESIGN §5).
+// (docs/agent.md).
 type tableJSON struct {
 	Revision  int64                 `json:"revision"`
 	Epoch     int64                 `json:"epoch"`
@@ -45,6 +46,63 @@ func (p poolJSON) MarshalJSON() ([]byte, error) {
 	return encodeWithExtra(plain(p.Pool), extra)
 }
 
+// appendPoolJSON appends the table JSON of pool p with its health: what
+// json.Marshal(poolJSON{...}) writes (the fields in declaration order,
+// empty optional ones left out, attrs by key, the extra members and
+// healthy by key after them), without reflection. An extra member that is
+// not valid JSON, which decoding never keeps, is left out.
+func appendPoolJSON(b []byte, p *Pool, healthy bool) []byte {
+	b = append(b, `{"host":`...)
+	b = appendJSONString(b, p.Host)
+	if p.Region != "" {
+		b = append(b, `,"region":`...)
+		b = appendJSONString(b, p.Region)
+	}
+	b = append(b, `,"residency":`...)
+	b = appendJSONString(b, p.Residency)
+	b = append(b, `,"status":`...)
+	b = appendJSONString(b, p.Status)
+	if p.HealthCheck {
+		b = append(b, `,"health_check":true`...)
+	}
+	if len(p.Attrs) > 0 {
+		b = append(b, `,"attrs":{`...)
+		for i, k := range sortedKeys(p.Attrs) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, k)
+			b = append(b, ':')
+			b = appendJSONString(b, p.Attrs[k])
+		}
+		b = append(b, '}')
+	}
+	keys := make([]string, 0, len(p.Extra)+1)
+	for k := range p.Extra {
+		if k != "healthy" {
+			keys = append(keys, k)
+		}
+	}
+	keys = append(keys, "healthy")
+	slices.Sort(keys)
+	for _, k := range keys {
+		b = append(b, ',')
+		b = appendJSONString(b, k)
+		b = append(b, ':')
+		if k == "healthy" {
+			b = strconv.AppendBool(b, healthy)
+			continue
+		}
+		var c bytes.Buffer
+		if err := json.Compact(&c, p.Extra[k]); err == nil {
+			b = append(b, c.Bytes()...)
+		} else {
+			b = append(b, "null"...)
+		}
+	}
+	return append(b, '}')
+}
+
 func (p *poolJSON) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &p.Pool); err != nil {
 		return err
@@ -72,7 +130,7 @@ type JSONHeader struct {
 	SyncedAt time.Time
 }
 
-// JSON returns the table JSON (DESIGN §5) with health evaluated at
+// JSON returns the table JSON (docs/agent.md) with health evaluated at
 // and written_at set to writtenAt, without synced_at. The effective
 // entries, the bulk of the document, are encoded once when a table is
 // built (and reused from the previous table when unchanged), so rendering
@@ -161,6 +219,65 @@ func (t *Table) JSONSegmentsWith(dst [][]byte, scratch []byte, h JSONHeader) (se
 	return segs, s, nil
 }
 
+// SameContent reports whether t and u render the same table JSON but for
+// the members revision, written_at and synced_at: their content identity,
+// what a writer compares to skip rewriting an unchanged file (a progress
+// notification moves only the revision). Both are taken as they are: a
+// caller comparing at a time passes t.At(now), as rendered. Encodings
+// shared between the tables compare without being read.
+func (t *Table) SameContent(u *Table) bool {
+	if t == u {
+		return true
+	}
+	if t == nil || u == nil || t.epoch != u.epoch || t.stale != u.stale || t.clusterID != u.clusterID ||
+		len(t.skipped) != len(u.skipped) || len(t.overrides) != len(u.overrides) {
+		return false
+	}
+	a, b := t.encodings(), u.encodings()
+	if !bytes.Equal(a.pools, b.pools) || !bytes.Equal(a.routes, b.routes) || !bytes.Equal(a.policy, b.policy) {
+		return false
+	}
+	var ra, rb [40][]byte
+	if !equalConcat(appendEffRuns(ra[:0], a.eff), appendEffRuns(rb[:0], b.eff)) {
+		return false
+	}
+	ta, errA := t.appendTail(nil)
+	tb, errB := u.appendTail(nil)
+	return errA == nil && errB == nil && bytes.Equal(ta, tb)
+}
+
+// equalConcat reports whether the concatenations of a and b are equal.
+// Pieces that are the same memory compare without being read.
+func equalConcat(a, b [][]byte) bool {
+	n := 0
+	for _, s := range a {
+		n += len(s)
+	}
+	for _, s := range b {
+		n -= len(s)
+	}
+	if n != 0 {
+		return false
+	}
+	var x, y []byte
+	for i, j := 0, 0; ; {
+		for len(x) == 0 && i < len(a) {
+			x, i = a[i], i+1
+		}
+		for len(y) == 0 && j < len(b) {
+			y, j = b[j], j+1
+		}
+		if len(x) == 0 || len(y) == 0 {
+			return len(x) == len(y)
+		}
+		k := min(len(x), len(y))
+		if &x[0] != &y[0] && !bytes.Equal(x[:k], y[:k]) {
+			return false
+		}
+		x, y = x[k:], y[k:]
+	}
+}
+
 // effectiveOpen opens the effective section.
 const effectiveOpen = `,"effective":{`
 
@@ -228,7 +345,7 @@ func (t *Table) encodeValues(prev *Table) {
 					continue
 				}
 			}
-			enc.poolJS[id], _ = json.Marshal(poolJSON{Pool: p.Pool, Healthy: healthy})
+			enc.poolJS[id] = appendPoolJSON(nil, &p.Pool, healthy)
 		}
 		enc.pools = appendObject(nil, "pools", enc.poolJS)
 	}

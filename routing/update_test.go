@@ -302,7 +302,7 @@ func TestUpdateRefuses(t *testing.T) {
 // checkAgainstRecompute checks a table against its own values without the
 // reuse machinery: every effective entry equals one computed afresh, and
 // every pool's health follows its live health keys in store (the rule of
-// DESIGN §4, written out again here).
+// docs/resolution.md, written out again here).
 func checkAgainstRecompute(tb *Table, at time.Time, store map[string]KV) string {
 	// The JSON reuses the previous table's sections: render once afresh.
 	cp := *tb

@@ -11,8 +11,9 @@ import (
 const MaxFallbackDepth = 8
 
 // Validate checks a whole proposed config against the invariants of
-// DESIGN §3 and returns every problem found, sorted by key; nil means the
-// config may be written. It never stops at the first problem.
+// docs/keys-and-values.md and returns every problem found, sorted by key;
+// nil means the config may be written. It never stops at the first
+// problem.
 func Validate(cfg *Config) Errors {
 	var errs Errors
 	pol := cfg.ResidencyOrDefault()

@@ -24,8 +24,8 @@ const maxKeyWords = 8
 // many pools without allocating or copying: what depends on the key alone
 // (its 8-byte words, its full 32-byte stripes) is mixed once by init, and
 // sum only mixes the words that hold pool bytes. The words are read straight
-// from the two strings (copying them into one buffer and reading it back
-// stalls the CPU on store forwarding).
+// from the two strings, not copied into one buffer first (a copy per pool
+// would cost more than the hash).
 type stickyKey struct {
 	key string
 	l   int                 // len(key) + 1: the key and the "\x00" separator

@@ -42,7 +42,7 @@ type Config struct {
 	NewBackoff func() *backoff.Backoff
 	// AfterChange, if set, is called in the mirror's goroutine after it
 	// swapped in a table of new content, built from watch events or from a
-	// list that differed from the state (the agent's snapshot WriteNow and
+	// list that differed from the state (the agent's snapshot Writer.AfterChange and
 	// status put). The next events wait for it.
 	AfterChange func()
 }

@@ -318,12 +318,18 @@ func TestConcurrentReadersNeverSeeTornTables(t *testing.T) {
 	}
 }
 
+// TestHealthGrace: a pool whose last health key goes stays healthy for the
+// grace window, counted by the mirror from when it applied the deletion,
+// then the mirror rebuilds the table with no etcd event. The window is
+// checked on the tables' own record of it (Healthy at a given time), not
+// by timing the test: the deletion is applied after the test's mark
+// before, so the pool must be healthy until before+grace on every table.
 func TestHealthGrace(t *testing.T) {
 	srv := devetcd.NewTest(t)
 	cli := devetcd.NewTestClient(t, srv)
 	loadExample(t, cli)
 	put(t, cli, "pools/kr-music", `{"host":"edge-icn-1.example.net:443","residency":"apac","status":"active","health_check":true}`)
-	lease, err := cli.Grant(context.Background(), 1)
+	lease, err := cli.Grant(context.Background(), 60)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,11 +343,22 @@ func TestHealthGrace(t *testing.T) {
 		return ex.Decision != nil && len(ex.Routes) > 0 && ex.Routes[0].Pools[0].Eligible
 	}
 	waitUntil(t, m, "kr-music healthy", onKR)
-	// The lease ends (no keepalive): the key goes, then the grace window.
-	lost := time.Now()
+	// The lease ends: the key goes, then the grace window.
+	before := time.Now()
+	revoked, err := cli.Revoke(context.Background(), lease.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := waitUntil(t, m, "the health key's deletion", func(tb *routing.Table) bool { return tb.Revision() >= revoked.Header.Revision })
+	if p, _ := gone.Pool("kr-music"); p.Instances != 0 || !gone.Healthy("kr-music", before.Add(grace-time.Nanosecond)) {
+		t.Fatalf("kr-music after its key went (instances %d): unhealthy before the grace window ended", p.Instances)
+	}
 	tb := waitUntil(t, m, "kr-music unhealthy", func(tb *routing.Table) bool { return !tb.Healthy("kr-music", time.Now()) })
-	if since := time.Since(lost); since < grace {
-		t.Fatalf("kr-music unhealthy %v after its lease was granted, before the grace window", since)
+	if !tb.Healthy("kr-music", before.Add(grace-time.Nanosecond)) {
+		t.Fatalf("the rebuilt table has kr-music unhealthy before the grace window ended")
+	}
+	if tb.Revision() != revoked.Header.Revision {
+		t.Fatalf("rebuilt at revision %d, want the deletion's %d (no etcd event needed)", tb.Revision(), revoked.Header.Revision)
 	}
 	ex := tb.Explain("KR", "", time.Now())
 	if ex.Routes[0].Pools[0].Reason != "pool-unhealthy:kr-music" {

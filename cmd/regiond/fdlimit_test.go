@@ -1,4 +1,4 @@
-//go:build linux && !nodev
+//go:build linux && dev && !nodev
 
 package main
 

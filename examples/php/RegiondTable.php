@@ -2,13 +2,13 @@
 // regiond snapshot reader for PHP front doors (PHP 8.1+, no extensions
 // beyond the bundled hash and json).
 //
-// The regiond agent writes the /v1/table JSON (DESIGN §5) to a snapshot file
+// The regiond agent writes the /v1/table JSON (docs/agent.md) to a snapshot file
 // (default /dev/shm/regiond/table.json) with an atomic rename, and beside it
 // the per-country index table.idx (docs/snapshot-index.md). This reader opens
 // the index per load() and reads only the header, then per resolve() one slot
 // and one country's entry, from the same descriptor: one consistent table,
 // no shared cache. Only when there is no index does it read the full JSON.
-// It resolves viewers exactly as the agent's Resolve does (DESIGN §4):
+// It resolves viewers exactly as the agent's Resolve does (docs/resolution.md):
 // normalize the country, take its precomputed entry, pick among its
 // candidates (weighted rendezvous hashing for a sticky key, weighted random
 // otherwise); each candidate's attrs are the pool's overlaid by the entry's.
@@ -455,7 +455,7 @@ final class RegiondTable
     }
 
     /**
-     * The rendezvous score of $pool for $key (DESIGN §4.4):
+     * The rendezvous score of $pool for $key (docs/resolution.md):
      * u = ((h >> 11) + 0.5) / 2^53, score = -ln(u) / weight. Lower wins.
      */
     public static function stickyScore(string $key, string $pool, int $weight): float

@@ -13,9 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/regiond/regiond/internal/atomicfile"
 	"github.com/regiond/regiond/internal/phpfront"
-	"github.com/regiond/regiond/internal/snapfile"
 	"github.com/regiond/regiond/internal/snapindex"
+	snap "github.com/regiond/regiond/internal/snapshot"
 	"github.com/regiond/regiond/internal/testprog"
 	"github.com/regiond/regiond/routing"
 )
@@ -67,10 +68,10 @@ func TestFrontDoorUnderFPM(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := snapfile.WriteFile(snapshot, js, 0o644); err != nil {
+		if err := atomicfile.WriteFile(snapshot, js, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if err := snapfile.WriteFile(snapfile.IndexPath(snapshot), idx, 0o644); err != nil {
+		if err := atomicfile.WriteFile(snap.IndexPath(snapshot), idx, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}

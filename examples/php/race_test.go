@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/regiond/regiond/internal/atomicfile"
 	"github.com/regiond/regiond/internal/fleettest"
-	"github.com/regiond/regiond/internal/snapfile"
 	"github.com/regiond/regiond/internal/snapindex"
 	"github.com/regiond/regiond/routing"
 )
@@ -136,7 +136,7 @@ func TestIndexReaderRacingWriter(t *testing.T) {
 			t.Fatal(err)
 		}
 		buf = b
-		if err := snapfile.WriteFile(idx, b, 0o644); err != nil {
+		if err := atomicfile.WriteFile(idx, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -17,8 +17,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/regiond/regiond/internal/api"
+	"github.com/regiond/regiond/internal/atomicfile"
 	"github.com/regiond/regiond/internal/safedir"
-	"github.com/regiond/regiond/internal/snapfile"
 	"github.com/regiond/regiond/routing"
 	"github.com/regiond/regiond/watch"
 )
@@ -178,7 +178,7 @@ func (a *Agent) loadSnapshot() {
 	if a.cfg.Snapshot == "" {
 		return
 	}
-	b, err := snapfile.ReadFile(a.cfg.Snapshot)
+	b, err := atomicfile.ReadFile(a.cfg.Snapshot)
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
 			a.log.Warn("snapshot file not loaded", "path", a.cfg.Snapshot, "err", err)

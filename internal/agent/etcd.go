@@ -14,7 +14,8 @@ import (
 
 	"github.com/regiond/regiond/internal/backoff"
 	"github.com/regiond/regiond/internal/keyspace"
-	"github.com/regiond/regiond/internal/snapfile"
+	"github.com/regiond/regiond/internal/snapshot"
+	"github.com/regiond/regiond/routing"
 	"github.com/regiond/regiond/watch"
 )
 
@@ -29,18 +30,24 @@ func (a *Agent) runEtcd(ctx context.Context) error {
 	}
 	defer cli.Close()
 	ks, _ := keyspace.New(a.cfg.Prefix)
-	var w *snapfile.Writer // set, as pub is, before the mirror runs
-	var pub *publisher
+	// The snapshot writer owns when and from where the files are written:
+	// an isolated change from the mirror's goroutine, unless blocking
+	// queries wait for it (they answer first, and the writer's goroutine
+	// writes after them). Then the status key is put, from its own
+	// goroutine: an etcd write stays off the path that serves and writes
+	// the change.
+	var w *snapshot.Writer
+	if a.cfg.Snapshot != "" {
+		w = snapshot.New(snapshot.Config{Path: a.cfg.Snapshot, Source: snapshotSource{a},
+			Refresh: a.snapshotRefresh, EnsureDir: a.ensureSnapshotDir, Yield: func() bool { return a.api.Waiting() > 0 },
+			Logger: a.log, Registerer: a.registry})
+	}
+	var pub *publisher // set before the mirror runs
 	mcfg := watch.Config{Client: cli, Prefix: ks.Routing(), Logger: a.log,
 		Registerer: a.registry, HealthGrace: a.cfg.HealthGrace, ProgressInterval: a.cfg.ProgressInterval}
-	// An isolated change goes to the file straight from the mirror's
-	// goroutine, unless blocking queries wait for it: they answer first,
-	// and the writer's goroutine writes after them. Then the status key
-	// is put, from its own goroutine: an etcd write stays off the path
-	// that serves and writes the change.
 	mcfg.AfterChange = func() {
-		if w != nil && a.api.Waiting() == 0 {
-			w.WriteNow()
+		if w != nil {
+			w.AfterChange()
 		}
 		pub.changed()
 	}
@@ -53,10 +60,6 @@ func (a *Agent) runEtcd(ctx context.Context) error {
 	}
 	a.mirror.Store(m)
 	close(a.mirrorSet)
-	if a.cfg.Snapshot != "" {
-		w = snapfile.NewWriter(snapfile.WriterConfig{Path: a.cfg.Snapshot, Source: snapshotSource{m},
-			Refresh: a.snapshotRefresh, EnsureDir: a.ensureSnapshotDir, Logger: a.log, Registerer: a.registry})
-	}
 	pub = newPublisher(cli, ks.Agent(a.cfg.Node), m, a)
 	a.pub.Store(pub)
 	g, gctx := errgroup.WithContext(ctx)
@@ -68,11 +71,19 @@ func (a *Agent) runEtcd(ctx context.Context) error {
 	return g.Wait()
 }
 
-// snapshotSource is the mirror as the snapshot writer's source.
-type snapshotSource struct{ *watch.Mirror }
+// snapshotSource is the agent's mirror as the snapshot writer's source.
+// The writer is made before the mirror (the mirror's AfterChange calls
+// it), and used only once the mirror is set.
+type snapshotSource struct{ a *Agent }
+
+// Table returns the mirror's table.
+func (s snapshotSource) Table() *routing.Table { return s.a.mirror.Load().Table() }
+
+// Changed returns the mirror's channel closed at its next swap.
+func (s snapshotSource) Changed() <-chan struct{} { return s.a.mirror.Load().Changed() }
 
 // SyncedAt returns the mirror's Status().SyncedAt: the file's synced_at.
-func (s snapshotSource) SyncedAt() time.Time { return s.Status().SyncedAt }
+func (s snapshotSource) SyncedAt() time.Time { return s.a.mirror.Load().Status().SyncedAt }
 
 // dialRetryMax bounds the wait between two attempts to reach etcd (or to
 // log in): the backoff's cap plus its jitter.

@@ -1,4 +1,4 @@
-// Package api serves the agent's HTTP API (DESIGN §5): resolve, table,
+// Package api serves the agent's HTTP API (docs/agent.md): resolve, table,
 // status, healthz, readyz and metrics, answered from memory.
 package api
 
@@ -137,17 +137,28 @@ func (s *Server) Handler(loopbackOnly bool) http.Handler {
 	})
 }
 
-// IsLoopbackHost reports whether an HTTP Host header names the loopback
-// interface: localhost, 127.0.0.0/8 or ::1, with an optional port.
+// IsLoopbackHost reports whether an HTTP Host header (or a listen
+// address's host) names the loopback interface: localhost (any case, with
+// or without the root's trailing dot), an address of 127.0.0.0/8, or ::1
+// (bare or in brackets), each with an optional port. A name that merely
+// begins with one of those (localhost.example, 127.0.0.1.nip.io) is not
+// loopback: it is resolved by DNS, the way of a rebinding attack.
 func IsLoopbackHost(host string) bool {
+	bracketed := strings.HasPrefix(host, "[")
 	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
+		host = h // without the brackets of [::1]:80
+	} else if bracketed && strings.HasSuffix(host, "]") {
+		host = host[1 : len(host)-1]
+	} else if bracketed {
+		return false
 	}
-	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	ip := net.ParseIP(host)
+	if bracketed { // brackets hold an IPv6 address, nothing else
+		return ip != nil && strings.Contains(host, ":") && ip.IsLoopback()
+	}
 	if strings.EqualFold(host, "localhost") || strings.EqualFold(host, "localhost.") {
 		return true
 	}
-	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
 

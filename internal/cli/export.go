@@ -15,9 +15,11 @@ func (a *app) exportCmd() *cobra.Command {
 applying the output unchanged is a no-op. Boosts and health keys are
 runtime state and are not exported.`,
 		Example: `  regionctl export > fleet.yaml
-  regionctl export -o json | jq '.routes.PL'`,
+  regionctl export -o json | jq '.routes.PL'
+  regionctl export kv --out kv.json   # per-country values for an edge KV store`,
 		Args: exactArgs(0, "no arguments"),
 	}
+	cmd.AddCommand(a.exportKVCmd())
 	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, _ []string) error {
 		return a.runExport(ctx)
 	})

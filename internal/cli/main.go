@@ -26,7 +26,7 @@ import (
 	"github.com/regiond/regiond/internal/store"
 )
 
-// Exit codes (DESIGN §6, plus 5).
+// Exit codes (docs/regionctl.md).
 const (
 	ExitOK           = 0
 	ExitRefused      = 1 // validation refused the change, or another failure; nothing written

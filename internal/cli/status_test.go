@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -71,19 +72,24 @@ func TestStatus(t *testing.T) {
 }
 
 // agentSim plays agents: after each epoch change it reports the change's
-// revision for the given nodes, after delay.
-func (e *tenv) agentSim(ctx context.Context, delay time.Duration, lease clientv3.LeaseID, nodes ...string) {
+// revision for the given nodes, after delay. It returns the revision of
+// the last change it began to report, stored before the first put: a
+// write that converged on a revision was answered after that store.
+func (e *tenv) agentSim(ctx context.Context, delay time.Duration, lease clientv3.LeaseID, nodes ...string) *atomic.Int64 {
+	var reporting atomic.Int64
 	wch := testClient.Watch(ctx, e.ks.Epoch())
 	go func() {
 		for wr := range wch {
 			for _, ev := range wr.Events {
 				time.Sleep(delay)
+				reporting.Store(ev.Kv.ModRevision)
 				for _, n := range nodes {
 					e.putAgent(n, ev.Kv.ModRevision, lease)
 				}
 			}
 		}
 	}()
+	return &reporting
 }
 
 // TestWaitConverged: a write with --wait-converged returns once every live
@@ -99,12 +105,21 @@ func TestWaitConverged(t *testing.T) {
 	e.putAgent("node-b", rev, lease)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	e.agentSim(ctx, 300*time.Millisecond, lease, "node-a", "node-b")
+	reporting := e.agentSim(ctx, 300*time.Millisecond, lease, "node-a", "node-b")
 
-	start := time.Now()
 	r := e.must(ExitOK, "pool", "set", "eu-central", "--attr", "x=1", "--wait-converged")
-	if !strings.Contains(r.stdout, "converged: every live agent serves revision") || time.Since(start) < 300*time.Millisecond {
-		t.Fatalf("--wait-converged returned after %s: %s", time.Since(start), r)
+	ep, err := testClient.Get(context.Background(), e.ks.Epoch())
+	if err != nil || len(ep.Kvs) == 0 {
+		t.Fatalf("epoch key: %v", err)
+	}
+	committed := ep.Kvs[0].ModRevision
+	if !strings.Contains(r.stdout, "converged: every live agent serves revision") {
+		t.Fatalf("--wait-converged: %s", r)
+	}
+	// The agents report 300 ms after the commit: a return before they did
+	// is a convergence nobody reported.
+	if got := reporting.Load(); got < committed {
+		t.Fatalf("--wait-converged returned before the agents reported revision %d (they had begun on %d): %s", committed, got, r)
 	}
 
 	e.putAgent("node-stuck", rev, dying)

@@ -46,9 +46,9 @@ type Config struct {
 	// plain http as before.
 	ClientTLS *TLS
 	// BcryptCost is the cost of hashing user passwords; zero means etcd's
-	// default (10). Tests with authentication use bcrypt.MinCost (4): each
-	// authentication then takes about a millisecond instead of ~50ms
-	// (seconds under the race detector).
+	// default (10). Tests with authentication use bcrypt.MinCost (4), so
+	// that logins do not dominate their run time (least of all under the
+	// race detector).
 	BcryptCost uint
 }
 

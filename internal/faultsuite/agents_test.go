@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/regiond/regiond/internal/snapfile"
+	"github.com/regiond/regiond/internal/atomicfile"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -127,7 +127,7 @@ func (a *agentProc) kill() {
 	}
 	a.cmd.Process.Signal(syscall.SIGKILL)
 	<-a.exited
-	if b, err := snapfile.ReadFile(a.snapshot); err == nil {
+	if b, err := atomicfile.ReadFile(a.snapshot); err == nil {
 		if t, _, err := routing.LoadTableJSON(b); err == nil {
 			a.floor = t.Revision()
 		}

@@ -1,4 +1,4 @@
-// Package keyspace maps regiond's names to etcd keys and back (DESIGN §2).
+// Package keyspace maps regiond's names to etcd keys and back (docs/keys-and-values.md).
 // Keys of the routing prefix are handled relative to <root>/routing/ by the
 // routing package; this package adds the root and the keys beside it
 // (audit, agents, locks).

@@ -1,7 +1,7 @@
 // Package store is regionctl's etcd I/O. It loads the whole routing state
 // at one revision (paged) and sends every write through one path: the
 // caller builds the whole proposed state from the current one, the store
-// validates it (DESIGN §3) and commits it in one Txn guarded by the epoch,
+// validates it (docs/keys-and-values.md, invariants) and commits it in one Txn guarded by the epoch,
 // which bumps the epoch and writes the audit record of the change:
 //
 //	If(mod_revision(epoch) == R_E, no audit record of epoch E+1 or later)

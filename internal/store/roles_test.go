@@ -13,7 +13,7 @@ import (
 func testRoles() Roles { return NewRoles(keyspace.Default(), "") }
 
 // TestRoleGrants: each role holds exactly its job's permissions (the
-// contract of the README), and no agent or origin role may write a key
+// contract of docs/regionctl.md), and no agent or origin role may write a key
 // of the routing policy.
 func TestRoleGrants(t *testing.T) {
 	r := testRoles()

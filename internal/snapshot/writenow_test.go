@@ -1,4 +1,4 @@
-package snapfile
+package snapshot
 
 import (
 	"math/rand/v2"
@@ -10,68 +10,69 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// TestSlowWriteStopsWriteNow: after a write that took longer than
-// inlineMax, WriteNow leaves writing to Run, whether that write succeeded
+// TestSlowWriteStopsInlineWrites: after a write that took longer than
+// inlineMax, AfterChange leaves writing to Run, whether that write succeeded
 // or failed (a file system that hangs, then times out). Found in review:
 // only successful writes were timed. The write is made slow by handing it
 // a start 10 ms in the past.
-func TestSlowWriteStopsWriteNow(t *testing.T) {
+func TestSlowWriteStopsInlineWrites(t *testing.T) {
 	for _, fail := range []bool{false, true} {
 		path := filepath.Join(t.TempDir(), "table.json")
 		if fail {
 			path, _ = unwritablePath(t)
 		}
 		src := newSource()
-		w := NewWriter(WriterConfig{Path: path, Source: src, Logger: discardLogger, MinInterval: time.Microsecond})
+		w := New(Config{Path: path, Source: src, Logger: discardLogger})
 		w.memFS = 1
 		src.set(table(1, 10))
 		w.mu.Lock()
-		w.seen, w.lastChange = src.Table(), time.Now()
-		w.write(src.Table(), time.Now().Add(-10*time.Millisecond))
-		w.retryAt = time.Time{} // the backoff has passed
+		w.seen = src.Table()
+		w.publish(src.Table(), time.Now().Add(-10*time.Millisecond), false, false)
+		w.retryAt = time.Time{}                       // the backoff has passed
+		w.pace.lastStart = time.Now().Add(-time.Hour) // and the pacing: only the cost is left
 		w.mu.Unlock()
-		errs, writes := testutil.ToFloat64(w.errors), testutil.ToFloat64(w.writes)
+		errs, writes := testutil.ToFloat64(w.outs[0].errors), testutil.ToFloat64(w.outs[0].writes)
 		time.Sleep(time.Millisecond) // an isolated change
 		src.set(table(2, 20))
-		w.WriteNow()
-		if testutil.ToFloat64(w.errors) > errs || testutil.ToFloat64(w.writes) > writes {
-			t.Errorf("the last write took 10 ms (failed: %v), yet WriteNow wrote in the caller's goroutine", fail)
+		w.AfterChange()
+		if testutil.ToFloat64(w.outs[0].errors) > errs || testutil.ToFloat64(w.outs[0].writes) > writes {
+			t.Errorf("the last write took 10 ms (failed: %v), yet AfterChange wrote in the caller's goroutine", fail)
 		}
 	}
 }
 
-// TestWriteNowFailedWriteRetried: a write that fails inside WriteNow is
+// TestAfterChangeFailedWriteRetried: a write that fails inside AfterChange is
 // retried by Run although no further change arrives.
-func TestWriteNowFailedWriteRetried(t *testing.T) {
+func TestAfterChangeFailedWriteRetried(t *testing.T) {
 	path, blocker := unwritablePath(t)
 	src := newSource()
-	w := runWriter(t, WriterConfig{Path: path, Source: src, Logger: discardLogger})
+	w := runWriter(t, Config{Path: path, Source: src, Logger: discardLogger})
 	w.mu.Lock()
 	w.memFS = 1
 	w.mu.Unlock()
 	time.Sleep(20 * time.Millisecond) // Run idle, waiting for a table
 	src.set(table(3, 40))
-	w.WriteNow() // fails; nothing changes afterwards
-	for i := 0; i < 200 && testutil.ToFloat64(w.errors) == 0; i++ {
+	w.AfterChange() // fails; nothing changes afterwards
+	for i := 0; i < 200 && testutil.ToFloat64(w.outs[0].errors) == 0; i++ {
 		time.Sleep(5 * time.Millisecond)
 	}
-	if testutil.ToFloat64(w.errors) == 0 {
+	if testutil.ToFloat64(w.outs[0].errors) == 0 {
 		t.Fatal("the write never failed: test setup")
 	}
 	os.Remove(blocker)
 	waitRevision(t, path, 3)
 }
 
-// TestWriteNowWithRun: a "mirror" swaps tables with random gaps (bursts
-// and isolated changes) and calls WriteNow after each swap while Run runs;
+// TestAfterChangeWithRun: a "mirror" swaps tables with random gaps (bursts
+// and isolated changes) and calls AfterChange after each swap while Run runs;
 // the file reaches the last table soon after the last swap (no lost
-// wakeup), with and without WriteNow. Run it with -race.
-func TestWriteNowWithRun(t *testing.T) {
+// wakeup), with and without AfterChange. Run it with -race.
+func TestAfterChangeWithRun(t *testing.T) {
 	for _, inline := range []bool{true, false} {
 		for round := range 3 {
 			path := filepath.Join(t.TempDir(), "table.json")
 			src := newSource()
-			w := runWriter(t, WriterConfig{Path: path, Source: src, Logger: discardLogger})
+			w := runWriter(t, Config{Path: path, Source: src, Logger: discardLogger})
 			w.mu.Lock()
 			w.memFS = 1
 			w.mu.Unlock()
@@ -81,7 +82,7 @@ func TestWriteNowWithRun(t *testing.T) {
 				last = int64(i + 1)
 				src.set(table(last, 1+i%99))
 				if inline {
-					w.WriteNow()
+					w.AfterChange()
 				}
 				switch r.IntN(4) {
 				case 1:

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package snapfile
+package atomicfile
 
 import "syscall"
 
@@ -22,5 +22,5 @@ func writev(fd int, iovs [][]byte) (int, error) {
 	return 0, nil
 }
 
-// inMemoryFS reports false off Linux: the writer's goroutine writes.
-func inMemoryFS(dir string) (bool, error) { return false, nil }
+// InMemory reports false off Linux.
+func InMemory(dir string) (bool, error) { return false, nil }

@@ -1,4 +1,4 @@
-package snapfile
+package atomicfile
 
 import (
 	"syscall"
@@ -44,9 +44,9 @@ func holdFile(path string) int {
 // written (maybe fewer than given).
 func writev(fd int, iovs [][]byte) (int, error) { return unix.Writev(fd, iovs) }
 
-// inMemoryFS reports whether dir is on a file system held in memory (tmpfs,
+// InMemory reports whether dir is on a file system held in memory (tmpfs,
 // ramfs), where a write never waits for a disk or a server.
-func inMemoryFS(dir string) (bool, error) {
+func InMemory(dir string) (bool, error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil {
 		return false, err

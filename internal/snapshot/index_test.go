@@ -1,6 +1,8 @@
-package snapfile
+package snapshot
 
 import (
+	"github.com/regiond/regiond/internal/atomicfile"
+
 	"os"
 	"path/filepath"
 	"testing"
@@ -57,7 +59,7 @@ func TestWriterWritesIndex(t *testing.T) {
 	src := newSource()
 	synced := time.Now().Add(-3 * time.Second).UTC()
 	src.synced(synced)
-	w := runWriter(t, WriterConfig{Path: path, Source: src})
+	w := runWriter(t, Config{Path: path, Source: src})
 	for rev, weight := range map[int64]int{5: 30, 6: 70, 7: 0} {
 		tab := table(rev, weight)
 		src.set(tab)
@@ -73,7 +75,7 @@ func TestWriterWritesIndex(t *testing.T) {
 		if x == nil || x.Header.Revision != rev {
 			t.Fatalf("index never reached revision %d", rev)
 		}
-		b, _ := ReadFile(path)
+		b, _ := atomicfile.ReadFile(path)
 		_, h, err := routing.LoadTableJSONHeader(b)
 		if err != nil {
 			t.Fatal(err)
@@ -89,7 +91,7 @@ func TestWriterWritesIndex(t *testing.T) {
 			}
 		}
 	}
-	if n := testutil.ToFloat64(w.idxWrites); n < 3 {
+	if n := testutil.ToFloat64(w.outs[1].writes); n < 3 {
 		t.Errorf("index writes %v, want ≥ 3", n)
 	}
 }
@@ -109,13 +111,13 @@ func TestWriterRetriesAFailedIndexWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := newSource()
-	w := runWriter(t, WriterConfig{Path: path, Source: src})
+	w := runWriter(t, Config{Path: path, Source: src})
 	src.set(table(9, 40))
 	waitRevision(t, path, 9)
-	for i := 0; i < 300 && testutil.ToFloat64(w.idxErrors) == 0; i++ {
+	for i := 0; i < 300 && testutil.ToFloat64(w.outs[1].errors) == 0; i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if testutil.ToFloat64(w.idxErrors) == 0 {
+	if testutil.ToFloat64(w.outs[1].errors) == 0 {
 		t.Fatal("the index write never failed: test setup")
 	}
 	if err := os.RemoveAll(idx); err != nil {
@@ -172,8 +174,8 @@ func BenchmarkIndexVsJSON(b *testing.B) {
 		}
 	})
 	b.Run("json-segments-write", func(b *testing.B) {
-		p := newPreparedFile(filepath.Join(shmDir(b), "table.json"), 0o644, discardLogger)
-		defer p.close()
+		p := atomicfile.New(filepath.Join(shmDir(b), "table.json"), 0o644, atomicfile.Options{Logger: discardLogger})
+		defer p.Close()
 		var segs [][]byte
 		var scratch []byte
 		for n := 0; b.Loop(); n++ {
@@ -181,14 +183,14 @@ func BenchmarkIndexVsJSON(b *testing.B) {
 			if segs, scratch, err = tables[n%len(tables)].JSONSegmentsWith(segs, scratch, h); err != nil {
 				b.Fatal(err)
 			}
-			if err := p.write(segs...); err != nil {
+			if err := p.Write(segs...); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("index-encode-write", func(b *testing.B) {
-		p := newPreparedFile(filepath.Join(shmDir(b), "table.idx"), 0o644, discardLogger)
-		defer p.close()
+		p := atomicfile.New(filepath.Join(shmDir(b), "table.idx"), 0o644, atomicfile.Options{Logger: discardLogger})
+		defer p.Close()
 		var enc snapindex.Encoder
 		var buf []byte
 		for n := 0; b.Loop(); n++ {
@@ -196,7 +198,7 @@ func BenchmarkIndexVsJSON(b *testing.B) {
 			if buf, err = enc.Encode(buf, tables[n%len(tables)], h); err != nil {
 				b.Fatal(err)
 			}
-			if err := p.write(buf); err != nil {
+			if err := p.Write(buf); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -1,14 +1,15 @@
-package snapfile
+package snapshot
 
 import (
+	"github.com/regiond/regiond/internal/atomicfile"
+	"github.com/regiond/regiond/routing"
+
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -62,9 +63,9 @@ func waitPrepared(t *testing.T, dir, base string) string {
 
 // startWriter runs a writer until the returned stop is called (or the test
 // ends).
-func startWriter(t *testing.T, cfg WriterConfig) (*Writer, func()) {
+func startWriter(t *testing.T, cfg Config) (*Writer, func()) {
 	t.Helper()
-	w := NewWriter(cfg)
+	w := New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); w.Run(ctx) }()
@@ -77,7 +78,7 @@ func TestWriterLeavesNoTempFileOnExit(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "table.json")
 	src := newSource()
-	_, stop := startWriter(t, WriterConfig{Path: path, Source: src})
+	_, stop := startWriter(t, Config{Path: path, Source: src})
 	src.set(table(1, 50))
 	waitRevision(t, path, 1)
 	waitPrepared(t, dir, "table.json") // there is a prepared file to remove
@@ -98,7 +99,7 @@ func TestWriterRemovesLeftoverTempFiles(t *testing.T) {
 		}
 	}
 	src := newSource()
-	_, stop := startWriter(t, WriterConfig{Path: path, Source: src})
+	_, stop := startWriter(t, Config{Path: path, Source: src})
 	src.set(table(1, 50))
 	waitRevision(t, path, 1)
 	for _, name := range leftovers {
@@ -129,7 +130,7 @@ func TestWriterSurvivesLostTempFile(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "shm")
 			path := filepath.Join(dir, "table.json")
 			src := newSource()
-			w, stop := startWriter(t, WriterConfig{Path: path, Source: src})
+			w, stop := startWriter(t, Config{Path: path, Source: src})
 			src.set(table(1, 50))
 			waitRevision(t, path, 1)
 			tmp := waitPrepared(t, dir, "table.json")
@@ -139,18 +140,18 @@ func TestWriterSurvivesLostTempFile(t *testing.T) {
 			want := table(2, 70)
 			src.set(want)
 			waitRevision(t, path, 2)
-			if n := testutil.ToFloat64(w.errors); n != 0 {
+			if n := testutil.ToFloat64(w.outs[0].errors); n != 0 {
 				t.Fatalf("%v failed writes, want the write to fall back to a fresh temp file", n)
 			}
-			got, err := ReadFile(path)
+			got, err := atomicfile.ReadFile(path)
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantJSON, err := want.JSONInto(nil, time.Now())
+			wantJSON, err := want.JSONWith(nil, routing.JSONHeader{WrittenAt: writtenAt(t, got)})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !sameContent(got, wantJSON) {
+			if !bytes.Equal(got, wantJSON) {
 				t.Fatalf("content = %s\nwant %s", got, wantJSON)
 			}
 			// The next write uses a newly prepared file.
@@ -176,16 +177,16 @@ func TestWriterRefusesSymlink(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := newSource()
-	w, stop := startWriter(t, WriterConfig{Path: path, Source: src})
+	w, stop := startWriter(t, Config{Path: path, Source: src})
 	src.set(table(1, 50))
-	for i := 0; i < 500 && testutil.ToFloat64(w.errors) == 0; i++ {
+	for i := 0; i < 500 && testutil.ToFloat64(w.outs[0].errors) == 0; i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
 	stop()
-	if n := testutil.ToFloat64(w.errors); n == 0 {
+	if n := testutil.ToFloat64(w.outs[0].errors); n == 0 {
 		t.Fatal("writing through a symlink did not fail")
 	}
-	if n := testutil.ToFloat64(w.writes); n != 0 {
+	if n := testutil.ToFloat64(w.outs[0].writes); n != 0 {
 		t.Fatalf("%v writes through a symlink", n)
 	}
 	if fi, err := os.Lstat(path); err != nil || fi.Mode()&os.ModeSymlink == 0 {
@@ -196,19 +197,6 @@ func TestWriterRefusesSymlink(t *testing.T) {
 	}
 	if got := dirNames(t, dir); !slices.Equal(got, []string{"elsewhere", "table.json"}) {
 		t.Fatalf("directory = %v, want only the target and the link", got)
-	}
-	// And at the lower level: the prepared file is not used either.
-	p := newPreparedFile(path, 0o644, discardLogger)
-	p.start()
-	defer p.close()
-	if p.next == nil {
-		t.Fatal("no temp file prepared")
-	}
-	if err := p.write([]byte("x")); !errors.Is(err, ErrSymlink) {
-		t.Fatalf("write through a symlink: err = %v, want ErrSymlink", err)
-	}
-	if b, _ := os.ReadFile(target); string(b) != "precious" {
-		t.Fatalf("symlink target changed to %q", b)
 	}
 }
 
@@ -230,7 +218,7 @@ func TestModeIgnoresUmask(t *testing.T) {
 	// The writer: its first prepared file is created at start.
 	path := filepath.Join(dir, "table.json")
 	src := newSource()
-	startWriter(t, WriterConfig{Path: path, Source: src})
+	startWriter(t, Config{Path: path, Source: src})
 	src.set(table(1, 50))
 	waitRevision(t, path, 1)
 	checkMode(path)
@@ -238,139 +226,6 @@ func TestModeIgnoresUmask(t *testing.T) {
 	src.set(table(2, 60))
 	waitRevision(t, path, 2)
 	checkMode(path)
-
-	// The prepared path and the fresh-temp path.
-	p := newPreparedFile(filepath.Join(dir, "p", "table.json"), 0o644, discardLogger)
-	defer p.close()
-	for i := 0; i < 2; i++ {
-		if err := p.write([]byte("x")); err != nil {
-			t.Fatal(err)
-		}
-		checkMode(p.path)
-		if p.next == nil {
-			t.Fatal("no temp file prepared")
-		}
-	}
-	plain := filepath.Join(dir, "plain", "table.json")
-	if err := WriteFile(plain, []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	checkMode(plain)
-}
-
-func TestPreparedFileSizes(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "table.json")
-	p := newPreparedFile(path, 0o644, discardLogger)
-	p.start()
-	defer p.close()
-	canPreallocate := runtime.GOOS == "linux" && probePreallocate(t, dir)
-	for i, n := range []int{100_000, 10, 50_000, 0, 95_614, 1, 200_000, 4096, 4095} {
-		if p.next == nil {
-			t.Fatalf("write %d: no temp file prepared", i)
-		}
-		data := bytes.Repeat([]byte{'A' + byte(i)}, n)
-		if err := p.write(data); err != nil {
-			t.Fatal(err)
-		}
-		got, err := ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, data) {
-			t.Fatalf("write %d: file holds %d bytes (%.10q…), want %d bytes of %c", i, len(got), got, n, 'A'+byte(i))
-		}
-		if names := tempNames(dir, "table.json"); len(names) != 1 {
-			t.Fatalf("write %d: temp files %v, want the one prepared", i, names)
-		}
-		var st syscall.Stat_t
-		if err := syscall.Fstat(p.next.fd, &st); err != nil {
-			t.Fatal(err)
-		}
-		if st.Size != 0 {
-			t.Fatalf("prepared file size %d, want 0", st.Size)
-		}
-		if canPreallocate && st.Blocks*512 < int64(n) {
-			t.Fatalf("write %d: prepared file has %d bytes of blocks, want >= %d", i, st.Blocks*512, n)
-		}
-	}
-	p.close()
-	if p.next != nil || p.hold != -1 {
-		t.Fatalf("after close: next %v, hold %d; want none", p.next, p.hold)
-	}
-	if got := dirNames(t, dir); !slices.Equal(got, []string{"table.json"}) {
-		t.Fatalf("directory after close: %v, want only table.json", got)
-	}
-}
-
-// probePreallocate reports whether the file system under dir supports
-// preallocation.
-func probePreallocate(t *testing.T, dir string) bool {
-	f, err := os.CreateTemp(dir, "probe")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	return preallocate(int(f.Fd()), 8192) == nil
 }
 
 var discardLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-// BenchmarkWrite compares WriteFile (a fresh temp file per write) with the
-// writer's prepared temp file, for a snapshot-sized payload on /dev/shm.
-// "prepared" is the whole call (including freeing the replaced file, the
-// directory fsync and preparing the next file); "prepared-critical" is
-// until the rename, which makes the new file visible.
-func BenchmarkWrite(b *testing.B) {
-	data := bytes.Repeat([]byte(`{"pool":"a","weight":50},`), 95_614/25+1)[:95_614]
-	// prepared is a prepared file on /dev/shm that has written data once.
-	prepared := func(b *testing.B) *preparedFile {
-		p := newPreparedFile(filepath.Join(shmDir(b), "table.json"), 0o644, discardLogger)
-		b.Cleanup(p.close)
-		if err := p.write(data); err != nil {
-			b.Fatal(err)
-		}
-		b.SetBytes(int64(len(data)))
-		return p
-	}
-	b.Run("WriteFile", func(b *testing.B) {
-		path := filepath.Join(shmDir(b), "table.json")
-		b.SetBytes(int64(len(data)))
-		for b.Loop() {
-			if err := WriteFile(path, data, 0o644); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("prepared", func(b *testing.B) {
-		p := prepared(b)
-		for b.Loop() {
-			if err := p.write(data); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("prepared-critical", func(b *testing.B) {
-		p := prepared(b)
-		for b.Loop() {
-			t := p.next
-			p.next = nil
-			if t == nil {
-				b.Fatal("no temp file prepared")
-			}
-			if err := refuseSymlink(p.path); err != nil {
-				b.Fatal(err)
-			}
-			if err := t.commit(p.path, [][]byte{data}); err != nil {
-				b.Fatal(err)
-			}
-			b.StopTimer()
-			if err := syncDir(p.dir); err != nil {
-				b.Fatal(err)
-			}
-			p.prepare(int64(len(data)))
-			b.StartTimer()
-		}
-	})
-}

@@ -1,8 +1,12 @@
-// Package snapfile writes and reads the agent's snapshot file: the table
-// JSON, replaced atomically (temp file in the same directory → write →
-// fsync → rename → close → fsync directory) so a reader in any language
-// sees either the old file or the new one, never a torn or empty one.
-package snapfile
+// Package atomicfile replaces a file atomically and durably: a temp file in
+// the same directory, the buffers written (gathered by writev), fsync,
+// rename, close, fsync of the directory. A reader in any language sees
+// either the old file or the new one, never a torn or empty one, and after
+// a crash the rename is not lost. It knows nothing of what the bytes are.
+//
+// WriteFile replaces a file once; a File keeps the next temp file prepared
+// for a path written again and again.
+package atomicfile
 
 import (
 	"errors"
@@ -15,19 +19,39 @@ import (
 	"syscall"
 )
 
-// ErrSymlink is returned when the snapshot path is a symbolic link.
-var ErrSymlink = errors.New("snapfile: path is a symbolic link; refusing to write through it")
+// ErrSymlink is returned when the path to replace is a symbolic link.
+var ErrSymlink = errors.New("atomicfile: path is a symbolic link; refusing to write through it")
+
+// fileCalls are the system calls that replace the file: a seam through
+// which tests record their order and the directory of the temp file.
+type fileCalls struct {
+	open   func(path string, mode int, perm uint32) (fd int, err error)
+	writev func(fd int, iovs [][]byte) (n int, err error)
+	fsync  func(fd int) error
+	rename func(from, to string) error
+}
+
+// sys is the seam; the default is the system calls themselves.
+var sys = fileCalls{open: syscall.Open, writev: writev, fsync: syscall.Fsync, rename: syscall.Rename}
 
 // WriteFile atomically replaces path with data, mode perm. The directory
 // is created (0755) if missing. A symlink at path is refused.
 func WriteFile(path string, data []byte, perm os.FileMode) error {
-	return writeFile(path, [][]byte{data}, perm, mkdirAll)
+	return writeFile(path, [][]byte{data}, perm, MkdirAll)
 }
 
-// mkdirAll creates dir and its parents, 0755, if missing.
-func mkdirAll(dir string) error {
+// WriteBuffers atomically replaces path with the concatenation of bufs,
+// mode perm, without joining them (writev). The directory is created
+// (0755) if missing. A symlink at path is refused.
+func WriteBuffers(path string, perm os.FileMode, bufs ...[]byte) error {
+	return writeFile(path, bufs, perm, MkdirAll)
+}
+
+// MkdirAll creates dir and its parents, 0755, if missing: the default
+// Options.EnsureDir.
+func MkdirAll(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("snapfile: create directory %s: %w", dir, err)
+		return fmt.Errorf("atomicfile: create directory %s: %w", dir, err)
 	}
 	return nil
 }
@@ -52,7 +76,7 @@ func writeFile(path string, segs [][]byte, perm os.FileMode, ensureDir func(dir 
 	return syncDir(dir)
 }
 
-// tempPrefix is the name prefix of the temp files for the snapshot base:
+// tempPrefix is the name prefix of the temp files for the file base:
 // they match .<base>.tmp-*.
 func tempPrefix(base string) string { return "." + base + ".tmp-" }
 
@@ -65,7 +89,7 @@ func refuseSymlink(path string) error {
 	return nil
 }
 
-// tempFile is an open, empty temp file beside the snapshot, held as a raw
+// tempFile is an open, empty temp file beside the target, held as a raw
 // descriptor (no os.File: no poller registration, no finalizer).
 type tempFile struct {
 	fd   int
@@ -80,18 +104,18 @@ func createTemp(dir, base string, perm os.FileMode, prealloc int64) (*tempFile, 
 	for try := 0; ; try++ {
 		name := prefix + strconv.FormatUint(rand.Uint64(), 36)
 		fd, err := ignoringEINTR(func() (int, error) {
-			return syscall.Open(name, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0o600)
+			return sys.open(name, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0o600)
 		})
 		if errors.Is(err, syscall.EEXIST) && try < 100 {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("snapfile: create temp file in %s: %w", dir, err)
+			return nil, fmt.Errorf("atomicfile: create temp file in %s: %w", dir, err)
 		}
 		t := &tempFile{fd: fd, name: name}
 		if err := syscall.Fchmod(fd, uint32(perm.Perm())); err != nil {
 			t.discard()
-			return nil, fmt.Errorf("snapfile: chmod %s: %w", name, err)
+			return nil, fmt.Errorf("atomicfile: chmod %s: %w", name, err)
 		}
 		if prealloc > 0 {
 			preallocate(fd, prealloc) // an optimisation only: errors do not matter
@@ -109,16 +133,16 @@ func (t *tempFile) commit(path string, segs [][]byte) (err error) {
 			t.discard()
 		}
 	}()
-	if err := writevAll(segs, func(iovs [][]byte) (int, error) { return writev(t.fd, iovs) }); err != nil {
-		return fmt.Errorf("snapfile: write %s: %w", t.name, err)
+	if err := writevAll(segs, func(iovs [][]byte) (int, error) { return sys.writev(t.fd, iovs) }); err != nil {
+		return fmt.Errorf("atomicfile: write %s: %w", t.name, err)
 	}
-	if err := syscall.Fsync(t.fd); err != nil {
-		return fmt.Errorf("snapfile: fsync %s: %w", t.name, err)
+	if err := sys.fsync(t.fd); err != nil {
+		return fmt.Errorf("atomicfile: fsync %s: %w", t.name, err)
 	}
 	// The data is durable: publish it first, close after (one system call
 	// less between the change and readers seeing it).
-	if err := syscall.Rename(t.name, path); err != nil {
-		return fmt.Errorf("snapfile: rename into %s: %w", path, &os.LinkError{Op: "rename", Old: t.name, New: path, Err: err})
+	if err := sys.rename(t.name, path); err != nil {
+		return fmt.Errorf("atomicfile: rename into %s: %w", path, &os.LinkError{Op: "rename", Old: t.name, New: path, Err: err})
 	}
 	syscall.Close(t.fd) // after a successful fsync, close has nothing left to report
 	t.fd = -1
@@ -178,20 +202,22 @@ func writevAll(segs [][]byte, writev func(iovs [][]byte) (int, error)) error {
 	}
 }
 
+// syncDir fsyncs the directory dir, so a rename in it survives a crash.
 func syncDir(dir string) error {
 	fd, err := ignoringEINTR(func() (int, error) {
-		return syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+		return sys.open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
 	})
 	if err != nil {
-		return fmt.Errorf("snapfile: open directory %s: %w", dir, err)
+		return fmt.Errorf("atomicfile: open directory %s: %w", dir, err)
 	}
 	defer syscall.Close(fd)
-	if err := syscall.Fsync(fd); err != nil && err != syscall.EINVAL {
-		return fmt.Errorf("snapfile: fsync directory %s: %w", dir, err)
+	if err := sys.fsync(fd); err != nil && err != syscall.EINVAL {
+		return fmt.Errorf("atomicfile: fsync directory %s: %w", dir, err)
 	}
 	return nil
 }
 
+// ignoringEINTR calls open until it does not fail with EINTR.
 func ignoringEINTR(open func() (int, error)) (int, error) {
 	for {
 		fd, err := open()
@@ -208,12 +234,12 @@ func ReadFile(path string) ([]byte, error) {
 		if errors.Is(err, syscall.ELOOP) {
 			return nil, fmt.Errorf("read %s: %w", path, ErrSymlink)
 		}
-		return nil, fmt.Errorf("snapfile: %w", err)
+		return nil, fmt.Errorf("atomicfile: %w", err)
 	}
 	defer f.Close()
 	b, err := io.ReadAll(f)
 	if err != nil {
-		return nil, fmt.Errorf("snapfile: read %s: %w", path, err)
+		return nil, fmt.Errorf("atomicfile: read %s: %w", path, err)
 	}
 	return b, nil
 }

@@ -1,0 +1,128 @@
+// Package js_test runs the JavaScript reader (regiond.mjs, node.mjs)
+// through testdata/driver.mjs and checks it against Go: xxh64 and the
+// sticky score on the same vectors, and every decision of every header
+// (AA..ZZ, junk, _unknown) through the KV export and the index file, on
+// tables with drained, down, unhealthy and boosted pools and NoRoute. The
+// tests need Node 18+ (Debian bookworm's nodejs; the module is written for
+// Node 20+ and Workers and uses nothing newer than 18): without it they
+// skip, naming it, unless CI=true (then they fail; .ci/run installs nodejs).
+package js_test
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/regiond/regiond/internal/testprog"
+)
+
+const installHint = "install Node.js 18+, e.g. `apt-get update && apt-get install -y nodejs`"
+
+var (
+	nodeOnce sync.Once
+	nodePath string
+	nodeErr  error
+)
+
+// node returns the node binary; a missing or older than 18 node skips the
+// test (fails it in CI).
+func node(t testing.TB) string {
+	t.Helper()
+	nodeOnce.Do(func() {
+		nodePath, nodeErr = exec.LookPath("node")
+		if nodeErr != nil {
+			nodeErr = fmt.Errorf("node not found in PATH: %w", nodeErr)
+			return
+		}
+		out, err := exec.Command(nodePath, "-p", "process.versions.node").CombinedOutput()
+		if err != nil {
+			nodeErr = fmt.Errorf("%s does not run: %v: %s", nodePath, err, out)
+			return
+		}
+		major, _, _ := strings.Cut(strings.TrimSpace(string(out)), ".")
+		if n, err := strconv.Atoi(major); err != nil || n < 18 {
+			nodeErr = fmt.Errorf("%s is Node %s, the reader needs 18+", nodePath, strings.TrimSpace(string(out)))
+		}
+	})
+	if nodeErr != nil {
+		testprog.Missing(t, nodeErr.Error(), installHint)
+	}
+	return nodePath
+}
+
+// runNode runs the driver with args, stdin as JSON, and returns stdout.
+func runNode(t testing.TB, stdin any, args ...string) []byte {
+	t.Helper()
+	in, err := json.Marshal(stdin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(node(t), append([]string{filepath.Join("testdata", "driver.mjs")}, args...)...)
+	cmd.Stdin = bytes.NewReader(in)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("node driver %v: %v\nstderr: %s", args, err, stderr.String())
+	}
+	if stderr.Len() > 0 {
+		t.Fatalf("node driver %v wrote to stderr: %s", args, stderr.String())
+	}
+	return stdout.Bytes()
+}
+
+// writeTemp writes b to a file named name in a temp dir.
+func writeTemp(t testing.TB, name string, b []byte) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func hexAll(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = hex.EncodeToString([]byte(s))
+	}
+	return out
+}
+
+// randomKey returns a sticky key: session-id-like most of the time, but
+// also arbitrary bytes (NUL, invalid UTF-8), UTF-8 text and keys of up to
+// 450 bytes.
+func randomKey(r *rand.Rand) string {
+	const alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
+	var b []byte
+	switch r.IntN(10) {
+	case 0:
+		b = make([]byte, 1+r.IntN(40))
+		for i := range b {
+			b[i] = byte(r.IntN(256))
+		}
+	case 1:
+		b = make([]byte, 250+r.IntN(200))
+		for i := range b {
+			b[i] = alnum[r.IntN(len(alnum))]
+		}
+	case 2:
+		return []string{"żółć-ü", "視聴者-42", "🎬viewer", "ключ"}[r.IntN(4)] + strconv.Itoa(r.IntN(1000))
+	case 3:
+		b = []byte{alnum[r.IntN(len(alnum))]}
+	default:
+		b = make([]byte, 8+r.IntN(32))
+		for i := range b {
+			b[i] = alnum[r.IntN(len(alnum))]
+		}
+	}
+	return string(b)
+}

@@ -1,0 +1,49 @@
+package api
+
+import "testing"
+
+// TestIsLoopbackHost: the Host names a browser sends for the loopback
+// interface pass; names an attacker's DNS resolves (the way of a DNS
+// rebinding attack) and non-loopback addresses do not.
+func TestIsLoopbackHost(t *testing.T) {
+	for _, tc := range []struct {
+		host string
+		want bool
+	}{
+		{"localhost", true},
+		{"LOCALHOST", true},
+		{"LocalHost:7420", true},
+		{"localhost.", true},
+		{"localhost.:7420", true},
+		{"127.0.0.1", true},
+		{"127.0.0.1:7420", true},
+		{"127.8.9.10:80", true},
+		{"[::1]", true},
+		{"[::1]:80", true},
+		{"::1", true}, // a listen address's host after net.SplitHostPort
+		{"", false},
+		{"localhost.evil", false},
+		{"localhost.evil:7420", false},
+		{"localhost.attacker.example", false},
+		{"localhostevil", false},
+		{"evil.localhost.example", false},
+		{"localhost..", false},
+		{"127.0.0.1.nip.io", false},
+		{"127.0.0.1.nip.io:7420", false},
+		{"0x7f000001", false},
+		{"0.0.0.0", false},
+		{"10.0.0.1:7420", false},
+		{"[::]:80", false},
+		{"[::1", false},
+		{"::1]", false},
+		{"[localhost]", false},
+		{"[localhost]:80", false},
+		{"[127.0.0.1]:80", false},
+		{"::1:80", false}, // an IPv6 address that is not ::1, not ::1 port 80
+		{"example.com", false},
+	} {
+		if got := IsLoopbackHost(tc.host); got != tc.want {
+			t.Errorf("IsLoopbackHost(%q) = %v, want %v", tc.host, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,83 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/regiond/regiond/internal/atomicfile"
+	"github.com/regiond/regiond/internal/snapindex"
+	"github.com/regiond/regiond/routing"
+)
+
+// exportKVOpts are the flags of export kv.
+type exportKVOpts struct {
+	format, out string
+}
+
+func (a *app) exportKVCmd() *cobra.Command {
+	var o exportKVOpts
+	cmd := &cobra.Command{
+		Use:   "kv [--format cloudflare|map] [--out FILE]",
+		Short: "Print every country's decision entry as values for an edge KV store",
+		Long: `export kv compiles the stored state as the agents do (pools, routes,
+policy, live boosts and health) and prints one KV value per country: a key
+for each ISO country code and one for _unknown, whose value is the JSON
+{"format":1,"revision","epoch","written_at","synced_at","stale","country",
+"entry"}, entry being the country's entry of the agent's table.idx (route,
+fallback_depth, affinity, candidates with merged attrs, degraded). An edge
+worker (examples/js) normalizes CF-IPCountry, reads that key, and reads
+_unknown when the key is missing.
+
+--format cloudflare (the default) prints the array that
+"wrangler kv bulk put FILE" takes: [{"key":"PL","value":"<JSON string>"},…];
+--format map prints one JSON object, key → value object. The output is
+always JSON (-o does not apply). --out writes FILE atomically instead of
+standard output. synced_at and written_at are the time of the read: a worker
+marks decisions stale-table once they are older than its max age (180 s by
+default), so re-export on every change or raise the worker's max age.`,
+		Example: `  regionctl export kv --out kv.json && wrangler kv bulk put kv.json --binding REGIOND
+  regionctl export kv --format map | jq '.PL.entry.candidates'`,
+		Args: exactArgs(0, "no arguments"),
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.format, "format", snapindex.KVFormatCloudflare, "cloudflare (wrangler kv bulk put) or map (key → value)")
+	f.StringVar(&o.out, "out", "", "write this file (atomically) instead of standard output")
+	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, _ []string) error {
+		return a.runExportKV(ctx, o)
+	})
+	return cmd
+}
+
+func (a *app) runExportKV(ctx context.Context, o exportKVOpts) error {
+	if o.format != snapindex.KVFormatCloudflare && o.format != snapindex.KVFormatMap {
+		return usagef("--format %q: want %s or %s", o.format, snapindex.KVFormatCloudflare, snapindex.KVFormatMap)
+	}
+	cur, err := a.load(ctx)
+	if err != nil {
+		return err
+	}
+	for _, s := range cur.Skipped {
+		a.log.Warn("stored value refused; the export uses what an agent would (its last good value or nothing)", "key", s.Key, "error", s.Error)
+	}
+	now := time.Now()
+	t := routing.Compile(cur.Revision, cur.KVs, nil, routing.CompileOptions{Now: now, Start: now.Add(-routing.DefaultHealthGrace)})
+	vs, err := snapindex.KVValues(t, routing.JSONHeader{WrittenAt: now, SyncedAt: now})
+	if err != nil {
+		return err
+	}
+	b, err := snapindex.AppendKV(nil, vs, o.format)
+	if err != nil {
+		return err
+	}
+	if o.out == "" {
+		_, err = a.stdout.Write(b)
+		return err
+	}
+	if err := atomicfile.WriteFile(o.out, b, 0o644); err != nil {
+		return fmt.Errorf("export kv: write %s: %w", o.out, err)
+	}
+	return nil
+}

@@ -1,0 +1,488 @@
+package snapshot
+
+import (
+	"encoding/json"
+	"github.com/regiond/regiond/internal/atomicfile"
+
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/regiond/regiond/routing"
+)
+
+// source is an in-memory table source that swaps tables like the mirror.
+type source struct {
+	mu       sync.Mutex
+	t        *routing.Table
+	ch       chan struct{}
+	polls    int // calls of Changed: one per writer loop
+	syncedAt time.Time
+}
+
+func newSource() *source { return &source{ch: make(chan struct{})} }
+
+func (s *source) Table() *routing.Table {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.t
+}
+
+func (s *source) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.polls++
+	return s.ch
+}
+
+func (s *source) SyncedAt() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.syncedAt
+}
+
+// synced sets the time SyncedAt returns, without a swap (as a silence
+// probe confirms the table).
+func (s *source) synced(at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.syncedAt = at
+}
+
+func (s *source) set(t *routing.Table) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.t = t
+	close(s.ch)
+	s.ch = make(chan struct{})
+}
+
+func table(rev int64, weight int) *routing.Table {
+	kvs := []routing.KV{
+		{Key: "pools/a", Value: []byte(`{"host":"a.example.net","residency":"eu"}`)},
+		{Key: "pools/b", Value: []byte(`{"host":"b.example.net","residency":"eu"}`)},
+		{Key: "routes/_default", Value: []byte(`{"targets":[{"pool":"a","weight":` + strconv.Itoa(weight) + `},{"pool":"b","weight":` + strconv.Itoa(100-weight) + `}]}`)},
+	}
+	return routing.Compile(rev, kvs, nil, routing.CompileOptions{})
+}
+
+func readRevision(t *testing.T, path string) int64 {
+	t.Helper()
+	b, err := atomicfile.ReadFile(path)
+	if err != nil {
+		return -1
+	}
+	tb, _, err := routing.LoadTableJSON(b)
+	if err != nil {
+		t.Fatalf("snapshot does not load: %v", err)
+	}
+	return tb.Revision()
+}
+
+func waitRevision(t *testing.T, path string, rev int64) {
+	t.Helper()
+	for i := 0; i < 500; i++ {
+		if readRevision(t, path) == rev {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("snapshot never reached revision %d (at %d)", rev, readRevision(t, path))
+}
+
+// TestWriterPacesByCost drives the writer's step on a clock of the test's
+// own (step is given the time, and each write takes writeCost on it;
+// Refresh is an hour, so the wall clock it also reads for the refresh does
+// not matter): an isolated change is written at once; during a burst of
+// 2,000 changes 150 µs apart, writes begin at least writeCost/Budget apart
+// (the rewrites take at most Budget of a CPU) and as soon as the pacing
+// allows (no more than one change's gap later); once the burst ends, the
+// file shows the last change within one pacing interval. A write that
+// costs more than MaxDelay/Budget is paced by MaxDelay.
+func TestWriterPacesByCost(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		writeCost time.Duration
+	}{{"cheap writes", 200 * time.Microsecond}, {"1 ms writes", time.Millisecond}, {"slow writes", 40 * time.Millisecond}} {
+		t.Run(tc.name, func(t *testing.T) { testPacing(t, tc.writeCost) })
+	}
+}
+
+func testPacing(t *testing.T, writeCost time.Duration) {
+	path := filepath.Join(t.TempDir(), "table.json")
+	src := newSource()
+	reg := prometheus.NewRegistry()
+	w := New(Config{Path: path, Source: src, Registerer: reg, Refresh: time.Hour})
+	cfg := w.cfg
+	w.finish()
+	t.Cleanup(func() { closeOutputs(w) })
+	interval := min(time.Duration(float64(writeCost)/cfg.Budget), writeCost+cfg.MaxDelay)
+
+	now := time.Now()
+	calls := 0 // each write costs writeCost on the CPU clock
+	w.cpu = func() time.Duration { calls++; return time.Duration(calls/2) * writeCost }
+	var writesAt []time.Time
+	// step runs the writer's step at now until it waits, recording the
+	// writes, and returns how long it asks to wait.
+	step := func() time.Duration {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for {
+			// A publish is a write or a skip (the same weight again).
+			before := testutil.ToFloat64(w.outs[0].writes) + testutil.ToFloat64(w.skips)
+			wait, again := w.step(now, false)
+			if testutil.ToFloat64(w.outs[0].writes)+testutil.ToFloat64(w.skips) > before {
+				writesAt = append(writesAt, now)
+			}
+			if !again {
+				return wait
+			}
+		}
+	}
+
+	src.set(table(1, 50))
+	step()
+	if len(writesAt) != 1 || readRevision(t, path) != 1 {
+		t.Fatalf("the first table: %d writes, file at revision %d; want it written at once", len(writesAt), readRevision(t, path))
+	}
+	now = now.Add(time.Second) // a quiet spell
+	const changes, gap = 2000, 150 * time.Microsecond
+	began := now
+	for i := int64(2); i <= changes+1; i++ {
+		weight := int(i % 100)
+		if i == changes+1 {
+			weight = 100 // content of its own: not skipped as unchanged
+		}
+		src.set(table(i, weight))
+		step()
+		if i == 2 && len(writesAt) != 2 {
+			t.Fatalf("a change after a quiet spell was not written at once")
+		}
+		now = now.Add(gap)
+	}
+	last := now.Add(-gap)
+	wait := step()
+	if readRevision(t, path) != changes+1 {
+		if wait <= 0 || wait > interval {
+			t.Fatalf("after the burst the writer waits %v, want at most one pacing interval (%v)", wait, interval)
+		}
+		now = now.Add(wait)
+		step()
+	}
+	if got := readRevision(t, path); got != changes+1 {
+		t.Fatalf("after the pacing interval the file is at revision %d, want the last change's %d", got, changes+1)
+	}
+	if end := writesAt[len(writesAt)-1]; end.After(last.Add(interval)) {
+		t.Fatalf("the last change was written %v after it, more than the pacing interval (%v)", end.Sub(last), interval)
+	}
+	inBurst := writesAt[1:]
+	for i := 1; i < len(inBurst); i++ {
+		d := inBurst[i].Sub(inBurst[i-1])
+		if d < interval {
+			t.Fatalf("writes during the burst %v apart, want at least %v (cost %v / budget %v); writes at %v",
+				d, interval, writeCost, cfg.Budget, offsets(writesAt, began))
+		}
+		if d > interval+gap {
+			t.Fatalf("writes during the burst %v apart, want at most %v (as soon as the pacing allows); writes at %v",
+				d, interval+gap, offsets(writesAt, began))
+		}
+	}
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
+		t.Fatalf("metric lint: %v %v", problems, err)
+	}
+}
+
+// offsets returns the times in ts as durations since t0.
+func offsets(ts []time.Time, t0 time.Time) []time.Duration {
+	ds := make([]time.Duration, len(ts))
+	for i, at := range ts {
+		ds[i] = at.Sub(t0)
+	}
+	return ds
+}
+
+func TestWriterSkipsUnchangedContent(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "table.json")
+	src := newSource()
+	w := runWriter(t, Config{Path: path, Source: src})
+	src.set(table(5, 30))
+	waitRevision(t, path, 5)
+	time.Sleep(20 * time.Millisecond)
+	src.set(table(5, 30)) // a new table with identical content
+	for i := 0; i < 100 && testutil.ToFloat64(w.skips) == 0; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := testutil.ToFloat64(w.skips); got != 1 {
+		t.Fatalf("unchanged skips = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(w.outs[0].writes); got != 1 {
+		t.Fatalf("writes = %v, want 1", got)
+	}
+}
+
+func TestWriterRefreshesWrittenAt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "table.json")
+	src := newSource()
+	runWriter(t, Config{Path: path, Source: src, Refresh: 50 * time.Millisecond})
+	src.set(table(7, 30))
+	waitRevision(t, path, 7)
+	b, _ := atomicfile.ReadFile(path)
+	_, first, _ := routing.LoadTableJSON(b)
+	for i := 0; i < 200; i++ {
+		time.Sleep(10 * time.Millisecond)
+		b, _ = atomicfile.ReadFile(path)
+		if _, at, err := routing.LoadTableJSON(b); err == nil && at.After(first) {
+			return
+		}
+	}
+	t.Fatal("written_at never refreshed without a change")
+}
+
+// TestWriterRefreshKeepsSyncedAt: the periodic rewrite carries the
+// source's synced_at as it is, however old (etcd down: the file is
+// rewritten, but not confirmed); a synced_at that moved without a change
+// of content waits for the refresh, which then carries it.
+func TestWriterRefreshKeepsSyncedAt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "table.json")
+	src := newSource()
+	synced := time.Now().Add(-79*time.Second - 123456789)
+	src.synced(synced)
+	runWriter(t, Config{Path: path, Source: src, Refresh: 50 * time.Millisecond})
+	src.set(table(7, 30))
+	waitRevision(t, path, 7)
+	header := func() routing.JSONHeader {
+		b, err := atomicfile.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, h, err := routing.LoadTableJSONHeader(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	first := header()
+	if !first.SyncedAt.Equal(synced) {
+		t.Fatalf("file's synced_at %v, want the source's %v", first.SyncedAt, synced)
+	}
+	waitHeader := func(what string, ok func(routing.JSONHeader) bool) routing.JSONHeader {
+		t.Helper()
+		for i := 0; i < 300; i++ {
+			if h := header(); ok(h) {
+				return h
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("the file never %s: %+v", what, header())
+		return routing.JSONHeader{}
+	}
+	h := waitHeader("refreshed", func(h routing.JSONHeader) bool { return h.WrittenAt.After(first.WrittenAt) })
+	if !h.SyncedAt.Equal(synced) {
+		t.Fatalf("the refresh wrote synced_at %v, want the source's unchanged %v", h.SyncedAt, synced)
+	}
+	later := synced.Add(75 * time.Second)
+	src.synced(later)
+	waitHeader("took the moved synced_at", func(h routing.JSONHeader) bool { return h.SyncedAt.Equal(later) })
+}
+
+// TestWriterEnsuresItsDirectory: a write that finds no directory asks
+// EnsureDir for one: what it refuses is not written (and counted as an
+// error); what it creates is written into.
+func TestWriterEnsuresItsDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "snap")
+	path := filepath.Join(dir, "table.json")
+	var refuse atomic.Bool
+	refuse.Store(true)
+	var asked atomic.Int32
+	src := newSource()
+	w := runWriter(t, Config{Path: path, Source: src, Logger: discardLogger, EnsureDir: func(d string) error {
+		asked.Add(1)
+		if d != dir {
+			t.Errorf("EnsureDir(%s), want %s", d, dir)
+		}
+		if refuse.Load() {
+			return errors.New("not the agent's own")
+		}
+		return os.Mkdir(d, 0o750)
+	}})
+	src.set(table(3, 40))
+	for i := 0; i < 200 && testutil.ToFloat64(w.outs[0].errors) == 0; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if testutil.ToFloat64(w.outs[0].errors) == 0 || asked.Load() == 0 {
+		t.Fatalf("the refused write was not counted (%v errors, EnsureDir asked %d times)", testutil.ToFloat64(w.outs[0].errors), asked.Load())
+	}
+	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+		t.Fatalf("the writer made the directory EnsureDir refused: %v", err)
+	}
+	refuse.Store(false) // retried with backoff (1s)
+	waitRevision(t, path, 3)
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o750 {
+		t.Fatalf("directory %v %v, want EnsureDir's 0750", fi, err)
+	}
+}
+
+// TestWriterRetriesAFailedWrite: a write that fails (here: the directory
+// cannot be created) is retried with backoff, without waiting for the next
+// change or the 60s refresh.
+func TestWriterRetriesAFailedWrite(t *testing.T) {
+	path, blocker := unwritablePath(t)
+	src := newSource()
+	w := runWriter(t, Config{Path: path, Source: src})
+	src.set(table(3, 40))
+	for i := 0; i < 200 && testutil.ToFloat64(w.outs[0].errors) == 0; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if testutil.ToFloat64(w.outs[0].errors) == 0 {
+		t.Fatal("the write never failed: test setup")
+	}
+	os.Remove(blocker) // the fault clears; no new table arrives
+	waitRevision(t, path, 3)
+}
+
+// TestWriterIdlesWithoutATable: before the first table (etcd unreachable,
+// no snapshot) the writer waits instead of spinning.
+func TestWriterIdlesWithoutATable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "table.json")
+	src := newSource()
+	w := New(Config{Path: path, Source: src})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	time.Sleep(200 * time.Millisecond)
+	cancel()
+	<-done
+	src.mu.Lock()
+	polls := src.polls
+	src.mu.Unlock()
+	if polls > 3 {
+		t.Fatalf("writer looped %d times in 200ms with no table: it spins", polls)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("a snapshot was written with no table: %v", err)
+	}
+}
+
+// runWriter runs a writer until the test ends.
+func runWriter(t *testing.T, cfg Config) *Writer {
+	t.Helper()
+	w := New(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return w
+}
+
+// TestAfterChange: called right after a swap, AfterChange writes a change
+// before it returns when no write is in flight and the pacing allows it,
+// leaving what follows the rename to Run; it leaves the change to Run
+// (without waiting) while a write is in flight, while the pacing holds
+// writes back, while Yield says so, while writes are slow, where the
+// directory is not in memory, and once Run has returned.
+func TestAfterChange(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "table.json")
+	src := newSource()
+	yield := false
+	w := New(Config{Path: path, Source: src, Logger: discardLogger, Yield: func() bool { return yield }})
+	w.memFS = 1 // the test's directory may be on a disk (atomicfile.TestInMemory checks the detection)
+	src.set(table(1, 10))
+	w.AfterChange()
+	if r := readRevision(t, path); r != 1 {
+		t.Fatalf("after AfterChange of a first change: revision %d, want 1", r)
+	}
+	// What follows the rename is left for later: the next temp file is
+	// prepared by finish (Run calls it finishDelay after the write).
+	if names := tempNames(filepath.Dir(path), "table.json"); len(names) != 0 {
+		t.Fatalf("AfterChange prepared the next temp file itself: %v", names)
+	}
+	w.mu.Lock()
+	w.finish()
+	w.mu.Unlock()
+	if names := tempNames(filepath.Dir(path), "table.json"); len(names) != 1 {
+		t.Fatalf("after finish: temp files %v; want one prepared", names)
+	}
+	inline := func(name string, want int64) {
+		t.Helper()
+		w.AfterChange()
+		if r := readRevision(t, path); r != want {
+			t.Fatalf("%s: revision %d after AfterChange, want %d", name, r, want)
+		}
+	}
+	paced := func() { w.pace.lastStart, w.pace.cost = time.Now().Add(-time.Hour), 0 }
+
+	paced()
+	src.set(table(2, 20))
+	w.mu.Lock() // a write in flight
+	inline("a write in flight", 1)
+	w.mu.Unlock()
+	w.pace.lastStart, w.pace.cost = time.Now(), 500*time.Microsecond // the pacing holds writes back 5 ms
+	inline("within the pacing interval", 1)
+	paced()
+	yield = true
+	inline("while Yield says so", 1)
+	yield = false
+	w.memFS = -1
+	inline("a directory not in memory", 1)
+	w.memFS = 1
+	w.lastWall = 2 * inlineMax
+	inline("after a slow write", 1)
+	w.lastWall = 0
+	paced()
+	inline("the pacing allows it", 2)
+
+	// Run writes what is left to it, then stops.
+	src.set(table(3, 30))
+	w.mu.Lock()
+	inline("a write in flight", 2)
+	w.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	waitRevision(t, path, 3)
+	cancel()
+	<-done
+	paced()
+	src.set(table(4, 40))
+	inline("after Run returned", 3)
+}
+
+// unwritablePath returns a snapshot path whose directory cannot be created
+// (a file stands where it should be), and that file: removing it makes the
+// path writable.
+func unwritablePath(t *testing.T) (path, blocker string) {
+	t.Helper()
+	blocker = filepath.Join(t.TempDir(), "shm")
+	if err := os.WriteFile(blocker, []byte("a file where the directory should be"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(blocker, "table.json"), blocker
+}
+
+// writtenAt returns the written_at of the table JSON b.
+func writtenAt(t *testing.T, b []byte) time.Time {
+	t.Helper()
+	var h struct {
+		WrittenAt time.Time `json:"written_at"`
+	}
+	if err := json.Unmarshal(b, &h); err != nil {
+		t.Fatalf("snapshot header: %v", err)
+	}
+	return h.WrittenAt
+}
+
+// closeOutputs closes w's outputs (a writer stepped without Run).
+func closeOutputs(w *Writer) {
+	for _, o := range w.outs {
+		o.Close()
+	}
+}

@@ -1,0 +1,313 @@
+// Package snapshot keeps the agent's snapshot files equal to the mirror's
+// table: the table JSON (--snapshot) and, beside it, the per-country index.
+// It owns the whole publishing policy: when to write (at once, or after
+// the write in flight, paced by the writes' own cost), from which
+// goroutine (the mirror's, inline, or the Writer's), skipping unchanged
+// content, the periodic refresh of written_at, and retries with backoff.
+// What a write puts in a file is an Output's; how a file is replaced is
+// internal/atomicfile's.
+//
+// The agent wires it as:
+//
+//	w := snapshot.New(snapshot.Config{Path: path, Source: src, Yield: api.Waiting})
+//	mirrorCfg.AfterChange = w.AfterChange // an isolated change is written from the mirror's goroutine
+//	go w.Run(ctx)                         // everything else
+package snapshot
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/regiond/regiond/internal/atomicfile"
+	"github.com/regiond/regiond/internal/backoff"
+	"github.com/regiond/regiond/routing"
+)
+
+// Source is what the writer snapshots: the mirror.
+type Source interface {
+	// Table returns the current table, or nil.
+	Table() *routing.Table
+	// Changed returns a channel closed at the next table swap.
+	Changed() <-chan struct{}
+	// SyncedAt returns when the table was last confirmed current against
+	// etcd (watch.Status.SyncedAt), or zero: the file's synced_at.
+	SyncedAt() time.Time
+}
+
+// Config configures a Writer. Path and Source are required.
+type Config struct {
+	Path   string
+	Source Source
+	// Budget is the share of one CPU the rewrites may take: after a write
+	// that took d, the next one starts no sooner than d/Budget after the
+	// last one started. Default 0.1.
+	Budget float64
+	// MaxDelay bounds the pacing: a change is never held back longer than
+	// this after the previous write. Default 200ms.
+	MaxDelay time.Duration
+	// Refresh: rewrite at least this often, so written_at is a dead-man's
+	// switch; synced_at is the source's, moved or not. Default 60s.
+	Refresh time.Duration
+	// EnsureDir makes the files' directory ready when a write finds no
+	// prepared temp file in it (atomicfile.Options.EnsureDir). Default:
+	// create it, and its parents, 0755.
+	EnsureDir func(dir string) error
+	// Yield, if set, is asked before a write from the mirror's goroutine
+	// (AfterChange): true leaves the change to Run's goroutine, after
+	// whatever else the swap woke (the agent: blocking queries waiting
+	// for it, which answer first).
+	Yield      func() bool
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// Writer keeps the snapshot files equal to the source's table. Run does
+// the work; AfterChange lets the source write a change at once from its
+// own goroutine.
+type Writer struct {
+	cfg Config
+	log *slog.Logger
+	// mu is held by whoever writes: Run's loop, or the mirror in
+	// AfterChange. Held means a write is in flight: what changes
+	// meanwhile is coalesced into the next write.
+	mu sync.Mutex
+
+	// outs are written in order on each publish: the table JSON first,
+	// then the index (readers of the index may look at the JSON).
+	outs             []*output
+	skips            prometheus.Counter
+	lastWriteTS      prometheus.Gauge
+	retry            *backoff.Backoff
+	pace             pacer
+	retryAt          time.Time      // after a failed write: not before this
+	seen             *routing.Table // last table observed
+	lastTable        *routing.Table // last table published (written or skipped as unchanged)
+	lastWrite        time.Time      // last write of the table JSON: the refresh counts from it
+	started, stopped bool           // Run has begun; Run has returned: AfterChange does nothing
+	pending          bool           // an inline write left work to Finish
+	memFS            int8           // the files' directory is in memory: 1 yes, -1 no, 0 unknown yet
+	firstPending     time.Time      // when the oldest unwritten change was seen
+	// now is the wall clock that times the writes (for inlineMax: a slow
+	// file system holds the mirror); cpu reads the CPU time the writing
+	// thread has used, the writes' cost for the pacing. Tests step the
+	// writer on clocks of their own.
+	now      func() time.Time
+	cpu      func() time.Duration
+	lastWall time.Duration // how long the last write took
+}
+
+// output is an Output with what the Writer keeps for it.
+type output struct {
+	Output
+	name           string
+	last           *routing.Table // the table last written (as rendered), nil: to be written
+	writes, errors prometheus.Counter
+}
+
+// New returns a writer of cfg.Path and its index (IndexPath); call Run to
+// start it.
+func New(cfg Config) *Writer {
+	if cfg.Budget <= 0 || cfg.Budget > 1 {
+		cfg.Budget = 0.1
+	}
+	if cfg.MaxDelay <= 0 {
+		cfg.MaxDelay = 200 * time.Millisecond
+	}
+	if cfg.Refresh <= 0 {
+		cfg.Refresh = 60 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	w := &Writer{cfg: cfg, log: cfg.Logger.With("component", "snapshot", "path", cfg.Path),
+		retry: backoff.New(time.Second, 30*time.Second), pace: pacer{budget: cfg.Budget, max: cfg.MaxDelay}, now: time.Now, cpu: cpuClock()}
+	opts := atomicfile.Options{EnsureDir: cfg.EnsureDir, Logger: w.log}
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "regiond", Subsystem: "snapshot", Name: name, Help: help})
+	}
+	w.outs = []*output{
+		{Output: NewTableJSON(cfg.Path, opts), name: "snapshot",
+			writes: counter("writes_total", "Snapshot file rewrites."),
+			errors: counter("errors_total", "Snapshot writes that failed.")},
+		{Output: NewIndex(IndexPath(cfg.Path), opts), name: "snapshot index",
+			writes: counter("index_writes_total", "Snapshot index (table.idx) rewrites."),
+			errors: counter("index_errors_total", "Snapshot index (table.idx) writes that failed.")},
+	}
+	w.skips = counter("unchanged_total", "Snapshot writes skipped because the content was unchanged.")
+	w.lastWriteTS = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "regiond", Subsystem: "snapshot",
+		Name: "last_write_timestamp_seconds", Help: "Unix time of the last snapshot write."})
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(w.skips, w.lastWriteTS)
+		for _, o := range w.outs {
+			cfg.Registerer.MustRegister(o.writes, o.errors)
+		}
+	}
+	return w
+}
+
+// Run writes the files until ctx is done. It first removes temp files a
+// crashed earlier run left beside them, and on return the temp files it
+// keeps prepared for the next write.
+func (w *Writer) Run(ctx context.Context) error {
+	w.mu.Lock()
+	w.finish()
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		for _, o := range w.outs {
+			o.Close()
+		}
+		w.stopped = true
+		w.mu.Unlock()
+	}()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		ch := w.cfg.Source.Changed()
+		w.mu.Lock()
+		now := time.Now()
+		wait, again := w.step(now, false)
+		if w.pending {
+			if at := w.pace.lastStart.Add(finishDelay); now.Before(at) {
+				wait = min(wait, at.Sub(now))
+			} else {
+				w.finish()
+			}
+		}
+		w.mu.Unlock()
+		if again {
+			continue
+		}
+		timer.Reset(max(wait, 0))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ch:
+			// Shortest job first: let the API requests woken by the same
+			// swap (blocking queries, each short) answer before the
+			// render and write (longer) take the CPU.
+			runtime.Gosched()
+		case <-timer.C:
+		}
+	}
+}
+
+// AfterChange writes the source's table at once, in the caller's
+// goroutine, when a write is due now (no write in flight, the pacing
+// allows it) and cheap: the mirror calls it right after a swap
+// (watch.Config.AfterChange), so a change reaches the files without
+// waking the writer's goroutine (on another CPU, with cold caches).
+// Anything else is left to Run. The caller must not be held up by a slow
+// or hung file system: AfterChange writes only to a file system held in
+// memory (tmpfs, such as the default /dev/shm), and not while the last
+// write took longer than inlineMax. What follows the renames is Run's,
+// finishDelay later, once readers have read the new files.
+func (w *Writer) AfterChange() {
+	if w.cfg.Yield != nil && w.cfg.Yield() {
+		return
+	}
+	if !w.mu.TryLock() {
+		return // a write is in flight: Run writes what it missed next
+	}
+	defer w.mu.Unlock()
+	if w.memFS == 0 {
+		if ok, err := atomicfile.InMemory(filepath.Dir(w.cfg.Path)); err == nil { // else: ask again next time
+			w.memFS = -1
+			if ok {
+				w.memFS = 1
+			}
+		}
+	}
+	if w.stopped || w.memFS != 1 || w.lastWall > inlineMax {
+		return
+	}
+	w.step(time.Now(), true)
+}
+
+// cpuClock returns the clock of the writes' cost: the thread's CPU time,
+// or, where there is none, the wall clock.
+func cpuClock() func() time.Duration {
+	if _, ok := threadCPU(); ok {
+		return func() time.Duration { d, _ := threadCPU(); return d }
+	}
+	start := time.Now()
+	return func() time.Duration { return time.Since(start) }
+}
+
+// finishDelay: Run finishes an inline write this long after it began.
+const finishDelay = 2 * time.Millisecond
+
+// inlineMax: AfterChange writes only while writes take less than this.
+const inlineMax = time.Millisecond
+
+// finish completes what the outputs left after their last write (and, the
+// first time, removes leftover temp files). Its time counts toward the
+// cost of the write it completes. The caller holds mu.
+func (w *Writer) finish() {
+	runtime.LockOSThread() // the thread's CPU clock measures this goroutine
+	defer runtime.UnlockOSThread()
+	start := w.cpu()
+	for _, o := range w.outs {
+		if err := o.Finish(); err != nil {
+			o.errors.Inc()
+			w.log.Error(o.name+" written; fsync of its directory failed", "err", err)
+		}
+	}
+	if w.pending {
+		w.pending = false
+		w.pace.cost += w.cpu() - start
+	}
+}
+
+// publish renders t with health at now and writes it to every output
+// whose last write holds other content (routing.Table.SameContent), or
+// to all when force (the refresh). Outputs are written in order; a
+// failure leaves the later ones for the retry, after backoff. With
+// inline, the outputs leave what follows their renames to finish.
+func (w *Writer) publish(t *routing.Table, now time.Time, force, inline bool) {
+	runtime.LockOSThread() // the thread's CPU clock measures this goroutine
+	defer runtime.UnlockOSThread()
+	cpu0 := w.cpu()
+	w.lastTable, w.firstPending = t, time.Time{}
+	rt := t.At(now)
+	h := routing.JSONHeader{WrittenAt: now, SyncedAt: w.cfg.Source.SyncedAt()}
+	wrote, failed := false, false
+	for i, o := range w.outs {
+		if !force && o.last != nil && rt.SameContent(o.last) {
+			continue
+		}
+		if err := o.Write(rt, h, inline); err != nil {
+			o.errors.Inc()
+			o.last, failed = nil, true
+			w.retryAt = time.Now().Add(w.retry.Next())
+			w.log.Error("write "+o.name+"; readers keep the previous file", "err", err, "retry_at", w.retryAt)
+			break
+		}
+		o.last, wrote = rt, true
+		o.writes.Inc()
+		w.pending = w.pending || inline
+		if i == 0 {
+			w.lastWrite = now
+			w.lastWriteTS.Set(float64(now.UnixNano()) / 1e9)
+		}
+	}
+	switch {
+	case failed:
+		w.lastTable = nil // to be written again
+	case !w.retryAt.IsZero():
+		w.retry.Reset()
+		w.retryAt = time.Time{}
+	}
+	if !wrote && !failed {
+		w.skips.Inc()
+	}
+	// Failed writes count too: one that hangs, then fails, is slow.
+	w.lastWall = w.now().Sub(now)
+	w.pace.wrote(now, w.cpu()-cpu0)
+}
