@@ -37,8 +37,10 @@ type frontVariant struct {
 	// OpenBasedir runs the pool with open_basedir.
 	OpenBasedir bool `json:"open_basedir"`
 	srv         *phpfront.Server
-	// Per round: p50 and p99 latency (µs) and requests/s.
+	// Per round: p50 and p99 latency (µs) and requests/s (wrk); p50 and
+	// p99 of the lookup's own time measured in PHP (ms, X-Regiond-Lookup-Ns).
 	P50, P99, RPS []float64
+	InP50, InP99  []float64
 }
 
 // frontOptions are the front phase's flags.
@@ -46,6 +48,7 @@ type frontOptions struct {
 	duration    time.Duration
 	connections int
 	children    int
+	samples     int
 }
 
 var frontOpts frontOptions
@@ -54,6 +57,7 @@ func frontFlags() {
 	flag.DurationVar(&frontOpts.duration, "front-duration", 5*time.Second, "front phase: wrk's duration per variant per run")
 	flag.IntVar(&frontOpts.connections, "front-connections", 1, "front phase: wrk's connections (1: latency without queueing)")
 	flag.IntVar(&frontOpts.children, "front-children", 2, "front phase: php-fpm pm.max_children per variant")
+	flag.IntVar(&frontOpts.samples, "front-samples", 2000, "front phase: sequential requests per variant per run whose in-PHP lookup time is read")
 }
 
 // runFront runs the front phase and prints its report.
@@ -95,6 +99,9 @@ func runFront(ctx context.Context, o options) error {
 		if err := os.WriteFile(filepath.Join(front, dst), b, 0o644); err != nil {
 			return err
 		}
+	}
+	if err := writeTimedExample(filepath.Join(root, "examples/php/example.php"), filepath.Join(front, "example.php")); err != nil {
+		return err
 	}
 	tab, err := frontTable(filepath.Join(root, o.example))
 	if err != nil {
@@ -174,11 +181,56 @@ func runFront(ctx context.Context, o options) error {
 				return fmt.Errorf("front phase: %s: %w", v.Name, err)
 			}
 			v.P50, v.P99, v.RPS = append(v.P50, res.p50), append(v.P99, res.p99), append(v.RPS, res.rps)
-			logf(o, "front: run %d %-26s p50 %7.1f µs  p99 %7.1f µs  %8.0f req/s", r+1, v.Name, res.p50, res.p99, res.rps)
+			in, err := sampleLookup(ctx, v, frontOpts.samples)
+			if err != nil {
+				return err
+			}
+			v.InP50, v.InP99 = append(v.InP50, in.P50), append(v.InP99, in.P99)
+			logf(o, "front: run %d %-26s p50 %7.1f µs  p99 %7.1f µs  %8.0f req/s; in PHP: lookup p50 %6.1f µs p99 %6.1f µs",
+				r+1, v.Name, res.p50, res.p99, res.rps, in.P50*1e3, in.P99*1e3)
 		}
 	}
 	printFront(os.Stdout, vs, o.runs)
 	return nil
+}
+
+// writeTimedExample copies example.php, timing its lookup (load and
+// resolve) with hrtime and sending the time in X-Regiond-Lookup-Ns.
+func writeTimedExample(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	const lookup = "$d = RegiondTable::load($snapshot)->resolve($country, $viewer);"
+	if !bytes.Contains(b, []byte(lookup)) {
+		return fmt.Errorf("front phase: %s no longer has the line %q to time", src, lookup)
+	}
+	timed := "$lookupT0 = hrtime(true);\n    " + lookup + "\n    header('X-Regiond-Lookup-Ns: ' . (hrtime(true) - $lookupT0));"
+	return os.WriteFile(dst, bytes.Replace(b, []byte(lookup), []byte(timed), 1), 0o644)
+}
+
+// sampleLookup sends n requests one after the other and returns the
+// distribution (ms) of the lookup times the controller reports.
+func sampleLookup(ctx context.Context, v *frontVariant, n int) (Dist, error) {
+	c := &http.Client{Timeout: 5 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	var ds []time.Duration
+	for i := range n {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, v.srv.URL+"/watch/1", nil)
+		req.Header.Set("CF-IPCountry", "PL")
+		req.Header.Set("Cookie", "viewer=v-"+strconv.Itoa(i))
+		resp, err := c.Do(req)
+		if err != nil {
+			return Dist{}, fmt.Errorf("front phase: %s: %w", v.Name, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		ns, err := strconv.ParseInt(resp.Header.Get("X-Regiond-Lookup-Ns"), 10, 64)
+		if err != nil {
+			return Dist{}, fmt.Errorf("front phase: %s: no X-Regiond-Lookup-Ns (status %d)", v.Name, resp.StatusCode)
+		}
+		ds = append(ds, time.Duration(ns))
+	}
+	return dist(ds), nil
 }
 
 // frontTable compiles the example fleet, as the agent would serve it.
@@ -271,7 +323,8 @@ func printFront(w io.Writer, vs []*frontVariant, runs int) {
 	base := vs[0]
 	fmt.Fprintf(w, "\nFront door under php-fpm + nginx (wrk -c%d, %d runs of %v; medians over runs)\n",
 		frontOpts.connections, runs, frontOpts.duration)
-	fmt.Fprintf(w, "%-26s %10s %10s %10s %14s %12s  %s\n", "variant", "p50 µs", "p99 µs", "req/s", "p50 − base µs", "p50 ×base", "per-run p50 − base")
+	fmt.Fprintf(w, "%-26s %10s %10s %10s %14s %12s %14s %14s  %s\n", "variant", "p50 µs", "p99 µs", "req/s", "p50 − base µs", "p50 ×base",
+		"lookup p50 µs", "lookup p99 µs", "per-run p50 − base")
 	for _, v := range vs {
 		var deltas []string
 		var d []float64
@@ -279,7 +332,7 @@ func printFront(w io.Writer, vs []*frontVariant, runs int) {
 			d = append(d, v.P50[i]-base.P50[i])
 			deltas = append(deltas, fmt.Sprintf("%+.1f", v.P50[i]-base.P50[i]))
 		}
-		fmt.Fprintf(w, "%-26s %10.1f %10.1f %10.0f %14.1f %12.2f  [%s]\n", v.Name, median(v.P50), median(v.P99), median(v.RPS),
-			median(d), median(v.P50)/median(base.P50), strings.Join(deltas, " "))
+		fmt.Fprintf(w, "%-26s %10.1f %10.1f %10.0f %14.1f %12.2f %14.1f %14.1f  [%s]\n", v.Name, median(v.P50), median(v.P99), median(v.RPS),
+			median(d), median(v.P50)/median(base.P50), median(v.InP50)*1e3, median(v.InP99)*1e3, strings.Join(deltas, " "))
 	}
 }

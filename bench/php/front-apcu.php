@@ -17,6 +17,7 @@ $country = $_SERVER['HTTP_CF_IPCOUNTRY'] ?? '';
 $viewer = $_COOKIE['viewer'] ?? null;
 $snapshot = $_SERVER['REGIOND_SNAPSHOT'] ?? (getenv('REGIOND_SNAPSHOT') ?: RegiondTable::DEFAULT_PATH);
 
+$t0 = hrtime(true);
 $st = stat($snapshot);
 $key = 'regiond:' . $snapshot . ':' . $st['ino'] . ':' . $st['size'] . ':' . $st['mtime'];
 $t = apcu_fetch($key, $ok);
@@ -48,6 +49,7 @@ if ($viewer !== null && $viewer !== '' && ($e['affinity'] ?? '') !== 'random') {
 $c = $cands[$best];
 $d = ['pool' => $c['pool'], 'host' => $c['host'], 'revision' => $t['revision'], 'degraded' => $e['degraded'],
     'attrs' => $e['attrs'] + ($t['pools'][$c['pool']]['attrs'] ?? [])];
+header('X-Regiond-Lookup-Ns: ' . (hrtime(true) - $t0));
 
 if ($d['degraded'] !== []) {
     header('X-Regiond-Degraded: ' . implode(',', $d['degraded']));

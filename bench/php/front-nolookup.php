@@ -14,6 +14,8 @@ $snapshot = $_SERVER['REGIOND_SNAPSHOT'] ?? (getenv('REGIOND_SNAPSHOT') ?: \Regi
 $d = ['country' => 'PL', 'route' => 'PL', 'pool' => 'eu-central', 'host' => 'edge-fra-1.example.net:443',
     'attrs' => ['lang' => 'pl'], 'revision' => 0, 'epoch' => 0, 'fallback_depth' => 0, 'degraded' => []];
 
+header('X-Regiond-Lookup-Ns: 0'); // as the timed copy of example.php sends its lookup's time
+
 if ($d['degraded'] !== []) {
     header('X-Regiond-Degraded: ' . implode(',', $d['degraded']));
 }

@@ -619,6 +619,20 @@ final class RegiondTable
     /** RFC 3339 (Go's RFC3339Nano) to Unix seconds, or null. */
     private static function parseTime(string $s): ?float
     {
+        // The agent's form, UTC with a fraction ("2026-12-02T10:00:00.123Z"),
+        // without a regular expression: this runs on every request.
+        $n = strlen($s);
+        if (
+            $n >= 22 && $n <= 30 && $s[4] === '-' && $s[7] === '-' && $s[10] === 'T' && $s[13] === ':' && $s[16] === ':'
+            && $s[19] === '.' && $s[$n - 1] === 'Z' && strspn($s, '0123456789', 20, $n - 21) === $n - 21
+            && strspn($s, '0123456789-T:', 0, 19) === 19
+        ) {
+            $t = gmmktime((int) substr($s, 11, 2), (int) substr($s, 14, 2), (int) substr($s, 17, 2),
+                (int) substr($s, 5, 2), (int) substr($s, 8, 2), (int) substr($s, 0, 4));
+            if ($t !== false) {
+                return $t + (float) ('0' . substr($s, 19, $n - 20));
+            }
+        }
         $re = '/^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?(?:[Zz]|([+-])(\d{2}):(\d{2}))$/';
         if (!preg_match($re, $s, $m)) {
             return null;

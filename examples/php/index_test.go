@@ -162,3 +162,24 @@ func runPHPAllowFail(t *testing.T, stdin []byte, args ...string) []byte {
 	out, _ := cmd.CombinedOutput()
 	return out
 }
+
+// TestIndexReaderStale: through the index, a synced_at older than the max
+// age makes every decision stale-table (once), and a younger one does not.
+func TestIndexReaderStale(t *testing.T) {
+	php(t)
+	t.Parallel()
+	now := time.Now()
+	tab := fleettest.Scenarios(t, now)[0].Table
+	ps := allPairs()[:2000]
+	path := writeSnapshot(t, tab, routing.JSONHeader{WrittenAt: now, SyncedAt: now.Add(-time.Hour)}, true)
+	meta, got := resolvePHP(t, path, 60, ps)
+	if !meta.Index || !meta.Stale {
+		t.Errorf("synced an hour ago, max age 60 s: meta %+v, want stale, from the index", meta)
+	}
+	check(t, tab, now, ps, got, true)
+	meta, got = resolvePHP(t, path, 7200, ps)
+	if meta.Stale {
+		t.Errorf("synced an hour ago, max age 2 h: meta %+v, want fresh", meta)
+	}
+	check(t, tab, now, ps, got, false)
+}

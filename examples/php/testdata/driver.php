@@ -12,9 +12,10 @@
 //   php driver.php scores < triples
 //       triples: "HEXKEY HEXPOOL WEIGHT". Prints "H53 SCOREBITS" per line,
 //       SCOREBITS being the IEEE-754 bits of the score as 16 hex digits.
-//   php driver.php race INDEX STOPFILE
+//   php driver.php race INDEX STOPFILE CYCLE
 //       Loads INDEX and resolves PL and XX with a sticky key in a loop until
-//       STOPFILE exists; each table's routes carry attrs gen = its revision.
+//       STOPFILE exists; each table's routes carry attrs gen, equal to its
+//       revision modulo CYCLE.
 //       Prints "ready" after the first load, then one JSON object: loads,
 //       errors (count and the first messages), mixed (a decision whose gen is
 //       not its revision), backwards (a revision lower than the one before),
@@ -95,7 +96,8 @@ switch ($mode) {
         break;
 
     case 'race':
-        [, , $idx, $stop] = $argv;
+        [, , $idx, $stop, $cycle] = $argv;
+        $cycle = (int) $cycle;
         $res = ['loads' => 0, 'errors' => 0, 'messages' => [], 'mixed' => 0, 'backwards' => 0,
             'revisions' => 0, 'first' => 0, 'last' => 0];
         $prev = 0;
@@ -111,7 +113,8 @@ switch ($mode) {
                 $rev = $t->revision();
                 foreach (['PL', 'XX'] as $cc) {
                     $d = $t->resolve($cc, 'viewer-' . ($i % 97));
-                    if (($d['attrs']['gen'] ?? '') !== (string) $d['revision'] || $d['revision'] !== $rev) {
+                    $gen = $d['attrs']['gen'] ?? null;
+                    if (!is_string($gen) || (int) $gen % $cycle !== $d['revision'] % $cycle || $d['revision'] !== $rev) {
                         $res['mixed']++;
                     }
                 }
@@ -137,7 +140,7 @@ switch ($mode) {
             $prev = $rev;
             $res['last'] = $rev;
             unset($t);
-            usleep(200); // leave the writer some CPU: 8 readers share 2 cores with it
+            usleep(500); // leave the writer some CPU: 8 readers share 2 cores with it
         }
         out($res);
         break;
