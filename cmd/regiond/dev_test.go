@@ -22,7 +22,7 @@ import (
 func buildRegiond(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "regiond")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	out, err := exec.Command("go", "build", "-tags", "dev", "-o", bin, ".").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
@@ -79,6 +79,7 @@ func TestDevRunsAndStopsOnInterrupt(t *testing.T) {
 			}
 		case <-time.After(20 * time.Second):
 			cmd.Process.Kill()
+			<-waitErr // the output is complete once Wait returned
 			t.Fatalf("run %d: regiond dev still running 20s after Ctrl-C\n%s", run, out.String())
 		}
 		want := "loaded ../../examples/routing.yaml into the empty store"
