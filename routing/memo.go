@@ -134,7 +134,6 @@ func (t *Table) build(now time.Time, prev *Table, d *diff) {
 		t.sums[id] = e.sum
 	}
 	t.buildValidUntil(now, prev, d, full)
-	t.checksum = t.computeChecksum(false)
 	t.enc = newEncoded(prev)
 }
 

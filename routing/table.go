@@ -102,7 +102,6 @@ type answers struct {
 	// validUntil is the first instant at which a pool's health changes by
 	// the clock alone (a grace window ending); zero if never.
 	validUntil time.Time
-	checksum   uint64
 }
 
 // memo is how a table is kept up to date: the last good values, refused
@@ -176,14 +175,16 @@ func (t *Table) Overrides() map[string]*Override { return t.overrides }
 // table must be rebuilt with At; zero when no such instant exists.
 func (t *Table) ValidUntil() time.Time { return t.validUntil }
 
-// Checksum returns a digest of the table's effective entries, computed at
-// compile time. VerifyChecksum recomputes it; the two differ only if the
-// table was changed after it was built.
-func (t *Table) Checksum() uint64 { return t.checksum }
+// Checksum returns a digest of the table's effective entries, from the
+// digests each entry got when it was built (tests compare tables by it;
+// nothing on the agent's path computes it). VerifyChecksum recomputes it
+// from the entries' contents; the two differ only if an entry was changed
+// after it was built.
+func (t *Table) Checksum() uint64 { return t.computeChecksum(false) }
 
-// VerifyChecksum recomputes the digest of the effective entries and
-// reports whether it still equals Checksum.
-func (t *Table) VerifyChecksum() bool { return t.computeChecksum(true) == t.checksum }
+// VerifyChecksum recomputes the digest of the effective entries from their
+// contents and reports whether it still equals Checksum.
+func (t *Table) VerifyChecksum() bool { return t.computeChecksum(true) == t.Checksum() }
 
 // Healthy reports whether the pool passes its health check at now.
 func (t *Table) Healthy(id string, now time.Time) bool {
