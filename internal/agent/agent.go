@@ -245,7 +245,10 @@ func (a *Agent) Registry() *prometheus.Registry { return a.registry }
 // the last table served meanwhile.
 func (a *Agent) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return a.runEtcd(gctx) })
+	// Registered before the API serves: a scrape never finds the agent
+	// without its connection and staleness gauges.
+	offline := a.registerOfflineGauges()
+	g.Go(func() error { return a.runEtcd(gctx, offline) })
 	for _, s := range []struct {
 		ln       *connLimit
 		loopback bool

@@ -20,9 +20,9 @@ import (
 )
 
 // runEtcd connects to etcd, then runs the mirror, the snapshot writer and
-// the status publisher until ctx is done.
-func (a *Agent) runEtcd(ctx context.Context) error {
-	offline := a.registerOfflineGauges()
+// the status publisher until ctx is done. offline are the gauges that stand
+// in for the mirror's until it exists (see registerOfflineGauges).
+func (a *Agent) runEtcd(ctx context.Context, offline []prometheus.Collector) error {
 	cli := a.dial(ctx)
 	a.unregister(offline)
 	if cli == nil {
