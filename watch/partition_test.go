@@ -155,6 +155,13 @@ func startObserved(t *testing.T, name string, cli *clientv3.Client, cfg watch.Co
 	o := &observed{name: name, reg: prometheus.NewRegistry(), logs: &logBuffer{}}
 	t.Cleanup(func() { t.Logf("%s mirror log:\n%s", name, o.logs) })
 	cfg.Logger, cfg.Registerer = o.logs.logger(), o.reg
+	if cfg.RequestTimeout == 0 {
+		// startMirror's 1 s is short for a 3-member cluster of processes
+		// while CI runs other packages beside: a probe or a watch creation
+		// answered late must not read as a broken watch on a healthy
+		// cluster. The partition bounds below are far above it.
+		cfg.RequestTimeout = 3 * time.Second
+	}
 	o.m = startMirror(t, cli, cfg)
 	return o
 }
