@@ -62,23 +62,6 @@ func (d *jsonDecoder) target(raw []byte, path string, t *Target) {
 	}
 }
 
-// targets decodes a list of targets.
-func (d *jsonDecoder) targets(raw []byte, path string) []Target {
-	if isNull(raw) {
-		return nil
-	}
-	if raw[0] != '[' {
-		d.typeErr(path, "a list", raw)
-		return nil
-	}
-	items := splitArray(raw)
-	out := make([]Target, len(items))
-	for i, item := range items {
-		d.target(item, path+"["+strconv.Itoa(i)+"]", &out[i])
-	}
-	return out
-}
-
 func (d *jsonDecoder) route(raw []byte, r *Route, path string) {
 	decodeFields(d, raw, path, r, routeFields, &r.Extra)
 }
@@ -99,7 +82,7 @@ func (d *jsonDecoder) classes(raw []byte, path string) map[string][]string {
 	members := splitObject(raw)
 	out := make(map[string][]string, len(members))
 	for _, c := range members {
-		out[c.key] = list(d, c.raw, joinPath(path, c.key), (*jsonDecoder).str)
+		out[c.key] = list(d, c.raw, joinPath(path, c.key), (*jsonDecoder).strInto)
 	}
 	return out
 }
@@ -138,7 +121,7 @@ func (d *jsonDecoder) extra(e *Extra, m jsonMember, path string) {
 func isNull(raw []byte) bool { return len(raw) == 0 || string(raw) == "null" }
 
 // list decodes a JSON list with elem for each item; null items are zero.
-func list[E any](d *jsonDecoder, raw []byte, path string, elem func(*jsonDecoder, []byte, string) E) []E {
+func list[E any](d *jsonDecoder, raw []byte, path string, elem func(*jsonDecoder, []byte, string, *E)) []E {
 	if isNull(raw) {
 		return nil
 	}
@@ -150,11 +133,14 @@ func list[E any](d *jsonDecoder, raw []byte, path string, elem func(*jsonDecoder
 	out := make([]E, len(items))
 	for i, item := range items {
 		if !isNull(item) {
-			out[i] = elem(d, item, path+"["+strconv.Itoa(i)+"]")
+			elem(d, item, path+"["+strconv.Itoa(i)+"]", &out[i])
 		}
 	}
 	return out
 }
+
+// strInto decodes a string into s (a list's element).
+func (d *jsonDecoder) strInto(raw []byte, path string, s *string) { *s = d.str(raw, path) }
 
 func (d *jsonDecoder) str(raw []byte, path string) string {
 	if isNull(raw) {

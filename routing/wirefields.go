@@ -55,7 +55,9 @@ func wireMap[T any](name string, at func(*T) *map[string]string) wireField[T] {
 
 func wireList[T any](name string, at func(*T) *[]string) wireField[T] {
 	return wireField[T]{name: name,
-		dec: func(d *jsonDecoder, raw []byte, path string, v *T) { *at(v) = list(d, raw, path, (*jsonDecoder).str) },
+		dec: func(d *jsonDecoder, raw []byte, path string, v *T) {
+			*at(v) = list(d, raw, path, (*jsonDecoder).strInto)
+		},
 		enc: func(b []byte, v *T) []byte {
 			if *at(v) == nil {
 				return append(b, "null"...)
@@ -69,7 +71,7 @@ func wireList[T any](name string, at func(*T) *[]string) wireField[T] {
 func wireTargets[T any](name string, at func(*T) *[]Target) wireField[T] {
 	return wireField[T]{name: name,
 		dec: func(d *jsonDecoder, raw []byte, path string, v *T) {
-			*at(v) = d.targets(raw, path)
+			*at(v) = list(d, raw, path, (*jsonDecoder).target)
 		},
 		enc: func(b []byte, v *T) []byte {
 			b = append(b, '[')

@@ -21,7 +21,6 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"time"
 	"unicode/utf8"
 
 	"github.com/cespare/xxhash/v2"
@@ -206,24 +205,10 @@ func entryOf(t *routing.Table, id int) *routing.Effective {
 	return t.Effective(routing.Unknown)
 }
 
-// appendHeader appends the header JSON.
+// appendHeader appends the header JSON: the members a KV value carries
+// too (appendKVHeader), and the slot count.
 func appendHeader(b []byte, t *routing.Table, h routing.JSONHeader) []byte {
-	b = append(b, `{"format":`...)
-	b = strconv.AppendInt(b, Version, 10)
-	b = append(b, `,"revision":`...)
-	b = strconv.AppendInt(b, t.Revision(), 10)
-	b = append(b, `,"epoch":`...)
-	b = strconv.AppendInt(b, t.Epoch(), 10)
-	b = append(b, `,"written_at":"`...)
-	b = h.WrittenAt.UTC().AppendFormat(b, time.RFC3339Nano)
-	b = append(b, '"')
-	if !h.SyncedAt.IsZero() {
-		b = append(b, `,"synced_at":"`...)
-		b = h.SyncedAt.UTC().AppendFormat(b, time.RFC3339Nano)
-		b = append(b, '"')
-	}
-	b = append(b, `,"stale":`...)
-	b = strconv.AppendBool(b, t.Stale())
+	b = appendKVHeader(b, t, h)
 	b = append(b, `,"slots":`...)
 	b = strconv.AppendInt(b, Slots, 10)
 	return append(b, '}')
