@@ -5,7 +5,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,35 +13,13 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/regiond/regiond/internal/devetcd"
 )
-
-// buildRegiond builds the regiond binary into a temp dir.
-func buildRegiond(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "regiond")
-	out, err := exec.Command("go", "build", "-tags", "dev", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	p, err := devetcd.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fmt.Sprintf("127.0.0.1:%d", p)
-}
 
 // TestDevRunsAndStopsOnInterrupt runs the README's run command as an
 // operator would: it serves decisions from the example config, and Ctrl-C
 // stops it cleanly; a second run keeps the data and does not reload.
 func TestDevRunsAndStopsOnInterrupt(t *testing.T) {
-	bin := buildRegiond(t)
+	bin := buildRegiond(t, "dev")
 	data := t.TempDir()
 	etcdURL, listen := "http://"+freeAddr(t), freeAddr(t)
 	for run := 1; run <= 2; run++ {

@@ -5,16 +5,12 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/regiond/regiond/internal/devetcd"
 )
 
 // TestDefaultBuildRunsDev runs the README's command the way a newcomer's
@@ -23,20 +19,10 @@ import (
 // decisions from the example config, and Ctrl-C (SIGINT to the process
 // group, as a terminal sends it) stops it cleanly.
 func TestDefaultBuildRunsDev(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "regiond")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	port := func() string {
-		p, err := devetcd.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return fmt.Sprintf("127.0.0.1:%d", p)
-	}
-	listen := port()
+	bin := buildRegiond(t)
+	listen := freeAddr(t)
 	var out bytes.Buffer
-	cmd := exec.Command(bin, "dev", "--data-dir", t.TempDir(), "--client-url", "http://"+port(), "--listen", listen,
+	cmd := exec.Command(bin, "dev", "--data-dir", t.TempDir(), "--client-url", "http://"+freeAddr(t), "--listen", listen,
 		"--config", "../../examples/routing.yaml", "--log-level", "warn")
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -94,11 +80,7 @@ func TestDefaultBuildRunsDev(t *testing.T) {
 // TestDevOutsideTheModule: without a checkout to build from, `regiond dev`
 // says what to do instead of failing obscurely.
 func TestDevOutsideTheModule(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "regiond")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	cmd := exec.Command(bin, "dev")
+	cmd := exec.Command(buildRegiond(t), "dev")
 	cmd.Dir = t.TempDir()
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "go run ./cmd/regiond dev") || !strings.Contains(string(out), "not inside a checkout") {

@@ -30,7 +30,7 @@ import (
 // (each write opens files; without the reserve the accepted connections
 // take every descriptor and the writes fail); the refusals are counted.
 func TestFloodUnderALowFDLimit(t *testing.T) {
-	bin := buildRegiond(t)
+	bin := buildRegiond(t, "dev")
 	srv := devetcd.NewTest(t)
 	cli := devetcd.NewTestClient(t, srv)
 	fleettest.Load(t, cli, "/regiond/v1/routing/")

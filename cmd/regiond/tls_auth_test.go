@@ -44,7 +44,7 @@ func TestRootTLSAndAuthFlags(t *testing.T) {
 	}
 
 	t.Setenv("REGIOND_PASSWORD", a.Password)
-	listen := loopbackAddr(t)
+	listen := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, append(args(t.TempDir()), "--listen", listen)) }()
@@ -75,7 +75,7 @@ func TestRootTLSAndAuthFlags(t *testing.T) {
 	// A wrong password: regiond keeps running (it would serve its snapshot)
 	// and names the refusal in /v1/status until etcd accepts the login.
 	t.Setenv("REGIOND_PASSWORD", "wrong")
-	listen = loopbackAddr(t)
+	listen = freeAddr(t)
 	ctx, cancel = context.WithCancel(context.Background())
 	go func() { done <- run(ctx, append(args(t.TempDir()), "--listen", listen)) }()
 	var st struct {
@@ -102,19 +102,8 @@ func TestRootTLSAndAuthFlags(t *testing.T) {
 	if !strings.Contains(st.EtcdError, "authentication failed") || !strings.Contains(st.EtcdError, a.User) {
 		t.Fatalf("wrong password: /v1/status etcd_error %q, want the refused login of %s", st.EtcdError, a.User)
 	}
-	bad := append(args(t.TempDir()), "--listen", loopbackAddr(t), "--cacert", filepath.Join(t.TempDir(), "missing.pem"))
+	bad := append(args(t.TempDir()), "--listen", freeAddr(t), "--cacert", filepath.Join(t.TempDir(), "missing.pem"))
 	if err := run(context.Background(), bad); err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "TLS flags") {
 		t.Fatalf("missing --cacert file: %v (exit %d), want exit 2", err, exitCode(err))
 	}
-}
-
-// loopbackAddr is a free loopback address (freeAddr lives behind the
-// !nodev build tag).
-func loopbackAddr(t *testing.T) string {
-	t.Helper()
-	p, err := devetcd.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fmt.Sprintf("127.0.0.1:%d", p)
 }
