@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -105,24 +106,37 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 			cfg.ClientTLSInfo.TrustedCAFile, cfg.ClientTLSInfo.ClientCertAuth = t.ClientCAFile, true
 		}
 	}
-	clientURL, err := urlOrFree(c.ClientURL, clientScheme)
-	if err != nil {
-		return nil, fmt.Errorf("devetcd: client url: %w", err)
-	}
-	if c.ClientTLS != nil && clientURL.Scheme != clientScheme {
-		// etcd would silently serve plain http on an http URL with TLS files.
-		return nil, fmt.Errorf("devetcd: client url %s: want scheme %s", clientURL, clientScheme)
-	}
-	peerURL, err := urlOrFree(c.PeerURL, "http")
-	if err != nil {
-		return nil, fmt.Errorf("devetcd: peer url: %w", err)
-	}
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*clientURL}, []url.URL{*clientURL}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peerURL}, []url.URL{*peerURL}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("devetcd: start etcd in %s on %s: %w", c.Dir, clientURL, err)
+	// A port picked free can be taken by another process before etcd binds
+	// it (tests run in parallel packages); then pick again, a few times.
+	var (
+		e                  *embed.Etcd
+		clientURL, peerURL *url.URL
+		err                error
+	)
+	for attempt := 0; ; attempt++ {
+		clientURL, err = urlOrFree(c.ClientURL, clientScheme)
+		if err != nil {
+			return nil, fmt.Errorf("devetcd: client url: %w", err)
+		}
+		if c.ClientTLS != nil && clientURL.Scheme != clientScheme {
+			// etcd would silently serve plain http on an http URL with TLS files.
+			return nil, fmt.Errorf("devetcd: client url %s: want scheme %s", clientURL, clientScheme)
+		}
+		peerURL, err = urlOrFree(c.PeerURL, "http")
+		if err != nil {
+			return nil, fmt.Errorf("devetcd: peer url: %w", err)
+		}
+		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*clientURL}, []url.URL{*clientURL}
+		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peerURL}, []url.URL{*peerURL}
+		cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+		e, err = embed.StartEtcd(cfg)
+		if err == nil {
+			break
+		}
+		picked := c.ClientURL == "" || c.PeerURL == ""
+		if !picked || !errors.Is(err, syscall.EADDRINUSE) || attempt == 4 {
+			return nil, fmt.Errorf("devetcd: start etcd in %s on %s: %w", c.Dir, clientURL, err)
+		}
 	}
 	timeout := c.ReadyTimeout
 	if timeout == 0 {
