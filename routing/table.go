@@ -228,7 +228,12 @@ func (t *Table) Effective(country string) *Effective {
 type encoded struct {
 	once   sync.Once
 	done   atomic.Bool
-	prev   *Table // reuse source until encoded; only a table whose own encoding is done
+	// prev is the reuse source until this table is encoded: the latest
+	// encoded table it was built after (the previous table, or, when that
+	// one was never encoded, its own reuse source), so a writer that skips
+	// tables (paced) still reuses what did not change. Only an encoded
+	// table is held: never a chain.
+	prev   atomic.Pointer[Table]
 	poolJS map[string][]byte
 	// routeNames are the route names in order; routeJS[i] is the JSON of
 	// the route routeNames[i].
@@ -250,8 +255,12 @@ type effPart struct {
 // newEncoded prepares the encodings of a table built after prev.
 func newEncoded(prev *Table) *encoded {
 	e := &encoded{}
-	if prev != nil && prev.enc != nil && prev.enc.done.Load() {
-		e.prev = prev
+	if prev != nil && prev.enc != nil {
+		if prev.enc.done.Load() {
+			e.prev.Store(prev)
+		} else if src := prev.enc.prev.Load(); src != nil {
+			e.prev.Store(src) // encoded (only encoded tables are stored)
+		}
 	}
 	return e
 }
@@ -259,9 +268,9 @@ func newEncoded(prev *Table) *encoded {
 // encodings returns the table's encodings, making them on first use.
 func (t *Table) encodings() *encoded {
 	t.enc.once.Do(func() {
-		t.encodeValues(t.enc.prev)
-		t.enc.prev = nil // never keep a chain of old tables alive
+		t.encodeValues(t.enc.prev.Load())
 		t.enc.done.Store(true)
+		t.enc.prev.Store(nil) // never keep old tables alive
 	})
 	return t.enc
 }

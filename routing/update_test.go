@@ -210,7 +210,12 @@ func testUpdateEqualsCompile(t *testing.T, seed [2]uint64, steps int) {
 				graceWindows++
 			}
 		}
+		// One table in three is not rendered, as a paced writer skips
+		// tables: the next one's encoding reuses an older table's.
 		for _, at := range []time.Time{now, now.Add(2 * time.Second), now.Add(6 * time.Second)} {
+			if rng.IntN(3) == 0 {
+				break
+			}
 			a, _ := upd.JSON(at)
 			b, _ := full.JSON(at)
 			if d := firstDiffAll(a, b); d != "" {

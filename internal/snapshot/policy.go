@@ -2,26 +2,60 @@ package snapshot
 
 import "time"
 
-// pacer spaces rewrites by their own cost: after a write that began at
-// lastStart and took cost (CPU time), the next begins no sooner than cost/budget
-// after lastStart (the rewrites take at most budget of one CPU), and never
-// later than max after the last one ended. A change after a quiet spell
-// is written at once; changes that come during a write, or during its
-// pacing, are coalesced into the next.
+// pacer spaces rewrites by their own cost, as a bucket of CPU time: credit
+// accrues at budget (a share of one CPU) up to burst, each write spends
+// what it cost, and the next write may begin once the credit is not
+// negative — but never later than max after the last write began. So a
+// change after a quiet spell is written at once, one costly write (the
+// first after a sync, with cold caches) does not hold back the next, and
+// sustained rewrites take at most budget of one CPU (plus burst, once).
+// Changes that come during a write, or while the credit is owed, are
+// coalesced into the next.
 type pacer struct {
-	budget    float64
-	max       time.Duration
+	budget float64
+	burst  time.Duration
+	max    time.Duration
+	// lastStart is when the last write began, cost what it took
+	// (finish's share included).
 	lastStart time.Time
 	cost      time.Duration
+	// credit is the CPU time the writes may spend at lastStart; negative:
+	// owed. The zero pacer has a full bucket.
+	credit time.Duration
+}
+
+// refill brings the credit up to date at now.
+func (p *pacer) refill(now time.Time) {
+	if p.lastStart.IsZero() {
+		p.credit = p.burst
+		return
+	}
+	if d := now.Sub(p.lastStart); d > 0 {
+		p.credit = min(p.burst, p.credit+time.Duration(float64(d)*p.budget))
+	}
 }
 
 // wrote records a write that began at start and took cost.
-func (p *pacer) wrote(start time.Time, cost time.Duration) { p.lastStart, p.cost = start, cost }
+func (p *pacer) wrote(start time.Time, cost time.Duration) {
+	p.refill(start)
+	p.lastStart, p.cost = start, 0
+	p.spend(cost)
+}
+
+// spend charges d more to the last write (what finish did after it).
+func (p *pacer) spend(d time.Duration) {
+	p.cost += d
+	// Owe at most what max repays: a write dearer than that (a slow
+	// disk) is paced by max, without debt piling up.
+	p.credit = max(p.credit-d, -time.Duration(float64(p.max)*p.budget))
+}
 
 // next returns when the next write may begin.
 func (p *pacer) next() time.Time {
-	gap := time.Duration(float64(p.cost) / p.budget)
-	return p.lastStart.Add(min(gap, p.cost+p.max))
+	if p.credit >= 0 {
+		return p.lastStart
+	}
+	return p.lastStart.Add(min(time.Duration(float64(-p.credit)/p.budget), p.max))
 }
 
 // step observes the source's table and writes it when a write is due: a

@@ -204,3 +204,55 @@ func TestWriterWritesTableJSON(t *testing.T) {
 		check(name+" at a later revision", tb, at)
 	}
 }
+
+// poolFleet returns a table of base pools and nothing else (the shape of
+// ../shared/perf/run.sh's burst) and a func that returns the next table:
+// the previous one with one new pool added by Update, as the mirror makes
+// them.
+func poolFleet(tb testing.TB, base int, now time.Time) (*routing.Table, func() *routing.Table) {
+	tb.Helper()
+	val := func(i int) []byte {
+		return fmt.Appendf(nil, `{"host":"bench.example.net","region":"bench","residency":"global","status":"active","attrs":{"m":"QB%06dQ","pad":"%s"}}`, i, bytes.Repeat([]byte("x"), 100))
+	}
+	kvs := make([]routing.KV, 0, base)
+	for i := range base {
+		kvs = append(kvs, routing.KV{Key: fmt.Sprintf("pools/base%06d", i), Value: val(i), ModRevision: 1, CreateRevision: 1, Version: 1})
+	}
+	opts := routing.CompileOptions{Now: now, Start: now}
+	t := routing.Compile(1, kvs, nil, opts)
+	rev := int64(1)
+	return t, func() *routing.Table {
+		rev++
+		ev := routing.Event{KV: routing.KV{Key: fmt.Sprintf("pools/new%06d", rev), Value: val(int(rev)), ModRevision: rev, CreateRevision: rev, Version: 1}}
+		if t = routing.Update(t, rev, []routing.Event{ev}, opts); t == nil {
+			tb.Fatal("Update refused the table")
+		}
+		return t
+	}
+}
+
+// BenchmarkWriterManyPools is the work per change on a table of 2,000
+// pools when each change adds a pool (the perf burst): Update, then render
+// and write both files on /dev/shm, after every change or (paced) after
+// every tenth.
+func BenchmarkWriterManyPools(b *testing.B) {
+	for _, every := range []int{1, 10} {
+		b.Run(fmt.Sprintf("write-every-%d", every), func(b *testing.B) {
+			now := time.Now()
+			src := newSource()
+			src.synced(now.Add(-time.Second))
+			w := New(Config{Path: filepath.Join(shmDir(b), "table.json"), Source: src, Logger: discardLogger})
+			w.finish()
+			defer closeOutputs(w)
+			t, next := poolFleet(b, 2000, now)
+			w.publish(t, now, false, false)
+			b.ReportAllocs()
+			for n := 1; b.Loop(); n++ {
+				t = next()
+				if n%every == 0 {
+					w.publish(t, now, false, false)
+				}
+			}
+		})
+	}
+}

@@ -103,11 +103,13 @@ func waitRevision(t *testing.T, path string, rev int64) {
 // own (step is given the time, and each write takes writeCost on it;
 // Refresh is an hour, so the wall clock it also reads for the refresh does
 // not matter): an isolated change is written at once; during a burst of
-// 2,000 changes 150 µs apart, writes begin at least writeCost/Budget apart
-// (the rewrites take at most Budget of a CPU) and as soon as the pacing
-// allows (no more than one change's gap later); once the burst ends, the
-// file shows the last change within one pacing interval. A write that
-// costs more than MaxDelay/Budget is paced by MaxDelay.
+// 2,000 changes 150 µs apart, the writes' CPU never runs ahead of Budget
+// by more than Burst (and one write), the first writes go at once until
+// the credit is spent, and then writes begin writeCost/Budget apart and as
+// soon as the pacing allows (no more than one change's gap later); once
+// the burst ends, the file shows the last change within one pacing
+// interval. A write that costs more than MaxDelay×Budget is paced by
+// MaxDelay.
 func TestWriterPacesByCost(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -125,7 +127,7 @@ func testPacing(t *testing.T, writeCost time.Duration) {
 	cfg := w.cfg
 	w.finish()
 	t.Cleanup(func() { closeOutputs(w) })
-	interval := min(time.Duration(float64(writeCost)/cfg.Budget), writeCost+cfg.MaxDelay)
+	interval := min(time.Duration(float64(writeCost)/cfg.Budget), cfg.MaxDelay)
 
 	now := time.Now()
 	calls := 0 // each write costs writeCost on the CPU clock
@@ -185,16 +187,40 @@ func testPacing(t *testing.T, writeCost time.Duration) {
 		t.Fatalf("the last change was written %v after it, more than the pacing interval (%v)", end.Sub(last), interval)
 	}
 	inBurst := writesAt[1:]
+	if time.Duration(float64(writeCost)/cfg.Budget) <= cfg.MaxDelay { // else MaxDelay paces, past the budget
+		for i, at := range inBurst {
+			spent := time.Duration(i+1) * writeCost
+			if allowed := cfg.Burst + time.Duration(float64(at.Sub(began))*cfg.Budget) + writeCost; spent > allowed {
+				t.Fatalf("by %v into the burst the writes took %v of CPU, more than Burst + Budget × time (%v); writes at %v",
+					at.Sub(began), spent, allowed, offsets(writesAt, began))
+			}
+		}
+	}
+	paced := false // the credit is spent: the writes are paced
 	for i := 1; i < len(inBurst); i++ {
 		d := inBurst[i].Sub(inBurst[i-1])
-		if d < interval {
-			t.Fatalf("writes during the burst %v apart, want at least %v (cost %v / budget %v); writes at %v",
-				d, interval, writeCost, cfg.Budget, offsets(writesAt, began))
+		switch {
+		case !paced && d <= gap:
+			continue // at once, while the credit lasts
+		case !paced:
+			paced = true
+			if i == 1 && writeCost < cfg.Burst {
+				t.Fatalf("the second write of the burst waited %v, want at once while the credit (Burst %v) lasts; writes at %v",
+					d, cfg.Burst, offsets(writesAt, began))
+			}
+			// The credit left before the last free write (any of [0, cost))
+			// shortens this one wait: the CPU bound above covers it.
+		case d < interval-gap: // a write late by part of a gap repays its credit on the next
+			t.Fatalf("writes during the burst %v apart once the credit is spent, want at least %v (cost %v / budget %v, less a gap); writes at %v",
+				d, interval-gap, writeCost, cfg.Budget, offsets(writesAt, began))
 		}
 		if d > interval+gap {
 			t.Fatalf("writes during the burst %v apart, want at most %v (as soon as the pacing allows); writes at %v",
 				d, interval+gap, offsets(writesAt, began))
 		}
+	}
+	if !paced {
+		t.Fatalf("the writes were never paced during the burst; writes at %v", offsets(writesAt, began))
 	}
 	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
 		t.Fatalf("metric lint: %v %v", problems, err)
@@ -418,14 +444,14 @@ func TestAfterChange(t *testing.T) {
 			t.Fatalf("%s: revision %d after AfterChange, want %d", name, r, want)
 		}
 	}
-	paced := func() { w.pace.lastStart, w.pace.cost = time.Now().Add(-time.Hour), 0 }
+	paced := func() { w.pace.lastStart, w.pace.credit = time.Now().Add(-time.Hour), 0 }
 
 	paced()
 	src.set(table(2, 20))
 	w.mu.Lock() // a write in flight
 	inline("a write in flight", 1)
 	w.mu.Unlock()
-	w.pace.lastStart, w.pace.cost = time.Now(), 500*time.Microsecond // the pacing holds writes back 5 ms
+	w.pace.lastStart, w.pace.credit = time.Now(), -500*time.Microsecond // the pacing holds writes back 5 ms
 	inline("within the pacing interval", 1)
 	paced()
 	yield = true

@@ -44,10 +44,14 @@ type Source interface {
 type Config struct {
 	Path   string
 	Source Source
-	// Budget is the share of one CPU the rewrites may take: after a write
-	// that took d, the next one starts no sooner than d/Budget after the
-	// last one started. Default 0.1.
+	// Budget is the share of one CPU the rewrites may take, sustained:
+	// once Burst is spent, after a write that took d the next one starts
+	// no sooner than d/Budget after it began. Default 0.1.
 	Budget float64
+	// Burst is the CPU time the rewrites may take beyond Budget after a
+	// quiet spell (the pacing's credit fills at Budget up to Burst).
+	// Default 20ms.
+	Burst time.Duration
 	// MaxDelay bounds the pacing: a change is never held back longer than
 	// this after the previous write. Default 200ms.
 	MaxDelay time.Duration
@@ -116,6 +120,9 @@ func New(cfg Config) *Writer {
 	if cfg.Budget <= 0 || cfg.Budget > 1 {
 		cfg.Budget = 0.1
 	}
+	if cfg.Burst <= 0 {
+		cfg.Burst = 20 * time.Millisecond
+	}
 	if cfg.MaxDelay <= 0 {
 		cfg.MaxDelay = 200 * time.Millisecond
 	}
@@ -126,7 +133,7 @@ func New(cfg Config) *Writer {
 		cfg.Logger = slog.Default()
 	}
 	w := &Writer{cfg: cfg, log: cfg.Logger.With("component", "snapshot", "path", cfg.Path),
-		retry: backoff.New(time.Second, 30*time.Second), pace: pacer{budget: cfg.Budget, max: cfg.MaxDelay}, now: time.Now, cpu: cpuClock()}
+		retry: backoff.New(time.Second, 30*time.Second), pace: pacer{budget: cfg.Budget, burst: cfg.Burst, max: cfg.MaxDelay}, now: time.Now, cpu: cpuClock()}
 	opts := atomicfile.Options{EnsureDir: cfg.EnsureDir, Logger: w.log}
 	counter := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "regiond", Subsystem: "snapshot", Name: name, Help: help})
@@ -261,7 +268,7 @@ func (w *Writer) finish() {
 	}
 	if w.pending {
 		w.pending = false
-		w.pace.cost += w.cpu() - start
+		w.pace.spend(w.cpu() - start)
 	}
 }
 
@@ -309,5 +316,9 @@ func (w *Writer) publish(t *routing.Table, now time.Time, force, inline bool) {
 	}
 	// Failed writes count too: one that hangs, then fails, is slow.
 	w.lastWall = w.now().Sub(now)
-	w.pace.wrote(now, w.cpu()-cpu0)
+	cost := w.cpu() - cpu0
+	w.pace.wrote(now, cost)
+	if wrote && w.log.Enabled(context.Background(), slog.LevelDebug) {
+		w.log.Debug("snapshot written", "revision", t.Revision(), "cpu", cost, "wall", w.lastWall, "inline", inline, "next", w.pace.next().Sub(now))
+	}
 }
