@@ -226,8 +226,8 @@ func (t *Table) Effective(country string) *Effective {
 // encoded holds the JSON of a table's sections, made once, reusing the
 // previous table's encoding of every unchanged value and section.
 type encoded struct {
-	once   sync.Once
-	done   atomic.Bool
+	once sync.Once
+	done atomic.Bool
 	// prev is the reuse source until this table is encoded: the latest
 	// encoded table it was built after (the previous table, or, when that
 	// one was never encoded, its own reuse source), so a writer that skips

@@ -28,7 +28,7 @@ func TestSlowWriteStopsInlineWrites(t *testing.T) {
 		w.mu.Lock()
 		w.seen = src.Table()
 		w.publish(src.Table(), time.Now().Add(-10*time.Millisecond), false, false)
-		w.retryAt = time.Time{}                       // the backoff has passed
+		w.retryAt = time.Time{}                                         // the backoff has passed
 		w.pace.lastStart, w.pace.credit = time.Now().Add(-time.Hour), 0 // and the pacing: only the cost is left
 		w.mu.Unlock()
 		errs, writes := testutil.ToFloat64(w.outs[0].errors), testutil.ToFloat64(w.outs[0].writes)
