@@ -234,7 +234,13 @@ type encoded struct {
 	// tables (paced) still reuses what did not change. Only an encoded
 	// table is held: never a chain.
 	prev   atomic.Pointer[Table]
-	poolJS map[string][]byte
+	// poolNames are the pool ids in order; poolJS[i] is the JSON of the
+	// pool poolNames[i], made from poolSrc[i] with health poolUp[i]
+	// (what tells whether a later table may reuse it).
+	poolNames []string
+	poolJS    [][]byte
+	poolSrc   []*Pool
+	poolUp    []bool
 	// routeNames are the route names in order; routeJS[i] is the JSON of
 	// the route routeNames[i].
 	routeNames []string

@@ -334,20 +334,9 @@ func (t *Table) encodeValues(prev *Table) {
 	}
 	enc := t.enc
 	if pe != nil && sameMap(t.pools, prev.pools) && sameMap(t.eligibleAt, prev.eligibleAt) {
-		enc.poolJS, enc.pools = pe.poolJS, pe.pools
+		enc.poolNames, enc.poolJS, enc.poolSrc, enc.poolUp, enc.pools = pe.poolNames, pe.poolJS, pe.poolSrc, pe.poolUp, pe.pools
 	} else {
-		enc.poolJS = make(map[string][]byte, len(t.pools))
-		for id, p := range t.pools {
-			healthy := t.eligibleAt[id]
-			if pe != nil {
-				if pp, ok := prev.pools[id]; ok && p.src != nil && pp.src == p.src && prev.eligibleAt[id] == healthy {
-					enc.poolJS[id] = pe.poolJS[id]
-					continue
-				}
-			}
-			enc.poolJS[id] = appendPoolJSON(nil, &p.Pool, healthy)
-		}
-		enc.pools = appendObject(nil, "pools", enc.poolJS)
+		t.encodePools(pe, prev)
 	}
 	if pe != nil && sameMap(t.routes, prev.routes) {
 		enc.routeNames, enc.routeJS, enc.routes = pe.routeNames, pe.routeJS, pe.routes
@@ -361,6 +350,95 @@ func (t *Table) encodeValues(prev *Table) {
 		enc.policy = append([]byte(`,"policy":`), js...)
 	}
 	t.encodeEffective(pe, prev)
+}
+
+// encodePools makes the pools section, reusing the previous table's order
+// of ids (merging in the new ones: no sort of them all) and its encoding of
+// every pool made from the same stored value with the same health.
+func (t *Table) encodePools(pe *encoded, prev *Table) {
+	enc := t.enc
+	var names []string
+	var from []int // from[i]: index of names[i] in pe's lists, or -1
+	if pe == nil || pe.poolNames == nil {
+		names = sortedKeys(t.pools)
+	} else {
+		names, from = mergeNames(pe.poolNames, prev.pools, t.pools)
+	}
+	n := len(names)
+	enc.poolNames = names
+	enc.poolJS, enc.poolSrc, enc.poolUp = make([][]byte, n), make([]*Pool, n), make([]bool, n)
+	size := len(`,"pools":{}`)
+	for i, id := range names {
+		p, up := t.pools[id], t.eligibleAt[id]
+		if from != nil {
+			if j := from[i]; j >= 0 && p.src != nil && pe.poolSrc[j] == p.src && pe.poolUp[j] == up {
+				enc.poolJS[i], enc.poolSrc[i], enc.poolUp[i] = pe.poolJS[j], p.src, up
+				size += len(id) + len(enc.poolJS[i]) + 4
+				continue
+			}
+		}
+		enc.poolJS[i], enc.poolSrc[i], enc.poolUp[i] = appendPoolJSON(nil, &p.Pool, up), p.src, up
+		size += len(id) + len(enc.poolJS[i]) + 4
+	}
+	b := make([]byte, 0, size)
+	b = append(b, `,"pools":{`...)
+	for i, id := range names {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, id)
+		b = append(b, ':')
+		b = append(b, enc.poolJS[i]...)
+	}
+	enc.pools = append(b, '}')
+}
+
+// mergeNames returns the keys of m in order, given old, the sorted keys
+// of oldSet (an earlier version of m): old without the keys m lost,
+// merged with the keys m gained (only those are sorted). from[i] is the
+// index in old of names[i], or -1 for a gained key. When m has exactly
+// old's keys, names is old itself.
+func mergeNames[V any](old []string, oldSet, m map[string]V) (names []string, from []int) {
+	in := make([]bool, len(old)) // in[i]: m still has old[i]
+	kept := 0
+	for i, k := range old {
+		if _, ok := m[k]; ok {
+			in[i] = true
+			kept++
+		}
+	}
+	var gained []string
+	if kept < len(m) {
+		for k := range m {
+			if _, ok := oldSet[k]; !ok {
+				gained = append(gained, k)
+			}
+		}
+		slices.Sort(gained)
+	}
+	from = make([]int, 0, len(m))
+	if kept == len(old) && len(gained) == 0 {
+		for i := range old {
+			from = append(from, i)
+		}
+		return old, from
+	}
+	names = make([]string, 0, len(m))
+	i, g := 0, 0
+	for i < len(old) || g < len(gained) {
+		if i < len(old) && !in[i] {
+			i++
+			continue
+		}
+		if g < len(gained) && (i == len(old) || gained[g] < old[i]) {
+			names, from = append(names, gained[g]), append(from, -1)
+			g++
+			continue
+		}
+		names, from = append(names, old[i]), append(from, i)
+		i++
+	}
+	return names, from
 }
 
 // encodeRoutes makes the routes section, reusing the previous table's
