@@ -233,7 +233,7 @@ type encoded struct {
 	// one was never encoded, its own reuse source), so a writer that skips
 	// tables (paced) still reuses what did not change. Only an encoded
 	// table is held: never a chain.
-	prev   atomic.Pointer[Table]
+	prev atomic.Pointer[Table]
 	// poolNames are the pool ids in order; poolJS[i] is the JSON of the
 	// pool poolNames[i], made from poolSrc[i] with health poolUp[i]
 	// (what tells whether a later table may reuse it).
