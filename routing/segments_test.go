@@ -32,12 +32,25 @@ func checkSegments(t *testing.T, name string, tb *Table, dst [][]byte, scratch [
 			t.Fatalf("%s: segment %d is empty", name, i)
 		}
 	}
-	if len(segs) > 50 {
-		t.Fatalf("%s: %d segments", name, len(segs))
-	}
-	// The bulk is not copied: the sections are the table's own.
 	enc := tb.At(writtenAt).encodings()
-	for _, sec := range [][]byte{enc.pools, enc.routes, enc.policy} {
+	if len(segs) > 50+len(enc.poolMembers) {
+		t.Fatalf("%s: %d segments for %d pools", name, len(segs), len(enc.poolMembers))
+	}
+	// The bulk is not copied: the sections and the pools' members are the
+	// table's own.
+	for i, m := range enc.poolMembers {
+		if i == 0 {
+			m = m[1:] // the first member goes without its comma
+		}
+		found := false
+		for _, s := range segs {
+			found = found || (sameArray(s, m) && len(s) == len(m))
+		}
+		if !found {
+			t.Fatalf("%s: pool member %.20q… is not one of the segments", name, m)
+		}
+	}
+	for _, sec := range [][]byte{enc.routes, enc.policy} {
 		found := false
 		for _, s := range segs {
 			found = found || (sameArray(s, sec) && len(s) == len(sec))

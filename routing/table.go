@@ -234,19 +234,24 @@ type encoded struct {
 	// tables (paced) still reuses what did not change. Only an encoded
 	// table is held: never a chain.
 	prev atomic.Pointer[Table]
-	// poolNames are the pool ids in order; poolJS[i] is the JSON of the
-	// pool poolNames[i], made from poolSrc[i] with health poolUp[i]
-	// (what tells whether a later table may reuse it).
-	poolNames []string
-	poolJS    [][]byte
-	poolSrc   []*Pool
-	poolUp    []bool
+	// poolNames are the pool ids in order; poolMembers[i] is the member
+	// `,"id":{…}` of the pool poolNames[i] in the pools section, made from
+	// poolSrc[i] with health poolUp[i] (what tells whether a later table
+	// may reuse it). The section is `,"pools":{`, the members (the first
+	// without its comma), `}`: written as segments, joined only when a
+	// caller wants one buffer (pools).
+	poolNames   []string
+	poolMembers [][]byte
+	poolSrc     []*Pool
+	poolUp      []bool
+	poolsOnce   sync.Once
+	poolsJoined []byte
 	// routeNames are the route names in order; routeJS[i] is the JSON of
 	// the route routeNames[i].
 	routeNames []string
 	routeJS    [][]byte
-	// pools, routes and policy are whole sections (`,"pools":{…}`).
-	pools, routes, policy []byte
+	// routes and policy are whole sections (`,"routes":{…}`).
+	routes, policy []byte
 	// eff holds the member of each country id in the effective section
 	// (`,"PL":{…}`), as pieces of shared, never changed byte arrays.
 	eff []effPart

@@ -152,13 +152,14 @@ func (t *Table) JSONWith(dst []byte, h JSONHeader) ([]byte, error) {
 	enc := t.encodings()
 	var runsBuf [40][]byte
 	runs := appendEffRuns(runsBuf[:0], enc.eff)
-	size := 512 + len(enc.pools) + len(enc.routes) + len(enc.policy)
+	pools := enc.pools()
+	size := 512 + len(pools) + len(enc.routes) + len(enc.policy)
 	for _, r := range runs {
 		size += len(r)
 	}
 	b := slices.Grow(dst[:0], size)
 	b = t.appendHeader(b, h)
-	b = append(b, enc.pools...)
+	b = append(b, pools...)
 	b = append(b, enc.routes...)
 	b = append(b, enc.policy...)
 	b = append(b, effectiveOpen...)
@@ -188,8 +189,8 @@ func (t *Table) JSONSegments(dst [][]byte, scratch []byte, writtenAt time.Time) 
 //
 // The first segment is the header: the opening brace and the members
 // revision, epoch, written_at, synced_at (when h.SyncedAt is set), stale
-// and cluster_id, in this order. No segment is empty, and there are a few
-// dozen at most.
+// and cluster_id, in this order. No segment is empty; there is one per
+// pool and a few dozen more at most.
 //
 // The returned slices alias the table's encodings and scratch: callers
 // must not modify them. The table's encodings never change, so segments
@@ -208,7 +209,8 @@ func (t *Table) JSONSegmentsWith(dst [][]byte, scratch []byte, h JSONHeader) (se
 		return dst[:0], s, err
 	}
 	segs = append(dst[:0], s[:header:header])
-	for _, sec := range [][]byte{enc.pools, enc.routes, enc.policy} {
+	segs = enc.appendPoolSegments(segs)
+	for _, sec := range [][]byte{enc.routes, enc.policy} {
 		if len(sec) > 0 {
 			segs = append(segs, sec)
 		}
@@ -234,7 +236,7 @@ func (t *Table) SameContent(u *Table) bool {
 		return false
 	}
 	a, b := t.encodings(), u.encodings()
-	if !bytes.Equal(a.pools, b.pools) || !bytes.Equal(a.routes, b.routes) || !bytes.Equal(a.policy, b.policy) {
+	if !samePools(a, b) || !bytes.Equal(a.routes, b.routes) || !bytes.Equal(a.policy, b.policy) {
 		return false
 	}
 	var ra, rb [40][]byte
@@ -334,7 +336,7 @@ func (t *Table) encodeValues(prev *Table) {
 	}
 	enc := t.enc
 	if pe != nil && sameMap(t.pools, prev.pools) && sameMap(t.eligibleAt, prev.eligibleAt) {
-		enc.poolNames, enc.poolJS, enc.poolSrc, enc.poolUp, enc.pools = pe.poolNames, pe.poolJS, pe.poolSrc, pe.poolUp, pe.pools
+		enc.poolNames, enc.poolMembers, enc.poolSrc, enc.poolUp = pe.poolNames, pe.poolMembers, pe.poolSrc, pe.poolUp
 	} else {
 		t.encodePools(pe, prev)
 	}
@@ -366,31 +368,66 @@ func (t *Table) encodePools(pe *encoded, prev *Table) {
 	}
 	n := len(names)
 	enc.poolNames = names
-	enc.poolJS, enc.poolSrc, enc.poolUp = make([][]byte, n), make([]*Pool, n), make([]bool, n)
-	size := len(`,"pools":{}`)
+	enc.poolMembers, enc.poolSrc, enc.poolUp = make([][]byte, n), make([]*Pool, n), make([]bool, n)
 	for i, id := range names {
 		p, up := t.pools[id], t.eligibleAt[id]
 		if from != nil {
 			if j := from[i]; j >= 0 && p.src != nil && pe.poolSrc[j] == p.src && pe.poolUp[j] == up {
-				enc.poolJS[i], enc.poolSrc[i], enc.poolUp[i] = pe.poolJS[j], p.src, up
-				size += len(id) + len(enc.poolJS[i]) + 4
+				enc.poolMembers[i], enc.poolSrc[i], enc.poolUp[i] = pe.poolMembers[j], p.src, up
 				continue
 			}
 		}
-		enc.poolJS[i], enc.poolSrc[i], enc.poolUp[i] = appendPoolJSON(nil, &p.Pool, up), p.src, up
-		size += len(id) + len(enc.poolJS[i]) + 4
+		m := appendJSONString([]byte{','}, id)
+		m = append(m, ':')
+		enc.poolMembers[i], enc.poolSrc[i], enc.poolUp[i] = appendPoolJSON(m, &p.Pool, up), p.src, up
 	}
-	b := make([]byte, 0, size)
-	b = append(b, `,"pools":{`...)
-	for i, id := range names {
-		if i > 0 {
-			b = append(b, ',')
+}
+
+// poolsOpen opens the pools section.
+const poolsOpen = `,"pools":{`
+
+// appendPoolSegments appends the pools section as segments: the opening,
+// one per pool, the closing brace.
+func (enc *encoded) appendPoolSegments(segs [][]byte) [][]byte {
+	segs = append(segs, []byte(poolsOpen))
+	for i, m := range enc.poolMembers {
+		if i == 0 {
+			m = m[1:] // no comma before the first member
 		}
-		b = appendJSONString(b, id)
-		b = append(b, ':')
-		b = append(b, enc.poolJS[i]...)
+		segs = append(segs, m)
 	}
-	enc.pools = append(b, '}')
+	return append(segs, []byte("}"))
+}
+
+// pools returns the pools section as one buffer, joined on first use.
+func (enc *encoded) pools() []byte {
+	enc.poolsOnce.Do(func() {
+		size := len(poolsOpen) + 1
+		for _, m := range enc.poolMembers {
+			size += len(m)
+		}
+		b := make([]byte, 0, size)
+		for _, seg := range enc.appendPoolSegments(nil) {
+			b = append(b, seg...)
+		}
+		enc.poolsJoined = b
+	})
+	return enc.poolsJoined
+}
+
+// samePools reports whether a and b hold the same pools section. Members
+// that are the same memory compare without being read.
+func samePools(a, b *encoded) bool {
+	if len(a.poolMembers) != len(b.poolMembers) {
+		return false
+	}
+	for i, m := range a.poolMembers {
+		n := b.poolMembers[i]
+		if len(m) != len(n) || (len(m) > 0 && &m[0] != &n[0] && !bytes.Equal(m, n)) {
+			return false
+		}
+	}
+	return true
 }
 
 // mergeNames returns the keys of m in order, given old, the sorted keys
