@@ -3,6 +3,7 @@ package routing
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -89,4 +90,22 @@ func compileKVs(tb testing.TB, n int) []KV {
 		kvs = append(kvs, KV{Key: HealthKey(id, fmt.Sprintf("i-%05d", i)), Value: []byte(`{"addr":"10.0.0.1:443","since":"2026-03-01T12:00:00Z"}`), ModRevision: int64(i + 2)})
 	}
 	return kvs
+}
+
+// BenchmarkCompilePools compiles and renders 10,000 pool keys and nothing
+// else (../shared/perf/run.sh's sync): the first table an agent writes.
+func BenchmarkCompilePools(b *testing.B) {
+	kvs := make([]KV, 0, 10000)
+	pad := strings.Repeat("x", 100)
+	for i := range 10000 {
+		kvs = append(kvs, KV{Key: fmt.Sprintf("pools/init%06d", i), ModRevision: int64(i + 2), CreateRevision: int64(i + 2), Version: 1,
+			Value: fmt.Appendf(nil, `{"host":"bench.example.net","region":"bench","residency":"global","status":"active","attrs":{"m":"QI%06dQ","pad":"%s"}}`, i, pad)})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		t := Compile(10001, kvs, nil, CompileOptions{Now: t0})
+		if _, err := t.JSON(t0); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
