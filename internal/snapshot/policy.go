@@ -11,17 +11,25 @@ import "time"
 // sustained rewrites take at most budget of one CPU (plus burst, once).
 // Changes that come during a write, or while the credit is owed, are
 // coalesced into the next.
+//
+// A write is charged its cost, but at most twice the running average of
+// the costs: one write that met a garbage collection or a page fault does
+// not stall the next for ten times its cost, while writes that grow
+// dearer (a bigger table, a slower disk) raise the average within a few.
 type pacer struct {
 	budget float64
 	burst  time.Duration
 	max    time.Duration
 	// lastStart is when the last write began, cost what it took
-	// (finish's share included).
-	lastStart time.Time
-	cost      time.Duration
+	// (finish's share included), charged what the credit paid for it.
+	lastStart     time.Time
+	cost, charged time.Duration
 	// credit is the CPU time the writes may spend at lastStart; negative:
 	// owed. The zero pacer has a full bucket.
 	credit time.Duration
+	// avg is the running average of the writes' costs (a quarter of the
+	// newest each time); zero before the first.
+	avg time.Duration
 }
 
 // refill brings the credit up to date at now.
@@ -38,16 +46,26 @@ func (p *pacer) refill(now time.Time) {
 // wrote records a write that began at start and took cost.
 func (p *pacer) wrote(start time.Time, cost time.Duration) {
 	p.refill(start)
-	p.lastStart, p.cost = start, 0
+	p.lastStart, p.cost, p.charged = start, 0, 0
 	p.spend(cost)
+	if p.avg == 0 {
+		p.avg = cost
+	} else {
+		p.avg += (cost - p.avg) / 4
+	}
 }
 
 // spend charges d more to the last write (what finish did after it).
 func (p *pacer) spend(d time.Duration) {
 	p.cost += d
+	charge := d
+	if p.avg > 0 {
+		charge = max(0, min(d, 2*p.avg-p.charged)) // at most 2×avg for the write in all
+	}
+	p.charged += charge
 	// Owe at most what max repays: a write dearer than that (a slow
 	// disk) is paced by max, without debt piling up.
-	p.credit = max(p.credit-d, -time.Duration(float64(p.max)*p.budget))
+	p.credit = max(p.credit-charge, -time.Duration(float64(p.max)*p.budget))
 }
 
 // next returns when the next write may begin.

@@ -46,7 +46,7 @@ type Config struct {
 	Source Source
 	// Budget is the share of one CPU the rewrites may take, sustained:
 	// once Burst is spent, after a write that took d the next one starts
-	// no sooner than d/Budget after it began. Default 0.1.
+	// no sooner than d/Budget after it began. Default 0.2.
 	Budget float64
 	// Burst is the CPU time the rewrites may take beyond Budget after a
 	// quiet spell (the pacing's credit fills at Budget up to Burst).
@@ -118,7 +118,7 @@ type output struct {
 // start it.
 func New(cfg Config) *Writer {
 	if cfg.Budget <= 0 || cfg.Budget > 1 {
-		cfg.Budget = 0.1
+		cfg.Budget = 0.2
 	}
 	if cfg.Burst <= 0 {
 		cfg.Burst = 20 * time.Millisecond
