@@ -96,13 +96,14 @@ func (d *jsonDecoder) health(raw []byte, h *Health, path string) {
 }
 
 // members returns the members of the JSON object raw (sorted by key, the
-// last of duplicates), or reports that raw is not an object.
-func (d *jsonDecoder) members(raw []byte, path string) []jsonMember {
+// last of duplicates) appended to buf[:0], or reports that raw is not an
+// object.
+func (d *jsonDecoder) members(buf []jsonMember, raw []byte, path string) []jsonMember {
 	if raw[0] != '{' {
 		d.typeErr(path, "an object", raw)
 		return nil
 	}
-	return splitObject(raw)
+	return splitObjectInto(buf, raw)
 }
 
 // extra keeps a member the type does not declare in its Extra; inside a
@@ -185,10 +186,15 @@ func (d *jsonDecoder) stringMap(raw []byte, path string) map[string]string {
 		d.typeErr(path, "an object", raw)
 		return nil
 	}
-	members := splitObject(raw)
+	var buf [8]jsonMember
+	members := splitObjectInto(buf[:0], raw)
 	out := make(map[string]string, len(members))
 	for _, m := range members {
-		out[m.key] = d.str(m.raw, joinPath(path, m.key))
+		if !isNull(m.raw) && m.raw[0] == '"' {
+			out[m.key] = decodeString(m.raw)
+		} else {
+			out[m.key] = d.str(m.raw, joinPath(path, m.key)) // null, or the error naming it
+		}
 	}
 	return out
 }
@@ -249,12 +255,16 @@ type jsonMember struct {
 
 // splitObject returns the members of a valid JSON object sorted by key;
 // of duplicate keys the last one wins (as with encoding/json and a map).
-func splitObject(raw []byte) []jsonMember {
-	var out []jsonMember
+func splitObject(raw []byte) []jsonMember { return splitObjectInto(nil, raw) }
+
+// splitObjectInto is splitObject appending to buf[:0]: a caller that
+// passes an array on its stack decodes a small object without allocating.
+func splitObjectInto(buf []jsonMember, raw []byte) []jsonMember {
+	out := buf[:0]
 	i := skipWS(raw, 1)
 	for i < len(raw) && raw[i] != '}' {
 		kEnd := skipValue(raw, i)
-		key := decodeString(raw[i:kEnd])
+		key := decodeKey(raw[i:kEnd])
 		vStart := skipWS(raw, skipWS(raw, kEnd)+1) // past ':'
 		vEnd := skipValue(raw, vStart)
 		out = append(out, jsonMember{key: key, raw: raw[vStart:vEnd]})
@@ -272,6 +282,43 @@ func splitObject(raw []byte) []jsonMember {
 		dedup = append(dedup, m)
 	}
 	return dedup
+}
+
+// fieldNames holds the member names of the value types, each once: a
+// decoded key that is one of them is that string (no allocation per key
+// per value, nor a copy kept by every decoded value).
+var fieldNames = map[string]string{}
+
+func init() { // filled from the field lists, which refer to the decoder
+	add := func(name string) { fieldNames[name] = name }
+	for _, f := range poolFields {
+		add(f.name)
+	}
+	for _, f := range targetFields {
+		add(f.name)
+	}
+	for _, f := range routeFields {
+		add(f.name)
+	}
+	for _, f := range residencyFields {
+		add(f.name)
+	}
+	for _, f := range overrideFields {
+		add(f.name)
+	}
+	for _, f := range healthFields {
+		add(f.name)
+	}
+}
+
+// decodeKey decodes a valid JSON string that is an object's key.
+func decodeKey(raw []byte) string {
+	if len(raw) >= 2 {
+		if s, ok := fieldNames[string(raw[1:len(raw)-1])]; ok {
+			return s
+		}
+	}
+	return decodeString(raw)
 }
 
 // splitArray returns the raw items of a valid JSON array.

@@ -156,7 +156,8 @@ var candidateFields = []wireField[Candidate]{
 // decodeFields decodes the members of the JSON object raw into v by its
 // field list; members not in the list go to extra.
 func decodeFields[T any](d *jsonDecoder, raw []byte, path string, v *T, fields []wireField[T], extra *Extra) {
-	for _, m := range d.members(raw, path) {
+	var buf [12]jsonMember
+	for _, m := range d.members(buf[:0], raw, path) {
 		f := fieldNamed(fields, m.key)
 		if f == nil || f.dec == nil {
 			d.extra(extra, m, path)
