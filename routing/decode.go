@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"regexp"
 	"strconv"
 	"strings"
 )
@@ -126,7 +125,56 @@ func truncate(raw []byte) string {
 	return string(raw)
 }
 
-var hostnameRe = regexp.MustCompile(`^[A-Za-z0-9_]([A-Za-z0-9_-]{0,62})(\.[A-Za-z0-9_]([A-Za-z0-9_-]{0,62}))*\.?$`)
+// isHostName reports whether name is dot-separated labels of 1 to 63 of
+// [A-Za-z0-9_-], none beginning with '-', with an optional final dot: the
+// regular expression
+// ^[A-Za-z0-9_]([A-Za-z0-9_-]{0,62})(\.[A-Za-z0-9_]([A-Za-z0-9_-]{0,62}))*\.?$
+// (TestIsHostNameMatchesRegexp), without one (it runs for every pool).
+func isHostName(name string) bool {
+	if strings.HasSuffix(name, ".") {
+		name = name[:len(name)-1]
+	}
+	if name == "" {
+		return false
+	}
+	label := 0 // length of the label so far
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c == '.':
+			if label == 0 {
+				return false
+			}
+			label = 0
+			continue
+		case c == '-':
+			if label == 0 {
+				return false
+			}
+		case c == '_' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z':
+		default:
+			return false
+		}
+		if label++; label > 63 {
+			return false
+		}
+	}
+	return label > 0
+}
+
+// maybeIP reports whether h could be an IP address, or one with a port:
+// it has a ':' (IPv6, or a port) or is digits and dots (IPv4).
+func maybeIP(h string) bool {
+	if strings.IndexByte(h, ':') >= 0 {
+		return true
+	}
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; c != '.' && (c < '0' || c > '9') {
+			return false
+		}
+	}
+	return true
+}
 
 // checkHost accepts a host name or IP address with an optional port.
 func checkHost(h string) string {
@@ -139,14 +187,16 @@ func checkHost(h string) string {
 	if strings.Contains(h, "://") {
 		return fmt.Sprintf("%q is a URL; want a host name or IP address (with an optional :port)", h)
 	}
-	if _, err := netip.ParseAddr(h); err == nil {
-		return ""
-	}
-	if ap, err := netip.ParseAddrPort(h); err == nil {
-		if ap.Port() == 0 {
-			return fmt.Sprintf("%q: port must be 1..65535", h)
+	if maybeIP(h) { // else parsing fails (and allocates its error)
+		if _, err := netip.ParseAddr(h); err == nil {
+			return ""
 		}
-		return ""
+		if ap, err := netip.ParseAddrPort(h); err == nil {
+			if ap.Port() == 0 {
+				return fmt.Sprintf("%q: port must be 1..65535", h)
+			}
+			return ""
+		}
 	}
 	name := h
 	if i := strings.LastIndexByte(h, ':'); i >= 0 && isDigits(h[i+1:]) {
@@ -155,7 +205,7 @@ func checkHost(h string) string {
 		}
 		name = h[:i]
 	}
-	if !hostnameRe.MatchString(name) || len(name) > 253 {
+	if !isHostName(name) || len(name) > 253 {
 		return fmt.Sprintf("%q is not a host name or IP address (with an optional :port)", h)
 	}
 	return ""
