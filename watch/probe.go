@@ -55,7 +55,7 @@ func (m *Mirror) silent(ctx context.Context, s *stream) (*stream, string) {
 		// of the other range is served by another broadcast.
 		m.otherRange = !m.otherRange
 	}
-	next, why := m.open(ctx)
+	next, why := m.open(ctx, nil)
 	if next == nil {
 		if ctx.Err() == nil && !relists(why) {
 			why = ReasonSilent

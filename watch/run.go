@@ -53,7 +53,8 @@ func (m *Mirror) Run(ctx context.Context) error {
 	reason := ReasonInitial
 	for ctx.Err() == nil {
 		m.metrics.resyncs.WithLabelValues(reason).Inc()
-		if _, err := m.relist(ctx, reason); err != nil {
+		publish, err := m.list(ctx, reason)
+		if err != nil {
 			if ctx.Err() != nil {
 				break
 			}
@@ -65,7 +66,7 @@ func (m *Mirror) Run(ctx context.Context) error {
 			continue
 		}
 		listed := time.Now()
-		if reason = m.follow(ctx, bo); ctx.Err() != nil {
+		if reason = m.follow(ctx, bo, publish); ctx.Err() != nil {
 			break
 		}
 		m.log.Info("relisting", "reason", reason, "applied_revision", m.applied)
@@ -81,14 +82,31 @@ func (m *Mirror) Run(ctx context.Context) error {
 }
 
 // relist reads the whole prefix at one revision and replaces the state:
-// keys absent from the new list are deleted. It returns the list revision.
-// It does not touch Connected: only a created watch does.
+// keys absent from the new list are deleted; then the table is built from
+// it. It returns the list revision. It does not touch Connected: only a
+// created watch does.
 func (m *Mirror) relist(ctx context.Context, reason string) (int64, error) {
+	publish, err := m.list(ctx, reason)
+	if err != nil {
+		return 0, err
+	}
+	publish()
+	return m.applied, nil
+}
+
+// list is relist up to the table: it replaces the state and returns what
+// builds the table from it (and writes it, AfterChange). Run opens the
+// watch in between: a watch created before anyone has seen the new table
+// starts at etcd's current revision, where etcd sends events as they
+// come; one created after changes that followed the table (a client that
+// read the new file, then wrote) starts behind it, and etcd catches such
+// a watch up only every 100 ms (its unsynced watchers' loop).
+func (m *Mirror) list(ctx context.Context, reason string) (publish func(), err error) {
 	began := time.Now()
 	defer func() { m.metrics.listSeconds.Set(time.Since(began).Seconds()) }()
 	kvs, rev, err := m.getAll(ctx)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	known := m.applied
 	if cur := m.Table(); cur != nil {
@@ -124,20 +142,22 @@ func (m *Mirror) relist(ctx context.Context, reason string) (int64, error) {
 	m.state, m.applied, m.lastEvent = state, rev, rev
 	m.pending, m.incremental = m.pending[:0], false
 	m.markSynced()
-	cur := m.Table()
-	// The shortcut needs the table to have been compiled from the state it
-	// is compared with (not from events applied since, without a compile).
-	if same && !m.uncompiled && !regressed && cur != nil && !cur.Stale() && cur.ClusterID() == m.clusterID {
-		m.incremental = true // the table is the state's: events can update it
-		m.advance(rev)
-	} else {
-		m.recompileWith(func(sk []routing.Skipped) map[string]routing.KV { return m.earlierGood(ctx, sk) })
-		if m.cfg.AfterChange != nil {
-			m.cfg.AfterChange()
+	uncompiled := m.uncompiled
+	return func() {
+		cur := m.Table()
+		// The shortcut needs the table to have been compiled from the state it
+		// is compared with (not from events applied since, without a compile).
+		if same && !uncompiled && !regressed && cur != nil && !cur.Stale() && cur.ClusterID() == m.clusterID {
+			m.incremental = true // the table is the state's: events can update it
+			m.advance(rev)
+		} else {
+			m.recompileWith(func(sk []routing.Skipped) map[string]routing.KV { return m.earlierGood(ctx, sk) })
+			if m.cfg.AfterChange != nil {
+				m.cfg.AfterChange()
+			}
 		}
-	}
-	m.readyOnce.Do(func() { close(m.ready) })
-	return rev, nil
+		m.readyOnce.Do(func() { close(m.ready) })
+	}, nil
 }
 
 // firstKey is where the keys of the prefix begin: the bare prefix itself,

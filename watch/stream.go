@@ -29,6 +29,10 @@ type stream struct {
 // answered within RequestTimeout.
 const createTimeout = "timeout"
 
+// publishWait bounds how long a listed table waits for its watch's
+// creation before it is published anyway (see Mirror.list).
+const publishWait = 50 * time.Millisecond
+
 // healthyAfter is how long a created watch must last for its end not to
 // count as a failure: a watch created and ended at once, over and over,
 // backs off like a creation that fails.
@@ -40,11 +44,12 @@ const healthyAfter = time.Second
 // back off. The first retries are immediate, two per other endpoint:
 // clientv3 sends each new stream to its next endpoint, so a member without
 // a leader is left for one that has one.
-func (m *Mirror) follow(ctx context.Context, bo *backoff.Backoff) string {
+func (m *Mirror) follow(ctx context.Context, bo *backoff.Backoff, publish func()) string {
 	quick := max(1, 2*(len(m.cfg.Client.Endpoints())-1))
 	failures := 0
 	for ctx.Err() == nil {
-		s, why := m.open(ctx)
+		s, why := m.open(ctx, publish)
+		publish = nil
 		if s == nil {
 			if ctx.Err() != nil || relists(why) {
 				return why
@@ -82,8 +87,23 @@ func (m *Mirror) follow(ctx context.Context, bo *backoff.Backoff) string {
 // open creates a watch from applied+1 and waits, up to RequestTimeout, for
 // its creation to be answered (by etcd, or by the grpc-proxy joining it to
 // a watch it already has). Only then is the mirror connected. It returns
-// the watch, or why there is none.
-func (m *Mirror) open(ctx context.Context) (*stream, string) {
+// the watch, or why there is none. publish, if not nil, is called once
+// the creation is answered, or publishWait after it was asked, whichever
+// comes first (see Mirror.list), and in any case before open returns.
+func (m *Mirror) open(ctx context.Context, publish func()) (*stream, string) {
+	if publish != nil {
+		defer func() {
+			if publish != nil {
+				publish()
+			}
+		}()
+	}
+	var publishBy <-chan time.Time
+	if publish != nil {
+		t := time.NewTimer(publishWait)
+		defer t.Stop()
+		publishBy = t.C
+	}
 	// Each watch gets its own gRPC stream (clientv3 shares streams between
 	// watches with equal metadata): a new watch must not join the stream of
 	// the one it replaces while that stream shuts down, or it is closed too.
@@ -113,6 +133,10 @@ func (m *Mirror) open(ctx context.Context) (*stream, string) {
 			why = createTimeout
 		case s.ch = <-chc:
 			first = s.ch
+			continue
+		case <-publishBy:
+			publish()
+			publish, publishBy = nil, nil
 			continue
 		case resp, ok := <-first:
 			if why = m.created(resp, ok); why == "" {
