@@ -464,3 +464,33 @@ func TestAfterChangeSeesTheNewTable(t *testing.T) {
 		}
 	}
 }
+
+// TestListedTableWaitsForItsWatch: the table of the first list is
+// published (AfterChange: the snapshot file) once its watch is created,
+// not before. A client that reads the new file and then writes has its
+// change sent by a watch that is already at etcd's revision: etcd
+// delivers to such a watch at once, while one created behind it is
+// caught up only every 100 ms.
+func TestListedTableWaitsForItsWatch(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	connected := make(chan bool, 16)
+	var m atomic.Pointer[watch.Mirror]
+	cfg := watch.Config{Client: cli, Prefix: prefix, NewBackoff: fastBackoff, ProgressInterval: 200 * time.Millisecond, RequestTimeout: time.Second,
+		AfterChange: func() { connected <- m.Load().Status().Connected }}
+	mm, err := watch.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Store(mm)
+	runMirror(t, mm)
+	select {
+	case c := <-connected:
+		if !c {
+			t.Fatal("the listed table was published before its watch was created")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("AfterChange not called for the listed table")
+	}
+}
