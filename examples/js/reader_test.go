@@ -1,62 +1,32 @@
 // Package js_test runs the JavaScript reader (regiond.mjs, node.mjs)
 // through testdata/driver.mjs and checks it against Go: xxh64 and the
 // sticky score on the same vectors, and every decision of every header
-// (AA..ZZ, junk, _unknown) through the KV export and the index file, on
-// tables with drained, down, unhealthy and boosted pools and NoRoute. The
-// tests need Node 18+ (Debian bookworm's nodejs; the module is written for
-// Node 20+ and Workers and uses nothing newer than 18): without it they
-// skip, naming it, unless CI=true (then they fail; .ci/run installs nodejs).
+// (AA..ZZ, junk, _unknown) × 1,000 keys through the KV export and the
+// index file (sync and async), on tables with drained, down, unhealthy and
+// boosted pools, NoRoute and a stale table. The tests need Node 18+
+// (Debian bookworm's nodejs; the module is written for Node 20+ and
+// Workers and uses nothing newer than 18): without it they skip, naming
+// it, unless CI=true (then they fail; .ci/run installs nodejs).
 package js_test
 
 import (
 	"bytes"
-	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"sync"
 	"testing"
 
-	"github.com/regiond/regiond/internal/testprog"
-)
-
-const installHint = "install Node.js 18+, e.g. `apt-get update && apt-get install -y nodejs`"
-
-var (
-	nodeOnce sync.Once
-	nodePath string
-	nodeErr  error
+	"github.com/regiond/regiond/internal/fleettest"
 )
 
 // node returns the node binary; a missing or older than 18 node skips the
 // test (fails it in CI).
 func node(t testing.TB) string {
 	t.Helper()
-	nodeOnce.Do(func() {
-		nodePath, nodeErr = exec.LookPath("node")
-		if nodeErr != nil {
-			nodeErr = fmt.Errorf("node not found in PATH: %w", nodeErr)
-			return
-		}
-		out, err := exec.Command(nodePath, "-p", "process.versions.node").CombinedOutput()
-		if err != nil {
-			nodeErr = fmt.Errorf("%s does not run: %v: %s", nodePath, err, out)
-			return
-		}
-		major, _, _ := strings.Cut(strings.TrimSpace(string(out)), ".")
-		if n, err := strconv.Atoi(major); err != nil || n < 18 {
-			nodeErr = fmt.Errorf("%s is Node %s, the reader needs 18+", nodePath, strings.TrimSpace(string(out)))
-		}
-	})
-	if nodeErr != nil {
-		testprog.Missing(t, nodeErr.Error(), installHint)
-	}
-	return nodePath
+	return fleettest.Node(t)
 }
 
 // runNode runs the driver with args, stdin as JSON, and returns stdout.
@@ -87,14 +57,6 @@ func writeTemp(t testing.TB, name string, b []byte) string {
 		t.Fatal(err)
 	}
 	return p
-}
-
-func hexAll(ss []string) []string {
-	out := make([]string, len(ss))
-	for i, s := range ss {
-		out[i] = hex.EncodeToString([]byte(s))
-	}
-	return out
 }
 
 // randomKey returns a sticky key: session-id-like most of the time, but

@@ -67,15 +67,19 @@ func allPairs() []pair {
 
 // TestIndexReaderMatchesGo: on every scenario (drained, down, unhealthy,
 // boosted pools, NoRoute, stale), the PHP reader decides as Go's Resolve
-// does, through the index and through the full JSON (no index beside it),
-// on every code AA..ZZ, junk headers and the unknown country × 1,000 keys.
+// does, through the index and through the full JSON (no index beside it):
+// every header AA..ZZ, junk and _unknown without a key and × 1,000 keys
+// (the sweep, one php process per scenario and path, each decision
+// through resolve()), and the pairs of allPairs (every code lower-case and
+// space-padded too, the unknown country × 1,000 more keys).
 func TestIndexReaderMatchesGo(t *testing.T) {
 	php(t)
 	t.Parallel()
 	now := time.Now()
 	h := routing.JSONHeader{WrittenAt: now, SyncedAt: now.Add(-time.Second)}
 	ps := allPairs()
-	for _, sc := range fleettest.Scenarios(t, now) {
+	shared, sharedNow, _, _ := sweepScenarios(t)
+	for i, sc := range fleettest.Scenarios(t, now) {
 		for _, withIndex := range []bool{true, false} {
 			name := sc.Name + "/json"
 			if withIndex {
@@ -95,6 +99,10 @@ func TestIndexReaderMatchesGo(t *testing.T) {
 				if (sc.Name == "down" || sc.Name == "drained") && noRoute < 1000 {
 					t.Errorf("%s: %d NoRoute pairs, want ≥ 1,000 (the unknown country)", sc.Name, noRoute)
 				}
+				ssc := shared[i]
+				s := sweepPHP(t, ssc, withIndex)
+				n := compareGo(t, s.Reader, fleettest.Expect{Table: ssc.Table, Now: sharedNow, WithStale: ssc.Table.Stale()}, s)
+				t.Logf("sweep: %s equal", n)
 			})
 		}
 	}

@@ -1,5 +1,10 @@
 // Package fleettest puts the example fleet (examples/routing.yaml) into a
-// real etcd for integration tests, the way regionctl apply would store it.
+// real etcd for integration tests, the way regionctl apply would store it,
+// and holds what the cross-checks of the PHP and JS readers with Go share:
+// tables of the fleet with drained, down, unhealthy and boosted pools
+// (Scenarios), the headers and keys of a sweep, the decoding of the test
+// drivers' sweeps and their decision-by-decision comparison with
+// routing.Resolve (Expect.Compare), and the JS driver's runner (SweepJS).
 package fleettest
 
 import (

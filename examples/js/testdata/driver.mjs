@@ -1,29 +1,45 @@
-// Test driver of the JS reader, run by the Go tests (reader_test.go).
+// Test driver of the JS reader, run by the Go tests (reader_test.go; sweep through
+// fleettest.SweepJS, also by examples/php's TestGoPHPJSAgree).
 //
 //   node driver.mjs xxh               stdin: JSON [{"hex": data, "seed": "decimal"}]; stdout: JSON [hex hash]
 //   node driver.mjs score             stdin: JSON [{"key": hex, "pool": s, "weight": n}]; stdout: JSON [score]
-//   node driver.mjs decide kv|idx|idx-async FILE MAXAGE
+//   node driver.mjs sweep kv|idx|idx-async FILE MAXAGE
 //       stdin: JSON {"headers": [hex], "keys": [hex], "full": N}
-//       stdout: one JSON line per header: {"nokey": D, "full": [D × N], "picks": [candidate index × rest]}
-//       where D is {"ok": true, "d": decision} or {"ok": false, "error": name, "body": toJSON(), "message"}.
-//       kv reads FILE as `regionctl export kv --format cloudflare` output into an in-memory KV with
-//       the Workers get(key, {type}) shape; idx reads the index file FILE per decision.
+//       stdout: one JSON line per header: {"outcomes": [O], "ids": "…"} (fleettest.SweepLine): the
+//       header's distinct outcomes and, one character per decision, the index of its outcome in
+//       fleettest.IDChars: ids[0] without a key, ids[1 + j] with key j. The decision without a
+//       key and those with the first N keys go through the whole path (decideFromKV,
+//       decideFromIndexFile, decideFromIndexFileAsync: a KV get or an index read each); the other
+//       keys through decideEntry on the header and entry that mode read once for the header.
+//       O is {"ok": true, "d": decision}, {"ok": false, "error": "NoRouteError", "noroute":
+//       {country, reasons, revision, epoch}, "body": toJSON(), "message"} or {"ok": false, "error",
+//       "message"}. kv reads FILE as `regionctl export kv --format cloudflare` output into an
+//       in-memory KV with the Workers get(key, {type}) shape; idx and idx-async read the index FILE.
 import { readFileSync } from 'node:fs';
+import { open } from 'node:fs/promises';
 import { xxh64Hex } from '../xxh64.mjs';
 import {
-  decideFromIndexFile, decideFromIndexFileAsync, decideFromKV, kvEntry, pickSticky, readIndexFile, stickyScore,
+  decideEntry, decideFromIndexFile, decideFromIndexFileAsync, decideFromKV, kvEntry, readIndexEntryAsync, readIndexFile,
+  stickyScore, TableError,
 } from '../node.mjs';
 
 const hex = (s) => Uint8Array.from(Buffer.from(s, 'hex'));
 const latin1 = (s) => Buffer.from(s, 'hex').toString('latin1'); // headers: one char per byte, as Node's http gives them
 const input = () => JSON.parse(readFileSync(0, 'utf8'));
 
+function failed(err) {
+  if (err.name === 'NoRouteError') {
+    const { country, reasons, revision, epoch } = err;
+    return { ok: false, error: err.name, noroute: { country, reasons, revision, epoch }, body: err.toJSON(), message: err.message };
+  }
+  return { ok: false, error: err.name, message: err.message };
+}
+
 function outcome(f) {
   try {
     return { ok: true, d: f() };
   } catch (err) {
-    if (err.name === 'NoRouteError') return { ok: false, error: err.name, body: err.toJSON(), message: err.message };
-    return { ok: false, error: err.name, message: err.message };
+    return failed(err);
   }
 }
 
@@ -31,8 +47,7 @@ async function outcomeAsync(f) {
   try {
     return { ok: true, d: await f() };
   } catch (err) {
-    if (err.name === 'NoRouteError') return { ok: false, error: err.name, body: err.toJSON(), message: err.message };
-    return { ok: false, error: err.name, message: err.message };
+    return failed(err);
   }
 }
 
@@ -50,11 +65,100 @@ function memoryKV(pairs) {
   };
 }
 
-async function decide(mode, file, maxAge) {
+// readIndexFileAsync is readIndexFile through node:fs/promises, as
+// decideFromIndexFileAsync reads (one FileHandle per call).
+async function readIndexFileAsync(path, country) {
+  let fh;
+  try {
+    fh = await open(path, 'r');
+  } catch (err) {
+    throw new TableError(`regiond: open index ${path}: ${err.message}`, { cause: err });
+  }
+  try {
+    return await readIndexEntryAsync(async (off, len) => {
+      const b = Buffer.allocUnsafe(len);
+      const { bytesRead } = await fh.read(b, 0, len, off);
+      return b.subarray(0, bytesRead);
+    }, path, country);
+  } finally {
+    await fh.close();
+  }
+}
+
+// sameDecision reports whether two decisions have the same members and
+// values (attrs compared by identity: one object per candidate of an entry
+// read once).
+function sameDecision(a, b) {
+  if (a.country !== b.country || a.route !== b.route || a.pool !== b.pool || a.host !== b.host || a.attrs !== b.attrs ||
+      a.revision !== b.revision || a.epoch !== b.epoch || a.fallback_depth !== b.fallback_depth ||
+      !Array.isArray(b.degraded) || a.degraded.length !== b.degraded.length) return false;
+  for (let i = 0; i < a.degraded.length; i++) if (a.degraded[i] !== b.degraded[i]) return false;
+  let n = 0, m = 0;
+  for (const _ in a) n++;
+  for (const _ in b) m++;
+  return n === m;
+}
+
+// IDS are the characters of outcome indices 0..63 (fleettest.IDChars).
+const IDS = '0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-_';
+
+// Outcomes is one header's distinct outcomes, found without a
+// JSON.stringify per decision: decisions by their attrs object, then
+// member by member; errors, and decisions whose attrs are a fresh object
+// (the whole path parses the entry per call), by their JSON.
+class Outcomes {
+  list = [];
+  byAttrs = new Map();
+  byJSON = new Map();
+  noRoutes = new Map();
+
+  push(o) {
+    if (this.list.length === IDS.length) throw new Error(`more than ${IDS.length} distinct outcomes for one header`);
+    this.list.push(o);
+    return IDS[this.list.length - 1];
+  }
+
+  json(o) {
+    const k = JSON.stringify(o);
+    let c = this.byJSON.get(k);
+    if (c === undefined) this.byJSON.set(k, (c = this.push(o)));
+    return c;
+  }
+
+  // id is the ID character of o, compared by JSON.
+  id(o) {
+    return this.json(o);
+  }
+
+  // idFast is the ID character of the outcome of f, a decision of an entry
+  // read once; NoRouteErrors are compared by their fields.
+  idFast(f) {
+    let d;
+    try {
+      d = f();
+    } catch (err) {
+      if (err.name !== 'NoRouteError') return this.json(failed(err));
+      const k = `${err.country}\0${err.reasons.join('\x01')}\0${err.revision}\0${err.epoch}\0${err.message}`;
+      let c = this.noRoutes.get(k);
+      if (c === undefined) this.noRoutes.set(k, (c = this.json(failed(err))));
+      return c;
+    }
+    const o = { ok: true, d };
+    if (typeof d.attrs !== 'object' || d.attrs === null || !Array.isArray(d.degraded)) return this.json(o);
+    let cs = this.byAttrs.get(d.attrs);
+    if (cs === undefined) this.byAttrs.set(d.attrs, (cs = []));
+    for (const [c, rep] of cs) if (sameDecision(rep, d)) return c;
+    const c = this.json(o);
+    cs.push([c, d]);
+    return c;
+  }
+}
+
+async function sweep(mode, file, maxAge) {
   const opts = { maxAgeSeconds: Number(maxAge) };
   const { headers, keys, full } = input();
   const kv = mode === 'kv' ? memoryKV(JSON.parse(readFileSync(file, 'utf8'))) : null;
-  const one = async (h, key) => {
+  const whole = async (h, key) => {
     switch (mode) {
       case 'kv': return outcomeAsync(() => decideFromKV(kv, h, key, opts));
       case 'idx': return outcome(() => decideFromIndexFile(file, h, key, opts));
@@ -62,19 +166,33 @@ async function decide(mode, file, maxAge) {
     }
     throw new Error(`unknown mode ${mode}`);
   };
+  const entryOf = (h) => {
+    switch (mode) {
+      case 'kv': return kvEntry(kv, h);
+      case 'idx': return readIndexFile(file, h);
+      case 'idx-async': return readIndexFileAsync(file, h);
+    }
+    throw new Error(`unknown mode ${mode}`);
+  };
   const ks = keys.map(hex);
-  const lines = [];
   for (const hh of headers) {
     const h = latin1(hh);
-    const line = { nokey: await one(h, ''), full: [] };
-    for (let j = 0; j < full; j++) line.full.push(await one(h, ks[j]));
-    // The rest of the keys: the sticky pick on the entry read once.
-    const { entry } = mode === 'kv' ? await kvEntry(kv, h) : readIndexFile(file, h);
-    line.picks = entry.candidates.length < 2 ? [] : ks.slice(full).map((k) => pickSticky(entry.candidates, k));
-    lines.push(JSON.stringify(line));
+    const os = new Outcomes();
+    // The whole-path decisions of a header run concurrently, as a server's
+    // requests would (one descriptor each).
+    const wholes = await Promise.all(['', ...ks.slice(0, full)].map((k) => whole(h, k)));
+    let ids = '';
+    for (const o of wholes) ids += os.id(o);
+    if (full < ks.length) {
+      const { header, country, entry } = await entryOf(h);
+      for (let j = full; j < ks.length; j++) ids += os.idFast(() => decideEntry(header, country, entry, ks[j], opts));
+    }
+    process.stdout.write(JSON.stringify({ outcomes: os.list, ids }) + '\n');
   }
-  process.stdout.write(lines.join('\n') + '\n');
 }
+
+// Stack traces are not reported: a NoRouteError per key need not capture one.
+Error.stackTraceLimit = 0;
 
 const [mode, ...args] = process.argv.slice(2);
 switch (mode) {
@@ -84,8 +202,8 @@ switch (mode) {
   case 'score':
     process.stdout.write(JSON.stringify(input().map(({ key, pool, weight }) => stickyScore(hex(key), pool, weight))));
     break;
-  case 'decide':
-    await decide(...args);
+  case 'sweep':
+    await sweep(...args);
     break;
   default:
     process.stderr.write(`driver.mjs: unknown mode ${mode}\n`);

@@ -6,6 +6,14 @@
 //       Prints a meta line {"revision","epoch","stale","index"}, then one JSON line
 //       per pair: {"ok":true,"d":Decision} or {"ok":false,"country","reasons",
 //       "revision","epoch"}.
+//   php driver.php sweep TABLE MAXAGE < {"headers": [hex], "keys": [hex]}
+//       Resolves every header without a key and with every key, each through
+//       resolve() (an index read per decision when the table has an index).
+//       Prints the meta line, then one JSON line per header (fleettest.SweepLine):
+//       {"outcomes": [O], "ids": "…"}: its distinct outcomes, O being {"ok":true,
+//       "d":Decision} or {"ok":false,"error":"NoRouteException","noroute":{"country",
+//       "reasons","revision","epoch"},"body"}, and one character of IDS per
+//       decision naming its outcome: ids[0] without a key, ids[1 + j] with key j.
 //   php driver.php meta TABLE MAXAGE
 //       Prints {"revision","epoch","stale","written_at","synced_at"} (Unix
 //       seconds) of the table, or {"error"} when it does not load.
@@ -55,6 +63,9 @@ function unhex(string $s): string
     return $b;
 }
 
+// IDS are the characters of outcome indices 0..63 (fleettest.IDChars).
+const IDS = '0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-_';
+
 function out(mixed $v): void
 {
     echo json_encode($v, JSON_THROW_ON_ERROR | JSON_UNESCAPED_SLASHES), "\n";
@@ -73,6 +84,43 @@ switch ($mode) {
                 out(['ok' => false, 'country' => $e->country, 'reasons' => $e->reasons,
                     'revision' => $e->revision, 'epoch' => $e->epoch, 'body' => $e->toArray()]);
             }
+        }
+        break;
+
+    case 'sweep':
+        $t = RegiondTable::load($argv[2], (float) $argv[3]);
+        out(['revision' => $t->revision(), 'epoch' => $t->epoch(), 'stale' => $t->isStale(), 'index' => $t->fromIndex()]);
+        $in = json_decode((string) stream_get_contents(STDIN), true, 512, JSON_THROW_ON_ERROR);
+        $keys = array_map('unhex', $in['keys']);
+        foreach ($in['headers'] as $hh) {
+            $h = unhex($hh);
+            $outcomes = [];
+            $ids = '';
+            foreach ([null, ...$keys] as $key) {
+                try {
+                    $o = ['ok' => true, 'd' => $t->resolve($h, $key)];
+                } catch (NoRouteException $e) {
+                    $o = ['ok' => false, 'error' => 'NoRouteException', 'noroute' => ['country' => $e->country,
+                        'reasons' => $e->reasons, 'revision' => $e->revision, 'epoch' => $e->epoch], 'body' => $e->toArray()];
+                }
+                // Distinct outcomes by value (===: the same members, in order, of the same types).
+                $i = array_search($o, $outcomes, true);
+                if ($i === false) {
+                    if (count($outcomes) === strlen(IDS)) {
+                        throw new \RuntimeException('more than ' . strlen(IDS) . " distinct outcomes for header {$hh}");
+                    }
+                    $i = count($outcomes);
+                    $outcomes[] = $o;
+                }
+                $ids .= IDS[$i];
+            }
+            foreach ($outcomes as &$o) {
+                if ($o['ok']) {
+                    $o['d']['attrs'] = (object) $o['d']['attrs'];
+                }
+            }
+            unset($o);
+            out(['outcomes' => $outcomes, 'ids' => $ids]);
         }
         break;
 
@@ -206,6 +254,6 @@ switch ($mode) {
         break;
 
     default:
-        fwrite(STDERR, "usage: driver.php resolve|meta|scores|cache ...\n");
+        fwrite(STDERR, "usage: driver.php resolve|sweep|meta|scores|race|cache ...\n");
         exit(2);
 }
