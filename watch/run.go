@@ -108,6 +108,7 @@ func (m *Mirror) list(ctx context.Context, reason string) (publish func(), err e
 	if err != nil {
 		return nil, err
 	}
+	m.log.Debug("listed", "keys", len(kvs), "revision", rev, "took", time.Since(began), "reason", reason)
 	known := m.applied
 	if cur := m.Table(); cur != nil {
 		if old := cur.ClusterID(); old != 0 && old != m.clusterID {
@@ -151,7 +152,9 @@ func (m *Mirror) list(ctx context.Context, reason string) (publish func(), err e
 			m.incremental = true // the table is the state's: events can update it
 			m.advance(rev)
 		} else {
+			began := time.Now()
 			m.recompileWith(func(sk []routing.Skipped) map[string]routing.KV { return m.earlierGood(ctx, sk) })
+			m.log.Debug("compiled the listed state", "keys", len(m.state), "took", time.Since(began))
 			if m.cfg.AfterChange != nil {
 				m.cfg.AfterChange()
 			}
