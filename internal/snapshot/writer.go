@@ -46,11 +46,11 @@ type Config struct {
 	Source Source
 	// Budget is the share of one CPU the rewrites may take, sustained:
 	// once Burst is spent, after a write that took d the next one starts
-	// no sooner than d/Budget after it began. Default 0.2.
+	// no sooner than d/Budget after it began. Default 0.1.
 	Budget float64
 	// Burst is the CPU time the rewrites may take beyond Budget after a
 	// quiet spell (the pacing's credit fills at Budget up to Burst).
-	// Default 20ms.
+	// Default 5ms.
 	Burst time.Duration
 	// MaxDelay bounds the pacing: a change is never held back longer than
 	// this after the previous write. Default 200ms.
@@ -118,10 +118,10 @@ type output struct {
 // start it.
 func New(cfg Config) *Writer {
 	if cfg.Budget <= 0 || cfg.Budget > 1 {
-		cfg.Budget = 0.2
+		cfg.Budget = 0.1
 	}
 	if cfg.Burst <= 0 {
-		cfg.Burst = 20 * time.Millisecond
+		cfg.Burst = 5 * time.Millisecond
 	}
 	if cfg.MaxDelay <= 0 {
 		cfg.MaxDelay = 200 * time.Millisecond
