@@ -25,3 +25,6 @@ func StatusPutPending(a *Agent) bool {
 // SetSnapshotRefresh makes the agent's snapshot writer rewrite the file at
 // least every d; call it before Run.
 func SetSnapshotRefresh(a *Agent, d time.Duration) { a.snapshotRefresh = d }
+
+// StatusSpacing is statusSpacing, for tests.
+const StatusSpacing = statusSpacing

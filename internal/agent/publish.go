@@ -129,6 +129,12 @@ const statusRefresh = time.Minute
 // change's readers (as the snapshot writer's finishDelay does).
 const statusYield = 2 * time.Millisecond
 
+// statusSpacing is the least time between two status puts for changes: a
+// steady stream of changes (hundreds a second) is reported with at most
+// 40 puts a second per agent, so a fleet does not multiply every change
+// into a write per agent per change; an isolated change is put at once.
+const statusSpacing = 25 * time.Millisecond
+
 // statusCheck is how often the publisher looks for what no change signals:
 // a connection that came or went, a status due for its refresh.
 const statusCheck = time.Second
@@ -143,14 +149,25 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session) {
 	defer stop()
 	var last routing.AgentStatus
 	var lastChange int64
-	var lastAt time.Time
+	var lastAt, lastPut time.Time // lastAt on the publisher's clock; lastPut on the wall clock, for the spacing
 	written := false
 	for {
 		ms := p.mirror.Status()
 		st := p.status(ms, p.mirror.Table())
 		significant := !written || st.Epoch != last.Epoch || st.Connected != last.Connected || ms.ChangeRevision != lastChange
+		if onlyChange := written && st.Epoch == last.Epoch && st.Connected == last.Connected && ms.ChangeRevision != lastChange; onlyChange {
+			if wait := time.Until(lastPut.Add(statusSpacing)); wait > 0 { // puts for changes are statusSpacing apart
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+				continue // with the status as it is by then
+			}
+		}
 		kick := p.kick
 		if significant || !reflect.DeepEqual(st, last) && p.clock.now().Sub(lastAt) >= statusRefresh {
+			lastPut = time.Now()
 			if p.put(ctx, sess, st) {
 				last, lastChange, written = st, ms.ChangeRevision, true
 			} else {

@@ -395,3 +395,54 @@ func TestStatusKeyFollowsARelist(t *testing.T) {
 	// new watch is created (the connection is re-put by the 1 s check).
 	nextStatus(t, wch, func(st routing.AgentStatus) bool { return st.Revision >= p.Header.Revision })
 }
+
+// TestStatusPutsForChangesAreSpaced: a run of changes as fast as etcd
+// takes them is reported in puts at least statusSpacing apart (fewer puts
+// than changes), and the last put carries the last change.
+func TestStatusPutsForChangesAreSpaced(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	clock := newFakeClock()
+	var mu sync.Mutex
+	var puts []time.Time
+	record := func() { mu.Lock(); puts = append(puts, time.Now()); mu.Unlock() }
+	dir := t.TempDir()
+	cfg := agent.DefaultConfig()
+	cfg.Endpoints, cfg.Node, cfg.Logger = srv.Endpoints, "node-1", quietLogger()
+	cfg.Socket, cfg.Listen, cfg.Snapshot = "", "127.0.0.1:0", ""
+	cfg.StatusTTL = 2 * time.Second
+	h := runAgent(t, dir, cfg, clock.install, func(a *agent.Agent) { agent.SetBeforeStatusPut(a, record) })
+	waitFor(t, "first table", func() bool { c, _ := h.resolve("DE", "k"); return c == 200 })
+	settleStatus(t, cli, h, clock)
+	_, _, from := statusKV(t, cli, "node-1")
+	mu.Lock()
+	puts = nil
+	mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	wch := cli.Watch(ctx, "/regiond/v1/agents/node-1", clientv3.WithRev(from+1))
+	const changes = 60
+	var last int64
+	for i := range changes {
+		p, err := cli.Put(ctx, prefix+"routes/DE", fmt.Sprintf(`{"targets":[{"pool":"eu-north","weight":%d}]}`, 10+i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = p.Header.Revision
+	}
+	if st := nextStatus(t, wch, func(st routing.AgentStatus) bool { return st.Revision >= last }); st.Revision != last {
+		t.Fatalf("status after a run of changes: revision %d, want the last change's %d", st.Revision, last)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(puts) == 0 || len(puts) >= changes {
+		t.Fatalf("%d status puts for %d changes, want fewer (coalesced), at least one", len(puts), changes)
+	}
+	for i := 1; i < len(puts); i++ {
+		if d := puts[i].Sub(puts[i-1]); d < agent.StatusSpacing-time.Millisecond {
+			t.Fatalf("status puts %d and %d only %v apart, want at least %v", i-1, i, d, agent.StatusSpacing)
+		}
+	}
+	t.Logf("%d status puts for %d changes", len(puts), changes)
+}
