@@ -9,11 +9,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	dto "github.com/prometheus/client_model/go"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/regiond/regiond/internal/api"
@@ -29,8 +31,12 @@ type Agent struct {
 	log      *slog.Logger
 	api      *api.Server
 	registry *prometheus.Registry
-	unixLn   *connLimit
-	tcpLn    *connLimit
+	// swapMetrics is held (written) while the offline gauges give way to
+	// the mirror's of the same names, and read by every scrape of
+	// /metrics, so no scrape sees neither.
+	swapMetrics sync.RWMutex
+	unixLn      *connLimit
+	tcpLn       *connLimit
 
 	// seed is the table loaded from the snapshot file (marked stale), served
 	// until the mirror exists; seedAt is the file's synced_at (its
@@ -87,7 +93,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.loadSnapshot()
 	a.api = api.New(api.Config{Node: cfg.Node, MaxStale: cfg.MaxStale, MaxWaiting: maxWaiting,
-		Registerer: a.registry, Gatherer: a.registry, Logger: cfg.Logger}, source{a})
+		Registerer: a.registry, Gatherer: prometheus.GathererFunc(a.gather), Logger: cfg.Logger}, source{a})
 	a.mountUI()
 	if err := a.listen(); err != nil {
 		a.closeListeners()
@@ -238,6 +244,14 @@ func (a *Agent) Addr() string {
 
 // Registry returns the agent's metrics registry.
 func (a *Agent) Registry() *prometheus.Registry { return a.registry }
+
+// gather is the registry's Gather, never while the offline gauges give way
+// to the mirror's (see swapMetrics).
+func (a *Agent) gather() ([]*dto.MetricFamily, error) {
+	a.swapMetrics.RLock()
+	defer a.swapMetrics.RUnlock()
+	return a.registry.Gather()
+}
 
 // Run serves until ctx is done, then shuts down: listeners closed, status
 // key revoked, etcd client closed. It returns an error when a listener

@@ -24,7 +24,6 @@ import (
 // in for the mirror's until it exists (see registerOfflineGauges).
 func (a *Agent) runEtcd(ctx context.Context, offline []prometheus.Collector) error {
 	cli := a.dial(ctx)
-	a.unregister(offline)
 	if cli == nil {
 		return nil // ctx is done
 	}
@@ -51,7 +50,10 @@ func (a *Agent) runEtcd(ctx context.Context, offline []prometheus.Collector) err
 		}
 		pub.changed()
 	}
+	a.swapMetrics.Lock() // the mirror's gauges replace the offline ones in one step for /metrics
+	a.unregister(offline)
 	m, err := watch.New(mcfg)
+	a.swapMetrics.Unlock()
 	if err != nil {
 		return err
 	}

@@ -100,6 +100,14 @@ func skippedKeys(sk []routing.Skipped) (int, []string) {
 
 // run publishes until ctx is done, then revokes the lease so the key goes.
 func (p *publisher) run(ctx context.Context) {
+	// Nothing is put before the first list is served: a put while the
+	// mirror lists moves etcd's revision past the list's, so its watch
+	// (from the list's revision + 1) would start behind etcd's, and etcd
+	// catches such a watch up only every 100 ms: the first changes after
+	// the start would wait for it (see watch.Mirror.list).
+	if p.mirror.WaitReady(ctx) != nil {
+		return
+	}
 	bo := backoff.Default()
 	for ctx.Err() == nil {
 		sess, err := concurrency.NewSession(p.cli, concurrency.WithTTL(int(p.ttl/time.Second)), concurrency.WithContext(ctx))
