@@ -266,6 +266,16 @@ func fleetConverge(ctx context.Context, o options, f *FleetReport, e *latencyEnv
 		logf(o, "fleet: regionctl writes stopped after %d: %v", len(samples), err)
 	}
 	f.Converge.ForeignCPUPct = foreignPct(c0, sampleCPU(pids...))
+	endpoints, _, _ := fleetTopology(c, o.fleetAgents, o.fleetViaProxy)
+	logf(o, "fleet: echo floor: %d plain watchers on the kept agents' endpoints, %d triggers ...", len(keep), o.fleetConvergeWrites)
+	echo, err := echoFloor(ctx, o, cli, endpoints[:len(keep)], o.fleetConvergeWrites)
+	if err != nil {
+		logf(o, "fleet: echo floor stopped after %d: %v", len(echo), err)
+	}
+	f.Converge.EchoFloor = dist(echo)
+	if f.Converge.EchoFloor.P50 > 0 {
+		f.Converge.StatusRatioP50 = f.Converge.CommitToStatus.P50 / f.Converge.EchoFloor.P50
+	}
 	logf(o, "fleet: --wait-converged commit → exit p50 %.1f ms, p99 %.1f ms", f.Converge.CommitToExit.P50, f.Converge.CommitToExit.P99)
 	return nil
 }

@@ -50,20 +50,11 @@ type convergeRunner struct {
 // watchEpoch watches the epoch key: every regionctl write commits a new
 // epoch, so its event is the moment of the commit as a watcher sees it.
 func (r *convergeRunner) watchEpoch(ctx context.Context, cli *clientv3.Client) error {
-	r.commits = make(chan fileObs, 1024)
-	wch := cli.Watch(clientv3.WithRequireLeader(ctx), r.root+"/routing/"+routing.EpochKey, clientv3.WithCreatedNotify())
-	first, ok := <-wch
-	if !ok || !first.Created {
-		return fmt.Errorf("watch of the epoch key not created: %v", first.Err())
+	ch, err := watchRevisions(ctx, cli, r.root+"/routing/"+routing.EpochKey)
+	if err != nil {
+		return fmt.Errorf("epoch key: %w", err)
 	}
-	go func() {
-		for resp := range wch {
-			now := time.Now()
-			for _, ev := range resp.Events {
-				r.commits <- fileObs{rev: ev.Kv.ModRevision, at: now, n: 1}
-			}
-		}
-	}()
+	r.commits = ch
 	return nil
 }
 

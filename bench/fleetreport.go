@@ -122,7 +122,14 @@ type FleetConverge struct {
 	// CommitToStatus is the same commit → the bench's watch of the
 	// status keys seeing the last agent report it: the agents' share, the
 	// floor of CommitToExit.
-	CommitToStatus Dist           `json:"commit_to_status_keys"`
+	CommitToStatus Dist `json:"commit_to_status_keys"`
+	// EchoFloor is CommitToStatus's floor in the same run: one plain
+	// client per agent, on its endpoint, watches a trigger key and puts
+	// an ack key at each event; the bench's watch seeing the trigger's
+	// commit → its watch seeing the last ack (see echoFloor).
+	EchoFloor Dist `json:"echo_floor"`
+	// StatusRatioP50 is CommitToStatus.P50 / EchoFloor.P50.
+	StatusRatioP50 float64        `json:"status_ratio_p50"`
 	StartToCommit  Dist           `json:"start_to_commit"`
 	StartToExit    Dist           `json:"start_to_exit"`
 	StatusMissed   int            `json:"status_missed"`
@@ -252,6 +259,10 @@ func printFleet(w io.Writer, f *FleetReport) {
 		fmt.Fprintf(w, "\n  %d `regionctl route set … --wait-converged` back to back, %d agents%*s p50      p90      p99      max  (ms)\n", c.Writes, c.Agents, 2, "")
 		row("commit (bench's epoch watch) → regionctl exited", c.CommitToExit)
 		row("  commit → last status key reports it (the agents' share)", c.CommitToStatus)
+		if c.EchoFloor.N > 0 {
+			row(fmt.Sprintf("  floor: commit → last of %d plain watchers' acks", c.Agents), c.EchoFloor)
+			fmt.Fprintf(w, "  the agents' share / floor, p50: ×%.2f\n", c.StatusRatioP50)
+		}
 		row("process start → commit", c.StartToCommit)
 		row("process start → exit", c.StartToExit)
 		fmt.Fprintf(w, "  exit codes: %s;  status keys not all seen within 1 s of the exit: %d;  other processes: %.0f%% CPU\n",

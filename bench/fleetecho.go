@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// echoFloor measures the floor of --wait-converged's agents' share in the
+// same run: one plain client per kept agent, in the bench, on that agent's
+// endpoint, watches a trigger key and puts an ack key of its own at each
+// event, back to back for writes triggers. A sample runs from the bench's
+// watch seeing the trigger's commit to its watch on the acks seeing the
+// last of them: etcd's fan-out to n watchers, n puts, and their fan-in to
+// one watcher, which any agent pays to report a change. The keys are
+// outside routing/, so the agents are not woken.
+func echoFloor(ctx context.Context, o options, cli *clientv3.Client, endpoints []string, writes int) ([]time.Duration, error) {
+	prefix := fleetRoot + "/bench-echo/"
+	trigger, acks := prefix+"trigger", prefix+"ack/"
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer func() {
+		dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		cli.Delete(dctx, prefix, clientv3.WithPrefix())
+		dcancel()
+	}()
+
+	commits, err := watchRevisions(ctx, cli, trigger)
+	if err != nil {
+		return nil, err
+	}
+	ackCh := make(chan fanObs, 1<<16)
+	awch := cli.Watch(clientv3.WithRequireLeader(ctx), acks, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	if first, ok := <-awch; !ok || !first.Created {
+		return nil, fmt.Errorf("echo floor: watch of %s not created: %v", acks, first.Err())
+	}
+	go func() {
+		for resp := range awch {
+			now := time.Now()
+			for _, ev := range resp.Events {
+				slot, _ := strconv.Atoi(strings.TrimPrefix(string(ev.Kv.Key), acks))
+				rev, _ := strconv.ParseInt(string(ev.Kv.Value), 10, 64)
+				ackCh <- fanObs{slot: slot, rev: rev, at: now}
+			}
+		}
+	}()
+
+	for i, ep := range endpoints {
+		ec, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			return nil, fmt.Errorf("echo floor: client %d at %s: %w", i, ep, err)
+		}
+		defer ec.Close()
+		wch := ec.Watch(clientv3.WithRequireLeader(ctx), trigger, clientv3.WithCreatedNotify())
+		if first, ok := <-wch; !ok || !first.Created {
+			return nil, fmt.Errorf("echo floor: watcher %d at %s not created: %v", i, ep, first.Err())
+		}
+		key := fmt.Sprintf("%s%d", acks, i)
+		go func() {
+			for resp := range wch {
+				var rev int64
+				for _, ev := range resp.Events {
+					rev = max(rev, ev.Kv.ModRevision)
+				}
+				if rev > 0 {
+					ec.Put(ctx, key, strconv.FormatInt(rev, 10))
+				}
+			}
+		}()
+	}
+
+	var out []time.Duration
+	for i := 0; i < writes; i++ {
+		drain(ackCh)
+		resp, err := cli.Put(ctx, trigger, strconv.Itoa(i))
+		if err != nil {
+			return out, fmt.Errorf("echo floor: put %d: %w", i, err)
+		}
+		rev := resp.Header.Revision
+		commit, err := waitObs(ctx, commits, rev, 5*time.Second, "the trigger's watch")
+		if err != nil {
+			return out, err
+		}
+		seen, err := collect(ctx, ackCh, len(endpoints), rev, 5*time.Second, "echo watchers")
+		if err != nil {
+			return out, err
+		}
+		last := commit.at
+		for _, at := range seen {
+			if at.After(last) {
+				last = at
+			}
+		}
+		out = append(out, last.Sub(commit.at))
+		if (i+1)%10 == 0 {
+			logf(o, "fleet: echo floor %d/%d; last: commit → last ack %.1f ms", i+1, writes, ms(out[len(out)-1]))
+		}
+	}
+	return out, nil
+}
+
+// watchRevisions watches key and sends each event's revision and the
+// moment the bench saw it.
+func watchRevisions(ctx context.Context, cli *clientv3.Client, key string) (chan fileObs, error) {
+	ch := make(chan fileObs, 1024)
+	wch := cli.Watch(clientv3.WithRequireLeader(ctx), key, clientv3.WithCreatedNotify())
+	if first, ok := <-wch; !ok || !first.Created {
+		return nil, fmt.Errorf("watch of %s not created: %v", key, first.Err())
+	}
+	go func() {
+		for resp := range wch {
+			now := time.Now()
+			for _, ev := range resp.Events {
+				ch <- fileObs{rev: ev.Kv.ModRevision, at: now, n: 1}
+			}
+		}
+	}()
+	return ch, nil
+}
