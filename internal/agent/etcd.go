@@ -65,6 +65,7 @@ func (a *Agent) runEtcd(ctx context.Context, offline []prometheus.Collector) err
 	pub = newPublisher(cli, ks.Agent(a.cfg.Node), m, a)
 	a.pub.Store(pub)
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { lowerGCUntil(gctx, m.WaitReady); return nil })
 	g.Go(func() error { return m.Run(gctx) })
 	if w != nil {
 		g.Go(func() error { return w.Run(gctx) })
