@@ -62,6 +62,7 @@ func Compile(revision int64, kvs []KV, prev *Table, opts CompileOptions) *Table 
 	opts = opts.withDefaults(prev)
 	t := &Table{tableState: tableState{
 		revision:  revision,
+		changed:   revision,
 		stale:     opts.Stale,
 		clusterID: opts.ClusterID,
 		grace:     opts.Grace,

@@ -52,6 +52,7 @@ func (in *tableJSON) table(builtAt time.Time) (*Table, error) {
 	}
 	t := &Table{tableState: tableState{
 		revision:  in.Revision,
+		changed:   in.Revision,
 		epoch:     in.Epoch,
 		stale:     true,
 		clusterID: cid,

@@ -71,7 +71,11 @@ type Table struct {
 // tableState is what a table was built from: etcd's values at a revision
 // (with live overrides applied) and the health clock's inputs.
 type tableState struct {
-	revision  int64
+	revision int64
+	// changed is the revision of the table's last change of content: a
+	// list or events (Compile, Update), whatever they did; WithRevision
+	// (a progress notification) leaves it.
+	changed   int64
 	epoch     int64
 	stale     bool
 	clusterID uint64
@@ -132,6 +136,12 @@ type memo struct {
 
 // Revision returns the etcd revision the table is current at.
 func (t *Table) Revision() int64 { return t.revision }
+
+// ChangeRevision returns the revision of the list or events the table was
+// last built from (its Revision before progress notifications moved it):
+// a table built from events that left every value as it was still has a
+// ChangeRevision of its own.
+func (t *Table) ChangeRevision() int64 { return t.changed }
 
 // ClusterID returns the etcd cluster the table was read from (0: unknown).
 // Revisions of different clusters are unrelated.

@@ -40,7 +40,7 @@ func Update(prev *Table, revision int64, events []Event, opts CompileOptions) *T
 // map still prev's (the updater copies a map before its first write).
 func prevState(prev *Table, revision int64, opts CompileOptions) *Table {
 	t := &Table{}
-	t.revision, t.clusterID, t.grace, t.start, t.builtAt = revision, opts.ClusterID, opts.Grace, opts.Start, opts.Now
+	t.revision, t.changed, t.clusterID, t.grace, t.start, t.builtAt = revision, revision, opts.ClusterID, opts.Grace, opts.Start, opts.Now
 	t.compiled, t.epoch, t.policy = true, prev.epoch, prev.policy
 	t.pools, t.routes, t.overrides, t.applied = prev.pools, prev.routes, prev.overrides, prev.applied
 	t.good, t.invalid, t.instances, t.lost = prev.good.fork(), prev.invalid, prev.instances, prev.lost

@@ -255,6 +255,30 @@ func TestWriterSkipsUnchangedContent(t *testing.T) {
 	}
 }
 
+// TestWriterWritesChangesThatCancelOut: events that leave the content as
+// the file has it (a burst that flips a route and back within one write)
+// still move the file to their revision, while a progress notification
+// alone (WithRevision) waits for the refresh.
+func TestWriterWritesChangesThatCancelOut(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "table.json")
+	src := newSource()
+	w := runWriter(t, Config{Path: path, Source: src})
+	src.set(table(5, 30))
+	waitRevision(t, path, 5)
+	src.set(table(5, 30).WithRevision(9)) // progress: the file keeps 5
+	for i := 0; i < 100 && testutil.ToFloat64(w.skips) == 0; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := readRevision(t, path); got != 5 || testutil.ToFloat64(w.skips) != 1 {
+		t.Fatalf("after a progress notification: file at %d, %v skips; want 5 and 1", got, testutil.ToFloat64(w.skips))
+	}
+	src.set(table(12, 30)) // built from events at 12 that left every value as it was
+	waitRevision(t, path, 12)
+	if got := testutil.ToFloat64(w.outs[0].writes); got != 2 {
+		t.Fatalf("writes = %v, want 2", got)
+	}
+}
+
 func TestWriterRefreshesWrittenAt(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "table.json")
 	src := newSource()

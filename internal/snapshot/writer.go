@@ -273,8 +273,10 @@ func (w *Writer) finish() {
 }
 
 // publish renders t with health at now and writes it to every output
-// whose last write holds other content (routing.Table.SameContent), or
-// to all when force (the refresh). Outputs are written in order; a
+// whose last write holds other content (routing.Table.SameContent) or an
+// older change (routing.Table.ChangeRevision: events that left the
+// content as it was still move the file to their revision), or to all
+// when force (the refresh). Outputs are written in order; a
 // failure leaves the later ones for the retry, after backoff. With
 // inline, the outputs leave what follows their renames to finish.
 func (w *Writer) publish(t *routing.Table, now time.Time, force, inline bool) {
@@ -286,7 +288,7 @@ func (w *Writer) publish(t *routing.Table, now time.Time, force, inline bool) {
 	h := routing.JSONHeader{WrittenAt: now, SyncedAt: w.cfg.Source.SyncedAt()}
 	wrote, failed := false, false
 	for i, o := range w.outs {
-		if !force && o.last != nil && rt.SameContent(o.last) {
+		if !force && o.last != nil && rt.ChangeRevision() <= o.last.ChangeRevision() && rt.SameContent(o.last) {
 			continue
 		}
 		if err := o.Write(rt, h, inline); err != nil {
