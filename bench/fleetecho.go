@@ -35,20 +35,14 @@ func echoFloor(ctx context.Context, o options, cli *clientv3.Client, endpoints [
 		return nil, err
 	}
 	ackCh := make(chan fanObs, 1<<16)
-	awch := cli.Watch(clientv3.WithRequireLeader(ctx), acks, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
-	if first, ok := <-awch; !ok || !first.Created {
-		return nil, fmt.Errorf("echo floor: watch of %s not created: %v", acks, first.Err())
+	err = watchEvents(ctx, cli, acks, func(ev *clientv3.Event, at time.Time) {
+		slot, _ := strconv.Atoi(strings.TrimPrefix(string(ev.Kv.Key), acks))
+		rev, _ := strconv.ParseInt(string(ev.Kv.Value), 10, 64)
+		ackCh <- fanObs{slot: slot, rev: rev, at: at}
+	}, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("echo floor: %w", err)
 	}
-	go func() {
-		for resp := range awch {
-			now := time.Now()
-			for _, ev := range resp.Events {
-				slot, _ := strconv.Atoi(strings.TrimPrefix(string(ev.Kv.Key), acks))
-				rev, _ := strconv.ParseInt(string(ev.Kv.Value), 10, 64)
-				ackCh <- fanObs{slot: slot, rev: rev, at: now}
-			}
-		}
-	}()
 
 	for i, ep := range endpoints {
 		ec, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
@@ -108,17 +102,27 @@ func echoFloor(ctx context.Context, o options, cli *clientv3.Client, endpoints [
 // moment the bench saw it.
 func watchRevisions(ctx context.Context, cli *clientv3.Client, key string) (chan fileObs, error) {
 	ch := make(chan fileObs, 1024)
-	wch := cli.Watch(clientv3.WithRequireLeader(ctx), key, clientv3.WithCreatedNotify())
+	err := watchEvents(ctx, cli, key, func(ev *clientv3.Event, at time.Time) {
+		ch <- fileObs{rev: ev.Kv.ModRevision, at: at, n: 1}
+	})
+	return ch, err
+}
+
+// watchEvents watches key with opts, waits until etcd created the watch,
+// then calls each for every event, with the moment the bench saw it, until
+// ctx ends.
+func watchEvents(ctx context.Context, cli *clientv3.Client, key string, each func(*clientv3.Event, time.Time), opts ...clientv3.OpOption) error {
+	wch := cli.Watch(clientv3.WithRequireLeader(ctx), key, append(opts, clientv3.WithCreatedNotify())...)
 	if first, ok := <-wch; !ok || !first.Created {
-		return nil, fmt.Errorf("watch of %s not created: %v", key, first.Err())
+		return fmt.Errorf("watch of %s not created: %v", key, first.Err())
 	}
 	go func() {
 		for resp := range wch {
 			now := time.Now()
 			for _, ev := range resp.Events {
-				ch <- fileObs{rev: ev.Kv.ModRevision, at: now, n: 1}
+				each(ev, now)
 			}
 		}
 	}()
-	return ch, nil
+	return nil
 }
