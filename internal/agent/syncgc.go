@@ -10,9 +10,11 @@ import (
 // syncGCPercent is the GOGC the agent runs with until its first table is
 // served, unless GOGC is set in its environment: the first list holds
 // etcd's whole response beside the table compiled from it, and collecting
-// twice as often then keeps the peak memory lower (a 10,000-key sync:
-// ~2 MiB of ~30) for a few milliseconds more. Later changes are small and
-// run with the usual setting.
+// twice as often then lowers the process's peak memory, at the cost of a
+// slower first sync (bench/README has the figures). Later changes are
+// small and run with the usual setting. An agent that never syncs (etcd
+// away since its start) keeps the lower setting while it serves its
+// snapshot.
 const syncGCPercent = 50
 
 var syncGC struct {
