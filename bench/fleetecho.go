@@ -50,22 +50,13 @@ func echoFloor(ctx context.Context, o options, cli *clientv3.Client, endpoints [
 			return nil, fmt.Errorf("echo floor: client %d at %s: %w", i, ep, err)
 		}
 		defer ec.Close()
-		wch := ec.Watch(clientv3.WithRequireLeader(ctx), trigger, clientv3.WithCreatedNotify())
-		if first, ok := <-wch; !ok || !first.Created {
-			return nil, fmt.Errorf("echo floor: watcher %d at %s not created: %v", i, ep, first.Err())
-		}
 		key := fmt.Sprintf("%s%d", acks, i)
-		go func() {
-			for resp := range wch {
-				var rev int64
-				for _, ev := range resp.Events {
-					rev = max(rev, ev.Kv.ModRevision)
-				}
-				if rev > 0 {
-					ec.Put(ctx, key, strconv.FormatInt(rev, 10))
-				}
-			}
-		}()
+		err = watchEvents(ctx, ec, trigger, func(ev *clientv3.Event, _ time.Time) {
+			ec.Put(ctx, key, strconv.FormatInt(ev.Kv.ModRevision, 10))
+		})
+		if err != nil {
+			return nil, fmt.Errorf("echo floor: watcher %d at %s: %w", i, ep, err)
+		}
 	}
 
 	var out []time.Duration
