@@ -119,6 +119,16 @@ func TestPackagedAgentInRuntimeDirectory(t *testing.T) {
 	if code, body := get("/ui/"); code != 200 || !strings.Contains(body, "regiond status") {
 		t.Errorf("GET /ui/ of the packaged agent: %d", code)
 	}
+	// /readyz says a table is served; the snapshot file follows it from
+	// the writer's goroutine, so wait for the file (bounded) before
+	// checking its mode.
+	snap := filepath.Join(run, "table.json")
+	for i := 0; i < 400; i++ {
+		if _, err := os.Lstat(snap); err == nil {
+			break
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
 	for name, want := range map[string]os.FileMode{"regiond.sock": os.ModeSocket | 0o660, "table.json": 0o644} {
 		fi, err := os.Lstat(filepath.Join(run, name))
 		if err != nil {
