@@ -38,9 +38,12 @@ type frontVariant struct {
 	OpenBasedir bool `json:"open_basedir"`
 	srv         *phpfront.Server
 	// Per round: p50 and p99 latency (µs) and requests/s (wrk); p50 and
-	// p99 of the lookup's own time measured in PHP (ms, X-Regiond-Lookup-Ns).
+	// p99 of the lookup's own time measured in PHP (ms, X-Regiond-Lookup-Ns)
+	// and p50 of the response time (µs) in the interleaved sampling.
 	P50, P99, RPS []float64
 	InP50, InP99  []float64
+	SeqP50        []float64
+	client        *http.Client
 }
 
 // frontOptions are the front phase's flags.
@@ -181,13 +184,14 @@ func runFront(ctx context.Context, o options) error {
 				return fmt.Errorf("front phase: %s: %w", v.Name, err)
 			}
 			v.P50, v.P99, v.RPS = append(v.P50, res.p50), append(v.P99, res.p99), append(v.RPS, res.rps)
-			in, err := sampleLookup(ctx, v, frontOpts.samples)
-			if err != nil {
-				return err
-			}
-			v.InP50, v.InP99 = append(v.InP50, in.P50), append(v.InP99, in.P99)
-			logf(o, "front: run %d %-26s p50 %7.1f µs  p99 %7.1f µs  %8.0f req/s; in PHP: lookup p50 %6.1f µs p99 %6.1f µs",
-				r+1, v.Name, res.p50, res.p99, res.rps, in.P50*1e3, in.P99*1e3)
+			logf(o, "front: run %d %-26s wrk p50 %7.1f µs  p99 %7.1f µs  %8.0f req/s", r+1, v.Name, res.p50, res.p99, res.rps)
+		}
+		if err := sampleInterleaved(ctx, vs, frontOpts.samples); err != nil {
+			return err
+		}
+		for _, v := range vs {
+			logf(o, "front: run %d %-26s interleaved p50 %7.1f µs; in PHP: lookup p50 %6.1f µs p99 %6.1f µs",
+				r+1, v.Name, v.SeqP50[r], v.InP50[r]*1e3, v.InP99[r]*1e3)
 		}
 	}
 	printFront(os.Stdout, vs, o.runs)
@@ -209,28 +213,45 @@ func writeTimedExample(src, dst string) error {
 	return os.WriteFile(dst, bytes.Replace(b, []byte(lookup), []byte(timed), 1), 0o644)
 }
 
-// sampleLookup sends n requests one after the other and returns the
-// distribution (ms) of the lookup times the controller reports.
-func sampleLookup(ctx context.Context, v *frontVariant, n int) (Dist, error) {
-	c := &http.Client{Timeout: 5 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	var ds []time.Duration
+// sampleInterleaved sends n rounds of one request to every variant, one
+// request at a time, in an order rotated from round to round, so that every
+// variant meets the same machine. It appends each variant's p50 response
+// time (µs, request written to body read, keep-alive) and the distribution
+// of the lookup times the controller reports.
+func sampleInterleaved(ctx context.Context, vs []*frontVariant, n int) error {
+	took := make([][]time.Duration, len(vs))
+	lookup := make([][]time.Duration, len(vs))
 	for i := range n {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, v.srv.URL+"/watch/1", nil)
-		req.Header.Set("CF-IPCountry", "PL")
-		req.Header.Set("Cookie", "viewer=v-"+strconv.Itoa(i))
-		resp, err := c.Do(req)
-		if err != nil {
-			return Dist{}, fmt.Errorf("front phase: %s: %w", v.Name, err)
+		for k := range vs {
+			j := (k + i) % len(vs)
+			v := vs[j]
+			if v.client == nil {
+				v.client = &http.Client{Timeout: 5 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+			}
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, v.srv.URL+"/watch/1", nil)
+			req.Header.Set("CF-IPCountry", "PL")
+			req.Header.Set("Cookie", "viewer=v-"+strconv.Itoa(i))
+			t0 := time.Now()
+			resp, err := v.client.Do(req)
+			if err != nil {
+				return fmt.Errorf("front phase: %s: %w", v.Name, err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			took[j] = append(took[j], time.Since(t0))
+			ns, err := strconv.ParseInt(resp.Header.Get("X-Regiond-Lookup-Ns"), 10, 64)
+			if err != nil {
+				return fmt.Errorf("front phase: %s: no X-Regiond-Lookup-Ns (status %d)", v.Name, resp.StatusCode)
+			}
+			lookup[j] = append(lookup[j], time.Duration(ns))
 		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		ns, err := strconv.ParseInt(resp.Header.Get("X-Regiond-Lookup-Ns"), 10, 64)
-		if err != nil {
-			return Dist{}, fmt.Errorf("front phase: %s: no X-Regiond-Lookup-Ns (status %d)", v.Name, resp.StatusCode)
-		}
-		ds = append(ds, time.Duration(ns))
 	}
-	return dist(ds), nil
+	for j, v := range vs {
+		in := dist(lookup[j])
+		v.InP50, v.InP99 = append(v.InP50, in.P50), append(v.InP99, in.P99)
+		v.SeqP50 = append(v.SeqP50, dist(took[j]).P50*1e3)
+	}
+	return nil
 }
 
 // frontTable compiles the example fleet, as the agent would serve it.
@@ -318,21 +339,25 @@ func parseWrk(s string) (wrkResult, error) {
 }
 
 // printFront prints the medians over the runs, and each variant's p50 and
-// throughput against the no-lookup baseline of the same run.
+// throughput against the no-lookup baseline of the same run: under wrk,
+// and in the interleaved sampling (the finer A/B: every variant's requests
+// alternate with the baseline's on the same machine).
 func printFront(w io.Writer, vs []*frontVariant, runs int) {
 	base := vs[0]
-	fmt.Fprintf(w, "\nFront door under php-fpm + nginx (wrk -c%d, %d runs of %v; medians over runs)\n",
-		frontOpts.connections, runs, frontOpts.duration)
-	fmt.Fprintf(w, "%-26s %10s %10s %10s %14s %12s %14s %14s  %s\n", "variant", "p50 µs", "p99 µs", "req/s", "p50 − base µs", "p50 ×base",
-		"lookup p50 µs", "lookup p99 µs", "per-run p50 − base")
+	fmt.Fprintf(w, "\nFront door under php-fpm + nginx (wrk -c%d, %d runs of %v, then %d interleaved requests per variant; medians over runs)\n",
+		frontOpts.connections, runs, frontOpts.duration, frontOpts.samples)
+	fmt.Fprintf(w, "%-26s %9s %9s %8s %12s %10s %10s %13s %10s %10s  %s\n", "variant", "wrk p50", "wrk p99", "req/s", "wrk − base", "×base",
+		"intl p50", "intl − base", "lookup p50", "lookup p99", "per-run interleaved p50 − base (µs)")
 	for _, v := range vs {
 		var deltas []string
-		var d []float64
+		var d, sd []float64
 		for i := range v.P50 {
 			d = append(d, v.P50[i]-base.P50[i])
-			deltas = append(deltas, fmt.Sprintf("%+.1f", v.P50[i]-base.P50[i]))
+			sd = append(sd, v.SeqP50[i]-base.SeqP50[i])
+			deltas = append(deltas, fmt.Sprintf("%+.1f", v.SeqP50[i]-base.SeqP50[i]))
 		}
-		fmt.Fprintf(w, "%-26s %10.1f %10.1f %10.0f %14.1f %12.2f %14.1f %14.1f  [%s]\n", v.Name, median(v.P50), median(v.P99), median(v.RPS),
-			median(d), median(v.P50)/median(base.P50), median(v.InP50)*1e3, median(v.InP99)*1e3, strings.Join(deltas, " "))
+		fmt.Fprintf(w, "%-26s %9.1f %9.1f %8.0f %12.1f %10.2f %10.1f %13.1f %10.1f %10.1f  [%s]\n", v.Name, median(v.P50), median(v.P99), median(v.RPS),
+			median(d), median(v.P50)/median(base.P50), median(v.SeqP50), median(sd), median(v.InP50)*1e3, median(v.InP99)*1e3, strings.Join(deltas, " "))
 	}
+	fmt.Fprintln(w, "(µs; wrk: wrk's own percentiles; intl: response time of the interleaved requests, request written to body read; lookup: measured in PHP)")
 }

@@ -63,9 +63,9 @@ class NoRouteException extends \RuntimeException
 /**
  * One loaded snapshot. Instances are immutable; call load() again per
  * request (it is cheap: an open and two small reads) to pick up a newer file.
- * An instance read from the index holds the index file open and reads every
- * entry from it, so it answers from one table however often the agent
- * rewrites the file meanwhile.
+ * An instance read from the index holds the index file open (PHP closes it
+ * when the instance is freed) and reads every entry from it, so it answers
+ * from one table however often the agent rewrites the file meanwhile.
  */
 final class RegiondTable
 {
@@ -76,6 +76,8 @@ final class RegiondTable
     private const INDEX_MAGIC = 'RGIX';
     private const INDEX_SLOTS = 677;
     private const INDEX_UNKNOWN_SLOT = 676;
+    /** Bytes load() reads at once: prefix, header and slot table. */
+    private const HEAD_READ = 8448;
 
     /**
      * Default max age of synced_at (written_at in files without it), in
@@ -106,14 +108,18 @@ final class RegiondTable
     private static int $indexReads = 0;
 
     /**
+     * @param float|string $writtenAt written_at as Unix seconds, or as read from
+     *        an index that also has synced_at (parsed when asked for)
      * @param array<string, mixed> $data the table JSON (when read from it), else []
      * @param resource|null $fh the open index (when read from it)
      * @param int $slots offset of the index's slot table
+     * @param string $head the index's first bytes as read by load(): the
+     *        header and, for headers up to ~300 bytes, the whole slot table
      */
     private function __construct(
         private readonly string $path,
         private readonly array $data,
-        private readonly float $writtenAt,
+        private readonly float|string $writtenAt,
         private readonly float $syncedAt,
         private readonly float $maxAge,
         private readonly int $revision = 0,
@@ -121,6 +127,7 @@ final class RegiondTable
         private readonly bool $stale = false,
         private readonly mixed $fh = null,
         private readonly int $slots = 0,
+        private readonly string $head = '',
     ) {
     }
 
@@ -167,10 +174,11 @@ final class RegiondTable
     {
         self::$indexReads++;
         // Unbuffered: each fread is one read(2) of what is asked, not of
-        // 8 KB; the first one takes the prefix and (nearly always) the
-        // whole header.
+        // 8 KB. The first one takes the prefix, the header and (for a
+        // header up to HEAD_READ - 8 - 8124 bytes, ~160 in practice) the
+        // whole slot table, so resolve() reads only its entry.
         stream_set_read_buffer($fh, 0);
-        $pre = fread($fh, 256);
+        $pre = fread($fh, self::HEAD_READ);
         if ($pre === false || strlen($pre) < 8) {
             fclose($fh);
             throw new TableException("regiond: snapshot index {$idx} is too short");
@@ -205,24 +213,22 @@ final class RegiondTable
             fclose($fh);
             throw new TableException("regiond: snapshot index {$idx} has a malformed header");
         }
-        $writtenAt = self::parseTime($h['written_at']);
-        $syncedAt = $writtenAt;
-        if (($h['synced_at'] ?? '') !== '') {
-            $syncedAt = is_string($h['synced_at']) ? self::parseTime($h['synced_at']) : null;
+        // Only the time staleness needs is parsed per request: synced_at,
+        // or written_at when there is none. written_at beside synced_at is
+        // parsed when asked for (writtenAt()).
+        $writtenAt = $h['written_at'];
+        $synced = $h['synced_at'] ?? '';
+        if ($synced === '') {
+            $syncedAt = $writtenAt = self::parseTime($writtenAt);
+        } else {
+            $syncedAt = is_string($synced) ? self::parseTime($synced) : null;
         }
         if ($writtenAt === null || $syncedAt === null) {
             fclose($fh);
             throw new TableException("regiond: snapshot index {$idx}: written_at or synced_at is not RFC 3339");
         }
         return new self($idx, [], $writtenAt, $syncedAt, $maxAge, $h['revision'], $h['epoch'],
-            ($h['stale'] ?? false) === true, $fh, 8 + $hlen);
-    }
-
-    public function __destruct()
-    {
-        if (is_resource($this->fh)) {
-            fclose($this->fh);
-        }
+            ($h['stale'] ?? false) === true, $fh, 8 + $hlen, $pre);
     }
 
     /**
@@ -282,11 +288,10 @@ final class RegiondTable
     public function resolve(string $country, ?string $key = null): array
     {
         if ($this->fh !== null) {
-            [$cc, $e] = $this->indexEntry($country);
-        } else {
-            $cc = $this->normalizeCountry($country);
-            $e = $this->data['effective'][$cc];
+            return $this->resolveIndexed($country, $key);
         }
+        $cc = $this->normalizeCountry($country);
+        $e = $this->data['effective'][$cc];
         $degraded = $e['degraded'];
         if ($this->isStale() && !in_array('stale-table', $degraded, true)) {
             $degraded[] = 'stale-table';
@@ -300,18 +305,62 @@ final class RegiondTable
         } else {
             $c = $cands[self::pickRandom($cands)];
         }
-        if ($this->fh !== null) {
-            $attrs = $c['attrs'];
-        } else {
-            $pool = $this->data['pools'][$c['pool']] ?? [];
-            $attrs = $e['attrs'] + ($pool['attrs'] ?? []);
+        $pool = $this->data['pools'][$c['pool']] ?? [];
+        return [
+            'country' => $cc,
+            'route' => $e['route'],
+            'pool' => $c['pool'],
+            'host' => $c['host'],
+            'attrs' => $e['attrs'] + ($pool['attrs'] ?? []),
+            'revision' => $this->revision,
+            'epoch' => $this->epoch,
+            'fallback_depth' => $e['fallback_depth'],
+            'degraded' => $degraded,
+        ];
+    }
+
+    /**
+     * resolve() from the index: one slot, one entry, checked as far as the
+     * decision uses it. This is the front door's per-request path, kept to
+     * one method on purpose: under php-fpm every request runs it with cold
+     * caches, where each further call and check costs several times its
+     * warm price.
+     *
+     * @throws NoRouteException
+     * @throws TableException
+     */
+    private function resolveIndexed(string $raw, ?string $key): array
+    {
+        $i = self::slotOf($raw);
+        ['o' => $off, 'n' => $len, 'k' => $kind] = $this->slot($i);
+        if ($len <= 0 || fseek($this->fh, $off) !== 0 || strlen($js = (string) fread($this->fh, $len)) !== $len) {
+            throw $this->badSlot($i, "cannot read the entry at {$off}+{$len}");
+        }
+        $e = json_decode($js, true);
+        $cands = $e['candidates'] ?? null;
+        if (!is_array($cands) || !is_string($e['route'] ?? null) || !is_int($e['fallback_depth'] ?? null) || !is_array($e['degraded'] ?? null)) {
+            throw $this->badSlot($i, 'malformed entry');
+        }
+        $cc = $kind === 0 && $i < self::INDEX_UNKNOWN_SLOT ? chr(65 + intdiv($i, 26)) . chr(65 + $i % 26) : self::UNKNOWN;
+        $degraded = $e['degraded'];
+        if (($this->stale || microtime(true) - $this->syncedAt > $this->maxAge) && !in_array('stale-table', $degraded, true)) {
+            $degraded[] = 'stale-table';
+        }
+        if ($cands === []) {
+            throw new NoRouteException($cc, $degraded, $this->revision, $this->epoch);
+        }
+        $pick = $key !== null && $key !== '' && ($e['affinity'] ?? '') !== 'random'
+            ? self::pickSticky($cands, $key) : self::pickRandom($cands);
+        $c = $cands[$pick] ?? null;
+        if ($c === null || !is_string($c['host'] ?? null) || !is_array($c['attrs'] ?? null)) {
+            throw $this->badSlot($i, 'malformed candidate');
         }
         return [
             'country' => $cc,
             'route' => $e['route'],
             'pool' => $c['pool'],
             'host' => $c['host'],
-            'attrs' => $attrs,
+            'attrs' => $c['attrs'],
             'revision' => $this->revision,
             'epoch' => $this->epoch,
             'fallback_depth' => $e['fallback_depth'],
@@ -338,38 +387,22 @@ final class RegiondTable
     }
 
     /**
-     * Reads the slot and entry of a raw country header from the index.
+     * Slot $i of the index: the entry's offset and length, and its kind.
      *
-     * @return array{0: string, 1: array<string, mixed>} the decision's country and the entry
+     * @return array{o: int, n: int, k: int}
      * @throws TableException
      */
-    private function indexEntry(string $raw): array
+    private function slot(int $i): array
     {
-        $i = self::slotOf($raw);
-        if (fseek($this->fh, $this->slots + 12 * $i) !== 0 || strlen($b = (string) fread($this->fh, 12)) !== 12) {
-            throw $this->badSlot($i, 'cannot read the slot');
-        }
-        ['o' => $off, 'n' => $len, 'k' => $kind] = unpack('Vo/Vn/Vk', $b);
-        if ($len <= 0 || fseek($this->fh, $off) !== 0 || strlen($js = (string) fread($this->fh, $len)) !== $len) {
-            throw $this->badSlot($i, "cannot read the entry at {$off}+{$len}");
-        }
-        $e = json_decode($js, true);
-        if (
-            !is_array($e) || !is_string($e['route'] ?? null) || !is_int($e['fallback_depth'] ?? null)
-            || !is_array($e['candidates'] ?? null) || !is_array($e['degraded'] ?? null)
-        ) {
-            throw $this->badSlot($i, 'malformed entry');
-        }
-        foreach ($e['candidates'] as $c) {
-            if (!is_string($c['pool'] ?? null) || !is_string($c['host'] ?? null) || !is_int($c['weight'] ?? null) || !is_array($c['attrs'] ?? null)) {
-                throw $this->badSlot($i, 'malformed candidate');
+        $at = $this->slots + 12 * $i;
+        $b = $this->head;
+        if ($at + 12 > strlen($b)) { // a header too long for load()'s read
+            if (fseek($this->fh, $at) !== 0 || strlen($b = (string) fread($this->fh, 12)) !== 12) {
+                throw $this->badSlot($i, 'cannot read the slot');
             }
+            $at = 0;
         }
-        $e['affinity'] = (string) ($e['affinity'] ?? '');
-        if ($kind === 0 && $i < self::INDEX_UNKNOWN_SLOT) {
-            return [chr(65 + intdiv($i, 26)) . chr(65 + $i % 26), $e];
-        }
-        return [self::UNKNOWN, $e];
+        return unpack('Vo/Vn/Vk', $b, $at);
     }
 
     /**
@@ -379,7 +412,8 @@ final class RegiondTable
     public function normalizeCountry(string $raw): string
     {
         if ($this->fh !== null) {
-            return $this->indexEntry($raw)[0];
+            $i = self::slotOf($raw);
+            return $this->slot($i)['k'] === 0 && $i < self::INDEX_UNKNOWN_SLOT ? chr(65 + intdiv($i, 26)) . chr(65 + $i % 26) : self::UNKNOWN;
         }
         $s = trim($raw, " \t\r\n");
         if (strlen($s) !== 2 || strspn($s, self::LETTERS) !== 2) {
@@ -399,16 +433,28 @@ final class RegiondTable
         return $this->epoch;
     }
 
-    /** written_at as Unix seconds. */
+    /**
+     * written_at as Unix seconds.
+     *
+     * @throws TableException when the index's written_at is not RFC 3339
+     */
     public function writtenAt(): float
     {
-        return $this->writtenAt;
+        if (is_float($this->writtenAt)) {
+            return $this->writtenAt;
+        }
+        return self::parseTime($this->writtenAt)
+            ?? throw new TableException("regiond: snapshot index {$this->path}: written_at {$this->writtenAt} is not RFC 3339");
     }
 
-    /** Seconds since written_at (negative if the agent's clock is ahead). */
+    /**
+     * Seconds since written_at (negative if the agent's clock is ahead).
+     *
+     * @throws TableException as writtenAt()
+     */
     public function ageSeconds(): float
     {
-        return microtime(true) - $this->writtenAt;
+        return microtime(true) - $this->writtenAt();
     }
 
     /**
@@ -448,10 +494,14 @@ final class RegiondTable
      */
     public static function stickyHash53(string $key, string $pool): int|float
     {
+        if (PHP_INT_SIZE >= 8) {
+            // The digest as a big-endian uint64 in a signed int; the mask
+            // makes the arithmetic shift a logical one.
+            return (unpack('J', hash('xxh64', $key . "\0" . $pool, true))[1] >> 11) & 0x1FFFFFFFFFFFFF;
+        }
         $hex = hash('xxh64', $key . "\0" . $pool);
         // top 28 bits * 2^25 + (next 28 bits >> 3) = h >> 11
-        $m = hexdec(substr($hex, 0, 7)) * 33554432 + (hexdec(substr($hex, 7, 7)) >> 3);
-        return PHP_INT_SIZE >= 8 ? (int) $m : (float) $m;
+        return (float) (hexdec(substr($hex, 0, 7)) * 33554432 + (hexdec(substr($hex, 7, 7)) >> 3));
     }
 
     /**
@@ -467,6 +517,8 @@ final class RegiondTable
     /**
      * Index of the candidate with the lowest score; ties to the smaller pool
      * id (byte order). Weight-0 candidates are skipped unless all are 0.
+     * -1 when a candidate has no integer weight or no pool id (an index
+     * entry is checked here, as far as the pick reads it).
      *
      * @param list<array{pool: string, host: string, weight: int}> $cands
      */
@@ -474,11 +526,20 @@ final class RegiondTable
     {
         $best = -1;
         $bestScore = 0.0;
+        $key .= "\0";
         foreach ($cands as $i => $c) {
-            if ($c['weight'] <= 0) {
+            $w = $c['weight'] ?? null;
+            if (!is_int($w) || !is_string($c['pool'] ?? null)) {
+                return -1;
+            }
+            if ($w <= 0) {
                 continue;
             }
-            $s = self::stickyScore($key, $c['pool'], $c['weight']);
+            // stickyScore, inlined: this runs per candidate per request.
+            $h = PHP_INT_SIZE >= 8
+                ? (unpack('J', hash('xxh64', $key . $c['pool'], true))[1] >> 11) & 0x1FFFFFFFFFFFFF
+                : self::stickyHash53(substr($key, 0, -1), $c['pool']);
+            $s = -log(($h + 0.5) / self::TWO_POW_53) / $w;
             if ($best < 0 || $s < $bestScore || ($s === $bestScore && strcmp($c['pool'], $cands[$best]['pool']) < 0)) {
                 $best = $i;
                 $bestScore = $s;
@@ -487,12 +548,21 @@ final class RegiondTable
         return max($best, 0);
     }
 
-    /** @param list<array{pool: string, host: string, weight: int}> $cands */
+    /**
+     * Index of a candidate drawn by weight (the first when every weight is
+     * 0); -1 as pickSticky's.
+     *
+     * @param list<array{pool: string, host: string, weight: int}> $cands
+     */
     private static function pickRandom(array $cands): int
     {
         $total = 0;
         foreach ($cands as $c) {
-            $total += max($c['weight'], 0);
+            $w = $c['weight'] ?? null;
+            if (!is_int($w) || !is_string($c['pool'] ?? null)) {
+                return -1;
+            }
+            $total += max($w, 0);
         }
         if ($total <= 0) {
             return 0;
@@ -627,10 +697,19 @@ final class RegiondTable
             && $s[19] === '.' && $s[$n - 1] === 'Z' && strspn($s, '0123456789', 20, $n - 21) === $n - 21
             && strspn($s, '0123456789-T:', 0, 19) === 19
         ) {
-            $t = gmmktime((int) substr($s, 11, 2), (int) substr($s, 14, 2), (int) substr($s, 17, 2),
-                (int) substr($s, 5, 2), (int) substr($s, 8, 2), (int) substr($s, 0, 4));
-            if ($t !== false) {
-                return $t + (float) ('0' . substr($s, 19, $n - 20));
+            // Days from the civil date (H. Hinnant's days_from_civil), not
+            // gmmktime: a quarter of the cost in a cold php-fpm request.
+            $y = (int) substr($s, 0, 4);
+            $m = (int) substr($s, 5, 2);
+            $d = (int) substr($s, 8, 2);
+            if ($m >= 1 && $m <= 12 && $d >= 1 && $d <= 31) {
+                $y -= $m <= 2 ? 1 : 0;
+                $era = intdiv($y >= 0 ? $y : $y - 399, 400);
+                $yoe = $y - $era * 400;
+                $doe = $yoe * 365 + intdiv($yoe, 4) - intdiv($yoe, 100) + intdiv(153 * ($m > 2 ? $m - 3 : $m + 9) + 2, 5) + $d - 1;
+                $days = $era * 146097 + $doe - 719468;
+                return $days * 86400 + (int) substr($s, 11, 2) * 3600 + (int) substr($s, 14, 2) * 60 + (int) substr($s, 17, 2)
+                    + (float) ('0' . substr($s, 19, $n - 20));
             }
         }
         $re = '/^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?(?:[Zz]|([+-])(\d{2}):(\d{2}))$/';

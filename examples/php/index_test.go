@@ -142,6 +142,26 @@ func TestIndexReaderRefuses(t *testing.T) {
 	if m := metaPHP(t, header, 180); !strings.Contains(m.Error, "malformed header") {
 		t.Errorf("broken header: %+v", m)
 	}
+	// A malformed written_at beside a good synced_at: load() parses only
+	// synced_at (what staleness needs per request); written_at is refused
+	// when asked for, naming the file and the value.
+	synced := writeSnapshot(t, tab, routing.JSONHeader{WrittenAt: now, SyncedAt: now}, true)
+	sidx := filepath.Join(filepath.Dir(synced), "table.idx")
+	sb, err := os.ReadFile(sidx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := bytes.Index(sb, []byte(`"written_at":"`))
+	if at < 0 {
+		t.Fatalf("no written_at in the header: %q", sb[:200])
+	}
+	sb[at+len(`"written_at":"`)] = 'x'
+	if err := os.WriteFile(sidx, sb, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if m := metaPHP(t, synced, 180); !strings.Contains(m.Error, "table.idx: written_at x") || !strings.Contains(m.Error, "is not RFC 3339") {
+		t.Errorf("malformed written_at: %+v, want an error naming the file and the value", m)
+	}
 	// An entry cut short: the slot points past the end.
 	short := writeSnapshot(t, tab, h, true)
 	idx := filepath.Join(filepath.Dir(short), "table.idx")
@@ -154,6 +174,20 @@ func TestIndexReaderRefuses(t *testing.T) {
 	out := string(runPHPAllowFail(t, []byte(in.String()), "resolve", short, "180"))
 	if !strings.Contains(out, "cannot read the entry") {
 		t.Errorf("entry cut short: %q, want an error naming the entry", out)
+	}
+	// A candidate without an integer weight, in the entries of every
+	// country that has one: refused by the pick, naming the slot. (Same
+	// length, so every offset still holds.)
+	noWeight := writeSnapshot(t, tab, h, true)
+	widx := filepath.Join(filepath.Dir(noWeight), "table.idx")
+	wb, _ := os.ReadFile(widx)
+	if err := os.WriteFile(widx, bytes.ReplaceAll(wb, []byte(`"weight":`), []byte(`"weigh_":`)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range []string{"504c 6b\n", "504c \n"} { // PL, sticky and random
+		if out := string(runPHPAllowFail(t, []byte(in), "resolve", noWeight, "180")); !strings.Contains(out, "malformed candidate") {
+			t.Errorf("a candidate without a weight (%q): %q, want an error naming the candidate", in, out)
+		}
 	}
 	missing := writeSnapshot(t, tab, h, false)
 	if m := metaPHP(t, missing, 180); m.Error != "" {
