@@ -76,7 +76,9 @@ final class RegiondTable
     private const INDEX_MAGIC = 'RGIX';
     private const INDEX_SLOTS = 677;
     private const INDEX_UNKNOWN_SLOT = 676;
-    /** Bytes load() reads at once: prefix, header and slot table. */
+    /** Opens the header block, right after the slot table. */
+    private const BLOCK_MAGIC = 'RGHB';
+    /** Bytes load() reads at once: prefix, header, slot table and header block. */
     private const HEAD_READ = 8448;
 
     /**
@@ -175,8 +177,9 @@ final class RegiondTable
         self::$indexReads++;
         // Unbuffered: each fread is one read(2) of what is asked, not of
         // 8 KB. The first one takes the prefix, the header and (for a
-        // header up to HEAD_READ - 8 - 8124 bytes, ~160 in practice) the
-        // whole slot table, so resolve() reads only its entry.
+        // header up to HEAD_READ - 8 - 8124 - 40 bytes, ~160 in practice)
+        // the whole slot table and the header block, so resolve() reads
+        // only its entry.
         stream_set_read_buffer($fh, 0);
         $pre = fread($fh, self::HEAD_READ);
         if ($pre === false || strlen($pre) < 8) {
@@ -196,6 +199,17 @@ final class RegiondTable
                 $version,
                 implode(', ', self::INDEX_VERSIONS),
             ));
+        }
+        // The header block (after the slot table, from agents that write
+        // it): the header's fields without decoding JSON or dates. Files
+        // without it, or headers too long for the first read, take the
+        // header JSON.
+        $at = 8 + $hlen + 12 * self::INDEX_SLOTS;
+        if (PHP_INT_SIZE >= 8 && strlen($pre) >= $at + 40 && substr($pre, $at, 4) === self::BLOCK_MAGIC) {
+            ['f' => $flags, 'r' => $rev, 'e' => $epoch, 'w' => $w, 's' => $synced] = unpack('Vf/Pr/Pe/Pw/Ps', $pre, $at + 4);
+            $w /= 1e9;
+            return new self($idx, [], $w, ($flags & 2) !== 0 ? $synced / 1e9 : $w, $maxAge, $rev, $epoch,
+                ($flags & 1) !== 0, $fh, 8 + $hlen, $pre);
         }
         $raw = substr($pre, 8, $hlen);
         while (strlen($raw) < $hlen) {

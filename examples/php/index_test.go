@@ -3,6 +3,7 @@ package php_test
 import (
 	"bytes"
 	"encoding/binary"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -38,6 +39,25 @@ func writeSnapshot(t *testing.T, tab *routing.Table, h routing.JSONHeader, withI
 		if err := os.WriteFile(filepath.Join(dir, "table.idx"), idx, 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+	return path
+}
+
+// withoutBlock rewrites the index beside snapshot path as agents wrote it
+// before the header block (snapindex.WithoutBlock), so that readers take
+// the header JSON; it returns path.
+func withoutBlock(t *testing.T, path string) string {
+	t.Helper()
+	idx := filepath.Join(filepath.Dir(path), "table.idx")
+	b, err := os.ReadFile(idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err = snapindex.WithoutBlock(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(idx, b, 0o644); err != nil {
+		t.Fatal(err)
 	}
 	return path
 }
@@ -80,14 +100,15 @@ func TestIndexReaderMatchesGo(t *testing.T) {
 	ps := allPairs()
 	shared, sharedNow, _, _ := sweepScenarios(t)
 	for i, sc := range fleettest.Scenarios(t, now) {
-		for _, withIndex := range []bool{true, false} {
-			name := sc.Name + "/json"
-			if withIndex {
-				name = sc.Name + "/index"
-			}
-			t.Run(name, func(t *testing.T) {
+		for _, variant := range []string{"index", "index-without-block", "json"} {
+			withIndex := variant != "json"
+			t.Run(sc.Name+"/"+variant, func(t *testing.T) {
 				t.Parallel()
-				meta, got := resolvePHP(t, writeSnapshot(t, sc.Table, h, withIndex), 180, ps)
+				path := writeSnapshot(t, sc.Table, h, withIndex)
+				if variant == "index-without-block" {
+					withoutBlock(t, path)
+				}
+				meta, got := resolvePHP(t, path, 180, ps)
 				if meta.Index != withIndex || meta.Revision != 4242 || meta.Epoch != 17 || meta.Stale != sc.Table.Stale() {
 					t.Errorf("php meta %+v, want index=%v revision 4242 epoch 17 stale=%v", meta, withIndex, sc.Table.Stale())
 				}
@@ -98,6 +119,9 @@ func TestIndexReaderMatchesGo(t *testing.T) {
 				}
 				if (sc.Name == "down" || sc.Name == "drained") && noRoute < 1000 {
 					t.Errorf("%s: %d NoRoute pairs, want ≥ 1,000 (the unknown country)", sc.Name, noRoute)
+				}
+				if variant == "index-without-block" {
+					return // the sweep below reads the same entries
 				}
 				ssc := shared[i]
 				s := sweepPHP(t, ssc, withIndex)
@@ -118,7 +142,7 @@ func TestIndexReaderRefuses(t *testing.T) {
 	tab := fleettest.Scenarios(t, now)[0].Table
 	h := routing.JSONHeader{WrittenAt: now}
 	edit := func(f func(b []byte)) string {
-		path := writeSnapshot(t, tab, h, true)
+		path := withoutBlock(t, writeSnapshot(t, tab, h, true))
 		idx := filepath.Join(filepath.Dir(path), "table.idx")
 		b, err := os.ReadFile(idx)
 		if err != nil {
@@ -145,7 +169,7 @@ func TestIndexReaderRefuses(t *testing.T) {
 	// A malformed written_at beside a good synced_at: load() parses only
 	// synced_at (what staleness needs per request); written_at is refused
 	// when asked for, naming the file and the value.
-	synced := writeSnapshot(t, tab, routing.JSONHeader{WrittenAt: now, SyncedAt: now}, true)
+	synced := withoutBlock(t, writeSnapshot(t, tab, routing.JSONHeader{WrittenAt: now, SyncedAt: now}, true))
 	sidx := filepath.Join(filepath.Dir(synced), "table.idx")
 	sb, err := os.ReadFile(sidx)
 	if err != nil {
@@ -213,15 +237,27 @@ func TestIndexReaderStale(t *testing.T) {
 	now := time.Now()
 	tab := fleettest.Scenarios(t, now)[0].Table
 	ps := allPairs()[:2000]
-	path := writeSnapshot(t, tab, routing.JSONHeader{WrittenAt: now, SyncedAt: now.Add(-time.Hour)}, true)
-	meta, got := resolvePHP(t, path, 60, ps)
-	if !meta.Index || !meta.Stale {
-		t.Errorf("synced an hour ago, max age 60 s: meta %+v, want stale, from the index", meta)
+	for _, block := range []bool{true, false} {
+		path := writeSnapshot(t, tab, routing.JSONHeader{WrittenAt: now, SyncedAt: now.Add(-time.Hour)}, true)
+		if !block {
+			withoutBlock(t, path)
+		}
+		meta, got := resolvePHP(t, path, 60, ps)
+		if !meta.Index || !meta.Stale {
+			t.Errorf("block %v: synced an hour ago, max age 60 s: meta %+v, want stale, from the index", block, meta)
+		}
+		check(t, tab, now, ps, got, true)
+		meta, got = resolvePHP(t, path, 7200, ps)
+		if meta.Stale {
+			t.Errorf("block %v: synced an hour ago, max age 2 h: meta %+v, want fresh", block, meta)
+		}
+		check(t, tab, now, ps, got, false)
+		// The header's times, to the microsecond, from the block and from
+		// the header JSON alike.
+		m := metaPHP(t, path, 60)
+		if math.Abs(m.WrittenAt-float64(now.UnixNano())/1e9) > 1e-6 || math.Abs(m.SyncedAt-float64(now.Add(-time.Hour).UnixNano())/1e9) > 1e-6 {
+			t.Errorf("block %v: written_at %f, synced_at %f; want %f, %f", block, m.WrittenAt, m.SyncedAt,
+				float64(now.UnixNano())/1e9, float64(now.Add(-time.Hour).UnixNano())/1e9)
+		}
 	}
-	check(t, tab, now, ps, got, true)
-	meta, got = resolvePHP(t, path, 7200, ps)
-	if meta.Stale {
-		t.Errorf("synced an hour ago, max age 2 h: meta %+v, want fresh", meta)
-	}
-	check(t, tab, now, ps, got, false)
 }

@@ -64,6 +64,9 @@ type Index struct {
 	// MaxAge, when positive, makes Resolve add stale-table when the
 	// header's synced_at (written_at when absent) is older than MaxAge.
 	MaxAge time.Duration
+	// HasBlock says the file has a header block (checked against the
+	// header JSON).
+	HasBlock bool
 
 	name    string
 	slots   [Slots]Slot
@@ -101,6 +104,14 @@ func Parse(name string, b []byte) (*Index, error) {
 	if len(b) < base+Slots*SlotSize {
 		return nil, fmt.Errorf("snapindex: %s: %d bytes, too short for the slot table (%d)", name, len(b), base+Slots*SlotSize)
 	}
+	entries := base + Slots*SlotSize // where entries may start
+	if blk, ok := ReadBlock(b, base+Slots*SlotSize); ok {
+		if want := blockOf(x.Header); blk != want {
+			return nil, fmt.Errorf("snapindex: %s: the header block %+v disagrees with the header JSON %+v", name, blk, want)
+		}
+		x.HasBlock = true
+		entries += BlockSize
+	}
 	decoded := map[uint64]*Entry{}
 	for i := range Slots {
 		s := readSlot(b, base, i)
@@ -112,9 +123,9 @@ func Parse(name string, b []byte) (*Index, error) {
 			return nil, fmt.Errorf("snapindex: %s: slot %d (_unknown) has kind %d, want %d", name, i, s.Kind, KindUnknown)
 		}
 		end := uint64(s.Offset) + uint64(s.Length)
-		if uint64(s.Offset) < uint64(base+Slots*SlotSize) || end > uint64(len(b)) {
+		if uint64(s.Offset) < uint64(entries) || end > uint64(len(b)) {
 			return nil, fmt.Errorf("snapindex: %s: slot %d (%s): entry at %d+%d outside the entries (%d..%d)",
-				name, i, SlotCode(i), s.Offset, s.Length, base+Slots*SlotSize, len(b))
+				name, i, SlotCode(i), s.Offset, s.Length, entries, len(b))
 		}
 		key := uint64(s.Offset)<<32 | uint64(s.Length)
 		if e, ok := decoded[key]; ok {
@@ -187,6 +198,45 @@ func parseHeader(b []byte) (Header, error) {
 		}
 	}
 	return h, nil
+}
+
+// Block is the header block: the header's fields in fixed binary form
+// (docs/snapshot-index.md). Times are Unix nanoseconds; SyncedAt is 0
+// unless Flags has BlockSynced.
+type Block struct {
+	Flags               uint32
+	Revision, Epoch     int64
+	WrittenAt, SyncedAt int64
+}
+
+// ReadBlock reads the header block at off (right after the slot table),
+// reporting false when there is none: files written before the block
+// existed have their first entry there.
+func ReadBlock(b []byte, off int) (Block, bool) {
+	if off < 0 || len(b) < off+BlockSize || string(b[off:off+4]) != BlockMagic {
+		return Block{}, false
+	}
+	p := b[off:]
+	return Block{
+		Flags:     binary.LittleEndian.Uint32(p[4:]),
+		Revision:  int64(binary.LittleEndian.Uint64(p[8:])),
+		Epoch:     int64(binary.LittleEndian.Uint64(p[16:])),
+		WrittenAt: int64(binary.LittleEndian.Uint64(p[24:])),
+		SyncedAt:  int64(binary.LittleEndian.Uint64(p[32:])),
+	}, true
+}
+
+// blockOf is the header block that header h's JSON implies.
+func blockOf(h Header) Block {
+	blk := Block{Revision: h.Revision, Epoch: h.Epoch, WrittenAt: h.WrittenAt.UnixNano()}
+	if h.Stale {
+		blk.Flags |= BlockStale
+	}
+	if !h.SyncedAt.IsZero() {
+		blk.Flags |= BlockSynced
+		blk.SyncedAt = h.SyncedAt.UnixNano()
+	}
+	return blk
 }
 
 // readSlot reads slot i of the slot table at base.

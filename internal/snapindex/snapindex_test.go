@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -289,6 +290,8 @@ func TestParseRefuses(t *testing.T) {
 		{"entry past end", edit(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[8+h+12*3:], uint32(len(b))); return b }), "slot 3 (AD): entry at"},
 		{"entry not JSON", good[:len(good)-1], "entry"},
 		{"format member", edit(func(b []byte) []byte { return bytes.Replace(b, []byte(`"format":1`), []byte(`"format":3`), 1) }), "format member is not 1"},
+		{"block revision", edit(func(b []byte) []byte { b[8+h+12*677+8]++; return b }), "header block"},
+		{"block stale flag", edit(func(b []byte) []byte { b[8+h+12*677+4] ^= snapindex.BlockStale; return b }), "header block"},
 	}
 	for _, c := range cases {
 		_, err := snapindex.Parse("/dev/shm/regiond/table.idx", c.b)
@@ -356,4 +359,54 @@ func FuzzParse(f *testing.F) {
 			_, _ = x.Resolve(h, "k", now)
 		}
 	})
+}
+
+// TestHeaderBlock: the header block after the slot table carries the
+// header JSON's revision, epoch, times and stale flag, exactly; a file
+// without it (an older agent's) reads the same.
+func TestHeaderBlock(t *testing.T) {
+	now := time.Date(2026, 12, 2, 10, 0, 0, 123456789, time.UTC)
+	for _, sc := range fleettest.Scenarios(t, now) {
+		for _, h := range []routing.JSONHeader{{WrittenAt: now}, {WrittenAt: now, SyncedAt: now.Add(-time.Minute - time.Nanosecond)}} {
+			b, err := snapindex.Encode(nil, sc.Table, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			x, err := snapindex.Parse("t.idx", b)
+			if err != nil {
+				t.Fatalf("%s: %v", sc.Name, err)
+			}
+			blk, ok := snapindex.ReadBlock(b, 8+int(binary.LittleEndian.Uint16(b[6:]))+snapindex.Slots*snapindex.SlotSize)
+			if !ok || !x.HasBlock {
+				t.Fatalf("%s: no header block", sc.Name)
+			}
+			want := snapindex.Block{Revision: sc.Table.Revision(), Epoch: sc.Table.Epoch(), WrittenAt: now.UnixNano()}
+			if sc.Table.Stale() {
+				want.Flags |= snapindex.BlockStale
+			}
+			if !h.SyncedAt.IsZero() {
+				want.Flags |= snapindex.BlockSynced
+				want.SyncedAt = h.SyncedAt.UnixNano()
+			}
+			if blk != want {
+				t.Errorf("%s: block %+v, want %+v", sc.Name, blk, want)
+			}
+			ob, err := snapindex.WithoutBlock(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			old, err := snapindex.Parse("old.idx", ob)
+			if err != nil {
+				t.Fatalf("%s without the block: %v", sc.Name, err)
+			}
+			if old.HasBlock || old.Header != x.Header {
+				t.Errorf("%s without the block: header %+v (block %v), want %+v", sc.Name, old.Header, old.HasBlock, x.Header)
+			}
+			for i := range snapindex.Slots {
+				if a, b := old.Entry(i), x.Entry(i); !reflect.DeepEqual(a, b) {
+					t.Fatalf("%s without the block: slot %d: %+v, want %+v", sc.Name, i, a, b)
+				}
+			}
+		}
+	}
 }
