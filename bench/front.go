@@ -94,6 +94,7 @@ func runFront(ctx context.Context, o options) error {
 		"examples/php/RegiondTable.php": "RegiondTable.php",
 		"bench/php/front-nolookup.php":  "front-nolookup.php",
 		"bench/php/front-apcu.php":      "front-apcu.php",
+		"bench/php/front-floor.php":     "front-floor.php",
 	} {
 		b, err := os.ReadFile(filepath.Join(root, src))
 		if err != nil {
@@ -150,6 +151,7 @@ func runFront(ctx context.Context, o options) error {
 	vs := []*frontVariant{
 		{Name: "no lookup (baseline)", Script: "front-nolookup.php", Snapshot: withIdx},
 		{Name: "index (table.idx)", Script: "example.php", Snapshot: withIdx},
+		{Name: "index floor (no checks)", Script: "front-floor.php", Snapshot: withIdx},
 		{Name: "index + open_basedir", Script: "example.php", Snapshot: withIdx, OpenBasedir: true},
 		{Name: "full JSON (no table.idx)", Script: "example.php", Snapshot: jsonOnly},
 		{Name: "APCu whole table", Script: "front-apcu.php", Snapshot: jsonOnly},
