@@ -1,7 +1,8 @@
 // Command profagent is the regiond agent (internal/agent, as cmd/regiond
 // runs it) with a CPU profile and an optional execution trace, for the
 // bench only: `go run ./bench -cpuprofile FILE` runs it instead of
-// cmd/regiond. It takes the subset of regiond's flags the bench uses.
+// cmd/regiond. It takes the subset of regiond's flags the bench and
+// ../shared/perf's regiond-peer.sh use, so REGIOND_BIN may name it too.
 //
 //	REGIOND_CPUPROFILE=FILE  CPU profile, written when the agent stops
 //	REGIOND_MEMPROFILE=FILE  heap profile (allocations since start), written when the agent stops
@@ -31,6 +32,7 @@ func main() {
 	flag.StringVar(&cfg.Socket, "socket", cfg.Socket, "unix socket")
 	flag.StringVar(&cfg.Listen, "listen", "", "loopback TCP address")
 	flag.StringVar(&cfg.Snapshot, "snapshot", cfg.Snapshot, "snapshot file")
+	flag.DurationVar(&cfg.HealthGrace, "health-grace", cfg.HealthGrace, "health grace window")
 	logLevel := flag.String("log-level", "info", "log level")
 	flag.Parse()
 	cfg.Endpoints = strings.Split(*endpoints, ",")
