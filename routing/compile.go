@@ -77,7 +77,8 @@ func Compile(revision int64, kvs []KV, prev *Table, opts CompileOptions) *Table 
 	if prev != nil {
 		prevGood = &prev.good
 	}
-	for _, kv := range kvs {
+	pre := predecode(kvs, prevGood)
+	for i, kv := range kvs {
 		// A health key is a live instance whatever its value says: the
 		// key exists only while its lease does. Its value is only checked
 		// to be a JSON object (and reported otherwise), never decoded:
@@ -87,7 +88,11 @@ func Compile(revision int64, kvs []KV, prev *Table, opts CompileOptions) *Table 
 			t.setInvalid(kv.Key, checkHealthValue(kv.Key, kv.Value))
 			continue
 		}
-		t.addKV(good, kv, prevGood, opts.Earlier)
+		var d *decoded
+		if pre != nil {
+			d = &pre[i]
+		}
+		t.addKV(good, kv, prevGood, opts.Earlier, d)
 	}
 	t.good = newGoodValues(good)
 	t.trackLost(prev, opts.Now)
@@ -184,12 +189,18 @@ func (t *Table) setInvalid(key, msg string) {
 // addKV decodes one key (or reuses prev's decoding of the same bytes) and
 // records it in good, or as refused keeping its last good value of the same
 // incarnation: earlier's, else prev's.
-func (t *Table) addKV(good map[string]goodValue, kv KV, prevGood *goodValues, earlier map[string]KV) {
+func (t *Table) addKV(good map[string]goodValue, kv KV, prevGood *goodValues, earlier map[string]KV, pre *decoded) {
 	if g, ok := prevGood.get(kv.Key); ok && bytes.Equal(g.raw, kv.Value) {
 		good[kv.Key] = goodValue{raw: g.raw, val: g.val, rev: kv.ModRevision, create: kv.CreateRevision}
 		return
 	}
-	v, err := DecodeValue(kv.Key, kv.Value)
+	var v any
+	var err error
+	if pre != nil && pre.done {
+		v, err = pre.v, pre.err
+	} else {
+		v, err = DecodeValue(kv.Key, kv.Value)
+	}
 	if err != nil {
 		t.setInvalid(kv.Key, err.Error())
 		if e, ok := earlier[kv.Key]; ok && e.CreateRevision == kv.CreateRevision {
@@ -204,6 +215,39 @@ func (t *Table) addKV(good map[string]goodValue, kv KV, prevGood *goodValues, ea
 		return
 	}
 	good[kv.Key] = goodValue{raw: kv.Value, val: v, rev: kv.ModRevision, create: kv.CreateRevision}
+}
+
+// decoded is a value decoded ahead of addKV (predecode).
+type decoded struct {
+	v    any
+	err  error
+	done bool
+}
+
+// predecode decodes, across CPUs, the values addKV will decode (neither
+// health keys nor values equal to their previous good value), when there
+// are enough keys to split (splits); else it returns nil and addKV decodes
+// each value itself. Decoding reads nothing shared but prevGood, which no
+// one writes.
+func predecode(kvs []KV, prevGood *goodValues) []decoded {
+	if !splits(len(kvs)) {
+		return nil
+	}
+	pre := make([]decoded, len(kvs))
+	inParallel(len(kvs), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			kv := &kvs[i]
+			if k, err := ParseKey(kv.Key); err == nil && k.Kind == KindHealth {
+				continue
+			}
+			if g, ok := prevGood.get(kv.Key); ok && bytes.Equal(g.raw, kv.Value) {
+				continue
+			}
+			pre[i].v, pre[i].err = DecodeValue(kv.Key, kv.Value)
+			pre[i].done = true
+		}
+	})
+	return pre
 }
 
 type overrideAt struct {

@@ -369,18 +369,21 @@ func (t *Table) encodePools(pe *encoded, prev *Table) {
 	n := len(names)
 	enc.poolNames = names
 	enc.poolMembers, enc.poolSrc, enc.poolUp = make([][]byte, n), make([]*Pool, n), make([]bool, n)
-	for i, id := range names {
-		p, up := t.pools[id], t.eligibleAt[id]
-		if from != nil {
-			if j := from[i]; j >= 0 && p.src != nil && pe.poolSrc[j] == p.src && pe.poolUp[j] == up {
-				enc.poolMembers[i], enc.poolSrc[i], enc.poolUp[i] = pe.poolMembers[j], p.src, up
-				continue
+	inParallel(n, func(lo, hi int) { // each index's own slots; maps only read
+		for i := lo; i < hi; i++ {
+			id := names[i]
+			p, up := t.pools[id], t.eligibleAt[id]
+			if from != nil {
+				if j := from[i]; j >= 0 && p.src != nil && pe.poolSrc[j] == p.src && pe.poolUp[j] == up {
+					enc.poolMembers[i], enc.poolSrc[i], enc.poolUp[i] = pe.poolMembers[j], p.src, up
+					continue
+				}
 			}
+			m := appendJSONString([]byte{','}, id)
+			m = append(m, ':')
+			enc.poolMembers[i], enc.poolSrc[i], enc.poolUp[i] = appendPoolJSON(m, &p.Pool, up), p.src, up
 		}
-		m := appendJSONString([]byte{','}, id)
-		m = append(m, ':')
-		enc.poolMembers[i], enc.poolSrc[i], enc.poolUp[i] = appendPoolJSON(m, &p.Pool, up), p.src, up
-	}
+	})
 }
 
 // poolsOpen opens the pools section.

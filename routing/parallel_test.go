@@ -1,0 +1,97 @@
+package routing
+
+import (
+	"fmt"
+	"math"
+	"math/rand"
+	"strings"
+	"testing"
+	"testing/quick"
+	"time"
+)
+
+// withParallelMin runs f with parallelMin set to min, then restores it.
+// Callers must not be parallel tests: parallelMin is read by every compile.
+func withParallelMin(min int, f func()) {
+	old := parallelMin
+	parallelMin = min
+	defer func() { parallelMin = old }()
+	f()
+}
+
+// compileBothWays compiles kvs (over prev) with values decoded and pools
+// encoded across CPUs (every input split) and in the caller (none split),
+// and returns both tables' JSON.
+func compileBothWays(t *testing.T, kvs []KV, prev *Table, opts CompileOptions) (split, seq []byte) {
+	t.Helper()
+	var err error
+	withParallelMin(1, func() { split, err = Compile(7, kvs, prev, opts).JSON(opts.Now) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	withParallelMin(math.MaxInt, func() { seq, err = Compile(7, kvs, prev, opts).JSON(opts.Now) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return split, seq
+}
+
+// TestParallelCompileMatchesSequential: a compile that decodes values and
+// encodes pools across CPUs gives the table, skipped keys and last good
+// values included, that the sequential reference gives: on random worlds,
+// fresh and over a previous table, and on 5,000 pools with refused values
+// and health keys.
+func TestParallelCompileMatchesSequential(t *testing.T) {
+	opts := CompileOptions{Now: t0, Start: t0.Add(-time.Minute), Grace: 10 * time.Second}
+	check := func(w world, v world) bool {
+		kvs := w.s.kvs(w.revs)
+		split, seq := compileBothWays(t, kvs, nil, opts)
+		if d := firstDiffAll(split, seq); d != "" {
+			t.Logf("fresh: split compile differs: %s\n%s", d, w)
+			return false
+		}
+		// Over a previous table: v's values where keys are shared, so
+		// some are reused, some decoded, some refused with a last good.
+		prev := v.compile()
+		mixed := w.s.with(PoolKey("p0"), `{"host":"bad host","residency":"eu","status":"active"}`)
+		split, seq = compileBothWays(t, mixed.kvs(w.revs), prev, opts)
+		if d := firstDiffAll(split, seq); d != "" {
+			t.Logf("over a previous table: split compile differs: %s\n%s", d, w)
+			return false
+		}
+		return true
+	}
+	if err := quick.Check(check, &quick.Config{MaxCount: 300, Rand: rand.New(rand.NewSource(3))}); err != nil {
+		t.Fatal(err)
+	}
+
+	r := rand.New(rand.NewSource(4))
+	s := store{}
+	for i := range 5000 {
+		id := fmt.Sprintf("pool%04d", i)
+		switch {
+		case i%41 == 0:
+			s[PoolKey(id)] = `{"host":"edge.example.net","residency":"eu","status":"sideways"}` // refused
+		case i%53 == 0:
+			s[PoolKey(id)] = `{"host":` // not JSON
+		default:
+			s[PoolKey(id)] = fmt.Sprintf(`{"host":"edge-%d.example.net:443","residency":%q,"status":%q,"health_check":%v,"attrs":{"shard":"%s","pad":%q}}`,
+				i, worldResidencies[r.Intn(len(worldResidencies))], worldStatuses[r.Intn(len(worldStatuses))], i%3 == 0, id, strings.Repeat("x", r.Intn(40)))
+		}
+		if i%3 == 0 && r.Intn(2) == 0 {
+			s[HealthKey(id, "i-1")] = `{"addr":"10.0.0.1:443"}`
+		}
+	}
+	s[RouteKey("PL")] = `{"targets":[{"pool":"pool0001","weight":70},{"pool":"pool0002","weight":30}]}`
+	s[RouteKey(DefaultRoute)] = `{"targets":[{"pool":"pool0004","weight":100}]}`
+	kvs := s.kvs(nil)
+	split, seq := compileBothWays(t, kvs, nil, opts)
+	if d := firstDiffAll(split, seq); d != "" {
+		t.Fatalf("5,000 pools: split compile differs: %s", d)
+	}
+	withParallelMin(1, func() {
+		if n := len(Compile(7, kvs, nil, opts).Skipped()); n < 200 {
+			t.Fatalf("5,000 pools: %d skipped keys, want the ~215 refused values", n)
+		}
+	})
+}
