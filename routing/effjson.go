@@ -38,7 +38,8 @@ func appendStringList(b []byte, l []string) []byte {
 
 // appendStringMap appends m as a JSON object with sorted keys.
 func appendStringMap(b []byte, m map[string]string) []byte {
-	keys := make([]string, 0, len(m))
+	var buf [16]string // most maps are small: no allocation for their keys
+	keys := buf[:0]
 	for k := range m {
 		keys = append(keys, k)
 	}

@@ -46,6 +46,19 @@ func (p poolJSON) MarshalJSON() ([]byte, error) {
 	return encodeWithExtra(plain(p.Pool), extra)
 }
 
+// poolJSONSize is about the size of pool id's member in the pools section
+// (",id:" and appendPoolJSON's object), for one allocation per member.
+func poolJSONSize(id string, p *Pool) int {
+	n := len(id) + len(p.Host) + len(p.Region) + len(p.Residency) + len(p.Status) + 96
+	for k, v := range p.Attrs {
+		n += len(k) + len(v) + 6
+	}
+	for k, v := range p.Extra {
+		n += len(k) + len(v) + 4
+	}
+	return n
+}
+
 // appendPoolJSON appends the table JSON of pool p with its health: what
 // json.Marshal(poolJSON{...}) writes (the fields in declaration order,
 // empty optional ones left out, attrs by key, the extra members and
@@ -66,16 +79,13 @@ func appendPoolJSON(b []byte, p *Pool, healthy bool) []byte {
 		b = append(b, `,"health_check":true`...)
 	}
 	if len(p.Attrs) > 0 {
-		b = append(b, `,"attrs":{`...)
-		for i, k := range sortedKeys(p.Attrs) {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendJSONString(b, k)
-			b = append(b, ':')
-			b = appendJSONString(b, p.Attrs[k])
-		}
-		b = append(b, '}')
+		b = append(b, `,"attrs":`...)
+		b = appendStringMap(b, p.Attrs)
+	}
+	if len(p.Extra) == 0 { // the common case: no members beyond the known ones
+		b = append(b, `,"healthy":`...)
+		b = strconv.AppendBool(b, healthy)
+		return append(b, '}')
 	}
 	keys := make([]string, 0, len(p.Extra)+1)
 	for k := range p.Extra {
@@ -379,7 +389,8 @@ func (t *Table) encodePools(pe *encoded, prev *Table) {
 					continue
 				}
 			}
-			m := appendJSONString([]byte{','}, id)
+			m := append(make([]byte, 0, poolJSONSize(id, &p.Pool)), ',')
+			m = appendJSONString(m, id)
 			m = append(m, ':')
 			enc.poolMembers[i], enc.poolSrc[i], enc.poolUp[i] = appendPoolJSON(m, &p.Pool, up), p.src, up
 		}
