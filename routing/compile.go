@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -226,11 +227,17 @@ type decoded struct {
 
 // predecode decodes, across CPUs, the values addKV will decode (neither
 // health keys nor values equal to their previous good value), when there
-// are enough keys to split (splits); else it returns nil and addKV decodes
-// each value itself. Decoding reads nothing shared but prevGood, which no
+// are enough such keys to split (splits); else it returns nil and addKV
+// decodes each value itself. Decoding reads nothing shared but prevGood, which no
 // one writes.
 func predecode(kvs []KV, prevGood *goodValues) []decoded {
-	if !splits(len(kvs)) {
+	values := 0 // keys that may be decoded: not health keys (a prefix test)
+	for i := range kvs {
+		if !strings.HasPrefix(kvs[i].Key, "health/") {
+			values++
+		}
+	}
+	if !splits(values) {
 		return nil
 	}
 	pre := make([]decoded, len(kvs))
