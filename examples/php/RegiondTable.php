@@ -110,8 +110,6 @@ final class RegiondTable
     private static int $indexReads = 0;
 
     /**
-     * @param float|string $writtenAt written_at as Unix seconds, or as read from
-     *        an index that also has synced_at (parsed when asked for)
      * @param array<string, mixed> $data the table JSON (when read from it), else []
      * @param resource|null $fh the open index (when read from it)
      * @param int $slots offset of the index's slot table
@@ -121,7 +119,7 @@ final class RegiondTable
     private function __construct(
         private readonly string $path,
         private readonly array $data,
-        private readonly float|string $writtenAt,
+        private readonly float $writtenAt,
         private readonly float $syncedAt,
         private readonly float $maxAge,
         private readonly int $revision = 0,
@@ -227,15 +225,10 @@ final class RegiondTable
             fclose($fh);
             throw new TableException("regiond: snapshot index {$idx} has a malformed header");
         }
-        // Only the time staleness needs is parsed per request: synced_at,
-        // or written_at when there is none. written_at beside synced_at is
-        // parsed when asked for (writtenAt()).
-        $writtenAt = $h['written_at'];
-        $synced = $h['synced_at'] ?? '';
-        if ($synced === '') {
-            $syncedAt = $writtenAt = self::parseTime($writtenAt);
-        } else {
-            $syncedAt = is_string($synced) ? self::parseTime($synced) : null;
+        $writtenAt = self::parseTime($h['written_at']);
+        $syncedAt = $writtenAt;
+        if (($h['synced_at'] ?? '') !== '') {
+            $syncedAt = is_string($h['synced_at']) ? self::parseTime($h['synced_at']) : null;
         }
         if ($writtenAt === null || $syncedAt === null) {
             fclose($fh);
@@ -314,11 +307,12 @@ final class RegiondTable
         if ($cands === []) {
             throw new NoRouteException($cc, $degraded, $this->revision, $this->epoch);
         }
-        if ($key !== null && $key !== '' && $e['affinity'] !== 'random') {
-            $c = $cands[self::pickSticky($cands, $key)];
-        } else {
-            $c = $cands[self::pickRandom($cands)];
+        $pick = $key !== null && $key !== '' && $e['affinity'] !== 'random'
+            ? self::pickSticky($cands, $key) : self::pickRandom($cands);
+        if ($pick < 0) {
+            throw new TableException("regiond: snapshot {$this->path}: effective entry {$cc} has a malformed candidate");
         }
+        $c = $cands[$pick];
         $pool = $this->data['pools'][$c['pool']] ?? [];
         return [
             'country' => $cc,
@@ -352,7 +346,7 @@ final class RegiondTable
         }
         $e = json_decode($js, true);
         $cands = $e['candidates'] ?? null;
-        if (!is_array($cands) || !is_string($e['route'] ?? null) || !is_int($e['fallback_depth'] ?? null) || !is_array($e['degraded'] ?? null)) {
+        if (!is_array($cands) || !array_is_list($cands) || !is_string($e['route'] ?? null) || !is_int($e['fallback_depth'] ?? null) || !is_array($e['degraded'] ?? null)) {
             throw $this->badSlot($i, 'malformed entry');
         }
         $cc = $kind === 0 && $i < self::INDEX_UNKNOWN_SLOT ? chr(65 + intdiv($i, 26)) . chr(65 + $i % 26) : self::UNKNOWN;
@@ -365,7 +359,7 @@ final class RegiondTable
         }
         $pick = $key !== null && $key !== '' && ($e['affinity'] ?? '') !== 'random'
             ? self::pickSticky($cands, $key) : self::pickRandom($cands);
-        $c = $cands[$pick] ?? null;
+        $c = $pick >= 0 ? $cands[$pick] : null;
         if ($c === null || !is_string($c['host'] ?? null) || !is_array($c['attrs'] ?? null)) {
             throw $this->badSlot($i, 'malformed candidate');
         }
@@ -447,28 +441,16 @@ final class RegiondTable
         return $this->epoch;
     }
 
-    /**
-     * written_at as Unix seconds.
-     *
-     * @throws TableException when the index's written_at is not RFC 3339
-     */
+    /** written_at as Unix seconds. */
     public function writtenAt(): float
     {
-        if (is_float($this->writtenAt)) {
-            return $this->writtenAt;
-        }
-        return self::parseTime($this->writtenAt)
-            ?? throw new TableException("regiond: snapshot index {$this->path}: written_at {$this->writtenAt} is not RFC 3339");
+        return $this->writtenAt;
     }
 
-    /**
-     * Seconds since written_at (negative if the agent's clock is ahead).
-     *
-     * @throws TableException as writtenAt()
-     */
+    /** Seconds since written_at (negative if the agent's clock is ahead). */
     public function ageSeconds(): float
     {
-        return microtime(true) - $this->writtenAt();
+        return microtime(true) - $this->writtenAt;
     }
 
     /**
@@ -578,6 +560,9 @@ final class RegiondTable
             }
             $total += max($w, 0);
         }
+        if (!is_int($total)) { // weights past PHP_INT_MAX in sum: not an index the agent writes
+            return -1;
+        }
         if ($total <= 0) {
             return 0;
         }
@@ -682,7 +667,7 @@ final class RegiondTable
         foreach ($d['effective'] as $cc => &$e) {
             if (
                 !is_array($e) || !is_string($e['route'] ?? null) || !is_int($e['fallback_depth'] ?? null)
-                || !is_array($e['candidates'] ?? null) || !is_array($e['degraded'] ?? [])
+                || !is_array($e['candidates'] ?? null) || !array_is_list($e['candidates']) || !is_array($e['degraded'] ?? [])
                 || !is_array($e['attrs'] ?? [])
             ) {
                 throw $bad("effective entry {$cc} is malformed");

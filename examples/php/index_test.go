@@ -3,11 +3,14 @@ package php_test
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
 	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -166,9 +169,8 @@ func TestIndexReaderRefuses(t *testing.T) {
 	if m := metaPHP(t, header, 180); !strings.Contains(m.Error, "malformed header") {
 		t.Errorf("broken header: %+v", m)
 	}
-	// A malformed written_at beside a good synced_at: load() parses only
-	// synced_at (what staleness needs per request); written_at is refused
-	// when asked for, naming the file and the value.
+	// A malformed written_at beside a good synced_at, in a file without the
+	// header block: refused at load, as the Go reader refuses it.
 	synced := withoutBlock(t, writeSnapshot(t, tab, routing.JSONHeader{WrittenAt: now, SyncedAt: now}, true))
 	sidx := filepath.Join(filepath.Dir(synced), "table.idx")
 	sb, err := os.ReadFile(sidx)
@@ -183,8 +185,8 @@ func TestIndexReaderRefuses(t *testing.T) {
 	if err := os.WriteFile(sidx, sb, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if m := metaPHP(t, synced, 180); !strings.Contains(m.Error, "table.idx: written_at x") || !strings.Contains(m.Error, "is not RFC 3339") {
-		t.Errorf("malformed written_at: %+v, want an error naming the file and the value", m)
+	if m := metaPHP(t, synced, 180); !strings.Contains(m.Error, "table.idx: written_at or synced_at is not RFC 3339") {
+		t.Errorf("malformed written_at: %+v, want a refusal naming the file", m)
 	}
 	// An entry cut short: the slot points past the end.
 	short := writeSnapshot(t, tab, h, true)
@@ -211,6 +213,49 @@ func TestIndexReaderRefuses(t *testing.T) {
 	for _, in := range []string{"504c 6b\n", "504c \n"} { // PL, sticky and random
 		if out := string(runPHPAllowFail(t, []byte(in), "resolve", noWeight, "180")); !strings.Contains(out, "malformed candidate") {
 			t.Errorf("a candidate without a weight (%q): %q, want an error naming the candidate", in, out)
+		}
+	}
+	// Candidates as an object, not a list ({"-1": candidate}): refused as a
+	// malformed entry, never picked by key. Made from an entry with one
+	// candidate, rewritten in place to the same length (valid JSON).
+	object := writeSnapshot(t, tab, h, true)
+	oidx := filepath.Join(filepath.Dir(object), "table.idx")
+	ob, _ := os.ReadFile(oidx)
+	x, err := snapindex.Parse(oidx, ob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := -1
+	for i := range snapindex.UnknownSlot {
+		if e := x.Entry(i); x.Slot(i).Kind == snapindex.KindCountry && len(e.Candidates) == 1 {
+			one = i
+			break
+		}
+	}
+	if one < 0 {
+		t.Fatal("no country with exactly one candidate in the scenario")
+	}
+	sl := x.Slot(one)
+	entry := ob[sl.Offset : sl.Offset+sl.Length]
+	head := regexp.MustCompile(`"affinity":"[a-z]*","candidates":\[`).FindIndex(entry)
+	tail := bytes.LastIndex(entry, []byte(`}],"degraded"`))
+	if head == nil || tail < 0 {
+		t.Fatalf("entry %s: %s", snapindex.SlotCode(one), entry)
+	}
+	repl := []byte(`"candidates":{"-1":`)
+	repl = append(repl, bytes.Repeat([]byte{' '}, head[1]-head[0]-len(repl))...)
+	copy(entry[head[0]:head[1]], repl)
+	entry[tail+1] = '}'
+	if err := os.WriteFile(oidx, ob, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if !json.Valid(entry) {
+		t.Fatalf("the rewritten entry is not JSON: %s", entry)
+	}
+	code := hex.EncodeToString([]byte(snapindex.SlotCode(one)))
+	for _, in := range []string{code + " 6b\n", code + " \n"} {
+		if out := string(runPHPAllowFail(t, []byte(in), "resolve", object, "180")); !strings.Contains(out, "malformed entry") {
+			t.Errorf("candidates as an object (%q): %q, want an error naming the entry", in, out)
 		}
 	}
 	missing := writeSnapshot(t, tab, h, false)
