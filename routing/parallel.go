@@ -3,12 +3,17 @@ package routing
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
 )
 
 // parallelMin is the least number of items a compile splits across CPUs
 // (decoding values, encoding pools): below it the goroutines cost more
 // than they save. A variable so tests run both paths on the same input.
 var parallelMin = 2048
+
+// splitCalls counts the inParallel calls that split: what tests read to
+// see that a list splits and a single change does not.
+var splitCalls atomic.Int64
 
 // splits reports whether inParallel would split n items.
 func splits(n int) bool { return n >= parallelMin && runtime.GOMAXPROCS(0) > 1 }
@@ -23,6 +28,7 @@ func inParallel(n int, f func(lo, hi int)) {
 		f(0, n)
 		return
 	}
+	splitCalls.Add(1)
 	w := min(runtime.GOMAXPROCS(0), n)
 	chunk := (n + w - 1) / w
 	var wg sync.WaitGroup

@@ -4,17 +4,22 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"testing/quick"
 	"time"
 )
 
-// withParallelMin runs f with parallelMin set to min, then restores it.
-// Callers must not be parallel tests: parallelMin is read by every compile.
+// withParallelMin runs f with parallelMin set to min and at least two
+// CPUs (GOMAXPROCS), so that splitting is tried on any machine, then
+// restores both. Callers must not be parallel tests: parallelMin is read
+// by every compile.
 func withParallelMin(min int, f func()) {
 	old := parallelMin
 	parallelMin = min
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(2, runtime.GOMAXPROCS(0))))
 	defer func() { parallelMin = old }()
 	f()
 }
@@ -92,6 +97,74 @@ func TestParallelCompileMatchesSequential(t *testing.T) {
 	withParallelMin(1, func() {
 		if n := len(Compile(7, kvs, nil, opts).Skipped()); n < 200 {
 			t.Fatalf("5,000 pools: %d skipped keys, want the ~215 refused values", n)
+		}
+	})
+}
+
+// TestParallelSplitsListsNotChanges: inParallel covers [0, n) in disjoint
+// chunks, one per CPU, once n reaches parallelMin, and runs in the caller
+// below it; a compile of 3,000 pools splits (decoding and encoding), one of
+// 3,000 health keys does not decode in parallel, and a change to one pool
+// of 3,000 re-encodes it without splitting.
+func TestParallelSplitsListsNotChanges(t *testing.T) {
+	withParallelMin(2048, func() {
+		mu := make(chan struct{}, 1)
+		var chunks [][2]int
+		inParallel(5000, func(lo, hi int) {
+			mu <- struct{}{}
+			chunks = append(chunks, [2]int{lo, hi})
+			<-mu
+		})
+		slices.SortFunc(chunks, func(a, b [2]int) int { return a[0] - b[0] })
+		if len(chunks) != runtime.GOMAXPROCS(0) || chunks[0][0] != 0 || chunks[len(chunks)-1][1] != 5000 {
+			t.Fatalf("5,000 items: chunks %v, want %d covering [0, 5000)", chunks, runtime.GOMAXPROCS(0))
+		}
+		for i := 1; i < len(chunks); i++ {
+			if chunks[i][0] != chunks[i-1][1] {
+				t.Fatalf("chunks %v are not contiguous and disjoint", chunks)
+			}
+		}
+		before := splitCalls.Load()
+		inParallel(2047, func(lo, hi int) {
+			if lo != 0 || hi != 2047 {
+				t.Errorf("2,047 items: chunk [%d, %d), want one [0, 2047)", lo, hi)
+			}
+		})
+		if splitCalls.Load() != before {
+			t.Error("2,047 items split")
+		}
+
+		pools, health := store{}, store{}
+		for i := range 3000 {
+			id := fmt.Sprintf("p%04d", i)
+			pools[PoolKey(id)] = fmt.Sprintf(`{"host":"edge-%d.example.net","residency":"eu","status":"active"}`, i)
+			health[HealthKey("p0", fmt.Sprint("i-", i))] = `{"addr":"10.0.0.1:443"}`
+		}
+		opts := CompileOptions{Now: t0}
+		if pre := predecode(health.with(PoolKey("p0"), pools[PoolKey("p0000")]).kvs(nil), nil); pre != nil {
+			t.Error("3,000 health keys and one pool: predecode split")
+		}
+		before = splitCalls.Load()
+		tab := Compile(5, pools.kvs(nil), nil, opts)
+		if _, err := tab.JSON(t0); err != nil {
+			t.Fatal(err)
+		}
+		if got := splitCalls.Load() - before; got != 2 {
+			t.Errorf("a list of 3,000 pools: %d split calls, want 2 (decode, encode)", got)
+		}
+		before = splitCalls.Load()
+		next := Update(tab, 6, []Event{{KV: KV{Key: PoolKey("p0007"), ModRevision: 6,
+			Value: []byte(`{"host":"edge-7.example.net","residency":"eu","status":"draining"}`)}}}, opts)
+		js, err := next.JSON(t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := splitCalls.Load() - before; got != 0 {
+			t.Errorf("one changed pool of 3,000: %d split calls, want 0", got)
+		}
+		fresh, _ := Compile(6, goodKVs(next), nil, opts).JSON(t0)
+		if d := firstDiff(js, fresh); d != "" {
+			t.Errorf("after the change: %s", d)
 		}
 	})
 }

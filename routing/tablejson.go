@@ -379,16 +379,23 @@ func (t *Table) encodePools(pe *encoded, prev *Table) {
 	n := len(names)
 	enc.poolNames = names
 	enc.poolMembers, enc.poolSrc, enc.poolUp = make([][]byte, n), make([]*Pool, n), make([]bool, n)
-	inParallel(n, func(lo, hi int) { // each index's own slots; maps only read
-		for i := lo; i < hi; i++ {
+	var todo []int // the pools to encode: new, changed, or health changed
+	for i, id := range names {
+		p, up := t.pools[id], t.eligibleAt[id]
+		if from != nil {
+			if j := from[i]; j >= 0 && p.src != nil && pe.poolSrc[j] == p.src && pe.poolUp[j] == up {
+				enc.poolMembers[i], enc.poolSrc[i], enc.poolUp[i] = pe.poolMembers[j], p.src, up
+				continue
+			}
+		}
+		todo = append(todo, i)
+	}
+	// Many (a list) across CPUs, a few (a change) here: each index's own
+	// slots are written, the maps only read.
+	inParallel(len(todo), func(lo, hi int) {
+		for _, i := range todo[lo:hi] {
 			id := names[i]
 			p, up := t.pools[id], t.eligibleAt[id]
-			if from != nil {
-				if j := from[i]; j >= 0 && p.src != nil && pe.poolSrc[j] == p.src && pe.poolUp[j] == up {
-					enc.poolMembers[i], enc.poolSrc[i], enc.poolUp[i] = pe.poolMembers[j], p.src, up
-					continue
-				}
-			}
 			m := append(make([]byte, 0, poolJSONSize(id, &p.Pool)), ',')
 			m = appendJSONString(m, id)
 			m = append(m, ':')
