@@ -10,7 +10,11 @@ import "time"
 // first after a sync, with cold caches) does not hold back the next, and
 // sustained rewrites take at most budget of one CPU (plus burst, once).
 // Changes that come during a write, or while the credit is owed, are
-// coalesced into the next.
+// coalesced into the next — until they stop: a change held back that no
+// other has followed for Quiet goes at once on credit (borrow), so the end
+// of a burst reaches the file without waiting out the pacing. Borrowed
+// writes are charged like any other, so sustained changes stay within
+// the budget.
 //
 // A write is charged its cost, but at most twice the running average of
 // the costs: one write that met a garbage collection or a page fault does
@@ -68,6 +72,22 @@ func (p *pacer) spend(d time.Duration) {
 	p.credit = max(p.credit-charge, -time.Duration(float64(p.max)*p.budget))
 }
 
+// creditAt returns the credit at now (refill without recording it).
+func (p *pacer) creditAt(now time.Time) time.Duration {
+	q := *p
+	q.refill(now)
+	return q.credit
+}
+
+// mayBorrow reports whether a write at now, before next, may go on
+// credit: the debt after it (one average write more) stays within what
+// max repays, where the pacing would otherwise forgive it. So borrowed
+// writes are paid back by the writes after them, and a write dearer than
+// half of that is never borrowed.
+func (p *pacer) mayBorrow(now time.Time) bool {
+	return p.avg > 0 && p.creditAt(now)-p.avg > -time.Duration(float64(p.max)*p.budget)
+}
+
 // next returns when the next write may begin.
 func (p *pacer) next() time.Time {
 	if p.credit >= 0 {
@@ -83,10 +103,7 @@ func (p *pacer) next() time.Time {
 func (w *Writer) step(now time.Time, inline bool) (wait time.Duration, again bool) {
 	t := w.cfg.Source.Table()
 	if t != w.seen {
-		w.seen = t
-		if w.firstPending.IsZero() {
-			w.firstPending = now
-		}
+		w.seen, w.lastSeen = t, now
 	}
 	if t == nil {
 		return w.cfg.Refresh, false // nothing to write until the first table
@@ -103,5 +120,14 @@ func (w *Writer) step(now time.Time, inline bool) (wait time.Duration, again boo
 		w.publish(t, now, refresh <= 0, inline)
 		return 0, true
 	}
-	return min(refresh, at.Sub(now)), false
+	wait = min(refresh, at.Sub(now))
+	if w.pace.mayBorrow(now) { // the changes may have stopped: write on credit once they have
+		quiet := w.lastSeen.Add(w.cfg.Quiet)
+		if !quiet.After(now) {
+			w.publish(t, now, false, inline)
+			return 0, true
+		}
+		wait = min(wait, quiet.Sub(now))
+	}
+	return wait, false
 }

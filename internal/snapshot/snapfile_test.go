@@ -119,46 +119,60 @@ func TestWriterPacesByCost(t *testing.T) {
 	}
 }
 
-func testPacing(t *testing.T, writeCost time.Duration) {
-	path := filepath.Join(t.TempDir(), "table.json")
-	src := newSource()
-	reg := prometheus.NewRegistry()
-	w := New(Config{Path: path, Source: src, Registerer: reg, Refresh: time.Hour})
-	cfg := w.cfg
-	w.finish()
-	t.Cleanup(func() { closeOutputs(w) })
-	interval := min(time.Duration(float64(writeCost)/cfg.Budget), cfg.MaxDelay)
+// pacingRig steps a writer on a clock of the test's own: each write costs
+// writeCost on the CPU clock, and step records when writes happened.
+type pacingRig struct {
+	w        *Writer
+	src      *source
+	path     string
+	now      time.Time
+	writesAt []time.Time
+}
 
-	now := time.Now()
-	calls := 0 // each write costs writeCost on the CPU clock
-	w.cpu = func() time.Duration { calls++; return time.Duration(calls/2) * writeCost }
-	var writesAt []time.Time
-	// step runs the writer's step at now until it waits, recording the
-	// writes, and returns how long it asks to wait.
-	step := func() time.Duration {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		for {
-			// A publish is a write or a skip (the same weight again).
-			before := testutil.ToFloat64(w.outs[0].writes) + testutil.ToFloat64(w.skips)
-			wait, again := w.step(now, false)
-			if testutil.ToFloat64(w.outs[0].writes)+testutil.ToFloat64(w.skips) > before {
-				writesAt = append(writesAt, now)
-			}
-			if !again {
-				return wait
-			}
+func newPacingRig(t *testing.T, writeCost time.Duration, reg prometheus.Registerer) *pacingRig {
+	r := &pacingRig{path: filepath.Join(t.TempDir(), "table.json"), src: newSource(), now: time.Now()}
+	r.w = New(Config{Path: r.path, Source: r.src, Registerer: reg, Refresh: time.Hour})
+	r.w.finish()
+	t.Cleanup(func() { closeOutputs(r.w) })
+	calls := 0
+	r.w.cpu = func() time.Duration { calls++; return time.Duration(calls/2) * writeCost }
+	return r
+}
+
+// step runs the writer's step at now until it waits, recording the
+// writes, and returns how long it asks to wait.
+func (r *pacingRig) step() time.Duration {
+	w := r.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for {
+		// A publish is a write or a skip (the same weight again).
+		before := testutil.ToFloat64(w.outs[0].writes) + testutil.ToFloat64(w.skips)
+		wait, again := w.step(r.now, false)
+		if testutil.ToFloat64(w.outs[0].writes)+testutil.ToFloat64(w.skips) > before {
+			r.writesAt = append(r.writesAt, r.now)
+		}
+		if !again {
+			return wait
 		}
 	}
+}
+
+func testPacing(t *testing.T, writeCost time.Duration) {
+	reg := prometheus.NewRegistry()
+	r := newPacingRig(t, writeCost, reg)
+	src, path, cfg := r.src, r.path, r.w.cfg
+	interval := min(time.Duration(float64(writeCost)/cfg.Budget), cfg.MaxDelay)
+	step := r.step
 
 	src.set(table(1, 50))
 	step()
-	if len(writesAt) != 1 || readRevision(t, path) != 1 {
-		t.Fatalf("the first table: %d writes, file at revision %d; want it written at once", len(writesAt), readRevision(t, path))
+	if len(r.writesAt) != 1 || readRevision(t, path) != 1 {
+		t.Fatalf("the first table: %d writes, file at revision %d; want it written at once", len(r.writesAt), readRevision(t, path))
 	}
-	now = now.Add(time.Second) // a quiet spell
+	r.now = r.now.Add(time.Second) // a quiet spell
 	const changes, gap = 2000, 150 * time.Microsecond
-	began := now
+	began := r.now
 	for i := int64(2); i <= changes+1; i++ {
 		weight := int(i % 100)
 		if i == changes+1 {
@@ -166,25 +180,38 @@ func testPacing(t *testing.T, writeCost time.Duration) {
 		}
 		src.set(table(i, weight))
 		step()
-		if i == 2 && len(writesAt) != 2 {
+		if i == 2 && len(r.writesAt) != 2 {
 			t.Fatalf("a change after a quiet spell was not written at once")
 		}
-		now = now.Add(gap)
+		r.now = r.now.Add(gap)
 	}
-	last := now.Add(-gap)
-	wait := step()
-	if readRevision(t, path) != changes+1 {
-		if wait <= 0 || wait > interval {
-			t.Fatalf("after the burst the writer waits %v, want at most one pacing interval (%v)", wait, interval)
+	last := r.now.Add(-gap)
+	// Once the changes stop, the last goes on credit after Quiet, unless a
+	// write costs more than half of what MaxDelay repays (then the pacing
+	// interval holds).
+	deadline := interval
+	if 2*writeCost < time.Duration(float64(cfg.MaxDelay)*cfg.Budget) {
+		deadline = min(interval, cfg.Quiet)
+	}
+	for range 3 {
+		if readRevision(t, path) == changes+1 {
+			break
 		}
-		now = now.Add(wait)
-		step()
+		wait := step()
+		if readRevision(t, path) == changes+1 {
+			break
+		}
+		if wait <= 0 || wait > deadline {
+			t.Fatalf("after the burst the writer waits %v, want at most %v", wait, deadline)
+		}
+		r.now = r.now.Add(wait)
 	}
 	if got := readRevision(t, path); got != changes+1 {
-		t.Fatalf("after the pacing interval the file is at revision %d, want the last change's %d", got, changes+1)
+		t.Fatalf("after the burst the file is at revision %d, want the last change's %d", got, changes+1)
 	}
-	if end := writesAt[len(writesAt)-1]; end.After(last.Add(interval)) {
-		t.Fatalf("the last change was written %v after it, more than the pacing interval (%v)", end.Sub(last), interval)
+	writesAt := r.writesAt
+	if end := writesAt[len(writesAt)-1]; end.After(last.Add(deadline)) {
+		t.Fatalf("the last change was written %v after it, more than %v", end.Sub(last), deadline)
 	}
 	inBurst := writesAt[1:]
 	if time.Duration(float64(writeCost)/cfg.Budget) <= cfg.MaxDelay { // else MaxDelay paces, past the budget
@@ -224,6 +251,93 @@ func testPacing(t *testing.T, writeCost time.Duration) {
 	}
 	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
 		t.Fatalf("metric lint: %v %v", problems, err)
+	}
+}
+
+// TestWriterBorrowsAtTheEndOfABurst: once the credit is spent, a change
+// right after a paced write would wait the pacing interval (cost/Budget);
+// when it is the last of its burst it is written Quiet after it, on
+// credit. A write dearer than half of what MaxDelay repays is not
+// borrowed: it waits its interval.
+func TestWriterBorrowsAtTheEndOfABurst(t *testing.T) {
+	for _, tc := range []struct {
+		cost   time.Duration
+		borrow bool
+	}{{time.Millisecond, true}, {5 * time.Millisecond, true}, {15 * time.Millisecond, false}} {
+		t.Run(tc.cost.String(), func(t *testing.T) {
+			r := newPacingRig(t, tc.cost, nil)
+			cfg := r.w.cfg
+			r.src.set(table(1, 50))
+			r.step()
+			const gap = 150 * time.Microsecond
+			rev := int64(2)
+			for ; len(r.writesAt) < 6; rev++ { // a burst, until the credit is spent and writes are paced
+				r.src.set(table(rev, int(rev%100)))
+				r.step()
+				r.now = r.now.Add(gap)
+			}
+			r.now = r.writesAt[len(r.writesAt)-1].Add(gap)
+			r.src.set(table(rev, 100)) // the last change, right after a paced write
+			last := r.now
+			for range 10 {
+				wait := r.step()
+				if readRevision(t, r.path) == rev {
+					break
+				}
+				r.now = r.now.Add(wait)
+			}
+			if got := readRevision(t, r.path); got != rev {
+				t.Fatalf("file at revision %d, want %d", got, rev)
+			}
+			took := r.writesAt[len(r.writesAt)-1].Sub(last)
+			interval := min(time.Duration(float64(tc.cost)/cfg.Budget), cfg.MaxDelay)
+			switch {
+			case tc.borrow && took != cfg.Quiet:
+				t.Fatalf("the last change was written %v after it, want Quiet (%v)", took, cfg.Quiet)
+			case !tc.borrow && took < interval-2*gap:
+				t.Fatalf("a %v write was borrowed: written %v after the change, want about the interval %v", tc.cost, took, interval)
+			}
+		})
+	}
+}
+
+// TestWriterBorrowingStaysWithinBudget: changes that keep coming, each a
+// little more than Quiet after the last (so each looks like the end of a
+// burst), are written on credit only while the debt stays within what
+// MaxDelay repays: over ten seconds the writes take no more CPU than
+// Burst + Budget × time + that debt, and once the credit is spent most
+// changes are coalesced.
+func TestWriterBorrowingStaysWithinBudget(t *testing.T) {
+	const writeCost = time.Millisecond
+	r := newPacingRig(t, writeCost, nil)
+	cfg := r.w.cfg
+	gap := cfg.Quiet + cfg.Quiet/2
+	r.src.set(table(1, 50))
+	r.step()
+	began := r.now
+	changes := 0
+	for i := int64(2); r.now.Sub(began) < 10*time.Second; i++ {
+		r.src.set(table(i, int(i%100)))
+		changes++
+		next := r.now.Add(gap)
+		for r.now.Before(next) { // step at every wake-up the writer asks for
+			wait := r.step()
+			if wait <= 0 {
+				t.Fatalf("the writer asks to wait %v", wait)
+			}
+			if r.now = r.now.Add(wait); r.now.After(next) {
+				r.now = next
+			}
+		}
+	}
+	spent := time.Duration(len(r.writesAt)-1) * writeCost
+	debt := time.Duration(float64(cfg.MaxDelay) * cfg.Budget)
+	if allowed := cfg.Burst + time.Duration(float64(r.now.Sub(began))*cfg.Budget) + debt + writeCost; spent > allowed {
+		t.Fatalf("%d writes of %d changes took %v of CPU over %v, more than Burst + Budget × time + MaxDelay × Budget (%v)",
+			len(r.writesAt)-1, changes, spent, r.now.Sub(began), allowed)
+	}
+	if len(r.writesAt)-1 > changes/2 {
+		t.Fatalf("%d writes of %d changes: the borrowing is not bounded", len(r.writesAt)-1, changes)
 	}
 }
 

@@ -55,6 +55,10 @@ type Config struct {
 	// MaxDelay bounds the pacing: a change is never held back longer than
 	// this after the previous write. Default 200ms.
 	MaxDelay time.Duration
+	// Quiet: a change the pacing holds back goes at once, on credit, when
+	// no other change has followed it for this long (the end of a burst),
+	// as long as the debt stays within what MaxDelay repays. Default 2ms.
+	Quiet time.Duration
 	// Refresh: rewrite at least this often, so written_at is a dead-man's
 	// switch; synced_at is the source's, moved or not. Default 60s.
 	Refresh time.Duration
@@ -96,7 +100,7 @@ type Writer struct {
 	started, stopped bool           // Run has begun; Run has returned: AfterChange does nothing
 	pending          bool           // an inline write left work to Finish
 	memFS            int8           // the files' directory is in memory: 1 yes, -1 no, 0 unknown yet
-	firstPending     time.Time      // when the oldest unwritten change was seen
+	lastSeen         time.Time      // when the last table observed was first seen
 	// now is the wall clock that times the writes (for inlineMax: a slow
 	// file system holds the mirror); cpu reads the CPU time the writing
 	// thread has used, the writes' cost for the pacing. Tests step the
@@ -125,6 +129,9 @@ func New(cfg Config) *Writer {
 	}
 	if cfg.MaxDelay <= 0 {
 		cfg.MaxDelay = 200 * time.Millisecond
+	}
+	if cfg.Quiet <= 0 {
+		cfg.Quiet = 2 * time.Millisecond
 	}
 	if cfg.Refresh <= 0 {
 		cfg.Refresh = 60 * time.Second
@@ -283,7 +290,7 @@ func (w *Writer) publish(t *routing.Table, now time.Time, force, inline bool) {
 	runtime.LockOSThread() // the thread's CPU clock measures this goroutine
 	defer runtime.UnlockOSThread()
 	cpu0 := w.cpu()
-	w.lastTable, w.firstPending = t, time.Time{}
+	w.lastTable = t
 	rt := t.At(now)
 	h := routing.JSONHeader{WrittenAt: now, SyncedAt: w.cfg.Source.SyncedAt()}
 	wrote, failed := false, false
