@@ -148,20 +148,89 @@ final class RegiondTable
      * every decision's degraded list carries `stale-table`, even while the
      * agent keeps rewriting the file.
      *
+     * $owner (the agent's user: a uid, or a name such as 'regiond', looked
+     * up once per process) makes the reader refuse a file the agent cannot
+     * have written: one owned by another user, or writable by group or
+     * others. Give it wherever another local user could create the
+     * snapshot's directory first (the default /dev/shm/regiond is in a
+     * world-writable directory): the agent then refuses to start, but a
+     * forged table would stay in place for the front doors. It costs one
+     * fstat per request.
+     *
      * @throws TableException
      */
-    public static function load(string $path = self::DEFAULT_PATH, float $maxAgeSeconds = self::DEFAULT_MAX_AGE): self
-    {
+    public static function load(
+        string $path = self::DEFAULT_PATH,
+        float $maxAgeSeconds = self::DEFAULT_MAX_AGE,
+        int|string|null $owner = null,
+    ): self {
+        $uid = $owner === null ? null : self::ownerUid($owner);
         $idx = str_ends_with($path, '.idx') ? $path : self::indexPath($path);
         $fh = @fopen($idx, 'rb');
         if ($fh !== false) {
+            if ($uid !== null) {
+                $st = fstat($fh);
+                if ($st === false || ($why = self::untrusted($st, $uid)) !== null) {
+                    fclose($fh);
+                    throw new TableException("regiond: snapshot index {$idx} " . ($why ?? 'cannot be checked (fstat failed)')
+                        . ': refusing a table the agent may not have written');
+                }
+            }
             return self::openIndex($path, $idx, $fh, $maxAgeSeconds);
         }
         clearstatcache(true, $idx);
         if ($idx === $path || file_exists($idx)) {
             throw new TableException("regiond: cannot open snapshot index {$idx}");
         }
-        return self::loadJSON($path, $maxAgeSeconds);
+        return self::loadJSON($path, $maxAgeSeconds, $uid);
+    }
+
+    /** @var array<string, int> owner names resolved to uids, for the process's life */
+    private static array $uids = [];
+
+    /**
+     * The uid of $owner: an int is one; a string of digits too; any other
+     * string is a user name, looked up once per process (posix extension).
+     *
+     * @throws TableException
+     */
+    private static function ownerUid(int|string $owner): int
+    {
+        if (is_int($owner)) {
+            return $owner;
+        }
+        if (ctype_digit($owner)) {
+            return (int) $owner;
+        }
+        if (isset(self::$uids[$owner])) {
+            return self::$uids[$owner];
+        }
+        if (!function_exists('posix_getpwnam')) {
+            throw new TableException("regiond: owner '{$owner}' given by name needs PHP's posix extension; pass its uid (id -u {$owner})");
+        }
+        $pw = posix_getpwnam($owner);
+        if ($pw === false) {
+            throw new TableException("regiond: owner '{$owner}': no such user");
+        }
+        return self::$uids[$owner] = $pw['uid'];
+    }
+
+    /**
+     * Why a snapshot file with stat $st is not to be trusted as the agent's
+     * (owner $uid), or null: it must be owned by $uid and writable by no
+     * one else (group or others).
+     *
+     * @param array<int|string, int> $st
+     */
+    private static function untrusted(array $st, int $uid): ?string
+    {
+        if ($st['uid'] !== $uid) {
+            return "is owned by uid {$st['uid']}, not the agent's uid {$uid}";
+        }
+        if (($st['mode'] & 0o022) !== 0) {
+            return sprintf('is writable by group or others (mode %04o)', $st['mode'] & 0o7777);
+        }
+        return null;
     }
 
     /**
@@ -244,12 +313,15 @@ final class RegiondTable
      *
      * @throws TableException
      */
-    private static function loadJSON(string $path, float $maxAgeSeconds): self
+    private static function loadJSON(string $path, float $maxAgeSeconds, ?int $uid = null): self
     {
         clearstatcache(true, $path);
         $st = @stat($path);
         if ($st === false) {
             throw new TableException("regiond: cannot stat snapshot {$path}");
+        }
+        if ($uid !== null && ($why = self::untrusted($st, $uid)) !== null) {
+            throw new TableException("regiond: snapshot {$path} {$why}: refusing a table the agent may not have written");
         }
         $c = self::$cache[$path] ?? null;
         if ($c === null || $c['sig'] !== self::signature($st) || $c['racy']) {

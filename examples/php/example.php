@@ -19,9 +19,12 @@ $country = $_SERVER['HTTP_CF_IPCOUNTRY'] ?? '';
 $viewer = $_COOKIE['viewer'] ?? null; // any stable per-viewer id; null = weighted random
 // fastcgi_param REGIOND_SNAPSHOT (nginx), or the environment (CLI).
 $snapshot = $_SERVER['REGIOND_SNAPSHOT'] ?? (getenv('REGIOND_SNAPSHOT') ?: RegiondTable::DEFAULT_PATH);
+// fastcgi_param REGIOND_OWNER: the agent's user; a snapshot file of anyone
+// else's (a local user who made the directory first) is refused.
+$owner = $_SERVER['REGIOND_OWNER'] ?? (getenv('REGIOND_OWNER') ?: null);
 
 try {
-    $d = RegiondTable::load($snapshot)->resolve($country, $viewer);
+    $d = RegiondTable::load($snapshot, owner: $owner)->resolve($country, $viewer);
 } catch (NoRouteException $e) {
     // No eligible pool: for an EU viewer this means no EU edge is up.
     // Never improvise a non-EU edge here; answer as the agent would.

@@ -245,6 +245,7 @@ func render(cfg Config, port int) (fpmConf, ngxConf string, err error) {
 		"127.0.0.1:8080", "127.0.0.1:"+strconv.Itoa(port),
 		"pm.max_children = 4", "pm.max_children = "+strconv.Itoa(cfg.Children),
 		"= www-data", "= "+u.Username,
+		"REGIOND_OWNER regiond", "REGIOND_OWNER "+u.Username, // the test's files are its own
 	)
 	poolText := paths.Replace(string(pool))
 	if cfg.OpenBasedir {

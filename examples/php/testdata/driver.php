@@ -14,9 +14,10 @@
 //       "d":Decision} or {"ok":false,"error":"NoRouteException","noroute":{"country",
 //       "reasons","revision","epoch"},"body"}, and one character of IDS per
 //       decision naming its outcome: ids[0] without a key, ids[1 + j] with key j.
-//   php driver.php meta TABLE MAXAGE
+//   php driver.php meta TABLE MAXAGE [OWNER]
 //       Prints {"revision","epoch","stale","written_at","synced_at"} (Unix
-//       seconds) of the table, or {"error"} when it does not load.
+//       seconds) of the table, or {"error"} when it does not load; OWNER (a
+//       uid or a user name) is load()'s owner.
 //   php driver.php scores < triples
 //       triples: "HEXKEY HEXPOOL WEIGHT". Prints "H53 SCOREBITS" per line,
 //       SCOREBITS being the IEEE-754 bits of the score as 16 hex digits.
@@ -126,7 +127,7 @@ switch ($mode) {
 
     case 'meta':
         try {
-            $t = RegiondTable::load($argv[2], (float) $argv[3]);
+            $t = RegiondTable::load($argv[2], (float) $argv[3], $argv[4] ?? null);
             out(['revision' => $t->revision(), 'epoch' => $t->epoch(), 'stale' => $t->isStale(),
                 'written_at' => $t->writtenAt(), 'synced_at' => $t->syncedAt()]);
         } catch (TableException $e) {
