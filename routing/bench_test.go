@@ -93,7 +93,7 @@ func compileKVs(tb testing.TB, n int) []KV {
 }
 
 // BenchmarkCompilePools compiles and renders 10,000 pool keys and nothing
-// else (../shared/perf/run.sh's sync): the first table an agent writes.
+// else (the change-path harness's sync, bench/README.md): the first table an agent writes.
 func BenchmarkCompilePools(b *testing.B) {
 	kvs := make([]KV, 0, 10000)
 	pad := strings.Repeat("x", 100)

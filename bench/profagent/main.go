@@ -2,7 +2,7 @@
 // runs it) with a CPU profile and an optional execution trace, for the
 // bench only: `go run ./bench -cpuprofile FILE` runs it instead of
 // cmd/regiond. It takes the subset of regiond's flags the bench and
-// ../shared/perf's regiond-peer.sh use, so REGIOND_BIN may name it too.
+// the change-path harness's regiond peer uses (bench/README.md), so REGIOND_BIN may name it too.
 //
 //	REGIOND_CPUPROFILE=FILE  CPU profile, written when the agent stops
 //	REGIOND_MEMPROFILE=FILE  heap profile (allocations since start), written when the agent stops

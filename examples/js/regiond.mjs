@@ -1,7 +1,7 @@
 // regiond reader for JavaScript front doors and edge workers (Node 20+,
 // Cloudflare Workers; no dependencies, no Node built-ins).
 //
-// It decides exactly as the agent's /v1/resolve does (DESIGN §4), from one
+// It decides exactly as the agent's /v1/resolve does (docs/resolution.md), from one
 // self-contained per-country entry: either a slot of the agent's snapshot
 // index (table.idx, format 1; on Node see node.mjs) or a per-country KV
 // value made by `regionctl export kv` (in a Worker).
@@ -236,7 +236,7 @@ function unitAt(k, pool) {
 }
 
 /**
- * The rendezvous score of pool for key with weight w (DESIGN §4.4):
+ * The rendezvous score of pool for key with weight w (docs/resolution.md, the sticky pick):
  * h = xxh64(key + "\x00" + pool, seed 0), u = ((h >> 11) + 0.5) / 2^53,
  * score = -ln(u) / w. Lower wins.
  * @param {string|Uint8Array} key

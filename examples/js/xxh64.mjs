@@ -183,7 +183,7 @@ export function xxh64Hex(b, seed = 0) {
 
 /**
  * h >> 11 of h = XXH64(b, seed 0), as an exact integer below 2^53: what the
- * sticky score is made of (DESIGN §4.4).
+ * sticky score is made of (docs/resolution.md).
  * @param {Uint8Array} b
  * @returns {number}
  */

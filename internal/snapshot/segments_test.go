@@ -206,7 +206,7 @@ func TestWriterWritesTableJSON(t *testing.T) {
 }
 
 // poolFleet returns a table of base pools and nothing else (the shape of
-// ../shared/perf/run.sh's burst) and a func that returns the next table:
+// the change-path harness's burst, bench/README.md) and a func that returns the next table:
 // the previous one with one new pool added by Update, as the mirror makes
 // them.
 func poolFleet(tb testing.TB, base int, now time.Time) (*routing.Table, func() *routing.Table) {
