@@ -18,7 +18,7 @@ import (
 // TestHeartbeatKeyGoesAcrossLeaderKill: an origin's heartbeat
 // (regionctl heartbeat) dies with SIGKILL and the etcd leader is killed
 // right after it. etcd resets every lease's TTL when a new leader takes
-// over (etcd renews leases on a leader change: a lease's TTL restarts), so the health
+// over, so the health
 // key must disappear no sooner than TTL and no later than 2×TTL after the
 // origin died — never linger for good, never go early.
 func TestHeartbeatKeyGoesAcrossLeaderKill(t *testing.T) {
