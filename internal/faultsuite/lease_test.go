@@ -18,9 +18,8 @@ import (
 // TestHeartbeatKeyGoesAcrossLeaderKill: an origin's heartbeat
 // (regionctl heartbeat) dies with SIGKILL and the etcd leader is killed
 // right after it. etcd resets every lease's TTL when a new leader takes
-// over, so the health
-// key must disappear no sooner than TTL and no later than 2×TTL after the
-// origin died — never linger for good, never go early.
+// over, so the health key must disappear no sooner than TTL and no later
+// than 2×TTL after the origin died — never linger for good, never go early.
 func TestHeartbeatKeyGoesAcrossLeaderKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a 3-member etcd cluster and regionctl")
