@@ -3,6 +3,7 @@
 //
 //   node driver.mjs xxh               stdin: JSON [{"hex": data, "seed": "decimal"}]; stdout: JSON [hex hash]
 //   node driver.mjs score             stdin: JSON [{"key": hex, "pool": s, "weight": n}]; stdout: JSON [score]
+//   node driver.mjs owner FILE UID    stdout: JSON [O sync, O async] of PL without a key, opts.owner = UID
 //   node driver.mjs sweep kv|idx|idx-async FILE MAXAGE
 //       stdin: JSON {"headers": [hex], "keys": [hex], "full": N}
 //       stdout: one JSON line per header: {"outcomes": [O], "ids": "…"} (fleettest.SweepLine): the
@@ -205,6 +206,15 @@ switch (mode) {
   case 'sweep':
     await sweep(...args);
     break;
+  case 'owner': { // FILE UID: PL without a key through both index paths, with opts.owner = UID
+    const [file, uid] = args;
+    const opts = { owner: Number(uid) };
+    process.stdout.write(JSON.stringify([
+      outcome(() => decideFromIndexFile(file, 'PL', '', opts)),
+      await outcomeAsync(() => decideFromIndexFileAsync(file, 'PL', '', opts)),
+    ]));
+    break;
+  }
   default:
     process.stderr.write(`driver.mjs: unknown mode ${mode}\n`);
     process.exit(2);

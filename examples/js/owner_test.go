@@ -1,0 +1,53 @@
+package js_test
+
+import (
+	"encoding/json"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/regiond/regiond/internal/fleettest"
+)
+
+// TestOwnerRefusesAFileTheAgentDidNotWrite: with opts.owner (the agent's
+// uid), both Node index paths refuse an index owned by another uid or
+// writable by group or others, naming the file and what is wrong, and
+// decide from the agent's own file.
+func TestOwnerRefusesAFileTheAgentDidNotWrite(t *testing.T) {
+	node(t)
+	now := time.Now()
+	idx := indexFile(t, fleettest.Scenarios(t, now)[0].Table, now, now)
+	me, other := os.Getuid(), os.Getuid()+1
+	type outcome struct {
+		OK      bool   `json:"ok"`
+		Message string `json:"message"`
+	}
+	run := func(uid int) []outcome {
+		t.Helper()
+		var out []outcome
+		if err := json.Unmarshal(runNode(t, nil, "owner", idx, strconv.Itoa(uid)), &out); err != nil || len(out) != 2 {
+			t.Fatalf("driver owner: %v %v", out, err)
+		}
+		return out
+	}
+	for i, o := range run(me) {
+		if !o.OK {
+			t.Errorf("path %d: the agent's own file refused: %s", i, o.Message)
+		}
+	}
+	for i, o := range run(other) {
+		if o.OK || !strings.Contains(o.Message, idx) || !strings.Contains(o.Message, "is owned by uid "+strconv.Itoa(me)+", not the agent's uid "+strconv.Itoa(other)) {
+			t.Errorf("path %d: a file of another uid: %+v, want refused naming the file and owner", i, o)
+		}
+	}
+	if err := os.Chmod(idx, 0o646); err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range run(me) {
+		if o.OK || !strings.Contains(o.Message, "writable by group or others (mode 0646)") {
+			t.Errorf("path %d: a file writable by others: %+v, want refused naming the mode", i, o)
+		}
+	}
+}
