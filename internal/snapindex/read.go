@@ -323,8 +323,8 @@ func (x *Index) Resolve(country, key string, now time.Time) (routing.Decision, e
 		cc = SlotCode(i)
 	}
 	degraded := e.Degraded
-	if x.Stale(now) && !slices.Contains(degraded, "stale-table") {
-		degraded = append(slices.Clip(degraded), "stale-table")
+	if stale := string(routing.ReasonStaleTable); x.Stale(now) && !slices.Contains(degraded, stale) {
+		degraded = append(slices.Clip(degraded), stale)
 	}
 	d := routing.Decision{Country: cc, Route: e.Route, Revision: x.Header.Revision, Epoch: x.Header.Epoch,
 		FallbackDepth: e.FallbackDepth, Degraded: degraded}
