@@ -58,7 +58,7 @@ type Status struct {
 	// creation of the watch after it.
 	Connected bool
 	// SyncedAt is when the table was last confirmed current against etcd
-	// (or the snapshot's written_at for a seeded table); zero if never.
+	// (for a seeded table, the syncedAt given to Seed); zero if never.
 	SyncedAt time.Time
 	// Synced is true once the mirror has listed etcd at least once.
 	Synced bool
@@ -189,8 +189,10 @@ func (m *Mirror) Status() Status {
 }
 
 // Seed serves a table loaded from a snapshot file (marked stale) until the
-// first list replaces it. syncedAt is the file's written_at. It must be
-// called before Run.
+// first list replaces it. syncedAt is when that table was last confirmed
+// current against etcd: the agent passes the file's synced_at (its
+// written_at for a file that has none), so SyncedAt, and the staleness
+// measured from it, survive a restart. It must be called before Run.
 func (m *Mirror) Seed(t *routing.Table, syncedAt time.Time) {
 	m.swapMu.Lock()
 	defer m.swapMu.Unlock()

@@ -109,58 +109,96 @@ func (m *Mirror) list(ctx context.Context, reason string) (publish func(), err e
 		return nil, err
 	}
 	m.log.Debug("listed", "keys", len(kvs), "revision", rev, "took", time.Since(began), "reason", reason)
-	known := m.applied
-	if cur := m.Table(); cur != nil {
-		if old := cur.ClusterID(); old != 0 && old != m.clusterID {
-			// Another cluster (a snapshot of a cluster since replaced):
-			// its revisions say nothing about this one's.
-			m.metrics.clusterChanges.Inc()
-			m.log.Warn("etcd cluster changed since the table was built; revisions are not comparable",
-				"was_cluster_id", fmt.Sprintf("%x", old), "cluster_id", fmt.Sprintf("%x", m.clusterID))
-			known = 0
-		} else {
-			known = max(known, cur.Revision()) // also a seeded snapshot's, after a restart
-		}
+	regressed := m.regressed(rev, reason)
+	state := byKey(kvs)
+	// The current table can stay only if it was compiled from the state
+	// the list is compared with (not from events applied since, without a
+	// compile).
+	keep := sameState(state, m.state) && !m.uncompiled && !regressed
+	m.state, m.applied, m.lastEvent = state, rev, rev
+	m.pending, m.incremental = m.pending[:0], false
+	m.markSynced()
+	return func() { m.publishList(ctx, rev, keep) }, nil
+}
+
+// regressed reports whether the list's revision rev is below the newest
+// the mirror knew of (a cluster restored from an older backup?), and
+// counts and logs it if so: the mirror follows etcd all the same, but the
+// table cannot be kept as it is.
+func (m *Mirror) regressed(rev int64, reason string) bool {
+	known := m.knownRevision()
+	if rev >= known {
+		return false
 	}
-	regressed := rev < known
-	if regressed {
-		m.metrics.regressions.Inc()
-		m.log.Error("etcd revision went backwards; was the cluster restored from an older backup? following etcd",
-			"list_revision", rev, "known_revision", known, "reason", reason)
+	m.metrics.regressions.Inc()
+	m.log.Error("etcd revision went backwards; was the cluster restored from an older backup? following etcd",
+		"list_revision", rev, "known_revision", known, "reason", reason)
+	return true
+}
+
+// knownRevision is the newest revision the mirror knew of before the
+// list: the applied one or the table's (also a seeded snapshot's, after a
+// restart). It is 0 when the table comes from another cluster than the
+// list (a snapshot of a cluster since replaced), whose revisions say
+// nothing about this one's; that is counted and logged.
+func (m *Mirror) knownRevision() int64 {
+	cur := m.Table()
+	if cur == nil {
+		return m.applied
 	}
+	if old := cur.ClusterID(); old != 0 && old != m.clusterID {
+		m.metrics.clusterChanges.Inc()
+		m.log.Warn("etcd cluster changed since the table was built; revisions are not comparable",
+			"was_cluster_id", fmt.Sprintf("%x", old), "cluster_id", fmt.Sprintf("%x", m.clusterID))
+		return 0
+	}
+	return max(m.applied, cur.Revision())
+}
+
+// byKey indexes a list by key.
+func byKey(kvs []routing.KV) map[string]routing.KV {
 	state := make(map[string]routing.KV, len(kvs))
 	for _, kv := range kvs {
 		state[kv.Key] = kv
 	}
-	same := len(state) == len(m.state)
-	for k, kv := range state {
-		if !same {
-			break
-		}
-		old, ok := m.state[k]
-		same = ok && old.ModRevision == kv.ModRevision && string(old.Value) == string(kv.Value)
+	return state
+}
+
+// sameState reports whether a and b hold the same keys, each at the same
+// mod revision with the same value.
+func sameState(a, b map[string]routing.KV) bool {
+	if len(a) != len(b) {
+		return false
 	}
-	m.state, m.applied, m.lastEvent = state, rev, rev
-	m.pending, m.incremental = m.pending[:0], false
-	m.markSynced()
-	uncompiled := m.uncompiled
-	return func() {
-		cur := m.Table()
-		// The shortcut needs the table to have been compiled from the state it
-		// is compared with (not from events applied since, without a compile).
-		if same && !uncompiled && !regressed && cur != nil && !cur.Stale() && cur.ClusterID() == m.clusterID {
-			m.incremental = true // the table is the state's: events can update it
-			m.advance(rev)
-		} else {
-			began := time.Now()
-			m.recompileWith(func(sk []routing.Skipped) map[string]routing.KV { return m.earlierGood(ctx, sk) })
-			m.log.Debug("compiled the listed state", "keys", len(m.state), "took", time.Since(began))
-			if m.cfg.AfterChange != nil {
-				m.cfg.AfterChange()
-			}
+	for k, kv := range a {
+		old, ok := b[k]
+		if !ok || old.ModRevision != kv.ModRevision || string(old.Value) != string(kv.Value) {
+			return false
 		}
-		m.readyOnce.Do(func() { close(m.ready) })
-	}, nil
+	}
+	return true
+}
+
+// publishList makes the table of the listed state at revision rev and
+// marks the mirror ready. When keep says the list found the state the
+// current table was compiled from, and that table is fresh (not a stale
+// seed) and of the list's cluster, the table stays and only its revision
+// moves: events can then update it incrementally. Otherwise the state is
+// compiled, a refused value giving way to the key's earlier good one from
+// etcd's history (see earlierGood), and AfterChange is called.
+func (m *Mirror) publishList(ctx context.Context, rev int64, keep bool) {
+	if cur := m.Table(); keep && cur != nil && !cur.Stale() && cur.ClusterID() == m.clusterID {
+		m.incremental = true // the table is the state's: events can update it
+		m.advance(rev)
+	} else {
+		began := time.Now()
+		m.recompileWith(func(sk []routing.Skipped) map[string]routing.KV { return m.earlierGood(ctx, sk) })
+		m.log.Debug("compiled the listed state", "keys", len(m.state), "took", time.Since(began))
+		if m.cfg.AfterChange != nil {
+			m.cfg.AfterChange()
+		}
+	}
+	m.readyOnce.Do(func() { close(m.ready) })
 }
 
 // firstKey is where the keys of the prefix begin: the bare prefix itself,

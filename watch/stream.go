@@ -91,19 +91,57 @@ func (m *Mirror) follow(ctx context.Context, bo *backoff.Backoff, publish func()
 // the creation is answered, or publishWait after it was asked, whichever
 // comes first (see Mirror.list), and in any case before open returns.
 func (m *Mirror) open(ctx context.Context, publish func()) (*stream, string) {
-	if publish != nil {
-		defer func() {
-			if publish != nil {
-				publish()
-			}
-		}()
+	p := newDuePublish(publish)
+	defer p.now()
+	s, chc := m.startWatch(ctx)
+	created, why := m.awaitCreation(ctx, s, chc, p)
+	if !created {
+		m.abandon(s, chc, why)
+		return nil, why
 	}
-	var publishBy <-chan time.Time
-	if publish != nil {
-		t := time.NewTimer(publishWait)
-		defer t.Stop()
-		publishBy = t.C
+	s.opened = time.Now()
+	s.heard = s.opened
+	m.setConnected(true)
+	return s, ""
+}
+
+// duePublish is a listed table's publish while the watch after the list
+// is opened: due when the creation is answered, or publishWait after it
+// was asked, whichever comes first (see Mirror.list).
+type duePublish struct {
+	f     func() // nil once called, or when there is nothing to publish
+	timer *time.Timer
+	due   <-chan time.Time // fires publishWait after the watch was asked for; nil with f
+}
+
+// newDuePublish starts publishWait for f; f may be nil (nothing to publish).
+func newDuePublish(f func()) *duePublish {
+	p := &duePublish{f: f}
+	if f != nil {
+		p.timer = time.NewTimer(publishWait)
+		p.due = p.timer.C
 	}
+	return p
+}
+
+// now publishes, unless that was done already or there is nothing to
+// publish.
+func (p *duePublish) now() {
+	if p.f == nil {
+		return
+	}
+	f := p.f
+	p.timer.Stop()
+	p.f, p.due = nil, nil
+	f()
+}
+
+// startWatch asks for a watch of the prefix from applied+1 and returns it
+// (its channel not yet known) with the channel that delivers the watch's
+// channel. clientv3's Watch returns only once the creation is answered, or
+// its context ends: with no endpoint reachable it waits for good, so it is
+// called from a goroutine of its own.
+func (m *Mirror) startWatch(ctx context.Context) (*stream, <-chan clientv3.WatchChan) {
 	// Each watch gets its own gRPC stream (clientv3 shares streams between
 	// watches with equal metadata): a new watch must not join the stream of
 	// the one it replaces while that stream shuts down, or it is closed too.
@@ -115,47 +153,54 @@ func (m *Mirror) open(ctx context.Context, publish func()) (*stream, string) {
 	if m.otherRange {
 		key = m.firstKey()
 	}
-	// clientv3's Watch returns only once the creation is answered, or its
-	// context ends: with no endpoint reachable it waits for good.
 	chc := make(chan clientv3.WatchChan, 1)
 	go func() {
 		chc <- m.cfg.Client.Watch(wctx, key, clientv3.WithRange(clientv3.GetPrefixRangeEnd(m.cfg.Prefix)), clientv3.WithRev(s.start),
 			clientv3.WithProgressNotify(), clientv3.WithCreatedNotify())
 	}()
+	return s, chc
+}
+
+// awaitCreation waits, up to RequestTimeout, for the first response of the
+// watch s, whose channel chc delivers once clientv3's Watch returns, and
+// publishes p when it is due meanwhile. It reports whether the response
+// answered the creation, and else why not ("" once ctx is done).
+func (m *Mirror) awaitCreation(ctx context.Context, s *stream, chc <-chan clientv3.WatchChan, p *duePublish) (bool, string) {
 	timer := time.NewTimer(m.cfg.RequestTimeout)
 	defer timer.Stop()
 	var first <-chan clientv3.WatchResponse // nil until Watch returned
-	why := ""
-	for why == "" && ctx.Err() == nil {
+	for ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
 		case <-timer.C:
-			why = createTimeout
+			return false, createTimeout
 		case s.ch = <-chc:
 			first = s.ch
-			continue
-		case <-publishBy:
-			publish()
-			publish, publishBy = nil, nil
-			continue
+		case <-p.due:
+			p.now()
 		case resp, ok := <-first:
-			if why = m.created(resp, ok); why == "" {
-				s.opened = time.Now()
-				s.heard = s.opened
-				m.setConnected(true)
-				return s, ""
+			if why := m.created(resp, ok); why != "" {
+				return false, why
 			}
+			return true, ""
 		}
 	}
-	cancel()
+	return false, ""
+}
+
+// abandon ends the watch s whose creation was not answered, why (""
+// when ctx is done): it cancels it and waits for clientv3's Watch to
+// return, which it does once its context is cancelled, so no goroutine of
+// it outlives open. A failure that does not relist is counted and logged.
+func (m *Mirror) abandon(s *stream, chc <-chan clientv3.WatchChan, why string) {
+	s.cancel()
 	if s.ch == nil {
-		<-chc // Watch returns once its context is cancelled
+		<-chc
 	}
 	if why != "" && !relists(why) {
 		m.metrics.openFailures.WithLabelValues(why).Inc()
 		m.log.Warn("watch not created", "reason", why, "applied_revision", m.applied)
 	}
-	return nil, why
 }
 
 // created checks the first response of a new watch: "" when it answers the
