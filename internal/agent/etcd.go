@@ -29,27 +29,14 @@ func (a *Agent) runEtcd(ctx context.Context, offline []prometheus.Collector) err
 	}
 	defer cli.Close()
 	ks, _ := keyspace.New(a.cfg.Prefix)
-	// The snapshot writer owns when and from where the files are written:
-	// an isolated change from the mirror's goroutine, unless blocking
-	// queries wait for it (they answer first, and the writer's goroutine
-	// writes after them). Then the status key is put, from its own
-	// goroutine: an etcd write stays off the path that serves and writes
-	// the change.
-	var w *snapshot.Writer
-	if a.cfg.Snapshot != "" {
-		w = snapshot.New(snapshot.Config{Path: a.cfg.Snapshot, Source: snapshotSource{a},
-			Refresh: a.snapshotRefresh, EnsureDir: a.ensureSnapshotDir, Yield: func() bool { return a.api.Waiting() > 0 },
-			Logger: a.log, Registerer: a.registry})
-	}
-	var pub *publisher // set before the mirror runs
-	mcfg := watch.Config{Client: cli, Prefix: ks.Routing(), Logger: a.log,
-		Registerer: a.registry, HealthGrace: a.cfg.HealthGrace, ProgressInterval: a.cfg.ProgressInterval}
-	mcfg.AfterChange = func() {
-		if w != nil {
-			w.AfterChange()
-		}
-		pub.changed()
-	}
+	// The snapshot writer and the status publisher are made first: the
+	// mirror's AfterChange calls them. The publisher is given the mirror
+	// when it runs; the writer reads it through snapshotSource, from
+	// a.mirror, which is set before either runs.
+	w := a.newSnapshotWriter()
+	pub := newPublisher(cli, ks.Agent(a.cfg.Node), a)
+	mcfg := watch.Config{Client: cli, Prefix: ks.Routing(), Logger: a.log, Registerer: a.registry,
+		HealthGrace: a.cfg.HealthGrace, ProgressInterval: a.cfg.ProgressInterval, AfterChange: afterChange(w, pub)}
 	a.swapMetrics.Lock() // the mirror's gauges replace the offline ones in one step for /metrics
 	a.unregister(offline)
 	m, err := watch.New(mcfg)
@@ -62,7 +49,6 @@ func (a *Agent) runEtcd(ctx context.Context, offline []prometheus.Collector) err
 	}
 	a.mirror.Store(m)
 	close(a.mirrorSet)
-	pub = newPublisher(cli, ks.Agent(a.cfg.Node), m, a)
 	a.pub.Store(pub)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { lowerGCUntil(gctx, m.WaitReady); return nil })
@@ -70,8 +56,36 @@ func (a *Agent) runEtcd(ctx context.Context, offline []prometheus.Collector) err
 	if w != nil {
 		g.Go(func() error { return w.Run(gctx) })
 	}
-	g.Go(func() error { pub.run(gctx); return nil })
+	g.Go(func() error { pub.run(gctx, m); return nil })
 	return g.Wait()
+}
+
+// newSnapshotWriter returns the writer of the snapshot file, or nil
+// without --snapshot. The writer owns when and from where the file is
+// written: an isolated change from the mirror's goroutine, unless blocking
+// queries wait for it (they answer first, and the writer's goroutine
+// writes after them).
+func (a *Agent) newSnapshotWriter() *snapshot.Writer {
+	if a.cfg.Snapshot == "" {
+		return nil
+	}
+	return snapshot.New(snapshot.Config{Path: a.cfg.Snapshot, Source: snapshotSource{a},
+		Refresh: a.snapshotRefresh, EnsureDir: a.ensureSnapshotDir, Yield: func() bool { return a.api.Waiting() > 0 },
+		Logger: a.log, Registerer: a.registry})
+}
+
+// afterChange is the mirror's AfterChange: the snapshot writer's (w may
+// be nil), then the status publisher's. The status key is put from the
+// publisher's own goroutine: an etcd write stays off the path that serves
+// and writes the change.
+func afterChange(w *snapshot.Writer, pub *publisher) func() {
+	if w == nil {
+		return pub.changed
+	}
+	return func() {
+		w.AfterChange()
+		pub.changed()
+	}
 }
 
 // snapshotSource is the agent's mirror as the snapshot writer's source.

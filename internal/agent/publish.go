@@ -43,7 +43,6 @@ type publisher struct {
 	node    string
 	version string
 	ttl     time.Duration
-	mirror  *watch.Mirror
 	log     *slog.Logger
 	clock   statusClock
 	// kick is signalled by changed; its one slot coalesces the changes
@@ -53,9 +52,12 @@ type publisher struct {
 	beforePut func()
 }
 
-func newPublisher(cli *clientv3.Client, key string, m *watch.Mirror, a *Agent) *publisher {
+// newPublisher returns the publisher of a's status at key. It is made
+// before the mirror, whose AfterChange calls its changed; run is given
+// the mirror to publish the status of.
+func newPublisher(cli *clientv3.Client, key string, a *Agent) *publisher {
 	return &publisher{cli: cli, key: key, node: a.cfg.Node, version: a.cfg.Version, ttl: a.cfg.StatusTTL,
-		mirror: m, log: a.log.With("component", "status"), clock: a.statusClock, kick: make(chan struct{}, 1),
+		log: a.log.With("component", "status"), clock: a.statusClock, kick: make(chan struct{}, 1),
 		beforePut: a.beforeStatusPut}
 }
 
@@ -98,14 +100,15 @@ func skippedKeys(sk []routing.Skipped) (int, []string) {
 	return len(keys), slices.Clip(keys[:min(len(keys), routing.MaxStatusSkippedKeys)])
 }
 
-// run publishes until ctx is done, then revokes the lease so the key goes.
-func (p *publisher) run(ctx context.Context) {
+// run publishes the status of m until ctx is done, then revokes the lease
+// so the key goes.
+func (p *publisher) run(ctx context.Context, m *watch.Mirror) {
 	// Nothing is put before the first list is served: a put while the
 	// mirror lists moves etcd's revision past the list's, so its watch
 	// (from the list's revision + 1) would start behind etcd's, and etcd
 	// catches such a watch up only every 100 ms: the first changes after
 	// the start would wait for it (see watch.Mirror.list).
-	if p.mirror.WaitReady(ctx) != nil {
+	if m.WaitReady(ctx) != nil {
 		return
 	}
 	bo := backoff.Default()
@@ -119,7 +122,7 @@ func (p *publisher) run(ctx context.Context) {
 			continue
 		}
 		bo.Reset()
-		p.publish(ctx, sess)
+		p.publish(ctx, sess, m)
 		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		p.cli.Revoke(rctx, sess.Lease()) // key goes at once on shutdown
 		cancel()
@@ -147,12 +150,12 @@ const statusSpacing = 25 * time.Millisecond
 // a connection that came or went, a status due for its refresh.
 const statusCheck = time.Second
 
-// publish writes the status under one session until it ends or ctx is
-// done: at once when the table reached a new change (watch.Status.
+// publish writes the status of m under one session until it ends or ctx
+// is done: at once when the table reached a new change (watch.Status.
 // ChangeRevision moved), at the next check when the epoch or the
 // connection changed, and every statusRefresh otherwise. One put is in
 // flight at a time.
-func (p *publisher) publish(ctx context.Context, sess *concurrency.Session) {
+func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *watch.Mirror) {
 	tick, stop := p.clock.newTicker(statusCheck)
 	defer stop()
 	var last routing.AgentStatus
@@ -160,8 +163,8 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session) {
 	var lastAt, lastPut time.Time // lastAt on the publisher's clock; lastPut on the wall clock, for the spacing
 	written := false
 	for {
-		ms := p.mirror.Status()
-		st := p.status(ms, p.mirror.Table())
+		ms := m.Status()
+		st := p.status(ms, m.Table())
 		significant := !written || st.Epoch != last.Epoch || st.Connected != last.Connected || ms.ChangeRevision != lastChange
 		if onlyChange := written && st.Epoch == last.Epoch && st.Connected == last.Connected && ms.ChangeRevision != lastChange; onlyChange {
 			if wait := time.Until(lastPut.Add(statusSpacing)); wait > 0 { // puts for changes are statusSpacing apart
