@@ -62,7 +62,7 @@ type Agent struct {
 	// before each put of it; pub is the status publisher once it exists
 	// (tests set and read them).
 	statusClock     statusClock
-	beforeStatusPut func()
+	beforeStatusPut func(at time.Time)
 	pub             atomic.Pointer[publisher]
 }
 

@@ -12,8 +12,9 @@ func SetStatusClock(a *Agent, tick <-chan time.Time, now func() time.Time) {
 }
 
 // SetBeforeStatusPut makes the agent's status publisher call f before each
-// put; call it before Run.
-func SetBeforeStatusPut(a *Agent, f func()) { a.beforeStatusPut = f }
+// put, with the instant it decided on the put, on the clock that spaces
+// puts for changes (statusSpacing); call it before Run.
+func SetBeforeStatusPut(a *Agent, f func(at time.Time)) { a.beforeStatusPut = f }
 
 // StatusPutPending reports whether a change waits for the status
 // publisher's next put.

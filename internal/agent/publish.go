@@ -48,8 +48,10 @@ type publisher struct {
 	// kick is signalled by changed; its one slot coalesces the changes
 	// that arrive while a put is in flight into the next put.
 	kick chan struct{}
-	// beforePut, if set, runs before each put (tests hold a put with it).
-	beforePut func()
+	// beforePut, if set, runs before each put with the instant the
+	// publisher decided on it, read from the clock that spaces puts for
+	// changes (tests hold a put with it, or check the spacing).
+	beforePut func(at time.Time)
 }
 
 // newPublisher returns the publisher of a's status at key. It is made
@@ -179,7 +181,7 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *w
 		kick := p.kick
 		if significant || !reflect.DeepEqual(st, last) && p.clock.now().Sub(lastAt) >= statusRefresh {
 			lastPut = time.Now()
-			if p.put(ctx, sess, st) {
+			if p.put(ctx, sess, st, lastPut) {
 				last, lastChange, written = st, ms.ChangeRevision, true
 			} else {
 				kick = nil // a failed put is retried at the next check, not per change
@@ -206,10 +208,11 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *w
 	}
 }
 
-// put writes st under the session's lease and reports whether it did.
-func (p *publisher) put(ctx context.Context, sess *concurrency.Session, st routing.AgentStatus) bool {
+// put writes st under the session's lease and reports whether it did. at
+// is when the publisher decided on the put (for beforePut).
+func (p *publisher) put(ctx context.Context, sess *concurrency.Session, st routing.AgentStatus, at time.Time) bool {
 	if p.beforePut != nil {
-		p.beforePut()
+		p.beforePut(at)
 	}
 	b, _ := json.Marshal(st)
 	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
