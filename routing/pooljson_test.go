@@ -2,6 +2,8 @@ package routing
 
 import (
 	"encoding/json"
+	"reflect"
+	"strconv"
 	"testing"
 )
 
@@ -21,14 +23,111 @@ func TestAppendPoolJSONMatchesMarshal(t *testing.T) {
 		"extra healthy": {Host: "h", Residency: "eu", Status: "active", Extra: Extra{"healthy": json.RawMessage(`"no"`), "b": json.RawMessage(`1`)}},
 	}
 	for name, p := range pools {
-		for _, healthy := range []bool{true, false} {
-			want, err := json.Marshal(poolJSON{Pool: p, Healthy: healthy})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := appendPoolJSON(nil, &p, healthy); string(got) != string(want) {
-				t.Errorf("%s (healthy %v):\n got %s\nwant %s", name, healthy, got, want)
+		checkPoolJSON(t, name, p)
+	}
+}
+
+// TestAppendPoolJSONEncodesEveryField: a pool whose every field (and every
+// field of the values in it) is set by reflection, then each field in turn
+// left empty, encodes as encoding/json encodes it, and decodes back to
+// itself. The pool encoder is written out for speed rather than run from
+// poolFields, so a field added to Pool (and to poolFields) but not to
+// appendPoolJSON fails here instead of vanishing from the table JSON.
+func TestAppendPoolJSONEncodesEveryField(t *testing.T) {
+	var full Pool
+	fillNonZero(t, reflect.ValueOf(&full).Elem(), "Pool")
+	pools := map[string]Pool{"every field set": full}
+	typ := reflect.TypeOf(full)
+	for i := range typ.NumField() {
+		if f := typ.Field(i); f.IsExported() && f.Type != reflect.TypeOf(Extra{}) {
+			p := full
+			reflect.ValueOf(&p).Elem().Field(i).SetZero()
+			pools[f.Name+" empty"] = p
+		}
+	}
+	withExtra := full
+	withExtra.Extra = Extra{"healthy": json.RawMessage(`"no"`), "zz": json.RawMessage(`[1]`), "aa": json.RawMessage(`{}`)}
+	pools["every field set, extra members"] = withExtra
+	for name, p := range pools {
+		checkPoolJSON(t, name, p)
+	}
+
+	js, err := json.Marshal(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Pool
+	if err := json.Unmarshal(js, &back); err != nil {
+		t.Fatalf("decode %s: %v", js, err)
+	}
+	if !reflect.DeepEqual(back, full) {
+		t.Errorf("decoded %s as %+v, want %+v", js, back, full)
+	}
+}
+
+// checkPoolJSON compares appendPoolJSON with encoding/json's encoding of
+// the table's pool member (poolJSON), healthy and not.
+func checkPoolJSON(t *testing.T, name string, p Pool) {
+	t.Helper()
+	for _, healthy := range []bool{true, false} {
+		want, err := json.Marshal(poolJSON{Pool: p, Healthy: healthy})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendPoolJSON(nil, &p, healthy); string(got) != string(want) {
+			t.Errorf("%s (healthy %v):\n got %s\nwant %s", name, healthy, got, want)
+		}
+	}
+}
+
+// fillNonZero sets v, and every exported field of a struct in it (Extra
+// fields aside), to a non-zero value made from path: strings name their
+// path, numbers are non-zero, bools true, slices and maps hold two filled
+// elements. A kind it does not know fails the test, so that a field of a
+// new kind is filled rather than skipped.
+func fillNonZero(t *testing.T, v reflect.Value, path string) {
+	t.Helper()
+	n := 1 // a number of its own for each path
+	for i := 0; i < len(path); i++ {
+		n = (n*31 + int(path[i])) % 1000
+	}
+	n++
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString("v-" + path)
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		v.SetInt(int64(n))
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		v.SetUint(uint64(n))
+	case reflect.Float32, reflect.Float64:
+		v.SetFloat(float64(n) + 0.5)
+	case reflect.Pointer:
+		v.Set(reflect.New(v.Type().Elem()))
+		fillNonZero(t, v.Elem(), path)
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if f := v.Type().Field(i); f.IsExported() && f.Type != reflect.TypeOf(Extra{}) {
+				fillNonZero(t, v.Field(i), path+"."+f.Name)
 			}
 		}
+	case reflect.Slice:
+		s := reflect.MakeSlice(v.Type(), 2, 2)
+		for i := range 2 {
+			fillNonZero(t, s.Index(i), path+"["+strconv.Itoa(i)+"]")
+		}
+		v.Set(s)
+	case reflect.Map:
+		m := reflect.MakeMap(v.Type())
+		for _, k := range []string{"b", "a"} {
+			key, val := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+			fillNonZero(t, key, path+"."+k)
+			fillNonZero(t, val, path+"["+k+"]")
+			m.SetMapIndex(key, val)
+		}
+		v.Set(m)
+	default:
+		t.Fatalf("%s: fillNonZero cannot fill a %s; teach it", path, v.Type())
 	}
 }

@@ -63,7 +63,9 @@ func poolJSONSize(id string, p *Pool) int {
 // json.Marshal(poolJSON{...}) writes (the fields in declaration order,
 // empty optional ones left out, attrs by key, the extra members and
 // healthy by key after them), without reflection. An extra member that is
-// not valid JSON, which decoding never keeps, is left out.
+// not valid JSON, which decoding never keeps, is left out. A field added
+// to Pool is added here too: TestAppendPoolJSONEncodesEveryField fails
+// until it is.
 func appendPoolJSON(b []byte, p *Pool, healthy bool) []byte {
 	b = append(b, `{"host":`...)
 	b = appendJSONString(b, p.Host)

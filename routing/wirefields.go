@@ -6,7 +6,10 @@ import "strconv"
 // encodes) run from one field list per type, below: a field of a stored
 // or rendered type is added here, once, and TestWireFieldsMatchStructs
 // (reflection over the structs' json tags) fails for a struct field that
-// is missing from its list.
+// is missing from its list. The table JSON's pool encoder
+// (appendPoolJSON) is written out rather than run from poolFields, being
+// on the path of every pool of a sync; TestAppendPoolJSONEncodesEveryField
+// fails for a Pool field it leaves out.
 
 // wireField is one JSON member of T: its name, how the strict decoder
 // reads it and how the fast encoder writes it (enc nil: the type is only

@@ -54,6 +54,8 @@ func TestWireFieldsMatchStructs(t *testing.T) {
 	var cs []codec
 	{
 		n, d, e := wireNames(poolFields)
+		// Pool's encoder is appendPoolJSON, not its list: checked field by
+		// field against encoding/json by TestAppendPoolJSONEncodesEveryField.
 		cs = append(cs, mk(reflect.TypeOf(Pool{}), n, d, e, true, false, false))
 		n, d, e = wireNames(targetFields)
 		cs = append(cs, mk(reflect.TypeOf(Target{}), n, d, e, true, true, false))
