@@ -250,7 +250,9 @@ func appendHeader(b []byte, t *routing.Table, h routing.JSONHeader) []byte {
 }
 
 // appendEntry appends the entry JSON of eff: its route, fallback_depth,
-// affinity, candidates (each with its merged attrs) and degraded.
+// affinity, candidates (each with its merged attrs) and degraded. A field
+// added to routing.Effective or routing.Candidate is added here and to
+// Entry: TestAppendEntryCarriesEveryField fails until it is.
 func appendEntry(b []byte, eff *routing.Effective) []byte {
 	b = append(b, `{"route":`...)
 	b = appendString(b, eff.Route)
