@@ -63,16 +63,21 @@ func (m *Mirror) follow(ctx context.Context, bo *backoff.Backoff, publish func()
 		why, s = m.serve(ctx, s)
 		s.cancel()
 		m.setConnected(false)
+		// A watch that lasted is a success: what failed before it (lists,
+		// opens) says nothing about the next attempts, which start over at
+		// the backoff's first delay instead of where earlier failures left
+		// it (up to 30 s: one list failing after a compaction would then
+		// leave the agent that long behind).
+		healthy := time.Since(s.opened) >= healthyAfter
+		if healthy {
+			bo.Reset()
+		}
 		if ctx.Err() != nil || relists(why) {
 			return why
 		}
-		switch lived := time.Since(s.opened); {
-		case lived > 2*time.Minute:
-			bo.Reset()
+		if healthy {
 			failures = 0
-		case lived >= healthyAfter:
-			failures = 0
-		default:
+		} else {
 			failures++
 		}
 		m.metrics.reopens.WithLabelValues(why).Inc()
