@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +19,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/regiond/regiond/internal/cli"
+	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/testprog"
 	"github.com/regiond/regiond/routing"
 )
@@ -128,9 +131,15 @@ func checkMap(ctx context.Context, t *testing.T, tb *routing.Table, ccs ...strin
 	}
 }
 
+// artifactsEnv names the directory screenshots go to without -artifacts:
+// .ci/run sets it to test-artifacts/ at the top of the repository, where CI
+// collects them.
+const artifactsEnv = "REGIOND_TEST_ARTIFACTS"
+
 // screenshot keeps a picture of the page: in the test's artifact directory
-// with -artifacts (go test -artifacts -outputdir DIR), else under the
-// system's temporary directory, named in the log either way.
+// with -artifacts (go test -artifacts -outputdir DIR), else in
+// $REGIOND_TEST_ARTIFACTS (as .ci/run sets it), else under the system's
+// temporary directory; named in the log either way.
 func screenshot(ctx context.Context, t *testing.T, name string) {
 	t.Helper()
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100: PNG
@@ -138,6 +147,9 @@ func screenshot(ctx context.Context, t *testing.T, name string) {
 		t.Fatalf("screenshot: %v", err)
 	}
 	dir := filepath.Join(os.TempDir(), "regiond-test-artifacts")
+	if d := os.Getenv(artifactsEnv); d != "" {
+		dir = d
+	}
 	if f := flag.Lookup("test.artifacts"); f != nil && f.Value.String() == "true" {
 		dir = t.ArtifactDir()
 	}
@@ -163,14 +175,28 @@ func regionctl(t *testing.T, n *node, args ...string) string {
 	return out.String()
 }
 
-// The page, in a real browser: it shows the node's revision and every
-// country's decision as the API serves them, the live boost with its time
-// left and the fleet; a drain made with regionctl shows up without a
-// reload; the filter and the what-if box work; no script error.
+// skippedKey is a routing key the browser test stores a value under that
+// the agent refuses (targets must be a list), so the agent lists it as
+// skipped.
+const skippedKey = "routes/LU"
+
+// The page, in a real browser: it shows the node's revision (the one
+// /v1/status serves), when the table was last confirmed against etcd
+// (synced_at) and the snapshot file written (written_at), the keys the
+// agent skipped, and every country's decision as the API serves them, the
+// live boost with its time left and the fleet; a drain made with regionctl
+// shows up without a reload; the filter and the what-if box work; a second
+// drain that leaves countries with no route marks their rows and shapes
+// and counts them, as the what-if foretold; no script error.
 func TestStatusPageInBrowser(t *testing.T) {
 	n := startNode(t, nil)
 	regionctl(t, n, "boost", "KR", "--target", "kr-music=100", "--ttl", "1h", "--reason", "comeback week")
-	n.waitTable(t, func(tb *routing.Table) bool { return len(tb.Overrides()) == 1 })
+	if _, err := devetcd.NewTestClient(t, n.etcd).Put(context.Background(), root+"routing/"+skippedKey, `{"targets":5}`); err != nil {
+		t.Fatal(err)
+	}
+	n.waitTable(t, func(tb *routing.Table) bool {
+		return len(tb.Overrides()) == 1 && slices.ContainsFunc(tb.Skipped(), func(s routing.Skipped) bool { return s.Key == skippedKey })
+	})
 	ctx, scriptErrors := browser(t)
 
 	if err := chromedp.Do(ctx, chromedp.Navigate(n.url("/ui/"))); err != nil {
@@ -178,17 +204,17 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}
 	rev := n.table(t).Revision()
 	waitJS(ctx, t, "the table rendered", fmt.Sprintf(`Number(document.body.dataset.revision) >= %d && document.querySelectorAll("#countries tbody tr").length > 0`, rev))
+	checkRevision(ctx, t, n)
 	var st struct{ Revision, Epoch int64 }
 	n.getJSON(t, "/v1/status", &st)
-	if got := text(ctx, t, "#revision"); got == "" || got == "–" {
-		t.Fatalf("#revision shows %q", got)
-	}
 	if got := text(ctx, t, "#epoch"); got != fmt.Sprint(st.Epoch) {
 		t.Errorf("#epoch shows %q, the API %d", got, st.Epoch)
 	}
 	if got := text(ctx, t, "#connected"); got != "connected" {
 		t.Errorf("#connected shows %q", got)
 	}
+	checkFreshness(ctx, t, n)
+	checkSkipped(ctx, t, n)
 
 	// Every country's row shows what the table serves.
 	rows := eval[int](ctx, t, `document.querySelectorAll("#countries tbody tr").length`)
@@ -209,6 +235,9 @@ func TestStatusPageInBrowser(t *testing.T) {
 	// The map colors each country by its serving pool, as the legend says.
 	waitJS(ctx, t, "the map", `document.querySelectorAll("#map path[data-cc]").length > 150 && document.querySelector("#map path[data-cc=DE]").dataset.pool !== undefined`)
 	checkMap(ctx, t, tb, "DE", "KR", "US", "JP")
+	if nr := checkNoRoute(ctx, t, tb); len(nr) > 0 {
+		t.Fatalf("the example fleet leaves %v with no route: the test needs a fleet that routes every country", nr)
+	}
 
 	// The boost, with its time left counting down from about an hour.
 	waitJS(ctx, t, "the boost's time left", `(document.querySelector("#boosts td.left") || {}).textContent.match(/^(59m|1h 0m)/)`)
@@ -227,6 +256,9 @@ func TestStatusPageInBrowser(t *testing.T) {
 	waitJS(ctx, t, "the drain on the page", fmt.Sprintf(`Number(document.body.dataset.revision) >= %d`, drained.Revision()))
 	if same := eval[int](ctx, t, `window.__sameDocument || 0`); same != 42 {
 		t.Fatalf("the page was reloaded to show the drain (marker %d)", same)
+	}
+	if r := checkRevision(ctx, t, n); r < drained.Revision() {
+		t.Errorf("#revision %d after the drain, want at least the drain's %d", r, drained.Revision())
 	}
 	de := text(ctx, t, `#countries tr[data-cc="DE"] td:nth-child(4)`)
 	if want := candidates(drained.Effective("DE")); de != want || strings.Contains(de, "eu-central") {
@@ -266,16 +298,181 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if !strings.Contains(summary, "With eu-west down") || !strings.Contains(summary, fmt.Sprintf("%d with no route", len(want.NoRoute))) {
 		t.Errorf("what-if summary %q; the endpoint: %d no route", summary, len(want.NoRoute))
 	}
-	// The picture: every country, the drain, the boost and the what-if.
 	visible := eval[int](ctx, t, `(() => { const f = document.getElementById("filter"); f.value = ""; f.dispatchEvent(new Event("input"));
 		return [...document.querySelectorAll("#countries tbody tr")].filter(r => !r.hidden).length; })()`)
 	if visible != rows {
 		t.Errorf("an empty filter shows %d of %d countries", visible, rows)
 	}
+
+	// eu-west drained as well: the countries only the two could serve are
+	// left with no route (as the what-if said), and the page marks them.
+	regionctl(t, n, "pool", "drain", "eu-west", "--reason", "browser test: no route", "--force")
+	both := n.waitTable(t, func(tb *routing.Table) bool { p, _ := tb.Pool("eu-west"); return p.Status == routing.StatusDraining })
+	waitJS(ctx, t, "the second drain on the page", fmt.Sprintf(`Number(document.body.dataset.revision) >= %d`, both.Revision()))
+	noRoute := checkNoRoute(ctx, t, both)
+	if len(noRoute) == 0 {
+		t.Fatal("with eu-central and eu-west drained every country still has a route: the test needs one without")
+	}
+	if strings.Join(noRoute, " ") != strings.Join(want.NoRoute, " ") {
+		t.Errorf("no route after draining eu-west: %v; the what-if foretold %v", noRoute, want.NoRoute)
+	}
+
+	// The picture: every country, the drains, the boost, the skipped key,
+	// the what-if and the countries left with no route.
 	screenshot(ctx, t, "status-page.png")
 	if errs := scriptErrors(); len(errs) > 0 {
 		t.Errorf("errors on the page's console:\n%s", strings.Join(errs, "\n"))
 	}
+}
+
+// checkRevision waits (bounded) until the page's #revision shows the
+// revision /v1/status serves, and returns it. That revision also moves on
+// etcd's progress notifications, and the page follows each move with its
+// blocking query: so the two agree within a moment, not at every instant.
+func checkRevision(ctx context.Context, t *testing.T, n *node) int64 {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var st struct{ Revision int64 }
+		n.getJSON(t, "/v1/status", &st)
+		got := text(ctx, t, "#revision")
+		if got == fmt.Sprint(st.Revision) && st.Revision > 0 {
+			return st.Revision
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("#revision shows %q, /v1/status revision %d", got, st.Revision)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// agoRE matches the page's "… ago" of a time under an hour old, capturing
+// the minutes and seconds.
+var agoRE = regexp.MustCompile(`^(?:(\d+)m )?(\d+)s ago`)
+
+// checkAgo checks that what reads "<age> ago" for a time at (give or take
+// the page's one-second clock and a rounding).
+func checkAgo(t *testing.T, what, text string, at time.Time) {
+	t.Helper()
+	m := agoRE.FindStringSubmatch(text)
+	if m == nil {
+		t.Errorf("%s reads %q, want \"<age> ago\"", what, text)
+		return
+	}
+	mins, _ := strconv.Atoi(m[1])
+	secs, _ := strconv.Atoi(m[2])
+	age := time.Duration(mins)*time.Minute + time.Duration(secs)*time.Second
+	if d := time.Since(at) - age; d < -2*time.Second || d > 3*time.Second {
+		t.Errorf("%s reads %q for %s, %v ago", what, text, at.Format(time.RFC3339Nano), time.Since(at).Round(time.Second))
+	}
+}
+
+// checkFreshness checks the page's synced_at and written_at: each reads
+// "<age> ago" of the time in its title, which is a time the agent gave
+// (synced_at of /v1/status; written_at of the snapshot file that
+// /ui/api/node names, after its path), at most as new as what the API
+// gives right after and not older than a minute; written_at names the
+// snapshot's revision too.
+func checkFreshness(ctx context.Context, t *testing.T, n *node) {
+	t.Helper()
+	page := eval[[]string](ctx, t, `["synced", "written"].flatMap(id => [document.getElementById(id).textContent, document.getElementById(id).title])`)
+	var st struct {
+		SyncedAt string `json:"synced_at"`
+	}
+	n.getJSON(t, "/v1/status", &st)
+	var node struct {
+		Snapshot struct {
+			Path      string
+			Revision  int64
+			WrittenAt string `json:"written_at"`
+		}
+	}
+	n.getJSON(t, "/ui/api/node", &node)
+	check := func(what, text, title, apiAt string) {
+		t.Helper()
+		at, err := time.Parse(time.RFC3339Nano, title)
+		api, aerr := time.Parse(time.RFC3339Nano, apiAt)
+		if err != nil || aerr != nil || at.After(api) || api.Sub(at) > time.Minute {
+			t.Errorf("%s: the page's time %q (%v), the API's %q (%v)", what, title, err, apiAt, aerr)
+			return
+		}
+		checkAgo(t, what, text, at)
+	}
+	check("#synced (synced_at)", page[0], page[1], st.SyncedAt)
+	writtenAt, ok := strings.CutPrefix(page[3], node.Snapshot.Path+" ")
+	if !ok || node.Snapshot.Path == "" {
+		t.Errorf("#written's title %q does not name the snapshot file %q", page[3], node.Snapshot.Path)
+	}
+	check("#written (written_at)", page[2], writtenAt, node.Snapshot.WrittenAt)
+	var r int64
+	if m := regexp.MustCompile(` ago \(r(\d+)\)$`).FindStringSubmatch(page[2]); m != nil {
+		r, _ = strconv.ParseInt(m[1], 10, 64)
+	}
+	if r <= 0 || r > node.Snapshot.Revision {
+		t.Errorf("#written reads %q, want the revision of the snapshot file (r%d now)", page[2], node.Snapshot.Revision)
+	}
+}
+
+// checkSkipped checks that the page lists the keys /v1/status says the
+// agent skipped, each with why, and among them skippedKey.
+func checkSkipped(ctx context.Context, t *testing.T, n *node) {
+	t.Helper()
+	var st struct{ Skipped []routing.Skipped }
+	n.getJSON(t, "/v1/status", &st)
+	var want [][]string
+	for _, s := range st.Skipped {
+		want = append(want, []string{s.Key, s.Error})
+	}
+	got := eval[[][]string](ctx, t, `document.getElementById("skipped-box").hidden ? [] :
+		[...document.querySelectorAll("#skipped tbody tr")].map(r => [...r.cells].map(c => c.textContent))`)
+	if fmt.Sprint(got) != fmt.Sprint(want) || !slices.ContainsFunc(got, func(r []string) bool { return r[0] == skippedKey && r[1] != "" }) {
+		t.Errorf("skipped keys on the page %q, /v1/status %q; want %s among them", got, want, skippedKey)
+	}
+	if c := text(ctx, t, "#skipped-count"); c != fmt.Sprint(len(want)) {
+		t.Errorf("skipped count %q, want %d", c, len(want))
+	}
+}
+
+// checkNoRoute checks how the page marks the countries tb leaves with no
+// route, and returns them: exactly their rows have class noroute and say
+// "none eligible", the count line names them in the table's order (hidden
+// when there is none), and exactly their map shapes have class noroute.
+func checkNoRoute(ctx context.Context, t *testing.T, tb *routing.Table) []string {
+	t.Helper()
+	var want []string
+	for _, cc := range append(slices.Sorted(slices.Values(routing.Countries())), routing.Unknown) {
+		if len(tb.Effective(cc).Candidates) == 0 {
+			want = append(want, cc)
+		}
+	}
+	got := eval[[]string](ctx, t, `[...document.querySelectorAll("#countries tbody tr.noroute")].map(r => r.dataset.cc)`)
+	if !slices.Equal(got, want) {
+		t.Errorf("rows marked noroute %v, the table's countries with no route %v", got, want)
+	}
+	pools := eval[[]string](ctx, t, `[...new Set([...document.querySelectorAll("#countries tbody tr.noroute td:nth-child(4)")].map(c => c.textContent))]`)
+	if len(want) > 0 && !slices.Equal(pools, []string{"none eligible"}) {
+		t.Errorf("no-route rows show pools %q, want \"none eligible\"", pools)
+	}
+	line := eval[string](ctx, t, `(e => e.hidden ? "hidden" : e.textContent)(document.getElementById("noroute-count"))`)
+	wantLine := "hidden"
+	if len(want) > 0 {
+		wantLine = fmt.Sprintf("%d with no route: %s", len(want), strings.Join(want, " "))
+	}
+	if line != wantLine {
+		t.Errorf("no-route count line %q, want %q", line, wantLine)
+	}
+	shapes := eval[[][]string](ctx, t, `(() => { const cc = (sel) => [...new Set([...document.querySelectorAll(sel)].map(p => p.dataset.cc))].sort();
+		return [cc("#map path[data-cc]"), cc("#map path.noroute")]; })()`)
+	var wantShapes []string
+	for _, cc := range want {
+		if slices.Contains(shapes[0], cc) {
+			wantShapes = append(wantShapes, cc)
+		}
+	}
+	if !slices.Equal(shapes[1], wantShapes) || (len(want) > 0 && len(wantShapes) == 0) {
+		t.Errorf("map shapes marked noroute %v, want %v (those of %v on the map)", shapes[1], wantShapes, want)
+	}
+	return want
 }
 
 // getJSON decodes a GET of the agent's API.
