@@ -14,6 +14,7 @@ import (
 
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/fleettest"
+	"github.com/regiond/regiond/internal/testprog"
 )
 
 // serviceUID stands in for the regiond system user: an unprivileged uid
@@ -25,13 +26,20 @@ const serviceUID = 65534
 // makes (owned by that user, mode 0755: RuntimeDirectory=regiond,
 // RuntimeDirectoryMode=0755), which the agent accepts; it serves the API
 // and the status page there, the socket mode 0660, and stops cleanly on
-// SIGTERM.
+// SIGTERM. It needs root (to run the agent as that user): without it, it
+// skips, or fails under CI=true.
 func TestPackagedAgentInRuntimeDirectory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the package (-short)")
 	}
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to run the agent as another user (uid 65534), as systemd does")
+		// Like a missing outside program (testprog.Missing): a skip on a
+		// developer's machine, a failure in CI, where .ci/run runs as root.
+		msg := "needs root to run the agent as another user (uid 65534), as systemd does: run the tests as root"
+		if testprog.InCI() {
+			t.Fatal(msg + " (CI=true: this test must run)")
+		}
+		t.Skip(msg + " (skipped: CI is not true)")
 	}
 	_, root := installed(t)
 	srv := devetcd.NewTest(t)
