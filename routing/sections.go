@@ -1,9 +1,6 @@
 package routing
 
-import (
-	"encoding/json"
-	"slices"
-)
+import "encoding/json"
 
 // This file encodes a table's sections once, when first rendered: the
 // routes, the policy and the members of the effective section, reusing
@@ -156,24 +153,3 @@ func appendEffRuns(runs [][]byte, parts []effPart) [][]byte {
 
 // sameArray reports whether two non-empty slices share their first element.
 func sameArray(a, b []byte) bool { return len(a) > 0 && len(b) > 0 && &a[0] == &b[0] }
-
-// appendObject appends ,"name":{…} from encoded members, in key order.
-func appendObject(b []byte, name string, members map[string][]byte) []byte {
-	size := len(name) + 8
-	for k, v := range members {
-		size += len(k) + len(v) + 4
-	}
-	b = slices.Grow(b, size)
-	b = append(b, `,"`...)
-	b = append(b, name...)
-	b = append(b, `":{`...)
-	for i, k := range sortedKeys(members) {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendJSONString(b, k)
-		b = append(b, ':')
-		b = append(b, members[k]...)
-	}
-	return append(b, '}')
-}
