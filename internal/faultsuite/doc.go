@@ -19,7 +19,8 @@
 //     503 exactly where the reference resolver says NoRoute.
 //
 // The package has no code of its own outside its tests. `go test ./...`
-// runs the CI-sized suite (about a minute); the long variant is
+// runs the CI-sized suite (a few minutes, most of them TestFleetFaults);
+// the long variant is
 //
 //	go test ./internal/faultsuite -run TestFleetFaults -timeout 60m -args -fleet.ops=50000 -fleet.agents=20
 package faultsuite

@@ -3,6 +3,8 @@ package faultsuite
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -11,8 +13,11 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/regiond/regiond/internal/agent"
 	"github.com/regiond/regiond/internal/etcdproc"
 	"github.com/regiond/regiond/internal/gobuild"
+	"github.com/regiond/regiond/internal/tcpproxy"
+	"github.com/regiond/regiond/routing"
 )
 
 // TestHeartbeatKeyGoesAcrossLeaderKill: an origin's heartbeat
@@ -71,34 +76,153 @@ func TestHeartbeatKeyGoesAcrossLeaderKill(t *testing.T) {
 	}
 }
 
-// TestAgentStatusKeyComesBack: the agent's status key is bound to its
-// lease; when etcd loses that lease (revoked here, after a leader kill),
-// the key goes and the agent grants a new lease and puts it again.
+// TestAgentStatusKeyComesBack: the agent's status key is bound to a lease
+// of the agent's, and etcd really loses that lease: the agent's every
+// connection to etcd is cut, the leader is killed, and the cut lasts until
+// etcd has expired the lease and deleted the key (nobody revokes it). Once
+// the connection is back, the agent grants a new lease and puts its status
+// key again under it, connected and reporting the revision of the change
+// written while it was cut off.
 func TestAgentStatusKeyComesBack(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a 3-member etcd cluster and an agent process")
 	}
+	// regiond has no flag for the status lease's TTL: the agent process
+	// runs with the default, 10s.
+	ttl := agent.DefaultConfig().StatusTTL
 	c := etcdproc.Start(t, etcdproc.Config{Members: 3, Args: []string{"--unsafe-no-fsync"}})
 	cli := c.Client(t)
 	if _, err := cli.Put(context.Background(), "/lease/routing/epoch", "1"); err != nil {
 		t.Fatal(err)
 	}
-	a := newAgent(t, gobuild.Binary(t, "./cmd/regiond", "-tags", "nodev"), "node-1", c.Endpoints(), "/lease")
+	// The agent reaches every member through a TCP proxy of its own, to be
+	// cut off from etcd while etcd runs.
+	var eps []string
+	var links []*tcpproxy.Proxy
+	for _, m := range c.Members {
+		p, err := tcpproxy.New(strings.TrimPrefix(m.ClientURL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		eps, links = append(eps, p.URL()), append(links, p)
+	}
+	a := newAgent(t, gobuild.Binary(t, "./cmd/regiond", "-tags", "nodev"), "node-1", eps, "/lease")
 	if err := a.start(); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("last lines of the agent's log:\n%s", a.logTail(40))
+		}
+	})
 	key := "/lease/agents/node-1"
-	waitKey(t, cli, key, true)
-	killed := c.KillLeader(t)
-	c.Restart(killed, 30*time.Second)
-	lease := leaseOf(t, cli, key)
-	if _, err := cli.Revoke(context.Background(), clientv3.LeaseID(lease)); err != nil {
-		t.Fatalf("revoke the agent's lease: %v", err)
+	rev := waitKey(t, cli, key, true)
+	old := leaseOf(t, cli, key)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*ttl)
+	defer cancel()
+	wch := cli.Watch(ctx, key, clientv3.WithRev(rev+1))
+	for _, p := range links {
+		p.Sever()
 	}
-	waitKey(t, cli, key, false)
-	waitKey(t, cli, key, true)
-	if now := leaseOf(t, cli, key); now == lease || now == 0 {
-		t.Fatalf("status key back under lease %x, was %x", now, lease)
+	cut := time.Now()
+	killed := c.KillLeader(t)
+	leader := c.Leader(t)
+	t.Logf("agent cut off from etcd; leader m%d killed %v later, m%d leads", killed, time.Since(cut).Round(time.Millisecond), leader)
+	// A change the agent misses while cut off: the status key it puts
+	// when it is back must report it. The put is retried while the
+	// cluster settles after the election (putting the same value again is
+	// harmless: the revision that counts is the last one).
+	pool := mustJSON(routing.Pool{Host: "eu-a.example.net:443", Region: "eu-a", Residency: "eu", Status: "active"})
+	var missed int64
+	for missed == 0 {
+		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+		put, err := cli.Put(pctx, "/lease/routing/pools/eu-a", pool)
+		pcancel()
+		switch {
+		case err == nil:
+			missed = put.Header.Revision
+		case ctx.Err() != nil:
+			t.Fatalf("put a change while the agent is cut off: %v", err)
+		default:
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	var gone time.Duration
+	for wr := range wch {
+		if err := wr.Err(); err != nil {
+			t.Fatalf("watch %s: %v", key, err)
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				gone = time.Since(cut)
+			}
+		}
+		if gone > 0 {
+			break
+		}
+	}
+	if gone == 0 {
+		t.Fatalf("the status key of an agent cut off from etcd still exists %v later (lease TTL %v)", 3*ttl, ttl)
+	}
+	if lr, err := cli.TimeToLive(context.Background(), clientv3.LeaseID(old)); err != nil || lr.TTL != -1 {
+		t.Fatalf("status key gone, but its lease %x is not: TimeToLive %+v, %v", old, lr, err)
+	}
+	t.Logf("status key gone %v after the cut, its lease expired (TTL %v)", gone.Round(time.Millisecond), ttl)
+
+	c.Restart(killed, 30*time.Second)
+	for _, p := range links {
+		if err := p.Restore(); err != nil {
+			t.Fatalf("restore the agent's connections: %v", err)
+		}
+	}
+	restored := time.Now()
+	// The agent's reconnection waits out gRPC's backoff after a long cut
+	// (up to ~10s by now), then its first put may precede the catching
+	// up: wait for a status that reports the missed change.
+	st, lease := waitStatus(t, cli, key, 60*time.Second, func(st routing.AgentStatus, lease int64) bool {
+		return lease != 0 && lease != old && st.Connected && st.Revision >= missed
+	})
+	t.Logf("status key back %v after the connection: lease %x (was %x), revision %d (missed change %d)",
+		time.Since(restored).Round(time.Millisecond), lease, old, st.Revision, missed)
+	lr, err := cli.TimeToLive(context.Background(), clientv3.LeaseID(lease))
+	if err != nil || lr.TTL <= 0 || lr.GrantedTTL != int64(ttl/time.Second) {
+		t.Fatalf("status key's new lease %x: TimeToLive %+v, %v; want alive, granted %v", lease, lr, err, ttl)
+	}
+}
+
+// waitStatus waits (up to timeout) until key holds an agent status for
+// which ok holds, and returns it and the key's lease.
+func waitStatus(t *testing.T, cli *clientv3.Client, key string, timeout time.Duration,
+	ok func(st routing.AgentStatus, lease int64) bool) (routing.AgentStatus, int64) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := "no key"
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		resp, err := cli.Get(ctx, key)
+		cancel()
+		switch {
+		case err != nil:
+			last = err.Error()
+		case len(resp.Kvs) > 0:
+			var st routing.AgentStatus
+			kv := resp.Kvs[0]
+			if err := json.Unmarshal(kv.Value, &st); err != nil {
+				t.Fatalf("%s: %v: %q", key, err, kv.Value)
+			}
+			if ok(st, kv.Lease) {
+				return st, kv.Lease
+			}
+			last = fmt.Sprintf("%s under lease %x", kv.Value, kv.Lease)
+		default:
+			last = "no key"
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the status wanted not reached after %v; last seen: %s", key, timeout, last)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
