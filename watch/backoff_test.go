@@ -59,25 +59,7 @@ func TestHealthyWatchResetsTheBackoff(t *testing.T) {
 	go func() { defer close(done); m.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 
-	listFailed := func() float64 {
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if mf.GetName() != "regiond_watch_resyncs_total" {
-				continue
-			}
-			for _, mt := range mf.GetMetric() {
-				for _, l := range mt.GetLabel() {
-					if l.GetName() == "reason" && l.GetValue() == watch.ReasonListFailed {
-						return mt.GetCounter().GetValue()
-					}
-				}
-			}
-		}
-		return 0
-	}
+	listFailed := func() float64 { return resyncsBy(t, reg, watch.ReasonListFailed) }
 	waitFor := func(what string, within time.Duration, cond func() bool) time.Duration {
 		t.Helper()
 		began := time.Now()
