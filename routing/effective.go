@@ -1,6 +1,10 @@
 package routing
 
-import "github.com/cespare/xxhash/v2"
+import (
+	"bytes"
+
+	"github.com/cespare/xxhash/v2"
+)
 
 // Effective is the precomputed answer for one country: the winning route,
 // its eligible candidates (status, health and residency already filtered),
@@ -19,8 +23,6 @@ type Effective struct {
 	// routeDeps and poolDeps are the routes and pools the entry was computed
 	// from: when none changed, the next table reuses the entry as it is.
 	routeDeps, poolDeps []string
-	// sum is the entry's digest (see digest), set when it is encoded.
-	sum uint64
 	// mask holds the bits of routeDeps and poolDeps (see depMask).
 	mask depMask
 }
@@ -36,18 +38,28 @@ type Candidate struct {
 	pad *poolPad
 }
 
-// computeChecksum digests the effective entries. Each entry's digest is
-// computed once when the entry is built (kept in sums); VerifyChecksum
-// recomputes them from the entries' contents (fresh).
-func (t *Table) computeChecksum(fresh bool) uint64 {
+// computeChecksum digests the effective entries, each from its contents.
+func (t *Table) computeChecksum() uint64 {
 	var h uint64 = 1469598103934665603
-	for id, s := range t.sums {
-		if fresh || s == 0 {
-			s = t.eff[id].digest()
-		}
-		h = (h ^ s ^ uint64(id)) * 1099511628211
+	for id, e := range t.eff {
+		h = (h ^ e.digest() ^ uint64(id)) * 1099511628211
 	}
 	return h
+}
+
+// verifyEncodings reports whether each effective entry's JSON, encoded
+// when it was built, is still what the entry encodes as.
+func (t *Table) verifyEncodings() bool {
+	var buf []byte
+	for _, e := range t.eff {
+		if e.js == nil {
+			continue // never encoded: rendered from its contents
+		}
+		if buf = appendEffectiveJSON(buf[:0], e); !bytes.Equal(buf, e.js) {
+			return false
+		}
+	}
+	return true
 }
 
 // digest hashes what an entry answers.

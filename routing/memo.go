@@ -106,7 +106,7 @@ func (t *Table) build(now time.Time, prev *Table, d *diff) {
 	t.buildPads(prev, d)
 	t.buildEligible(now, prev, d)
 	arrays := new(effArrays)
-	t.arrays, t.eff, t.masks, t.sums = arrays, arrays.eff[:], arrays.masks[:], arrays.sums[:]
+	t.arrays, t.eff, t.masks = arrays, arrays.eff[:], arrays.masks[:]
 	var changed depMask
 	if !full {
 		if prev.arrays != nil {
@@ -114,7 +114,6 @@ func (t *Table) build(now time.Time, prev *Table, d *diff) {
 		} else {
 			copy(t.eff, prev.eff)
 			copy(t.masks, prev.masks)
-			copy(t.sums, prev.sums)
 		}
 		for _, name := range d.routes.names {
 			changed.add(name)
@@ -131,7 +130,6 @@ func (t *Table) build(now time.Time, prev *Table, d *diff) {
 		if id < numCountries {
 			t.masks[id].add(countries[id])
 		}
-		t.sums[id] = e.sum
 	}
 	t.buildValidUntil(now, prev, d, full)
 	t.enc = newEncoded(prev)
@@ -251,7 +249,6 @@ func (t *Table) buildValidUntil(now time.Time, prev *Table, d *diff, full bool) 
 // a change touches reads one small contiguous array.
 type effArrays struct {
 	masks [numCountries + 1]depMask
-	sums  [numCountries + 1]uint64
 	eff   [numCountries + 1]*Effective
 }
 
@@ -364,11 +361,10 @@ func (t *Table) reuseEffective(prev *Table, ids []int) {
 			if p := prev.eff[id]; slices.Equal(p.routeDeps, e.routeDeps) && slices.Equal(p.poolDeps, e.poolDeps) {
 				r = p
 			} else {
-				e.js, e.sum = p.js, p.sum
+				e.js = p.js
 			}
 		} else {
 			e.js = appendEffectiveJSON(nil, e)
-			e.sum = e.digest()
 		}
 		if len(ids) > 1 {
 			if swap == nil {

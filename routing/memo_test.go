@@ -11,7 +11,7 @@ import (
 // ignores them. Every other field is part of the answer.
 var memoOnly = map[string]bool{
 	"Effective.js": true, "Effective.routeDeps": true, "Effective.poolDeps": true,
-	"Effective.sum": true, "Effective.mask": true, "Candidate.pad": true,
+	"Effective.mask": true, "Candidate.pad": true,
 }
 
 // TestEqualEffectiveSeesEveryField: changing any answer field of an entry,
@@ -70,4 +70,30 @@ func perturb(v reflect.Value) bool {
 		return false
 	}
 	return true
+}
+
+// TestChecksumSeesEntries: Checksum, computed from the entries when
+// called, differs between tables that answer differently and agrees with
+// a rebuild from scratch; VerifyChecksum fails once an entry is changed
+// after it was built (its JSON, made then, no longer matches it).
+func TestChecksumSeesEntries(t *testing.T) {
+	a := Compile(10, smallStore.kvs(nil), nil, CompileOptions{Now: t0})
+	b := Compile(11, smallStore.with("pools/ams", `{"host":"edge-ams-1.example.net","residency":"eu","status":"draining"}`).kvs(nil), a, CompileOptions{Now: t0})
+	if again := Compile(12, smallStore.kvs(nil), nil, CompileOptions{Now: t0}); again.Checksum() != a.Checksum() {
+		t.Errorf("the same store compiled twice: checksums %x and %x", a.Checksum(), again.Checksum())
+	}
+	if a.Checksum() == b.Checksum() {
+		t.Errorf("ams draining: checksum %x unchanged", a.Checksum())
+	}
+	if !a.VerifyChecksum() || !b.VerifyChecksum() {
+		t.Fatal("VerifyChecksum fails on tables as built")
+	}
+	sum := b.Checksum()
+	b.Effective("PL").Route = "changed after build"
+	if b.VerifyChecksum() {
+		t.Error("an entry changed after it was built: VerifyChecksum still true")
+	}
+	if b.Checksum() == sum {
+		t.Error("an entry changed after it was built: Checksum unchanged")
+	}
 }

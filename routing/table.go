@@ -121,11 +121,10 @@ type memo struct {
 	// when a pool id's last health key went (pool key or not).
 	instances map[string]int
 	lost      map[string]time.Time
-	// masks and sums hold, side by side, each entry's dependency mask
-	// (with the country's own route name added) and digest.
+	// masks holds each entry's dependency mask (with the country's own
+	// route name added), by country id.
 	masks []depMask
-	sums  []uint64
-	// arrays, when set, is where eff, masks and sums live (see effArrays).
+	// arrays, when set, is where eff and masks live (see effArrays).
 	arrays *effArrays
 	// eligibleAt tells, per pool, whether it was up and healthy at build
 	// time (status aside).
@@ -185,16 +184,16 @@ func (t *Table) Overrides() map[string]*Override { return t.overrides }
 // table must be rebuilt with At; zero when no such instant exists.
 func (t *Table) ValidUntil() time.Time { return t.validUntil }
 
-// Checksum returns a digest of the table's effective entries, from the
-// digests each entry got when it was built (tests compare tables by it;
-// nothing on the agent's path computes it). VerifyChecksum recomputes it
-// from the entries' contents; the two differ only if an entry was changed
-// after it was built.
-func (t *Table) Checksum() uint64 { return t.computeChecksum(false) }
+// Checksum returns a digest of what the table's effective entries answer,
+// computed from the entries on each call: tests compare tables by it, and
+// nothing on the agent's path calls it (building a table digests
+// nothing).
+func (t *Table) Checksum() uint64 { return t.computeChecksum() }
 
-// VerifyChecksum recomputes the digest of the effective entries from their
-// contents and reports whether it still equals Checksum.
-func (t *Table) VerifyChecksum() bool { return t.computeChecksum(true) == t.Checksum() }
+// VerifyChecksum reports whether every effective entry still encodes as it
+// did when it was built (the JSON made then, which the table renders):
+// false only if an entry was changed after it was built.
+func (t *Table) VerifyChecksum() bool { return t.verifyEncodings() }
 
 // Healthy reports whether the pool passes its health check at now.
 func (t *Table) Healthy(id string, now time.Time) bool {
