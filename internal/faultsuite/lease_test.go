@@ -52,20 +52,7 @@ func TestHeartbeatKeyGoesAcrossLeaderKill(t *testing.T) {
 	died := time.Now()
 	killed := c.KillLeader(t)
 	t.Logf("heartbeat killed; leader m%d killed %v later", killed, time.Since(died).Round(time.Millisecond))
-	var gone time.Duration
-	for wr := range wch {
-		if err := wr.Err(); err != nil {
-			t.Fatalf("watch %s: %v", key, err)
-		}
-		for _, ev := range wr.Events {
-			if ev.Type == clientv3.EventTypeDelete {
-				gone = time.Since(died)
-			}
-		}
-		if gone > 0 {
-			break
-		}
-	}
+	gone := untilDeleted(t, wch, key, died)
 	c.Restart(killed, 30*time.Second)
 	if gone == 0 {
 		t.Fatalf("the health key of a dead origin still exists 30s later\nregionctl output:\n%s", out.String())
@@ -149,20 +136,7 @@ func TestAgentStatusKeyComesBack(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	var gone time.Duration
-	for wr := range wch {
-		if err := wr.Err(); err != nil {
-			t.Fatalf("watch %s: %v", key, err)
-		}
-		for _, ev := range wr.Events {
-			if ev.Type == clientv3.EventTypeDelete {
-				gone = time.Since(cut)
-			}
-		}
-		if gone > 0 {
-			break
-		}
-	}
+	gone := untilDeleted(t, wch, key, cut)
 	if gone == 0 {
 		t.Fatalf("the status key of an agent cut off from etcd still exists %v later (lease TTL %v)", 3*ttl, ttl)
 	}
@@ -252,4 +226,22 @@ func leaseOf(t *testing.T, cli *clientv3.Client, key string) int64 {
 		t.Fatalf("get %s: %v", key, err)
 	}
 	return resp.Kvs[0].Lease
+}
+
+// untilDeleted reads wch (a watch on key) until key is deleted and returns
+// how long after since that was, or 0 if the watch ends first (its
+// context's deadline).
+func untilDeleted(t *testing.T, wch clientv3.WatchChan, key string, since time.Time) time.Duration {
+	t.Helper()
+	for wr := range wch {
+		if err := wr.Err(); err != nil {
+			t.Fatalf("watch %s: %v", key, err)
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				return time.Since(since)
+			}
+		}
+	}
+	return 0
 }
