@@ -3,8 +3,9 @@ package routing
 import (
 	"encoding/json"
 	"reflect"
-	"strconv"
 	"testing"
+
+	"github.com/regiond/regiond/internal/testfill"
 )
 
 // TestAppendPoolJSONMatchesMarshal: the table's pool encoder writes what
@@ -35,7 +36,7 @@ func TestAppendPoolJSONMatchesMarshal(t *testing.T) {
 // appendPoolJSON fails here instead of vanishing from the table JSON.
 func TestAppendPoolJSONEncodesEveryField(t *testing.T) {
 	var full Pool
-	fillNonZero(t, reflect.ValueOf(&full).Elem(), "Pool")
+	testfill.NonZero(t, reflect.ValueOf(&full).Elem(), "Pool", skipExtra)
 	pools := map[string]Pool{"every field set": full}
 	typ := reflect.TypeOf(full)
 	for i := range typ.NumField() {
@@ -80,54 +81,5 @@ func checkPoolJSON(t *testing.T, name string, p Pool) {
 	}
 }
 
-// fillNonZero sets v, and every exported field of a struct in it (Extra
-// fields aside), to a non-zero value made from path: strings name their
-// path, numbers are non-zero, bools true, slices and maps hold two filled
-// elements. A kind it does not know fails the test, so that a field of a
-// new kind is filled rather than skipped.
-func fillNonZero(t *testing.T, v reflect.Value, path string) {
-	t.Helper()
-	n := 1 // a number of its own for each path
-	for i := 0; i < len(path); i++ {
-		n = (n*31 + int(path[i])) % 1000
-	}
-	n++
-	switch v.Kind() {
-	case reflect.String:
-		v.SetString("v-" + path)
-	case reflect.Bool:
-		v.SetBool(true)
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		v.SetInt(int64(n))
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		v.SetUint(uint64(n))
-	case reflect.Float32, reflect.Float64:
-		v.SetFloat(float64(n) + 0.5)
-	case reflect.Pointer:
-		v.Set(reflect.New(v.Type().Elem()))
-		fillNonZero(t, v.Elem(), path)
-	case reflect.Struct:
-		for i := range v.NumField() {
-			if f := v.Type().Field(i); f.IsExported() && f.Type != reflect.TypeOf(Extra{}) {
-				fillNonZero(t, v.Field(i), path+"."+f.Name)
-			}
-		}
-	case reflect.Slice:
-		s := reflect.MakeSlice(v.Type(), 2, 2)
-		for i := range 2 {
-			fillNonZero(t, s.Index(i), path+"["+strconv.Itoa(i)+"]")
-		}
-		v.Set(s)
-	case reflect.Map:
-		m := reflect.MakeMap(v.Type())
-		for _, k := range []string{"b", "a"} {
-			key, val := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
-			fillNonZero(t, key, path+"."+k)
-			fillNonZero(t, val, path+"["+k+"]")
-			m.SetMapIndex(key, val)
-		}
-		v.Set(m)
-	default:
-		t.Fatalf("%s: fillNonZero cannot fill a %s; teach it", path, v.Type())
-	}
-}
+// skipExtra leaves a struct's Extra (unknown members) out of testfill.NonZero.
+func skipExtra(f reflect.StructField) bool { return f.Type == reflect.TypeOf(Extra{}) }
