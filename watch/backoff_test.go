@@ -2,7 +2,6 @@ package watch_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -12,8 +11,6 @@ import (
 	grpcbackoff "google.golang.org/grpc/backoff"
 
 	"github.com/regiond/regiond/internal/backoff"
-	"github.com/regiond/regiond/internal/devetcd"
-	"github.com/regiond/regiond/internal/tcpproxy"
 	"github.com/regiond/regiond/watch"
 )
 
@@ -24,14 +21,7 @@ import (
 // again for a moment: it must be connected again within seconds of the
 // restore, not after the 30 s the earlier failures had grown the backoff to.
 func TestHealthyWatchResetsTheBackoff(t *testing.T) {
-	srv := devetcd.NewTest(t)
-	direct := devetcd.NewTestClient(t, srv)
-	loadExample(t, direct)
-	proxy, err := tcpproxy.New(strings.TrimPrefix(srv.Endpoints[0], "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	_, proxy := exampleBehindProxy(t)
 	// gRPC reconnects every 50 ms, so only the mirror's own backoff delays
 	// the attempts.
 	quick := grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 200 * time.Millisecond,

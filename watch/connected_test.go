@@ -26,14 +26,7 @@ import (
 // creations, until the endpoint is back and a watch is created; a change
 // then reaches it.
 func TestNotConnectedBeforeTheWatchIsCreated(t *testing.T) {
-	srv := devetcd.NewTest(t)
-	direct := devetcd.NewTestClient(t, srv)
-	loadExample(t, direct)
-	proxy, err := tcpproxy.New(strings.TrimPrefix(srv.Endpoints[0], "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
+	direct, proxy := exampleBehindProxy(t)
 	var once sync.Once
 	cut := make(chan struct{})
 	severOnWatch := grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn,
@@ -99,4 +92,21 @@ func TestMetricsLint(t *testing.T) {
 			t.Errorf("%s has %d label values (%v), want %d", name, n, err, labels)
 		}
 	}
+}
+
+// exampleBehindProxy starts an embedded etcd holding the example fleet and
+// a TCP proxy in front of it (closed when the test ends); it returns a
+// client that reaches etcd directly, and the proxy the mirror's client is
+// to dial (and the test to sever).
+func exampleBehindProxy(t *testing.T) (*clientv3.Client, *tcpproxy.Proxy) {
+	t.Helper()
+	srv := devetcd.NewTest(t)
+	direct := devetcd.NewTestClient(t, srv)
+	loadExample(t, direct)
+	proxy, err := tcpproxy.New(strings.TrimPrefix(srv.Endpoints[0], "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	return direct, proxy
 }
