@@ -30,9 +30,13 @@ export function decideFromIndexFile(path, country, key, opts) {
 
 /**
  * Why a file with stats st is not the agent's (uid owner), or '': it must
- * be owned by owner and writable by no one else.
+ * be owned by owner and writable by no one else. An owner that is not a
+ * uid (a user name: Node cannot look one up) throws a TableError.
  */
 export function untrusted(st, owner) {
+  if (!Number.isInteger(owner) || owner < 0) {
+    throw new TableError(`regiond: owner must be the agent's uid, a non-negative integer (id -u regiond), got ${JSON.stringify(owner)}`);
+  }
   if (st.uid !== owner) return `is owned by uid ${st.uid}, not the agent's uid ${owner}`;
   if ((st.mode & 0o022) !== 0) return `is writable by group or others (mode ${(st.mode & 0o7777).toString(8).padStart(4, '0')})`;
   return '';

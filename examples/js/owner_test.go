@@ -14,7 +14,8 @@ import (
 // TestOwnerRefusesAFileTheAgentDidNotWrite: with opts.owner (the agent's
 // uid), both Node index paths refuse an index owned by another uid or
 // writable by group or others, naming the file and what is wrong, and
-// decide from the agent's own file.
+// decide from the agent's own file; an owner given by name (not a uid) is
+// refused saying so.
 func TestOwnerRefusesAFileTheAgentDidNotWrite(t *testing.T) {
 	node(t)
 	now := time.Now()
@@ -40,6 +41,15 @@ func TestOwnerRefusesAFileTheAgentDidNotWrite(t *testing.T) {
 	for i, o := range run(other) {
 		if o.OK || !strings.Contains(o.Message, idx) || !strings.Contains(o.Message, "is owned by uid "+strconv.Itoa(me)+", not the agent's uid "+strconv.Itoa(other)) {
 			t.Errorf("path %d: a file of another uid: %+v, want refused naming the file and owner", i, o)
+		}
+	}
+	var named []outcome
+	if err := json.Unmarshal(runNode(t, nil, "owner", idx, "regiond"), &named); err != nil || len(named) != 2 {
+		t.Fatalf("driver owner by name: %v %v", named, err)
+	}
+	for i, o := range named {
+		if o.OK || !strings.Contains(o.Message, `owner must be the agent's uid`) || !strings.Contains(o.Message, `"regiond"`) {
+			t.Errorf("path %d: an owner given by name: %+v, want refused saying a uid is needed", i, o)
 		}
 	}
 	if err := os.Chmod(idx, 0o646); err != nil {

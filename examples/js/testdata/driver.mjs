@@ -208,7 +208,7 @@ switch (mode) {
     break;
   case 'owner': { // FILE UID: PL without a key through both index paths, with opts.owner = UID
     const [file, uid] = args;
-    const opts = { owner: Number(uid) };
+    const opts = { owner: /^[0-9]+$/.test(uid) ? Number(uid) : uid };
     process.stdout.write(JSON.stringify([
       outcome(() => decideFromIndexFile(file, 'PL', '', opts)),
       await outcomeAsync(() => decideFromIndexFileAsync(file, 'PL', '', opts)),
