@@ -71,7 +71,6 @@ func Compile(revision int64, kvs []KV, prev *Table, opts CompileOptions) *Table 
 		builtAt:   opts.Now,
 		compiled:  len(opts.Down) == 0,
 		policy:    DefaultResidency(),
-		pools:     map[string]*PoolState{},
 	}, memo: memo{instances: map[string]int{}}}
 	good := make(map[string]goodValue, len(kvs))
 	var prevGood *goodValues
@@ -97,11 +96,12 @@ func Compile(revision int64, kvs []KV, prev *Table, opts CompileOptions) *Table 
 	}
 	t.good = newGoodValues(good)
 	t.trackLost(prev, opts.Now)
+	pools := make(map[string]*PoolState)
 	for key, g := range good {
 		k, _ := ParseKey(key)
 		switch k.Kind {
 		case KindPool:
-			t.pools[k.ID] = t.newPoolState(k.ID, g.val.(*Pool))
+			pools[k.ID] = t.newPoolState(k.ID, g.val.(*Pool))
 		case KindPolicy:
 			t.policy = *g.val.(*Residency)
 		case KindEpoch:
@@ -109,12 +109,13 @@ func Compile(revision int64, kvs []KV, prev *Table, opts CompileOptions) *Table 
 		}
 	}
 	for _, id := range opts.Down {
-		if p, ok := t.pools[id]; ok {
+		if p, ok := pools[id]; ok {
 			cp := *p
 			cp.down = true
-			t.pools[id] = &cp
+			pools[id] = &cp
 		}
 	}
+	t.pools = newLayered(pools)
 	t.assembleRoutes()
 	t.collectSkipped()
 	t.build(opts.Now, prev, nil)

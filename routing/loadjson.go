@@ -59,7 +59,6 @@ func (in *tableJSON) table(builtAt time.Time) (*Table, error) {
 		grace:     DefaultHealthGrace,
 		builtAt:   builtAt,
 		policy:    in.Policy.Residency,
-		pools:     map[string]*PoolState{},
 		routes:    map[string]*Route{},
 		overrides: map[string]*Override{},
 		applied:   map[string][]string{},
@@ -77,7 +76,7 @@ func (in *tableJSON) table(builtAt time.Time) (*Table, error) {
 			return nil, fmt.Errorf("%w", errs.prefixed(PoolKey(id)))
 		}
 		healthy := p.Healthy
-		t.pools[id] = &PoolState{Pool: p.Pool, fixedHealthy: &healthy}
+		t.pools.set(id, &PoolState{Pool: p.Pool, fixedHealthy: &healthy})
 	}
 	for _, name := range sortedKeys(in.Routes) {
 		r := in.Routes[name]

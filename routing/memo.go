@@ -82,14 +82,14 @@ func (t *Table) diffFrom(prev *Table) diff {
 			d.routes.add(name)
 		}
 	}
-	for id, p := range t.pools {
-		if pp, ok := prev.pools[id]; !ok || p.src == nil || p.src != pp.src || p.down != pp.down || p.Instances != pp.Instances ||
+	for id, p := range t.pools.all() {
+		if pp, ok := prev.pools.get(id); !ok || p.src == nil || p.src != pp.src || p.down != pp.down || p.Instances != pp.Instances ||
 			p.Instances == 0 && !p.since.Equal(pp.since) {
 			d.pools.add(id)
 		}
 	}
-	for id := range prev.pools {
-		if _, ok := t.pools[id]; !ok {
+	for id := range prev.pools.all() {
+		if !t.pools.has(id) {
 			d.pools.add(id)
 		}
 	}
@@ -227,18 +227,41 @@ func (t *Table) buildEntries(now time.Time, prev *Table, d *diff, full bool, cha
 }
 
 // buildValidUntil finds the first instant at which a pool's health
-// changes by the clock alone, prev's when no pool changed.
+// changes by the clock alone: the first end of a grace window after now.
+// It starts from prev's pools in grace and the pools d names, unless full
+// or the clock or the grace window differ: then from every pool.
 func (t *Table) buildValidUntil(now time.Time, prev *Table, d *diff, full bool) {
-	if !full && len(d.pools.names) == 0 && sameMap(t.eligibleAt, prev.eligibleAt) {
-		t.validUntil = prev.validUntil // no pool changed, no grace window ended
+	if !full && len(d.pools.names) == 0 && t.eligibleAt.same(&prev.eligibleAt) {
+		t.validUntil, t.inGrace = prev.validUntil, prev.inGrace // no pool changed, no grace window ended
 		return
 	}
-	t.validUntil = time.Time{}
-	for _, p := range t.pools {
+	t.validUntil, t.inGrace = time.Time{}, nil
+	add := func(id string, p *PoolState) {
 		if p.HealthCheck && p.Instances == 0 && p.fixedHealthy == nil {
-			if end := p.since.Add(t.grace); end.After(now) && (t.validUntil.IsZero() || end.Before(t.validUntil)) {
-				t.validUntil = end
+			if end := p.since.Add(t.grace); end.After(now) {
+				t.inGrace = append(t.inGrace, id)
+				if t.validUntil.IsZero() || end.Before(t.validUntil) {
+					t.validUntil = end
+				}
 			}
+		}
+	}
+	if full || prev == nil || prev.grace != t.grace || now.Before(prev.builtAt) {
+		for id, p := range t.pools.all() {
+			add(id, p)
+		}
+		return
+	}
+	// A pool d does not name is as it was in prev: in grace now only if
+	// it was then.
+	for _, id := range prev.inGrace {
+		if p, ok := t.pools.get(id); ok && !d.pools.has(id) {
+			add(id, p)
+		}
+	}
+	for _, id := range d.pools.names {
+		if p, ok := t.pools.get(id); ok {
+			add(id, p)
 		}
 	}
 }
@@ -273,58 +296,65 @@ func (m depMask) meets(o depMask) bool { return m[0]&o[0] != 0 || m[1]&o[1] != 0
 // buildPads fills the padded pool ids, from prev's for the pools d does
 // not name.
 func (t *Table) buildPads(prev *Table, d *diff) {
-	if prev == nil || prev.pads == nil {
-		t.pads = make(map[string]*poolPad, len(t.pools))
-		for id := range t.pools {
-			t.pads[id] = newPoolPad(id)
+	if prev == nil || prev.pads.len() != prev.pools.len() { // prev was never built
+		pads := make(map[string]*poolPad, t.pools.len())
+		for id := range t.pools.all() {
+			pads[id] = newPoolPad(id)
 		}
+		t.pads = newLayered(pads)
 		return
 	}
-	t.pads = prev.pads
+	t.pads = prev.pads.fork()
 	for _, id := range d.pools.names {
-		_, has := t.pools[id]
-		if _, had := t.pads[id]; has == had {
-			continue
-		}
-		if sameMap(t.pads, prev.pads) {
-			t.pads = maps.Clone(prev.pads)
-		}
-		if has {
-			t.pads[id] = newPoolPad(id)
-		} else {
-			delete(t.pads, id)
+		if has, had := t.pools.has(id), t.pads.has(id); has && !had {
+			t.pads.set(id, newPoolPad(id))
+		} else if had && !has {
+			t.pads.del(id)
 		}
 	}
+}
+
+// padOf returns pool id's padded id.
+func (t *Table) padOf(id string) *poolPad {
+	p, _ := t.pads.get(id)
+	return p
 }
 
 // buildEligible tells, per pool, whether it is up and healthy at now, and
 // adds the pools whose answer differs from prev's to d.
 func (t *Table) buildEligible(now time.Time, prev *Table, d *diff) {
 	eligible := func(p *PoolState) bool { return !p.down && t.healthy(p, now) }
-	clockMoved := prev == nil || prev.eligibleAt == nil || t.grace != prev.grace || now.Before(prev.builtAt) ||
+	clockMoved := prev == nil || prev.eligibleAt.len() != prev.pools.len() || t.grace != prev.grace || now.Before(prev.builtAt) ||
 		(!prev.validUntil.IsZero() && !now.Before(prev.validUntil))
 	if !clockMoved {
 		// No grace window ended: only the changed pools can differ.
-		t.eligibleAt = prev.eligibleAt
-		if len(d.pools.names) > 0 {
-			t.eligibleAt = maps.Clone(prev.eligibleAt)
-			for _, id := range d.pools.names {
-				if p, ok := t.pools[id]; ok {
-					t.eligibleAt[id] = eligible(p)
-				} else {
-					delete(t.eligibleAt, id)
+		t.eligibleAt = prev.eligibleAt.fork()
+		for _, id := range d.pools.names {
+			if p, ok := t.pools.get(id); ok {
+				if e := eligible(p); !t.eligibleAt.has(id) || t.eligibleOf(id) != e {
+					t.eligibleAt.set(id, e)
 				}
+			} else {
+				t.eligibleAt.del(id)
 			}
 		}
 		return
 	}
-	t.eligibleAt = make(map[string]bool, len(t.pools))
-	for id, p := range t.pools {
-		t.eligibleAt[id] = eligible(p)
-		if prev != nil && prev.eligibleAt[id] != t.eligibleAt[id] {
+	m := make(map[string]bool, t.pools.len())
+	for id, p := range t.pools.all() {
+		m[id] = eligible(p)
+		if prev != nil && prev.eligibleOf(id) != m[id] {
 			d.pools.add(id)
 		}
 	}
+	t.eligibleAt = newLayered(m)
+}
+
+// eligibleOf tells whether pool id was up and healthy when the table was
+// built (false for no such pool).
+func (t *Table) eligibleOf(id string) bool {
+	e, _ := t.eligibleAt.get(id)
+	return e
 }
 
 // sameMap reports whether a and b are the very same map.

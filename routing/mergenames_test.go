@@ -7,7 +7,8 @@ import (
 	"testing"
 )
 
-// mergeNames gives the sorted keys of the new map, and from[i] the index
+// mergeNames gives the sorted keys of the new map (from the old keys, those
+// gained and those lost), and from[i] the index
 // in old of each kept key, for random gains and losses (none, some, all).
 func TestMergeNames(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
@@ -28,7 +29,20 @@ func TestMergeNames(t *testing.T) {
 			}
 		}
 		old := sortedKeys(oldSet)
-		names, from := mergeNames(old, oldSet, m)
+		var gained []string
+		lost := map[string]bool{}
+		for k := range m {
+			if _, ok := oldSet[k]; !ok {
+				gained = append(gained, k)
+			}
+		}
+		for k := range oldSet {
+			if _, ok := m[k]; !ok {
+				lost[k] = true
+			}
+		}
+		slices.Sort(gained)
+		names, from := mergeNames(old, gained, lost)
 		if want := sortedKeys(m); !slices.Equal(names, want) {
 			t.Fatalf("round %d: names %v, want %v", round, names, want)
 		}

@@ -84,24 +84,37 @@ func appendPoolJSON(b []byte, p *Pool, healthy bool) []byte {
 
 // encodePools makes the pools section, reusing the previous table's order
 // of ids (merging in the new ones: no sort of them all) and its encoding of
-// every pool made from the same stored value with the same health.
+// every pool made from the same stored value with the same health. When
+// the two tables' pools share a base (see layered), only the pools of
+// their overlays are looked at: a new pool among thousands costs one
+// member, not a look-up of each.
 func (t *Table) encodePools(pe *encoded, prev *Table) {
 	enc := t.enc
 	var names []string
-	var from []int // from[i]: index of names[i] in pe's lists, or -1
+	var from []int      // from[i]: index of names[i] in pe's lists, or -1
+	var suspect nameSet // the pools that may differ from prev's; all when !known
+	known := false
 	if pe == nil || pe.poolNames == nil {
-		names = sortedKeys(t.pools)
+		names = t.pools.keys()
 	} else {
-		names, from = mergeNames(pe.poolNames, prev.pools, t.pools)
+		var gained []string
+		var lost map[string]bool
+		gained, lost, suspect, known = t.poolChanges(prev)
+		names, from = mergeNames(pe.poolNames, gained, lost)
 	}
 	n := len(names)
 	enc.poolNames = names
 	enc.poolMembers, enc.poolSrc, enc.poolUp = make([][]byte, n), make([]*Pool, n), make([]bool, n)
 	var todo []int // the pools to encode: new, changed, or health changed
 	for i, id := range names {
-		p, up := t.pools[id], t.eligibleAt[id]
 		if from != nil {
-			if j := from[i]; j >= 0 && p.src != nil && pe.poolSrc[j] == p.src && pe.poolUp[j] == up {
+			j := from[i]
+			if j >= 0 && known && !suspect.has(id) {
+				enc.poolMembers[i], enc.poolSrc[i], enc.poolUp[i] = pe.poolMembers[j], pe.poolSrc[j], pe.poolUp[j]
+				continue
+			}
+			p, _ := t.pools.get(id)
+			if up := t.eligibleOf(id); j >= 0 && p.src != nil && pe.poolSrc[j] == p.src && pe.poolUp[j] == up {
 				enc.poolMembers[i], enc.poolSrc[i], enc.poolUp[i] = pe.poolMembers[j], p.src, up
 				continue
 			}
@@ -113,13 +126,58 @@ func (t *Table) encodePools(pe *encoded, prev *Table) {
 	inParallel(len(todo), func(lo, hi int) {
 		for _, i := range todo[lo:hi] {
 			id := names[i]
-			p, up := t.pools[id], t.eligibleAt[id]
+			p, _ := t.pools.get(id)
+			up := t.eligibleOf(id)
 			m := append(make([]byte, 0, poolJSONSize(id, &p.Pool)), ',')
 			m = appendJSONString(m, id)
 			m = append(m, ':')
 			enc.poolMembers[i], enc.poolSrc[i], enc.poolUp[i] = appendPoolJSON(m, &p.Pool, up), p.src, up
 		}
 	})
+}
+
+// poolChanges returns the pools t has and prev has not (sorted), those
+// prev has and t has not, and, when known, every pool whose state or
+// health may differ between the two (suspect): the pools of the overlays
+// of both tables' pools and health, when each pair shares a base. Else
+// known is false, and every pool must be compared.
+func (t *Table) poolChanges(prev *Table) (gained []string, lost map[string]bool, suspect nameSet, known bool) {
+	pk, pok := t.pools.changedSince(&prev.pools)
+	ek, eok := t.eligibleAt.changedSince(&prev.eligibleAt)
+	if pok && eok {
+		for _, ids := range [][]string{pk, ek} {
+			for _, id := range ids {
+				suspect.add(id)
+			}
+		}
+		for _, id := range pk {
+			if has, had := t.pools.has(id), prev.pools.has(id); has && !had {
+				gained = append(gained, id)
+			} else if had && !has {
+				if lost == nil {
+					lost = map[string]bool{}
+				}
+				lost[id] = true
+			}
+		}
+		slices.Sort(gained)
+		return gained, lost, suspect, true
+	}
+	for id := range t.pools.all() {
+		if !prev.pools.has(id) {
+			gained = append(gained, id)
+		}
+	}
+	for id := range prev.pools.all() {
+		if !t.pools.has(id) {
+			if lost == nil {
+				lost = map[string]bool{}
+			}
+			lost[id] = true
+		}
+	}
+	slices.Sort(gained)
+	return gained, lost, suspect, false
 }
 
 // poolsOpen opens the pools section.
@@ -169,40 +227,23 @@ func samePools(a, b *encoded) bool {
 	return true
 }
 
-// mergeNames returns the keys of m in order, given old, the sorted keys
-// of oldSet (an earlier version of m): old without the keys m lost,
-// merged with the keys m gained (only those are sorted). from[i] is the
-// index in old of names[i], or -1 for a gained key. When m has exactly
-// old's keys, names is old itself.
-func mergeNames[V any](old []string, oldSet, m map[string]V) (names []string, from []int) {
-	in := make([]bool, len(old)) // in[i]: m still has old[i]
-	kept := 0
-	for i, k := range old {
-		if _, ok := m[k]; ok {
-			in[i] = true
-			kept++
-		}
-	}
-	var gained []string
-	if kept < len(m) {
-		for k := range m {
-			if _, ok := oldSet[k]; !ok {
-				gained = append(gained, k)
-			}
-		}
-		slices.Sort(gained)
-	}
-	from = make([]int, 0, len(m))
-	if kept == len(old) && len(gained) == 0 {
+// mergeNames returns the names of old (sorted) but those in lost,
+// merged with gained (sorted, none of them in old): the sorted names of a
+// later version of old's set. from[i] is the index in old of names[i], or
+// -1 for a gained name. When nothing was gained or lost, names is old
+// itself.
+func mergeNames(old, gained []string, lost map[string]bool) (names []string, from []int) {
+	from = make([]int, 0, len(old)+len(gained))
+	if len(lost) == 0 && len(gained) == 0 {
 		for i := range old {
 			from = append(from, i)
 		}
 		return old, from
 	}
-	names = make([]string, 0, len(m))
+	names = make([]string, 0, len(old)+len(gained))
 	i, g := 0, 0
 	for i < len(old) || g < len(gained) {
-		if i < len(old) && !in[i] {
+		if i < len(old) && lost[old[i]] {
 			i++
 			continue
 		}

@@ -101,7 +101,7 @@ func (rd *reader) pool(id string) (*PoolState, bool) {
 	if !slices.Contains(rd.pools, id) {
 		rd.pools = append(rd.pools, id)
 	}
-	p, ok := rd.t.pools[id]
+	p, ok := rd.t.pools.get(id)
 	return p, ok
 }
 
@@ -194,7 +194,7 @@ func (rd *reader) walk(own, class string, tr tracer) *Effective {
 			switch why {
 			case "":
 				p, _ := rd.pool(tg.Pool)
-				e.Candidates = append(e.Candidates, Candidate{Pool: tg.Pool, Host: p.Host, Weight: tg.Weight, pad: rd.t.pads[tg.Pool]})
+				e.Candidates = append(e.Candidates, Candidate{Pool: tg.Pool, Host: p.Host, Weight: tg.Weight, pad: rd.t.padOf(tg.Pool)})
 			case ReasonWeightZero: // listed, never a candidate, not a degradation
 			default:
 				if tg.Weight > 0 {

@@ -16,7 +16,7 @@ func (t *Table) encodeValues(prev *Table) {
 		pe = prev.enc
 	}
 	enc := t.enc
-	if pe != nil && sameMap(t.pools, prev.pools) && sameMap(t.eligibleAt, prev.eligibleAt) {
+	if pe != nil && t.pools.same(&prev.pools) && t.eligibleAt.same(&prev.eligibleAt) {
 		enc.poolNames, enc.poolMembers, enc.poolSrc, enc.poolUp = pe.poolNames, pe.poolMembers, pe.poolSrc, pe.poolUp
 	} else {
 		t.encodePools(pe, prev)

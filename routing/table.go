@@ -84,7 +84,7 @@ type tableState struct {
 	builtAt   time.Time
 
 	policy    Residency
-	pools     map[string]*PoolState
+	pools     layered[*PoolState]
 	routes    map[string]*Route // with live overrides applied
 	overrides map[string]*Override
 	applied   map[string][]string // route -> override ids applied, in order
@@ -128,9 +128,13 @@ type memo struct {
 	arrays *effArrays
 	// eligibleAt tells, per pool, whether it was up and healthy at build
 	// time (status aside).
-	eligibleAt map[string]bool
+	eligibleAt layered[bool]
 	// pads holds the padded pool ids of the candidates (see poolPad).
-	pads map[string]*poolPad
+	pads layered[*poolPad]
+	// inGrace lists the pools whose health grace window ends after the
+	// table was built (validUntil is the first of those ends), so an
+	// update finds the next one from the pools it changed.
+	inGrace []string
 }
 
 // Revision returns the etcd revision the table is current at.
@@ -161,12 +165,11 @@ func (t *Table) Policy() Residency { return t.policy }
 
 // Pool returns the state of a pool.
 func (t *Table) Pool(id string) (*PoolState, bool) {
-	p, ok := t.pools[id]
-	return p, ok
+	return t.pools.get(id)
 }
 
 // PoolIDs returns the pool ids in order.
-func (t *Table) PoolIDs() []string { return sortedKeys(t.pools) }
+func (t *Table) PoolIDs() []string { return t.pools.keys() }
 
 // Route returns a route with its live overrides applied.
 func (t *Table) Route(name string) (*Route, bool) {
@@ -197,7 +200,7 @@ func (t *Table) VerifyChecksum() bool { return t.verifyEncodings() }
 
 // Healthy reports whether the pool passes its health check at now.
 func (t *Table) Healthy(id string, now time.Time) bool {
-	p, ok := t.pools[id]
+	p, ok := t.pools.get(id)
 	return ok && t.healthy(p, now)
 }
 

@@ -20,7 +20,7 @@ func structJSON(t testing.TB, tb *Table) []byte {
 	if out.Skipped == nil {
 		out.Skipped = []Skipped{}
 	}
-	for id, p := range tb.pools {
+	for id, p := range tb.pools.all() {
 		out.Pools[id] = poolJSON{Pool: p.Pool, Healthy: tb.healthy(p, t0) && !p.down}
 	}
 	for id, e := range tb.eff {

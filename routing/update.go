@@ -19,7 +19,7 @@ func Update(prev *Table, revision int64, events []Event, opts CompileOptions) *T
 	opts = opts.withDefaults(prev)
 	u := &updater{prev: prev, t: prevState(prev, revision, opts),
 		invalid: shareMap(prev.invalid), instances: shareMap(prev.instances), lost: shareMap(prev.lost),
-		pools: shareMap(prev.pools), routes: shareMap(prev.routes)}
+		routes: shareMap(prev.routes)}
 	for _, ev := range events {
 		u.apply(ev)
 	}
@@ -28,7 +28,7 @@ func Update(prev *Table, revision int64, events []Event, opts CompileOptions) *T
 	u.rebuildPools(&d)
 	recollect := u.rebuildRoutes(&d)
 	t := u.t
-	t.invalid, t.instances, t.lost, t.pools = u.invalid.m, u.instances.m, u.lost.m, u.pools.m
+	t.invalid, t.instances, t.lost = u.invalid.m, u.instances.m, u.lost.m
 	if recollect || u.invalid.own {
 		t.collectSkipped()
 	}
@@ -42,7 +42,7 @@ func prevState(prev *Table, revision int64, opts CompileOptions) *Table {
 	t := &Table{}
 	t.revision, t.changed, t.clusterID, t.grace, t.start, t.builtAt = revision, revision, opts.ClusterID, opts.Grace, opts.Start, opts.Now
 	t.compiled, t.epoch, t.policy = true, prev.epoch, prev.policy
-	t.pools, t.routes, t.overrides, t.applied = prev.pools, prev.routes, prev.overrides, prev.applied
+	t.pools, t.routes, t.overrides, t.applied = prev.pools.fork(), prev.routes, prev.overrides, prev.applied
 	t.good, t.invalid, t.instances, t.lost = prev.good.fork(), prev.invalid, prev.instances, prev.lost
 	t.skipped, t.ovSkipped = prev.skipped, prev.ovSkipped
 	return t
@@ -73,12 +73,11 @@ func (s *sharedMap[K, V]) write() map[K]V {
 // updater applies a batch of events to a table made from prev.
 type updater struct {
 	prev, t *Table
-	// invalid, instances, lost, pools and routes are prev's maps until
-	// first written.
+	// invalid, instances, lost and routes are prev's maps until first
+	// written (the pools are t's fork of prev's).
 	invalid   sharedMap[string, string]
 	instances sharedMap[string, int]
 	lost      sharedMap[string, time.Time]
-	pools     sharedMap[string, *PoolState]
 	routes    sharedMap[string, *Route]
 	// touched lists the keys of the events, health keys aside.
 	touched []string
@@ -234,9 +233,9 @@ func (u *updater) rebuildPools(d *diff) {
 	for _, id := range u.dirtyPools {
 		d.pools.add(id)
 		if g, ok := t.good.get(PoolKey(id)); ok {
-			u.pools.write()[id] = t.newPoolState(id, g.val.(*Pool))
-		} else if _, had := u.pools.m[id]; had {
-			delete(u.pools.write(), id)
+			t.pools.set(id, t.newPoolState(id, g.val.(*Pool)))
+		} else {
+			t.pools.del(id)
 		}
 	}
 }

@@ -205,7 +205,7 @@ func testUpdateEqualsCompile(t *testing.T, seed [2]uint64, steps int) {
 			}
 		}
 
-		for _, p := range upd.pools {
+		for _, p := range upd.pools.all() {
 			if p.HealthCheck && p.Instances == 0 && now.Before(p.since.Add(upd.grace)) {
 				graceWindows++
 			}
@@ -328,7 +328,7 @@ func checkAgainstRecompute(tb *Table, at time.Time, store map[string]KV) string 
 			return fmt.Sprintf("effective %s is\n %s\nrecomputed\n %s", name, e.js, want)
 		}
 	}
-	for id, p := range tb.pools {
+	for id, p := range tb.pools.all() {
 		live := 0
 		for k := range store {
 			if strings.HasPrefix(k, "health/"+id+"/") {
@@ -336,8 +336,8 @@ func checkAgainstRecompute(tb *Table, at time.Time, store map[string]KV) string 
 			}
 		}
 		want := !p.HealthCheck || live > 0 || at.Before(p.since.Add(tb.grace))
-		if p.Instances != live || tb.eligibleAt[id] != want {
-			return fmt.Sprintf("pool %s: %d instances (store: %d), eligible %v, want %v", id, p.Instances, live, tb.eligibleAt[id], want)
+		if p.Instances != live || tb.eligibleOf(id) != want {
+			return fmt.Sprintf("pool %s: %d instances (store: %d), eligible %v, want %v", id, p.Instances, live, tb.eligibleOf(id), want)
 		}
 	}
 	return ""
@@ -610,5 +610,32 @@ func TestTablesStayUnchanged(t *testing.T) {
 		if d := firstDiffAll(js, b.js); d != "" {
 			t.Fatalf("table %d: JSON changed after it was built: %s", i, d)
 		}
+	}
+}
+
+// BenchmarkUpdateManyPools is the mirror's work per watch response in the
+// change-path harness's burst (bench/README.md): a table of N pools gets
+// one new pool. Each iteration updates the same table, so N stays N.
+func BenchmarkUpdateManyPools(b *testing.B) {
+	for _, n := range []int{100, 2000, 20000} {
+		b.Run(fmt.Sprintf("pools=%d", n), func(b *testing.B) {
+			val := func(i int) []byte {
+				return fmt.Appendf(nil, `{"host":"bench.example.net","region":"bench","residency":"global","status":"active","attrs":{"m":"QB%06dQ"}}`, i)
+			}
+			kvs := make([]KV, 0, n)
+			for i := range n {
+				kvs = append(kvs, KV{Key: fmt.Sprintf("pools/base%06d", i), Value: val(i), ModRevision: 1, CreateRevision: 1, Version: 1})
+			}
+			opts := CompileOptions{Now: t0, Start: t0}
+			prev := Compile(1, kvs, nil, opts)
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				rev := int64(i + 2)
+				ev := []Event{{KV: KV{Key: fmt.Sprintf("pools/new%06d", i), Value: val(i), ModRevision: rev, CreateRevision: rev, Version: 1}, Created: true}}
+				if Update(prev, rev, ev, opts) == nil {
+					b.Fatal("Update refused the table")
+				}
+			}
+		})
 	}
 }

@@ -240,9 +240,9 @@ func listCountries(ccs []string) string {
 // compileConfigTable builds the pools/routes/policy of a table from a config
 // without computing effective entries.
 func compileConfigTable(cfg *Config, pol Residency) *Table {
-	t := &Table{tableState: tableState{policy: pol, pools: map[string]*PoolState{}, routes: map[string]*Route{}}}
+	t := &Table{tableState: tableState{policy: pol, routes: map[string]*Route{}}}
 	for id, p := range cfg.Pools {
-		t.pools[id] = &PoolState{Pool: p}
+		t.pools.set(id, &PoolState{Pool: p})
 	}
 	for name, r := range cfg.Routes {
 		r := r

@@ -1,9 +1,6 @@
 package routing
 
-import (
-	"maps"
-	"time"
-)
+import "time"
 
 // WithDown returns a copy of t in which the pools named in down are
 // treated as down, evaluated at now: the what-if of `regionctl resolve
@@ -13,12 +10,12 @@ import (
 func (t *Table) WithDown(down []string, now time.Time) *Table {
 	cp := *t
 	cp.compiled = false
-	cp.pools = maps.Clone(t.pools)
+	cp.pools = t.pools.fork()
 	for _, id := range down {
-		if p, ok := cp.pools[id]; ok && !p.down {
+		if p, ok := cp.pools.get(id); ok && !p.down {
 			c := *p
 			c.down = true
-			cp.pools[id] = &c
+			cp.pools.set(id, &c)
 		}
 	}
 	cp.builtAt = now

@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -18,12 +19,14 @@ func (m *Mirror) drain(wch clientv3.WatchChan, resp clientv3.WatchResponse, ok b
 	began := time.Now()
 	dirty, advanced := false, false
 	why := ""
+	responses, events := 0, len(m.pending)
 	for {
 		if !ok {
 			why = ReasonClosed
 			break
 		}
 		var c change
+		responses++
 		why, c = m.handle(resp)
 		dirty = dirty || c == changed
 		advanced = advanced || c == advancedOnly
@@ -41,10 +44,15 @@ func (m *Mirror) drain(wch clientv3.WatchChan, resp clientv3.WatchResponse, ok b
 	case why == ReasonOutOfOrder || why == ReasonCluster:
 	case dirty:
 		m.markSynced()
+		events = len(m.pending) - events
 		m.recompile()
-		m.metrics.apply.Observe(time.Since(began).Seconds())
+		took := time.Since(began)
+		m.metrics.apply.Observe(took.Seconds())
 		if m.cfg.AfterChange != nil {
 			m.cfg.AfterChange()
+		}
+		if m.log.Enabled(context.Background(), slog.LevelDebug) {
+			m.log.Debug("applied", "responses", responses, "events", events, "revision", m.applied, "took", took, "with_write", time.Since(began))
 		}
 	case advanced:
 		m.markSynced()
