@@ -32,6 +32,10 @@ type CompileOptions struct {
 	// kept. Without it, Compile can only keep prev's last good value of
 	// the same incarnation.
 	Earlier map[string]KV
+	// Decoded holds kvs' values decoded ahead (Decoded.Decode of the same
+	// KVs in the same order: a mirror decodes each page of a list while
+	// it reads the next); Compile decodes only the values it lacks.
+	Decoded *Decoded
 }
 
 // withDefaults fills in Now, Start (from prev when it has one) and Grace.
@@ -77,7 +81,10 @@ func Compile(revision int64, kvs []KV, prev *Table, opts CompileOptions) *Table 
 	if prev != nil {
 		prevGood = &prev.good
 	}
-	pre := predecode(kvs, prevGood)
+	pre := opts.Decoded.of(kvs)
+	if pre == nil {
+		pre = predecode(kvs, prevGood)
+	}
 	for i, kv := range kvs {
 		// A health key is a live instance whatever its value says: the
 		// key exists only while its lease does. Its value is only checked
@@ -198,7 +205,7 @@ func (t *Table) addKV(good map[string]goodValue, kv KV, prevGood *goodValues, ea
 	}
 	var v any
 	var err error
-	if pre != nil && pre.done {
+	if pre != nil && pre.done && pre.of(kv) {
 		v, err = pre.v, pre.err
 	} else {
 		v, err = DecodeValue(kv.Key, kv.Value)
@@ -219,11 +226,65 @@ func (t *Table) addKV(good map[string]goodValue, kv KV, prevGood *goodValues, ea
 	good[kv.Key] = goodValue{raw: kv.Value, val: v, rev: kv.ModRevision, create: kv.CreateRevision}
 }
 
-// decoded is a value decoded ahead of addKV (predecode).
+// decoded is a value decoded ahead of addKV (predecode, Decoded), from
+// the n bytes at raw.
 type decoded struct {
 	v    any
 	err  error
+	raw  *byte
+	n    int32
 	done bool
+}
+
+// decodedFrom returns kv's value decoded, noting where from.
+func decodedFrom(kv *KV) decoded {
+	d := decoded{n: int32(len(kv.Value)), done: true}
+	if len(kv.Value) > 0 {
+		d.raw = &kv.Value[0]
+	}
+	d.v, d.err = DecodeValue(kv.Key, kv.Value)
+	return d
+}
+
+// of reports whether d was decoded from kv's value: the same bytes in
+// memory, not merely equal ones.
+func (d *decoded) of(kv KV) bool {
+	return int(d.n) == len(kv.Value) && (len(kv.Value) == 0 || d.raw == &kv.Value[0])
+}
+
+// Decoded holds values decoded ahead of a Compile, in the order of the
+// KVs they were decoded from (see CompileOptions.Decoded). The zero value
+// is empty, ready for Decode.
+type Decoded struct{ vals []decoded }
+
+// NewDecoded returns an empty Decoded with room for n values.
+func NewDecoded(n int) *Decoded { return &Decoded{vals: make([]decoded, 0, n)} }
+
+// Decode decodes the values of kvs across CPUs (health keys aside, which
+// Compile never decodes) and appends them to d, which then holds the
+// values of every KV given to Decode, in order.
+func (d *Decoded) Decode(kvs []KV) {
+	start := len(d.vals)
+	d.vals = append(d.vals, make([]decoded, len(kvs))...)
+	out := d.vals[start:]
+	inParallel(len(kvs), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			kv := &kvs[i]
+			if strings.HasPrefix(kv.Key, "health/") {
+				continue
+			}
+			out[i] = decodedFrom(kv)
+		}
+	})
+}
+
+// of returns the values decoded for kvs, or nil when d holds another
+// number of values (none, or not decoded from kvs).
+func (d *Decoded) of(kvs []KV) []decoded {
+	if d == nil || len(d.vals) != len(kvs) || len(kvs) == 0 {
+		return nil
+	}
+	return d.vals
 }
 
 // predecode decodes, across CPUs, the values addKV will decode (neither
@@ -251,8 +312,7 @@ func predecode(kvs []KV, prevGood *goodValues) []decoded {
 			if g, ok := prevGood.get(kv.Key); ok && bytes.Equal(g.raw, kv.Value) {
 				continue
 			}
-			pre[i].v, pre[i].err = DecodeValue(kv.Key, kv.Value)
-			pre[i].done = true
+			pre[i] = decodedFrom(kv)
 		}
 	})
 	return pre

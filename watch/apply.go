@@ -164,9 +164,12 @@ func (m *Mirror) recompileWith(earlier func([]routing.Skipped) map[string]routin
 		t = routing.Update(m.Table(), m.applied, m.pending, opts)
 	}
 	if t == nil {
-		kvs := make([]routing.KV, 0, len(m.state))
-		for _, kv := range m.state {
-			kvs = append(kvs, kv)
+		kvs := m.listed // the state, as listed, if no event came since
+		if opts.Decoded = m.decoded; kvs == nil || len(m.pending) > 0 {
+			kvs, opts.Decoded = make([]routing.KV, 0, len(m.state)), nil
+			for _, kv := range m.state {
+				kvs = append(kvs, kv)
+			}
 		}
 		t = routing.Compile(m.applied, kvs, m.Table(), opts)
 		if earlier != nil && len(t.Skipped()) > 0 {
@@ -175,6 +178,7 @@ func (m *Mirror) recompileWith(earlier func([]routing.Skipped) map[string]routin
 			}
 		}
 	}
+	m.listed, m.decoded = nil, nil
 	clear(m.pending) // drop the values: they live on in the table if needed
 	m.pending, m.incremental, m.uncompiled = m.pending[:0], true, false
 	m.changeRev.Store(m.applied)

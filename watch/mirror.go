@@ -97,6 +97,11 @@ type Mirror struct {
 	// so the next table can be the current one updated with them.
 	pending     []routing.Event
 	incremental bool
+	// listed holds the last list's KVs, in order, and decoded their
+	// values, decoded while the list was read: the compile of the listed
+	// state takes them instead of decoding again, then drops them.
+	listed  []routing.KV
+	decoded *routing.Decoded
 	clusterID   uint64 // etcd cluster of the last list
 	watches     uint64 // watches opened, to give each its own stream
 	// otherRange: watch the prefix as [prefix+"\x00", end) rather than

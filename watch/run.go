@@ -104,7 +104,7 @@ func (m *Mirror) relist(ctx context.Context, reason string) (int64, error) {
 func (m *Mirror) list(ctx context.Context, reason string) (publish func(), err error) {
 	began := time.Now()
 	defer func() { m.metrics.listSeconds.Set(time.Since(began).Seconds()) }()
-	kvs, rev, err := m.getAll(ctx)
+	kvs, decoded, rev, err := m.getAll(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -117,6 +117,7 @@ func (m *Mirror) list(ctx context.Context, reason string) (publish func(), err e
 	keep := sameState(state, m.state) && !m.uncompiled && !regressed
 	m.state, m.applied, m.lastEvent = state, rev, rev
 	m.pending, m.incremental = m.pending[:0], false
+	m.listed, m.decoded = kvs, decoded
 	m.markSynced()
 	return func() { m.publishList(ctx, rev, keep) }, nil
 }
@@ -189,6 +190,7 @@ func sameState(a, b map[string]routing.KV) bool {
 func (m *Mirror) publishList(ctx context.Context, rev int64, keep bool) {
 	if cur := m.Table(); keep && cur != nil && !cur.Stale() && cur.ClusterID() == m.clusterID {
 		m.incremental = true // the table is the state's: events can update it
+		m.listed, m.decoded = nil, nil
 		m.advance(rev)
 	} else {
 		began := time.Now()
@@ -207,10 +209,24 @@ func (m *Mirror) publishList(ctx context.Context, rev int64, keep bool) {
 func (m *Mirror) firstKey() string { return m.cfg.Prefix + "\x00" }
 
 // getAll reads every key of the prefix at one revision, in pages.
-func (m *Mirror) getAll(ctx context.Context) ([]routing.KV, int64, error) {
+func (m *Mirror) getAll(ctx context.Context) ([]routing.KV, *routing.Decoded, int64, error) {
 	end := clientv3.GetPrefixRangeEnd(m.cfg.Prefix)
 	key, rev := m.firstKey(), int64(0)
 	var out []routing.KV
+	// Each page's values are decoded while the next page is read.
+	var d *routing.Decoded
+	pages := make(chan []routing.KV, 64)
+	decoded := make(chan struct{})
+	go func() {
+		defer close(decoded)
+		for page := range pages {
+			d.Decode(page) // d is set before the first page is sent
+		}
+	}()
+	defer func() {
+		close(pages)
+		<-decoded
+	}()
 	for {
 		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(m.cfg.PageSize)}
 		if rev > 0 {
@@ -220,17 +236,22 @@ func (m *Mirror) getAll(ctx context.Context) ([]routing.KV, int64, error) {
 		resp, err := m.cfg.Client.Get(gctx, key, opts...)
 		cancel()
 		if err != nil {
-			return nil, 0, fmt.Errorf("watch: list %s from %q: %w", m.cfg.Prefix, key, err)
+			return nil, nil, 0, fmt.Errorf("watch: list %s from %q: %w", m.cfg.Prefix, key, err)
 		}
 		if rev == 0 {
 			rev, m.clusterID = resp.Header.Revision, resp.Header.ClusterId
+			// Count is the whole range's: one allocation for all pages.
+			n := max(int(resp.Count), len(resp.Kvs))
+			out, d = make([]routing.KV, 0, n), routing.NewDecoded(n)
 		}
+		start := len(out)
 		for _, kv := range resp.Kvs {
 			out = append(out, routing.KV{Key: string(kv.Key[len(m.cfg.Prefix):]), Value: kv.Value,
 				ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision, Version: kv.Version})
 		}
+		pages <- out[start:len(out):len(out)] // never written again (a later page may move out)
 		if !resp.More || len(resp.Kvs) == 0 {
-			return out, rev, nil
+			return out, d, rev, nil
 		}
 		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
