@@ -2,7 +2,6 @@ package routing
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -176,7 +175,7 @@ func checkHealthValue(key string, raw []byte) string {
 	if len(raw) > MaxValueSize {
 		return fmt.Sprintf("%s: value is %d bytes, larger than the %d-byte limit", key, len(raw), MaxValueSize)
 	}
-	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' || !json.Valid(t) {
+	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' || !validJSON(t) {
 		return fmt.Sprintf("%s: value must be a JSON object, got %q", key, truncate(raw))
 	}
 	return ""

@@ -105,7 +105,7 @@ func unmarshalUnknown(raw []byte, v any) ([]string, Errors) {
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return nil, Errors{{Msg: fmt.Sprintf("value must be a JSON object, got %q", truncate(raw))}}
 	}
-	if json.Valid(trimmed) {
+	if validJSON(trimmed) {
 		return decodeJSONObject(trimmed, v)
 	}
 	if err := json.Unmarshal(trimmed, new(json.RawMessage)); err != nil {
@@ -115,7 +115,7 @@ func unmarshalUnknown(raw []byte, v any) ([]string, Errors) {
 		}
 		return nil, Errors{{Msg: "invalid JSON: " + err.Error()}}
 	}
-	return decodeJSONObject(trimmed, v) // not reached: json.Valid and json.Unmarshal agree
+	return decodeJSONObject(trimmed, v) // not reached: validJSON (json.Valid) and json.Unmarshal agree
 }
 
 func truncate(raw []byte) string {

@@ -243,7 +243,7 @@ func canonicalRaw(raw []byte) json.RawMessage {
 	return e.Bytes()
 }
 
-// The decoder's input was validated as JSON (json.Valid) before decoding
+// The decoder's input was validated as JSON (validJSON) before decoding
 // starts, so the helpers below only split it, without checking syntax
 // again and without encoding/json's reflection.
 
