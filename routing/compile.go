@@ -207,12 +207,12 @@ func (t *Table) addKV(good map[string]goodValue, kv KV, prevGood *goodValues, ea
 	if pre != nil && pre.done && pre.of(kv) {
 		v, err = pre.v, pre.err
 	} else {
-		v, err = DecodeValue(kv.Key, kv.Value)
+		v, err = decodeKept(kv.Key, kv.Value)
 	}
 	if err != nil {
 		t.setInvalid(kv.Key, err.Error())
 		if e, ok := earlier[kv.Key]; ok && e.CreateRevision == kv.CreateRevision {
-			if ev, err := DecodeValue(e.Key, e.Value); err == nil {
+			if ev, err := decodeKept(e.Key, e.Value); err == nil {
 				good[kv.Key] = goodValue{raw: e.Value, val: ev, rev: e.ModRevision, create: e.CreateRevision}
 				return
 			}
@@ -241,7 +241,7 @@ func decodedFrom(kv *KV) decoded {
 	if len(kv.Value) > 0 {
 		d.raw = &kv.Value[0]
 	}
-	d.v, d.err = DecodeValue(kv.Key, kv.Value)
+	d.v, d.err = decodeKept(kv.Key, kv.Value)
 	return d
 }
 

@@ -34,11 +34,14 @@ func compareWithReference(t *testing.T, raw []byte) {
 // unknown fields or errors.
 func compareDecoders(t *testing.T, raw []byte, mk func() any) {
 	t.Helper()
-	got, want := mk(), mk()
-	gu, ge := decodeJSONObject(raw, got)
+	want := mk()
 	wu, we := refDecodeJSONObject(raw, want)
-	if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(gu, wu) || fmt.Sprint(ge) != fmt.Sprint(we) {
-		t.Fatalf("%T %s:\n got %+v %q %v\nwant %+v %q %v", got, raw, got, gu, ge, want, wu, we)
+	for _, shared := range []bool{false, true} { // copied strings, or strings sharing raw's memory
+		got := mk()
+		gu, ge := decodeJSONObject(raw, got, shared)
+		if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(gu, wu) || fmt.Sprint(ge) != fmt.Sprint(we) {
+			t.Fatalf("%T %s (shared %v):\n got %+v %q %v\nwant %+v %q %v", got, raw, shared, got, gu, ge, want, wu, we)
+		}
 	}
 }
 
@@ -191,4 +194,35 @@ func FuzzDecoderMatchesReference(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) { compareWithReference(t, raw) })
+}
+
+// TestDecodeValueNeverSharesTheInput: DecodeValue's value stays as it was
+// when the caller reuses its buffer (decodeKept's shares it, and only the
+// table's own last good values, never changed, are decoded that way).
+func TestDecodeValueNeverSharesTheInput(t *testing.T) {
+	raw := []byte(`{"host":"edge.example.net","region":"fra","residency":"eu","status":"active","attrs":{"tier":"gold"}}`)
+	orig := append([]byte(nil), raw...)
+	v, err := DecodeValue("pools/fra", raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := decodeKept("pools/fra", raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(v, kept) {
+		t.Fatalf("decodeKept %+v, DecodeValue %+v", kept, v)
+	}
+	for i := range raw {
+		if raw[i] >= 'a' && raw[i] <= 'z' {
+			raw[i] -= 'a' - 'A' // the caller's buffer, reused
+		}
+	}
+	want, _ := DecodeValue("pools/fra", orig)
+	if !reflect.DeepEqual(v, want) {
+		t.Fatalf("DecodeValue's value changed with its input: %+v", v)
+	}
+	if p := kept.(*Pool); p.Host != "EDGE.EXAMPLE.NET" {
+		t.Fatalf("decodeKept copied the strings (host %q): it should share the input", p.Host)
+	}
 }

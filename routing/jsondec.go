@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // jsonDecoder decodes JSON into the value types of this package (Pool,
@@ -19,12 +20,16 @@ import (
 type jsonDecoder struct {
 	errs    Errors
 	unknown []string
+	// shared: the strings decoded may share the input's memory (which
+	// must then never change; see decodeKept).
+	shared bool
 }
 
 // decodeJSONObject decodes the JSON object raw into v, a pointer to one of
-// the value types or to a Target.
-func decodeJSONObject(raw []byte, v any) (unknown []string, errs Errors) {
-	var d jsonDecoder
+// the value types or to a Target; with shared, its strings may share
+// raw's memory.
+func decodeJSONObject(raw []byte, v any, shared bool) (unknown []string, errs Errors) {
+	d := jsonDecoder{shared: shared}
 	switch x := v.(type) {
 	case *Pool:
 		d.pool(raw, x, "")
@@ -103,7 +108,7 @@ func (d *jsonDecoder) members(buf []jsonMember, raw []byte, path string) []jsonM
 		d.typeErr(path, "an object", raw)
 		return nil
 	}
-	return splitObjectInto(buf, raw)
+	return splitObjectInto(buf, raw, d.shared)
 }
 
 // extra keeps a member the type does not declare in its Extra; inside a
@@ -151,7 +156,7 @@ func (d *jsonDecoder) str(raw []byte, path string) string {
 		d.typeErr(path, "a string", raw)
 		return ""
 	}
-	return decodeString(raw)
+	return decodeString(raw, d.shared)
 }
 
 func (d *jsonDecoder) integer(raw []byte, path string) int {
@@ -187,11 +192,11 @@ func (d *jsonDecoder) stringMap(raw []byte, path string) map[string]string {
 		return nil
 	}
 	var buf [8]jsonMember
-	members := splitObjectInto(buf[:0], raw)
+	members := splitObjectInto(buf[:0], raw, d.shared)
 	out := make(map[string]string, len(members))
 	for _, m := range members {
 		if !isNull(m.raw) && m.raw[0] == '"' {
-			out[m.key] = decodeString(m.raw)
+			out[m.key] = decodeString(m.raw, d.shared)
 		} else {
 			out[m.key] = d.str(m.raw, joinPath(path, m.key)) // null, or the error naming it
 		}
@@ -255,16 +260,17 @@ type jsonMember struct {
 
 // splitObject returns the members of a valid JSON object sorted by key;
 // of duplicate keys the last one wins (as with encoding/json and a map).
-func splitObject(raw []byte) []jsonMember { return splitObjectInto(nil, raw) }
+func splitObject(raw []byte) []jsonMember { return splitObjectInto(nil, raw, false) }
 
 // splitObjectInto is splitObject appending to buf[:0]: a caller that
 // passes an array on its stack decodes a small object without allocating.
-func splitObjectInto(buf []jsonMember, raw []byte) []jsonMember {
+// With shared, the keys may share raw's memory.
+func splitObjectInto(buf []jsonMember, raw []byte, shared bool) []jsonMember {
 	out := buf[:0]
 	i := skipWS(raw, 1)
 	for i < len(raw) && raw[i] != '}' {
 		kEnd := skipValue(raw, i)
-		key := decodeKey(raw[i:kEnd])
+		key := decodeKey(raw[i:kEnd], shared)
 		vStart := skipWS(raw, skipWS(raw, kEnd)+1) // past ':'
 		vEnd := skipValue(raw, vStart)
 		out = append(out, jsonMember{key: key, raw: raw[vStart:vEnd]})
@@ -312,13 +318,13 @@ func init() { // filled from the field lists, which refer to the decoder
 }
 
 // decodeKey decodes a valid JSON string that is an object's key.
-func decodeKey(raw []byte) string {
+func decodeKey(raw []byte, shared bool) string {
 	if len(raw) >= 2 {
 		if s, ok := fieldNames[string(raw[1:len(raw)-1])]; ok {
 			return s
 		}
 	}
-	return decodeString(raw)
+	return decodeString(raw, shared)
 }
 
 // splitArray returns the raw items of a valid JSON array.
@@ -379,11 +385,14 @@ func skipValue(b []byte, i int) int {
 }
 
 // decodeString decodes a valid JSON string: as is when it has no escapes
-// and is valid UTF-8, else by encoding/json (which also replaces invalid
-// UTF-8 as it always did).
-func decodeString(raw []byte) string {
+// and is valid UTF-8 (sharing raw's memory when shared), else by
+// encoding/json (which also replaces invalid UTF-8 as it always did).
+func decodeString(raw []byte, shared bool) string {
 	body := raw[1 : len(raw)-1]
 	if bytes.IndexByte(body, '\\') < 0 && utf8.Valid(body) {
+		if shared && len(body) > 0 {
+			return unsafe.String(&body[0], len(body))
+		}
 		return string(body)
 	}
 	var s string

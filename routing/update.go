@@ -155,7 +155,7 @@ func (u *updater) addKV(kv KV) {
 		u.setInvalid(kv.Key, "")
 		return
 	}
-	v, err := DecodeValue(kv.Key, kv.Value)
+	v, err := decodeKept(kv.Key, kv.Value)
 	if err != nil {
 		u.setInvalid(kv.Key, err.Error())
 		if g, ok := good.get(kv.Key); ok && !g.sameIncarnation(kv) {
