@@ -102,7 +102,7 @@ func Compile(revision int64, kvs []KV, prev *Table, opts CompileOptions) *Table 
 	}
 	t.good = newGoodValues(good)
 	t.trackLost(prev, opts.Now)
-	pools := make(map[string]*PoolState)
+	pools := make(map[string]*PoolState, len(good))
 	for key, g := range good {
 		k, _ := ParseKey(key)
 		switch k.Kind {

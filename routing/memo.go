@@ -132,6 +132,7 @@ func (t *Table) build(now time.Time, prev *Table, d *diff) {
 		}
 	}
 	t.buildValidUntil(now, prev, d, full)
+	t.padsOpen = false // built: never written again
 	t.enc = newEncoded(prev)
 }
 
@@ -293,30 +294,34 @@ func (m *depMask) add(name string) {
 // meets reports whether the two masks share a bit.
 func (m depMask) meets(o depMask) bool { return m[0]&o[0] != 0 || m[1]&o[1] != 0 }
 
-// buildPads fills the padded pool ids, from prev's for the pools d does
-// not name.
+// buildPads starts the padded pool ids from prev's, less those of the
+// pools gone; the entries built add those of their candidates (padOf).
+// Only pools that are candidates get one: most pools of a large table
+// (thousands, none in a route) never do.
 func (t *Table) buildPads(prev *Table, d *diff) {
-	if prev == nil || prev.pads.len() != prev.pools.len() { // prev was never built
-		pads := make(map[string]*poolPad, t.pools.len())
-		for id := range t.pools.all() {
-			pads[id] = newPoolPad(id)
-		}
-		t.pads = newLayered(pads)
+	t.padsOpen = true
+	if prev == nil {
+		t.pads = layered[*poolPad]{}
 		return
 	}
 	t.pads = prev.pads.fork()
 	for _, id := range d.pools.names {
-		if has, had := t.pools.has(id), t.pads.has(id); has && !had {
-			t.pads.set(id, newPoolPad(id))
-		} else if had && !has {
+		if !t.pools.has(id) {
 			t.pads.del(id)
 		}
 	}
 }
 
-// padOf returns pool id's padded id.
+// padOf returns pool id's padded id: the table's, or a new one, which the
+// table keeps while it is being built.
 func (t *Table) padOf(id string) *poolPad {
-	p, _ := t.pads.get(id)
+	if p, ok := t.pads.get(id); ok {
+		return p
+	}
+	p := newPoolPad(id)
+	if t.padsOpen {
+		t.pads.set(id, p)
+	}
 	return p
 }
 

@@ -129,8 +129,10 @@ type memo struct {
 	// eligibleAt tells, per pool, whether it was up and healthy at build
 	// time (status aside).
 	eligibleAt layered[bool]
-	// pads holds the padded pool ids of the candidates (see poolPad).
-	pads layered[*poolPad]
+	// pads holds the padded pool ids of the candidates (see poolPad);
+	// padsOpen: the table is being built, and padOf adds to pads.
+	pads     layered[*poolPad]
+	padsOpen bool
 	// inGrace lists the pools whose health grace window ends after the
 	// table was built (validUntil is the first of those ends), so an
 	// update finds the next one from the pools it changed.
