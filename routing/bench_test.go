@@ -95,12 +95,7 @@ func compileKVs(tb testing.TB, n int) []KV {
 // BenchmarkCompilePools compiles and renders 10,000 pool keys and nothing
 // else (the change-path harness's sync, bench/README.md): the first table an agent writes.
 func BenchmarkCompilePools(b *testing.B) {
-	kvs := make([]KV, 0, 10000)
-	pad := strings.Repeat("x", 100)
-	for i := range 10000 {
-		kvs = append(kvs, KV{Key: fmt.Sprintf("pools/init%06d", i), ModRevision: int64(i + 2), CreateRevision: int64(i + 2), Version: 1,
-			Value: fmt.Appendf(nil, `{"host":"bench.example.net","region":"bench","residency":"global","status":"active","attrs":{"m":"QI%06dQ","pad":"%s"}}`, i, pad)})
-	}
+	kvs := harnessPools(10000)
 	b.ReportAllocs()
 	for b.Loop() {
 		t := Compile(10001, kvs, nil, CompileOptions{Now: t0})
@@ -114,16 +109,23 @@ func BenchmarkCompilePools(b *testing.B) {
 // its values decoded ahead (as the mirror decodes a list's pages while it
 // reads them): what the agent does between the list and the first write.
 func BenchmarkCompileDecodedPools(b *testing.B) {
-	kvs := make([]KV, 0, 10000)
-	pad := strings.Repeat("x", 100)
-	for i := range 10000 {
-		kvs = append(kvs, KV{Key: fmt.Sprintf("pools/init%06d", i), ModRevision: int64(i + 2), CreateRevision: int64(i + 2), Version: 1,
-			Value: fmt.Appendf(nil, `{"host":"bench.example.net","region":"bench","residency":"global","status":"active","attrs":{"m":"QI%06dQ","pad":"%s"}}`, i, pad)})
-	}
+	kvs := harnessPools(10000)
 	d := NewDecoded(len(kvs))
 	d.Decode(kvs)
 	b.ReportAllocs()
 	for b.Loop() {
 		Compile(10001, kvs, nil, CompileOptions{Now: t0, Decoded: d})
 	}
+}
+
+// harnessPools returns n pool keys with values of the change-path
+// harness's shape (~200 bytes).
+func harnessPools(n int) []KV {
+	kvs := make([]KV, 0, n)
+	pad := strings.Repeat("x", 100)
+	for i := range n {
+		kvs = append(kvs, KV{Key: fmt.Sprintf("pools/init%06d", i), ModRevision: int64(i + 2), CreateRevision: int64(i + 2), Version: 1,
+			Value: fmt.Appendf(nil, `{"host":"bench.example.net","region":"bench","residency":"global","status":"active","attrs":{"m":"QI%06dQ","pad":"%s"}}`, i, pad)})
+	}
+	return kvs
 }

@@ -87,18 +87,27 @@ func (v *jsonValidator) object(i, depth int) (int, bool) {
 		if i, ok = v.value(v.ws(i+1), depth); !ok {
 			return i, false
 		}
-		if i = v.ws(i); i >= len(v.b) {
-			return i, false
-		}
-		switch v.b[i] {
-		case ',':
-			i = v.ws(i + 1)
-		case '}':
-			return i + 1, true
-		default:
-			return i, false
+		var closed bool
+		if i, closed, ok = v.next(i, '}'); closed || !ok {
+			return i, ok
 		}
 	}
+}
+
+// next reads what follows a member or item at i: a comma (then it returns
+// where the next one starts) or the closing byte (closed, and where the
+// object or list ends).
+func (v *jsonValidator) next(i int, closing byte) (int, bool, bool) {
+	if i = v.ws(i); i >= len(v.b) {
+		return i, false, false
+	}
+	switch v.b[i] {
+	case ',':
+		return v.ws(i + 1), false, true
+	case closing:
+		return i + 1, true, true
+	}
+	return i, false, false
 }
 
 func (v *jsonValidator) array(i, depth int) (int, bool) {
@@ -114,16 +123,9 @@ func (v *jsonValidator) array(i, depth int) (int, bool) {
 		if i, ok = v.value(i, depth); !ok {
 			return i, false
 		}
-		if i = v.ws(i); i >= len(v.b) {
-			return i, false
-		}
-		switch v.b[i] {
-		case ',':
-			i = v.ws(i + 1)
-		case ']':
-			return i + 1, true
-		default:
-			return i, false
+		var closed bool
+		if i, closed, ok = v.next(i, ']'); closed || !ok {
+			return i, ok
 		}
 	}
 }
