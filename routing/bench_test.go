@@ -110,7 +110,7 @@ func BenchmarkCompilePools(b *testing.B) {
 // reads them): what the agent does between the list and the first write.
 func BenchmarkCompileDecodedPools(b *testing.B) {
 	kvs := harnessPools(10000)
-	d := NewDecoded(len(kvs))
+	d := new(Decoded)
 	d.Decode(kvs)
 	b.ReportAllocs()
 	for b.Loop() {

@@ -80,8 +80,9 @@ func Compile(revision int64, kvs []KV, prev *Table, opts CompileOptions) *Table 
 	if prev != nil {
 		prevGood = &prev.good
 	}
-	pre := opts.Decoded.of(kvs)
-	if pre == nil {
+	ahead := opts.Decoded.of(kvs)
+	var pre []decoded
+	if ahead == nil {
 		pre = predecode(kvs, prevGood)
 	}
 	for i, kv := range kvs {
@@ -97,6 +98,8 @@ func Compile(revision int64, kvs []KV, prev *Table, opts CompileOptions) *Table 
 		var d *decoded
 		if pre != nil {
 			d = &pre[i]
+		} else if ahead != nil {
+			d = ahead.at(i)
 		}
 		t.addKV(good, kv, prevGood, opts.Earlier, d)
 	}
@@ -251,39 +254,57 @@ func (d *decoded) of(kv KV) bool {
 	return int(d.n) == len(kv.Value) && (len(kv.Value) == 0 || d.raw == &kv.Value[0])
 }
 
-// Decoded holds values decoded ahead of a Compile, in the order of the
-// KVs they were decoded from (see CompileOptions.Decoded). The zero value
-// is empty, ready for Decode.
-type Decoded struct{ vals []decoded }
-
-// NewDecoded returns an empty Decoded with room for n values.
-func NewDecoded(n int) *Decoded { return &Decoded{vals: make([]decoded, 0, n)} }
+// Decoded holds values decoded ahead of a Compile, by their KVs' order
+// (see CompileOptions.Decoded): only values Compile decodes, so the health
+// keys that make up most large prefixes cost nothing here. The zero value
+// is empty, ready for Decode. One Compile at a time may use it.
+type Decoded struct {
+	n    int       // KVs given to Decode
+	idx  []int32   // idx[j]: the index, among them, of the KV of vals[j]
+	vals []decoded // in the order of idx
+	cur  int       // at's cursor: Compile asks in order
+}
 
 // Decode decodes the values of kvs across CPUs (health keys aside, which
 // Compile never decodes) and appends them to d, which then holds the
 // values of every KV given to Decode, in order.
 func (d *Decoded) Decode(kvs []KV) {
-	start := len(d.vals)
-	d.vals = append(d.vals, make([]decoded, len(kvs))...)
-	out := d.vals[start:]
-	inParallel(len(kvs), func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			kv := &kvs[i]
-			if strings.HasPrefix(kv.Key, "health/") {
-				continue
-			}
-			out[i] = decodedFrom(kv)
+	base, start := d.n, len(d.idx)
+	d.n += len(kvs)
+	for i := range kvs {
+		if !strings.HasPrefix(kvs[i].Key, "health/") {
+			d.idx = append(d.idx, int32(base+i))
+		}
+	}
+	d.vals = append(d.vals, make([]decoded, len(d.idx)-start)...)
+	ids, out := d.idx[start:], d.vals[start:]
+	inParallel(len(ids), func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			out[j] = decodedFrom(&kvs[int(ids[j])-base])
 		}
 	})
 }
 
-// of returns the values decoded for kvs, or nil when d holds another
-// number of values (none, or not decoded from kvs).
-func (d *Decoded) of(kvs []KV) []decoded {
-	if d == nil || len(d.vals) != len(kvs) || len(kvs) == 0 {
+// of returns d when it holds the values of as many KVs as kvs, ready to be
+// asked for them in order (at); else nil.
+func (d *Decoded) of(kvs []KV) *Decoded {
+	if d == nil || d.n != len(kvs) || len(kvs) == 0 {
 		return nil
 	}
-	return d.vals
+	d.cur = 0
+	return d
+}
+
+// at returns the value decoded for KV i, or nil; calls must come in the
+// order of i.
+func (d *Decoded) at(i int) *decoded {
+	for d.cur < len(d.idx) && int(d.idx[d.cur]) < i {
+		d.cur++
+	}
+	if d.cur < len(d.idx) && int(d.idx[d.cur]) == i {
+		return &d.vals[d.cur]
+	}
+	return nil
 }
 
 // predecode decodes, across CPUs, the values addKV will decode (neither

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"reflect"
 	"runtime"
 	"slices"
 	"strings"
@@ -167,4 +168,41 @@ func TestParallelSplitsListsNotChanges(t *testing.T) {
 			t.Errorf("after the change: %s", d)
 		}
 	})
+}
+
+// TestCompileWithDecodedMatchesCompile: values decoded ahead, page by page
+// as the mirror reads a list (health keys among them, refused values, a
+// value changed after it was decoded), give the table Compile builds by
+// itself.
+func TestCompileWithDecodedMatchesCompile(t *testing.T) {
+	var kvs []KV
+	add := func(key, val string) {
+		kvs = append(kvs, KV{Key: key, Value: []byte(val), ModRevision: int64(len(kvs) + 2), CreateRevision: 2, Version: 1})
+	}
+	add("epoch", `7`)
+	for i := range 300 {
+		add(fmt.Sprintf("health/p%03d/i-1", i%40), `{"addr":"10.0.0.1:443"}`)
+	}
+	add("health/p001/bad", `[1]`)
+	for i := range 40 {
+		add(fmt.Sprintf("pools/p%03d", i), fmt.Sprintf(`{"host":"p%d.example.net","residency":"eu","health_check":%v,"attrs":{"n":"%d"}}`, i, i%2 == 0, i))
+	}
+	add("pools/zbad", `{"host":"","residency":"eu"}`)
+	add("routes/PL", `{"targets":[{"pool":"p001","weight":60},{"pool":"p002","weight":40}]}`)
+	add("routes/_default", `{"targets":[{"pool":"p003","weight":100}]}`)
+	d := new(Decoded)
+	for lo := 0; lo < len(kvs); lo += 77 { // pages
+		d.Decode(kvs[lo:min(lo+77, len(kvs))])
+	}
+	// A value replaced after it was decoded is decoded again, not taken.
+	kvs[len(kvs)-1].Value = []byte(`{"targets":[{"pool":"p004","weight":100}]}`)
+	want := Compile(500, kvs, nil, CompileOptions{Now: t0})
+	for range 2 { // of resets its cursor: a second compile with it (Earlier) reads it again
+		got := Compile(500, kvs, nil, CompileOptions{Now: t0, Decoded: d})
+		a, _ := got.JSON(t0)
+		b, _ := want.JSON(t0)
+		if d := firstDiffAll(a, b); d != "" || !reflect.DeepEqual(got.Skipped(), want.Skipped()) {
+			t.Fatalf("compiled with values decoded ahead: %s; skipped %v, want %v", d, got.Skipped(), want.Skipped())
+		}
+	}
 }

@@ -242,7 +242,7 @@ func (m *Mirror) getAll(ctx context.Context) ([]routing.KV, *routing.Decoded, in
 			rev, m.clusterID = resp.Header.Revision, resp.Header.ClusterId
 			// Count is the whole range's: one allocation for all pages.
 			n := max(int(resp.Count), len(resp.Kvs))
-			out, d = make([]routing.KV, 0, n), routing.NewDecoded(n)
+			out, d = make([]routing.KV, 0, n), new(routing.Decoded)
 		}
 		start := len(out)
 		for _, kv := range resp.Kvs {
