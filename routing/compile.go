@@ -144,7 +144,7 @@ type Event struct {
 // newPoolState makes the state of pool id from its stored value, with its
 // live instances and when it lost its last one.
 func (t *Table) newPoolState(id string, val *Pool) *PoolState {
-	p := &PoolState{Pool: *val, src: val, Instances: t.instances[id], since: t.start}
+	p := &PoolState{Pool: val, src: val, Instances: t.instances[id], since: t.start}
 	if at, ok := t.lost[id]; ok {
 		p.since = at
 	}

@@ -76,7 +76,7 @@ func (in *tableJSON) table(builtAt time.Time) (*Table, error) {
 			return nil, fmt.Errorf("%w", errs.prefixed(PoolKey(id)))
 		}
 		healthy := p.Healthy
-		t.pools.set(id, &PoolState{Pool: p.Pool, fixedHealthy: &healthy})
+		t.pools.set(id, &PoolState{Pool: &p.Pool, fixedHealthy: &healthy})
 	}
 	for _, name := range sortedKeys(in.Routes) {
 		r := in.Routes[name]

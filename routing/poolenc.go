@@ -128,10 +128,10 @@ func (t *Table) encodePools(pe *encoded, prev *Table) {
 			id := names[i]
 			p, _ := t.pools.get(id)
 			up := t.eligibleOf(id)
-			m := append(make([]byte, 0, poolJSONSize(id, &p.Pool)), ',')
+			m := append(make([]byte, 0, poolJSONSize(id, p.Pool)), ',')
 			m = appendJSONString(m, id)
 			m = append(m, ':')
-			enc.poolMembers[i], enc.poolSrc[i], enc.poolUp[i] = appendPoolJSON(m, &p.Pool, up), p.src, up
+			enc.poolMembers[i], enc.poolSrc[i], enc.poolUp[i] = appendPoolJSON(m, p.Pool, up), p.src, up
 		}
 	})
 }

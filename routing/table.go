@@ -34,7 +34,9 @@ type Skipped struct {
 // PoolState is a pool as the table sees it: the stored value plus its live
 // health.
 type PoolState struct {
-	Pool
+	// Pool is the stored value, shared with the table's last good value
+	// of the key (never changed).
+	*Pool
 	// Instances is the number of live health keys of the pool.
 	Instances int
 	// down is set for what-if resolution (regionctl resolve --down).

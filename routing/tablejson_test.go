@@ -21,7 +21,7 @@ func structJSON(t testing.TB, tb *Table) []byte {
 		out.Skipped = []Skipped{}
 	}
 	for id, p := range tb.pools.all() {
-		out.Pools[id] = poolJSON{Pool: p.Pool, Healthy: tb.healthy(p, t0) && !p.down}
+		out.Pools[id] = poolJSON{Pool: *p.Pool, Healthy: tb.healthy(p, t0) && !p.down}
 	}
 	for id, e := range tb.eff {
 		name := Unknown

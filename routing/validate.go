@@ -242,7 +242,7 @@ func listCountries(ccs []string) string {
 func compileConfigTable(cfg *Config, pol Residency) *Table {
 	t := &Table{tableState: tableState{policy: pol, routes: map[string]*Route{}}}
 	for id, p := range cfg.Pools {
-		t.pools.set(id, &PoolState{Pool: p})
+		t.pools.set(id, &PoolState{Pool: &p})
 	}
 	for name, r := range cfg.Routes {
 		r := r
