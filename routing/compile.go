@@ -228,19 +228,20 @@ func (t *Table) addKV(good map[string]goodValue, kv KV, prevGood *goodValues, ea
 	good[kv.Key] = goodValue{raw: kv.Value, val: v, rev: kv.ModRevision, create: kv.CreateRevision}
 }
 
-// decoded is a value decoded ahead of addKV (predecode, Decoded), from
-// the n bytes at raw.
+// decoded is a value decoded ahead of addKV (predecode, Decoded): key's,
+// from the n bytes at raw.
 type decoded struct {
 	v    any
 	err  error
+	key  string
 	raw  *byte
 	n    int32
 	done bool
 }
 
-// decodedFrom returns kv's value decoded, noting where from.
+// decodedFrom returns kv's value decoded, noting what from.
 func decodedFrom(kv *KV) decoded {
-	d := decoded{n: int32(len(kv.Value)), done: true}
+	d := decoded{key: kv.Key, n: int32(len(kv.Value)), done: true}
 	if len(kv.Value) > 0 {
 		d.raw = &kv.Value[0]
 	}
@@ -248,10 +249,10 @@ func decodedFrom(kv *KV) decoded {
 	return d
 }
 
-// of reports whether d was decoded from kv's value: the same bytes in
-// memory, not merely equal ones.
+// of reports whether d was decoded from kv: its key, and its value's very
+// bytes in memory, not merely equal ones.
 func (d *decoded) of(kv KV) bool {
-	return int(d.n) == len(kv.Value) && (len(kv.Value) == 0 || d.raw == &kv.Value[0])
+	return d.key == kv.Key && int(d.n) == len(kv.Value) && (len(kv.Value) == 0 || d.raw == &kv.Value[0])
 }
 
 // Decoded holds values decoded ahead of a Compile, by their KVs' order

@@ -194,8 +194,12 @@ func TestCompileWithDecodedMatchesCompile(t *testing.T) {
 	for lo := 0; lo < len(kvs); lo += 77 { // pages
 		d.Decode(kvs[lo:min(lo+77, len(kvs))])
 	}
-	// A value replaced after it was decoded is decoded again, not taken.
+	// A value replaced after it was decoded is decoded again, not taken;
+	// so is one whose key changed, its bytes the same (found in review:
+	// another kind's value was taken, and Compile panicked).
 	kvs[len(kvs)-1].Value = []byte(`{"targets":[{"pool":"p004","weight":100}]}`)
+	kvs[len(kvs)-3].Key = "pools/zbae" // a refused value under another key
+	kvs[len(kvs)-4].Key = "routes/US"  // a pool's bytes under a route's key
 	want := Compile(500, kvs, nil, CompileOptions{Now: t0})
 	for range 2 { // of resets its cursor: a second compile with it (Earlier) reads it again
 		got := Compile(500, kvs, nil, CompileOptions{Now: t0, Decoded: d})
