@@ -111,7 +111,7 @@ func BenchmarkCompilePools(b *testing.B) {
 func BenchmarkCompileDecodedPools(b *testing.B) {
 	kvs := harnessPools(10000)
 	d := new(Decoded)
-	d.Decode(kvs)
+	d.Decode(kvs, nil)
 	b.ReportAllocs()
 	for b.Loop() {
 		Compile(10001, kvs, nil, CompileOptions{Now: t0, Decoded: d})

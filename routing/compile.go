@@ -59,7 +59,8 @@ func (o CompileOptions) withDefaults(prev *Table) CompileOptions {
 // Skipped; the key keeps its last good value (last good wins) of the same
 // incarnation: opts.Earlier's, else prev's if prev's was written to that
 // incarnation (a key deleted and written again starts afresh). Values whose
-// bytes equal prev's are not decoded again.
+// bytes equal prev's are not decoded again. The table keeps the kvs'
+// values (see KV): they must not be changed afterwards.
 // Compile never fails: whole-config rules (docs/keys-and-values.md, invariants) are enforced by
 // writers, and the resolver copes with whatever is left.
 func Compile(revision int64, kvs []KV, prev *Table, opts CompileOptions) *Table {
@@ -266,16 +267,25 @@ type Decoded struct {
 	cur  int       // at's cursor: Compile asks in order
 }
 
-// Decode decodes the values of kvs across CPUs (health keys aside, which
-// Compile never decodes) and appends them to d, which then holds the
-// values of every KV given to Decode, in order.
-func (d *Decoded) Decode(kvs []KV) {
+// Decode decodes the values of kvs across CPUs and appends them to d,
+// which then holds the values of every KV given to Decode, in order. It
+// leaves out what Compile does not decode: health keys, and values whose
+// bytes equal their key's last good value in prev (nil: none), the table
+// Compile will be given. prev is only read.
+func (d *Decoded) Decode(kvs []KV, prev *Table) {
 	base, start := d.n, len(d.idx)
 	d.n += len(kvs)
 	for i := range kvs {
-		if !strings.HasPrefix(kvs[i].Key, "health/") {
-			d.idx = append(d.idx, int32(base+i))
+		kv := &kvs[i]
+		if strings.HasPrefix(kv.Key, "health/") {
+			continue
 		}
+		if prev != nil {
+			if g, ok := prev.good.get(kv.Key); ok && bytes.Equal(g.raw, kv.Value) {
+				continue
+			}
+		}
+		d.idx = append(d.idx, int32(base+i))
 	}
 	d.vals = append(d.vals, make([]decoded, len(d.idx)-start)...)
 	ids, out := d.idx[start:], d.vals[start:]

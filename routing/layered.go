@@ -37,7 +37,9 @@ func newLayered[V any](m map[string]V) layered[V] { return layered[V]{base: m, n
 
 // foldAt is the overlay size past which a write folds the overlay into a
 // new base: 2√n (at least 16), so copying the overlay per update and the
-// base once per fold both cost about √n a change.
+// base once per fold both cost about √n a change. n is the base's size: a
+// map filled by set alone (an empty base) folds at its first fork's first
+// write, which is right (one copy, then overlays as usual).
 func foldAt(n int) int { return max(16, 2*int(math.Sqrt(float64(n)))) }
 
 // get returns key's value and whether it has one (none in a nil map).

@@ -229,8 +229,9 @@ func (t *Table) buildEntries(now time.Time, prev *Table, d *diff, full bool, cha
 
 // buildValidUntil finds the first instant at which a pool's health
 // changes by the clock alone: the first end of a grace window after now.
-// It starts from prev's pools in grace and the pools d names, unless full
-// or the clock or the grace window differ: then from every pool.
+// It starts from prev's pools in grace and the pools d names, unless full,
+// the grace window changed or the clock went back (now before prev was
+// built): then from every pool.
 func (t *Table) buildValidUntil(now time.Time, prev *Table, d *diff, full bool) {
 	if !full && len(d.pools.names) == 0 && t.eligibleAt.same(&prev.eligibleAt) {
 		t.validUntil, t.inGrace = prev.validUntil, prev.inGrace // no pool changed, no grace window ended

@@ -192,7 +192,7 @@ func TestCompileWithDecodedMatchesCompile(t *testing.T) {
 	add("routes/_default", `{"targets":[{"pool":"p003","weight":100}]}`)
 	d := new(Decoded)
 	for lo := 0; lo < len(kvs); lo += 77 { // pages
-		d.Decode(kvs[lo:min(lo+77, len(kvs))])
+		d.Decode(kvs[lo:min(lo+77, len(kvs))], nil)
 	}
 	// A value replaced after it was decoded is decoded again, not taken;
 	// so is one whose key changed, its bytes the same (found in review:
@@ -201,12 +201,30 @@ func TestCompileWithDecodedMatchesCompile(t *testing.T) {
 	kvs[len(kvs)-3].Key = "pools/zbae" // a refused value under another key
 	kvs[len(kvs)-4].Key = "routes/US"  // a pool's bytes under a route's key
 	want := Compile(500, kvs, nil, CompileOptions{Now: t0})
-	for range 2 { // of resets its cursor: a second compile with it (Earlier) reads it again
-		got := Compile(500, kvs, nil, CompileOptions{Now: t0, Decoded: d})
+	same := func(what string, got, want *Table) {
+		t.Helper()
 		a, _ := got.JSON(t0)
 		b, _ := want.JSON(t0)
 		if d := firstDiffAll(a, b); d != "" || !reflect.DeepEqual(got.Skipped(), want.Skipped()) {
-			t.Fatalf("compiled with values decoded ahead: %s; skipped %v, want %v", d, got.Skipped(), want.Skipped())
+			t.Fatalf("%s: %s; skipped %v, want %v", what, d, got.Skipped(), want.Skipped())
 		}
 	}
+	for range 2 { // of resets its cursor: a second compile with it (Earlier) reads it again
+		same("compiled with values decoded ahead", Compile(500, kvs, nil, CompileOptions{Now: t0, Decoded: d}), want)
+	}
+	// A relist: the values the previous table holds are not decoded ahead
+	// (Compile reuses them), the others are.
+	next := slices.Clone(kvs)
+	for i := range next {
+		if i%3 == 0 && strings.HasPrefix(next[i].Key, "pools/p") {
+			next[i].Value = []byte(`{"host":"moved.example.net","residency":"eu"}`)
+		}
+	}
+	d = new(Decoded)
+	d.Decode(next, want)
+	if len(d.idx) == 0 || len(d.idx) >= 40 {
+		t.Fatalf("%d values decoded ahead of a relist that changed 14 pools", len(d.idx))
+	}
+	same("a relist compiled with values decoded ahead", Compile(501, next, want, CompileOptions{Now: t0, Decoded: d}),
+		Compile(501, next, want, CompileOptions{Now: t0}))
 }

@@ -14,7 +14,10 @@ const DefaultHealthGrace = 5 * time.Second
 // relative to <root>/routing/ ("pools/eu-central"). CreateRevision and
 // Version are etcd's: the revision that created this incarnation of the
 // key (a delete ends it) and the number of puts to it since. Zero means
-// unknown (values not read from etcd).
+// unknown (values not read from etcd). A table built from a KV keeps its
+// Value, and the strings it decodes from it share its memory: the caller
+// must never change those bytes afterwards (etcd's client gives each value
+// its own).
 type KV struct {
 	Key            string
 	Value          []byte
@@ -59,8 +62,9 @@ type PoolState struct {
 // answers (answers: the classes and effective entries), and how it is kept
 // up to date from one table to the next (memo), besides the render cache
 // (enc). A table built from another may share any map or slice of these
-// with it: none is written once the table is built (Update copies a map
-// before its first write, see sharedMap).
+// with it: none is written once the table is built (Update copies a small
+// map before its first write, see sharedMap, and forks the large ones, see
+// layered; padsOpen marks the only time pads is written: while building).
 type Table struct {
 	tableState
 	answers

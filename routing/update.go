@@ -11,7 +11,8 @@ import (
 // state with prev, in time that follows the events, not of the
 // table. It returns nil when prev cannot be updated (nil, loaded from a
 // snapshot file, or compiled with Down) or opts asks for a stale or
-// what-if table: compile the whole state then.
+// what-if table: compile the whole state then. Like Compile, it keeps the
+// events' values, which must not be changed afterwards.
 func Update(prev *Table, revision int64, events []Event, opts CompileOptions) *Table {
 	if prev == nil || !prev.compiled || prev.stale || opts.Stale || len(opts.Down) > 0 {
 		return nil

@@ -3,6 +3,7 @@ package watch
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -213,14 +214,19 @@ func (m *Mirror) getAll(ctx context.Context) ([]routing.KV, *routing.Decoded, in
 	end := clientv3.GetPrefixRangeEnd(m.cfg.Prefix)
 	key, rev := m.firstKey(), int64(0)
 	var out []routing.KV
-	// Each page's values are decoded while the next page is read.
+	// Each page's values are decoded while the next page is read (those
+	// the current table already holds are not: the compile reuses them).
 	var d *routing.Decoded
+	prev := m.Table()
 	pages := make(chan []routing.KV, 64)
 	decoded := make(chan struct{})
+	var failed atomic.Bool // the list failed: the pages left need no decoding
 	go func() {
 		defer close(decoded)
 		for page := range pages {
-			d.Decode(page) // d is set before the first page is sent
+			if !failed.Load() {
+				d.Decode(page, prev) // d is set before the first page is sent
+			}
 		}
 	}()
 	defer func() {
@@ -236,6 +242,7 @@ func (m *Mirror) getAll(ctx context.Context) ([]routing.KV, *routing.Decoded, in
 		resp, err := m.cfg.Client.Get(gctx, key, opts...)
 		cancel()
 		if err != nil {
+			failed.Store(true)
 			return nil, nil, 0, fmt.Errorf("watch: list %s from %q: %w", m.cfg.Prefix, key, err)
 		}
 		if rev == 0 {
