@@ -82,9 +82,8 @@ func Compile(revision int64, kvs []KV, prev *Table, opts CompileOptions) *Table 
 		prevGood = &prev.good
 	}
 	ahead := opts.Decoded.of(kvs)
-	var pre []decoded
 	if ahead == nil {
-		pre = predecode(kvs, prevGood)
+		ahead = predecode(kvs, prev).of(kvs)
 	}
 	for i, kv := range kvs {
 		// A health key is a live instance whatever its value says: the
@@ -97,9 +96,7 @@ func Compile(revision int64, kvs []KV, prev *Table, opts CompileOptions) *Table 
 			continue
 		}
 		var d *decoded
-		if pre != nil {
-			d = &pre[i]
-		} else if ahead != nil {
+		if ahead != nil {
 			d = ahead.at(i)
 		}
 		t.addKV(good, kv, prevGood, opts.Earlier, d)
@@ -318,12 +315,10 @@ func (d *Decoded) at(i int) *decoded {
 	return nil
 }
 
-// predecode decodes, across CPUs, the values addKV will decode (neither
-// health keys nor values equal to their previous good value), when there
-// are enough such keys to split (splits); else it returns nil and addKV
-// decodes each value itself. Decoding reads nothing shared but prevGood, which no
-// one writes.
-func predecode(kvs []KV, prevGood *goodValues) []decoded {
+// predecode decodes, across CPUs, the values Compile will decode (see
+// Decoded.Decode) when there are enough of them to split (splits); else it
+// returns nil and Compile decodes each value itself.
+func predecode(kvs []KV, prev *Table) *Decoded {
 	values := 0 // keys that may be decoded: not health keys (a prefix test)
 	for i := range kvs {
 		if !strings.HasPrefix(kvs[i].Key, "health/") {
@@ -333,20 +328,9 @@ func predecode(kvs []KV, prevGood *goodValues) []decoded {
 	if !splits(values) {
 		return nil
 	}
-	pre := make([]decoded, len(kvs))
-	inParallel(len(kvs), func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			kv := &kvs[i]
-			if k, err := ParseKey(kv.Key); err == nil && k.Kind == KindHealth {
-				continue
-			}
-			if g, ok := prevGood.get(kv.Key); ok && bytes.Equal(g.raw, kv.Value) {
-				continue
-			}
-			pre[i] = decodedFrom(kv)
-		}
-	})
-	return pre
+	d := new(Decoded)
+	d.Decode(kvs, prev)
+	return d
 }
 
 type overrideAt struct {

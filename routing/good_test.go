@@ -28,15 +28,7 @@ func TestGoodValuesMatchAMap(t *testing.T) {
 			olds = append(olds, snapshot{g, maps.Clone(model)})
 			g = g.fork()
 		}
-		key := "k" + strconv.Itoa(r.IntN(80)) // some never existed
-		if r.IntN(3) == 0 {
-			g.del(key)
-			delete(model, key)
-		} else {
-			v := goodValue{raw: []byte("v"), val: int64(step), rev: int64(step)}
-			g.set(key, v)
-			model[key] = v
-		}
+		editAtRandom(r, &g, model, 80, goodValue{raw: []byte("v"), val: int64(step), rev: int64(step)}) // some keys never existed
 		check := func(what string, g *goodValues, model map[string]goodValue) {
 			t.Helper()
 			if got := maps.Collect(g.all()); !equalGood(got, model) || g.len() != len(model) {
@@ -91,15 +83,7 @@ func TestGoodValuesForkTree(t *testing.T) {
 			g := parent.g.fork()
 			model := maps.Clone(parent.model)
 			for range r.IntN(30) + 1 {
-				key := "k" + strconv.Itoa(r.IntN(100))
-				if r.IntN(3) == 0 {
-					g.del(key)
-					delete(model, key)
-				} else {
-					v := goodValue{val: r.Int64()}
-					g.set(key, v)
-					model[key] = v
-				}
+				editAtRandom(r, &g, model, 100, goodValue{val: r.Int64()})
 			}
 			vs = append(vs, version{g, model})
 		}
@@ -134,4 +118,17 @@ func TestGoodValuesForkTree(t *testing.T) {
 	if zero.len() != 0 || f.len() != 1 || len(zero.over) != 0 {
 		t.Fatal("fork of the zero value wrote to it")
 	}
+}
+
+// editAtRandom deletes one of keys random keys k0…k<keys-1> from l and
+// its model, or (two times in three) sets it to v in both.
+func editAtRandom[V any](r *rand.Rand, l *layered[V], model map[string]V, keys int, v V) {
+	key := "k" + strconv.Itoa(r.IntN(keys))
+	if r.IntN(3) == 0 {
+		l.del(key)
+		delete(model, key)
+		return
+	}
+	l.set(key, v)
+	model[key] = v
 }

@@ -34,14 +34,7 @@ func TestLayeredChangedSinceCoversEveryDifference(t *testing.T) {
 			}
 			model := maps.Clone(parent.model)
 			for range r.IntN(3) + 1 {
-				key := "k" + strconv.Itoa(r.IntN(260))
-				if r.IntN(3) == 0 {
-					l.del(key)
-					delete(model, key)
-				} else {
-					l.set(key, step)
-					model[key] = step
-				}
+				editAtRandom(r, &l, model, 260, step)
 			}
 			vs = append(vs, version{l, model})
 			// Compare with a random older version, as the encoder does.
