@@ -158,7 +158,7 @@ func (m *Mirror) recompile() { m.recompileWith(nil) }
 func (m *Mirror) recompileWith(earlier func([]routing.Skipped) map[string]routing.KV) {
 	m.swapMu.Lock()
 	defer m.swapMu.Unlock()
-	opts := routing.CompileOptions{Now: time.Now(), Start: m.start, Grace: m.cfg.HealthGrace, ClusterID: m.clusterID}
+	opts := m.compileOptions()
 	var t *routing.Table
 	if m.incremental {
 		t = routing.Update(m.Table(), m.applied, m.pending, opts)
@@ -170,19 +170,30 @@ func (m *Mirror) recompileWith(earlier func([]routing.Skipped) map[string]routin
 			for _, kv := range m.state {
 				kvs = append(kvs, kv)
 			}
+		} else if m.precompiled != nil {
+			// listed's, compiled at the list's end; brought to now (a
+			// health grace may have ended since)
+			t = (<-m.precompiled).At(opts.Now)
 		}
-		t = routing.Compile(m.applied, kvs, m.Table(), opts)
+		if t == nil {
+			t = routing.Compile(m.applied, kvs, m.Table(), opts)
+		}
 		if earlier != nil && len(t.Skipped()) > 0 {
 			if opts.Earlier = earlier(t.Skipped()); len(opts.Earlier) > 0 {
 				t = routing.Compile(m.applied, kvs, m.Table(), opts)
 			}
 		}
 	}
-	m.listed, m.decoded = nil, nil
+	m.listed, m.decoded, m.precompiled = nil, nil, nil
 	clear(m.pending) // drop the values: they live on in the table if needed
 	m.pending, m.incremental, m.uncompiled = m.pending[:0], true, false
 	m.changeRev.Store(m.applied)
 	m.store(t)
+}
+
+// compileOptions returns the options of a compile or update now.
+func (m *Mirror) compileOptions() routing.CompileOptions {
+	return routing.CompileOptions{Now: time.Now(), Start: m.start, Grace: m.cfg.HealthGrace, ClusterID: m.clusterID}
 }
 
 // advance marks the current table current at a later revision.

@@ -100,10 +100,14 @@ type Mirror struct {
 	// listed holds the last list's KVs, in order, and decoded their
 	// values, decoded while the list was read: the compile of the listed
 	// state takes them instead of decoding again, then drops them.
-	listed    []routing.KV
-	decoded   *routing.Decoded
-	clusterID uint64 // etcd cluster of the last list
-	watches   uint64 // watches opened, to give each its own stream
+	listed  []routing.KV
+	decoded *routing.Decoded
+	// precompiled, when not nil, delivers the table of listed, compiled
+	// while the watch after the list was being created (see
+	// Mirror.precompile).
+	precompiled <-chan *routing.Table
+	clusterID   uint64 // etcd cluster of the last list
+	watches     uint64 // watches opened, to give each its own stream
 	// otherRange: watch the prefix as [prefix+"\x00", end) rather than
 	// [prefix, end). Both hold the same keys (the bare prefix is no key of
 	// the state: lists and probes skip it too), but etcd's grpc-proxy keeps

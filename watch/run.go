@@ -116,11 +116,32 @@ func (m *Mirror) list(ctx context.Context, reason string) (publish func(), err e
 	// the list is compared with (not from events applied since, without a
 	// compile).
 	keep := sameState(state, m.state) && !m.uncompiled && !regressed
+	// ...and only if it is fresh (not a stale seed) and of the list's
+	// cluster.
+	if cur := m.Table(); cur == nil || cur.Stale() || cur.ClusterID() != m.clusterID {
+		keep = false
+	}
 	m.state, m.applied, m.lastEvent = state, rev, rev
 	m.pending, m.incremental = m.pending[:0], false
-	m.listed, m.decoded = kvs, decoded
+	m.listed, m.decoded, m.precompiled = kvs, decoded, nil
+	if !keep {
+		m.precompiled = m.precompile()
+	}
 	m.markSynced()
 	return func() { m.publishList(ctx, rev, keep) }, nil
+}
+
+// precompile starts compiling the listed state, to be published once the
+// watch after the list is created: the compile then runs while etcd
+// answers the creation, instead of after it. The table is the state's as
+// of now, which is when the list ended. recompileWith takes it if nothing
+// was applied since.
+func (m *Mirror) precompile() <-chan *routing.Table {
+	ch := make(chan *routing.Table, 1)
+	rev, kvs, prev, opts := m.applied, m.listed, m.Table(), m.compileOptions()
+	opts.Decoded = m.decoded
+	go func() { ch <- routing.Compile(rev, kvs, prev, opts) }()
+	return ch
 }
 
 // regressed reports whether the list's revision rev is below the newest
@@ -186,10 +207,11 @@ func sameState(a, b map[string]routing.KV) bool {
 // current table was compiled from, and that table is fresh (not a stale
 // seed) and of the list's cluster, the table stays and only its revision
 // moves: events can then update it incrementally. Otherwise the state is
-// compiled, a refused value giving way to the key's earlier good one from
-// etcd's history (see earlierGood), and AfterChange is called.
+// compiled (or its precompiled table taken), a refused value giving way
+// to the key's earlier good one from etcd's history (see earlierGood),
+// and AfterChange is called.
 func (m *Mirror) publishList(ctx context.Context, rev int64, keep bool) {
-	if cur := m.Table(); keep && cur != nil && !cur.Stale() && cur.ClusterID() == m.clusterID {
+	if keep {
 		m.incremental = true // the table is the state's: events can update it
 		m.listed, m.decoded = nil, nil
 		m.advance(rev)
