@@ -353,7 +353,7 @@ func skipWS(b []byte, i int) int {
 func skipValue(b []byte, i int) int {
 	switch b[i] {
 	case '"':
-		for i++; i < len(b); i++ {
+		for i = plainRun(b, i+1); i < len(b); i = plainRun(b, i+1) {
 			switch b[i] {
 			case '\\':
 				i++

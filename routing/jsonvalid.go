@@ -133,7 +133,7 @@ func (v *jsonValidator) array(i, depth int) (int, bool) {
 // str checks the string starting at i (a quote).
 func (v *jsonValidator) str(i int) (int, bool) {
 	b := v.b
-	for i++; i < len(b); i++ {
+	for i = plainRun(b, i+1); i < len(b); i = plainRun(b, i+1) {
 		switch c := b[i]; {
 		case c == '"':
 			return i + 1, true
