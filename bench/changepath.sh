@@ -6,7 +6,7 @@
 # it prints every round and the medians, each figure against the peers of its
 # own invocation. From the project root:
 #
-#     bench/changepath.sh                      # 3 rounds of stream isolated burst sync, ~6 min
+#     bench/changepath.sh                      # 3 rounds of stream isolated burst sync, ~3 min
 #     bench/changepath.sh -r 5 stream isolated
 #
 # Work dir: $PERF_WORK (default /tmp/regiond-perf): binaries in bin/, each
@@ -64,7 +64,14 @@ import glob, json, statistics, sys
 out, rounds, workloads = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 def peers(r, w):
     f = sorted(glob.glob(f"{out}/{r}-{w}/raw/*.json"))[-1]
-    return {p["name"]: p for p in json.load(open(f))[0]["peers"]}
+    ps = {p["name"]: p for p in json.load(open(f))[0]["peers"]}
+    need = {"stream": "lat_p50_ms", "isolated": "lat_p50_ms", "burst": "burst_ack_to_file_ms", "sync": "init_ms"}[w]
+    for name, p in ps.items():
+        if name != "floor" and p.get("lat_missing"):
+            print(f"warning: round {r}, {w}: {name} never showed {p['lat_missing']} of its puts in its file ({f})", file=sys.stderr)
+        if p.get(need) is None and not (w == "burst" and name == "floor"):
+            sys.exit(f"changepath.sh: round {r}, {w}: no {need} for {name} (its log: {out}/{r}-{w}/log)")
+    return ps
 def med(xs): return statistics.median(xs) if xs else float("nan")
 rows = []
 for w in workloads:

@@ -45,6 +45,12 @@ func run() error {
 		return fmt.Errorf("connect to %s: %w", endpoint, err)
 	}
 	defer cli.Close()
+	return mirror(ctx, cli, prefix, path)
+}
+
+// mirror keeps path holding every value under prefix until ctx is done
+// (then it returns nil) or the list, the watch or a write fails.
+func mirror(ctx context.Context, cli *clientv3.Client, prefix, path string) error {
 	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix())
 	if err != nil {
 		return fmt.Errorf("list %s: %w", prefix, err)
