@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/regiond/regiond/internal/freeport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -55,11 +56,11 @@ func startClusterOnce(ctx context.Context, bin, dir string, n int) (*etcdCluster
 	var initial []string
 	var clientURLs, peerURLs []string
 	for i := 0; i < n; i++ {
-		cport, err := freePort()
+		cport, err := freeport.Get()
 		if err != nil {
 			return c, err
 		}
-		pport, err := freePort()
+		pport, err := freeport.Get()
 		if err != nil {
 			return c, err
 		}
@@ -95,11 +96,11 @@ func startClusterOnce(ctx context.Context, bin, dir string, n int) (*etcdCluster
 // startProxy starts `etcd grpc-proxy start` in front of member 0 and waits
 // until a Get through it succeeds.
 func (c *etcdCluster) startProxy(ctx context.Context, bin, dir string) error {
-	gport, err := freePort()
+	gport, err := freeport.Get()
 	if err != nil {
 		return err
 	}
-	mport, err := freePort()
+	mport, err := freeport.Get()
 	if err != nil {
 		return err
 	}

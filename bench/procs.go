@@ -16,17 +16,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
-)
 
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
+	"github.com/regiond/regiond/internal/freeport"
+)
 
 // goBuild builds pkg (a package path, or a module path such as
 // go.etcd.io/etcd/server/v3) into out, from the module root, with the
@@ -124,11 +116,11 @@ type etcdProc struct {
 func startEtcd(ctx context.Context, bin, dataDir, logPath string) (*etcdProc, error) {
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		cport, err := freePort()
+		cport, err := freeport.Get()
 		if err != nil {
 			return nil, err
 		}
-		pport, err := freePort()
+		pport, err := freeport.Get()
 		if err != nil {
 			return nil, err
 		}
@@ -202,7 +194,7 @@ type agentOpts struct {
 }
 
 func startAgent(o agentOpts) (*agentProc, error) {
-	port, err := freePort()
+	port, err := freeport.Get()
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/fleettest"
+	"github.com/regiond/regiond/internal/freeport"
 	"github.com/regiond/regiond/internal/testprog"
 )
 
@@ -69,7 +70,7 @@ func TestPackagedAgentInRuntimeDirectory(t *testing.T) {
 	if err := os.Chown(run, serviceUID, serviceUID); err != nil {
 		t.Fatal(err)
 	}
-	port, err := devetcd.FreePort()
+	port, err := freeport.Get()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/freeport"
 )
 
 // buildRegiond builds the regiond binary, with the given build tags
@@ -31,7 +31,7 @@ func buildRegiond(t *testing.T, tags ...string) string {
 // freeAddr is a free loopback address.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	p, err := devetcd.FreePort()
+	p, err := freeport.Get()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/regiond/regiond/internal/agent"
 	"github.com/regiond/regiond/internal/api"
 	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/freeport"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -40,7 +41,7 @@ func (h *harness) snapshotHeader() (routing.JSONHeader, bool) {
 // and the file's synced_at moves.
 func TestSurvivesEtcdOutageAndRestartFromSnapshot(t *testing.T) {
 	etcdDir := t.TempDir()
-	port, err := devetcd.FreePort()
+	port, err := freeport.Get()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/regiond/regiond/internal/agent"
 	"github.com/regiond/regiond/internal/api"
 	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/freeport"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -127,7 +128,7 @@ func TestStartsWithAuthWhileEtcdIsDown(t *testing.T) {
 
 	// etcd is unreachable: point the agent at a dead port.
 	down := cfg
-	port, err := devetcd.FreePort()
+	port, err := freeport.Get()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,9 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/regiond/regiond/internal/freeport"
 	"github.com/spf13/cobra"
-
-	"github.com/regiond/regiond/internal/devetcd"
 )
 
 // TestExitUsage: bad flags and arguments exit 2 before touching etcd.
@@ -55,7 +54,7 @@ func TestExitUsage(t *testing.T) {
 // seconds, naming the endpoints tried.
 func TestExitUnreachable(t *testing.T) {
 	t.Parallel()
-	port, err := devetcd.FreePort()
+	port, err := freeport.Get()
 	if err != nil {
 		t.Fatal(err)
 	}

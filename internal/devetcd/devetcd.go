@@ -17,7 +17,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"syscall"
 	"time"
@@ -25,6 +24,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/regiond/regiond/internal/freeport"
 )
 
 // Config says where and how to run the embedded server.
@@ -201,21 +202,11 @@ func (s *Server) Err() <-chan error { return s.etcd.Err() }
 
 func urlOrFree(raw, scheme string) (*url.URL, error) {
 	if raw == "" {
-		port, err := FreePort()
+		port, err := freeport.Get()
 		if err != nil {
 			return nil, err
 		}
 		raw = fmt.Sprintf("%s://127.0.0.1:%d", scheme, port)
 	}
 	return url.Parse(raw)
-}
-
-// FreePort returns a loopback TCP port that was free a moment ago.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -65,7 +65,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -80,6 +79,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/regiond/regiond/internal/freeport"
 	"github.com/regiond/regiond/internal/tcpproxy"
 )
 
@@ -179,10 +179,10 @@ func start(t testing.TB, bin string, cfg Config) (*Cluster, error) {
 		m := &Member{Name: fmt.Sprintf("m%d", i), exited: make(chan struct{})}
 		c.Members = append(c.Members, m)
 		var clientPort, peerPort int
-		if clientPort, err = freePort(); err != nil {
+		if clientPort, err = freeport.Get(); err != nil {
 			return c, err
 		}
-		if peerPort, err = freePort(); err != nil {
+		if peerPort, err = freeport.Get(); err != nil {
 			return c, err
 		}
 		m.ClientURL = fmt.Sprintf("http://127.0.0.1:%d", clientPort)
@@ -542,14 +542,4 @@ func tail(path string, n int) ([]string, error) {
 		}
 	}
 	return lines, sc.Err()
-}
-
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

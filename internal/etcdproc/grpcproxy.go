@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/regiond/regiond/internal/freeport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -79,7 +80,7 @@ func (c *Cluster) StartProxy(t testing.TB, cfg ProxyConfig) *Proxy {
 		}
 	})
 	for attempt := 1; ; attempt++ {
-		port, err := freePort()
+		port, err := freeport.Get()
 		if err != nil {
 			t.Fatalf("etcdproc: %v", err)
 		}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/regiond/regiond/internal/atomicfile"
+	"github.com/regiond/regiond/internal/freeport"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -44,7 +44,7 @@ type agentProc struct {
 // newAgent prepares an agent against endpoints (not started).
 func newAgent(t *testing.T, bin, name string, endpoints []string, prefix string, extra ...string) *agentProc {
 	t.Helper()
-	port, err := freePort()
+	port, err := freeport.Get()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,14 +218,4 @@ func (a *agentProc) waitUp(ctx context.Context) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-}
-
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

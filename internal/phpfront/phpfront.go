@@ -15,7 +15,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -26,6 +25,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/regiond/regiond/internal/freeport"
 )
 
 // Config says what to serve. Dir, Script and Snapshot are required.
@@ -113,9 +114,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	port, err := freePort()
+	port, err := freeport.Get()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("phpfront: %w", err)
 	}
 	s := &Server{URL: "http://127.0.0.1:" + strconv.Itoa(port), dir: cfg.Dir}
 	fpmConf, ngxConf, err := render(cfg, port)
@@ -201,16 +202,6 @@ func (s *Server) Close() error {
 		}
 	}
 	return nil
-}
-
-// freePort returns a TCP port free on 127.0.0.1 a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("phpfront: find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // render writes the php-fpm and nginx configurations for cfg into cfg.Dir

@@ -23,7 +23,7 @@
 //       SCOREBITS being the IEEE-754 bits of the score as 16 hex digits.
 //   php driver.php race INDEX STOPFILE CYCLE
 //       Loads INDEX and resolves PL and XX with a sticky key in a loop until
-//       STOPFILE exists; each table's routes carry attrs gen, equal to its
+//       STOPFILE exists, then once more; each table's routes carry attrs gen, equal to its
 //       revision modulo CYCLE.
 //       Prints "ready" after the first load, then one JSON object: loads,
 //       errors (count and the first messages), mixed (a decision whose gen is
@@ -150,12 +150,12 @@ switch ($mode) {
         $res = ['loads' => 0, 'errors' => 0, 'messages' => [], 'mixed' => 0, 'backwards' => 0,
             'revisions' => 0, 'first' => 0, 'last' => 0];
         $prev = 0;
-        for ($i = 0; ; $i++) {
-            if ($i % 32 === 0) {
+        // The writer creates STOPFILE after its last rename, so the load that
+        // follows seeing it is the last one and must see the last revision.
+        for ($i = 0, $stopping = false; !$stopping; $i++) {
+            if ($i % 32 === 0 && $i > 0) {
                 clearstatcache(true, $stop);
-                if ($i > 0 && file_exists($stop)) {
-                    break;
-                }
+                $stopping = file_exists($stop);
             }
             try {
                 $t = RegiondTable::load($idx);
