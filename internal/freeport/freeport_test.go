@@ -76,14 +76,25 @@ func TestGetSkipsHeldAndBound(t *testing.T) {
 	if hi == 0 {
 		t.Skip("no port range outside the kernel's ephemeral one on this machine")
 	}
-	// Find 4 consecutive ports nobody holds, so the test owns the span.
+	// Find 4 consecutive ports nobody holds or listens on, so the test
+	// owns the span.
+	free := func(port int) bool {
+		if _, mine := held[port]; mine || !bindable(port) {
+			return false
+		}
+		f, err := reserve(port)
+		if err != nil {
+			return false
+		}
+		f.Close()
+		return true
+	}
 	base := -1
 	mu.Lock()
 	for p := hi - 4; p >= lo && base < 0; p -= 4 {
 		ok := true
 		for q := p; q < p+4; q++ {
-			_, mine := held[q]
-			ok = ok && !mine && bindable(q)
+			ok = ok && free(q)
 		}
 		if ok {
 			base = p
