@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"sync"
+
+	"github.com/regiond/regiond/internal/freeport"
 )
 
 // Proxy forwards connections from a loopback listener to a target address.
@@ -21,11 +24,23 @@ type Proxy struct {
 	stopped bool
 }
 
-// New starts a proxy on a free loopback port forwarding to target.
+// New starts a proxy on a free loopback port forwarding to target. The
+// port comes from freeport: Restore listens on it again after Sever, and
+// a port the kernel chose could meanwhile be given to another socket.
 func New(target string) (*Proxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("tcpproxy: listen: %w", err)
+	var ln net.Listener
+	for attempt := 1; ; attempt++ {
+		port, err := freeport.Get()
+		if err != nil {
+			return nil, fmt.Errorf("tcpproxy: %w", err)
+		}
+		// A port free when freeport checked it may be taken by now (by
+		// a process that does not use freeport): take another.
+		if ln, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
+			break
+		} else if attempt == 5 {
+			return nil, fmt.Errorf("tcpproxy: listen: %w", err)
+		}
 	}
 	p := &Proxy{target: target, addr: ln.Addr().String(), conns: map[net.Conn]struct{}{}}
 	p.serve(ln)
