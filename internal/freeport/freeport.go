@@ -42,9 +42,10 @@ var (
 
 // Get returns a loopback TCP port that is free and reserved for this
 // process: no other caller of Get, in this process or another, receives
-// it while the process lives. Where the kernel's ephemeral range cannot be
-// read or leaves no room, Get falls back to a port the kernel chose (free
-// a moment ago, not reserved).
+// it while the process lives. Where no lock file can be made, the port is
+// reserved within this process only. Where the kernel's ephemeral range
+// cannot be read or leaves no room, Get falls back to a port the kernel
+// chose (free a moment ago, not reserved).
 func Get() (int, error) {
 	spanOnce.Do(func() { lo, hi = span(rangeFile) })
 	if hi == 0 {
@@ -60,11 +61,14 @@ func Get() (int, error) {
 			continue
 		}
 		f, err := reserve(port)
-		if err != nil {
-			if errors.Is(err, errHeld) {
-				continue
-			}
-			return 0, fmt.Errorf("freeport: reserve port %d: %w", port, err)
+		switch {
+		case errors.Is(err, errHeld):
+			continue
+		case err != nil:
+			// No lock file (TMPDIR read-only or missing): the port is
+			// still outside the kernel's range, reserved in this process
+			// only.
+			f = nil
 		}
 		if !bindable(port) {
 			f.Close()

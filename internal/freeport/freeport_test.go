@@ -169,3 +169,30 @@ func TestHoldHelper(t *testing.T) {
 	fmt.Println("held")
 	bufio.NewReader(os.Stdin).ReadString('\n')
 }
+
+// TestGetWithoutLockDir: with no place for lock files, Get still hands out
+// distinct ports outside the kernel's range.
+func TestGetWithoutLockDir(t *testing.T) {
+	notDir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", notDir) // os.TempDir: a file, so no lock directory under it
+	if _, err := reserve(lowest); err == nil || errors.Is(err, errHeld) {
+		t.Fatalf("reserve under a TMPDIR that is a file: %v; want an error other than errHeld", err)
+	}
+	a, err := Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a == b {
+		t.Errorf("Get twice = %d, %d; want distinct ports", a, b)
+	}
+	if hi != 0 && (a < lo || a >= hi || b < lo || b >= hi) {
+		t.Errorf("ports %d, %d; want them in %d-%d", a, b, lo, hi-1)
+	}
+}
