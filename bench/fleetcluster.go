@@ -11,9 +11,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/regiond/regiond/internal/freeport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/regiond/regiond/internal/freeport"
 )
 
 // etcdCluster is a multi-member etcd cluster of real processes on

@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/regiond/regiond/internal/freeport"
 	"github.com/spf13/cobra"
+
+	"github.com/regiond/regiond/internal/freeport"
 )
 
 // TestExitUsage: bad flags and arguments exit 2 before touching etcd.

@@ -14,9 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/regiond/regiond/internal/freeport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/regiond/regiond/internal/freeport"
 )
 
 // ProxyConfig configures a grpc-proxy.

@@ -7,11 +7,12 @@
 // a test has an agent stopped, the kernel may give the same port to
 // another listener on port 0 or to an outgoing connection's local end; a
 // fault suite with dozens of servers and thousands of connections hit
-// that. So Get picks ports below the kernel's ephemeral range
-// (net.ipv4.ip_local_port_range), which the kernel never hands out by
-// itself, and reserves each one for the life of the process with a lock
-// file, so that other processes using this package (test binaries that go
-// test runs in parallel) skip it too.
+// that. So on Linux Get picks ports outside the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range: below it, or above it when there is no
+// room below), which the kernel never hands out by itself, and reserves
+// each one for the life of the process with a lock file, so that other
+// processes using this package (test binaries that go test runs in
+// parallel) skip it too.
 package freeport
 
 import (
@@ -35,24 +36,30 @@ const lowest, minSpan = 20000, 2000
 
 var (
 	mu       sync.Mutex
-	held     = map[int]*os.File{} // reservations, kept open for the process's life
+	held     = map[int]*os.File{} // reservations (nil: in this process only), kept for the process's life
 	spanOnce sync.Once
 	lo, hi   int // ports Get picks from, [lo, hi); hi == 0: ask the kernel
+	dirOnce  sync.Once
+	dir      string // the lock files' directory; "": none usable, no cross-process reservations
 )
 
 // Get returns a loopback TCP port that is free and reserved for this
 // process: no other caller of Get, in this process or another, receives
-// it while the process lives. Where no lock file can be made, the port is
-// reserved within this process only. Where the kernel's ephemeral range
-// cannot be read or leaves no room, Get falls back to a port the kernel
-// chose (free a moment ago, not reserved).
+// it while the process lives. Each port holds an open file (its lock) for
+// that long, so a process should ask for hundreds, not tens of thousands.
+//
+// Where the lock directory ($TMPDIR/regiond-freeport-<uid>) cannot be made
+// or is not this user's alone, ports are reserved within this process
+// only. Where the kernel's ephemeral range cannot be read (systems other
+// than Linux) or leaves no room, Get falls back to a port the kernel chose:
+// free a moment ago, not reserved.
 func Get() (int, error) {
-	spanOnce.Do(func() { lo, hi = span(rangeFile) })
+	setUp()
+	mu.Lock()
+	defer mu.Unlock()
 	if hi == 0 {
 		return kernelPort()
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	n := hi - lo
 	start := rand.IntN(n)
 	for i := range n {
@@ -60,24 +67,36 @@ func Get() (int, error) {
 		if _, ok := held[port]; ok {
 			continue
 		}
-		f, err := reserve(port)
-		switch {
-		case errors.Is(err, errHeld):
-			continue
-		case err != nil:
-			// No lock file (TMPDIR read-only or missing): the port is
-			// still outside the kernel's range, reserved in this process
-			// only.
-			f = nil
+		var f *os.File
+		if dir != "" {
+			var err error
+			if f, err = reserve(dir, port); errors.Is(err, errHeld) {
+				continue
+			} else if err != nil {
+				return 0, fmt.Errorf("freeport: reserve port %d: %w", port, err)
+			}
 		}
 		if !bindable(port) {
-			f.Close()
+			if f != nil {
+				f.Close()
+			}
 			continue
 		}
 		held[port] = f
 		return port, nil
 	}
 	return 0, fmt.Errorf("freeport: no free port in %d-%d", lo, hi-1)
+}
+
+// setUp reads the kernel's range and finds the lock directory, once.
+func setUp() {
+	spanOnce.Do(func() { lo, hi = span(rangeFile) })
+	dirOnce.Do(func() {
+		d := filepath.Join(os.TempDir(), "regiond-freeport-"+strconv.Itoa(os.Getuid()))
+		if usableDir(d) == nil {
+			dir = d
+		}
+	})
 }
 
 // span returns the ports below (or, failing that, above) the ephemeral
@@ -107,12 +126,6 @@ func span(rangeFile string) (int, int) {
 
 // errHeld reports a port another caller of Get has reserved.
 var errHeld = errors.New("reserved by another process")
-
-// lockDir is where reservations are kept: one file per port, locked by
-// the process holding it. The files stay; a lock ends with its process.
-func lockDir() string {
-	return filepath.Join(os.TempDir(), "regiond-freeport-"+strconv.Itoa(os.Getuid()))
-}
 
 // bindable reports whether 127.0.0.1:port can be listened on now.
 func bindable(port int) bool {

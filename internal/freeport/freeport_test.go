@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"testing"
 )
@@ -37,13 +38,27 @@ func TestSpan(t *testing.T) {
 	}
 }
 
-// TestGetDistinctOutsideEphemeral: ports are distinct, outside the
-// kernel's ephemeral range where it can be read, and can be listened on.
-func TestGetDistinctOutsideEphemeral(t *testing.T) {
-	elo, ehi := -1, -1
-	if b, err := os.ReadFile(rangeFile); err == nil {
-		fmt.Sscan(string(b), &elo, &ehi)
+// onLinux fails the test when the package could not set itself up as it
+// should on Linux (where CI runs), and skips it elsewhere.
+func onLinux(t *testing.T) {
+	t.Helper()
+	setUp()
+	if runtime.GOOS != "linux" {
+		t.Skip("the kernel's port range and file locks are read on Linux only")
 	}
+	if hi == 0 {
+		t.Fatalf("no span outside the kernel's ephemeral range (%s)", rangeFile)
+	}
+	if dir == "" {
+		t.Fatal("no usable lock directory under " + os.TempDir())
+	}
+}
+
+// TestGetDistinctOutsideEphemeral: ports are distinct, in the span outside
+// the kernel's ephemeral range, and can be listened on.
+func TestGetDistinctOutsideEphemeral(t *testing.T) {
+	onLinux(t)
+	wantLo, wantHi := span(rangeFile)
 	seen := map[int]bool{}
 	for range 50 {
 		p, err := Get()
@@ -54,8 +69,8 @@ func TestGetDistinctOutsideEphemeral(t *testing.T) {
 			t.Fatalf("port %d handed out twice", p)
 		}
 		seen[p] = true
-		if hi != 0 && p >= elo && p <= ehi {
-			t.Errorf("port %d is in the ephemeral range %d-%d", p, elo, ehi)
+		if p < wantLo || p >= wantHi {
+			t.Errorf("port %d; want it in %d-%d, outside the ephemeral range", p, wantLo, wantHi-1)
 		}
 		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 		if err != nil {
@@ -65,46 +80,59 @@ func TestGetDistinctOutsideEphemeral(t *testing.T) {
 	}
 }
 
-// TestGetSkipsHeldAndBound: with a span of a few ports, Get skips one
-// another process reserved and one a listener holds, and says so when the
-// span runs out.
+// narrow finds n consecutive ports in the span that nobody reserved or
+// listens on, returning the locks that keep them so (the caller closes
+// them just before its Get), and narrows the span to them until the test
+// ends.
+func narrow(t *testing.T, n int) (base int, probes []*os.File) {
+	t.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	take := func(port int) (*os.File, bool) {
+		if _, mine := held[port]; mine || !bindable(port) {
+			return nil, false
+		}
+		f, err := reserve(dir, port)
+		return f, err == nil
+	}
+	for p := hi - n; p >= lo; p -= n {
+		var fs []*os.File
+		for q := p; q < p+n; q++ {
+			if f, ok := take(q); ok {
+				fs = append(fs, f)
+			}
+		}
+		if len(fs) == n {
+			saveLo, saveHi := lo, hi
+			lo, hi = p, p+n
+			t.Cleanup(func() { mu.Lock(); lo, hi = saveLo, saveHi; mu.Unlock() })
+			return p, fs
+		}
+		for _, f := range fs {
+			f.Close()
+		}
+	}
+	t.Fatalf("no %d free consecutive ports", n)
+	return 0, nil
+}
+
+func closeAll(fs []*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
+}
+
+// TestGetSkipsHeldAndBound: with a span of 4 ports, Get skips one another
+// process reserved and one a listener holds, and says so when the span
+// runs out.
 func TestGetSkipsHeldAndBound(t *testing.T) {
 	if os.Getenv("FREEPORT_HOLD") != "" {
 		return // the helper below
 	}
-	spanOnce.Do(func() { lo, hi = span(rangeFile) })
-	if hi == 0 {
-		t.Skip("no port range outside the kernel's ephemeral one on this machine")
-	}
-	// Find 4 consecutive ports nobody holds or listens on, so the test
-	// owns the span.
-	free := func(port int) bool {
-		if _, mine := held[port]; mine || !bindable(port) {
-			return false
-		}
-		f, err := reserve(port)
-		if err != nil {
-			return false
-		}
-		f.Close()
-		return true
-	}
-	base := -1
-	mu.Lock()
-	for p := hi - 4; p >= lo && base < 0; p -= 4 {
-		ok := true
-		for q := p; q < p+4; q++ {
-			ok = ok && free(q)
-		}
-		if ok {
-			base = p
-		}
-	}
-	mu.Unlock()
-	if base < 0 {
-		t.Fatal("no 4 free consecutive ports")
-	}
+	onLinux(t)
+	base, probes := narrow(t, 4)
 	// Another process reserves base; a listener binds base+1.
+	probes[0].Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHoldHelper$")
 	cmd.Env = append(os.Environ(), "FREEPORT_HOLD="+strconv.Itoa(base))
 	stdin, err := cmd.StdinPipe()
@@ -122,20 +150,17 @@ func TestGetSkipsHeldAndBound(t *testing.T) {
 	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "held\n" {
 		t.Fatalf("helper: %q, %v", line, err)
 	}
-	if _, err := reserve(base); !errors.Is(err, errHeld) {
+	if _, err := reserve(dir, base); !errors.Is(err, errHeld) {
 		t.Fatalf("reserve(%d) held by another process: %v; want errHeld", base, err)
 	}
+	probes[1].Close()
 	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(base+1)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
 
-	mu.Lock()
-	saveLo, saveHi := lo, hi
-	lo, hi = base, base+4
-	mu.Unlock()
-	defer func() { mu.Lock(); lo, hi = saveLo, saveHi; mu.Unlock() }()
+	closeAll(probes[2:])
 	got := map[int]bool{}
 	for range 2 {
 		p, err := Get()
@@ -159,8 +184,9 @@ func TestHoldHelper(t *testing.T) {
 	if v == "" {
 		return
 	}
+	setUp()
 	port, _ := strconv.Atoi(v)
-	f, err := reserve(port)
+	f, err := reserve(dir, port)
 	if err != nil {
 		fmt.Println("error:", err)
 		os.Exit(1)
@@ -170,17 +196,17 @@ func TestHoldHelper(t *testing.T) {
 	bufio.NewReader(os.Stdin).ReadString('\n')
 }
 
-// TestGetWithoutLockDir: with no place for lock files, Get still hands out
-// distinct ports outside the kernel's range.
+// TestGetWithoutLockDir: with no lock directory, Get still hands out each
+// port once, within the process.
 func TestGetWithoutLockDir(t *testing.T) {
-	notDir := filepath.Join(t.TempDir(), "file")
-	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("TMPDIR", notDir) // os.TempDir: a file, so no lock directory under it
-	if _, err := reserve(lowest); err == nil || errors.Is(err, errHeld) {
-		t.Fatalf("reserve under a TMPDIR that is a file: %v; want an error other than errHeld", err)
-	}
+	onLinux(t)
+	_, probes := narrow(t, 2)
+	mu.Lock()
+	saveDir := dir
+	dir = ""
+	mu.Unlock()
+	t.Cleanup(func() { mu.Lock(); dir = saveDir; mu.Unlock() })
+	closeAll(probes)
 	a, err := Get()
 	if err != nil {
 		t.Fatal(err)
@@ -192,7 +218,33 @@ func TestGetWithoutLockDir(t *testing.T) {
 	if a == b {
 		t.Errorf("Get twice = %d, %d; want distinct ports", a, b)
 	}
-	if hi != 0 && (a < lo || a >= hi || b < lo || b >= hi) {
-		t.Errorf("ports %d, %d; want them in %d-%d", a, b, lo, hi-1)
+	if p, err := Get(); err == nil {
+		t.Errorf("a third Get from a span of 2 = %d; want an error", p)
+	}
+}
+
+// TestUsableDir: the lock directory is made 0700 and refused when it is a
+// file, a symbolic link, or open to others.
+func TestUsableDir(t *testing.T) {
+	onLinux(t)
+	base := t.TempDir()
+	good := filepath.Join(base, "new")
+	if err := usableDir(good); err != nil {
+		t.Fatalf("a missing directory: %v; want it made", err)
+	}
+	if fi, err := os.Stat(good); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("made %v, %v; want mode 0700", fi.Mode(), err)
+	}
+	file := filepath.Join(base, "file")
+	os.WriteFile(file, nil, 0o600)
+	link := filepath.Join(base, "link")
+	os.Symlink(good, link)
+	open := filepath.Join(base, "open")
+	os.Mkdir(open, 0o700)
+	os.Chmod(open, 0o777)
+	for _, d := range []string{file, link, open} {
+		if err := usableDir(d); err == nil {
+			t.Errorf("usableDir(%s) = nil; want it refused", filepath.Base(d))
+		}
 	}
 }

@@ -25,8 +25,9 @@ type Proxy struct {
 }
 
 // New starts a proxy on a free loopback port forwarding to target. The
-// port comes from freeport: Restore listens on it again after Sever, and
-// a port the kernel chose could meanwhile be given to another socket.
+// port comes from freeport (on Linux outside the kernel's ephemeral
+// range): Restore listens on it again after Sever, and a port the kernel
+// chose could meanwhile be given to another socket.
 func New(target string) (*Proxy, error) {
 	var ln net.Listener
 	for attempt := 1; ; attempt++ {
