@@ -50,6 +50,11 @@ func run() error {
 
 // mirror keeps path holding every value under prefix until ctx is done
 // (then it returns nil) or the list, the watch or a write fails.
+//
+// It lists and watches by hand rather than with clientv3/mirror: the
+// Syncer's base sync asks for the revision first and then reads pages of
+// 1,000 keys, sorted, where one Get does; a floor must not do more than
+// it needs to, or regiond's sync would be read against a slower peer.
 func mirror(ctx context.Context, cli *clientv3.Client, prefix, path string) error {
 	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix())
 	if err != nil {
@@ -78,7 +83,10 @@ func mirror(ctx context.Context, cli *clientv3.Client, prefix, path string) erro
 			return err
 		}
 	}
-	return nil // stopped: the watch channel closes when ctx is done
+	if ctx.Err() != nil {
+		return nil // stopped: the watch channel closes when ctx is done
+	}
+	return fmt.Errorf("watch %s: closed while running (the client closed)", prefix)
 }
 
 // publish replaces path with state's values, one per line (in no

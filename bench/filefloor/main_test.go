@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
 	"github.com/regiond/regiond/internal/devetcd"
 )
 
@@ -52,6 +55,35 @@ func TestMirrorKeepsEveryValue(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("mirror did not stop with its context")
+	}
+}
+
+// TestMirrorSaysWhenTheWatchEnds: a watch that ends while the floor runs
+// (its client closed) is an error naming it, not a quiet stop that would
+// leave the harness reading a file nobody updates.
+func TestMirrorSaysWhenTheWatchEnds(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := cli.Put(ctx, "/p/a", `{"m":"a1"}`); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "table.txt")
+	done := make(chan error, 1)
+	go func() { done <- mirror(ctx, cli, "/p/", path) }()
+	waitFor(t, path, `{"m":"a1"}`)
+	cli.Close()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "watch /p/") {
+			t.Fatalf("mirror after its client closed = %v, want an error naming the watch of /p/", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("mirror did not return after its client closed")
 	}
 }
 
