@@ -105,16 +105,13 @@ func (t *Table) build(now time.Time, prev *Table, d *diff) {
 	d = t.completeDiff(prev, d)
 	t.buildPads(prev, d)
 	t.buildEligible(now, prev, d)
-	arrays := new(effArrays)
-	t.arrays, t.eff, t.masks = arrays, arrays.eff[:], arrays.masks[:]
 	var changed depMask
-	if !full {
-		if prev.arrays != nil {
-			*arrays = *prev.arrays
-		} else {
-			copy(t.eff, prev.eff)
-			copy(t.masks, prev.masks)
-		}
+	if full {
+		t.ownArrays(nil)
+	} else {
+		// prev's arrays, shared until an entry is built (ownArrays): a
+		// change no entry depends on (a pool no route names) copies nothing.
+		t.arrays, t.eff, t.masks = prev.arrays, prev.eff, prev.masks
 		for _, name := range d.routes.names {
 			changed.add(name)
 		}
@@ -122,7 +119,13 @@ func (t *Table) build(now time.Time, prev *Table, d *diff) {
 			changed.add(name)
 		}
 	}
-	built := t.buildEntries(now, prev, d, full, changed)
+	built, entries := t.buildEntries(now, prev, d, full, changed)
+	if len(built) > 0 && !full {
+		t.ownArrays(prev)
+	}
+	for i, id := range built {
+		t.eff[id] = entries[i]
+	}
 	t.reuseEffective(prev, built)
 	for _, id := range built {
 		e := t.eff[id]
@@ -182,11 +185,14 @@ func (t *Table) completeDiff(prev *Table, d *diff) *diff {
 
 // buildEntries computes the entries that depend on a change (d, whose
 // names' bits are changed), or all of them when full, and returns their
-// country ids.
-func (t *Table) buildEntries(now time.Time, prev *Table, d *diff, full bool, changed depMask) []int {
+// country ids and the entries, side by side. It writes nothing of t's
+// arrays, which may still be prev's.
+func (t *Table) buildEntries(now time.Time, prev *Table, d *diff, full bool, changed depMask) (built []int, entries []*Effective) {
 	n := len(countries)
+	if full {
+		built, entries = make([]int, 0, n+1), make([]*Effective, 0, n+1)
+	}
 	var fresh map[[2]string]*Effective
-	var built []int
 	for id := 0; id <= n; id++ {
 		name := ""
 		if id < n {
@@ -221,10 +227,24 @@ func (t *Table) buildEntries(now time.Time, prev *Table, d *diff, full bool, cha
 				fresh[k] = e
 			}
 		}
-		t.eff[id] = e
-		built = append(built, id)
+		built, entries = append(built, id), append(entries, e)
 	}
-	return built
+	return built, entries
+}
+
+// ownArrays gives t per-entry arrays of its own, a copy of prev's (nil:
+// empty), before the first entry is written.
+func (t *Table) ownArrays(prev *Table) {
+	a := new(effArrays)
+	if prev != nil {
+		if prev.arrays != nil {
+			*a = *prev.arrays
+		} else {
+			copy(a.eff[:], prev.eff)
+			copy(a.masks[:], prev.masks)
+		}
+	}
+	t.arrays, t.eff, t.masks = a, a.eff[:], a.masks[:]
 }
 
 // buildValidUntil finds the first instant at which a pool's health
@@ -269,9 +289,10 @@ func (t *Table) buildValidUntil(now time.Time, prev *Table, d *diff, full bool) 
 }
 
 // effArrays holds a table's per-entry arrays (every country and the
-// unknown country) in one allocation, copied from the previous table in
-// one move; the masks stay side by side, so that the scan for the entries
-// a change touches reads one small contiguous array.
+// unknown country) in one allocation, shared with the previous table when
+// no entry changed and copied from it in one move when one did; the masks
+// stay side by side, so that the scan for the entries a change touches
+// reads one small contiguous array.
 type effArrays struct {
 	masks [numCountries + 1]depMask
 	eff   [numCountries + 1]*Effective

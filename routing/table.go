@@ -130,7 +130,8 @@ type memo struct {
 	// masks holds each entry's dependency mask (with the country's own
 	// route name added), by country id.
 	masks []depMask
-	// arrays, when set, is where eff and masks live (see effArrays).
+	// arrays, when set, is where eff and masks live (see effArrays):
+	// the previous table's when the build changed no entry.
 	arrays *effArrays
 	// eligibleAt tells, per pool, whether it was up and healthy at build
 	// time (status aside).

@@ -639,3 +639,37 @@ func BenchmarkUpdateManyPools(b *testing.B) {
 		})
 	}
 }
+
+// TestUnchangedEntriesShareArrays: a change no entry depends on (a pool no
+// route names) builds a table that shares its per-entry arrays with the
+// previous one instead of copying them; a change an entry depends on gives
+// the new table arrays of its own and leaves the previous one's as they were.
+func TestUnchangedEntriesShareArrays(t *testing.T) {
+	cfg := exampleConfig(t)
+	opts := CompileOptions{Now: t0, Start: t0}
+	prev := Compile(1, kvsOf(t, cfg), nil, opts)
+	if prev.arrays == nil {
+		t.Fatal("a compiled table has no arrays")
+	}
+	lone := Update(prev, 2, []Event{{KV: KV{Key: PoolKey("lone"), ModRevision: 2,
+		Value: []byte(`{"host":"lone.example.net","residency":"eu"}`)}}}, opts)
+	if lone == nil || !lone.pools.has("lone") {
+		t.Fatal("Update did not take the new pool")
+	}
+	if lone.arrays != prev.arrays {
+		t.Error("a pool no route names copied the per-entry arrays; want them shared")
+	}
+	before := *prev.arrays
+	pl := prev.Effective("PL")
+	moved := Update(lone, 3, []Event{{KV: KV{Key: RouteKey("PL"), ModRevision: 3,
+		Value: []byte(`{"targets":[{"pool":"lone","weight":100}]}`)}}}, opts)
+	if moved == nil || moved.arrays == prev.arrays {
+		t.Fatal("a route change shares the previous table's arrays; want its own")
+	}
+	if got := moved.Effective("PL"); len(got.Candidates) != 1 || got.Candidates[0].Pool != "lone" {
+		t.Errorf("PL after the change: %+v, want the pool lone", got.Candidates)
+	}
+	if *prev.arrays != before || prev.Effective("PL") != pl || lone.Effective("PL") != pl {
+		t.Error("the route change wrote into the tables it was built from")
+	}
+}
