@@ -1,7 +1,9 @@
 package atomicfile
 
 import (
+	"sync"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -40,9 +42,38 @@ func holdFile(path string) int {
 	return fd
 }
 
-// writev writes iovs in order with one writev call, returning the bytes
-// written (maybe fewer than given).
-func writev(fd int, iovs [][]byte) (int, error) { return unix.Writev(fd, iovs) }
+// iovecs are the writev argument arrays, reused: unix.Writev builds a new
+// one per call, growing it from 8 entries, which for a table of thousands
+// of segments was most of what a snapshot write allocated.
+var iovecs = sync.Pool{New: func() any { return new([iovMax]unix.Iovec) }}
+
+// writev writes the first iovMax of iovs in order with one writev call,
+// returning the bytes written (maybe fewer than given). Empty buffers are
+// left out.
+func writev(fd int, iovs [][]byte) (int, error) {
+	vecs := iovecs.Get().(*[iovMax]unix.Iovec)
+	defer iovecs.Put(vecs)
+	n := 0
+	for _, b := range iovs {
+		if n == iovMax {
+			break
+		}
+		if len(b) > 0 {
+			vecs[n].Base = &b[0]
+			vecs[n].SetLen(len(b))
+			n++
+		}
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	w, _, errno := unix.Syscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&vecs[0])), uintptr(n))
+	clear(vecs[:n]) // the pool keeps no caller's buffer alive
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(w), nil
+}
 
 // InMemory reports whether dir is on a file system held in memory (tmpfs,
 // ramfs), where a write never waits for a disk or a server.

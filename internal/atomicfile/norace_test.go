@@ -1,0 +1,5 @@
+//go:build !race
+
+package atomicfile
+
+const raceEnabled = false
