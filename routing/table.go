@@ -131,7 +131,8 @@ type memo struct {
 	// route name added), by country id.
 	masks []depMask
 	// arrays, when set, is where eff and masks live (see effArrays):
-	// the previous table's when the build changed no entry.
+	// shared with the table built from, and so with earlier ones, when
+	// the build changed no entry.
 	arrays *effArrays
 	// eligibleAt tells, per pool, whether it was up and healthy at build
 	// time (status aside).

@@ -1,9 +1,7 @@
 package atomicfile
 
 import (
-	"sync"
 	"syscall"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -42,39 +40,6 @@ func holdFile(path string) int {
 	return fd
 }
 
-// iovecs are the writev argument arrays, reused: unix.Writev builds a new
-// one per call, growing it from 8 entries, which for a table of thousands
-// of segments was most of what a snapshot write allocated.
-var iovecs = sync.Pool{New: func() any { return new([iovMax]unix.Iovec) }}
-
-// writev writes the first iovMax of iovs in order with one writev call,
-// returning the bytes written (maybe fewer than given). Empty buffers are
-// left out.
-func writev(fd int, iovs [][]byte) (int, error) {
-	vecs := iovecs.Get().(*[iovMax]unix.Iovec)
-	defer iovecs.Put(vecs)
-	n := 0
-	for _, b := range iovs {
-		if n == iovMax {
-			break
-		}
-		if len(b) > 0 {
-			vecs[n].Base = &b[0]
-			vecs[n].SetLen(len(b))
-			n++
-		}
-	}
-	if n == 0 {
-		return 0, nil
-	}
-	w, _, errno := unix.Syscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&vecs[0])), uintptr(n))
-	clear(vecs[:n]) // the pool keeps no caller's buffer alive
-	if errno != 0 {
-		return 0, errno
-	}
-	return int(w), nil
-}
-
 // InMemory reports whether dir is on a file system held in memory (tmpfs,
 // ramfs), where a write never waits for a disk or a server.
 func InMemory(dir string) (bool, error) {
@@ -82,5 +47,8 @@ func InMemory(dir string) (bool, error) {
 	if err := unix.Statfs(dir, &st); err != nil {
 		return false, err
 	}
-	return st.Type == unix.TMPFS_MAGIC || st.Type == unix.RAMFS_MAGIC, nil
+	// Statfs_t.Type is int32 on some 32-bit ports, where RAMFS_MAGIC
+	// overflows it: compare the 32 bits the kernel sets.
+	t := uint32(st.Type)
+	return t == uint32(unix.TMPFS_MAGIC) || t == uint32(unix.RAMFS_MAGIC), nil
 }
