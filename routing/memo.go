@@ -233,16 +233,12 @@ func (t *Table) buildEntries(now time.Time, prev *Table, d *diff, full bool, cha
 }
 
 // ownArrays gives t per-entry arrays of its own, a copy of prev's (nil:
-// empty), before the first entry is written.
+// empty), before the first entry is written. Every built table has
+// arrays: a full build makes them, any other shares or copies prev's.
 func (t *Table) ownArrays(prev *Table) {
 	a := new(effArrays)
 	if prev != nil {
-		if prev.arrays != nil {
-			*a = *prev.arrays
-		} else {
-			copy(a.eff[:], prev.eff)
-			copy(a.masks[:], prev.masks)
-		}
+		*a = *prev.arrays
 	}
 	t.arrays, t.eff, t.masks = a, a.eff[:], a.masks[:]
 }

@@ -130,9 +130,9 @@ type memo struct {
 	// masks holds each entry's dependency mask (with the country's own
 	// route name added), by country id.
 	masks []depMask
-	// arrays, when set, is where eff and masks live (see effArrays):
-	// shared with the table built from, and so with earlier ones, when
-	// the build changed no entry.
+	// arrays is where eff and masks live (see effArrays): shared with
+	// the table built from, and so with earlier ones, when the build
+	// changed no entry.
 	arrays *effArrays
 	// eligibleAt tells, per pool, whether it was up and healthy at build
 	// time (status aside).
