@@ -48,9 +48,7 @@ func (m *Mirror) drain(wch clientv3.WatchChan, resp clientv3.WatchResponse, ok b
 		m.recompile()
 		took := time.Since(began)
 		m.metrics.apply.Observe(took.Seconds())
-		if m.cfg.AfterChange != nil {
-			m.cfg.AfterChange()
-		}
+		m.announce()
 		if m.log.Enabled(context.Background(), slog.LevelDebug) {
 			m.log.Debug("applied", "responses", responses, "events", events, "revision", m.applied, "took", took, "with_write", time.Since(began))
 		}
@@ -148,7 +146,8 @@ func (m *Mirror) applyEvents(events []*clientv3.Event) (string, change) {
 
 // recompile builds a table from the state at the applied revision: the
 // current table updated with the events applied since it was compiled,
-// when those are known, else a compile of the whole state.
+// when those are known, else a compile of the whole state. It swaps the
+// table in; the caller announces it.
 func (m *Mirror) recompile() { m.recompileWith(nil) }
 
 // recompileWith is recompile; when the table is compiled from the whole
@@ -188,7 +187,7 @@ func (m *Mirror) recompileWith(earlier func([]routing.Skipped) map[string]routin
 	clear(m.pending) // drop the values: they live on in the table if needed
 	m.pending, m.incremental, m.uncompiled = m.pending[:0], true, false
 	m.changeRev.Store(m.applied)
-	m.store(t)
+	m.swapIn(t) // the caller announces it
 }
 
 // compileOptions returns the options of a compile or update now.

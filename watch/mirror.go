@@ -43,7 +43,10 @@ type Config struct {
 	// AfterChange, if set, is called in the mirror's goroutine after it
 	// swapped in a table of new content, built from watch events or from a
 	// list that differed from the state (the agent's snapshot Writer.AfterChange and
-	// status put). The next events wait for it.
+	// status put). Changed waiters are woken after it returns: what it
+	// writes is the first thing a change wakes, not competing with them for
+	// a CPU (Table returns the new table already). The next events wait
+	// for it.
 	AfterChange func()
 }
 
@@ -173,7 +176,8 @@ func (m *Mirror) WaitReady(ctx context.Context) error {
 	}
 }
 
-// Changed returns a channel closed at the next table swap.
+// Changed returns a channel closed at the next table swap (for a table
+// of new content, once Config.AfterChange has returned).
 func (m *Mirror) Changed() <-chan struct{} {
 	m.chMu.Lock()
 	defer m.chMu.Unlock()
@@ -215,8 +219,28 @@ func (m *Mirror) Seed(t *routing.Table, syncedAt time.Time) {
 
 // store swaps in t and wakes Changed waiters. Callers hold swapMu.
 func (m *Mirror) store(t *routing.Table) {
+	m.swapIn(t)
+	m.wakeChanged()
+}
+
+// swapIn swaps in t without waking Changed waiters: announce does, after
+// AfterChange. Callers hold swapMu.
+func (m *Mirror) swapIn(t *routing.Table) {
 	m.table.Store(t)
 	m.metrics.observeTable(t)
+}
+
+// announce tells of a table of new content that recompile swapped in:
+// AfterChange first (the snapshot's write), then the Changed waiters.
+func (m *Mirror) announce() {
+	if m.cfg.AfterChange != nil {
+		m.cfg.AfterChange()
+	}
+	m.wakeChanged()
+}
+
+// wakeChanged wakes Changed waiters.
+func (m *Mirror) wakeChanged() {
 	m.chMu.Lock()
 	close(m.changed)
 	m.changed = make(chan struct{})

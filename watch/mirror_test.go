@@ -494,3 +494,54 @@ func TestListedTableWaitsForItsWatch(t *testing.T) {
 		t.Fatal("AfterChange not called for the listed table")
 	}
 }
+
+// TestChangedWakesAfterAfterChange: the Changed waiters of a swap are
+// woken only once AfterChange has returned (it writes the snapshot first,
+// not competing with them for a CPU), and the table AfterChange sees is
+// already the new one.
+func TestChangedWakesAfterAfterChange(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	type seen struct {
+		rev    int64
+		closed bool // the channel Changed gave before the put
+	}
+	calls := make(chan seen, 16)
+	var before atomic.Pointer[<-chan struct{}]
+	var m atomic.Pointer[watch.Mirror]
+	m.Store(startMirror(t, cli, watch.Config{ProgressInterval: time.Hour, AfterChange: func() {
+		mm, ch := m.Load(), before.Load()
+		if mm == nil || ch == nil { // the first list, inside startMirror
+			return
+		}
+		s := seen{rev: mm.Table().Revision()}
+		select {
+		case <-*ch:
+			s.closed = true
+		default:
+		}
+		calls <- s
+	}}))
+	for i := range 3 {
+		ch := m.Load().Changed()
+		before.Store(&ch)
+		rev := put(t, cli, "routes/DE", fmt.Sprintf(`{"targets":[{"pool":"eu-west","weight":%d}]}`, 20+i))
+		select {
+		case s := <-calls:
+			if s.rev < rev {
+				t.Fatalf("AfterChange saw revision %d, want the put's %d", s.rev, rev)
+			}
+			if s.closed {
+				t.Fatalf("put %d: Changed waiters were woken before AfterChange was called", i)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("AfterChange not called after the put at revision %d", rev)
+		}
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("put %d: Changed not closed after AfterChange returned", i)
+		}
+	}
+}

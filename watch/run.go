@@ -209,7 +209,7 @@ func sameState(a, b map[string]routing.KV) bool {
 // moves: events can then update it incrementally. Otherwise the state is
 // compiled (or its precompiled table taken), a refused value giving way
 // to the key's earlier good one from etcd's history (see earlierGood),
-// and AfterChange is called.
+// and announced (AfterChange, then the Changed waiters).
 func (m *Mirror) publishList(ctx context.Context, rev int64, keep bool) {
 	if keep {
 		m.incremental = true // the table is the state's: events can update it
@@ -219,9 +219,7 @@ func (m *Mirror) publishList(ctx context.Context, rev int64, keep bool) {
 		began := time.Now()
 		m.recompileWith(func(sk []routing.Skipped) map[string]routing.KV { return m.earlierGood(ctx, sk) })
 		m.log.Debug("compiled the listed state", "keys", len(m.state), "took", time.Since(began))
-		if m.cfg.AfterChange != nil {
-			m.cfg.AfterChange()
-		}
+		m.announce()
 	}
 	m.readyOnce.Do(func() { close(m.ready) })
 }

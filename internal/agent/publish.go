@@ -138,8 +138,8 @@ func (p *publisher) run(ctx context.Context, m *watch.Mirror) {
 // feedback loop of writes.
 const statusRefresh = time.Minute
 
-// statusYield is how long a status put waits after a change, for the
-// change's readers (as the snapshot writer's finishDelay does).
+// statusYield is how long a status put waits after a change: the
+// change's readers (of the files, blocking queries) get the CPUs first.
 const statusYield = 2 * time.Millisecond
 
 // statusSpacing is the least time between two status puts for changes: a

@@ -24,10 +24,8 @@ type pacer struct {
 	budget float64
 	burst  time.Duration
 	max    time.Duration
-	// lastStart is when the last write began, cost what it took
-	// (finish's share included), charged what the credit paid for it.
-	lastStart     time.Time
-	cost, charged time.Duration
+	// lastStart is when the last write began.
+	lastStart time.Time
 	// credit is the CPU time the writes may spend at lastStart; negative:
 	// owed. The zero pacer has a full bucket.
 	credit time.Duration
@@ -47,29 +45,23 @@ func (p *pacer) refill(now time.Time) {
 	}
 }
 
-// wrote records a write that began at start and took cost.
+// wrote records a write that began at start and took cost (its finish
+// included), charged at most 2×avg of the writes before it. The credit
+// owes at most what max repays: a write dearer than that (a slow disk) is
+// paced by max, without debt piling up.
 func (p *pacer) wrote(start time.Time, cost time.Duration) {
 	p.refill(start)
-	p.lastStart, p.cost, p.charged = start, 0, 0
-	p.spend(cost)
+	p.lastStart = start
+	charge := cost
+	if p.avg > 0 {
+		charge = max(0, min(cost, 2*p.avg))
+	}
+	p.credit = max(p.credit-charge, -time.Duration(float64(p.max)*p.budget))
 	if p.avg == 0 {
 		p.avg = cost
 	} else {
 		p.avg += (cost - p.avg) / 4
 	}
-}
-
-// spend charges d more to the last write (what finish did after it).
-func (p *pacer) spend(d time.Duration) {
-	p.cost += d
-	charge := d
-	if p.avg > 0 {
-		charge = max(0, min(d, 2*p.avg-p.charged)) // at most 2×avg for the write in all
-	}
-	p.charged += charge
-	// Owe at most what max repays: a write dearer than that (a slow
-	// disk) is paced by max, without debt piling up.
-	p.credit = max(p.credit-charge, -time.Duration(float64(p.max)*p.budget))
 }
 
 // creditAt returns the credit at now (refill without recording it).

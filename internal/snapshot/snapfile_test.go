@@ -1,13 +1,13 @@
 package snapshot
 
 import (
-	"encoding/json"
-	"github.com/regiond/regiond/internal/atomicfile"
-
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/regiond/regiond/internal/atomicfile"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -544,7 +545,7 @@ func runWriter(t *testing.T, cfg Config) *Writer {
 
 // TestAfterChange: called right after a swap, AfterChange writes a change
 // before it returns when no write is in flight and the pacing allows it,
-// leaving what follows the rename to Run; it leaves the change to Run
+// with what follows the renames (the next temp files prepared); it leaves the change to Run
 // (without waiting) while a write is in flight, while the pacing holds
 // writes back, while Yield says so, while writes are slow, where the
 // directory is not in memory, and once Run has returned.
@@ -559,16 +560,12 @@ func TestAfterChange(t *testing.T) {
 	if r := readRevision(t, path); r != 1 {
 		t.Fatalf("after AfterChange of a first change: revision %d, want 1", r)
 	}
-	// What follows the rename is left for later: the next temp file is
-	// prepared by finish (Run calls it finishDelay after the write).
-	if names := tempNames(filepath.Dir(path), "table.json"); len(names) != 0 {
-		t.Fatalf("AfterChange prepared the next temp file itself: %v", names)
-	}
-	w.mu.Lock()
-	w.finish()
-	w.mu.Unlock()
-	if names := tempNames(filepath.Dir(path), "table.json"); len(names) != 1 {
-		t.Fatalf("after finish: temp files %v; want one prepared", names)
+	// What follows the renames is done before it returns, not left to
+	// Run (a wake-up more per change): the next temp files are prepared.
+	for _, base := range []string{"table.json", "table.idx"} {
+		if names := tempNames(filepath.Dir(path), base); len(names) != 1 {
+			t.Fatalf("after AfterChange: %s temp files %v; want one prepared", base, names)
+		}
 	}
 	inline := func(name string, want int64) {
 		t.Helper()
@@ -643,5 +640,52 @@ func writtenAt(t *testing.T, b []byte) time.Time {
 func closeOutputs(w *Writer) {
 	for _, o := range w.outs {
 		o.Close()
+	}
+}
+
+// recordingOutput is an Output that logs its calls into a shared list.
+type recordingOutput struct {
+	Output
+	name string
+	log  *[]string
+}
+
+func (o recordingOutput) Write(t *routing.Table, h routing.JSONHeader, deferred bool) error {
+	*o.log = append(*o.log, fmt.Sprintf("write %s deferred=%v", o.name, deferred))
+	return o.Output.Write(t, h, deferred)
+}
+
+func (o recordingOutput) Finish() error {
+	*o.log = append(*o.log, "finish "+o.name)
+	return o.Output.Finish()
+}
+
+// TestPublishRenamesAllBeforeFinishing: a publish writes every output up
+// to its rename, the table JSON first, and only then finishes them (the
+// replaced files released, the next temp files prepared), in the same
+// call: readers of the index do not wait for the JSON's finish, and
+// nothing is left for a later wake-up of the writer.
+func TestPublishRenamesAllBeforeFinishing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "table.json")
+	src := newSource()
+	w := New(Config{Path: path, Source: src, Logger: discardLogger})
+	w.memFS = 1
+	var calls []string
+	for _, o := range w.outs {
+		o.Output = recordingOutput{Output: o.Output, name: o.name, log: &calls}
+	}
+	src.set(table(1, 10))
+	w.AfterChange()
+	want := []string{"write snapshot deferred=true", "write snapshot index deferred=true", "finish snapshot", "finish snapshot index"}
+	if !slices.Equal(calls, want) {
+		t.Fatalf("calls of one publish:\n got %q\nwant %q", calls, want)
+	}
+	if r := readRevision(t, path); r != 1 {
+		t.Fatalf("revision %d in the file, want 1", r)
+	}
+	for _, base := range []string{"table.json", "table.idx"} {
+		if names := tempNames(filepath.Dir(path), base); len(names) != 1 {
+			t.Fatalf("%s temp files %v after the publish; want one prepared", base, names)
+		}
 	}
 }

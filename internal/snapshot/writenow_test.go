@@ -94,7 +94,7 @@ func TestAfterChangeWithRun(t *testing.T) {
 				}
 			}
 			waitRevision(t, path, last)
-			// Run finishes the last write: the next temp file is prepared.
+			// The last write was finished: the next temp file is prepared.
 			waitPrepared(t, filepath.Dir(path), "table.json")
 		}
 	}

@@ -98,7 +98,6 @@ type Writer struct {
 	lastTable        *routing.Table // last table published (written or skipped as unchanged)
 	lastWrite        time.Time      // last write of the table JSON: the refresh counts from it
 	started, stopped bool           // Run has begun; Run has returned: AfterChange does nothing
-	pending          bool           // an inline write left work to Finish
 	memFS            int8           // the files' directory is in memory: 1 yes, -1 no, 0 unknown yet
 	lastSeen         time.Time      // when the last table observed was first seen
 	// now is the wall clock that times the writes (for inlineMax: a slow
@@ -187,13 +186,6 @@ func (w *Writer) Run(ctx context.Context) error {
 		w.mu.Lock()
 		now := time.Now()
 		wait, again := w.step(now, false)
-		if w.pending {
-			if at := w.pace.lastStart.Add(finishDelay); now.Before(at) {
-				wait = min(wait, at.Sub(now))
-			} else {
-				w.finish()
-			}
-		}
 		w.mu.Unlock()
 		if again {
 			continue
@@ -220,8 +212,7 @@ func (w *Writer) Run(ctx context.Context) error {
 // Anything else is left to Run. The caller must not be held up by a slow
 // or hung file system: AfterChange writes only to a file system held in
 // memory (tmpfs, such as the default /dev/shm), and not while the last
-// write took longer than inlineMax. What follows the renames is Run's,
-// finishDelay later, once readers have read the new files.
+// write took longer than inlineMax.
 func (w *Writer) AfterChange() {
 	if w.cfg.Yield != nil && w.cfg.Yield() {
 		return
@@ -254,28 +245,18 @@ func cpuClock() func() time.Duration {
 	return func() time.Duration { return time.Since(start) }
 }
 
-// finishDelay: Run finishes an inline write this long after it began.
-const finishDelay = 2 * time.Millisecond
-
 // inlineMax: AfterChange writes only while writes take less than this.
 const inlineMax = time.Millisecond
 
-// finish completes what the outputs left after their last write (and, the
-// first time, removes leftover temp files). Its time counts toward the
-// cost of the write it completes. The caller holds mu.
+// finish brings every output to rest after its last write: the replaced
+// file released, the directory fsynced, the next temp file prepared (the
+// first call also removes leftover temp files). The caller holds mu.
 func (w *Writer) finish() {
-	runtime.LockOSThread() // the thread's CPU clock measures this goroutine
-	defer runtime.UnlockOSThread()
-	start := w.cpu()
 	for _, o := range w.outs {
 		if err := o.Finish(); err != nil {
 			o.errors.Inc()
 			w.log.Error(o.name+" written; fsync of its directory failed", "err", err)
 		}
-	}
-	if w.pending {
-		w.pending = false
-		w.pace.spend(w.cpu() - start)
 	}
 }
 
@@ -283,9 +264,14 @@ func (w *Writer) finish() {
 // whose last write holds other content (routing.Table.SameContent) or an
 // older change (routing.Table.ChangeRevision: events that left the
 // content as it was still move the file to their revision), or to all
-// when force (the refresh). Outputs are written in order; a
-// failure leaves the later ones for the retry, after backoff. With
-// inline, the outputs leave what follows their renames to finish.
+// when force (the refresh). Outputs are written in order, each only up to
+// its rename, and then finished, so that every file shows the change
+// before any of them is brought to rest; a failure leaves the later ones
+// for the retry, after backoff. The finish is part of the write, in the
+// same goroutine: done later, on a timer, it would wake the process once
+// more for each change (more CPU, and context switches, than the work
+// itself on a small machine). inline says the mirror's goroutine writes
+// (for the log).
 func (w *Writer) publish(t *routing.Table, now time.Time, force, inline bool) {
 	runtime.LockOSThread() // the thread's CPU clock measures this goroutine
 	defer runtime.UnlockOSThread()
@@ -298,7 +284,7 @@ func (w *Writer) publish(t *routing.Table, now time.Time, force, inline bool) {
 		if !force && o.last != nil && rt.ChangeRevision() <= o.last.ChangeRevision() && rt.SameContent(o.last) {
 			continue
 		}
-		if err := o.Write(rt, h, inline); err != nil {
+		if err := o.Write(rt, h, true); err != nil {
 			o.errors.Inc()
 			o.last, failed = nil, true
 			w.retryAt = time.Now().Add(w.retry.Next())
@@ -307,7 +293,6 @@ func (w *Writer) publish(t *routing.Table, now time.Time, force, inline bool) {
 		}
 		o.last, wrote = rt, true
 		o.writes.Inc()
-		w.pending = w.pending || inline
 		if i == 0 {
 			w.lastWrite = now
 			w.lastWriteTS.Set(float64(now.UnixNano()) / 1e9)
@@ -323,6 +308,7 @@ func (w *Writer) publish(t *routing.Table, now time.Time, force, inline bool) {
 	if !wrote && !failed {
 		w.skips.Inc()
 	}
+	w.finish()
 	// Failed writes count too: one that hangs, then fails, is slow.
 	w.lastWall = w.now().Sub(now)
 	cost := w.cpu() - cpu0
