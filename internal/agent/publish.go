@@ -197,11 +197,13 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *w
 		case <-kick:
 			// The readers woken by the change (the snapshot file's,
 			// blocking queries) get the CPUs first: the put, and etcd's
-			// work for it, come after them.
+			// work for it, come after them. A put for a change also
+			// waits out the spacing, in the same sleep (one wake-up of
+			// this goroutine, not two, for each put of a stream).
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(statusYield):
+			case <-time.After(max(statusYield, time.Until(lastPut.Add(statusSpacing)))):
 			}
 		case <-tick:
 		}
