@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 
 	"github.com/regiond/regiond/internal/backoff"
 	"github.com/regiond/regiond/internal/keyspace"
@@ -114,6 +115,18 @@ func dialBackoff() *backoff.Backoff {
 	return b
 }
 
+// grpcWindow is the agent's gRPC flow-control window, per stream and per
+// connection, fixed. gRPC's default window grows by estimating the
+// bandwidth: after every response that arrives while no estimate is in
+// flight, the client sends the server a PING (and a WINDOW_UPDATE) and
+// takes its ACK. A watch's responses come one at a time, so that is a
+// round trip more per change, per agent, waking the agent and etcd (or
+// the grpc-proxy) for nothing. A fixed window turns the estimation off.
+// 4 MiB holds a list page (watch.Config.PageSize, 5,000 keys) of values
+// up to ~800 bytes; a larger page flows on as the client reads it (gRPC
+// returns window each time a quarter of it is read).
+const grpcWindow = 4 << 20
+
 // dial connects to etcd (with --user, creating the client logs in, which
 // needs etcd), retrying with backoff until it does or ctx is done (then it
 // returns nil). Meanwhile the API serves the snapshot, marked stale, and
@@ -126,6 +139,7 @@ func (a *Agent) dial(ctx context.Context) *clientv3.Client {
 			Endpoints: a.cfg.Endpoints, TLS: a.cfg.TLS, Username: a.cfg.Username, Password: a.cfg.Password,
 			DialTimeout: a.cfg.DialTimeout, DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 5 * time.Second,
 			Logger: zap.NewNop(), Context: ctx,
+			DialOptions: []grpc.DialOption{grpc.WithStaticStreamWindowSize(grpcWindow), grpc.WithStaticConnWindowSize(grpcWindow)},
 		})
 		if err == nil {
 			if a.etcdErr.Swap(nil) != nil {

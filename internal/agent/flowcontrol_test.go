@@ -1,0 +1,129 @@
+package agent_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/regiond/regiond/internal/devetcd"
+)
+
+// pingCounter relays TCP connections from a loopback listener to target
+// and counts the HTTP/2 PING frames (not ACKs) the clients send.
+type pingCounter struct {
+	ln    net.Listener
+	pings atomic.Int64
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+// newPingCounter starts a pingCounter in front of target (host:port); the
+// test's cleanup stops it.
+func newPingCounter(t *testing.T, target string) *pingCounter {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pingCounter{ln: ln}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			p.wg.Add(2)
+			go func() { defer p.wg.Done(); io.Copy(c, up); c.Close() }()
+			go func() { defer p.wg.Done(); p.frames(up, c); up.Close() }()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
+	return p
+}
+
+// frames copies a client's HTTP/2 stream (the connection preface, then
+// frames) to dst, counting PING frames that are not ACKs.
+func (p *pingCounter) frames(dst io.Writer, src io.Reader) {
+	r := bufio.NewReader(src)
+	preface := make([]byte, len("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"))
+	if _, err := io.ReadFull(r, preface); err != nil {
+		return
+	}
+	if _, err := dst.Write(preface); err != nil {
+		return
+	}
+	var hdr [9]byte
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			return
+		}
+		length := int64(binary.BigEndian.Uint32(append([]byte{0}, hdr[:3]...)))
+		if typ, flags := hdr[3], hdr[4]; typ == 0x6 && flags&0x1 == 0 {
+			p.pings.Add(1)
+		}
+		if _, err := dst.Write(hdr[:]); err != nil {
+			return
+		}
+		if _, err := io.CopyN(dst, r, length); err != nil {
+			return
+		}
+	}
+}
+
+// TestWatchSendsNoPingPerChange: the agent's connection to etcd does not
+// send a PING for every watch response (gRPC's bandwidth estimation,
+// which a fixed flow-control window turns off): thirty changes, each
+// waited for in the snapshot file, cost no more than a few PINGs (the
+// keepalive's), not one or more each.
+func TestWatchSendsNoPingPerChange(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	pc := newPingCounter(t, strings.TrimPrefix(srv.Endpoints[0], "http://"))
+	h := startAgent(t, t.TempDir(), []string{"http://" + pc.ln.Addr().String()})
+	waitFor(t, "first table", func() bool { c, _ := h.resolve("DE", "k"); return c == 200 })
+	before := pc.pings.Load()
+	const changes = 30
+	for i := range changes {
+		p, err := cli.Put(context.Background(), prefix+"routes/DE", fmt.Sprintf(`{"targets":[{"pool":"eu-west","weight":%d}]}`, 10+i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev := p.Header.Revision
+		waitFor(t, fmt.Sprintf("change %d in the snapshot file", i), func() bool {
+			tb := h.snapshot()
+			return tb != nil && tb.Revision() >= rev
+		})
+	}
+	pings := pc.pings.Load() - before
+	t.Logf("%d PINGs for %d changes", pings, changes)
+	if pings > 3 {
+		t.Fatalf("the agent sent %d PINGs to etcd over %d changes; want none per change (a fixed gRPC window)", pings, changes)
+	}
+}
