@@ -44,8 +44,9 @@ type Config struct {
 	// swapped in a table of new content, built from watch events or from a
 	// list that differed from the state (the agent's snapshot Writer.AfterChange and
 	// status put). Changed waiters are woken after it returns: what it
-	// writes is the first thing a change wakes, not competing with them for
-	// a CPU (Table returns the new table already). The next events wait
+	// writes does not compete with them for a CPU (Table returns the new
+	// table already; the agent's writer leaves the change to its own
+	// goroutine when blocking queries wait for it). The next events wait
 	// for it.
 	AfterChange func()
 }

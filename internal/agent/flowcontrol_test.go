@@ -23,6 +23,7 @@ type pingCounter struct {
 	wg    sync.WaitGroup
 	mu    sync.Mutex
 	conns []net.Conn
+	done  bool // stopped: connections accepted now are closed at once
 }
 
 // newPingCounter starts a pingCounter in front of target (host:port); the
@@ -48,6 +49,12 @@ func newPingCounter(t *testing.T, target string) *pingCounter {
 				continue
 			}
 			p.mu.Lock()
+			if p.done {
+				p.mu.Unlock()
+				c.Close()
+				up.Close()
+				continue
+			}
 			p.conns = append(p.conns, c, up)
 			p.mu.Unlock()
 			p.wg.Add(2)
@@ -58,6 +65,7 @@ func newPingCounter(t *testing.T, target string) *pingCounter {
 	t.Cleanup(func() {
 		ln.Close()
 		p.mu.Lock()
+		p.done = true
 		for _, c := range p.conns {
 			c.Close()
 		}

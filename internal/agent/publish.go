@@ -200,8 +200,13 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *w
 			// work for it, come after them. A put for a change also
 			// waits out the spacing, in the same sleep (one wake-up of
 			// this goroutine, not two, for each put of a stream).
+			// (A connection or epoch that changed meanwhile waits with
+			// it: those are put at the next check, statusCheck, anyway.)
 			select {
 			case <-ctx.Done():
+				return
+			case <-sess.Done():
+				p.log.Warn("agent status: lease lost; starting a new session")
 				return
 			case <-time.After(max(statusYield, time.Until(lastPut.Add(statusSpacing)))):
 			}

@@ -60,9 +60,21 @@ func (s *source) synced(at time.Time) {
 }
 
 func (s *source) set(t *routing.Table) {
+	s.swap(t)
+	s.wake()
+}
+
+// swap sets the table without waking Changed waiters; wake wakes them.
+// The mirror does both apart, AfterChange between them.
+func (s *source) swap(t *routing.Table) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.t = t
+}
+
+func (s *source) wake() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	close(s.ch)
 	s.ch = make(chan struct{})
 }
@@ -687,5 +699,57 @@ func TestPublishRenamesAllBeforeFinishing(t *testing.T) {
 		if names := tempNames(filepath.Dir(path), base); len(names) != 1 {
 			t.Fatalf("%s temp files %v after the publish; want one prepared", base, names)
 		}
+	}
+}
+
+// finishFailsOnce is an Output whose first Finish after a write fails (a
+// directory fsync refused), and which counts its writes.
+type finishFailsOnce struct {
+	Output
+	writes, failed atomic.Int64
+}
+
+func (o *finishFailsOnce) Write(t *routing.Table, h routing.JSONHeader, deferred bool) error {
+	o.writes.Add(1)
+	return o.Output.Write(t, h, deferred)
+}
+
+func (o *finishFailsOnce) Finish() error {
+	err := o.Output.Finish()
+	if o.writes.Load() > 0 && o.failed.CompareAndSwap(0, 1) {
+		return errors.New("fsync: input/output error (injected)")
+	}
+	return err
+}
+
+// TestFinishFailureIsRetried: a write whose finish fails (its directory's
+// fsync: the rename may not survive a crash) counts as an error and is
+// written again after backoff, as a failed write is.
+func TestFinishFailureIsRetried(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "table.json")
+	src := newSource()
+	src.set(table(1, 10))
+	reg := prometheus.NewRegistry()
+	w := New(Config{Path: path, Source: src, Logger: discardLogger, Registerer: reg})
+	ff := &finishFailsOnce{Output: w.outs[0].Output}
+	w.outs[0].Output = ff
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitRevision(t, path, 1)
+	deadline := time.Now().Add(10 * time.Second)
+	for ff.writes.Load() < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := ff.writes.Load(); n != 2 {
+		t.Fatalf("table.json written %d times after a failed finish, want 2 (written again after backoff)", n)
+	}
+	if n := testutil.ToFloat64(w.outs[0].errors); n != 1 {
+		t.Fatalf("regiond_snapshot_errors_total %v after one failed finish, want 1", n)
+	}
+	time.Sleep(100 * time.Millisecond) // nothing more to write: no third write
+	if n := ff.writes.Load(); n != 2 {
+		t.Fatalf("table.json written %d times, want 2", n)
 	}
 }

@@ -64,7 +64,8 @@ func TestAfterChangeFailedWriteRetried(t *testing.T) {
 }
 
 // TestAfterChangeWithRun: a "mirror" swaps tables with random gaps (bursts
-// and isolated changes) and calls AfterChange after each swap while Run runs;
+// and isolated changes) and calls AfterChange after each swap, before it
+// wakes the Changed waiters (as watch.Mirror does), while Run runs;
 // the file reaches the last table soon after the last swap (no lost
 // wakeup), with and without AfterChange. Run it with -race.
 func TestAfterChangeWithRun(t *testing.T) {
@@ -80,9 +81,12 @@ func TestAfterChangeWithRun(t *testing.T) {
 			var last int64
 			for i := range 150 {
 				last = int64(i + 1)
-				src.set(table(last, 1+i%99))
-				if inline {
+				if inline { // as the mirror does: swap, AfterChange, then wake
+					src.swap(table(last, 1+i%99))
 					w.AfterChange()
+					src.wake()
+				} else {
+					src.set(table(last, 1+i%99))
 				}
 				switch r.IntN(4) {
 				case 1:

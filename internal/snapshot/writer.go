@@ -67,9 +67,9 @@ type Config struct {
 	// create it, and its parents, 0755.
 	EnsureDir func(dir string) error
 	// Yield, if set, is asked before a write from the mirror's goroutine
-	// (AfterChange): true leaves the change to Run's goroutine, after
-	// whatever else the swap woke (the agent: blocking queries waiting
-	// for it, which answer first).
+	// (AfterChange): true leaves the change to Run's goroutine, woken
+	// with the swap's other waiters (the agent: when blocking queries
+	// wait for the change, which answer first).
 	Yield      func() bool
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
@@ -88,18 +88,18 @@ type Writer struct {
 
 	// outs are written in order on each publish: the table JSON first,
 	// then the index (readers of the index may look at the JSON).
-	outs             []*output
-	skips            prometheus.Counter
-	lastWriteTS      prometheus.Gauge
-	retry            *backoff.Backoff
-	pace             pacer
-	retryAt          time.Time      // after a failed write: not before this
-	seen             *routing.Table // last table observed
-	lastTable        *routing.Table // last table published (written or skipped as unchanged)
-	lastWrite        time.Time      // last write of the table JSON: the refresh counts from it
-	started, stopped bool           // Run has begun; Run has returned: AfterChange does nothing
-	memFS            int8           // the files' directory is in memory: 1 yes, -1 no, 0 unknown yet
-	lastSeen         time.Time      // when the last table observed was first seen
+	outs        []*output
+	skips       prometheus.Counter
+	lastWriteTS prometheus.Gauge
+	retry       *backoff.Backoff
+	pace        pacer
+	retryAt     time.Time      // after a failed write: not before this
+	seen        *routing.Table // last table observed
+	lastTable   *routing.Table // last table published (written or skipped as unchanged)
+	lastWrite   time.Time      // last write of the table JSON: the refresh counts from it
+	stopped     bool           // Run has returned: AfterChange does nothing
+	memFS       int8           // the files' directory is in memory: 1 yes, -1 no, 0 unknown yet
+	lastSeen    time.Time      // when the last table observed was first seen
 	// now is the wall clock that times the writes (for inlineMax: a slow
 	// file system holds the mirror); cpu reads the CPU time the writing
 	// thread has used, the writes' cost for the pacing. Tests step the
@@ -250,14 +250,20 @@ const inlineMax = time.Millisecond
 
 // finish brings every output to rest after its last write: the replaced
 // file released, the directory fsynced, the next temp file prepared (the
-// first call also removes leftover temp files). The caller holds mu.
-func (w *Writer) finish() {
+// first call also removes leftover temp files). An output whose directory
+// fsync fails is written again after backoff, as after a failed write:
+// until an fsync succeeds, its rename may not survive a crash. It reports
+// whether one failed. The caller holds mu.
+func (w *Writer) finish() bool {
+	failed := false
 	for _, o := range w.outs {
 		if err := o.Finish(); err != nil {
 			o.errors.Inc()
-			w.log.Error(o.name+" written; fsync of its directory failed", "err", err)
+			o.last, failed = nil, true
+			w.log.Error(o.name+" written, but the fsync of its directory failed; writing it again after backoff", "err", err)
 		}
 	}
+	return failed
 }
 
 // publish renders t with health at now and writes it to every output
@@ -298,6 +304,10 @@ func (w *Writer) publish(t *routing.Table, now time.Time, force, inline bool) {
 			w.lastWriteTS.Set(float64(now.UnixNano()) / 1e9)
 		}
 	}
+	if w.finish() && !failed {
+		failed = true
+		w.retryAt = time.Now().Add(w.retry.Next())
+	}
 	switch {
 	case failed:
 		w.lastTable = nil // to be written again
@@ -308,8 +318,8 @@ func (w *Writer) publish(t *routing.Table, now time.Time, force, inline bool) {
 	if !wrote && !failed {
 		w.skips.Inc()
 	}
-	w.finish()
-	// Failed writes count too: one that hangs, then fails, is slow.
+	// Failed writes count too: one that hangs, then fails, is slow. The
+	// finish counts: the mirror's goroutine waits for it too.
 	w.lastWall = w.now().Sub(now)
 	cost := w.cpu() - cpu0
 	w.pace.wrote(now, cost)
