@@ -6,73 +6,31 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/tcpproxy"
 )
 
-// pingCounter relays TCP connections from a loopback listener to target
-// and counts the HTTP/2 PING frames (not ACKs) the clients send.
+// pingCounter counts the HTTP/2 PING frames (not ACKs) that clients of
+// a tcpproxy.Proxy send through it.
 type pingCounter struct {
-	ln    net.Listener
 	pings atomic.Int64
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	conns []net.Conn
-	done  bool // stopped: connections accepted now are closed at once
 }
 
-// newPingCounter starts a pingCounter in front of target (host:port); the
-// test's cleanup stops it.
-func newPingCounter(t *testing.T, target string) *pingCounter {
+// newPingCounter starts a proxy in front of target (host:port) that
+// counts PINGs; the test's cleanup stops it.
+func newPingCounter(t *testing.T, target string) (*pingCounter, *tcpproxy.Proxy) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p := &pingCounter{}
+	proxy, err := tcpproxy.NewCopying(target, p.frames)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &pingCounter{ln: ln}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			if p.done {
-				p.mu.Unlock()
-				c.Close()
-				up.Close()
-				continue
-			}
-			p.conns = append(p.conns, c, up)
-			p.mu.Unlock()
-			p.wg.Add(2)
-			go func() { defer p.wg.Done(); io.Copy(c, up); c.Close() }()
-			go func() { defer p.wg.Done(); p.frames(up, c); up.Close() }()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		p.mu.Lock()
-		p.done = true
-		for _, c := range p.conns {
-			c.Close()
-		}
-		p.mu.Unlock()
-		p.wg.Wait()
-	})
-	return p
+	t.Cleanup(func() { proxy.Close() })
+	return p, proxy
 }
 
 // frames copies a client's HTTP/2 stream (the connection preface, then
@@ -113,8 +71,8 @@ func TestWatchSendsNoPingPerChange(t *testing.T) {
 	srv := devetcd.NewTest(t)
 	cli := devetcd.NewTestClient(t, srv)
 	loadExample(t, cli)
-	pc := newPingCounter(t, strings.TrimPrefix(srv.Endpoints[0], "http://"))
-	h := startAgent(t, t.TempDir(), []string{"http://" + pc.ln.Addr().String()})
+	pc, proxy := newPingCounter(t, strings.TrimPrefix(srv.Endpoints[0], "http://"))
+	h := startAgent(t, t.TempDir(), []string{proxy.URL()})
 	waitFor(t, "first table", func() bool { c, _ := h.resolve("DE", "k"); return c == 200 })
 	before := pc.pings.Load()
 	const changes = 30

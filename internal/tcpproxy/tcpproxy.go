@@ -16,6 +16,8 @@ import (
 type Proxy struct {
 	target string
 	addr   string
+	// copyUp carries each client's bytes to the target (io.Copy when nil).
+	copyUp func(dst io.Writer, src io.Reader)
 
 	mu      sync.Mutex
 	ln      net.Listener
@@ -28,7 +30,12 @@ type Proxy struct {
 // port comes from freeport (on Linux outside the kernel's ephemeral
 // range): Restore listens on it again after Sever, and a port the kernel
 // chose could meanwhile be given to another socket.
-func New(target string) (*Proxy, error) {
+func New(target string) (*Proxy, error) { return NewCopying(target, nil) }
+
+// NewCopying is New with copyUp carrying the bytes from each client to the
+// target instead of io.Copy, so that a test can read what clients send on
+// the way. copyUp must copy src to dst until either fails.
+func NewCopying(target string, copyUp func(dst io.Writer, src io.Reader)) (*Proxy, error) {
 	var ln net.Listener
 	for attempt := 1; ; attempt++ {
 		port, err := freeport.Get()
@@ -43,7 +50,7 @@ func New(target string) (*Proxy, error) {
 			return nil, fmt.Errorf("tcpproxy: listen: %w", err)
 		}
 	}
-	p := &Proxy{target: target, addr: ln.Addr().String(), conns: map[net.Conn]struct{}{}}
+	p := &Proxy{target: target, addr: ln.Addr().String(), copyUp: copyUp, conns: map[net.Conn]struct{}{}}
 	p.serve(ln)
 	return p, nil
 }
@@ -86,14 +93,18 @@ func (p *Proxy) pipe(c net.Conn) {
 		return
 	}
 	done := make(chan struct{}, 2)
-	cp := func(dst, src net.Conn) {
-		io.Copy(dst, src)
+	cp := func(dst, src net.Conn, copy func(io.Writer, io.Reader)) {
+		copy(dst, src)
 		dst.Close()
 		src.Close()
 		done <- struct{}{}
 	}
-	go cp(up, c)
-	go cp(c, up)
+	copyUp := p.copyUp
+	if copyUp == nil {
+		copyUp = func(dst io.Writer, src io.Reader) { io.Copy(dst, src) }
+	}
+	go cp(up, c, copyUp)
+	go cp(c, up, func(dst io.Writer, src io.Reader) { io.Copy(dst, src) })
 	<-done
 	<-done
 	p.untrack(c, up)
