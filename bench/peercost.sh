@@ -13,10 +13,16 @@
 set -euo pipefail
 usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 dir=${PERF_WORK:-/tmp/regiond-perf}/peercost
+# checkName refuses a NAME that is not a plain file name (it names the samples' file).
+checkName() {
+  [[ $1 =~ ^[A-Za-z0-9._-]+$ && $1 != . && $1 != .. ]] ||
+    { echo "peercost.sh: NAME '$1' must be a plain name (letters, digits, . _ -)" >&2; exit 2; }
+}
 case ${1:-} in
 run)
   [ $# -ge 3 ] || usage
   name=$2; shift 2
+  checkName "$name"
   mkdir -p "$dir"; out=$dir/$name.txt; : >"$out"
   pid=$$
   # The sampler watches this process, which then becomes the peer (exec):
@@ -46,7 +52,10 @@ run)
   ;;
 summary)
   [ $# -ge 2 ] || usage
+  checkName "$2"
   f=$dir/$2.txt; gap=${3:-5}
+  [[ $gap =~ ^[0-9]+([.][0-9]+)?$ && ! $gap =~ ^0+([.]0+)?$ ]] ||
+    { echo "peercost.sh: GAP_MS '$gap' must be a positive number of milliseconds" >&2; exit 2; }
   [ -s "$f" ] || { echo "peercost.sh: no samples in $f" >&2; exit 1; }
   awk -v gap="$gap" -v name="$2" '
     { t[NR] = $1; c[NR] = $2; s[NR] = $3 }

@@ -1,14 +1,14 @@
 package agent_test
 
 import (
-	"bufio"
 	"context"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"golang.org/x/net/http2"
 
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/tcpproxy"
@@ -36,27 +36,19 @@ func newPingCounter(t *testing.T, target string) (*pingCounter, *tcpproxy.Proxy)
 // frames copies a client's HTTP/2 stream (the connection preface, then
 // frames) to dst, counting PING frames that are not ACKs.
 func (p *pingCounter) frames(dst io.Writer, src io.Reader) {
-	r := bufio.NewReader(src)
-	preface := make([]byte, len("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"))
-	if _, err := io.ReadFull(r, preface); err != nil {
+	r := io.TeeReader(src, dst) // what is read is forwarded as it is read
+	if _, err := io.CopyN(io.Discard, r, int64(len(http2.ClientPreface))); err != nil {
 		return
 	}
-	if _, err := dst.Write(preface); err != nil {
-		return
-	}
-	var hdr [9]byte
 	for {
-		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		fh, err := http2.ReadFrameHeader(r)
+		if err != nil {
 			return
 		}
-		length := int64(binary.BigEndian.Uint32(append([]byte{0}, hdr[:3]...)))
-		if typ, flags := hdr[3], hdr[4]; typ == 0x6 && flags&0x1 == 0 {
+		if fh.Type == http2.FramePing && !fh.Flags.Has(http2.FlagPingAck) {
 			p.pings.Add(1)
 		}
-		if _, err := dst.Write(hdr[:]); err != nil {
-			return
-		}
-		if _, err := io.CopyN(dst, r, length); err != nil {
+		if _, err := io.CopyN(io.Discard, r, int64(fh.Length)); err != nil {
 			return
 		}
 	}

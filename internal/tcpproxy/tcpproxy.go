@@ -99,12 +99,13 @@ func (p *Proxy) pipe(c net.Conn) {
 		src.Close()
 		done <- struct{}{}
 	}
+	plain := func(dst io.Writer, src io.Reader) { io.Copy(dst, src) }
 	copyUp := p.copyUp
 	if copyUp == nil {
-		copyUp = func(dst io.Writer, src io.Reader) { io.Copy(dst, src) }
+		copyUp = plain
 	}
 	go cp(up, c, copyUp)
-	go cp(c, up, func(dst io.Writer, src io.Reader) { io.Copy(dst, src) })
+	go cp(c, up, plain)
 	<-done
 	<-done
 	p.untrack(c, up)
