@@ -753,3 +753,82 @@ func TestFinishFailureIsRetried(t *testing.T) {
 		t.Fatalf("table.json written %d times, want 2", n)
 	}
 }
+
+// indexFailsAfterFirst is the index's Output with every write but the
+// first failing while fail is set.
+type indexFailsAfterFirst struct {
+	Output
+	writes atomic.Int64
+	fail   atomic.Bool
+}
+
+func (o *indexFailsAfterFirst) Write(t *routing.Table, h routing.JSONHeader, deferred bool) error {
+	if o.writes.Add(1) > 1 && o.fail.Load() {
+		return errors.New("write: no space left on device (injected)")
+	}
+	return o.Output.Write(t, h, deferred)
+}
+
+// TestIndexFailureStopsTheWriteTimestamp: while the index's writes fail
+// and the table JSON's succeed, regiond_snapshot_last_write_timestamp_seconds
+// stays at the last write that left both files holding the table (so the
+// alert on a file not refreshed fires: most readers read the index), and
+// moves again once the index is written.
+func TestIndexFailureStopsTheWriteTimestamp(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "table.json")
+	src := newSource()
+	src.set(table(1, 10))
+	w := New(Config{Path: path, Source: src, Logger: discardLogger, Registerer: prometheus.NewRegistry()})
+	idx := &indexFailsAfterFirst{}
+	idx.Output = w.outs[1].Output
+	idx.fail.Store(true)
+	w.outs[1].Output = idx
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitIndex := func(rev int64) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if got, _ := readIndex(t, IndexPath(path)); got == rev {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("table.idx never reached revision %d", rev)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitIndex(1)
+	first := testutil.ToFloat64(w.lastWriteTS)
+	if first == 0 {
+		t.Fatal("last_write_timestamp_seconds not set after both files were written")
+	}
+
+	src.set(table(2, 90))
+	waitRevision(t, path, 2)
+	deadline := time.Now().Add(10 * time.Second)
+	for testutil.ToFloat64(w.outs[1].errors) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the index's injected failure was never counted")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := testutil.ToFloat64(w.lastWriteTS); got != first {
+		t.Fatalf("last_write_timestamp_seconds moved to %v with table.json at revision 2 and table.idx stuck at 1, want it at %v", got, first)
+	}
+	if n := testutil.ToFloat64(w.outs[0].errors); n != 0 {
+		t.Fatalf("regiond_snapshot_errors_total %v, want 0 (only the index failed)", n)
+	}
+
+	idx.fail.Store(false) // the retry, after backoff, writes the index
+	waitIndex(2)
+	deadline = time.Now().Add(10 * time.Second)
+	for testutil.ToFloat64(w.lastWriteTS) == first {
+		if time.Now().After(deadline) {
+			t.Fatal("last_write_timestamp_seconds did not move once the index was written")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

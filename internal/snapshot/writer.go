@@ -154,7 +154,7 @@ func New(cfg Config) *Writer {
 	}
 	w.skips = counter("unchanged_total", "Snapshot writes skipped because the content was unchanged.")
 	w.lastWriteTS = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "regiond", Subsystem: "snapshot",
-		Name: "last_write_timestamp_seconds", Help: "Unix time of the last snapshot write."})
+		Name: "last_write_timestamp_seconds", Help: "Unix time of the last write that left every snapshot file (the table JSON and its index) holding the table."})
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(w.skips, w.lastWriteTS)
 		for _, o := range w.outs {
@@ -301,12 +301,17 @@ func (w *Writer) publish(t *routing.Table, now time.Time, force, inline bool) {
 		o.writes.Inc()
 		if i == 0 {
 			w.lastWrite = now
-			w.lastWriteTS.Set(float64(now.UnixNano()) / 1e9)
 		}
 	}
 	if w.finish() && !failed {
 		failed = true
 		w.retryAt = time.Now().Add(w.retry.Next())
+	}
+	if wrote && !failed {
+		// Every file holds the table: the index too, which is what most
+		// readers read. A write of the JSON alone does not move it, so
+		// an index that keeps failing shows as a file not refreshed.
+		w.lastWriteTS.Set(float64(now.UnixNano()) / 1e9)
 	}
 	switch {
 	case failed:
