@@ -315,18 +315,29 @@ final class RegiondTable
      */
     private static function loadJSON(string $path, float $maxAgeSeconds, ?int $uid = null): self
     {
-        clearstatcache(true, $path);
-        $st = @stat($path);
-        if ($st === false) {
-            throw new TableException("regiond: cannot stat snapshot {$path}");
+        // One descriptor for all of it: the owner check, the cache's
+        // signature and the bytes read are of the same file, so a path
+        // swapped between a check and a read cannot slip a file in.
+        clearstatcache(true, $path); // and the realpath cache: a symlink may have moved
+        $fh = @fopen($path, 'rb');
+        if ($fh === false) {
+            throw new TableException("regiond: cannot open snapshot {$path}");
         }
-        if ($uid !== null && ($why = self::untrusted($st, $uid)) !== null) {
-            throw new TableException("regiond: snapshot {$path} {$why}: refusing a table the agent may not have written");
-        }
-        $c = self::$cache[$path] ?? null;
-        if ($c === null || $c['sig'] !== self::signature($st) || $c['racy']) {
-            $c = self::read($path, $c);
-            self::$cache[$path] = $c;
+        try {
+            $st = fstat($fh);
+            if ($st === false) {
+                throw new TableException("regiond: cannot stat snapshot {$path}");
+            }
+            if ($uid !== null && ($why = self::untrusted($st, $uid)) !== null) {
+                throw new TableException("regiond: snapshot {$path} {$why}: refusing a table the agent may not have written");
+            }
+            $c = self::$cache[$path] ?? null;
+            if ($c === null || $c['sig'] !== self::signature($st) || $c['racy']) {
+                $c = self::read($path, $fh, $st, $c);
+                self::$cache[$path] = $c;
+            }
+        } finally {
+            fclose($fh);
         }
         return new self($path, $c['data'], $c['written_at'], $c['synced_at'], $maxAgeSeconds,
             $c['data']['revision'], $c['data']['epoch'], $c['data']['stale']);
@@ -655,28 +666,22 @@ final class RegiondTable
     }
 
     /**
-     * Reads and parses the file, or keeps $prev's parse when the bytes are
-     * unchanged. An entry is "racy" while its mtime is within 2 s of the
-     * read: file times have 1 s resolution here, so a rewrite in the same
-     * second (same inode, same size) would not change the signature; a racy
-     * entry is re-read on every load until it is old enough.
+     * Reads and parses the file open as $fh (fstat $st), or keeps $prev's
+     * parse when the bytes are unchanged. An entry is "racy" while its
+     * mtime is within 2 s of the read: file times have 1 s resolution here,
+     * so a rewrite in the same second (same inode, same size) would not
+     * change the signature; a racy entry is re-read on every load until it
+     * is old enough.
      *
+     * @param resource $fh
+     * @param array<int|string, int> $st
      * @param array{sig: string, digest: string, racy: bool, data: array<string, mixed>, written_at: float, synced_at: float}|null $prev
      * @return array{sig: string, digest: string, racy: bool, data: array<string, mixed>, written_at: float, synced_at: float}
      */
-    private static function read(string $path, ?array $prev): array
+    private static function read(string $path, $fh, array $st, ?array $prev): array
     {
-        $fh = @fopen($path, 'rb');
-        if ($fh === false) {
-            throw new TableException("regiond: cannot open snapshot {$path}");
-        }
-        try {
-            $st = fstat($fh); // the identity of exactly the bytes read
-            $raw = stream_get_contents($fh);
-        } finally {
-            fclose($fh);
-        }
-        if ($st === false || $raw === false) {
+        $raw = stream_get_contents($fh);
+        if ($raw === false) {
             throw new TableException("regiond: cannot read snapshot {$path}");
         }
         self::$reads++;

@@ -16,7 +16,9 @@ use Regiond\RegiondTable;
 use Regiond\TableException;
 
 $country = $_SERVER['HTTP_CF_IPCOUNTRY'] ?? '';
-$viewer = $_COOKIE['viewer'] ?? null; // any stable per-viewer id; null = weighted random
+// Any stable per-viewer id; null = weighted random. A client can send
+// "viewer[]=x", which PHP makes an array: not a key.
+$viewer = is_string($_COOKIE['viewer'] ?? null) ? $_COOKIE['viewer'] : null;
 // fastcgi_param REGIOND_SNAPSHOT (nginx), or the environment (CLI).
 $snapshot = $_SERVER['REGIOND_SNAPSHOT'] ?? (getenv('REGIOND_SNAPSHOT') ?: RegiondTable::DEFAULT_PATH);
 // fastcgi_param REGIOND_OWNER: the agent's user; a snapshot file of anyone

@@ -72,3 +72,81 @@ func TestReaderRefusesAFileTheAgentDidNotWrite(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnerCheckIsOfTheFileRead: on the JSON path, the owner check and the
+// read are of one open file. The path is a symlink flipped, as fast as Go
+// can, between the agent's file and a forged one (the same owner, but
+// writable by others: refused when checked); over thousands of loads with
+// the owner given, the reader returns the agent's table or refuses, and
+// never returns the forged one. A check of the path followed by a read of
+// the path (a stat, then an open) let 100 to 200 through in 20,000.
+func TestOwnerCheckIsOfTheFileRead(t *testing.T) {
+	php(t)
+	t.Parallel()
+	now := time.Now()
+	// A one-pool table: 20,000 loads, each parsing it, in a few seconds.
+	cfg, err := routing.ParseConfig([]byte("pools:\n  p: {host: edge.example.net:443, residency: global, status: active}\n" +
+		"routes:\n  _default:\n    targets: [{pool: p, weight: 100}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := compile(t, cfg, routing.CompileOptions{Now: now}).JSONWith(nil, routing.JSONHeader{WrittenAt: now, SyncedAt: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	good, forged := filepath.Join(dir, "agent.json"), filepath.Join(dir, "forged.json")
+	if err := os.WriteFile(good, js, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The forged table: revision 666<revision>, mode 0666 (set after the umask).
+	fake := strings.Replace(string(js), `"revision":`, `"revision":666`, 1)
+	var hdr struct{ Revision int64 }
+	if err := json.Unmarshal([]byte(fake), &hdr); err != nil || hdr.Revision < 666 {
+		t.Fatalf("forged table: revision %d, %v", hdr.Revision, err)
+	}
+	if err := os.WriteFile(forged, []byte(fake), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(forged, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	path, tmp := filepath.Join(dir, "table.json"), filepath.Join(dir, "flip")
+	if err := os.Symlink(good, path); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			target := good
+			if i%2 == 1 {
+				target = forged
+			}
+			os.Remove(tmp)
+			if os.Symlink(target, tmp) == nil {
+				os.Rename(tmp, path)
+			}
+		}
+	}()
+	out := runPHP(t, nil, "ownerloop", path, strconv.Itoa(os.Getuid()), "20000", strconv.FormatInt(hdr.Revision, 10))
+	close(stop)
+	<-done
+	var res struct{ Forged, Refused, Loaded int }
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("driver: %v: %s", err, out)
+	}
+	t.Logf("20,000 loads: %d of the agent's table, %d refused, %d forged", res.Loaded, res.Refused, res.Forged)
+	if res.Forged > 0 {
+		t.Fatalf("load() with the owner returned the forged table (writable by others) %d times in 20,000", res.Forged)
+	}
+	if res.Loaded == 0 || res.Refused == 0 {
+		t.Fatalf("the flip did not take: %d loaded, %d refused (want both)", res.Loaded, res.Refused)
+	}
+}

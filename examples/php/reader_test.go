@@ -707,4 +707,19 @@ func TestExampleFrontDoor(t *testing.T) {
 	if out := run(filepath.Join(t.TempDir(), "missing.json"), "DE"); !strings.Contains(out, "snapshot") {
 		t.Errorf("example.php without a snapshot: %q, want an error about the snapshot", out)
 	}
+	// The viewer cookie as PHP parses a client's Cookie header: a string, or
+	// an array for "viewer[]=x" (not a key: the weighted pick, not a fatal
+	// TypeError under strict_types).
+	for _, cookie := range []string{`'viewer-1'`, `['x']`, `['a' => ['b' => 'c']]`} {
+		prep := filepath.Join(t.TempDir(), "cookie.php")
+		if err := os.WriteFile(prep, []byte("<?php $_COOKIE['viewer'] = "+cookie+";\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "-d", "auto_prepend_file="+prep, "example.php")
+		cmd.Env = append(os.Environ(), "REGIOND_SNAPSHOT="+ok, "HTTP_CF_IPCOUNTRY=PL", "REQUEST_URI=/watch/42")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "https://edge-") {
+			t.Errorf("example.php with the viewer cookie %s: %v\n%s", cookie, err, out)
+		}
+	}
 }

@@ -29,6 +29,10 @@
 //       errors (count and the first messages), mixed (a decision whose gen is
 //       not its revision), backwards (a revision lower than the one before),
 //       distinct revisions seen, first and last.
+//   php driver.php ownerloop TABLE OWNER N FORGED
+//       Loads TABLE N times with load()'s owner OWNER, the parse cache cleared
+//       before each; prints {"forged","refused","loaded"}: the loads that
+//       returned revision FORGED, that threw, and the others.
 //   php driver.php cache DIR A B C
 //       Exercises the parse cache with tables A, B, C (revisions 11, 12, 13;
 //       A and B of the same size) in DIR; prints one JSON object.
@@ -142,6 +146,21 @@ switch ($mode) {
             $s = RegiondTable::stickyScore($key, $pool, (int) $w);
             echo RegiondTable::stickyHash53($key, $pool), ' ', bin2hex(strrev(pack('e', $s))), "\n";
         }
+        break;
+
+    case 'ownerloop':
+        [, , $table, $owner, $n, $forged] = $argv;
+        $res = ['forged' => 0, 'refused' => 0, 'loaded' => 0];
+        for ($i = 0; $i < (int) $n; $i++) {
+            RegiondTable::clearCache();
+            try {
+                $rev = RegiondTable::load($table, 180.0, $owner)->revision();
+                $res[$rev === (int) $forged ? 'forged' : 'loaded']++;
+            } catch (TableException $e) {
+                $res['refused']++;
+            }
+        }
+        out($res);
         break;
 
     case 'race':
