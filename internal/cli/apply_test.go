@@ -154,3 +154,77 @@ func (e *tenv) audit(epoch int64) routing.Audit {
 	mustJSON(e.t, e.get(e.ks.Audit(epoch)), &rec)
 	return rec
 }
+
+// TestDiffRefusesWhatApplyRefuses: diff runs apply's checks, not only the
+// config's validation: a file that drains every EU pool (countries left
+// with no eligible pool) and one that removes a pool a live boost names are
+// refused by diff (exit 1, valid false, the reason named) as by apply;
+// with --force the first is valid for both.
+func TestDiffRefusesWhatApplyRefuses(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	e.must(ExitOK, "boost", "JP", "--target", "kr-music=100", "--ttl", "1h", "--id", "jp-boost")
+	drain := writeFile(t, "drain.yaml", `pools:
+  eu-central: {host: edge-fra-1.example.net:443, region: eu-central, residency: eu, status: draining}
+  eu-west: {host: edge-ams-1.example.net:443, region: eu-west, residency: eu, status: draining}
+  eu-north: {host: edge-sto-1.example.net:443, region: eu-north, residency: eu, status: draining}
+`)
+	data, err := os.ReadFile(exampleConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := routing.ParseConfig(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(cfg.Pools, "kr-music")
+	for name, r := range cfg.Routes {
+		kept := r.Targets[:0]
+		for _, tg := range r.Targets {
+			if tg.Pool != "kr-music" {
+				kept = append(kept, tg)
+			}
+		}
+		if len(kept) < len(r.Targets) {
+			kept[0].Weight = 100
+			kept = kept[:1]
+			r.Targets = kept
+			cfg.Routes[name] = r
+		}
+	}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noKR := writeFile(t, "no-kr-music.json", string(b))
+	for _, c := range []struct {
+		name, file, why string
+	}{
+		{"every EU pool drained", drain, "would have no eligible pool"},
+		{"the boosted pool removed", noKR, "live boost"},
+	} {
+		d := e.run("diff", "-f", c.file, "--prune="+map[bool]string{true: "true", false: "false"}[c.file == noKR], "-o", "json")
+		var out diffResult
+		if err := json.Unmarshal([]byte(d.stdout), &out); err != nil {
+			t.Fatalf("%s: diff -o json: %v\n%s", c.name, err, d)
+		}
+		if d.code != ExitRefused || out.Valid || !strings.Contains(d.stderr, c.why) || len(out.Changes) == 0 {
+			t.Errorf("%s: diff exit %d, valid %v, %d changes, want exit %d, valid false, the changes and %q\n%s",
+				c.name, d.code, out.Valid, len(out.Changes), ExitRefused, c.why, d)
+		}
+		args := []string{"apply", "-f", c.file, "--dry-run"}
+		if c.file == noKR {
+			args = append(args, "--prune")
+		}
+		if a := e.run(args...); a.code != ExitRefused || !strings.Contains(a.stderr, c.why) {
+			t.Errorf("%s: apply --dry-run exit %d, want it refused too (%q)\n%s", c.name, a.code, c.why, a)
+		}
+	}
+	d := e.run("diff", "-f", drain, "--force", "-o", "json")
+	var out diffResult
+	if err := json.Unmarshal([]byte(d.stdout), &out); err != nil || d.code != ExitOK || !out.Valid {
+		t.Errorf("diff --force of the drain: exit %d, valid %v, want 0 and valid (%v)\n%s", d.code, out.Valid, err, d)
+	}
+	e.must(ExitOK, "apply", "-f", drain, "--force", "--dry-run")
+}

@@ -13,20 +13,26 @@ import (
 
 func (a *app) diffCmd() *cobra.Command {
 	var (
-		file  string
-		prune bool
+		file         string
+		prune, force bool
 	)
 	cmd := &cobra.Command{
 		Use:   "diff -f FILE",
 		Short: "Show what apply -f FILE would change, and whether it would be refused",
+		Long: `diff reads the stored state, merges the file into it as apply would, and
+runs every check apply runs (the whole config's validation, live boosts,
+countries left with no eligible pool unless --force). It prints the
+changes and exits 0 when apply would write them, 1 when apply would refuse
+(naming why). It writes nothing.`,
 		Example: `  regionctl diff -f fleet.yaml
   regionctl diff -f fleet.yaml --prune -o json`,
 		Args: exactArgs(0, "no arguments"),
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "config file (YAML or JSON)")
 	cmd.Flags().BoolVar(&prune, "prune", false, "as apply --prune")
+	cmd.Flags().BoolVar(&force, "force", false, "as apply --force: do not refuse a change that leaves some country with no eligible pool")
 	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, _ []string) error {
-		return a.runDiff(ctx, file, prune)
+		return a.runDiff(ctx, file, prune, force)
 	})
 	return cmd
 }
@@ -39,7 +45,7 @@ type diffResult struct {
 	Valid   bool             `json:"valid"`
 }
 
-func (a *app) runDiff(ctx context.Context, file string, prune bool) error {
+func (a *app) runDiff(ctx context.Context, file string, prune, force bool) error {
 	cfg, err := readConfigFile(file)
 	if err != nil {
 		return err
@@ -48,12 +54,11 @@ func (a *app) runDiff(ctx context.Context, file string, prune bool) error {
 	if err != nil {
 		return err
 	}
-	next := mergeConfig(cur.Config, cfg, prune)
-	chg, err := a.st.Changes(cur, &store.Plan{Config: next, Prune: prune})
+	plan := &store.Plan{Config: mergeConfig(cur.Config, cfg, prune), Prune: prune, Force: force}
+	chg, errs, err := a.st.Check(cur, plan) // what apply checks, no less
 	if err != nil {
 		return err
 	}
-	errs := routing.Validate(next)
 	out := diffResult{Epoch: cur.Epoch, Diff: diffLines(chg), Changes: chg, Valid: len(errs) == 0}
 	err = a.printer().print(out, func(w io.Writer) {
 		for _, l := range out.Diff {

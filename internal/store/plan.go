@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -182,22 +183,19 @@ func rawJSON(b []byte) json.RawMessage {
 	return s
 }
 
-// Changes returns the key writes a plan would make on st, without
-// validating it (for `regionctl diff`).
-func (s *Store) Changes(st *State, p *Plan) ([]routing.Change, error) {
-	next := st.Config
-	if p.Config != nil {
-		next = p.Config
+// Check runs the checks a write of p runs (validation of the whole
+// state, live boosts, countries left with no eligible pool unless
+// p.Force) and writes nothing: the changes p makes and, when a write would
+// be refused, why. diff uses it, so that it refuses exactly what apply
+// refuses.
+func (s *Store) Check(st *State, p *Plan) ([]routing.Change, routing.Errors, error) {
+	ops, err := s.prepare(st, p)
+	var re *RefusedError
+	switch {
+	case errors.As(err, &re):
+		return re.Changes, re.Errs, nil
+	case err != nil:
+		return nil, nil, err
 	}
-	ops, err := configOps(st, next, p.Config != nil, p.Prune)
-	if err != nil {
-		return nil, err
-	}
-	ovOps, err := overrideOps(st, p)
-	if err != nil {
-		return nil, err
-	}
-	ops = append(ops, ovOps...)
-	sort.Slice(ops, func(i, j int) bool { return ops[i].rel < ops[j].rel })
-	return changes(ops), nil
+	return changes(ops), nil, nil
 }
