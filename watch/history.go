@@ -25,10 +25,22 @@ const (
 // so both serve the same. History that was compacted away is not there:
 // the key then keeps the table's own last good value of that incarnation,
 // if any, and a warning says so.
+//
+// All the reads share one RequestTimeout: the listed table is published
+// after them, so an etcd that stops answering after the list holds it
+// back by one timeout, not by one per read (up to maxEarlierKeys ×
+// maxEarlierSteps). Keys not reached in time are treated as compacted.
 func (m *Mirror) earlierGood(ctx context.Context, skipped []routing.Skipped) map[string]routing.KV {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.RequestTimeout)
+	defer cancel()
 	var out map[string]routing.KV
 	looked := 0
 	for _, s := range skipped {
+		if ctx.Err() != nil {
+			m.log.Warn("out of time reading the last good values of refused keys; the rest keep the table's own, if any",
+				"timeout", m.cfg.RequestTimeout, "keys_read", looked)
+			break
+		}
 		kv, ok := m.state[s.Key]
 		if !ok || kv.Version <= 1 || looked == maxEarlierKeys {
 			continue // the incarnation's first value: nothing was written before it
@@ -51,13 +63,12 @@ func (m *Mirror) earlierGood(ctx context.Context, skipped []routing.Skipped) map
 }
 
 // earlierGoodOf walks kv's key back through history from the write before
-// kv, within its incarnation, to the first value that decodes.
+// kv, within its incarnation, to the first value that decodes; ctx bounds
+// all its reads.
 func (m *Mirror) earlierGoodOf(ctx context.Context, kv routing.KV) (routing.KV, bool) {
 	at := kv.ModRevision - 1
 	for range maxEarlierSteps {
-		gctx, cancel := context.WithTimeout(ctx, m.cfg.RequestTimeout)
-		resp, err := m.cfg.Client.Get(gctx, m.cfg.Prefix+kv.Key, clientv3.WithRev(at))
-		cancel()
+		resp, err := m.cfg.Client.Get(ctx, m.cfg.Prefix+kv.Key, clientv3.WithRev(at))
 		switch {
 		case errors.Is(err, rpctypes.ErrCompacted):
 			m.log.Warn("the last good value of a refused key is compacted away; keeping the table's own, if any",

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/tcpproxy"
@@ -133,5 +136,51 @@ func TestRestartedAgentKeepsLastGoodFromHistory(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "compacted away") {
 		t.Fatalf("no warning that the history is gone:\n%s", logs)
+	}
+}
+
+// TestHistoryReadsShareOneTimeout: after a list, etcd stops answering the
+// history reads of refused keys (an interceptor holds every Get of one key
+// at a past revision until its context ends). The reads of all eight
+// refused keys share one RequestTimeout: only the first waits it out, the
+// others are not sent, the listed table is published, and a warning says
+// the rest ran out of time. With a timeout per read, all eight waited,
+// one after the other, before the mirror was ready.
+func TestHistoryReadsShareOneTimeout(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	direct := devetcd.NewTestClient(t, srv)
+	loadExample(t, direct)
+	const refused = 8
+	for i := range refused {
+		put(t, direct, fmt.Sprintf("pools/bad%d", i), `{"host":"h.example.net","residency":"eu","status":"active"}`)
+		put(t, direct, fmt.Sprintf("pools/bad%d", i), `{"host":`) // refused, version 2: history to read
+	}
+	var held atomic.Int32
+	hold := grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
+		invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if r, ok := req.(*pb.RangeRequest); ok && r.Revision > 0 && len(r.RangeEnd) == 0 {
+			if ctx.Err() == nil {
+				held.Add(1)
+			}
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints, DialTimeout: time.Second, DialOptions: []grpc.DialOption{hold}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	logs := &logBuffer{}
+	m := startMirror(t, cli, watch.Config{Logger: logs.logger(), RequestTimeout: 500 * time.Millisecond})
+	if sk := m.Table().Skipped(); len(sk) != refused {
+		t.Fatalf("skipped %d keys, want the %d refused", len(sk), refused)
+	}
+	if n := held.Load(); n != 1 {
+		t.Fatalf("%d history reads waited for their deadline, want 1: the reads share one timeout", n)
+	}
+	if !strings.Contains(logs.String(), "out of time reading the last good values") {
+		t.Fatalf("no warning that the history reads ran out of time:\n%s", logs)
 	}
 }
