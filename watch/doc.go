@@ -17,12 +17,16 @@
 //
 // # Relist or reopen
 //
-// Besides the first list and the retries of a failed one, only four things
+// Besides the first list and the retries of a failed one, only five things
 // relist (list again and replace the state; metric
 // regiond_watch_resyncs_total{reason}): a compaction past the applied
 // revision (at once), an event out of order or at or below a progress
 // notification's revision, etcd's revision below the applied one (a
-// restored cluster), and an answer from another cluster than the list's.
+// restored cluster), an answer from another cluster than the list's, and
+// another history at the applied revision: a watch opened again after one
+// ended is kept only once a keys-only read of the prefix at the applied
+// revision finds the state's key count and newest keys (a cluster restored
+// from an older backup and written past that revision since).
 //
 // Everything else reopens: a new watch from applied+1, no list, and history
 // replays whatever the old watch missed (regiond_watch_reopens_total

@@ -47,7 +47,7 @@ func newMetrics(m *Mirror, reg prometheus.Registerer) *metrics {
 		skipped: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "skipped_keys", Help: "Keys whose current value was refused (last good value kept)."}),
 		regressions: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "revision_regressions_total", Help: "Lists whose revision was below the applied one (restored backup?)."}),
+			Name: "revision_regressions_total", Help: "Lists whose revision was below the applied one, and reopened watches that found etcd holding another history at the applied revision (restored backup?)."}),
 		listSeconds: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "last_list_duration_seconds", Help: "Duration of the last full list, from the first Get to the table swapped in."}),
 		apply: prometheus.NewSummary(prometheus.SummaryOpts{Namespace: ns, Subsystem: sub,
@@ -58,7 +58,7 @@ func newMetrics(m *Mirror, reg prometheus.Registerer) *metrics {
 		swaps: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "table_swaps_total", Help: "Routing tables swapped in."}),
 	}
-	for _, r := range []string{ReasonInitial, ReasonCompacted, ReasonOutOfOrder, ReasonRegressed, ReasonCluster, ReasonListFailed} {
+	for _, r := range []string{ReasonInitial, ReasonCompacted, ReasonOutOfOrder, ReasonRegressed, ReasonCluster, ReasonDiverged, ReasonListFailed} {
 		mt.resyncs.WithLabelValues(r)
 	}
 	for _, r := range []string{ReasonSilent, ReasonClosed, ReasonError, ReasonNoLeader, ReasonDisconnected} {

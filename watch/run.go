@@ -19,6 +19,7 @@ const (
 	ReasonOutOfOrder = "out-of-order"   // an event at or below the applied revision, or going backwards
 	ReasonRegressed  = "regressed"      // etcd's revision below the applied one (a restored cluster?)
 	ReasonCluster    = "cluster-change" // an answer from another etcd cluster than the list's
+	ReasonDiverged   = "diverged"       // etcd's prefix at the applied revision is not the state (a restored cluster since written past it?)
 	ReasonListFailed = "list-failed"
 )
 
@@ -36,7 +37,7 @@ const (
 // relists reports whether a reason ending a watch needs a relist.
 func relists(reason string) bool {
 	switch reason {
-	case ReasonCompacted, ReasonOutOfOrder, ReasonRegressed, ReasonCluster:
+	case ReasonCompacted, ReasonOutOfOrder, ReasonRegressed, ReasonCluster, ReasonDiverged:
 		return true
 	}
 	return false

@@ -40,16 +40,26 @@ const healthyAfter = time.Second
 
 // follow watches from the applied revision until a relist is needed, and
 // returns its reason ("" once ctx is done). A watch that ends is opened
-// again from the applied revision at once; only attempts that keep failing
-// back off. The first retries are immediate, two per other endpoint:
+// again from the applied revision at once, once etcd's prefix at that
+// revision is checked to be the state (verify); only attempts that keep
+// failing back off. The first retries are immediate, two per other endpoint:
 // clientv3 sends each new stream to its next endpoint, so a member without
 // a leader is left for one that has one.
 func (m *Mirror) follow(ctx context.Context, bo *backoff.Backoff, publish func()) string {
 	quick := max(1, 2*(len(m.cfg.Client.Endpoints())-1))
 	failures := 0
-	for ctx.Err() == nil {
+	for again := false; ctx.Err() == nil; again = true {
 		s, why := m.open(ctx, publish)
 		publish = nil
+		if s != nil && again {
+			// The watch before this one ended: the etcd answering now may
+			// hold another history (see verify).
+			if why = m.verify(s.ctx); why != "" {
+				s.cancel()
+				m.setConnected(false)
+				s = nil
+			}
+		}
 		if s == nil {
 			if ctx.Err() != nil || relists(why) {
 				return why
