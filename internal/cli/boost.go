@@ -82,6 +82,9 @@ func (a *app) runBoost(ctx context.Context, route, id, ttlFlag string, targetSpe
 		if _, ok := cur.Overrides[id]; ok {
 			return nil, refusef(routing.OverrideKey(id), "boost already exists; extend or cancel it")
 		}
+		if bad, ok := cur.BadOverrides[id]; ok {
+			return nil, refusef(routing.OverrideKey(id), "holds a value that does not decode (%v); cancel it first: regionctl boost cancel %s", bad.Err, id)
+		}
 		return &store.Plan{PutOverrides: []store.OverridePut{{ID: id, Override: ov, TTL: ttl}}}, nil
 	})
 }
@@ -157,7 +160,8 @@ func (a *app) boostCancelCmd() *cobra.Command {
 	addWriteFlags(cmd, &w)
 	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, args []string) error {
 		return a.runWrite(ctx, w, func(_ context.Context, cur *store.State) (*store.Plan, error) {
-			if _, ok := cur.Overrides[args[0]]; !ok {
+			_, bad := cur.BadOverrides[args[0]]
+			if _, ok := cur.Overrides[args[0]]; !ok && !bad {
 				return nil, refusef(routing.OverrideKey(args[0]), "no such live boost (it may have expired; see boost ls)")
 			}
 			return &store.Plan{DeleteOverrides: []string{args[0]}}, nil
@@ -188,6 +192,9 @@ func (a *app) boostExtendCmd() *cobra.Command {
 		w.notes = []string{fmt.Sprintf("boost %s now lasts %s (until about %s)", id, ttl, time.Now().Add(ttl).UTC().Format(time.RFC3339))}
 		return a.runWrite(ctx, w, func(_ context.Context, cur *store.State) (*store.Plan, error) {
 			lo, ok := cur.Overrides[id]
+			if bad, isBad := cur.BadOverrides[id]; isBad {
+				return nil, refusef(routing.OverrideKey(id), "holds a value that does not decode (%v); cancel it: regionctl boost cancel %s", bad.Err, id)
+			}
 			if !ok {
 				return nil, refusef(routing.OverrideKey(id), "no such live boost (it may have expired; see boost ls)")
 			}

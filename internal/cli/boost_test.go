@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -100,4 +101,32 @@ func TestBoostProtectsItsPool(t *testing.T) {
 	}
 	e.must(ExitOK, "boost", "cancel", "jp")
 	e.must(ExitOK, "pool", "rm", "jp-extra")
+}
+
+// TestBoostOverAValueThatDoesNotDecode: a boost key holding a value that
+// does not decode (a hand edit) is refused by name, not reported as a
+// conflict no re-run can clear: boost with its id and boost extend exit 1
+// saying to cancel it; boost cancel deletes it; then the id is free.
+func TestBoostOverAValueThatDoesNotDecode(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	key := e.ks.RoutingKey(routing.OverrideKey("kr-1"))
+	if _, err := testClient.Put(context.Background(), key, `{"route":"KR"}`); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"boost", "KR", "--id", "kr-1", "--target", "kr-music=100", "--ttl", "1h", "--retry", "3"},
+		{"boost", "extend", "kr-1", "--ttl", "1h"},
+	} {
+		r := e.run(args...)
+		if r.code != ExitRefused || !strings.Contains(r.stderr, "does not decode") || !strings.Contains(r.stderr, "boost cancel kr-1") {
+			t.Errorf("%v: exit %d, want %d naming the value that does not decode and how to cancel it\n%s", args, r.code, ExitRefused, r)
+		}
+	}
+	e.must(ExitOK, "boost", "cancel", "kr-1", "--reason", "hand edit")
+	if v := e.get(key); v != "" {
+		t.Fatalf("boost cancel left %s", v)
+	}
+	e.must(ExitOK, "boost", "KR", "--id", "kr-1", "--target", "kr-music=100", "--ttl", "1h")
 }

@@ -39,8 +39,22 @@ type State struct {
 	// routing.Compile.
 	KVs []routing.KV
 
+	// BadOverrides are the boost keys whose values do not decode (a hand
+	// edit), by id: the agent skips them; a boost of the same id is
+	// refused until they are cancelled (boost cancel deletes them).
+	BadOverrides map[string]LiveOverrideRaw
+
 	epochErr error
 	invalid  map[string][]byte // config keys whose values do not decode
+}
+
+// LiveOverrideRaw is a boost key whose stored value does not decode.
+type LiveOverrideRaw struct {
+	Value       []byte
+	Lease       int64
+	ModRevision int64
+	// Err says why the value does not decode.
+	Err error
 }
 
 // LiveOverride is a boost as stored, with its lease.
@@ -69,6 +83,8 @@ func (s *Store) LoadAt(ctx context.Context, rev int64) (*State, error) {
 		Overrides: map[string]LiveOverride{},
 		Health:    map[string]routing.Health{},
 		invalid:   map[string][]byte{},
+
+		BadOverrides: map[string]LiveOverrideRaw{},
 	}
 	for _, kv := range kvs {
 		rel, _ := s.ks.Rel(string(kv.Key))
@@ -130,6 +146,9 @@ func (st *State) add(rel string, kv *mvccpb.KeyValue) {
 		st.skip(rel, err)
 		if routing.IsConfigKey(rel) {
 			st.invalid[rel] = kv.Value
+		}
+		if k.Kind == routing.KindOverride {
+			st.BadOverrides[k.ID] = LiveOverrideRaw{Value: kv.Value, Lease: kv.Lease, ModRevision: kv.ModRevision, Err: err}
 		}
 		return
 	}

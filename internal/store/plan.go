@@ -143,6 +143,11 @@ func overrideOps(st *State, p *Plan) ([]op, error) {
 		ops = append(ops, o)
 	}
 	for _, id := range p.DeleteOverrides {
+		if bad, ok := st.BadOverrides[id]; ok { // a value that does not decode: deleted as it is
+			ops = append(ops, op{rel: routing.OverrideKey(id), before: bad.Value, guard: true,
+				modRev: bad.ModRevision, oldLease: bad.Lease})
+			continue
+		}
 		cur, ok := st.Overrides[id]
 		if !ok {
 			return nil, fmt.Errorf("boost %s: %w (it may have expired; see boost ls)", id, ErrNotFound)
