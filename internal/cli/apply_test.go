@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"strings"
@@ -227,4 +228,44 @@ func TestDiffRefusesWhatApplyRefuses(t *testing.T) {
 		t.Errorf("diff --force of the drain: exit %d, valid %v, want 0 and valid (%v)\n%s", d.code, out.Valid, err, d)
 	}
 	e.must(ExitOK, "apply", "-f", drain, "--force", "--dry-run")
+}
+
+// TestUnknownFieldsSurviveExportAndApply: stored values may carry fields
+// this regionctl does not know (written by a newer version: kept, as the
+// agent keeps them). export leaves them out (a config file is strict) and
+// says so; applying its output, with or without --prune, is a no-op and
+// keeps them; applying a changed pool keeps them too.
+func TestUnknownFieldsSurviveExportAndApply(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	pool := e.ks.RoutingKey(routing.PoolKey("eu-north"))
+	route := e.ks.RoutingKey(routing.RouteKey("KR"))
+	put := func(key, val string) {
+		t.Helper()
+		if _, err := testClient.Put(context.Background(), key, val); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(pool, `{"host":"edge-sto-1.example.net:443","region":"eu-north","residency":"eu","status":"active","weight_hint":3}`)
+	put(route, `{"targets":[{"pool":"kr-music","weight":70,"slo":"p99"},{"pool":"apac-tokyo","weight":30}],"fallback":["apac-general"],"attrs":{"lang":"ko","tokenizer":"icu"},"canary":true}`)
+	x := e.must(ExitOK, "export")
+	if strings.Contains(x.stdout, "weight_hint") || !strings.Contains(x.stderr, "pools/eu-north (weight_hint)") ||
+		!strings.Contains(x.stderr, "routes/KR (canary)") || !strings.Contains(x.stderr, "routes/KR target kr-music (slo)") {
+		t.Fatalf("export: want the unknown fields left out and named on stderr\n%s", x)
+	}
+	path := writeFile(t, "exported.yaml", x.stdout)
+	for _, args := range [][]string{{"apply", "-f", path}, {"apply", "-f", path, "--prune"}} {
+		if r := e.must(ExitOK, args...); !strings.Contains(r.stdout, "no changes") {
+			t.Errorf("%v of export's output: %s, want no changes", args, r)
+		}
+	}
+	changed := strings.Replace(x.stdout, "edge-sto-1.example.net:443", "edge-sto-2.example.net:443", 1)
+	e.must(ExitOK, "apply", "-f", writeFile(t, "changed.yaml", changed))
+	if v := e.get(pool); !strings.Contains(v, `"weight_hint":3`) || !strings.Contains(v, "edge-sto-2") {
+		t.Errorf("after apply of a changed pool: %s, want the new host and weight_hint kept", v)
+	}
+	if v := e.get(route); !strings.Contains(v, `"canary":true`) || !strings.Contains(v, `"slo":"p99"`) {
+		t.Errorf("after apply: routes/KR = %s, want its unknown fields kept", v)
+	}
 }

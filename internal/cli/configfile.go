@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/regiond/regiond/internal/store"
 	"github.com/regiond/regiond/routing"
@@ -44,11 +45,12 @@ func filePlan(file *routing.Config, prune bool) buildFunc {
 // mergeConfig returns cur with the file's objects set; with prune, the
 // result is exactly the file.
 func mergeConfig(cur, file *routing.Config, prune bool) *routing.Config {
+	f := cloneConfig(file)
+	keepExtras(cur, f)
 	if prune {
-		return cloneConfig(file)
+		return f
 	}
 	cfg := cloneConfig(cur)
-	f := cloneConfig(file)
 	if f.Policy.Residency != nil {
 		cfg.Policy.Residency = f.Policy.Residency
 	}
@@ -59,6 +61,73 @@ func mergeConfig(cur, file *routing.Config, prune bool) *routing.Config {
 		cfg.Routes[name] = r
 	}
 	return cfg
+}
+
+// keepExtras gives the objects of file the fields their stored values have
+// and this regionctl does not know (routing.Extra: written by a newer
+// version), where file has none: a config file cannot hold them (it is
+// strict), so applying one, or what export printed, keeps them instead of
+// dropping them.
+func keepExtras(cur, file *routing.Config) {
+	if r, c := file.Policy.Residency, cur.Policy.Residency; r != nil && c != nil && len(r.Extra) == 0 {
+		r.Extra = maps.Clone(c.Extra)
+	}
+	for id, p := range file.Pools {
+		if c, ok := cur.Pools[id]; ok && len(p.Extra) == 0 && len(c.Extra) > 0 {
+			p.Extra = maps.Clone(c.Extra)
+			file.Pools[id] = p
+		}
+	}
+	for name, r := range file.Routes {
+		c, ok := cur.Routes[name]
+		if !ok {
+			continue
+		}
+		if len(r.Extra) == 0 {
+			r.Extra = maps.Clone(c.Extra)
+		}
+		for i, tg := range r.Targets {
+			for _, ct := range c.Targets {
+				if ct.Pool == tg.Pool && len(tg.Extra) == 0 {
+					r.Targets[i].Extra = maps.Clone(ct.Extra)
+				}
+			}
+		}
+		file.Routes[name] = r
+	}
+}
+
+// withoutExtras returns a copy of cfg without the fields this regionctl
+// does not know, and names the objects that had some.
+func withoutExtras(cfg *routing.Config) (*routing.Config, []string) {
+	out := cloneConfig(cfg)
+	var had []string
+	note := func(what string, x routing.Extra) {
+		if len(x) > 0 {
+			had = append(had, fmt.Sprintf("%s (%s)", what, strings.Join(slices.Sorted(maps.Keys(x)), ", ")))
+		}
+	}
+	if r := out.Policy.Residency; r != nil {
+		note(routing.PolicyKey, r.Extra)
+		r.Extra = nil
+	}
+	for _, id := range slices.Sorted(maps.Keys(out.Pools)) {
+		p := out.Pools[id]
+		note(routing.PoolKey(id), p.Extra)
+		p.Extra = nil
+		out.Pools[id] = p
+	}
+	for _, name := range slices.Sorted(maps.Keys(out.Routes)) {
+		r := out.Routes[name]
+		note(routing.RouteKey(name), r.Extra)
+		r.Extra = nil
+		for i := range r.Targets {
+			note(routing.RouteKey(name)+" target "+r.Targets[i].Pool, r.Targets[i].Extra)
+			r.Targets[i].Extra = nil
+		}
+		out.Routes[name] = r
+	}
+	return out, had
 }
 
 // cloneConfig returns a deep copy of cfg, safe to change; it is

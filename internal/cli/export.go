@@ -34,10 +34,14 @@ func (a *app) runExport(ctx context.Context) error {
 	for _, k := range cur.InvalidConfigKeys() {
 		a.log.Warn("stored value does not decode and is not exported", "key", k)
 	}
-	if a.output == "json" {
-		return a.printer().print(cur.Config, nil)
+	cfg, extras := withoutExtras(cur.Config)
+	for _, x := range extras {
+		a.log.Warn("stored value has fields this regionctl does not know; not exported (a config file is strict), and kept by apply", "key", x)
 	}
-	b, err := cur.Config.YAML()
+	if a.output == "json" {
+		return a.printer().print(cfg, nil)
+	}
+	b, err := cfg.YAML()
 	if err != nil {
 		return fmt.Errorf("encode config: %w", err)
 	}
