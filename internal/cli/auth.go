@@ -26,9 +26,11 @@ type authOpts struct {
 const authLong = `auth prints (roles) or makes (apply) the etcd roles and users that give
 each of regiond's jobs what it needs under --prefix, and nothing more:
 
-  regiond-operator       regionctl's writes: readwrite <root>/routing/,
-                         <root>/audit/, <root>/locks/; read <root>/agents/
-                         (it cannot forge an agent's status)
+  regiond-operator       regionctl's writes: read <root>/routing/;
+                         readwrite its pools/, routes/, policy/ and
+                         overrides/, the key <root>/routing/epoch and
+                         <root>/audit/; read <root>/agents/ (it cannot
+                         forge a pool's health nor an agent's status)
   regiond-viewer         regionctl's reads (get, diff, history, status,
                          resolve, every --dry-run): read <root>/
   regiond-agent-NODE     the agent of one router node: read <root>/routing/,

@@ -153,11 +153,11 @@ func TestAuth(t *testing.T) {
 		// Without --user, etcd takes the client certificate's CN as the
 		// user: no such user exists.
 		{"no user", nil, flags,
-			"regionctl: permission denied for user " + devetcd.TestClientCN + " at " + ep + ": read " + prefix + "/routing/epoch needs readwrite on " +
-				prefix + "/routing/ and " + prefix + "/audit/ (role regiond-operator): etcdserver: permission denied"},
+			"regionctl: permission denied for user " + devetcd.TestClientCN + " at " + ep + ": read " + prefix + "/routing/epoch needs " +
+				commitNeeds(prefix) + " (role regiond-operator): etcdserver: permission denied"},
 		{"prefix outside the role", pw, append(tlsFlags(srv, certs, "/elsewhere"), "--user", a.User),
-			"regionctl: permission denied for user " + a.User + " at " + ep + ": read /elsewhere/routing/epoch needs readwrite on " +
-				"/elsewhere/routing/ and /elsewhere/audit/ (role regiond-operator): etcdserver: permission denied"},
+			"regionctl: permission denied for user " + a.User + " at " + ep + ": read /elsewhere/routing/epoch needs " +
+				commitNeeds("/elsewhere") + " (role regiond-operator): etcdserver: permission denied"},
 	} {
 		r, took := runEnv(tc.env, append(tc.args, "pool", "undrain", "eu-north", "--reason", "z")...)
 		if r.code != ExitRefused || !strings.Contains(r.stderr, tc.want) || took > 10*time.Second {

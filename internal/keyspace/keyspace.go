@@ -74,9 +74,3 @@ func (s Space) AgentsPrefix() string { return s.root + "/agents/" }
 
 // Agent returns the status key of a node.
 func (s Space) Agent(node string) string { return s.AgentsPrefix() + node }
-
-// LocksPrefix returns "<root>/locks/".
-func (s Space) LocksPrefix() string { return s.root + "/locks/" }
-
-// Lock returns the prefix of a named concurrency.Mutex.
-func (s Space) Lock(name string) string { return s.LocksPrefix() + name }

@@ -57,7 +57,8 @@ func TestDialTLSAndAuth(t *testing.T) {
 				"(role regiond-viewer or regiond-operator): etcdserver: permission denied"},
 		{name: "a write job", user: a.User, password: a.Password, probe: "/other/routing/epoch", roles: NewRoles(other, "x-"),
 			needs: NewRoles(other, "x-").CommitNeeds(), is: rpctypes.ErrPermissionDenied,
-			want: "read /other/routing/epoch needs readwrite on /other/routing/ and /other/audit/ (role x-operator)"},
+			want: "read /other/routing/epoch needs readwrite on /other/routing/pools/, /other/routing/routes/, /other/routing/policy/, " +
+				"/other/routing/overrides/, the key /other/routing/epoch and /other/audit/ (role x-operator)"},
 	} {
 		c := base
 		c.Username, c.Password, c.Roles, c.ProbeNeeds = tc.user, tc.password, tc.roles, tc.needs

@@ -57,15 +57,25 @@ func (e *PermissionError) Error() string {
 // Unwrap returns etcd's error.
 func (e *PermissionError) Unwrap() error { return e.Err }
 
-// needsString is "readwrite on A and B", "read on A and readwrite on B".
+// needsString is "readwrite on A and B", "readwrite on A, B and C",
+// "read on A and readwrite on B".
 func needsString(needs []Grant) string {
 	var parts []string
-	for i, n := range needs {
-		if i > 0 && needs[i-1].Access == n.Access {
-			parts[len(parts)-1] += " and " + n.Where()
-			continue
+	for i := 0; i < len(needs); {
+		j := i + 1
+		for j < len(needs) && needs[j].Access == needs[i].Access {
+			j++
 		}
-		parts = append(parts, n.String())
+		where := make([]string, 0, j-i)
+		for _, n := range needs[i:j] {
+			where = append(where, n.Where())
+		}
+		list := where[len(where)-1]
+		if len(where) > 1 {
+			list = strings.Join(where[:len(where)-1], ", ") + " and " + list
+		}
+		parts = append(parts, string(needs[i].Access)+" on "+list)
+		i = j
 	}
 	return strings.Join(parts, " and ")
 }

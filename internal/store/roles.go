@@ -93,7 +93,8 @@ func (r Role) holds(needs []Grant) bool {
 
 // Roles are the least-privilege roles of one keyspace:
 //
-//	<p>operator      readwrite routing/, audit/, locks/; read agents/ (regionctl's writes)
+//	<p>operator      read routing/; readwrite routing/{pools,routes,policy,overrides}/ and
+//	                 the key routing/epoch, audit/; read agents/ (regionctl's writes)
 //	<p>viewer        read <root>/ (regionctl's reads, status)
 //	<p>agent-<node>  read routing/; readwrite the key agents/<node> (one router node)
 //	<p>origin-<pool> readwrite routing/health/<pool>/ (regionctl heartbeat of one pool)
@@ -115,17 +116,26 @@ func NewRoles(ks keyspace.Space, prefix string) Roles {
 // Keyspace returns the key layout of the roles.
 func (r Roles) Keyspace() keyspace.Space { return r.ks }
 
-// Operator is the role of regionctl's writes. It may not write agents/:
-// an operator's user cannot forge an agent's status (and so a fleet's
-// convergence).
+// Operator is the role of regionctl's writes. It may write what a guarded
+// write touches (the config, the boosts, the epoch key, the audit trail)
+// and read the rest of routing/. It may not write health markers, which
+// are the origins' (an operator's user cannot forge a pool's health), nor
+// agents/ (nor an agent's status, and so a fleet's convergence).
 func (r Roles) Operator() Role {
+	grants := []Grant{prefixGrant(AccessRead, r.ks.Routing())}
+	grants = append(grants, r.operatorWrites()...)
 	return Role{Name: r.prefix + "operator", Job: "regionctl's writes (apply, pool, route, boost, rollback) and reads",
-		Grants: []Grant{
-			prefixGrant(AccessReadWrite, r.ks.Routing()),
-			prefixGrant(AccessReadWrite, r.ks.AuditPrefix()),
-			prefixGrant(AccessReadWrite, r.ks.LocksPrefix()),
-			prefixGrant(AccessRead, r.ks.AgentsPrefix()),
-		}}
+		Grants: append(grants, prefixGrant(AccessRead, r.ks.AgentsPrefix()))}
+}
+
+// operatorWrites are the operator's write grants: the routing keys of the
+// config and the boosts, the epoch key, the audit trail.
+func (r Roles) operatorWrites() []Grant {
+	out := make([]Grant, 0, 6)
+	for _, k := range []routing.Kind{routing.KindPool, routing.KindRoute, routing.KindPolicy, routing.KindOverride} {
+		out = append(out, prefixGrant(AccessReadWrite, r.ks.RoutingKey(k.String()+"/")))
+	}
+	return append(out, Grant{Access: AccessReadWrite, Key: r.ks.Epoch()}, prefixGrant(AccessReadWrite, r.ks.AuditPrefix()))
 }
 
 // Viewer is the role of regionctl's reads (get, diff, history, status,
@@ -152,21 +162,27 @@ func (r Roles) Origin(pool string) Role {
 }
 
 // CommitNeeds are the permissions of a guarded write (the Txn of Write):
-// readwrite on routing/ and on audit/.
-func (r Roles) CommitNeeds() []Grant {
-	return []Grant{prefixGrant(AccessReadWrite, r.ks.Routing()), prefixGrant(AccessReadWrite, r.ks.AuditPrefix())}
-}
+// the operator's write grants.
+func (r Roles) CommitNeeds() []Grant { return r.operatorWrites() }
 
 // ReadNeed is the permission a read of the range [key, end) needs, stated
 // as the section of the keyspace it lies in (routing/, audit/, agents/,
-// locks/, or the whole root).
+// or the whole root).
 func (r Roles) ReadNeed(key string) Grant { return prefixGrant(AccessRead, r.section(key)) }
 
 // WriteNeed is the permission a write of key needs: readwrite on its
-// pool's health prefix for a health marker, else on its section.
+// pool's health prefix for a health marker, on the operator's grant that
+// holds it for a key of the config, a boost, the epoch or the audit trail,
+// else on its section.
 func (r Roles) WriteNeed(key string) Grant {
 	if pool, ok := r.healthPool(key); ok {
 		return r.Origin(pool).Grants[0]
+	}
+	need := Grant{Access: AccessReadWrite, Key: key}
+	for _, g := range r.operatorWrites() {
+		if g.covers(need) {
+			return g
+		}
 	}
 	return prefixGrant(AccessReadWrite, r.section(key))
 }
@@ -182,7 +198,7 @@ func (r Roles) healthPool(key string) (string, bool) {
 }
 
 func (r Roles) section(key string) string {
-	for _, p := range []string{r.ks.Routing(), r.ks.AuditPrefix(), r.ks.AgentsPrefix(), r.ks.LocksPrefix()} {
+	for _, p := range []string{r.ks.Routing(), r.ks.AuditPrefix(), r.ks.AgentsPrefix()} {
 		if strings.HasPrefix(key, p) {
 			return p
 		}

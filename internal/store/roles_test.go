@@ -21,8 +21,10 @@ func TestRoleGrants(t *testing.T) {
 		role Role
 		want []string
 	}{
-		{r.Operator(), []string{"readwrite on /regiond/v1/routing/", "readwrite on /regiond/v1/audit/",
-			"readwrite on /regiond/v1/locks/", "read on /regiond/v1/agents/"}},
+		{r.Operator(), []string{"read on /regiond/v1/routing/", "readwrite on /regiond/v1/routing/pools/",
+			"readwrite on /regiond/v1/routing/routes/", "readwrite on /regiond/v1/routing/policy/",
+			"readwrite on /regiond/v1/routing/overrides/", "readwrite on the key /regiond/v1/routing/epoch",
+			"readwrite on /regiond/v1/audit/", "read on /regiond/v1/agents/"}},
 		{r.Viewer(), []string{"read on /regiond/v1/"}},
 		{r.Agent("edge-fra-1"), []string{"read on /regiond/v1/routing/", "readwrite on the key /regiond/v1/agents/edge-fra-1"}},
 		{r.Origin("eu-central"), []string{"readwrite on /regiond/v1/routing/health/eu-central/"}},
@@ -40,6 +42,9 @@ func TestRoleGrants(t *testing.T) {
 		if role.holds([]Grant{policy}) {
 			t.Errorf("%s may write the residency policy", role.Name)
 		}
+	}
+	if r.Operator().holds([]Grant{{Access: AccessWrite, Key: "/regiond/v1/routing/health/eu-central/i1"}}) {
+		t.Error("the operator role may write a pool's health (forge it)")
 	}
 	if r.Origin("eu").holds([]Grant{{Access: AccessWrite, Key: "/regiond/v1/routing/health/eu-central/i1"}}) {
 		t.Error("the origin role of pool eu may write pool eu-central's health (prefix without its '/')")
@@ -62,7 +67,7 @@ func TestHolding(t *testing.T) {
 		{"read agents", []Grant{r.ReadNeed("/regiond/v1/agents/")}, []string{"regiond-viewer", "regiond-operator"}},
 		{"commit", r.CommitNeeds(), []string{"regiond-operator"}},
 		{"heartbeat", []Grant{r.WriteNeed("/regiond/v1/routing/health/eu-central/fra-1")},
-			[]string{"regiond-origin-eu-central", "regiond-operator"}},
+			[]string{"regiond-origin-eu-central"}},
 		{"status key", []Grant{{Access: AccessReadWrite, Key: "/regiond/v1/agents/n1"}}, []string{"regiond-agent-n1"}},
 		{"outside the prefix", []Grant{{Access: AccessRead, Key: "/elsewhere/k"}}, nil},
 	} {
@@ -70,8 +75,14 @@ func TestHolding(t *testing.T) {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}
-	if got := r.WriteNeed("/regiond/v1/routing/pools/x").String(); got != "readwrite on /regiond/v1/routing/" {
-		t.Errorf("WriteNeed(pools/x) = %s", got)
+	for key, want := range map[string]string{
+		"/regiond/v1/routing/pools/x":    "readwrite on /regiond/v1/routing/pools/",
+		"/regiond/v1/routing/epoch":      "readwrite on the key /regiond/v1/routing/epoch",
+		"/regiond/v1/audit/000000000001": "readwrite on /regiond/v1/audit/",
+	} {
+		if got := r.WriteNeed(key).String(); got != want {
+			t.Errorf("WriteNeed(%s) = %s, want %s", key, got, want)
+		}
 	}
 }
 
@@ -131,9 +142,13 @@ func TestSteps(t *testing.T) {
 	}
 	want := []string{
 		"etcdctl role add regiond-operator",
-		"etcdctl role grant-permission regiond-operator --prefix=true readwrite /regiond/v1/routing/",
+		"etcdctl role grant-permission regiond-operator --prefix=true read /regiond/v1/routing/",
+		"etcdctl role grant-permission regiond-operator --prefix=true readwrite /regiond/v1/routing/pools/",
+		"etcdctl role grant-permission regiond-operator --prefix=true readwrite /regiond/v1/routing/routes/",
+		"etcdctl role grant-permission regiond-operator --prefix=true readwrite /regiond/v1/routing/policy/",
+		"etcdctl role grant-permission regiond-operator --prefix=true readwrite /regiond/v1/routing/overrides/",
+		"etcdctl role grant-permission regiond-operator readwrite /regiond/v1/routing/epoch",
 		"etcdctl role grant-permission regiond-operator --prefix=true readwrite /regiond/v1/audit/",
-		"etcdctl role grant-permission regiond-operator --prefix=true readwrite /regiond/v1/locks/",
 		"etcdctl role grant-permission regiond-operator --prefix=true read /regiond/v1/agents/",
 		"etcdctl role add regiond-viewer",
 		"etcdctl role grant-permission regiond-viewer --prefix=true read /regiond/v1/",
