@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"context"
 	"strings"
 	"testing"
+
+	"github.com/regiond/regiond/routing"
 )
 
 // TestRollback: rollback N writes a new epoch whose config equals the
@@ -47,4 +50,27 @@ func TestRollback(t *testing.T) {
 	}
 	e.must(ExitRefused, "rollback", "99")
 	e.must(ExitUsage, "rollback", "two")
+}
+
+// TestRollbackToTheCurrentEpoch: a hand edit made after the current epoch
+// (etcdctl, no epoch of its own) is not part of that epoch's config:
+// rollback to the current epoch restores the value the epoch committed,
+// in a new epoch.
+func TestRollbackToTheCurrentEpoch(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed() // epoch 1
+	key := e.ks.RoutingKey(routing.PoolKey("eu-north"))
+	orig := e.get(key)
+	if _, err := testClient.Put(context.Background(), key,
+		`{"host":"evil.example.net:443","region":"eu-north","residency":"eu","status":"active"}`); err != nil {
+		t.Fatal(err)
+	}
+	r := e.must(ExitOK, "rollback", "1", "--reason", "undo a hand edit")
+	if !strings.Contains(r.stdout, "epoch 1 → 2") {
+		t.Errorf("rollback 1: %s, want a new epoch", r)
+	}
+	if got := e.get(key); got != orig {
+		t.Errorf("after rollback 1: pools/eu-north = %s, want epoch 1's %s", got, orig)
+	}
 }

@@ -70,12 +70,11 @@ func (s *Store) decodeAudit(key string, value []byte, rev int64) (AuditEntry, er
 }
 
 // ConfigAt returns the config as it was right after epoch was committed:
-// read at the revision of that epoch's Txn or, when that revision was
-// compacted, rebuilt by undoing the audit records of the later epochs.
+// read at the revision of that epoch's Txn (also for the current epoch:
+// a hand edit made since, with no epoch of its own, is not part of it)
+// or, when that revision was compacted, rebuilt by undoing the audit
+// records of the later epochs (which cannot undo edits they do not record).
 func (s *Store) ConfigAt(ctx context.Context, epoch int64, cur *State) (*routing.Config, error) {
-	if epoch == cur.Epoch {
-		return cur.Config.Clone(), nil
-	}
 	if epoch > cur.Epoch || epoch < 1 {
 		return nil, fmt.Errorf("epoch %d: %w (the current epoch is %d)", epoch, ErrNotFound, cur.Epoch)
 	}
