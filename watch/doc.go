@@ -24,9 +24,10 @@
 // notification's revision, etcd's revision below the applied one (a
 // restored cluster), an answer from another cluster than the list's, and
 // another history at the applied revision: a watch opened again after one
-// ended is kept only once a keys-only read of the prefix at the applied
-// revision finds the state's key count and newest keys (a cluster restored
-// from an older backup and written past that revision since).
+// ended, or in place of a silent one, is kept only once a keys-only read
+// of the prefix at the applied revision finds the state's key count and
+// newest keys (a cluster restored from an older backup and written past
+// that revision since).
 //
 // Everything else reopens: a new watch from applied+1, no list, and history
 // replays whatever the old watch missed (regiond_watch_reopens_total

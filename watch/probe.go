@@ -56,6 +56,14 @@ func (m *Mirror) silent(ctx context.Context, s *stream) (*stream, string) {
 		m.otherRange = !m.otherRange
 	}
 	next, why := m.open(ctx, nil)
+	if next != nil {
+		// The probe found the prefix changed, or could not tell: the etcd
+		// that answers may hold another history (see verify).
+		if why = m.verify(next.ctx); why != "" {
+			next.cancel()
+			next = nil
+		}
+	}
 	if next == nil {
 		if ctx.Err() == nil && !relists(why) {
 			why = ReasonSilent

@@ -50,7 +50,8 @@ type State struct {
 
 // LiveOverrideRaw is a boost key whose stored value does not decode.
 type LiveOverrideRaw struct {
-	Value       []byte
+	Value []byte
+	// Lease is the key's lease (0: none); boost cancel leaves it alone.
 	Lease       int64
 	ModRevision int64
 	// Err says why the value does not decode.

@@ -143,9 +143,11 @@ func overrideOps(st *State, p *Plan) ([]op, error) {
 		ops = append(ops, o)
 	}
 	for _, id := range p.DeleteOverrides {
-		if bad, ok := st.BadOverrides[id]; ok { // a value that does not decode: deleted as it is
-			ops = append(ops, op{rel: routing.OverrideKey(id), before: bad.Value, guard: true,
-				modRev: bad.ModRevision, oldLease: bad.Lease})
+		if bad, ok := st.BadOverrides[id]; ok {
+			// A value that does not decode (a hand edit): the key is
+			// deleted as it is, its lease left alone (it may hold keys
+			// of others: a heartbeat's, an agent's).
+			ops = append(ops, op{rel: routing.OverrideKey(id), before: bad.Value, guard: true, modRev: bad.ModRevision})
 			continue
 		}
 		cur, ok := st.Overrides[id]

@@ -173,6 +173,7 @@ func (r Roles) ReadNeed(key string) Grant { return prefixGrant(AccessRead, r.sec
 // WriteNeed is the permission a write of key needs: readwrite on its
 // pool's health prefix for a health marker, on the operator's grant that
 // holds it for a key of the config, a boost, the epoch or the audit trail,
+// on the key itself for any other key of routing/ (no role writes it),
 // else on its section.
 func (r Roles) WriteNeed(key string) Grant {
 	if pool, ok := r.healthPool(key); ok {
@@ -183,6 +184,9 @@ func (r Roles) WriteNeed(key string) Grant {
 		if g.covers(need) {
 			return g
 		}
+	}
+	if strings.HasPrefix(key, r.ks.Routing()) {
+		return need // no role writes it: name the key, not a grant to widen
 	}
 	return prefixGrant(AccessReadWrite, r.section(key))
 }

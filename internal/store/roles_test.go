@@ -79,6 +79,7 @@ func TestHolding(t *testing.T) {
 		"/regiond/v1/routing/pools/x":    "readwrite on /regiond/v1/routing/pools/",
 		"/regiond/v1/routing/epoch":      "readwrite on the key /regiond/v1/routing/epoch",
 		"/regiond/v1/audit/000000000001": "readwrite on /regiond/v1/audit/",
+		"/regiond/v1/routing/garbage":    "readwrite on the key /regiond/v1/routing/garbage",
 	} {
 		if got := r.WriteNeed(key).String(); got != want {
 			t.Errorf("WriteNeed(%s) = %s, want %s", key, got, want)
