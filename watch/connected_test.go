@@ -84,8 +84,8 @@ func TestMetricsLint(t *testing.T) {
 	}
 	for name, labels := range map[string]int{
 		"regiond_watch_resyncs_total":         7,
-		"regiond_watch_reopens_total":         5,
-		"regiond_watch_create_failures_total": 4,
+		"regiond_watch_reopens_total":         6,
+		"regiond_watch_create_failures_total": 5,
 		"regiond_watch_silence_probes_total":  5,
 	} {
 		if n, err := testutil.GatherAndCount(o.reg, name); err != nil || n != labels {

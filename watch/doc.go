@@ -39,7 +39,8 @@
 // (after one immediate retry, or two per other endpoint: 800 ms → 30 s with
 // jitter; a watch that lasted under a second counts as a failure). A
 // creation refused or not answered within RequestTimeout is counted in
-// regiond_watch_create_failures_total{reason}.
+// regiond_watch_create_failures_total{reason}; one refused to the client's
+// user is permission-denied, logged as an error.
 //
 // # What detects what
 //

@@ -61,10 +61,10 @@ func newMetrics(m *Mirror, reg prometheus.Registerer) *metrics {
 	for _, r := range []string{ReasonInitial, ReasonCompacted, ReasonOutOfOrder, ReasonRegressed, ReasonCluster, ReasonDiverged, ReasonListFailed} {
 		mt.resyncs.WithLabelValues(r)
 	}
-	for _, r := range []string{ReasonSilent, ReasonClosed, ReasonError, ReasonNoLeader, ReasonDisconnected} {
+	for _, r := range []string{ReasonSilent, ReasonClosed, ReasonError, ReasonNoLeader, ReasonDisconnected, ReasonPermission} {
 		mt.reopens.WithLabelValues(r)
 	}
-	for _, r := range []string{createTimeout, ReasonClosed, ReasonError, ReasonNoLeader} {
+	for _, r := range []string{createTimeout, ReasonClosed, ReasonError, ReasonNoLeader, ReasonPermission} {
 		mt.openFailures.WithLabelValues(r)
 	}
 	for _, r := range []string{probeCurrent, probeBehind, probeFailed, probeRegressed, probeCluster} {

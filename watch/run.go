@@ -27,11 +27,12 @@ const (
 // watch was replaced by a new one from the applied revision, without a
 // list (history replays whatever the old one missed).
 const (
-	ReasonSilent       = "silent"       // three progress intervals without an answer, and a probe that found changes not delivered or failed
-	ReasonClosed       = "closed"       // the watch channel closed or the watch was cancelled
-	ReasonError        = "error"        // the watch ended with an error
-	ReasonNoLeader     = "no-leader"    // the member lost its leader (WithRequireLeader)
-	ReasonDisconnected = "disconnected" // the client's connection is down: no stream can be alive
+	ReasonSilent       = "silent"            // three progress intervals without an answer, and a probe that found changes not delivered or failed
+	ReasonClosed       = "closed"            // the watch channel closed or the watch was cancelled
+	ReasonError        = "error"             // the watch ended with an error
+	ReasonNoLeader     = "no-leader"         // the member lost its leader (WithRequireLeader)
+	ReasonDisconnected = "disconnected"      // the client's connection is down: no stream can be alive
+	ReasonPermission   = "permission-denied" // etcd refused the watch to the client's user (a role changed?)
 )
 
 // relists reports whether a reason ending a watch needs a relist.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -241,6 +242,11 @@ func (m *Mirror) watchError(resp clientv3.WatchResponse) string {
 	if resp.CompactRevision > 0 || errors.Is(err, rpctypes.ErrCompacted) {
 		m.log.Warn("watch compacted", "compact_revision", resp.CompactRevision, "applied_revision", m.applied)
 		return ReasonCompacted
+	}
+	if errors.Is(err, rpctypes.ErrPermissionDenied) || strings.Contains(err.Error(), rpctypes.ErrPermissionDenied.Error()) {
+		m.log.Error("etcd refused the watch to this client's user (permission denied): check its role's read on the prefix; keeping the last good table and retrying",
+			"prefix", m.cfg.Prefix, "err", err)
+		return ReasonPermission
 	}
 	m.log.Warn("watch error", "err", err)
 	if errors.Is(err, rpctypes.ErrNoLeader) {

@@ -801,14 +801,18 @@ func TestIndexFailureStopsTheWriteTimestamp(t *testing.T) {
 		}
 	}
 	waitIndex(1)
-	first := testutil.ToFloat64(w.lastWriteTS)
-	if first == 0 {
-		t.Fatal("last_write_timestamp_seconds not set after both files were written")
+	deadline := time.Now().Add(10 * time.Second)
+	for testutil.ToFloat64(w.lastWriteTS) == 0 { // set once the write's finish is done, after the renames
+		if time.Now().After(deadline) {
+			t.Fatal("last_write_timestamp_seconds not set after both files were written")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
+	first := testutil.ToFloat64(w.lastWriteTS)
 
 	src.set(table(2, 90))
 	waitRevision(t, path, 2)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline = time.Now().Add(10 * time.Second)
 	for testutil.ToFloat64(w.outs[1].errors) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the index's injected failure was never counted")

@@ -1,0 +1,133 @@
+package watch_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/tcpproxy"
+	"github.com/regiond/regiond/routing"
+	"github.com/regiond/regiond/watch"
+)
+
+// TestWatchRefusedForPermission: with etcd auth on, the mirror's user
+// loses read on the prefix (its role changed) and its connection drops.
+// The new watch is refused: that is counted as permission-denied (not a
+// bare "error"), the mirror is not connected, and it keeps serving its
+// last good table. Once the permission is back, it follows changes again.
+func TestWatchRefusedForPermission(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	a := devetcd.EnableTestAuth(t, srv, "/regiond/v1/")
+	root, err := srv.ClientAs("root", devetcd.TestRootPassword)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	loadExample(t, root)
+	proxy, err := tcpproxy.New(strings.TrimPrefix(srv.Endpoints[0], "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{proxy.URL()}, DialTimeout: 5 * time.Second,
+		Username: a.User, Password: a.Password})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	reg := prometheus.NewRegistry()
+	logs := &logBuffer{}
+	m := startMirror(t, cli, watch.Config{Registerer: reg, Logger: logs.logger(), RequestTimeout: 5 * time.Second})
+	defer func() {
+		if t.Failed() {
+			t.Logf("mirror log:\n%s\n%s", logs, counters(t, reg))
+		}
+	}()
+	before := m.Table()
+	deadline := time.Now().Add(15 * time.Second)
+	for !m.Status().Connected { // the watch is up before its permission goes
+		if time.Now().After(deadline) {
+			t.Fatal("the mirror's watch was never created")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	ctx := context.Background()
+	role, end := a.User+"-rw", clientv3.GetPrefixRangeEnd(a.Prefix)
+	if _, err := root.RoleRevokePermission(ctx, role, a.Prefix, end); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Sever()
+	if err := proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(15 * time.Second)
+	for createFailures(t, reg, watch.ReasonPermission) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no create failure counted as %s after the role lost its read", watch.ReasonPermission)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := createFailures(t, reg, watch.ReasonError); n != 0 {
+		t.Errorf("create_failures_total{reason=error} %v: the refusal is permission-denied", n)
+	}
+	for m.Status().Connected { // set false right after the refusal is counted
+		if time.Now().After(deadline) {
+			t.Fatal("connected while etcd refuses the watch")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if tb := m.Table(); tb == nil || tb.Revision() != before.Revision() || tb.Stale() != before.Stale() {
+		t.Error("the table changed while etcd refused the watch: want the last good one kept")
+	}
+
+	if _, err := root.RoleGrantPermission(ctx, role, a.Prefix, end, clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
+		t.Fatal(err)
+	}
+	rev := put(t, root, "pools/back", `{"host":"back.example.net","residency":"eu","status":"active"}`)
+	waitUntil(t, m, "the change made once the permission was back", func(tb *routing.Table) bool { return tb.Revision() >= rev })
+}
+
+// createFailures returns regiond_watch_create_failures_total{reason}.
+func createFailures(t *testing.T, reg *prometheus.Registry, reason string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "regiond_watch_create_failures_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" && l.GetValue() == reason {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+func counters(t *testing.T, reg *prometheus.Registry) string {
+	mfs, _ := reg.Gather()
+	var b strings.Builder
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if v := m.GetCounter().GetValue(); v != 0 {
+				b.WriteString(mf.GetName())
+				for _, l := range m.GetLabel() {
+					b.WriteString(" " + l.GetValue())
+				}
+				b.WriteString("\n")
+			}
+		}
+	}
+	return b.String()
+}
