@@ -55,15 +55,9 @@ func (m *Mirror) silent(ctx context.Context, s *stream) (*stream, string) {
 		// of the other range is served by another broadcast.
 		m.otherRange = !m.otherRange
 	}
-	next, why := m.open(ctx, nil)
-	if next != nil {
-		// The probe found the prefix changed, or could not tell: the etcd
-		// that answers may hold another history (see verify).
-		if why = m.verify(next.ctx); why != "" {
-			next.cancel()
-			next = nil
-		}
-	}
+	// The probe found the prefix changed, or could not tell: the etcd that
+	// answers may hold another history (see verify).
+	next, why := m.open(ctx, nil, true)
 	if next == nil {
 		if ctx.Err() == nil && !relists(why) {
 			why = ReasonSilent

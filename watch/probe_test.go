@@ -76,7 +76,7 @@ func TestProbe(t *testing.T) {
 func TestSilentReopenMakesBeforeBreak(t *testing.T) {
 	m, cli, _ := listedMirror(t)
 	ctx := context.Background()
-	s, why := m.open(ctx, nil)
+	s, why := m.open(ctx, nil, false)
 	if s == nil {
 		t.Fatalf("open: %s", why)
 	}

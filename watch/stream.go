@@ -50,17 +50,10 @@ func (m *Mirror) follow(ctx context.Context, bo *backoff.Backoff, publish func()
 	quick := max(1, 2*(len(m.cfg.Client.Endpoints())-1))
 	failures := 0
 	for again := false; ctx.Err() == nil; again = true {
-		s, why := m.open(ctx, publish)
+		// After the first, the watch before this one ended: the etcd
+		// answering now may hold another history (see verify).
+		s, why := m.open(ctx, publish, again)
 		publish = nil
-		if s != nil && again {
-			// The watch before this one ended: the etcd answering now may
-			// hold another history (see verify).
-			if why = m.verify(s.ctx); why != "" {
-				s.cancel()
-				m.setConnected(false)
-				s = nil
-			}
-		}
 		if s == nil {
 			if ctx.Err() != nil || relists(why) {
 				return why
@@ -106,11 +99,19 @@ func (m *Mirror) follow(ctx context.Context, bo *backoff.Backoff, publish func()
 // the watch, or why there is none. publish, if not nil, is called once
 // the creation is answered, or publishWait after it was asked, whichever
 // comes first (see Mirror.list), and in any case before open returns.
-func (m *Mirror) open(ctx context.Context, publish func()) (*stream, string) {
+// With check, the watch is kept only once verify finds etcd's prefix at
+// the applied revision to be the state; a failed check counts as a failed
+// creation.
+func (m *Mirror) open(ctx context.Context, publish func(), check bool) (*stream, string) {
 	p := newDuePublish(publish)
 	defer p.now()
 	s, chc := m.startWatch(ctx)
 	created, why := m.awaitCreation(ctx, s, chc, p)
+	if created && check {
+		if why = m.verify(s.ctx); why != "" {
+			created = false
+		}
+	}
 	if !created {
 		m.abandon(s, chc, why)
 		return nil, why
@@ -204,10 +205,11 @@ func (m *Mirror) awaitCreation(ctx context.Context, s *stream, chc <-chan client
 	return false, ""
 }
 
-// abandon ends the watch s whose creation was not answered, why (""
-// when ctx is done): it cancels it and waits for clientv3's Watch to
-// return, which it does once its context is cancelled, so no goroutine of
-// it outlives open. A failure that does not relist is counted and logged.
+// abandon ends the watch s whose creation was not answered, or whose
+// check failed, why ("" when ctx is done): it cancels it and waits for
+// clientv3's Watch to return, which it does once its context is
+// cancelled, so no goroutine of it outlives open. A failure that does not
+// relist is counted and logged.
 func (m *Mirror) abandon(s *stream, chc <-chan clientv3.WatchChan, why string) {
 	s.cancel()
 	if s.ch == nil {
