@@ -96,25 +96,10 @@ func TestWatchRefusedForPermission(t *testing.T) {
 // createFailures returns regiond_watch_create_failures_total{reason}.
 func createFailures(t *testing.T, reg *prometheus.Registry, reason string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "regiond_watch_create_failures_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" && l.GetValue() == reason {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return byReason(t, reg, "regiond_watch_create_failures_total", reason)
 }
 
+// counters lists reg's non-zero counters, for a failure's log.
 func counters(t *testing.T, reg *prometheus.Registry) string {
 	mfs, _ := reg.Gather()
 	var b strings.Builder

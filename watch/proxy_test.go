@@ -180,12 +180,18 @@ func connectedAlways(s watch.Status) error {
 // resyncsBy returns the mirror's relists for one reason.
 func resyncsBy(t *testing.T, reg *prometheus.Registry, reason string) float64 {
 	t.Helper()
+	return byReason(t, reg, "regiond_watch_resyncs_total", reason)
+}
+
+// byReason returns the counter name{reason} of reg, 0 when absent.
+func byReason(t *testing.T, reg *prometheus.Registry, name, reason string) float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "regiond_watch_resyncs_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
