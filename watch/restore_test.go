@@ -41,15 +41,11 @@ func restoredBackup(t *testing.T, balanced bool) {
 	ctx := context.Background()
 	base := t.TempDir()
 	dir, backup := filepath.Join(base, "data"), filepath.Join(base, "backup")
-	cp, err := freeport.Get()
+	port, err := freeport.Get() // the client URL stays across restarts
 	if err != nil {
 		t.Fatal(err)
 	}
-	pp, err := freeport.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dcfg := devetcd.Config{Dir: dir, ClientURL: fmt.Sprintf("http://127.0.0.1:%d", cp), PeerURL: fmt.Sprintf("http://127.0.0.1:%d", pp)}
+	dcfg := devetcd.Config{Dir: dir, ClientURL: fmt.Sprintf("http://127.0.0.1:%d", port)}
 	var srv *devetcd.Server
 	start := func() {
 		t.Helper()

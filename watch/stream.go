@@ -245,7 +245,7 @@ func (m *Mirror) watchError(resp clientv3.WatchResponse) string {
 		m.log.Warn("watch compacted", "compact_revision", resp.CompactRevision, "applied_revision", m.applied)
 		return ReasonCompacted
 	}
-	if errors.Is(err, rpctypes.ErrPermissionDenied) || strings.Contains(err.Error(), rpctypes.ErrPermissionDenied.Error()) {
+	if permissionDenied(err) {
 		m.log.Error("etcd refused the watch to this client's user (permission denied): check its role's read on the prefix; keeping the last good table and retrying",
 			"prefix", m.cfg.Prefix, "err", err)
 		return ReasonPermission
@@ -255,6 +255,13 @@ func (m *Mirror) watchError(resp clientv3.WatchResponse) string {
 		return ReasonNoLeader
 	}
 	return ReasonError
+}
+
+// permissionDenied reports whether etcd refused a request to the client's
+// user: as an error, or as the reason a watch was cancelled with (its
+// text).
+func permissionDenied(err error) bool {
+	return errors.Is(err, rpctypes.ErrPermissionDenied) || strings.Contains(err.Error(), rpctypes.ErrPermissionDenied.Error())
 }
 
 // serve follows s, and the watches that replace it when it falls silent,

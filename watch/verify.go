@@ -25,8 +25,8 @@ import (
 // state's, with the same revisions. It returns "" when they are; a relist
 // reason when they are not (ReasonDiverged, counted as a regression), when
 // that history is compacted, when etcd is behind the applied revision, or
-// when another cluster answers; ReasonError when the read failed (the
-// watch is opened again, and checked again).
+// when another cluster answers; ReasonPermission or ReasonError when the
+// read failed (the watch is opened again, and checked again).
 //
 // The check compares counts and the newest keys, not every value: two
 // histories with as many keys whose newest writes are the same keys at the
@@ -57,6 +57,10 @@ func (m *Mirror) verify(ctx context.Context) string {
 	case errors.Is(err, rpctypes.ErrFutureRev):
 		m.log.Error("etcd revision below the applied one; was the cluster restored from an older backup?", "applied_revision", m.applied)
 		return ReasonRegressed
+	case err != nil && permissionDenied(err):
+		m.log.Error("etcd refused the check of the prefix to this client's user (permission denied): check its role's read on the prefix; keeping the last good table and retrying",
+			"prefix", m.cfg.Prefix, "err", err)
+		return ReasonPermission
 	case err != nil:
 		m.log.Warn("could not check etcd's prefix at the applied revision; watching again", "applied_revision", m.applied, "err", err)
 		return ReasonError

@@ -79,12 +79,11 @@ func (s *Store) LoadAt(ctx context.Context, rev int64) (*State, error) {
 		return nil, err
 	}
 	st := &State{
-		Revision:  rev,
-		Config:    &routing.Config{Pools: map[string]routing.Pool{}, Routes: map[string]routing.Route{}},
-		Overrides: map[string]LiveOverride{},
-		Health:    map[string]routing.Health{},
-		invalid:   map[string][]byte{},
-
+		Revision:     rev,
+		Config:       &routing.Config{Pools: map[string]routing.Pool{}, Routes: map[string]routing.Route{}},
+		Overrides:    map[string]LiveOverride{},
+		Health:       map[string]routing.Health{},
+		invalid:      map[string][]byte{},
 		BadOverrides: map[string]LiveOverrideRaw{},
 	}
 	for _, kv := range kvs {
