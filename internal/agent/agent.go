@@ -242,8 +242,11 @@ func (a *Agent) Addr() string {
 	return a.tcpLn.Addr().String()
 }
 
-// Registry returns the agent's metrics registry.
-func (a *Agent) Registry() *prometheus.Registry { return a.registry }
+// Registry returns the agent's metrics as /metrics gathers them: never
+// while the offline gauges give way to the mirror's, so a gather finds
+// regiond_watch_connected and regiond_watch_seconds_since_sync at every
+// moment of the agent's life.
+func (a *Agent) Registry() prometheus.Gatherer { return prometheus.GathererFunc(a.gather) }
 
 // gather is the registry's Gather, never while the offline gauges give way
 // to the mirror's (see swapMetrics).

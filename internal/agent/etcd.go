@@ -38,15 +38,18 @@ func (a *Agent) runEtcd(ctx context.Context, offline []prometheus.Collector) err
 	pub := newPublisher(cli, ks.Agent(a.cfg.Node), a)
 	mcfg := watch.Config{Client: cli, Prefix: ks.Routing(), Logger: a.log, Registerer: a.registry,
 		HealthGrace: a.cfg.HealthGrace, ProgressInterval: a.cfg.ProgressInterval, AfterChange: afterChange(w, pub)}
-	a.swapMetrics.Lock() // the mirror's gauges replace the offline ones in one step for /metrics
+	// The mirror's gauges replace the offline ones in one step for a
+	// gather, seeded first: its seconds_since_sync never reads "never"
+	// for an agent that started from its snapshot.
+	a.swapMetrics.Lock()
 	a.unregister(offline)
 	m, err := watch.New(mcfg)
+	if err == nil && a.seed != nil {
+		m.Seed(a.seed, a.seedAt)
+	}
 	a.swapMetrics.Unlock()
 	if err != nil {
 		return err
-	}
-	if a.seed != nil {
-		m.Seed(a.seed, a.seedAt)
 	}
 	a.mirror.Store(m)
 	close(a.mirrorSet)
@@ -221,6 +224,8 @@ func (a *Agent) registerOfflineGauges() []prometheus.Collector {
 				return time.Since(a.seedAt).Seconds()
 			}),
 	}
+	a.swapMetrics.Lock() // a gather finds both or neither
+	defer a.swapMetrics.Unlock()
 	for _, c := range cs {
 		a.registry.MustRegister(c)
 	}
