@@ -123,7 +123,7 @@ func Compile(revision int64, kvs []KV, prev *Table, opts CompileOptions) *Table 
 		}
 	}
 	t.pools = newLayered(pools)
-	t.assembleRoutes()
+	t.assembleRoutes(opts.Now)
 	t.collectSkipped()
 	t.build(opts.Now, prev, nil)
 	return t
@@ -340,12 +340,15 @@ type overrideAt struct {
 }
 
 // assembleRoutes builds the routes and live overrides from the good
-// values, and applies the overrides.
-func (t *Table) assembleRoutes() {
+// values, and applies the overrides. An override whose expires_at has
+// passed at now is not live (its lease outlived it); the first expires_at
+// to come is the table's ovUntil.
+func (t *Table) assembleRoutes(now time.Time) {
 	t.routes = map[string]*Route{}
 	t.overrides = map[string]*Override{}
 	t.applied = map[string][]string{}
 	t.ovSkipped = nil
+	t.ovUntil = time.Time{}
 	var ovs []overrideAt
 	for key, g := range t.good.all() {
 		k, _ := ParseKey(key)
@@ -354,6 +357,14 @@ func (t *Table) assembleRoutes() {
 			t.routes[k.ID] = g.val.(*Route)
 		case KindOverride:
 			o := g.val.(*Override)
+			if end := o.Expiry(); !end.IsZero() {
+				if !now.Before(end) {
+					continue
+				}
+				if t.ovUntil.IsZero() || end.Before(t.ovUntil) {
+					t.ovUntil = end
+				}
+			}
 			t.overrides[k.ID] = o
 			ovs = append(ovs, overrideAt{id: k.ID, rev: g.rev, o: o})
 		}
@@ -415,15 +426,22 @@ func (t *Table) collectSkipped() {
 	})
 }
 
-// At returns a table equal to t but with health evaluated at now. It returns
-// t itself when no grace window has ended since t was built.
+// At returns a table equal to t but with health evaluated at now and
+// without the overrides expired at now. It returns t itself when no grace
+// window has ended and no override expired since t was built.
 func (t *Table) At(now time.Time) *Table {
-	if t.validUntil.IsZero() || now.Before(t.validUntil) {
+	if until := t.ValidUntil(); until.IsZero() || now.Before(until) {
 		return t
 	}
 	cp := *t
 	cp.builtAt = now // health is evaluated at now: what the next update compares its clock with
-	cp.build(now, t, &diff{known: true})
+	d := &diff{known: true}
+	if t.overrideEnded(now) {
+		cp.assembleRoutes(now)
+		cp.collectSkipped()
+		d = nil // the routes an expiry changed are found by comparing with t's
+	}
+	cp.build(now, t, d)
 	return &cp
 }
 

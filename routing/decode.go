@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Value is a decoded value of the routing prefix: *Pool, *Route,
@@ -378,6 +379,11 @@ func (o *Override) normalize() Errors {
 		errs.add("", "", "an override must set targets or attrs")
 	}
 	checkAttrs(&errs, o.Attrs)
+	if o.ExpiresAt != "" {
+		if _, err := time.Parse(time.RFC3339, o.ExpiresAt); err != nil {
+			errs.add("", "expires_at", "not an RFC 3339 time: %q", o.ExpiresAt)
+		}
+	}
 	return errs
 }
 

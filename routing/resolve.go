@@ -29,9 +29,13 @@ func Resolve(t *Table, country, key string, now time.Time) (Decision, error) {
 // key ("" for none). It returns ErrNoRoute when no eligible pool exists;
 // the Decision then carries the country, revision and the reasons in
 // Degraded. An EU viewer is never given a non-EU pool. Resolve does not
-// allocate; the returned Attrs and Degraded are shared and must not be
-// modified.
+// allocate (but in the moment between an override's expiry and the
+// table built without it); the returned Attrs and Degraded are shared and
+// must not be modified.
 func (t *Table) Resolve(country, key string, now time.Time) (Decision, error) {
+	if t.overrideEnded(now) {
+		t = t.At(now)
+	}
 	id := normalizeID(country)
 	idx, cc := id, Unknown
 	if id < 0 {

@@ -91,10 +91,13 @@ type tableState struct {
 
 	policy    Residency
 	pools     layered[*PoolState]
-	routes    map[string]*Route // with live overrides applied
-	overrides map[string]*Override
-	applied   map[string][]string // route -> override ids applied, in order
-	skipped   []Skipped
+	routes    map[string]*Route    // with live overrides applied
+	overrides map[string]*Override // live: not expired at builtAt
+	applied   map[string][]string  // route -> override ids applied, in order
+	// ovUntil is the first expires_at of a live override: the table must
+	// be built again then (At), without it. Zero if none has one.
+	ovUntil time.Time
+	skipped []Skipped
 	// compiled: built by Compile or Update from etcd's values (not loaded
 	// from a snapshot file, not a what-if), so Update can follow it.
 	compiled bool
@@ -190,12 +193,25 @@ func (t *Table) Route(name string) (*Route, bool) {
 // RouteNames returns the route names in order.
 func (t *Table) RouteNames() []string { return sortedKeys(t.routes) }
 
-// Overrides returns the live overrides by id.
+// Overrides returns the live overrides by id: those whose expires_at had
+// not passed when the table was built.
 func (t *Table) Overrides() map[string]*Override { return t.overrides }
 
-// ValidUntil returns the instant at which a health grace window ends and the
-// table must be rebuilt with At; zero when no such instant exists.
-func (t *Table) ValidUntil() time.Time { return t.validUntil }
+// ValidUntil returns the first instant at which the table changes by the
+// clock alone, a health grace window ending or a live override's
+// expires_at passing: the table must be rebuilt with At then. Zero when
+// no such instant exists.
+func (t *Table) ValidUntil() time.Time {
+	if t.ovUntil.IsZero() || !t.validUntil.IsZero() && t.validUntil.Before(t.ovUntil) {
+		return t.validUntil
+	}
+	return t.ovUntil
+}
+
+// overrideEnded reports whether a live override of t has expired at now.
+func (t *Table) overrideEnded(now time.Time) bool {
+	return !t.ovUntil.IsZero() && !now.Before(t.ovUntil)
+}
 
 // Checksum returns a digest of what the table's effective entries answer,
 // computed from the entries on each call: tests compare tables by it, and

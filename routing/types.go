@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"sort"
+	"time"
 )
 
 // Pool status values.
@@ -66,7 +67,8 @@ type Residency struct {
 }
 
 // Override is a temporary boost: it replaces the targets and/or merges the
-// attrs of one route until its lease ends.
+// attrs of one route until its lease ends or its ExpiresAt passes,
+// whichever comes first.
 // Stored at <root>/routing/overrides/<id>.
 type Override struct {
 	Route   string            `json:"route"`
@@ -74,7 +76,32 @@ type Override struct {
 	Attrs   map[string]string `json:"attrs,omitempty"`
 	Reason  string            `json:"reason,omitempty"`
 	Author  string            `json:"author,omitempty"`
-	Extra   Extra             `json:"-"`
+	// ExpiresAt (RFC 3339) is when the boost ends by the agents' clocks:
+	// regionctl writes the lease's grant plus its TTL. A table stops
+	// applying the override then, although etcd may keep the lease alive
+	// longer (a leader election renews every lease to its full TTL).
+	// Empty: the lease alone ends it.
+	ExpiresAt string `json:"expires_at,omitempty"`
+	Extra     Extra  `json:"-"`
+}
+
+// Expiry returns ExpiresAt as a time; zero when it is empty or does not
+// parse (a decoded override's does: see normalize).
+func (o *Override) Expiry() time.Time {
+	if o.ExpiresAt == "" {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339, o.ExpiresAt)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}
+
+// Expired reports whether the override has ended by the clock at now.
+func (o *Override) Expired(now time.Time) bool {
+	end := o.Expiry()
+	return !end.IsZero() && !now.Before(end)
 }
 
 // Health is a live-instance marker of a pool, bound to a lease.

@@ -27,7 +27,7 @@ func Update(prev *Table, revision int64, events []Event, opts CompileOptions) *T
 	d := u.changes()
 	u.countLive(opts)
 	u.rebuildPools(&d)
-	recollect := u.rebuildRoutes(&d)
+	recollect := u.rebuildRoutes(&d, opts.Now)
 	t := u.t
 	t.invalid, t.instances, t.lost = u.invalid.m, u.instances.m, u.lost.m
 	if recollect || u.invalid.own {
@@ -43,7 +43,7 @@ func prevState(prev *Table, revision int64, opts CompileOptions) *Table {
 	t := &Table{}
 	t.revision, t.changed, t.clusterID, t.grace, t.start, t.builtAt = revision, revision, opts.ClusterID, opts.Grace, opts.Start, opts.Now
 	t.compiled, t.epoch, t.policy = true, prev.epoch, prev.policy
-	t.pools, t.routes, t.overrides, t.applied = prev.pools.fork(), prev.routes, prev.overrides, prev.applied
+	t.pools, t.routes, t.overrides, t.applied, t.ovUntil = prev.pools.fork(), prev.routes, prev.overrides, prev.applied, prev.ovUntil
 	t.good, t.invalid, t.instances, t.lost = prev.good.fork(), prev.invalid, prev.instances, prev.lost
 	t.skipped, t.ovSkipped = prev.skipped, prev.ovSkipped
 	return t
@@ -243,12 +243,13 @@ func (u *updater) rebuildPools(d *diff) {
 
 // rebuildRoutes makes the changed routes again, or all routes and
 // overrides when overrides are involved (they replace routes' targets in
-// order), and reports whether the skipped list must be made again.
-func (u *updater) rebuildRoutes(d *diff) (recollect bool) {
+// order, and one may have expired at now), and reports whether the
+// skipped list must be made again.
+func (u *updater) rebuildRoutes(d *diff, now time.Time) (recollect bool) {
 	t := u.t
 	switch {
-	case u.ovDirty || (u.routesDirty && len(t.overrides) > 0):
-		t.assembleRoutes()
+	case u.ovDirty || (u.routesDirty && len(t.overrides) > 0) || u.prev.overrideEnded(now):
+		t.assembleRoutes(now)
 		d.known = false
 		return true
 	case u.routesDirty:

@@ -47,6 +47,7 @@ func testUpdateEqualsCompile(t *testing.T, seed [2]uint64, steps int) {
 	rng := rand.New(rand.NewPCG(seed[0], seed[1]))
 	pick := func(xs []string) string { return xs[rng.IntN(len(xs))] }
 	var events []Event
+	now := t0
 	put := func(key string, value []byte) {
 		rev++
 		old, existed := store[key]
@@ -95,8 +96,12 @@ func testUpdateEqualsCompile(t *testing.T, seed [2]uint64, steps int) {
 			}
 		},
 		func() { put(fmt.Sprintf("health/%s/bad", pick(pools)), []byte(`nope`)) }, // refused, still an instance
-		func() { // an override
-			put(OverrideKey(fmt.Sprint("b", rng.IntN(2))), fmt.Appendf(nil, `{"route":%q,"targets":[{"pool":%q,"weight":100}]}`, pick(routes), pick(pools)))
+		func() { // an override, one in two ending by the clock within 5s
+			expires := ""
+			if rng.IntN(2) == 0 {
+				expires = fmt.Sprintf(`,"expires_at":%q`, now.Add(time.Duration(rng.IntN(5000))*time.Millisecond).Format(time.RFC3339Nano))
+			}
+			put(OverrideKey(fmt.Sprint("b", rng.IntN(2))), fmt.Appendf(nil, `{"route":%q,"targets":[{"pool":%q,"weight":100}]%s}`, pick(routes), pick(pools), expires))
 		},
 		func() { del(OverrideKey(fmt.Sprint("b", rng.IntN(2)))) },
 		func() { // policy
@@ -123,7 +128,6 @@ func testUpdateEqualsCompile(t *testing.T, seed [2]uint64, steps int) {
 			}
 		},
 	}
-	now := t0
 	// The compiled side replays the events one revision at a time, as
 	// the mirror applied them (a delete ends a key's last good value).
 	replay := map[string]KV{}
@@ -146,7 +150,7 @@ func testUpdateEqualsCompile(t *testing.T, seed [2]uint64, steps int) {
 	// from etcd's history.
 	relisted := full
 	relists, keptEarlier := 0, 0
-	updates, graceWindows := 0, 0
+	updates, graceWindows, expiries := 0, 0, 0
 	for step := 1; step <= steps; step++ {
 		events = events[:0]
 		batch := rng.IntN(4) + 1
@@ -223,6 +227,9 @@ func testUpdateEqualsCompile(t *testing.T, seed [2]uint64, steps int) {
 					step, eventKeys(events), at.Sub(now), d)
 			}
 		}
+		if len(upd.At(now.Add(6*time.Second)).Overrides()) < len(upd.Overrides()) {
+			expiries++
+		}
 		for _, at := range []time.Time{now, now.Add(6 * time.Second)} {
 			if msg := checkAgainstRecompute(upd.At(at), at, store); msg != "" {
 				t.Fatalf("step %d (events %v), at +%v: %s", step, eventKeys(events), at.Sub(now), msg)
@@ -241,9 +248,9 @@ func testUpdateEqualsCompile(t *testing.T, seed [2]uint64, steps int) {
 			}
 		}
 	}
-	if updates < steps || graceWindows < steps/30 || relists < steps/10 || keptEarlier < relists/4 {
-		t.Fatalf("only %d updates, %d pool-steps in a grace window, %d relists keeping %d earlier values: the sequence misses cases",
-			updates, graceWindows, relists, keptEarlier)
+	if updates < steps || graceWindows < steps/30 || relists < steps/10 || keptEarlier < relists/4 || expiries < steps/50 {
+		t.Fatalf("only %d updates, %d pool-steps in a grace window, %d relists keeping %d earlier values, %d steps with an override to expire: the sequence misses cases",
+			updates, graceWindows, relists, keptEarlier, expiries)
 	}
 }
 
@@ -326,6 +333,20 @@ func checkAgainstRecompute(tb *Table, at time.Time, store map[string]KV) string 
 		want, _ := json.Marshal(tb.computeEffective(own, tb.classOf[id], at))
 		if !bytes.Equal(want, e.js) {
 			return fmt.Sprintf("effective %s is\n %s\nrecomputed\n %s", name, e.js, want)
+		}
+	}
+	// The live overrides: the stored ones whose expires_at has not passed.
+	for k, kv := range store {
+		if !strings.HasPrefix(k, "overrides/") {
+			continue
+		}
+		var o Override
+		if err := json.Unmarshal(kv.Value, &o); err != nil {
+			return fmt.Sprintf("%s: %v", k, err)
+		}
+		id := strings.TrimPrefix(k, "overrides/")
+		if _, live := tb.overrides[id]; live != (o.ExpiresAt == "" || at.Before(o.Expiry())) {
+			return fmt.Sprintf("%s (expires_at %q) live %v at %v", k, o.ExpiresAt, live, at)
 		}
 	}
 	for id, p := range tb.pools.all() {

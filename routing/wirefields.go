@@ -121,6 +121,7 @@ var overrideFields = []wireField[Override]{
 	wireMap("attrs", func(o *Override) *map[string]string { return &o.Attrs }),
 	wireStr("reason", func(o *Override) *string { return &o.Reason }),
 	wireStr("author", func(o *Override) *string { return &o.Author }),
+	wireStr("expires_at", func(o *Override) *string { return &o.ExpiresAt }),
 }
 
 var healthFields = []wireField[Health]{

@@ -204,9 +204,10 @@ func (m *Mirror) advance(rev int64) {
 	}
 }
 
-// healthLoop rebuilds the table when a health grace window ends, with no
+// clockLoop rebuilds the table when it changes by the clock alone, a
+// health grace window ending or a boost's expires_at passing, with no
 // etcd event needed.
-func (m *Mirror) healthLoop(ctx context.Context) {
+func (m *Mirror) clockLoop(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {

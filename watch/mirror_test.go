@@ -369,6 +369,46 @@ func TestHealthGrace(t *testing.T) {
 	waitUntil(t, m, "kr-music healthy again", func(tb *routing.Table) bool { return tb.Healthy("kr-music", time.Now()) })
 }
 
+// TestBoostEndsAtItsExpiresAt: a boost whose lease lives on past its
+// expires_at (a leader election renews every lease to its full TTL) is
+// applied until expires_at, then the mirror rebuilds the table without
+// it, with no etcd event, while its key is still in etcd.
+func TestBoostEndsAtItsExpiresAt(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	m := startMirror(t, cli, watch.Config{})
+	lease, err := cli.Grant(context.Background(), 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := time.Now().Add(1500 * time.Millisecond).UTC().Format(time.RFC3339Nano)
+	resp, err := cli.Put(context.Background(), prefix+"overrides/jp",
+		`{"route":"JP","targets":[{"pool":"kr-music","weight":100}],"expires_at":"`+end+`"}`, clientv3.WithLease(lease.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := func(tb *routing.Table) string {
+		d, _ := tb.Resolve("JP", "viewer-1", time.Now())
+		return d.Pool
+	}
+	boosted := waitUntil(t, m, "the boost applied", func(tb *routing.Table) bool { return tb.Revision() >= resp.Header.Revision })
+	if got := pool(boosted); got != "kr-music" {
+		t.Fatalf("JP with the boost live: %s", got)
+	}
+	ended := waitUntil(t, m, "the boost ended by its expires_at", func(tb *routing.Table) bool {
+		r, _ := tb.Route("JP")
+		return len(r.Targets) > 0 && r.Targets[0].Pool != "kr-music"
+	})
+	if ended.Revision() != resp.Header.Revision || len(ended.Overrides()) != 0 || pool(ended) != "apac-tokyo" {
+		t.Fatalf("table at revision %d (the boost's %d), overrides %v, JP to %s; want the boost's revision, none, apac-tokyo",
+			ended.Revision(), resp.Header.Revision, ended.Overrides(), pool(ended))
+	}
+	if g, err := cli.Get(context.Background(), prefix+"overrides/jp"); err != nil || len(g.Kvs) != 1 {
+		t.Fatalf("the boost's key, whose lease lives on: %v %v", g, err)
+	}
+}
+
 func TestRevisionBehindSnapshotIsAnAlarm(t *testing.T) {
 	srv := devetcd.NewTest(t)
 	cli := devetcd.NewTestClient(t, srv)

@@ -50,7 +50,7 @@ func relists(reason string) bool {
 func (m *Mirror) Run(ctx context.Context) error {
 	hctx, stopHealth := context.WithCancel(ctx)
 	healthDone := make(chan struct{})
-	go func() { defer close(healthDone); m.healthLoop(hctx) }()
+	go func() { defer close(healthDone); m.clockLoop(hctx) }()
 	defer func() { stopHealth(); <-healthDone }()
 	bo := m.cfg.NewBackoff()
 	reason := ReasonInitial

@@ -27,7 +27,12 @@ func (a *app) boostCmd() *cobra.Command {
 		Long: `boost writes an override of ROUTE under its own lease: it replaces the
 route's targets and/or merges attrs until the TTL ends, then reverts by
 itself with no command run. It is validated like a route (pools exist,
-residency of a country route). See also boost ls, cancel and extend.`,
+residency of a country route). See also boost ls, cancel and extend.
+
+The boost's value carries expires_at (now + TTL, RFC 3339): the agents
+stop applying it then by their own clocks, even if etcd keeps the lease
+longer (each leader election renews every lease to its full TTL). Keep
+the clocks of regionctl's and the agents' hosts in sync (NTP).`,
 		Example: `  regionctl boost KR --target kr-music=100 --ttl 6h --reason "comeback week"
   regionctl boost PL --attr flag.autoplay_preview=off --ttl 30m
   regionctl boost ls`,
@@ -138,14 +143,21 @@ func (a *app) runBoostLs(ctx context.Context) error {
 // printBoosts prints the boost table; ttls may be nil.
 func printBoosts(w io.Writer, boosts map[string]store.LiveOverride, ttls map[string]time.Duration) {
 	fmt.Fprintln(w)
-	row(w, "BOOST", "ROUTE", "TARGETS", "ATTRS", "TTL", "REASON", "AUTHOR")
+	row(w, "BOOST", "ROUTE", "TARGETS", "ATTRS", "TTL", "EXPIRES", "REASON", "AUTHOR")
+	now := time.Now()
 	for _, id := range sortedKeys(boosts) {
 		o := boosts[id].Override
 		ttl := "-"
 		if d, ok := ttls[id]; ok {
 			ttl = d.String()
 		}
-		row(w, id, o.Route, targetList(o.Targets), kvList(o.Attrs), ttl, orDash(o.Reason), orDash(o.Author))
+		expires := orDash(o.ExpiresAt)
+		if o.Expired(now) {
+			// Its lease outlived it (a leader election renewed it):
+			// the agents no longer apply it.
+			expires += " (expired)"
+		}
+		row(w, id, o.Route, targetList(o.Targets), kvList(o.Attrs), ttl, expires, orDash(o.Reason), orDash(o.Author))
 	}
 }
 

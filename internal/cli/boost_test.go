@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/regiond/regiond/routing"
 )
 
@@ -31,7 +33,7 @@ func TestBoostExpires(t *testing.T) {
 		t.Fatalf("JP before the boost: %s", got)
 	}
 	r := e.must(ExitOK, "boost", "JP", "--target", "kr-music=100", "--attr", "lang=ko", "--ttl", "2s", "--id", "jp-kpop", "--reason", "kpop week")
-	if !strings.Contains(r.stdout, "boost jp-kpop: added (on JP; targets kr-music 100; attrs lang=ko)") {
+	if !strings.Contains(r.stdout, "boost jp-kpop: added (on JP; targets kr-music 100; attrs lang=ko; until ") {
 		t.Fatalf("boost output: %s", r)
 	}
 	start := time.Now()
@@ -51,8 +53,15 @@ func TestBoostExpires(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("boost reverted by itself after %s", time.Since(start).Round(10*time.Millisecond))
-	if e.get(e.ks.RoutingKey("overrides/jp-kpop")) != "" || e.get(e.ks.Epoch()) != epoch {
-		t.Fatal("boost key still there, or its expiry bumped the epoch")
+	// Its expires_at ends it by the clock; its lease then deletes the key.
+	for e.get(e.ks.RoutingKey("overrides/jp-kpop")) != "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("boost key still there %s after it was written", time.Since(start))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if e.get(e.ks.Epoch()) != epoch {
+		t.Fatal("the boost's expiry bumped the epoch")
 	}
 }
 
@@ -63,8 +72,15 @@ func TestBoostCancelExtend(t *testing.T) {
 	e := newEnv(t)
 	e.seed()
 	e.must(ExitOK, "boost", "KR", "--target", "kr-music=100", "--ttl", "2s", "--id", "kr")
-	if r := e.must(ExitOK, "boost", "extend", "kr", "--ttl", "1h"); !strings.Contains(r.stdout, "boost kr: new lease") {
+	var first routing.Override
+	mustJSON(t, e.get(e.ks.RoutingKey("overrides/kr")), &first)
+	if r := e.must(ExitOK, "boost", "extend", "kr", "--ttl", "1h"); !strings.Contains(r.stdout, "boost kr: expires_at "+first.ExpiresAt+"→") {
 		t.Fatalf("extend: %s", r)
+	}
+	var extended routing.Override
+	mustJSON(t, e.get(e.ks.RoutingKey("overrides/kr")), &extended)
+	if d := extended.Expiry().Sub(time.Now()); d < time.Hour || d > time.Hour+time.Second {
+		t.Fatalf("extended boost expires_at %s, %v from now; want an hour", extended.ExpiresAt, d)
 	}
 	time.Sleep(3 * time.Second) // past the first lease
 	if e.get(e.ks.RoutingKey("overrides/kr")) == "" {
@@ -85,6 +101,55 @@ func TestBoostCancelExtend(t *testing.T) {
 	e.must(ExitRefused, "boost", "extend", "kr", "--ttl", "1h")
 	e.must(ExitUsage, "boost", "KR", "--target", "kr-music=100")
 	e.must(ExitUsage, "boost", "KR", "--ttl", "1h")
+}
+
+// TestBoostEndsAtExpiresAtWhenItsLeaseLivesOn: etcd renews every lease to
+// its full TTL when a member becomes leader (without lease checkpoints),
+// so a boost's key can outlive its --ttl. The boost's value carries
+// expires_at, now + TTL: a renewal of its lease past then (as an election
+// makes) leaves the key in etcd, and resolve no longer applies it, while
+// boost ls marks it expired.
+func TestBoostEndsAtExpiresAtWhenItsLeaseLivesOn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	before := time.Now()
+	e.must(ExitOK, "boost", "JP", "--target", "kr-music=100", "--ttl", "2s", "--id", "jp")
+	key := e.ks.RoutingKey("overrides/jp")
+	resp, err := testClient.Get(context.Background(), key)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("boost key: %v %v", resp, err)
+	}
+	var ov routing.Override
+	mustJSON(t, string(resp.Kvs[0].Value), &ov)
+	end := ov.Expiry()
+	if end.Before(before.Add(2*time.Second)) || end.After(time.Now().Add(3*time.Second)) {
+		t.Fatalf("expires_at %q: want the write's time plus the 2s TTL", ov.ExpiresAt)
+	}
+	if got := e.resolvePool("JP", "viewer-1"); got != "kr-music" {
+		t.Fatalf("JP during the boost: %s", got)
+	}
+	// Renew the lease, as a new leader does, until expires_at has passed.
+	lease := clientv3.LeaseID(resp.Kvs[0].Lease)
+	for time.Now().Before(end.Add(300 * time.Millisecond)) {
+		if _, err := testClient.KeepAliveOnce(context.Background(), lease); err != nil {
+			t.Fatalf("renew the boost's lease: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if _, err := testClient.KeepAliveOnce(context.Background(), lease); err != nil {
+		t.Fatalf("renew the boost's lease: %v", err)
+	}
+	if e.get(key) == "" {
+		t.Fatal("the boost's key went although its lease was renewed")
+	}
+	if got := e.resolvePool("JP", "viewer-1"); got != "apac-tokyo" {
+		t.Fatalf("JP past the boost's expires_at, its key still in etcd: %s, want apac-tokyo", got)
+	}
+	if ls := e.must(ExitOK, "boost", "ls"); !strings.Contains(ls.stdout, ov.ExpiresAt+" (expired)") {
+		t.Fatalf("boost ls does not mark the boost expired:\n%s", ls.stdout)
+	}
+	testClient.Revoke(context.Background(), lease)
 }
 
 // TestBoostProtectsItsPool: a config change that would break a live boost

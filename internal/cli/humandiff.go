@@ -84,7 +84,11 @@ func summary(v routing.Value) []string {
 		}
 		return s
 	case *routing.Override:
-		return []string{"on " + x.Route, "targets " + targetList(x.Targets), "attrs " + kvList(x.Attrs)}
+		s := []string{"on " + x.Route, "targets " + targetList(x.Targets), "attrs " + kvList(x.Attrs)}
+		if x.ExpiresAt != "" {
+			s = append(s, "until "+x.ExpiresAt)
+		}
+		return s
 	case *routing.Residency:
 		return []string{fmt.Sprintf("%d classes", len(x.Classes)), "unknown_country_class " + x.UnknownCountryClass}
 	}
@@ -134,6 +138,7 @@ func fieldDiff(before, after routing.Value) []string {
 			out = append(out, "targets "+t)
 		}
 		out = append(out, attrDiff(b.Attrs, a.Attrs)...)
+		add("expires_at", b.ExpiresAt, a.ExpiresAt)
 	case *routing.Residency:
 		out = append(out, residencyDiff(b, after.(*routing.Residency))...)
 	}

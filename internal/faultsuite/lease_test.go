@@ -245,3 +245,107 @@ func untilDeleted(t *testing.T, wch clientv3.WatchChan, key string, since time.T
 	}
 	return 0
 }
+
+// TestBoostEndsAcrossLeaderElections: etcd renews every lease to its full
+// TTL when a member becomes leader (lease checkpoints are off by default),
+// so a 3s boost whose cluster keeps electing leaders keeps its key. The
+// boost's expires_at ends it anyway: an agent process stops applying it
+// by its clock while the key is still in etcd. Without expires_at honoured
+// the agent would follow the key and keep the boost until the elections
+// stop (the loop's bound).
+func TestBoostEndsAcrossLeaderElections(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a 3-member etcd cluster, regionctl and an agent process")
+	}
+	c := etcdproc.Start(t, etcdproc.Config{Members: 3, Args: []string{"--unsafe-no-fsync"}})
+	cli := c.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	for key, val := range map[string]string{
+		"/lease/routing/pools/eu-a":      mustJSON(routing.Pool{Host: "eu-a.example.net:443", Residency: "eu", Status: "active"}),
+		"/lease/routing/pools/eu-b":      mustJSON(routing.Pool{Host: "eu-b.example.net:443", Residency: "eu", Status: "active"}),
+		"/lease/routing/routes/_default": mustJSON(routing.Route{Targets: []routing.Target{{Pool: "eu-a", Weight: 100}}}),
+		"/lease/routing/epoch":           "1",
+	} {
+		if _, err := cli.Put(ctx, key, val); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := newAgent(t, gobuild.Binary(t, "./cmd/regiond", "-tags", "nodev"), "node-1", c.Endpoints(), "/lease")
+	if err := a.start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("last lines of the agent's log:\n%s", a.logTail(40))
+		}
+	})
+	if err := a.waitUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pool := func() string {
+		code, body, err := a.get(ctx, "/v1/resolve?country=PL&key=v")
+		var d routing.Decision
+		if err != nil || code != 200 || json.Unmarshal(body, &d) != nil {
+			return ""
+		}
+		return d.Pool
+	}
+	waitPool := func(want string) {
+		for pool() != want {
+			if ctx.Err() != nil {
+				t.Fatalf("PL never resolved to %s", want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitPool("eu-a")
+
+	ctl := gobuild.Binary(t, "./cmd/regionctl")
+	out, err := exec.Command(ctl, "--endpoints="+strings.Join(c.Endpoints(), ","), "--prefix=/lease",
+		"boost", "_default", "--target=eu-b=100", "--ttl=3s", "--id=b").CombinedOutput()
+	if err != nil {
+		t.Fatalf("regionctl boost: %v\n%s", err, out)
+	}
+	key := "/lease/routing/overrides/b"
+	resp, err := cli.Get(ctx, key)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("the boost's key: %v %v", resp, err)
+	}
+	var ov routing.Override
+	if err := json.Unmarshal(resp.Kvs[0].Value, &ov); err != nil || ov.Expiry().IsZero() {
+		t.Fatalf("the boost's value %s: %v; want an expires_at", resp.Kvs[0].Value, err)
+	}
+	waitPool("eu-b")
+
+	// Elections, one every ~700ms, renew the boost's lease past its
+	// expires_at, until the agent stops applying it (bounded).
+	bound := ov.Expiry().Add(15 * time.Second)
+	moves := 0
+	for to := 0; pool() == "eu-b"; to = (to + 1) % len(c.Members) {
+		if time.Now().After(bound) {
+			t.Fatalf("the boost is still applied 15s after its expires_at %s (%d leader moves)", ov.ExpiresAt, moves)
+		}
+		if l := c.Leader(t); l != to {
+			c.MoveLeader(t, to)
+			moves++
+		}
+		time.Sleep(700 * time.Millisecond)
+	}
+	ended := time.Now()
+	g, err := cli.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Kvs) == 0 {
+		t.Fatalf("the boost's key went with its lease before the agent's clock ended it (%d leader moves): the elections did not renew it", moves)
+	}
+	if ended.Before(ov.Expiry()) {
+		t.Fatalf("the agent ended the boost at %s, before its expires_at %s", ended.Format(time.RFC3339Nano), ov.ExpiresAt)
+	}
+	if p := pool(); p != "eu-a" {
+		t.Fatalf("PL resolves to %q after the boost ended, want eu-a", p)
+	}
+	t.Logf("boost ended by expires_at %s, %v later, its key still in etcd after %d leader moves",
+		ov.ExpiresAt, ended.Sub(ov.Expiry()).Round(time.Millisecond), moves)
+}

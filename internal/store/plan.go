@@ -30,7 +30,9 @@ type Plan struct {
 	Force bool
 }
 
-// OverridePut is a boost to write under a new lease of TTL.
+// OverridePut is a boost to write under a new lease of TTL. Its
+// Override's ExpiresAt is set when the plan is made: now plus TTL, so
+// agents end the boost by their clocks even when etcd renews the lease.
 type OverridePut struct {
 	ID       string
 	Override routing.Override
@@ -127,11 +129,25 @@ func nilIfAbsent(b []byte, ok bool) []byte {
 	return b
 }
 
+// expiresAt is a boost's expires_at: now plus ttl, rounded up to the
+// second (RFC 3339 in seconds), so that a boost lasts at least its TTL,
+// as its lease (granted in whole seconds, rounded up) does.
+func expiresAt(now time.Time, ttl time.Duration) string {
+	end := now.Add(ttl)
+	if t := end.Truncate(time.Second); t.Before(end) {
+		end = t.Add(time.Second)
+	}
+	return end.UTC().Format(time.RFC3339)
+}
+
 // overrideOps returns the writes of the plan's boosts.
 func overrideOps(st *State, p *Plan) ([]op, error) {
 	var ops []op
+	now := time.Now()
 	for _, put := range p.PutOverrides {
-		after, err := json.Marshal(put.Override)
+		ov := put.Override
+		ov.ExpiresAt = expiresAt(now, put.TTL)
+		after, err := json.Marshal(ov)
 		if err != nil {
 			return nil, fmt.Errorf("encode boost %s: %w", put.ID, err)
 		}

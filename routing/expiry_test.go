@@ -1,0 +1,110 @@
+package routing
+
+import (
+	"bytes"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// expiringStore is smallStore with two boosts that carry expires_at: PL
+// to ams alone until t0+10s, and _default's attrs until t0+20s.
+var expiringStore = smallStore.
+	with("overrides/pl-ams", `{"route":"PL","targets":[{"pool":"ams","weight":100}],"attrs":{"banner":"boost"},"expires_at":"2026-03-01T12:00:10Z"}`).
+	with("overrides/def-attrs", `{"route":"_default","attrs":{"lang":"en-GB"},"expires_at":"2026-03-01T12:00:20Z"}`)
+
+// sameJSON fails unless a and b render the same table JSON at at.
+func sameJSON(t *testing.T, what string, a, b *Table, at time.Time) {
+	t.Helper()
+	ja, err := a.JSON(at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jb, err := b.JSON(at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(ja, jb) {
+		t.Errorf("%s: the table JSON differs from a fresh Compile's:\n%s\n%s", what, ja, jb)
+	}
+}
+
+// TestOverrideExpiresByTheClock: a table applies an override until its
+// expires_at, whatever etcd's lease says, and is built again without it
+// then: At, Update and Resolve at or after expires_at all give the table a
+// fresh Compile at that time gives (the reference), with no etcd event.
+func TestOverrideExpiresByTheClock(t *testing.T) {
+	kvs := expiringStore.kvs(nil)
+	tbl := Compile(20, kvs, nil, CompileOptions{Now: t0})
+	if r, _ := tbl.Route("PL"); !reflect.DeepEqual(r.Targets, tg("ams", 100)) || len(tbl.Overrides()) != 2 {
+		t.Fatalf("before expiry: PL %+v, overrides %v", r, tbl.Overrides())
+	}
+	if got := tbl.ValidUntil(); !got.Equal(t0.Add(10 * time.Second)) {
+		t.Fatalf("ValidUntil %v, want the first expires_at %v", got, t0.Add(10*time.Second))
+	}
+	if tbl.At(t0.Add(9*time.Second)) != tbl {
+		t.Errorf("At before the first expires_at must return the table itself")
+	}
+	if d, _ := tbl.Resolve("PL", "v", t0.Add(9*time.Second)); d.Pool != "ams" || d.Attrs["banner"] != "boost" {
+		t.Errorf("PL before expiry resolves to %+v", d)
+	}
+
+	at10 := t0.Add(10 * time.Second)
+	after := tbl.At(at10)
+	if r, _ := after.Route("PL"); !reflect.DeepEqual(r.Targets, tg("fra", 70, "ams", 30)) || r.Attrs["banner"] != "" {
+		t.Errorf("PL at its boost's expires_at: %+v, want the stored route", r)
+	}
+	if _, ok := after.Overrides()["pl-ams"]; ok || len(after.Overrides()) != 1 {
+		t.Errorf("overrides at t0+10s: %v, want def-attrs alone", after.Overrides())
+	}
+	if got := after.ValidUntil(); !got.Equal(t0.Add(20 * time.Second)) {
+		t.Errorf("ValidUntil after the first expiry %v, want the next %v", got, t0.Add(20*time.Second))
+	}
+	sameJSON(t, "At(expires_at)", after, Compile(20, kvs, nil, CompileOptions{Now: at10}), at10)
+	// Resolve on the table built before the expiry answers without it.
+	for i := range 20 {
+		if d, err := tbl.Resolve("PL", string(rune('a'+i)), at10); err != nil || d.Attrs["banner"] != "" {
+			t.Fatalf("PL resolved after expiry on the table built before: %+v, %v", d, err)
+		}
+	}
+	// The snapshot's JSON, rendered after the expiry, is without it.
+	if j, _ := tbl.JSON(at10); bytes.Contains(j, []byte("pl-ams")) {
+		t.Errorf("the table JSON at expires_at still lists pl-ams")
+	}
+
+	// Update at a time past an expiry, for an event about something else.
+	at25 := t0.Add(25 * time.Second)
+	ev := Event{KV: KV{Key: "pools/iad", Value: []byte(`{"host":"edge-iad-2.example.net","residency":"us"}`), ModRevision: 21}}
+	up := Update(tbl, 21, []Event{ev}, CompileOptions{Now: at25})
+	if len(up.Overrides()) != 0 || !up.ValidUntil().IsZero() {
+		t.Errorf("Update past both expiries: overrides %v, valid until %v", up.Overrides(), up.ValidUntil())
+	}
+	ref := Compile(21, expiringStore.with("pools/iad", string(ev.Value)).kvs(map[string]int64{"pools/iad": 21}), nil, CompileOptions{Now: at25})
+	sameJSON(t, "Update past expires_at", up, ref, at25)
+
+	// A store put after its expiry is never applied, and a table without
+	// an expiring override is never rebuilt for one.
+	late := Compile(22, kvs, nil, CompileOptions{Now: at25})
+	if len(late.Overrides()) != 0 || !late.ValidUntil().IsZero() {
+		t.Errorf("compiled after both expiries: overrides %v, valid until %v", late.Overrides(), late.ValidUntil())
+	}
+	plain := Compile(22, smallStore.with("overrides/x", `{"route":"PL","attrs":{"a":"b"}}`).kvs(nil), nil, CompileOptions{Now: t0})
+	if !plain.ValidUntil().IsZero() || plain.At(t0.Add(1000*time.Hour)) != plain {
+		t.Errorf("an override without expires_at gave the table an end: %v", plain.ValidUntil())
+	}
+}
+
+// TestOverrideExpiresAtRefused: an expires_at that is not an RFC 3339
+// time is refused, named, and the last good value kept.
+func TestOverrideExpiresAtRefused(t *testing.T) {
+	good := Compile(20, expiringStore.kvs(nil), nil, CompileOptions{Now: t0})
+	bad := Compile(21, expiringStore.with("overrides/pl-ams", `{"route":"PL","targets":[{"pool":"ams","weight":100}],"expires_at":"tomorrow"}`).kvs(nil), good, CompileOptions{Now: t0})
+	sk := bad.Skipped()
+	if len(sk) != 1 || sk[0].Key != "overrides/pl-ams" || !strings.Contains(sk[0].Error, `expires_at: not an RFC 3339 time: "tomorrow"`) {
+		t.Fatalf("skipped %v", sk)
+	}
+	if r, _ := bad.Route("PL"); !reflect.DeepEqual(r.Targets, tg("ams", 100)) || !bad.ValidUntil().Equal(t0.Add(10*time.Second)) {
+		t.Errorf("the last good boost is not kept: PL %+v, valid until %v", r, bad.ValidUntil())
+	}
+}
