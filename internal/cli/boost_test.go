@@ -108,13 +108,14 @@ func TestBoostCancelExtend(t *testing.T) {
 // so a boost's key can outlive its --ttl. The boost's value carries
 // expires_at, now + TTL: a renewal of its lease past then (as an election
 // makes) leaves the key in etcd, and resolve no longer applies it, while
-// boost ls marks it expired.
+// boost ls marks it expired, and it no longer protects its pool.
 func TestBoostEndsAtExpiresAtWhenItsLeaseLivesOn(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.seed()
+	e.must(ExitOK, "pool", "set", "jp-extra", "--host", "edge-kix-1.example.net", "--residency", "apac")
 	before := time.Now()
-	e.must(ExitOK, "boost", "JP", "--target", "kr-music=100", "--ttl", "2s", "--id", "jp")
+	e.must(ExitOK, "boost", "JP", "--target", "jp-extra=100", "--ttl", "2s", "--id", "jp")
 	key := e.ks.RoutingKey("overrides/jp")
 	resp, err := testClient.Get(context.Background(), key)
 	if err != nil || len(resp.Kvs) != 1 {
@@ -126,9 +127,10 @@ func TestBoostEndsAtExpiresAtWhenItsLeaseLivesOn(t *testing.T) {
 	if end.Before(before.Add(2*time.Second)) || end.After(time.Now().Add(3*time.Second)) {
 		t.Fatalf("expires_at %q: want the write's time plus the 2s TTL", ov.ExpiresAt)
 	}
-	if got := e.resolvePool("JP", "viewer-1"); got != "kr-music" {
+	if got := e.resolvePool("JP", "viewer-1"); got != "jp-extra" {
 		t.Fatalf("JP during the boost: %s", got)
 	}
+	e.must(ExitRefused, "pool", "rm", "jp-extra")
 	// Renew the lease, as a new leader does, until expires_at has passed.
 	lease := clientv3.LeaseID(resp.Kvs[0].Lease)
 	for time.Now().Before(end.Add(300 * time.Millisecond)) {
@@ -149,6 +151,7 @@ func TestBoostEndsAtExpiresAtWhenItsLeaseLivesOn(t *testing.T) {
 	if ls := e.must(ExitOK, "boost", "ls"); !strings.Contains(ls.stdout, ov.ExpiresAt+" (expired)") {
 		t.Fatalf("boost ls does not mark the boost expired:\n%s", ls.stdout)
 	}
+	e.must(ExitOK, "pool", "rm", "jp-extra")
 	testClient.Revoke(context.Background(), lease)
 }
 

@@ -5,13 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/regiond/regiond/routing"
 )
 
 // checkOverrides validates the boosts a plan writes, and refuses a config
-// change that would break a live boost that is valid today.
-func checkOverrides(st *State, next *routing.Config, p *Plan) routing.Errors {
+// change that would break a live boost that is valid today (one whose
+// expires_at has passed at now is not live, whatever its lease).
+func checkOverrides(st *State, next *routing.Config, p *Plan, now time.Time) routing.Errors {
 	var errs routing.Errors
 	touched := map[string]bool{}
 	for _, put := range p.PutOverrides {
@@ -29,6 +31,9 @@ func checkOverrides(st *State, next *routing.Config, p *Plan) routing.Errors {
 			continue
 		}
 		ov := st.Overrides[id].Override
+		if ov.Expired(now) {
+			continue // ended by its expires_at, its lease alive: no agent applies it
+		}
 		if len(routing.ValidateOverride(st.Config, id, ov)) > 0 {
 			continue // already broken: the agent copes; not this write's fault
 		}

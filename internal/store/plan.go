@@ -61,12 +61,13 @@ func (s *Store) prepare(st *State, p *Plan) ([]op, error) {
 		next = p.Config
 		errs = append(errs, routing.Validate(next)...)
 	}
-	errs = append(errs, checkOverrides(st, next, p)...)
+	now := time.Now()
+	errs = append(errs, checkOverrides(st, next, p, now)...)
 	ops, err := configOps(st, next, p.Config != nil, p.Prune)
 	if err != nil {
 		return nil, err
 	}
-	ovOps, err := overrideOps(st, p)
+	ovOps, err := overrideOps(st, p, now)
 	if err != nil {
 		return nil, err
 	}
@@ -141,9 +142,8 @@ func expiresAt(now time.Time, ttl time.Duration) string {
 }
 
 // overrideOps returns the writes of the plan's boosts.
-func overrideOps(st *State, p *Plan) ([]op, error) {
+func overrideOps(st *State, p *Plan, now time.Time) ([]op, error) {
 	var ops []op
-	now := time.Now()
 	for _, put := range p.PutOverrides {
 		ov := put.Override
 		ov.ExpiresAt = expiresAt(now, put.TTL)
