@@ -70,6 +70,11 @@ type Status struct {
 	// content (a list or events); Revision moves past it on progress
 	// notifications alone.
 	ChangeRevision int64
+	// Refused says that etcd refuses this client's user the prefix
+	// (permission denied: its role lost read on it), from the refused
+	// list, watch or check until a list or a watch is answered again; ""
+	// otherwise. The last good table keeps serving meanwhile.
+	Refused string
 }
 
 // Mirror keeps a routing.Table equal to the routing prefix of etcd.
@@ -83,8 +88,9 @@ type Mirror struct {
 	swapMu sync.Mutex // serializes derive-and-store of the table
 
 	connected atomic.Bool
-	syncedAt  atomic.Int64 // unix nanoseconds
-	changeRev atomic.Int64 // see Status.ChangeRevision
+	refused   atomic.Pointer[string] // see Status.Refused
+	syncedAt  atomic.Int64           // unix nanoseconds
+	changeRev atomic.Int64           // see Status.ChangeRevision
 	ready     chan struct{}
 	readyOnce sync.Once
 
@@ -188,6 +194,9 @@ func (m *Mirror) Changed() <-chan struct{} {
 // Status returns the mirror's freshness.
 func (m *Mirror) Status() Status {
 	s := Status{Connected: m.connected.Load(), ChangeRevision: m.changeRev.Load()}
+	if r := m.refused.Load(); r != nil {
+		s.Refused = *r
+	}
 	if t := m.Table(); t != nil {
 		s.Revision, s.Epoch = t.Revision(), t.Epoch()
 	}
@@ -253,7 +262,19 @@ func (m *Mirror) markSynced() {
 }
 
 func (m *Mirror) setConnected(c bool) {
+	if c {
+		m.refused.Store(nil)
+	}
 	if m.connected.Swap(c) != c {
 		m.log.Info("watch connection", "connected", c)
 	}
+}
+
+// refuse records and logs that etcd refused the client's user what (a
+// list, watch or check) of the prefix: Status.Refused until a list or a
+// watch is answered again.
+func (m *Mirror) refuse(what string, err error) {
+	msg := fmt.Sprintf("etcd refuses the %s of %s to this client's user (permission denied): check its role's read on the prefix", what, m.cfg.Prefix)
+	m.refused.Store(&msg)
+	m.log.Error(msg+"; keeping the last good table and retrying", "prefix", m.cfg.Prefix, "err", err)
 }

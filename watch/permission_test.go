@@ -85,12 +85,22 @@ func TestWatchRefusedForPermission(t *testing.T) {
 	if tb := m.Table(); tb == nil || tb.Revision() != before.Revision() || tb.Stale() != before.Stale() {
 		t.Error("the table changed while etcd refused the watch: want the last good one kept")
 	}
+	if r := m.Status().Refused; !strings.Contains(r, "permission denied") || !strings.Contains(r, a.Prefix) {
+		t.Errorf("Status().Refused %q while etcd refuses the watch: want the refusal, naming the prefix", r)
+	}
 
 	if _, err := root.RoleGrantPermission(ctx, role, a.Prefix, end, clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
 		t.Fatal(err)
 	}
 	rev := put(t, root, "pools/back", `{"host":"back.example.net","residency":"eu","status":"active"}`)
 	waitUntil(t, m, "the change made once the permission was back", func(tb *routing.Table) bool { return tb.Revision() >= rev })
+	deadline = time.Now().Add(15 * time.Second)
+	for st := m.Status(); st.Refused != "" || !st.Connected; st = m.Status() {
+		if time.Now().After(deadline) {
+			t.Fatalf("status %+v with the permission back: want connected, no refusal", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // createFailures returns regiond_watch_create_failures_total{reason}.

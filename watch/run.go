@@ -62,12 +62,17 @@ func (m *Mirror) Run(ctx context.Context) error {
 				break
 			}
 			reason = ReasonListFailed
-			m.log.Warn("list failed; keeping the last good table", "prefix", m.cfg.Prefix, "err", err)
+			if permissionDenied(err) {
+				m.refuse("list", err)
+			} else {
+				m.log.Warn("list failed; keeping the last good table", "prefix", m.cfg.Prefix, "err", err)
+			}
 			if bo.Wait(ctx) != nil {
 				break
 			}
 			continue
 		}
+		m.refused.Store(nil)
 		listed := time.Now()
 		if reason = m.follow(ctx, bo, publish); ctx.Err() != nil {
 			break

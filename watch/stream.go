@@ -246,8 +246,7 @@ func (m *Mirror) watchError(resp clientv3.WatchResponse) string {
 		return ReasonCompacted
 	}
 	if permissionDenied(err) {
-		m.log.Error("etcd refused the watch to this client's user (permission denied): check its role's read on the prefix; keeping the last good table and retrying",
-			"prefix", m.cfg.Prefix, "err", err)
+		m.refuse("watch", err)
 		return ReasonPermission
 	}
 	m.log.Warn("watch error", "err", err)

@@ -58,8 +58,7 @@ func (m *Mirror) verify(ctx context.Context) string {
 		m.log.Error("etcd revision below the applied one; was the cluster restored from an older backup?", "applied_revision", m.applied)
 		return ReasonRegressed
 	case err != nil && permissionDenied(err):
-		m.log.Error("etcd refused the check of the prefix to this client's user (permission denied): check its role's read on the prefix; keeping the last good table and retrying",
-			"prefix", m.cfg.Prefix, "err", err)
+		m.refuse("check", err)
 		return ReasonPermission
 	case err != nil:
 		m.log.Warn("could not check etcd's prefix at the applied revision; watching again", "applied_revision", m.applied, "err", err)

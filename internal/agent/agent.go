@@ -134,10 +134,14 @@ func (s source) Status() watch.Status {
 	return watch.Status{Revision: s.a.seed.Revision(), Epoch: s.a.seed.Epoch(), SyncedAt: s.a.seedAt}
 }
 
-// EtcdError says why the agent has no etcd client yet, or "".
+// EtcdError says why the agent cannot use etcd: why it has no etcd client
+// yet, or why etcd refuses its mirror the prefix; "" when neither.
 func (s source) EtcdError() string {
 	if e := s.a.etcdErr.Load(); e != nil {
 		return *e
+	}
+	if m := s.a.mirror.Load(); m != nil {
+		return m.Status().Refused
 	}
 	return ""
 }

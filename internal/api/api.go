@@ -303,8 +303,9 @@ type Status struct {
 	StaleSeconds float64           `json:"stale_seconds"`
 	Stale        bool              `json:"stale"`
 	Skipped      []routing.Skipped `json:"skipped"`
-	// EtcdError is why the agent cannot use etcd (e.g. its login was
-	// refused); absent once it can.
+	// EtcdError is why the agent cannot use etcd (its login refused,
+	// etcd unreachable at start, its read of the prefix refused); absent
+	// once it can.
 	EtcdError string `json:"etcd_error,omitempty"`
 }
 
