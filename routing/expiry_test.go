@@ -68,6 +68,10 @@ func TestOverrideExpiresByTheClock(t *testing.T) {
 			t.Fatalf("PL resolved after expiry on the table built before: %+v, %v", d, err)
 		}
 	}
+	// Explain's steps agree with its decision: no expired boost listed.
+	if ex := tbl.Explain("PL", "v", at10); len(ex.Routes) == 0 || len(ex.Routes[0].Overrides) != 0 {
+		t.Errorf("Explain after expiry on the table built before lists %+v", ex.Routes)
+	}
 	// The snapshot's JSON, rendered after the expiry, is without it.
 	if j, _ := tbl.JSON(at10); bytes.Contains(j, []byte("pl-ams")) {
 		t.Errorf("the table JSON at expires_at still lists pl-ams")
@@ -82,6 +86,13 @@ func TestOverrideExpiresByTheClock(t *testing.T) {
 	}
 	ref := Compile(21, expiringStore.with("pools/iad", string(ev.Value)).kvs(map[string]int64{"pools/iad": 21}), nil, CompileOptions{Now: at25})
 	sameJSON(t, "Update past expires_at", up, ref, at25)
+
+	// The wall clock steps back (NTP) to before an expiry: the next update
+	// applies the override again, as a fresh Compile at that time does.
+	at15, at5 := t0.Add(15*time.Second), t0.Add(5*time.Second)
+	back := Update(Compile(20, kvs, nil, CompileOptions{Now: at15}), 21, []Event{ev}, CompileOptions{Now: at5})
+	ref = Compile(21, expiringStore.with("pools/iad", string(ev.Value)).kvs(map[string]int64{"pools/iad": 21}), nil, CompileOptions{Now: at5})
+	sameJSON(t, "Update after the clock stepped back", back, ref, at5)
 
 	// A store put after its expiry is never applied, and a table without
 	// an expiring override is never rebuilt for one.

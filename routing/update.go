@@ -243,12 +243,14 @@ func (u *updater) rebuildPools(d *diff) {
 
 // rebuildRoutes makes the changed routes again, or all routes and
 // overrides when overrides are involved (they replace routes' targets in
-// order, and one may have expired at now), and reports whether the
-// skipped list must be made again.
+// order, one may have expired at now, or, the wall clock stepped back
+// since prev was built, one prev left out as expired may be live again),
+// and reports whether the skipped list must be made again.
 func (u *updater) rebuildRoutes(d *diff, now time.Time) (recollect bool) {
 	t := u.t
+	clockBack := now.Round(0).Before(u.prev.builtAt.Round(0)) // wall times: expires_at is one
 	switch {
-	case u.ovDirty || (u.routesDirty && len(t.overrides) > 0) || u.prev.overrideEnded(now):
+	case u.ovDirty || (u.routesDirty && len(t.overrides) > 0) || u.prev.overrideEnded(now) || clockBack:
 		t.assembleRoutes(now)
 		d.known = false
 		return true

@@ -8,6 +8,9 @@ import "time"
 // keys. Names that are not pools of t are ignored (check with Pool). The
 // copy is not followed by Update; t is unchanged.
 func (t *Table) WithDown(down []string, now time.Time) *Table {
+	if t.overrideEnded(now) {
+		t = t.At(now)
+	}
 	cp := *t
 	cp.compiled = false
 	cp.pools = t.pools.fork()

@@ -213,9 +213,13 @@ func (m *Mirror) clockLoop(ctx context.Context) {
 	for {
 		changed := m.Changed()
 		t := m.Table()
-		wait := time.Hour
+		// ValidUntil is a wall time (an expires_at may be hours away),
+		// the timer monotonic: a wall-clock step or a suspended host
+		// must not leave it late by much, so it wakes at least every
+		// minute (At returns the same table when woken early).
+		wait := time.Minute
 		if t != nil && !t.ValidUntil().IsZero() {
-			wait = time.Until(t.ValidUntil())
+			wait = min(time.Until(t.ValidUntil()), time.Minute)
 		}
 		timer.Reset(max(wait, 0))
 		select {

@@ -382,7 +382,7 @@ func TestBoostEndsAtItsExpiresAt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	end := time.Now().Add(1500 * time.Millisecond).UTC().Format(time.RFC3339Nano)
+	end := time.Now().Add(3 * time.Second).UTC().Format(time.RFC3339Nano)
 	resp, err := cli.Put(context.Background(), prefix+"overrides/jp",
 		`{"route":"JP","targets":[{"pool":"kr-music","weight":100}],"expires_at":"`+end+`"}`, clientv3.WithLease(lease.ID))
 	if err != nil {

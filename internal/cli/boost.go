@@ -103,8 +103,12 @@ func newBoostID(route string) string {
 
 func (a *app) boostLsCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:     "ls",
-		Short:   "List live boosts with their remaining life",
+		Use:   "ls",
+		Short: "List boosts with their lease's remaining life and their expires_at",
+		Long: `boost ls lists the boost keys: each with the remaining TTL of its lease and
+its expires_at, marked (expired) once that has passed (the agents no longer
+apply it; an etcd leader election renewed its lease, which keeps the key
+until it ends or boost cancel deletes it). -o json gives "expired" too.`,
 		Example: "  regionctl boost ls\n  regionctl boost ls -o json",
 		Args:    exactArgs(0, "no arguments"),
 	}
@@ -118,7 +122,10 @@ func (a *app) boostLsCmd() *cobra.Command {
 type boostInfo struct {
 	store.LiveOverride
 	ID         string `json:"id"`
-	TTLSeconds int64  `json:"ttl_seconds"`
+	TTLSeconds int64  `json:"ttl_seconds"` // the lease's remaining life
+	// Expired: its expires_at has passed; the agents no longer apply it,
+	// though its lease (an election renewed it) keeps the key.
+	Expired bool `json:"expired"`
 }
 
 func (a *app) runBoostLs(ctx context.Context) error {
@@ -135,7 +142,7 @@ func (a *app) runBoostLs(ctx context.Context) error {
 			return err
 		}
 		ttls[id] = ttl
-		out = append(out, boostInfo{LiveOverride: lo, ID: id, TTLSeconds: int64(ttl / time.Second)})
+		out = append(out, boostInfo{LiveOverride: lo, ID: id, TTLSeconds: int64(ttl / time.Second), Expired: lo.Override.Expired(time.Now())})
 	}
 	return a.printer().print(out, func(w io.Writer) { printBoosts(w, cur.Overrides, ttls) })
 }

@@ -48,9 +48,9 @@ func checkOverrides(st *State, next *routing.Config, p *Plan, now time.Time) rou
 
 // checkLostCountries refuses a change after which some country (or the
 // unknown country) that has an eligible pool now would have none, counting
-// pool status and boosts but not health.
-func checkLostCountries(st *State, next *routing.Config, p *Plan) routing.Errors {
-	before, err := routing.CompileConfig(st.Config, st.OverrideMap(), routing.CompileOptions{})
+// pool status and the boosts live at now but not health.
+func checkLostCountries(st *State, next *routing.Config, p *Plan, now time.Time) routing.Errors {
+	before, err := routing.CompileConfig(st.Config, st.OverrideMap(), routing.CompileOptions{Now: now})
 	if err != nil {
 		return nil
 	}
@@ -61,7 +61,7 @@ func checkLostCountries(st *State, next *routing.Config, p *Plan) routing.Errors
 	for _, put := range p.PutOverrides {
 		ovs[put.ID] = put.Override
 	}
-	after, err := routing.CompileConfig(next, ovs, routing.CompileOptions{})
+	after, err := routing.CompileConfig(next, ovs, routing.CompileOptions{Now: now})
 	if err != nil {
 		return nil
 	}

@@ -61,19 +61,22 @@ func (s *Store) prepare(st *State, p *Plan) ([]op, error) {
 		next = p.Config
 		errs = append(errs, routing.Validate(next)...)
 	}
+	// One clock for the checks and the boosts written: each boost's
+	// expires_at is set first, so the checks see what is written.
 	now := time.Now()
+	p = withExpiries(p, now)
 	errs = append(errs, checkOverrides(st, next, p, now)...)
 	ops, err := configOps(st, next, p.Config != nil, p.Prune)
 	if err != nil {
 		return nil, err
 	}
-	ovOps, err := overrideOps(st, p, now)
+	ovOps, err := overrideOps(st, p)
 	if err != nil {
 		return nil, err
 	}
 	ops = append(ops, ovOps...)
 	if len(errs) == 0 && !p.Force && mayLoseCandidates(ops) {
-		errs = append(errs, checkLostCountries(st, next, p)...)
+		errs = append(errs, checkLostCountries(st, next, p, now)...)
 	}
 	sort.Slice(ops, func(i, j int) bool { return ops[i].rel < ops[j].rel })
 	if len(errs) > 0 {
@@ -130,6 +133,21 @@ func nilIfAbsent(b []byte, ok bool) []byte {
 	return b
 }
 
+// withExpiries returns p with each boost's ExpiresAt set for a write at
+// now (p itself is left as it is: a re-run plans again).
+func withExpiries(p *Plan, now time.Time) *Plan {
+	if len(p.PutOverrides) == 0 {
+		return p
+	}
+	cp := *p
+	cp.PutOverrides = make([]OverridePut, len(p.PutOverrides))
+	for i, put := range p.PutOverrides {
+		put.Override.ExpiresAt = expiresAt(now, put.TTL)
+		cp.PutOverrides[i] = put
+	}
+	return &cp
+}
+
 // expiresAt is a boost's expires_at: now plus ttl, rounded up to the
 // second (RFC 3339 in seconds), so that a boost lasts at least its TTL,
 // as its lease (granted in whole seconds, rounded up) does.
@@ -142,12 +160,10 @@ func expiresAt(now time.Time, ttl time.Duration) string {
 }
 
 // overrideOps returns the writes of the plan's boosts.
-func overrideOps(st *State, p *Plan, now time.Time) ([]op, error) {
+func overrideOps(st *State, p *Plan) ([]op, error) {
 	var ops []op
 	for _, put := range p.PutOverrides {
-		ov := put.Override
-		ov.ExpiresAt = expiresAt(now, put.TTL)
-		after, err := json.Marshal(ov)
+		after, err := json.Marshal(put.Override)
 		if err != nil {
 			return nil, fmt.Errorf("encode boost %s: %w", put.ID, err)
 		}

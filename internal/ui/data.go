@@ -76,7 +76,8 @@ func readSnapshotHead(path string) *snapshotInfo {
 	return info
 }
 
-// boost is a live override with its lease's time left.
+// boost is a live override with its time left: to the end of its lease
+// or its expires_at, whichever comes first.
 type boost struct {
 	ID      string            `json:"id"`
 	Route   string            `json:"route"`
@@ -86,7 +87,10 @@ type boost struct {
 	Author  string            `json:"author,omitempty"`
 	// Lease is the override key's lease (hex), "" when it has none.
 	Lease string `json:"lease,omitempty"`
-	// TTLSeconds is the time left, when known.
+	// ExpiresAt is the override's expires_at, "" when it has none.
+	ExpiresAt string `json:"expires_at,omitempty"`
+	// TTLSeconds is the time left, when known: the lease's, or less if
+	// expires_at comes first (an etcd leader election renews a lease).
 	TTLSeconds *int64 `json:"ttl_seconds,omitempty"`
 	// GrantedTTLSeconds is the lease's whole TTL.
 	GrantedTTLSeconds int64 `json:"granted_ttl_seconds,omitempty"`
@@ -117,11 +121,21 @@ func (h *handler) handleBoosts(w http.ResponseWriter, r *http.Request) {
 	slices.Sort(ids)
 	for _, id := range ids {
 		o := ovs[id]
-		body.Boosts = append(body.Boosts, boost{ID: id, Route: o.Route, Targets: o.Targets, Attrs: o.Attrs, Reason: o.Reason, Author: o.Author})
+		body.Boosts = append(body.Boosts, boost{ID: id, Route: o.Route, Targets: o.Targets, Attrs: o.Attrs, Reason: o.Reason, Author: o.Author,
+			ExpiresAt: o.ExpiresAt})
 	}
 	if len(ids) > 0 {
 		if err := h.leaseTimes(r.Context(), body.Boosts); err != nil {
 			body.Error = "time left unknown: " + err.Error()
+		}
+	}
+	now := time.Now()
+	for i := range body.Boosts {
+		b := &body.Boosts[i]
+		if end := ovs[b.ID].Expiry(); !end.IsZero() {
+			if left := max(int64(end.Sub(now)/time.Second), 0); b.TTLSeconds == nil || left < *b.TTLSeconds {
+				b.TTLSeconds = &left
+			}
 		}
 	}
 	writeJSON(w, http.StatusOK, body)

@@ -283,30 +283,46 @@ func contains(l []string, s string) bool {
 }
 
 // The boosts endpoint gives each live boost's lease and time left, which
-// the table does not hold.
+// the table does not hold: the lease's, or less when the boost's
+// expires_at comes first (a lease an election renewed).
 func TestBoostsTimeLeft(t *testing.T) {
 	n := startNode(t, nil)
 	regionctl(t, n, "boost", "KR", "--target", "kr-music=100", "--ttl", "1h", "--reason", "comeback week")
-	tb := n.waitTable(t, func(tb *routing.Table) bool { return len(tb.Overrides()) == 1 })
+	// A boost whose lease outlives its expires_at by 50 minutes.
+	cli := devetcd.NewTestClient(t, n.etcd)
+	lease, err := cli.Grant(context.Background(), 3600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := time.Now().Add(10 * time.Minute).UTC().Format(time.RFC3339)
+	if _, err := cli.Put(context.Background(), root+"routing/overrides/jp", `{"route":"JP","targets":[{"pool":"kr-music","weight":100}],"expires_at":"`+end+`"}`,
+		clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	tb := n.waitTable(t, func(tb *routing.Table) bool { return len(tb.Overrides()) == 2 })
 	var got struct {
 		Revision int64
 		Boosts   []struct {
 			ID, Route, Reason, Lease string
+			ExpiresAt                string `json:"expires_at"`
 			TTL                      *int64 `json:"ttl_seconds"`
 			Granted                  int64  `json:"granted_ttl_seconds"`
 		}
 		Error string
 	}
 	n.getJSON(t, "/ui/api/boosts", &got)
-	if len(got.Boosts) != 1 || got.Error != "" || got.Revision < tb.Revision() {
+	if len(got.Boosts) != 2 || got.Error != "" || got.Revision < tb.Revision() {
 		t.Fatalf("boosts: %+v", got)
 	}
-	b := got.Boosts[0]
-	if _, ok := tb.Overrides()[b.ID]; !ok || b.Route != "KR" || b.Reason != "comeback week" || b.Lease == "" {
+	b, jp := got.Boosts[0], got.Boosts[1] // by id: KR-… before jp
+	if _, ok := tb.Overrides()[b.ID]; !ok || b.Route != "KR" || b.Reason != "comeback week" || b.Lease == "" || b.ExpiresAt == "" {
 		t.Errorf("boost %+v does not match the table's %v", b, tb.Overrides())
 	}
 	if b.TTL == nil || *b.TTL <= 3500 || *b.TTL > 3600 || b.Granted != 3600 {
 		t.Errorf("boost time left %v of %d s, want just under an hour of 3600", b.TTL, b.Granted)
+	}
+	if jp.ID != "jp" || jp.ExpiresAt != end || jp.TTL == nil || *jp.TTL > 600 || *jp.TTL < 500 || jp.Granted != 3600 {
+		t.Errorf("boost %+v (time left %v): want its expires_at's 10 minutes, not its lease's hour", jp, jp.TTL)
 	}
 }
 
