@@ -1,7 +1,6 @@
 package watch_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +9,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/regiond/regiond/internal/devetcd"
-	"github.com/regiond/regiond/internal/tcpproxy"
 	"github.com/regiond/regiond/routing"
 	"github.com/regiond/regiond/watch"
 )
@@ -21,20 +19,10 @@ import (
 // bare "error"), the mirror is not connected, and it keeps serving its
 // last good table. Once the permission is back, it follows changes again.
 func TestWatchRefusedForPermission(t *testing.T) {
-	srv := devetcd.NewTest(t)
-	a := devetcd.EnableTestAuth(t, srv, "/regiond/v1/")
-	root, err := srv.ClientAs("root", devetcd.TestRootPassword)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { root.Close() })
+	e := devetcd.NewTestAuthBehindProxy(t, "/regiond/v1/")
+	a, root := e.Auth, e.Root
 	loadExample(t, root)
-	proxy, err := tcpproxy.New(strings.TrimPrefix(srv.Endpoints[0], "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{proxy.URL()}, DialTimeout: 5 * time.Second,
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Proxy.URL()}, DialTimeout: 5 * time.Second,
 		Username: a.User, Password: a.Password})
 	if err != nil {
 		t.Fatal(err)
@@ -57,15 +45,7 @@ func TestWatchRefusedForPermission(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 
-	ctx := context.Background()
-	role, end := a.User+"-rw", clientv3.GetPrefixRangeEnd(a.Prefix)
-	if _, err := root.RoleRevokePermission(ctx, role, a.Prefix, end); err != nil {
-		t.Fatal(err)
-	}
-	proxy.Sever()
-	if err := proxy.Restore(); err != nil {
-		t.Fatal(err)
-	}
+	e.SetAccess(t, false)
 	deadline = time.Now().Add(15 * time.Second)
 	for createFailures(t, reg, watch.ReasonPermission) == 0 {
 		if time.Now().After(deadline) {
@@ -89,9 +69,7 @@ func TestWatchRefusedForPermission(t *testing.T) {
 		t.Errorf("Status().Refused %q while etcd refuses the watch: want the refusal, naming the prefix", r)
 	}
 
-	if _, err := root.RoleGrantPermission(ctx, role, a.Prefix, end, clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
-		t.Fatal(err)
-	}
+	e.SetAccess(t, true)
 	rev := put(t, root, "pools/back", `{"host":"back.example.net","residency":"eu","status":"active"}`)
 	waitUntil(t, m, "the change made once the permission was back", func(tb *routing.Table) bool { return tb.Revision() >= rev })
 	deadline = time.Now().Add(15 * time.Second)

@@ -2,11 +2,14 @@ package devetcd
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/regiond/regiond/internal/tcpproxy"
 )
 
 // NewTest starts an embedded etcd in t.TempDir() on free loopback ports and
@@ -117,4 +120,59 @@ func NewTestSecure(t testing.TB, prefix string) Secure {
 	}
 	t.Cleanup(func() { cli.Close() })
 	return Secure{Server: srv, Certs: certs, Auth: a, Client: cli}
+}
+
+// AuthBehindProxy is an embedded etcd with authentication on, reached
+// through a TCP proxy a test can cut (Sever, then Restore) to make its
+// clients connect again: how a test makes a client's watch be created
+// anew after its role changed.
+type AuthBehindProxy struct {
+	Server *Server
+	// Auth is the test user's (EnableTestAuth): readwrite on Prefix.
+	Auth Auth
+	// Root is a client of user root, straight to etcd.
+	Root  *clientv3.Client
+	Proxy *tcpproxy.Proxy
+}
+
+// NewTestAuthBehindProxy starts an AuthBehindProxy whose test user may
+// read and write prefix; all of it is closed when the test ends.
+func NewTestAuthBehindProxy(t testing.TB, prefix string) *AuthBehindProxy {
+	t.Helper()
+	srv := NewTest(t)
+	a := EnableTestAuth(t, srv, prefix)
+	root, err := srv.ClientAs("root", TestRootPassword)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	proxy, err := tcpproxy.New(strings.TrimPrefix(srv.Endpoints[0], "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	return &AuthBehindProxy{Server: srv, Auth: a, Root: root, Proxy: proxy}
+}
+
+// SetAccess revokes (false) or grants back (true) the test user's
+// readwrite on its prefix. Revoking also cuts the proxy's connections, so
+// that the clients behind it create their watches again, and are refused.
+func (p *AuthBehindProxy) SetAccess(t testing.TB, on bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	role, end := p.Auth.User+"-rw", clientv3.GetPrefixRangeEnd(p.Auth.Prefix)
+	if on {
+		if _, err := p.Root.RoleGrantPermission(ctx, role, p.Auth.Prefix, end, clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if _, err := p.Root.RoleRevokePermission(ctx, role, p.Auth.Prefix, end); err != nil {
+		t.Fatal(err)
+	}
+	p.Proxy.Sever()
+	if err := p.Proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
 }
