@@ -72,6 +72,10 @@ func TestOverrideExpiresByTheClock(t *testing.T) {
 	if ex := tbl.Explain("PL", "v", at10); len(ex.Routes) == 0 || len(ex.Routes[0].Overrides) != 0 {
 		t.Errorf("Explain after expiry on the table built before lists %+v", ex.Routes)
 	}
+	// So does the what-if of a table built before the expiry.
+	if wd := tbl.WithDown([]string{"iad"}, at10); len(wd.Overrides()) != 1 {
+		t.Errorf("WithDown after expiry keeps overrides %v", wd.Overrides())
+	}
 	// The snapshot's JSON, rendered after the expiry, is without it.
 	if j, _ := tbl.JSON(at10); bytes.Contains(j, []byte("pl-ams")) {
 		t.Errorf("the table JSON at expires_at still lists pl-ams")

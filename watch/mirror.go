@@ -274,7 +274,7 @@ func (m *Mirror) setConnected(c bool) {
 // list, watch or check) of the prefix: Status.Refused until a list or a
 // watch is answered again.
 func (m *Mirror) refuse(what string, err error) {
-	msg := fmt.Sprintf("etcd refuses the %s of %s to this client's user (permission denied): check its role's read on the prefix", what, m.cfg.Prefix)
+	msg := fmt.Sprintf("etcd refuses the %s of %s (permission denied): check that the role of the client's etcd user (the agent's --user) may read the prefix", what, m.cfg.Prefix)
 	m.refused.Store(&msg)
 	m.log.Error(msg+"; keeping the last good table and retrying", "prefix", m.cfg.Prefix, "err", err)
 }

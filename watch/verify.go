@@ -58,7 +58,7 @@ func (m *Mirror) verify(ctx context.Context) string {
 		m.log.Error("etcd revision below the applied one; was the cluster restored from an older backup?", "applied_revision", m.applied)
 		return ReasonRegressed
 	case err != nil && permissionDenied(err):
-		m.refuse("check", err)
+		m.refuse("read", err)
 		return ReasonPermission
 	case err != nil:
 		m.log.Warn("could not check etcd's prefix at the applied revision; watching again", "applied_revision", m.applied, "err", err)

@@ -134,14 +134,10 @@ func (s source) Status() watch.Status {
 	return watch.Status{Revision: s.a.seed.Revision(), Epoch: s.a.seed.Epoch(), SyncedAt: s.a.seedAt}
 }
 
-// EtcdError says why the agent cannot use etcd: why it has no etcd client
-// yet, or why etcd refuses its mirror the prefix; "" when neither.
+// EtcdError says why the agent has no etcd client yet, or "".
 func (s source) EtcdError() string {
 	if e := s.a.etcdErr.Load(); e != nil {
 		return *e
-	}
-	if m := s.a.mirror.Load(); m != nil {
-		return m.Status().Refused
 	}
 	return ""
 }
@@ -247,9 +243,9 @@ func (a *Agent) Addr() string {
 }
 
 // Registry returns the agent's metrics as /metrics gathers them: never
-// while the offline gauges give way to the mirror's, so a gather finds
-// regiond_watch_connected and regiond_watch_seconds_since_sync at every
-// moment of the agent's life.
+// while the offline gauges give way to the mirror's, so from Run on a
+// gather finds regiond_watch_connected and
+// regiond_watch_seconds_since_sync at every moment.
 func (a *Agent) Registry() prometheus.Gatherer { return prometheus.GathererFunc(a.gather) }
 
 // gather is the registry's Gather, never while the offline gauges give way

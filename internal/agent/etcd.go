@@ -44,7 +44,11 @@ func (a *Agent) runEtcd(ctx context.Context, offline []prometheus.Collector) err
 	a.swapMetrics.Lock()
 	a.unregister(offline)
 	m, err := watch.New(mcfg)
-	if err == nil && a.seed != nil {
+	if err != nil {
+		for _, c := range offline {
+			a.registry.MustRegister(c) // the agent stops; its gauges stay until then
+		}
+	} else if a.seed != nil {
 		m.Seed(a.seed, a.seedAt)
 	}
 	a.swapMetrics.Unlock()

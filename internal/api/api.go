@@ -28,7 +28,8 @@ type Source interface {
 	// Changed returns a channel closed at the next table swap.
 	Changed() <-chan struct{}
 	// EtcdError says why the agent has no etcd client (a refused login,
-	// etcd unreachable at start), or is "" once it has one.
+	// etcd unreachable at start), or is "" once it has one. /v1/status
+	// gives Status().Refused in its place when it is "".
 	EtcdError() string
 }
 
@@ -315,6 +316,9 @@ func (s *Server) status(now time.Time) (Status, bool) {
 	t := s.src.Table()
 	out := Status{Node: s.cfg.Node, Revision: st.Revision, Epoch: st.Epoch, Connected: st.Connected,
 		Skipped: []routing.Skipped{}, StaleSeconds: -1, EtcdError: s.src.EtcdError()}
+	if out.EtcdError == "" {
+		out.EtcdError = st.Refused // from the same snapshot as Connected
+	}
 	if !st.SyncedAt.IsZero() {
 		out.SyncedAt = st.SyncedAt.UTC().Format(time.RFC3339Nano)
 		out.StaleSeconds = now.Sub(st.SyncedAt).Seconds()

@@ -126,7 +126,7 @@ func (h *handler) handleBoosts(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(ids) > 0 {
 		if err := h.leaseTimes(r.Context(), body.Boosts); err != nil {
-			body.Error = "time left unknown: " + err.Error()
+			body.Error = "the leases' time left unknown: " + err.Error()
 		}
 	}
 	now := time.Now()

@@ -249,7 +249,10 @@
       const left = el('td', '', 'num left');
       if (b.ttl_seconds !== undefined) left.dataset.expires = String(now + b.ttl_seconds * 1000);
       else left.textContent = 'unknown';
-      if (b.granted_ttl_seconds) left.title = 'of ' + fmtDur(b.granted_ttl_seconds) + ', lease ' + b.lease;
+      const tip = [];
+      if (b.expires_at) tip.push('until ' + b.expires_at);
+      if (b.granted_ttl_seconds) tip.push('lease ' + b.lease + ' of ' + fmtDur(b.granted_ttl_seconds));
+      if (tip.length) left.title = tip.join(', ');
       return row([b.id, b.route, (b.targets || []).map((t) => t.pool + '=' + t.weight).join(', '), b.reason || '', b.author || '', left]);
     }));
     tick();
