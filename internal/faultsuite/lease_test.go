@@ -248,7 +248,7 @@ func untilDeleted(t *testing.T, wch clientv3.WatchChan, key string, since time.T
 
 // TestBoostEndsAcrossLeaderElections: etcd renews every lease to its full
 // TTL when a member becomes leader (lease checkpoints are off by default),
-// so a 3s boost whose cluster keeps electing leaders keeps its key. The
+// so a 5s boost whose cluster keeps electing leaders keeps its key. The
 // boost's expires_at ends it anyway: an agent process stops applying it
 // by its clock while the key is still in etcd. Without expires_at honoured
 // the agent would follow the key and keep the boost until the elections
@@ -303,7 +303,7 @@ func TestBoostEndsAcrossLeaderElections(t *testing.T) {
 
 	ctl := gobuild.Binary(t, "./cmd/regionctl")
 	out, err := exec.Command(ctl, "--endpoints="+strings.Join(c.Endpoints(), ","), "--prefix=/lease",
-		"boost", "_default", "--target=eu-b=100", "--ttl=3s", "--id=b").CombinedOutput()
+		"boost", "_default", "--target=eu-b=100", "--ttl=5s", "--id=b").CombinedOutput()
 	if err != nil {
 		t.Fatalf("regionctl boost: %v\n%s", err, out)
 	}
