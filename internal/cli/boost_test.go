@@ -187,6 +187,57 @@ func TestBoostEndsAtExpiresAtWhenItsLeaseLivesOn(t *testing.T) {
 	e.must(ExitOK, "pool", "rm", "jp-extra")
 }
 
+// TestExtendOfAnExpiredBoostIsChecked: a boost past its expires_at (its
+// lease renewed, as an election does) no longer protects its pool, so the
+// pool may be drained; boost extend would then revive it and leave JP with
+// no eligible pool, and is refused as a new boost would be. (The checks
+// once saw the boost's old, past expires_at and let the extend through.)
+func TestExtendOfAnExpiredBoostIsChecked(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.must(ExitOK, "apply", "-f", writeFile(t, "jp.yaml", `
+policy:
+  residency:
+    classes: {eu: [DE], apac: [JP]}
+    unknown_country_class: eu
+pools:
+  eu-a: {host: eu-a.example.net, residency: eu}
+  tokyo: {host: tokyo.example.net, residency: apac}
+  extra: {host: extra.example.net, residency: apac}
+routes:
+  _default: {targets: [{pool: eu-a, weight: 100}]}
+  JP: {targets: [{pool: tokyo, weight: 100}]}
+`))
+	e.must(ExitOK, "boost", "JP", "--target", "extra=100", "--ttl", "3s", "--id", "jp")
+	resp, err := testClient.Get(context.Background(), e.ks.RoutingKey("overrides/jp"))
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("boost key: %v %v", resp, err)
+	}
+	var ov routing.Override
+	mustJSON(t, string(resp.Kvs[0].Value), &ov)
+	lease := clientv3.LeaseID(resp.Kvs[0].Lease)
+	defer testClient.Revoke(context.Background(), lease)
+	for time.Now().Before(ov.Expiry().Add(200 * time.Millisecond)) { // renewed past expires_at
+		if _, err := testClient.KeepAliveOnce(context.Background(), lease); err != nil {
+			t.Fatalf("renew the boost's lease: %v", err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if _, err := testClient.KeepAliveOnce(context.Background(), lease); err != nil {
+		t.Fatalf("renew the boost's lease: %v", err)
+	}
+	e.must(ExitOK, "pool", "drain", "extra")
+	r := e.must(ExitRefused, "boost", "extend", "jp", "--ttl", "1h")
+	if !strings.Contains(r.stderr, "JP") || !strings.Contains(r.stderr, "no eligible pool") {
+		t.Fatalf("extend of the expired boost onto a drained pool: %s", r)
+	}
+	var still routing.Override
+	mustJSON(t, e.get(e.ks.RoutingKey("overrides/jp")), &still)
+	if still.ExpiresAt != ov.ExpiresAt {
+		t.Fatalf("the refused extend wrote expires_at %s (was %s)", still.ExpiresAt, ov.ExpiresAt)
+	}
+}
+
 // TestBoostProtectsItsPool: a config change that would break a live boost
 // is refused until the boost is cancelled.
 func TestBoostProtectsItsPool(t *testing.T) {
