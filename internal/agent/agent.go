@@ -36,6 +36,7 @@ type Agent struct {
 	// /metrics, so no scrape sees neither.
 	swapMetrics sync.RWMutex
 	unixLn      *connLimit
+	sock        *unixSocket // the file of unixLn, removed at exit while it is the agent's
 	tcpLn       *connLimit
 
 	// seed is the table loaded from the snapshot file (marked stale), served
@@ -210,6 +211,7 @@ func (a *Agent) listen() error {
 		if err != nil {
 			return err
 		}
+		a.sock = ln
 		a.unixLn = limitListener(ln, a.maxConns, "unix", a.conns)
 	}
 	if a.cfg.Listen != "" {
@@ -225,6 +227,7 @@ func (a *Agent) listen() error {
 func (a *Agent) closeListeners() {
 	if a.unixLn != nil {
 		a.unixLn.Close()
+		a.sock.Remove()
 	}
 	if a.tcpLn != nil {
 		a.tcpLn.Close()
@@ -295,8 +298,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("regiond agent running", "node", a.cfg.Node, "endpoints", a.cfg.Endpoints,
 		"prefix", a.cfg.Prefix, "socket", a.cfg.Socket, "listen", a.Addr(), "snapshot", a.cfg.Snapshot)
 	err := g.Wait()
-	if a.cfg.Socket != "" {
-		os.Remove(a.cfg.Socket)
+	if a.sock != nil {
+		a.sock.Remove()
 	}
 	return err
 }

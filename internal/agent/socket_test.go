@@ -1,0 +1,117 @@
+package agent_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/regiond/regiond/internal/agent"
+)
+
+// socketGet answers GET path over the unix socket at sock, or an error.
+func socketGet(sock, path string) (int, error) {
+	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		}}}
+	resp, err := c.Get("http://regiond" + path)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// runOffline runs an agent of cfg (its etcd unreachable: the API serves
+// regardless) until the returned stop is called.
+func runOffline(t *testing.T, cfg agent.Config) (stop func()) {
+	t.Helper()
+	a, err := agent.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	waitFor(t, "the agent's socket answering", func() bool {
+		code, err := socketGet(cfg.Socket, "/healthz")
+		return err == nil && code == 200
+	})
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Error("agent did not stop within 15s")
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// TestSocketInUseIsRefused: a second agent given the --socket of a
+// running one does not start (the error says the socket is in use), and
+// the first keeps its socket; a socket file nothing answers on (a crashed
+// run's) is taken over; an agent removes its socket file at exit only
+// while the file is still the one it made.
+func TestSocketInUseIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	first := offlineConfig(filepath.Join(dir, "first"))
+	first.Socket = filepath.Join(dir, "run", "regiond.sock")
+	stopFirst := runOffline(t, first)
+
+	second := offlineConfig(filepath.Join(dir, "second"))
+	second.Socket = first.Socket
+	if a, err := agent.New(second); err == nil {
+		stopOffline(t, a)
+		t.Fatal("a second agent started on the socket of a running one")
+	} else if !strings.Contains(err.Error(), "is in use") || !strings.Contains(err.Error(), first.Socket) {
+		t.Errorf("error %q does not say that the socket %s is in use", err, first.Socket)
+	}
+	if code, err := socketGet(first.Socket, "/healthz"); err != nil || code != 200 {
+		t.Fatalf("the first agent's socket after the refused start: %d, %v", code, err)
+	}
+	stopFirst()
+	if _, err := os.Lstat(first.Socket); !os.IsNotExist(err) {
+		t.Errorf("socket file after a clean stop: %v, want it removed", err)
+	}
+
+	// A crashed run's socket: the file is there, nothing answers.
+	ln, err := net.Listen("unix", first.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close()
+	if _, err := socketGet(first.Socket, "/healthz"); err == nil {
+		t.Fatal("the stale socket answers")
+	}
+	stopSecond := runOffline(t, second)
+
+	// Its file replaced by another process's socket: left at exit.
+	if err := os.Remove(second.Socket); err != nil {
+		t.Fatal(err)
+	}
+	other, err := net.Listen("unix", second.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	stopSecond()
+	if _, err := os.Lstat(second.Socket); err != nil {
+		t.Errorf("the agent removed a socket file it had not made: %v", err)
+	}
+}
