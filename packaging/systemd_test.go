@@ -166,7 +166,7 @@ func TestUnitSettings(t *testing.T) {
 		"Service.RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6",
 		"Service.Restart":                 "always", "Service.RestartSec": "2s", "Service.User": "regiond",
 		"Service.RestartSteps": "5", "Service.RestartMaxDelaySec": "60s",
-		"Unit.StartLimitIntervalSec": "300", "Unit.StartLimitBurst": "10",
+		"Unit.StartLimitIntervalSec": "300", "Unit.StartLimitBurst": "10", "Service.RestartPreventExitStatus": "2",
 	}
 	agent := unitSettings(t, "systemd/regiond.service")
 	want := map[string]string{

@@ -62,7 +62,7 @@ func (m *Mirror) Run(ctx context.Context) error {
 				break
 			}
 			reason = ReasonListFailed
-			if permissionDenied(err) {
+			if PermissionDenied(err) {
 				m.refuse("list", err)
 			} else {
 				m.log.Warn("list failed; keeping the last good table", "prefix", m.cfg.Prefix, "err", err)

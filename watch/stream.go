@@ -245,7 +245,7 @@ func (m *Mirror) watchError(resp clientv3.WatchResponse) string {
 		m.log.Warn("watch compacted", "compact_revision", resp.CompactRevision, "applied_revision", m.applied)
 		return ReasonCompacted
 	}
-	if permissionDenied(err) {
+	if PermissionDenied(err) {
 		m.refuse("watch", err)
 		return ReasonPermission
 	}
@@ -256,10 +256,10 @@ func (m *Mirror) watchError(resp clientv3.WatchResponse) string {
 	return ReasonError
 }
 
-// permissionDenied reports whether etcd refused a request to the client's
+// PermissionDenied reports whether etcd refused a request to the client's
 // user: as an error, or as the reason a watch was cancelled with (its
 // text).
-func permissionDenied(err error) bool {
+func PermissionDenied(err error) bool {
 	return errors.Is(err, rpctypes.ErrPermissionDenied) || strings.Contains(err.Error(), rpctypes.ErrPermissionDenied.Error())
 }
 

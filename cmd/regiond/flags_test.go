@@ -7,6 +7,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
+
+	"github.com/regiond/regiond/internal/devetcd"
 )
 
 // TestHelpShowsTheCaps: the API's caps are flags, shown in regiond --help
@@ -69,5 +73,57 @@ func TestRefusesASnapshotDirectoryNotItsOwn(t *testing.T) {
 	err = run("--snapshot="+filepath.Join(base, "new", "table.json"), "--snapshot-group=no-such-group-regiond")
 	if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "--snapshot-group") {
 		t.Fatalf("regiond with an unknown --snapshot-group: %v (exit %d), want exit 2 naming the flag", err, exitCode(err))
+	}
+}
+
+// TestRefusesBadEndpointsAndTLS: before anything starts, a malformed
+// --endpoints, a plaintext endpoint beside TLS flags, a --cacert without a
+// certificate and a stray argument are usage errors (exit 2) naming what
+// is wrong; a bare host:port is taken as http://, or https:// with TLS.
+func TestRefusesBadEndpointsAndTLS(t *testing.T) {
+	notPEM := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--endpoints=htps://127.0.0.1:2379"}, `--endpoints "htps://127.0.0.1:2379": unknown scheme "htps"`},
+		{[]string{"--endpoints=http://127.0.0.1"}, `--endpoints "http://127.0.0.1": want scheme://host:port`},
+		{[]string{"--endpoints=http://127.0.0.1:2379/v3"}, `want scheme://host:port`},
+		{[]string{"--endpoints=http://127.0.0.1:2379", "--cacert=" + notPEM}, "--cacert " + notPEM + ": no PEM certificate in it"},
+		{[]string{"stray"}, `unexpected argument "stray"`},
+	} {
+		cmd := newRootCommand()
+		cmd.SetArgs(append([]string{"--socket=", "--listen=127.0.0.1:0", "--snapshot=", "--log-level=error"}, tc.args...))
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		err := cmd.Execute()
+		if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("regiond %v: %v (exit %d), want exit 2 with %q", tc.args, err, exitCode(err), tc.want)
+		}
+	}
+
+	certs := devetcd.NewTestCerts(t)
+	tlsFlags := []string{"--cacert=" + certs.CAFile, "--cert=" + certs.ClientCertFile, "--key=" + certs.ClientKeyFile}
+	var f agentFlags
+	fs := pflag.NewFlagSet("regiond", pflag.ContinueOnError)
+	f.register(fs, false)
+	if err := fs.Parse(append([]string{"--endpoints=http://127.0.0.1:2379"}, tlsFlags...)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.finish(); err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "is plaintext, but --cacert, --cert or --key ask for TLS: write https://") {
+		t.Errorf("http:// with TLS flags: %v, want a usage error saying to write https://", err)
+	}
+	f = agentFlags{}
+	fs = pflag.NewFlagSet("regiond", pflag.ContinueOnError)
+	f.register(fs, false)
+	if err := fs.Parse(append([]string{"--endpoints=127.0.0.1:2379,https://etcd-2:2379,unixs://etcd.sock"}, tlsFlags...)); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := f.finish()
+	if want := []string{"https://127.0.0.1:2379", "https://etcd-2:2379", "unixs://etcd.sock"}; err != nil || strings.Join(cfg.Endpoints, ",") != strings.Join(want, ",") {
+		t.Errorf("endpoints with TLS: %v, %v; want %v", cfg.Endpoints, err, want)
 	}
 }

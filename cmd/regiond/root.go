@@ -1,9 +1,11 @@
 package main
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"strings"
 
@@ -43,7 +45,7 @@ func (f *agentFlags) register(fs *pflag.FlagSet, dev bool) {
 		fs.StringVar(&f.cert, "cert", "", "client certificate (PEM) for etcd")
 		fs.StringVar(&f.keyPEM, "key", "", "client key (PEM) for etcd")
 		fs.StringVar(&f.cfg.Username, "user", "", "etcd user (password from $REGIOND_PASSWORD)")
-		fs.DurationVar(&f.cfg.DialTimeout, "dial-timeout", d.DialTimeout, "first-connection timeout to etcd")
+		fs.DurationVar(&f.cfg.DialTimeout, "dial-timeout", d.DialTimeout, "how long each attempt to reach etcd at start waits (the login, a first read); then it retries with backoff")
 		fs.StringVar(&f.cfg.Socket, "socket", d.Socket, "unix socket of the API (mode 0660; \"\" disables)")
 		fs.StringVar(&f.cfg.Listen, "listen", "", "also serve the API on this loopback TCP address, e.g. 127.0.0.1:7420")
 		fs.StringVar(&f.cfg.Snapshot, "snapshot", d.Snapshot,
@@ -84,6 +86,11 @@ func (f *agentFlags) finish() (agent.Config, error) {
 	cfg.Password = os.Getenv("REGIOND_PASSWORD")
 	cfg.Version = version.String()
 	if f.cacert != "" || f.cert != "" || f.keyPEM != "" {
+		if f.cacert != "" {
+			if err := checkCA(f.cacert); err != nil {
+				return cfg, usageError{err}
+			}
+		}
 		info := transport.TLSInfo{TrustedCAFile: f.cacert, CertFile: f.cert, KeyFile: f.keyPEM}
 		tc, err := info.ClientConfig()
 		if err != nil {
@@ -91,14 +98,11 @@ func (f *agentFlags) finish() (agent.Config, error) {
 		}
 		cfg.TLS = tc
 	}
-	for i, e := range cfg.Endpoints {
-		if !strings.Contains(e, "://") {
-			cfg.Endpoints[i] = "http://" + e
-			if cfg.TLS != nil {
-				cfg.Endpoints[i] = "https://" + e
-			}
-		}
+	eps, err := endpoints(cfg.Endpoints, cfg.TLS != nil)
+	if err != nil {
+		return cfg, usageError{err}
 	}
+	cfg.Endpoints = eps
 	if err := cfg.Validate(); err != nil {
 		return cfg, usageError{err}
 	}
@@ -125,7 +129,7 @@ snapshot file, marked stale).`,
 
   # everything on one machine, with an embedded etcd:
   regiond dev`,
-		Args:          cobra.NoArgs,
+		Args:          noArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -147,4 +151,60 @@ snapshot file, marked stale).`,
 	cmd.SetVersionTemplate("regiond {{.Version}}\n")
 	cmddocs.Register(cmd)
 	return cmd
+}
+
+// noArgs refuses arguments as a usage error (exit 2): regiond takes flags
+// and the dev subcommand only.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageError{fmt.Errorf("unexpected argument %q: regiond takes flags only (or the subcommand dev); see regiond --help", args[0])}
+	}
+	return nil
+}
+
+// endpoints checks --endpoints: each an http(s)://host:port URL (a bare
+// host:port gets http://, or https:// with the TLS flags), unix:// or
+// unixs://, and none plaintext (http://) while TLS flags are given: the
+// client would speak plaintext and ignore them.
+func endpoints(in []string, tlsOn bool) ([]string, error) {
+	out := make([]string, len(in))
+	for i, e := range in {
+		if !strings.Contains(e, "://") {
+			e = "http://" + e
+			if tlsOn {
+				e = "https://" + e[len("http://"):]
+			}
+		}
+		u, err := url.Parse(e)
+		if err != nil {
+			return nil, fmt.Errorf("--endpoints %q: %w", in[i], err)
+		}
+		switch u.Scheme {
+		case "http", "https":
+			if u.Hostname() == "" || u.Port() == "" || (u.Path != "" && u.Path != "/") {
+				return nil, fmt.Errorf("--endpoints %q: want scheme://host:port, e.g. https://etcd-1:2379", in[i])
+			}
+		case "unix", "unixs":
+		default:
+			return nil, fmt.Errorf("--endpoints %q: unknown scheme %q (http, https, unix or unixs)", in[i], u.Scheme)
+		}
+		if tlsOn && (u.Scheme == "http" || u.Scheme == "unix") {
+			return nil, fmt.Errorf("--endpoints %q is plaintext, but --cacert, --cert or --key ask for TLS: write %ss://", in[i], u.Scheme)
+		}
+		out[i] = e
+	}
+	return out, nil
+}
+
+// checkCA refuses a --cacert file that holds no PEM certificate: the
+// client would trust nothing, and every handshake would fail.
+func checkCA(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("--cacert: %w", err)
+	}
+	if !x509.NewCertPool().AppendCertsFromPEM(b) {
+		return fmt.Errorf("--cacert %s: no PEM certificate in it", path)
+	}
+	return nil
 }

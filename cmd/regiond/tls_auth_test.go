@@ -103,7 +103,7 @@ func TestRootTLSAndAuthFlags(t *testing.T) {
 		t.Fatalf("wrong password: /v1/status etcd_error %q, want the refused login of %s", st.EtcdError, a.User)
 	}
 	bad := append(args(t.TempDir()), "--listen", freeAddr(t), "--cacert", filepath.Join(t.TempDir(), "missing.pem"))
-	if err := run(context.Background(), bad); err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "TLS flags") {
+	if err := run(context.Background(), bad); err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "--cacert") {
 		t.Fatalf("missing --cacert file: %v (exit %d), want exit 2", err, exitCode(err))
 	}
 }

@@ -55,8 +55,9 @@ type Agent struct {
 	// descriptor limit; conns are the connection metrics.
 	maxConns int
 	conns    connVecs
-	// etcdErr says why there is no etcd client yet ("" when there is);
-	// login counts refused logins.
+	// etcdErr says why the agent has not reached etcd since it started
+	// (no client: a refused login; or no answer to awaitEtcd's probe);
+	// nil once it has. login holds the dial's metrics.
 	etcdErr atomic.Pointer[string]
 	login   loginMetrics
 	// statusClock times the status key's checks; beforeStatusPut runs
@@ -135,7 +136,7 @@ func (s source) Status() watch.Status {
 	return watch.Status{Revision: s.a.seed.Revision(), Epoch: s.a.seed.Epoch(), SyncedAt: s.a.seedAt}
 }
 
-// EtcdError says why the agent has no etcd client yet, or "".
+// EtcdError says why the agent has not reached etcd yet, or "".
 func (s source) EtcdError() string {
 	if e := s.a.etcdErr.Load(); e != nil {
 		return *e

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/regiond/regiond/internal/backoff"
+	"github.com/regiond/regiond/internal/etcddiag"
 	"github.com/regiond/regiond/internal/keyspace"
 	"github.com/regiond/regiond/internal/snapshot"
 	"github.com/regiond/regiond/routing"
@@ -60,6 +61,7 @@ func (a *Agent) runEtcd(ctx context.Context, offline []prometheus.Collector) err
 	a.pub.Store(pub)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { lowerGCUntil(gctx, m.WaitReady); return nil })
+	g.Go(func() error { a.awaitEtcd(gctx, cli, m.Ready()); return nil })
 	g.Go(func() error { return m.Run(gctx) })
 	if w != nil {
 		g.Go(func() error { return w.Run(gctx) })
@@ -134,9 +136,10 @@ func dialBackoff() *backoff.Backoff {
 // returns window each time a quarter of it is read).
 const grpcWindow = 4 << 20
 
-// dial connects to etcd (with --user, creating the client logs in, which
-// needs etcd), retrying with backoff until it does or ctx is done (then it
-// returns nil). Meanwhile the API serves the snapshot, marked stale, and
+// dial makes the etcd client, retrying with backoff until it can or ctx is
+// done (then it returns nil). With --user, making it logs in, which needs
+// etcd, within --dial-timeout; without, it does not wait for etcd (see
+// awaitEtcd). Meanwhile the API serves the snapshot, marked stale, and
 // /v1/status names the error. A refused login is retried too: the
 // password may be fixed in etcd (or the user created) without a restart.
 func (a *Agent) dial(ctx context.Context) *clientv3.Client {
@@ -149,9 +152,6 @@ func (a *Agent) dial(ctx context.Context) *clientv3.Client {
 			DialOptions: []grpc.DialOption{grpc.WithStaticStreamWindowSize(grpcWindow), grpc.WithStaticConnWindowSize(grpcWindow)},
 		})
 		if err == nil {
-			if a.etcdErr.Swap(nil) != nil {
-				a.log.Info("connected to etcd", "endpoints", a.cfg.Endpoints, "user", a.cfg.Username)
-			}
 			a.login.refused.Set(0)
 			return cli
 		}
@@ -159,16 +159,62 @@ func (a *Agent) dial(ctx context.Context) *clientv3.Client {
 			return nil
 		}
 		wait := bo.Next()
-		a.dialFailed(err, wait)
+		a.dialFailed(ctx, err, wait)
 		if backoff.Sleep(ctx, wait) != nil {
 			return nil
 		}
 	}
 }
 
+// awaitEtcd probes etcd until it answers, or the mirror has listed it
+// (listed is closed), or ctx is done. Making a client without a login does
+// not wait for etcd (its first request makes the connection), so this is
+// what finds etcd unreachable, without a leader, or speaking another TLS
+// at start: /v1/status names it (dialFailed) while the mirror's first
+// list keeps failing, and regiond_agent_etcd_client stays 0. The mirror
+// and the snapshot writer run meanwhile (the file's written_at stays
+// fresh). The probe is a read of the epoch key, linearizable, within
+// --dial-timeout, retried with the dial's backoff; etcd refusing the read
+// to the agent's user counts as reached: the mirror reports that
+// (watch.Status.Refused).
+func (a *Agent) awaitEtcd(ctx context.Context, cli *clientv3.Client, listed <-chan struct{}) {
+	ks, _ := keyspace.New(a.cfg.Prefix)
+	bo := dialBackoff()
+	for reached := false; !reached; {
+		pctx, cancel := context.WithTimeout(ctx, a.cfg.DialTimeout)
+		_, err := cli.Get(pctx, ks.Epoch(), clientv3.WithCountOnly())
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil || watch.PermissionDenied(err) {
+			reached = true
+			continue
+		}
+		wait := bo.Next()
+		a.dialFailed(ctx, fmt.Errorf("no answer within --dial-timeout %s: %w", a.cfg.DialTimeout, err), wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-listed:
+			t.Stop()
+			reached = true
+		case <-t.C:
+		}
+	}
+	if a.etcdErr.Swap(nil) != nil {
+		a.log.Info("connected to etcd", "endpoints", a.cfg.Endpoints, "user", a.cfg.Username)
+	}
+	a.login.client.Set(1)
+}
+
 // dialFailed reports a failed dial: in the logs (a refused login loudly),
-// in /v1/status and, for a refused login, in the metrics.
-func (a *Agent) dialFailed(err error, wait time.Duration) {
+// in /v1/status and, for a refused login, in the metrics. For etcd not
+// answering it names what each endpoint's own dial finds (etcddiag): a
+// refused connection, a certificate, TLS against plaintext.
+func (a *Agent) dialFailed(ctx context.Context, err error, wait time.Duration) {
 	var msg string
 	if loginRefused(err) {
 		msg = fmt.Sprintf("etcd refused the login of user %q at %v: %v; check the user's password ($REGIOND_PASSWORD) and that the user exists in etcd",
@@ -179,9 +225,13 @@ func (a *Agent) dialFailed(err error, wait time.Duration) {
 			"endpoints", a.cfg.Endpoints, "err", err, "retry_in", wait.Round(time.Millisecond))
 	} else {
 		msg = fmt.Sprintf("etcd unreachable at %v: %v", a.cfg.Endpoints, err)
+		why := etcddiag.Why(ctx, a.cfg.Endpoints, a.cfg.TLS)
+		if why != "" {
+			msg += " (" + why + ")"
+		}
 		a.login.refused.Set(0)
 		a.log.Warn("etcd unreachable; serving the last table meanwhile", "endpoints", a.cfg.Endpoints,
-			"err", err, "retry_in", wait.Round(time.Millisecond))
+			"err", err, "endpoint_errors", why, "retry_in", wait.Round(time.Millisecond))
 	}
 	a.etcdErr.Store(&msg)
 }
@@ -192,20 +242,24 @@ func loginRefused(err error) bool {
 		errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrGRPCPermissionDenied)
 }
 
-// loginMetrics count the logins etcd refused.
+// loginMetrics say whether the agent has reached etcd, and count the
+// logins etcd refused.
 type loginMetrics struct {
+	client   prometheus.Gauge
 	refused  prometheus.Gauge
 	refusals prometheus.Counter
 }
 
 func newLoginMetrics(reg prometheus.Registerer) loginMetrics {
 	m := loginMetrics{
+		client: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "regiond", Subsystem: "agent", Name: "etcd_client",
+			Help: "1 once the agent has reached etcd (and logged in, with --user) since it started; 0 while it retries, serving its snapshot file (GET /v1/status: etcd_error)."}),
 		refused: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "regiond", Subsystem: "agent", Name: "etcd_login_refused",
 			Help: "1 while etcd refuses the agent's login (--user, $REGIOND_PASSWORD): the agent serves its last table and retries."}),
 		refusals: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "regiond", Subsystem: "agent", Name: "etcd_login_refusals_total",
 			Help: "Logins to etcd refused (wrong password, unknown user)."}),
 	}
-	reg.MustRegister(m.refused, m.refusals)
+	reg.MustRegister(m.client, m.refused, m.refusals)
 	return m
 }
 

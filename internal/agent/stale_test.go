@@ -104,6 +104,16 @@ func TestSurvivesEtcdOutageAndRestartFromSnapshot(t *testing.T) {
 	if got := gauge(t, h2, "regiond_watch_seconds_since_sync"); got <= maxStale.Seconds() {
 		t.Fatalf("restarted: regiond_watch_seconds_since_sync %v, want more than %v", got, maxStale.Seconds())
 	}
+	// Without --user, making the client does not reach etcd: the agent's
+	// probe does, and /v1/status and the metrics say so, naming why.
+	waitFor(t, "etcd_error while etcd is down", func() bool { h2.get("/v1/status", &st); return st.EtcdError != "" })
+	if !strings.Contains(st.EtcdError, "etcd unreachable at ["+url+"]") || !strings.Contains(st.EtcdError, url+": dial: ") ||
+		!strings.Contains(st.EtcdError, "connection refused") {
+		t.Fatalf("restarted with etcd down: etcd_error %q, want it to name the endpoint and the refused connection", st.EtcdError)
+	}
+	if got := gauge(t, h2, "regiond_agent_etcd_client"); got != 0 {
+		t.Fatalf("restarted with etcd down: regiond_agent_etcd_client %v, want 0", got)
+	}
 	// The restarted agent's rewrites carry the same synced_at.
 	waitFor(t, "the restarted agent's rewrite", func() bool {
 		hdr, ok := h2.snapshotHeader()
@@ -129,8 +139,12 @@ func TestSurvivesEtcdOutageAndRestartFromSnapshot(t *testing.T) {
 		c, d := h2.resolve("PL", "k")
 		return c == 200 && d.Pool == "eu-north" && d.Revision >= p.Header.Revision && !contains(d.Degraded, "stale-table")
 	})
-	if h2.get("/v1/status", &st); st.Stale {
-		t.Fatalf("status still stale after catching up: %+v", st)
+	st = api.Status{} // etcd_error is omitted when empty
+	if h2.get("/v1/status", &st); st.Stale || st.EtcdError != "" {
+		t.Fatalf("status after catching up: %+v, want not stale, no etcd_error", st)
+	}
+	if got := gauge(t, h2, "regiond_agent_etcd_client"); got != 1 {
+		t.Fatalf("after catching up: regiond_agent_etcd_client %v, want 1", got)
 	}
 	waitFor(t, "ready once etcd is back", func() bool { return h2.get("/readyz", nil) == 200 })
 	waitFor(t, "synced_at moves in the file", func() bool {

@@ -27,9 +27,9 @@ type Source interface {
 	Status() watch.Status
 	// Changed returns a channel closed at the next table swap.
 	Changed() <-chan struct{}
-	// EtcdError says why the agent has no etcd client (a refused login,
-	// etcd unreachable at start), or is "" once it has one. /v1/status
-	// gives Status().Refused in its place when it is "".
+	// EtcdError says why the agent has not reached etcd since it started
+	// (a refused login, etcd unreachable at start), or is "" once it has.
+	// /v1/status gives Status().Refused in its place when it is "".
 	EtcdError() string
 }
 

@@ -1,0 +1,118 @@
+// Package etcddiag names why etcd does not answer at its endpoints. A gRPC
+// client waiting for a connection reports only that its deadline passed,
+// so a refused connection, a certificate etcd's CA did not sign and TLS
+// spoken to a plaintext port all read "context deadline exceeded". Why
+// dials each endpoint as an etcd client would, outside gRPC, and says
+// what went wrong there.
+package etcddiag
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Timeout bounds each endpoint's dial and handshake.
+const Timeout = time.Second
+
+// Why dials each endpoint at once (TCP, then for https:// a TLS handshake with tc,
+// or with the system's roots when tc is nil, as the etcd client does) and
+// returns what failed, one "endpoint: why" per endpoint, joined with "; ".
+// An http:// endpoint that completes a TLS handshake is reported as
+// serving TLS. It returns "" when every endpoint accepts the connection as
+// configured: then etcd itself did not answer (no leader, overloaded).
+func Why(ctx context.Context, endpoints []string, tc *tls.Config) string {
+	ws := make([]string, len(endpoints))
+	var wg sync.WaitGroup
+	for i, ep := range endpoints {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if w := endpoint(ctx, ep, tc); w != "" {
+				ws[i] = ep + ": " + w
+			}
+		}()
+	}
+	wg.Wait()
+	var why []string
+	for _, w := range ws {
+		if w != "" {
+			why = append(why, w)
+		}
+	}
+	return strings.Join(why, "; ")
+}
+
+// endpoint is Why for one endpoint.
+func endpoint(ctx context.Context, ep string, clientTLS *tls.Config) string {
+	u, err := url.Parse(ep)
+	if err != nil || u.Host == "" {
+		return "not a URL of the form http(s)://host:port"
+	}
+	network, addr := "tcp", u.Host
+	switch u.Scheme {
+	case "unix", "unixs":
+		network = "unix"
+	case "http", "https":
+	default:
+		return fmt.Sprintf("unknown scheme %q (http, https, unix, unixs)", u.Scheme)
+	}
+	d := net.Dialer{Timeout: Timeout}
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return cause(err)
+	}
+	defer c.Close()
+	secure := u.Scheme == "https" || u.Scheme == "unixs"
+	cfg := &tls.Config{ServerName: u.Hostname()}
+	if clientTLS != nil {
+		cfg = clientTLS.Clone()
+		if cfg.ServerName == "" {
+			cfg.ServerName = u.Hostname()
+		}
+	}
+	if !secure {
+		// Plaintext configured: does the port speak TLS?
+		cfg = &tls.Config{InsecureSkipVerify: true} // only to learn whether it answers TLS
+	}
+	hctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	tc := tls.Client(c, cfg)
+	err = tc.HandshakeContext(hctx)
+	switch {
+	case secure && errors.Is(err, io.EOF):
+		return "TLS handshake: the server closed the connection (a plaintext port? then http://)"
+	case secure && err != nil:
+		return "TLS handshake: " + cause(err)
+	case !secure && err == nil:
+		return "the server there speaks TLS: use https:// (and --cacert for a private CA)"
+	case !secure:
+		return ""
+	}
+	// With TLS 1.3 the server checks the client's certificate after the
+	// client's handshake is done: its refusal is the first thing read.
+	tc.SetReadDeadline(time.Now().Add(Timeout / 4))
+	_, err = tc.Read(make([]byte, 1))
+	var ne net.Error
+	if err == nil || errors.As(err, &ne) && ne.Timeout() {
+		return ""
+	}
+	return "TLS: the server closed the connection after the handshake: " + cause(err) + " (a client certificate it accepts? --cert, --key)"
+}
+
+// cause is err's innermost message, without the layers that repeat the
+// address.
+func cause(err error) string {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		return op.Op + ": " + op.Err.Error()
+	}
+	return err.Error()
+}

@@ -1,0 +1,71 @@
+package etcddiag_test
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/etcddiag"
+	"github.com/regiond/regiond/internal/freeport"
+)
+
+// TestWhy names what is wrong at each endpoint of a real etcd: plaintext
+// and TLS (with client certificates), dialed right and wrong.
+func TestWhy(t *testing.T) {
+	plain := devetcd.NewTest(t)
+	certs := devetcd.NewTestCerts(t)
+	secure := devetcd.NewTestTLS(t, certs)
+	good, err := certs.ClientTLSConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherCA, err := devetcd.NewTestCerts(t).ClientTLSConfig() // another CA's pool and certificate
+	if err != nil {
+		t.Fatal(err)
+	}
+	noCert := good.Clone()
+	noCert.Certificates, noCert.GetClientCertificate = nil, nil
+	port, err := freeport.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := fmt.Sprintf("http://127.0.0.1:%d", port)
+	httpsEP, plainEP := secure.Endpoints[0], plain.Endpoints[0]
+	asHTTP := strings.Replace(httpsEP, "https://", "http://", 1)
+	asHTTPS := strings.Replace(plainEP, "http://", "https://", 1)
+
+	for _, tc := range []struct {
+		name      string
+		endpoints []string
+		tls       *tls.Config
+		want      []string // each in the answer; none: ""
+	}{
+		{"plaintext, right", []string{plainEP}, nil, nil},
+		{"TLS, right", []string{httpsEP}, good, nil},
+		{"nothing listening", []string{closed}, nil, []string{closed + ": dial: ", "connection refused"}},
+		{"another CA", []string{httpsEP}, otherCA, []string{httpsEP + ": TLS handshake: ", "certificate signed by unknown authority"}},
+		{"no client certificate", []string{httpsEP}, noCert, []string{httpsEP + ": TLS: the server closed the connection", "certificate required", "--cert"}},
+		{"http:// to TLS", []string{asHTTP}, nil, []string{asHTTP + ": the server there speaks TLS: use https://"}},
+		{"https:// to plaintext", []string{asHTTPS}, good, []string{asHTTPS + ": TLS handshake: ", "the server closed the connection (a plaintext port? then http://)"}},
+		{"bad scheme", []string{"htps://127.0.0.1:2379"}, nil, []string{`unknown scheme "htps"`}},
+		{"one of two down", []string{plainEP, closed}, nil, []string{closed + ": dial: "}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := etcddiag.Why(context.Background(), tc.endpoints, tc.tls)
+			if len(tc.want) == 0 && got != "" {
+				t.Errorf("Why = %q, want \"\"", got)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("Why = %q, want it to contain %q", got, w)
+				}
+			}
+			if strings.Contains(got, plainEP+":") && tc.name == "one of two down" {
+				t.Errorf("Why = %q names the endpoint that answers", got)
+			}
+		})
+	}
+}
