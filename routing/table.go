@@ -184,6 +184,9 @@ func (t *Table) Pool(id string) (*PoolState, bool) {
 // PoolIDs returns the pool ids in order.
 func (t *Table) PoolIDs() []string { return t.pools.keys() }
 
+// NumPools returns the number of pools in the table.
+func (t *Table) NumPools() int { return t.pools.len() }
+
 // Route returns a route with its live overrides applied.
 func (t *Table) Route(name string) (*Route, bool) {
 	r, ok := t.routes[name]

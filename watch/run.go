@@ -65,7 +65,8 @@ func (m *Mirror) Run(ctx context.Context) error {
 			if PermissionDenied(err) {
 				m.refuse("list", err)
 			} else {
-				m.log.Warn("list failed; keeping the last good table", "prefix", m.cfg.Prefix, "err", err)
+				m.log.Warn("list failed; keeping the last good table", "prefix", m.cfg.Prefix,
+					"endpoints", m.cfg.Client.Endpoints(), "err", err)
 			}
 			if bo.Wait(ctx) != nil {
 				break

@@ -329,7 +329,7 @@ func (s *Server) status(now time.Time) (Status, bool) {
 			out.Skipped = sk
 		}
 	}
-	ready := t != nil && !st.SyncedAt.IsZero() && now.Sub(st.SyncedAt) <= s.cfg.MaxStale
+	ready := t != nil && !st.SyncedAt.IsZero() && now.Sub(st.SyncedAt) <= s.cfg.MaxStale && t.NumPools() > 0
 	return out, ready
 }
 
@@ -345,6 +345,8 @@ func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
 		writeText(w, http.StatusOK, "ok\n")
 	case s.src.Table() == nil:
 		writeText(w, http.StatusServiceUnavailable, "not ready: no routing table loaded yet\n")
+	case s.src.Table().NumPools() == 0 && st.SyncedAt != "":
+		writeText(w, http.StatusServiceUnavailable, fmt.Sprintf("not ready: the table (epoch %d, revision %d) has no pools, so nothing routes: is --prefix right, and was a config applied (regionctl apply)?\n", st.Epoch, st.Revision))
 	default:
 		writeText(w, http.StatusServiceUnavailable, "not ready: table last confirmed "+st.SyncedAt+", older than --max-stale "+s.cfg.MaxStale.String()+"\n")
 	}
