@@ -70,8 +70,8 @@ func create(dir string, mode os.FileMode, gid int) error {
 
 // Check returns an error naming dir (as what), what is wrong and how to
 // fix it, unless dir is a directory (not a symbolic link to one), owned by
-// the process's effective user, writable by neither its group nor others
-// and, unless gid is NoGroup, of group gid.
+// the process's effective user, writable and searchable by it, writable by
+// neither its group nor others and, unless gid is NoGroup, of group gid.
 func Check(dir, what string, gid int) error {
 	fi, err := os.Lstat(dir)
 	if err != nil {
@@ -95,6 +95,10 @@ func Check(dir, what string, gid int) error {
 	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
 		return fmt.Errorf("%s %s is writable by %s (mode %#o): they could replace the files in it; chmod go-w %s",
 			what, dir, writers(perm), perm, dir)
+	}
+	if perm := fi.Mode().Perm(); perm&0o300 != 0o300 {
+		return fmt.Errorf("%s %s is not writable and searchable by its owner (mode %#o): the agent could not publish in it; chmod u+wx %s",
+			what, dir, perm, dir)
 	}
 	if gid != NoGroup && int(st.Gid) != gid {
 		return fmt.Errorf("%s %s has group %s, not %s: its readers may not get in; chgrp %s %s (or remove it: the agent creates it)",

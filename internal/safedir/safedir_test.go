@@ -124,6 +124,7 @@ func TestRefusals(t *testing.T) {
 		{"world-writable", mk("ww", 0o757), NoGroup, []string{"writable by others (mode 0757)"}},
 		{"both", mk("all", 0o777), NoGroup, []string{"writable by group and others (mode 0777)"}},
 		{"not a directory", file, NoGroup, []string{"is not a directory"}},
+		{"read-only", mk("ro", 0o555), NoGroup, []string{"is not writable and searchable by its owner (mode 0555)", "chmod u+wx"}},
 		{"other group", grouped, otherGID + 1, []string{"has group gid", "chgrp"}},
 	} {
 		for _, f := range []func() error{
