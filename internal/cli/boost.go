@@ -122,7 +122,9 @@ until it ends or boost cancel deletes it). -o json gives "expired" too.`,
 type boostInfo struct {
 	store.LiveOverride
 	ID         string `json:"id"`
-	TTLSeconds int64  `json:"ttl_seconds"` // the lease's remaining life
+	// TTLSeconds is the lease's remaining life; null for a key without a
+	// lease (a hand edit: only its expires_at, if any, ends it).
+	TTLSeconds *int64 `json:"ttl_seconds"`
 	// Expired: its expires_at has passed; the agents no longer apply it,
 	// though its lease (an election renewed it) keeps the key.
 	Expired bool `json:"expired"`
@@ -137,12 +139,17 @@ func (a *app) runBoostLs(ctx context.Context) error {
 	ttls := map[string]time.Duration{}
 	for _, id := range cur.OverrideIDs() {
 		lo := cur.Overrides[id]
-		ttl, err := a.st.TTL(ctx, lo.Lease) // a.load dialed a.st
-		if err != nil {
-			return err
+		bi := boostInfo{LiveOverride: lo, ID: id, Expired: lo.Override.Expired(time.Now())}
+		if lo.Lease != 0 {
+			ttl, err := a.st.TTL(ctx, lo.Lease) // a.load dialed a.st
+			if err != nil {
+				return err
+			}
+			ttls[id] = ttl
+			secs := int64(ttl / time.Second)
+			bi.TTLSeconds = &secs
 		}
-		ttls[id] = ttl
-		out = append(out, boostInfo{LiveOverride: lo, ID: id, TTLSeconds: int64(ttl / time.Second), Expired: lo.Override.Expired(time.Now())})
+		out = append(out, bi)
 	}
 	return a.printer().print(out, func(w io.Writer) { printBoosts(w, cur.Overrides, ttls) })
 }
@@ -157,6 +164,8 @@ func printBoosts(w io.Writer, boosts map[string]store.LiveOverride, ttls map[str
 		ttl := "-"
 		if d, ok := ttls[id]; ok {
 			ttl = d.String()
+		} else if ttls != nil && boosts[id].Lease == 0 {
+			ttl = "no lease"
 		}
 		expires := orDash(o.ExpiresAt)
 		if o.Expired(now) {

@@ -281,3 +281,38 @@ func TestBoostOverAValueThatDoesNotDecode(t *testing.T) {
 	}
 	e.must(ExitOK, "boost", "KR", "--id", "kr-1", "--target", "kr-music=100", "--ttl", "1h")
 }
+
+// TestBoostWithoutALease: a boost key put by hand without a lease shows
+// "no lease" in boost ls, and ttl_seconds null in -o json, not a TTL of 0s
+// that reads as about to end.
+func TestBoostWithoutALease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	key := e.ks.RoutingKey(routing.OverrideKey("hand-1"))
+	if _, err := testClient.Put(context.Background(), key, `{"route":"KR","targets":[{"pool":"kr-music","weight":100}]}`); err != nil {
+		t.Fatal(err)
+	}
+	e.must(ExitOK, "boost", "KR", "--id", "kr-2", "--target", "kr-music=100", "--ttl", "1h")
+	r := e.must(ExitOK, "boost", "ls")
+	var hand, leased string
+	for _, l := range strings.Split(r.stdout, "\n") {
+		switch {
+		case strings.HasPrefix(l, "hand-1"):
+			hand = l
+		case strings.HasPrefix(l, "kr-2"):
+			leased = l
+		}
+	}
+	if !strings.Contains(hand, "no lease") || strings.Contains(hand, " 0s") || strings.Contains(leased, "no lease") {
+		t.Fatalf("boost ls: want hand-1 with no lease and kr-2 with its TTL:\n%s", r.stdout)
+	}
+	var boosts []map[string]any
+	mustJSON(t, e.must(ExitOK, "boost", "ls", "-o", "json").stdout, &boosts)
+	for _, b := range boosts {
+		ttl, ok := b["ttl_seconds"]
+		if !ok || (b["id"] == "hand-1") != (ttl == nil) {
+			t.Errorf("boost ls -o json: %v has ttl_seconds %v (present %v); want null for hand-1 only", b["id"], ttl, ok)
+		}
+	}
+}

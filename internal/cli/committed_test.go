@@ -120,7 +120,7 @@ func TestBoostExtendLostReply(t *testing.T) {
 	}
 	var boosts []boostInfo
 	mustJSON(t, e.must(ExitOK, "boost", "ls", "-o", "json").stdout, &boosts)
-	if len(boosts) != 1 || boosts[0].ID != "kr-week" || boosts[0].TTLSeconds <= 3600 {
+	if len(boosts) != 1 || boosts[0].ID != "kr-week" || boosts[0].TTLSeconds == nil || *boosts[0].TTLSeconds <= 3600 {
 		t.Fatalf("boost after the extend (want kr-week with over 1h left): %+v", boosts)
 	}
 }
