@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
-	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/regiond/regiond/internal/agent"
 	"github.com/regiond/regiond/internal/cmddocs"
+	"github.com/regiond/regiond/internal/etcddiag"
 	"github.com/regiond/regiond/internal/version"
 )
 
@@ -98,7 +97,7 @@ func (f *agentFlags) finish() (agent.Config, error) {
 		}
 		cfg.TLS = tc
 	}
-	eps, err := endpoints(cfg.Endpoints, cfg.TLS != nil)
+	eps, err := etcddiag.Endpoints(cfg.Endpoints, cfg.TLS != nil)
 	if err != nil {
 		return cfg, usageError{err}
 	}
@@ -160,40 +159,6 @@ func noArgs(cmd *cobra.Command, args []string) error {
 		return usageError{fmt.Errorf("unexpected argument %q: regiond takes flags only (or the subcommand dev); see regiond --help", args[0])}
 	}
 	return nil
-}
-
-// endpoints checks --endpoints: each an http(s)://host:port URL (a bare
-// host:port gets http://, or https:// with the TLS flags), unix:// or
-// unixs://, and none plaintext (http://) while TLS flags are given: the
-// client would speak plaintext and ignore them.
-func endpoints(in []string, tlsOn bool) ([]string, error) {
-	out := make([]string, len(in))
-	for i, e := range in {
-		if !strings.Contains(e, "://") {
-			e = "http://" + e
-			if tlsOn {
-				e = "https://" + e[len("http://"):]
-			}
-		}
-		u, err := url.Parse(e)
-		if err != nil {
-			return nil, fmt.Errorf("--endpoints %q: %w", in[i], err)
-		}
-		switch u.Scheme {
-		case "http", "https":
-			if u.Hostname() == "" || u.Port() == "" || (u.Path != "" && u.Path != "/") {
-				return nil, fmt.Errorf("--endpoints %q: want scheme://host:port, e.g. https://etcd-1:2379", in[i])
-			}
-		case "unix", "unixs":
-		default:
-			return nil, fmt.Errorf("--endpoints %q: unknown scheme %q (http, https, unix or unixs)", in[i], u.Scheme)
-		}
-		if tlsOn && (u.Scheme == "http" || u.Scheme == "unix") {
-			return nil, fmt.Errorf("--endpoints %q is plaintext, but --cacert, --cert or --key ask for TLS: write %ss://", in[i], u.Scheme)
-		}
-		out[i] = e
-	}
-	return out, nil
 }
 
 // checkCA refuses a --cacert file that holds no PEM certificate: the

@@ -121,7 +121,7 @@ until it ends or boost cancel deletes it). -o json gives "expired" too.`,
 // boostInfo is one boost of boost ls.
 type boostInfo struct {
 	store.LiveOverride
-	ID         string `json:"id"`
+	ID string `json:"id"`
 	// TTLSeconds is the lease's remaining life; null for a key without a
 	// lease (a hand edit: only its expires_at, if any, ends it).
 	TTLSeconds *int64 `json:"ttl_seconds"`

@@ -3,12 +3,14 @@ package cli
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 
 	"github.com/regiond/regiond/internal/freeport"
 )
@@ -41,6 +43,8 @@ func TestExitUsage(t *testing.T) {
 		{"history", "x"},
 		{"--prefix", "no-slash", "get"},
 		{"--user", "bob", "get"},
+		{"--endpoints", "htps://127.0.0.1:2379", "get"},
+		{"--endpoints", "127.0.0.1:2379,,", "get"},
 	} {
 		if r := e.run(args...); r.code != ExitUsage || !strings.Contains(r.stderr, "regionctl: ") {
 			t.Errorf("regionctl %s: want exit 2, got %s", strings.Join(args, " "), r)
@@ -66,9 +70,30 @@ func TestExitUnreachable(t *testing.T) {
 		code := run(context.Background(), append([]string{"--endpoints", ep}, args...), &out, &errb, func(string) string { return "" })
 		took := time.Since(start)
 		// A bound on retrying (backoff would take 30s+), not a speed check.
-		if code != ExitUnreachable || !strings.Contains(errb.String(), "etcd unreachable at "+ep) || took > 10*time.Second {
+		if code != ExitUnreachable || !strings.Contains(errb.String(), "etcd unreachable at "+ep) ||
+			!strings.Contains(errb.String(), "connection refused") || took > 10*time.Second {
 			t.Errorf("regionctl %s against %s: exit %d after %s, stderr %q", strings.Join(args, " "), ep, code, took, errb.String())
 		}
+	}
+
+	var out0, err0 strings.Builder
+	if code := run(context.Background(), []string{"--endpoints", "", "get"}, &out0, &err0, func(string) string { return "" }); code != ExitUsage ||
+		!strings.Contains(err0.String(), "--endpoints is empty") {
+		t.Errorf("regionctl --endpoints '' get: exit %d, stderr %q; want 2 saying --endpoints is empty", code, err0.String())
+	}
+
+	// A gRPC server that is not etcd: exit 4, saying so.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	go srv.Serve(ln)
+	defer srv.Stop()
+	var out, errb strings.Builder
+	code := run(context.Background(), []string{"--endpoints", ln.Addr().String(), "get"}, &out, &errb, func(string) string { return "" })
+	if code != ExitUnreachable || !strings.Contains(errb.String(), "does not speak etcd's API") {
+		t.Errorf("regionctl get against a gRPC server that is not etcd: exit %d, stderr %q; want 4 saying it is not etcd", code, errb.String())
 	}
 }
 

@@ -68,21 +68,34 @@ func TestTLS(t *testing.T) {
 	}
 
 	// etcd's client hides the handshake error behind its retries: the
-	// probe times out, so these exit 4 (unreachable) after --dial-timeout.
-	for name, args := range map[string][]string{
-		"without --cacert": {"--endpoints", ep, "--cert", certs.ClientCertFile, "--key", certs.ClientKeyFile},
-		"without --cert":   {"--endpoints", ep, "--cacert", certs.CAFile},
-		"no TLS flags":     {"--endpoints", ep},
+	// probe times out, so these exit 4 (unreachable) after --dial-timeout,
+	// and the message says what the endpoint's own dial found.
+	for name, tc := range map[string]struct{ args, why []string }{
+		"without --cacert": {[]string{"--endpoints", ep, "--cert", certs.ClientCertFile, "--key", certs.ClientKeyFile},
+			[]string{ep + ": TLS handshake: ", "certificate signed by unknown authority"}},
+		"without --cert": {[]string{"--endpoints", ep, "--cacert", certs.CAFile},
+			[]string{ep + ": TLS: the server closed the connection after the handshake", "--cert, --key"}},
+		"no TLS flags": {[]string{"--endpoints", ep}, []string{ep + ": TLS handshake: ", "certificate signed by unknown authority"}},
+		"http:// to TLS": {[]string{"--endpoints", "http://" + bare},
+			[]string{"http://" + bare + ": the server there speaks TLS: use https://"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			r, took := runEnv(nil, append(args, "--prefix", prefix, "--dial-timeout", "1s", "get")...)
-			want := "regionctl: etcd unreachable at " + ep + ": no answer within 1s"
-			if r.code != ExitUnreachable || !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "TLS flags") ||
-				took > 10*time.Second {
+			r, took := runEnv(nil, append(tc.args, "--prefix", prefix, "--dial-timeout", "1s", "get")...)
+			want := "regionctl: etcd unreachable at " + tc.args[1] + ": no answer within 1s"
+			if r.code != ExitUnreachable || !strings.Contains(r.stderr, want) || took > 10*time.Second {
 				t.Fatalf("want exit 4 with %q within 3s, got after %s: %s", want, took, r)
 			}
+			for _, w := range tc.why {
+				if !strings.Contains(r.stderr, w) {
+					t.Errorf("stderr does not say %q: %s", w, r)
+				}
+			}
 		})
+	}
+	if r, _ := runEnv(nil, "--endpoints", "http://"+bare, "--cacert", certs.CAFile, "--prefix", prefix, "get"); r.code != ExitUsage ||
+		!strings.Contains(r.stderr, "write https://") {
+		t.Fatalf("http:// with --cacert: %s, want exit 2 saying to write https://", r)
 	}
 }
 

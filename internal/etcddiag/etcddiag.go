@@ -1,4 +1,5 @@
-// Package etcddiag names why etcd does not answer at its endpoints. A gRPC
+// Package etcddiag checks etcd endpoints as an operator wrote them, and
+// names why etcd does not answer at them. A gRPC
 // client waiting for a connection reports only that its deadline passed,
 // so a refused connection, a certificate etcd's CA did not sign and TLS
 // spoken to a plaintext port all read "context deadline exceeded". Why
@@ -115,4 +116,45 @@ func cause(err error) string {
 		return op.Op + ": " + op.Err.Error()
 	}
 	return err.Error()
+}
+
+// Endpoints checks the values of --endpoints and returns them as URLs:
+// each an http(s)://host:port URL (a bare host:port gets http://, or
+// https:// when tlsOn), unix:// or unixs://, none empty, and none
+// plaintext (http://) when tlsOn: the client would speak plaintext and
+// ignore the TLS flags. The errors name the flag and the value.
+func Endpoints(in []string, tlsOn bool) ([]string, error) {
+	if len(in) == 0 {
+		return nil, fmt.Errorf("--endpoints is empty: give at least one, e.g. https://etcd-1:2379")
+	}
+	out := make([]string, len(in))
+	for i, e := range in {
+		if strings.TrimSpace(e) == "" {
+			return nil, fmt.Errorf("--endpoints %q: an empty endpoint (a stray comma?)", strings.Join(in, ","))
+		}
+		if !strings.Contains(e, "://") {
+			e = "http://" + e
+			if tlsOn {
+				e = "https://" + e[len("http://"):]
+			}
+		}
+		u, err := url.Parse(e)
+		if err != nil {
+			return nil, fmt.Errorf("--endpoints %q: %w", in[i], err)
+		}
+		switch u.Scheme {
+		case "http", "https":
+			if u.Hostname() == "" || u.Port() == "" || (u.Path != "" && u.Path != "/") {
+				return nil, fmt.Errorf("--endpoints %q: want scheme://host:port, e.g. https://etcd-1:2379", in[i])
+			}
+		case "unix", "unixs":
+		default:
+			return nil, fmt.Errorf("--endpoints %q: unknown scheme %q (http, https, unix or unixs)", in[i], u.Scheme)
+		}
+		if tlsOn && (u.Scheme == "http" || u.Scheme == "unix") {
+			return nil, fmt.Errorf("--endpoints %q is plaintext, but --cacert, --cert or --key ask for TLS: write %ss://", in[i], u.Scheme)
+		}
+		out[i] = e
+	}
+	return out, nil
 }

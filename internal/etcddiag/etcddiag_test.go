@@ -69,3 +69,31 @@ func TestWhy(t *testing.T) {
 		})
 	}
 }
+
+// TestEndpoints: what --endpoints accepts, how bare host:port values are
+// completed, and what it refuses, naming the value.
+func TestEndpoints(t *testing.T) {
+	for _, tc := range []struct {
+		in    []string
+		tls   bool
+		want  string // the endpoints joined with ",", or the error's text
+		isErr bool
+	}{
+		{[]string{"127.0.0.1:2379"}, false, "http://127.0.0.1:2379", false},
+		{[]string{"127.0.0.1:2379", "https://etcd-2:2379", "unixs://etcd.sock"}, true, "https://127.0.0.1:2379,https://etcd-2:2379,unixs://etcd.sock", false},
+		{nil, false, "--endpoints is empty", true},
+		{[]string{""}, false, "an empty endpoint", true},
+		{[]string{"htps://127.0.0.1:2379"}, false, `unknown scheme "htps"`, true},
+		{[]string{"http://127.0.0.1"}, false, "want scheme://host:port", true},
+		{[]string{"http://127.0.0.1:2379"}, true, "is plaintext, but --cacert, --cert or --key ask for TLS: write https://", true},
+		{[]string{"unix://etcd.sock"}, true, "write unixs://", true},
+	} {
+		got, err := etcddiag.Endpoints(tc.in, tc.tls)
+		switch {
+		case tc.isErr && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("Endpoints(%q, tls %v) = %v, %v; want an error with %q", tc.in, tc.tls, got, err, tc.want)
+		case !tc.isErr && (err != nil || strings.Join(got, ",") != tc.want):
+			t.Errorf("Endpoints(%q, tls %v) = %v, %v; want %s", tc.in, tc.tls, got, err, tc.want)
+		}
+	}
+}

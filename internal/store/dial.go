@@ -14,6 +14,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/regiond/regiond/internal/etcddiag"
 )
 
 // DefaultDialTimeout bounds the first contact with etcd.
@@ -56,8 +60,15 @@ func Dial(ctx context.Context, c DialConfig) (*clientv3.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrDialConfig, err)
 	}
+	eps, err := etcddiag.Endpoints(c.Endpoints, tlsCfg != nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrDialConfig, err)
+	}
+	unreachable := func(err error) error {
+		return &UnreachableError{Endpoints: c.Endpoints, Err: err, Why: etcddiag.Why(ctx, eps, tlsCfg)}
+	}
 	cfg := clientv3.Config{
-		Endpoints:   c.Endpoints,
+		Endpoints:   eps,
 		DialTimeout: c.DialTimeout,
 		TLS:         tlsCfg,
 		Username:    c.Username,
@@ -71,7 +82,7 @@ func Dial(ctx context.Context, c DialConfig) (*clientv3.Client, error) {
 			return nil, &AuthError{User: c.Username, Endpoints: c.Endpoints, Err: err}
 		}
 		if isUnreachable(err) {
-			return nil, &UnreachableError{Endpoints: c.Endpoints, Err: err}
+			return nil, unreachable(err)
 		}
 		return nil, fmt.Errorf("connect to etcd at %v: %w", c.Endpoints, err)
 	}
@@ -83,7 +94,10 @@ func Dial(ctx context.Context, c DialConfig) (*clientv3.Client, error) {
 	if _, err := cli.Get(pctx, c.ProbeKey, clientv3.WithCountOnly()); err != nil {
 		cli.Close()
 		if isUnreachable(err) {
-			return nil, &UnreachableError{Endpoints: c.Endpoints, Err: fmt.Errorf("no answer within %s: %w", c.DialTimeout, err)}
+			return nil, unreachable(fmt.Errorf("no answer within %s: %w", c.DialTimeout, err))
+		}
+		if status.Code(err) == codes.Unimplemented {
+			return nil, unreachable(fmt.Errorf("the server there does not speak etcd's API (is --endpoints an etcd client URL?): %w", err))
 		}
 		needs := c.ProbeNeeds
 		if len(needs) == 0 {

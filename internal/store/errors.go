@@ -54,10 +54,17 @@ func (e *RefusedError) Error() string {
 type UnreachableError struct {
 	Endpoints []string
 	Err       error
+	// Why is what each endpoint's own dial found (etcddiag.Why): a
+	// refused connection, a certificate, TLS against plaintext; "" when
+	// every endpoint took the connection.
+	Why string
 }
 
-// Error names the endpoints tried.
+// Error names the endpoints tried, and what each answered when known.
 func (e *UnreachableError) Error() string {
+	if e.Why != "" {
+		return fmt.Sprintf("etcd unreachable at %s: %v (%s)", strings.Join(e.Endpoints, ","), e.Err, e.Why)
+	}
 	return fmt.Sprintf("etcd unreachable at %s: %v (check --endpoints, TLS flags and that the cluster has a leader)",
 		strings.Join(e.Endpoints, ","), e.Err)
 }
