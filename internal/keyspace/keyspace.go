@@ -19,10 +19,13 @@ type Space struct {
 }
 
 // New returns the layout under root ("/regiond/v1"). The root must start
-// with '/' and must not end with one.
+// with '/', must not end with one, and must not hold "//".
 func New(root string) (Space, error) {
-	if !strings.HasPrefix(root, "/") || strings.HasSuffix(root, "/") || strings.Contains(root, "//") {
+	if !strings.HasPrefix(root, "/") || strings.HasSuffix(root, "/") {
 		return Space{}, fmt.Errorf("keyspace: prefix %q must start with '/' and not end with one (e.g. %s)", root, DefaultRoot)
+	}
+	if strings.Contains(root, "//") {
+		return Space{}, fmt.Errorf("keyspace: prefix %q has an empty segment ('//') (e.g. %s)", root, DefaultRoot)
 	}
 	return Space{root: root}, nil
 }

@@ -1,23 +1,27 @@
 package keyspace
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestNew(t *testing.T) {
 	for _, tc := range []struct {
 		name, root string
 		ok         bool
+		says       string // in the error
 	}{
-		{"default", "/regiond/v1", true},
-		{"short", "/r", true},
-		{"no leading slash", "regiond/v1", false},
-		{"trailing slash", "/regiond/v1/", false},
-		{"double slash", "/regiond//v1", false},
-		{"empty", "", false},
+		{"default", "/regiond/v1", true, ""},
+		{"short", "/r", true, ""},
+		{"no leading slash", "regiond/v1", false, "must start with '/'"},
+		{"trailing slash", "/regiond/v1/", false, "not end with one"},
+		{"double slash", "/regiond//v1", false, "has an empty segment ('//')"},
+		{"empty", "", false, "must start with '/'"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := New(tc.root)
-			if (err == nil) != tc.ok {
-				t.Fatalf("New(%q) error = %v, want ok=%v", tc.root, err, tc.ok)
+			if (err == nil) != tc.ok || err != nil && !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("New(%q) error = %v, want ok=%v saying %q", tc.root, err, tc.ok, tc.says)
 			}
 		})
 	}
