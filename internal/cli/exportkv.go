@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -75,6 +77,10 @@ func (a *app) runExportKV(ctx context.Context, o exportKVOpts) error {
 	if o.out == "" {
 		_, err = a.stdout.Write(b)
 		return err
+	}
+	// The directory must exist: a typo in --out is not a new directory.
+	if fi, err := os.Stat(filepath.Dir(o.out)); err != nil || !fi.IsDir() {
+		return usagef("--out %s: directory %s does not exist", o.out, filepath.Dir(o.out))
 	}
 	if err := atomicfile.WriteFile(o.out, b, 0o644); err != nil {
 		return fmt.Errorf("export kv: write %s: %w", o.out, err)

@@ -132,4 +132,12 @@ func TestExportKV(t *testing.T) {
 	if r := e.must(ExitUsage, "export", "kv", "--format", "csv"); !strings.Contains(r.stderr, `--format "csv"`) {
 		t.Errorf("bad --format: %s", r)
 	}
+	// A typo in --out's directory is refused, and nothing is created.
+	missing := filepath.Join(t.TempDir(), "no-such-dir")
+	if r := e.must(ExitUsage, "export", "kv", "--out", filepath.Join(missing, "kv.json")); !strings.Contains(r.stderr, "directory "+missing+" does not exist") {
+		t.Errorf("--out in a missing directory: %s", r)
+	}
+	if _, err := os.Stat(missing); !os.IsNotExist(err) {
+		t.Errorf("export kv --out created %s: %v", missing, err)
+	}
 }
