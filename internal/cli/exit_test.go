@@ -146,6 +146,11 @@ func TestEnvFlags(t *testing.T) {
 	if rec.Reason != "from the environment" || rec.User != "alice" || strings.Contains(e.get(e.ks.Audit(2)), "s3cret") {
 		t.Fatalf("audit: %+v", rec)
 	}
+	// The verb's flags from the environment are in the audit command, as
+	// a shell shows them; the connection flags are not.
+	if want := "REGIONCTL_REASON='from the environment' pool drain eu-north"; rec.Command != want {
+		t.Fatalf("audit command %q, want %q", rec.Command, want)
+	}
 	r := e.must(ExitOK, "pool", "undrain", "eu-north", "--user", "bob:hunter2")
 	if rec := e.audit(3); rec.User != "bob" || strings.Contains(e.get(e.ks.Audit(3)), "hunter2") {
 		t.Fatalf("audit with user:password: %+v %s", rec, r)

@@ -49,7 +49,11 @@ type app struct {
 	args           []string
 	log            *slog.Logger
 	ran            bool // a verb started running: later errors are not usage errors
-	cmd            *cobra.Command
+	// fromEnv are the verb's own flags set from REGIONCTL_<FLAG>, as
+	// NAME=value: the audit command names them (a --prune from the
+	// environment prunes as much as a typed one).
+	fromEnv []string
+	cmd     *cobra.Command
 
 	endpoints      []string
 	prefix         string
@@ -136,19 +140,22 @@ func (a *app) globalFlags(f *pflag.FlagSet) {
 // --key) is not read from the environment: the variable sets the global.
 func (a *app) applyEnv(cmd *cobra.Command) error {
 	var errs []error
-	set := func(f *pflag.Flag) {
+	set := func(f *pflag.Flag) bool {
 		name := "REGIONCTL_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		v := a.getenv(name)
 		if f.Changed || f.Name == "help" || v == "" {
-			return
+			return false
 		}
 		if err := f.Value.Set(v); err != nil {
 			errs = append(errs, fmt.Errorf("%s=%q: %w", name, v, err))
 		}
 		f.Changed = true
+		a.fromEnv = append(a.fromEnv, name+"="+shellWord(v))
+		return true
 	}
 	globals := cmd.Root().PersistentFlags()
-	globals.VisitAll(set)
+	globals.VisitAll(func(f *pflag.Flag) { set(f) })
+	a.fromEnv = nil // the connection flags are not the command's
 	cmd.LocalNonPersistentFlags().VisitAll(func(f *pflag.Flag) {
 		if globals.Lookup(f.Name) == nil {
 			set(f)
@@ -250,11 +257,21 @@ func (a *app) userName() string {
 }
 
 // command is the audit "command": the verb and its arguments as typed,
-// without the connection flags.
+// without the connection flags, after the verb's flags that came from the
+// environment as a shell would show them (REGIONCTL_PRUNE=true apply …).
 func (a *app) command() string {
 	if a.cmd == nil {
 		return strings.Join(a.args, " ")
 	}
+	if len(a.fromEnv) > 0 {
+		return strings.Join(a.fromEnv, " ") + " " + a.typedCommand()
+	}
+	return a.typedCommand()
+}
+
+// typedCommand is the verb and its arguments as typed, without the
+// connection flags.
+func (a *app) typedCommand() string {
 	globals := a.cmd.Root().PersistentFlags()
 	local := a.cmd.LocalNonPersistentFlags()
 	out := []string{strings.TrimPrefix(a.cmd.CommandPath(), a.cmd.Root().Name()+" ")}
@@ -289,4 +306,13 @@ func (a *app) verb(fn func(ctx context.Context, cmd *cobra.Command, args []strin
 		a.ran, a.cmd = true, cmd
 		return fn(cmd.Context(), cmd, args)
 	}
+}
+
+// shellWord quotes v as a shell would need it when it holds a space, a
+// quote or nothing.
+func shellWord(v string) string {
+	if v == "" || strings.ContainsAny(v, " \t'\"\\$`") {
+		return "'" + strings.ReplaceAll(v, "'", `'\''`) + "'"
+	}
+	return v
 }
