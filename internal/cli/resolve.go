@@ -69,6 +69,10 @@ func (a *app) resolveTable(ctx context.Context, file string, opts routing.Compil
 		}
 		return routing.CompileConfig(cfg, nil, opts)
 	}
+	if a.cert != "" && a.tlsKey == "" {
+		// resolve's own --key (the sticky key) shadows the global one.
+		return nil, usagef("--cert %s without its TLS key: in resolve, --key is the sticky key; set the TLS key with REGIONCTL_KEY", a.cert)
+	}
 	cur, err := a.load(ctx)
 	if err != nil {
 		return nil, err

@@ -55,6 +55,16 @@ func TestTLS(t *testing.T) {
 	if r, _ := runEnv(env, "get", "routes"); r.code != ExitOK || !strings.Contains(r.stdout, "eu-general") {
 		t.Fatalf("get with TLS from REGIONCTL_*: %s", r)
 	}
+	// In resolve, --key is the sticky key: the TLS key comes from
+	// REGIONCTL_KEY, and a --cert without it says so.
+	r, _ = runEnv(nil, append(tlsFlags(srv, certs, prefix), "resolve", "PL")...)
+	if r.code != ExitUsage || !strings.Contains(r.stderr, "in resolve, --key is the sticky key; set the TLS key with REGIONCTL_KEY") {
+		t.Fatalf("resolve with the TLS flags typed: %s", r)
+	}
+	if r, _ := runEnv(map[string]string{"REGIONCTL_KEY": certs.ClientKeyFile}, "--endpoints", ep, "--cacert", certs.CAFile,
+		"--cert", certs.ClientCertFile, "--prefix", prefix, "resolve", "PL", "--key", "viewer-1"); r.code != ExitOK {
+		t.Fatalf("resolve with the TLS key from REGIONCTL_KEY: %s", r)
+	}
 	// An endpoint without a scheme takes TLS from the flags.
 	bare := strings.TrimPrefix(ep, "https://")
 	if r, _ := runEnv(nil, "--endpoints", bare, "--cacert", certs.CAFile, "--cert", certs.ClientCertFile,
