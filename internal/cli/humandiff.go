@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -14,14 +15,28 @@ import (
 //
 //	PL: targets eu-central 70→60, eu-west 30→40
 //	pool eu-central: status active→draining
+//
+// A side whose value does not decode (a refused proposal, a hand-broken
+// stored value) is shown as invalid with why, never as an absent side: a
+// refused write must not read as a removal, nor the repair of a broken key
+// as an addition.
 func describeChange(c routing.Change) string {
 	k, err := routing.ParseKey(c.Key)
 	if err != nil {
 		return fmt.Sprintf("%s: %s", c.Key, c.Op)
 	}
-	before, after := decodeSide(c.Key, c.Before), decodeSide(c.Key, c.After)
+	before, beforeErr := decodeSide(c.Key, c.Before)
+	after, afterErr := decodeSide(c.Key, c.After)
 	name := subject(k)
 	switch {
+	case afterErr != nil && beforeErr != nil:
+		return fmt.Sprintf("%s: invalid value: %s (the stored value was invalid too: %s)", name, invalidWhy(afterErr), invalidWhy(beforeErr))
+	case afterErr != nil:
+		return fmt.Sprintf("%s: invalid value: %s", name, invalidWhy(afterErr))
+	case beforeErr != nil && after == nil:
+		return fmt.Sprintf("%s: removed (the stored value was invalid: %s)", name, invalidWhy(beforeErr))
+	case beforeErr != nil:
+		return fmt.Sprintf("%s: invalid value replaced (was: %s; now %s)", name, invalidWhy(beforeErr), strings.Join(summary(after), "; "))
 	case before == nil && after == nil:
 		return fmt.Sprintf("%s: %s", name, c.Op)
 	case before == nil:
@@ -56,16 +71,39 @@ func subject(k routing.Key) string {
 	return k.String()
 }
 
-// decodeSide decodes one side of a change; nil when absent or undecodable.
-func decodeSide(rel string, raw json.RawMessage) routing.Value {
+// decodeSide decodes one side of a change: nil, nil when absent; an error
+// when present but invalid (it does not decode or fails the value's own
+// checks).
+func decodeSide(rel string, raw json.RawMessage) (routing.Value, error) {
 	if len(raw) == 0 || string(raw) == "null" {
-		return nil
+		return nil, nil
+	}
+	// The audit trail holds a stored value that is not JSON as a JSON
+	// string (no valid value is one): decode the bytes it stands for, so
+	// that the reason names what was stored.
+	var s string
+	if raw[0] == '"' && json.Unmarshal(raw, &s) == nil {
+		raw = json.RawMessage(s)
 	}
 	v, err := routing.DecodeValue(rel, raw)
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("decode %s: %w", rel, err)
 	}
-	return v
+	return v, nil
+}
+
+// invalidWhy renders why a value is invalid without its key, which the
+// diff line already names: "targets: weights must sum to 100, got 50".
+func invalidWhy(err error) string {
+	var es routing.Errors
+	if !errors.As(err, &es) || len(es) == 0 {
+		return err.Error()
+	}
+	parts := make([]string, len(es))
+	for i, e := range es {
+		parts[i] = (&routing.FieldError{Field: e.Field, Msg: e.Msg}).Error()
+	}
+	return strings.Join(parts, "; ")
 }
 
 // summary lists the fields of a new value.

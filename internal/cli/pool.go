@@ -1,10 +1,18 @@
 package cli
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
+	"github.com/regiond/regiond/internal/store"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -37,7 +45,10 @@ func (a *app) poolSetCmd() *cobra.Command {
 		Use:   "set ID",
 		Short: "Create a pool, or change the given fields of an existing one",
 		Long: `Create a pool (--host and --residency are required), or change the given
-fields of an existing pool; fields not given are kept.`,
+fields of an existing pool; fields not given are kept. A pool whose stored
+value is invalid (a hand edit the agents skip) is replaced whole: give
+--host, --residency and every other field it holds, or remove it with
+pool rm.`,
 		Example: `  regionctl pool set eu-east --host edge-waw-1.example.net:443 --residency eu --region eu-east --attr shard=eu-4
   regionctl pool set eu-central --attr max_rps=900 --reason "new hardware"`,
 		Args: exactArgs(1, "a pool id"),
@@ -59,10 +70,18 @@ fields of an existing pool; fields not given are kept.`,
 
 func (a *app) runPoolSet(ctx context.Context, cmd *cobra.Command, id string, o poolSetOpts, w writeOpts) error {
 	changed := cmd.Flags().Changed
-	return a.runWrite(ctx, w, configPlan(func(cfg *routing.Config) error {
+	return a.runWrite(ctx, w, configPlanWith(func(cur *store.State, cfg *routing.Config) error {
 		p, exists := cfg.Pools[id]
-		if !exists && (!changed("host") || !changed("residency")) {
-			return usagef("pool %s does not exist: creating it needs --host and --residency", id)
+		if !exists {
+			if bad := invalidAt(cur, routing.PoolKey(id)); bad != nil {
+				given := func(field string) bool { return changed(poolFlag[field]) }
+				if missing := bad.missing(poolFields, given, o.attrs, o.unsetAttrs); len(missing) > 0 {
+					return bad.refusal("pool set cannot change only some of its fields: give also "+strings.Join(missing, ", ")+" to replace it whole",
+						"pool rm "+id)
+				}
+			} else if !changed("host") || !changed("residency") {
+				return usagef("pool %s does not exist: creating it needs --host and --residency", id)
+			}
 		}
 		if changed("host") {
 			p.Host = o.host
@@ -109,8 +128,13 @@ func (a *app) poolStatusCmd(verb, status string) *cobra.Command {
 }
 
 func (a *app) runPoolStatus(ctx context.Context, id, status string, w writeOpts) error {
-	return a.runWrite(ctx, w, configPlan(func(cfg *routing.Config) error {
+	return a.runWrite(ctx, w, configPlanWith(func(cur *store.State, cfg *routing.Config) error {
 		p, ok := cfg.Pools[id]
+		if bad := invalidAt(cur, routing.PoolKey(id)); !ok && bad != nil {
+			return bad.refusal(fmt.Sprintf("pool %s cannot change it: replace it whole with regionctl pool set %s giving %s",
+				verbOfStatus(status), id, strings.Join(bad.missing(poolFields, func(string) bool { return false }, nil, nil), ", ")),
+				"pool rm "+id)
+		}
 		if !ok {
 			return refusef(routing.PoolKey(id), "pool does not exist")
 		}
@@ -120,23 +144,167 @@ func (a *app) runPoolStatus(ctx context.Context, id, status string, w writeOpts)
 	}))
 }
 
+// verbOfStatus names the pool verb that sets status.
+func verbOfStatus(status string) string {
+	if status == routing.StatusDraining {
+		return "drain"
+	}
+	return "undrain"
+}
+
 func (a *app) poolRmCmd() *cobra.Command {
 	var w writeOpts
 	cmd := &cobra.Command{
-		Use:     "rm ID",
-		Short:   "Remove a pool (refused while a route still names it)",
+		Use:   "rm ID",
+		Short: "Remove a pool (refused while a route still names it)",
+		Long: `Remove a pool; refused while a route still names it. A pool key whose
+stored value is invalid (a hand edit the agents skip) is removed too.`,
 		Example: `  regionctl pool rm eu-old --reason "decommissioned"`,
 		Args:    exactArgs(1, "a pool id"),
 	}
 	addWriteFlags(cmd, &w)
 	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, args []string) error {
-		return a.runWrite(ctx, w, configPlan(func(cfg *routing.Config) error {
-			if _, ok := cfg.Pools[args[0]]; !ok {
-				return refusef(routing.PoolKey(args[0]), "pool does not exist")
-			}
-			delete(cfg.Pools, args[0])
-			return nil
+		id := args[0]
+		return a.runWrite(ctx, w, removeConfigKey(routing.PoolKey(id), "pool does not exist", func(cfg *routing.Config) bool {
+			_, ok := cfg.Pools[id]
+			delete(cfg.Pools, id)
+			return ok
 		}))
 	})
 	return cmd
+}
+
+// configPlanWith is configPlan whose change also sees the state read (its
+// stored values that do not decode).
+func configPlanWith(change func(cur *store.State, cfg *routing.Config) error) buildFunc {
+	return func(_ context.Context, cur *store.State) (*store.Plan, error) {
+		cfg := cloneConfig(cur.Config)
+		if err := change(cur, cfg); err != nil {
+			return nil, err
+		}
+		return &store.Plan{Config: cfg}, nil
+	}
+}
+
+// removeConfigKey is the build of pool rm and route rm: remove the object
+// of key rel from the config (del reports whether it was there) or, when
+// its stored value does not decode, delete that key alone, through the
+// same checks and audit record; else refuse with absent.
+func removeConfigKey(rel, absent string, del func(cfg *routing.Config) bool) buildFunc {
+	return func(_ context.Context, cur *store.State) (*store.Plan, error) {
+		cfg := cloneConfig(cur.Config)
+		if del(cfg) {
+			return &store.Plan{Config: cfg}, nil
+		}
+		if invalidAt(cur, rel) == nil {
+			return nil, refusef(rel, "%s", absent)
+		}
+		return &store.Plan{Config: cfg, DeleteInvalid: []string{rel}}, nil
+	}
+}
+
+// storedInvalid is a config key whose stored value does not decode (a hand
+// edit): the agents skip it and serve its last good value, and regionctl's
+// config holds no object for it.
+type storedInvalid struct {
+	rel string
+	raw []byte
+	why error
+}
+
+// invalidAt returns the key rel of cur when its stored value does not
+// decode, else nil.
+func invalidAt(cur *store.State, rel string) *storedInvalid {
+	raw, why, ok := cur.InvalidConfig(rel)
+	if !ok {
+		return nil
+	}
+	return &storedInvalid{rel: rel, raw: raw, why: why}
+}
+
+// maxShownValue bounds the stored value quoted in a refusal.
+const maxShownValue = 300
+
+// refusal refuses a verb on the invalid key: why the value is invalid,
+// what the agents do with it, then fix (what the verb needs instead) and
+// the regionctl command that removes it.
+func (b *storedInvalid) refusal(fix, rm string) error {
+	return refusef(b.rel, "the stored value is invalid (%s): the agents skip it and serve its last good value; %s, or remove it with regionctl %s; stored value: %s",
+		invalidWhy(b.why), fix, rm, shownValue(b.raw))
+}
+
+// shownValue is a stored value as a refusal quotes it: compact JSON when
+// it is JSON, cut at maxShownValue bytes.
+func shownValue(raw []byte) string {
+	var c bytes.Buffer
+	if json.Compact(&c, raw) == nil {
+		raw = c.Bytes()
+	}
+	if len(raw) <= maxShownValue {
+		return strings.ToValidUTF8(string(raw), "?")
+	}
+	cut := maxShownValue
+	for cut > 0 && !utf8.RuneStart(raw[cut]) {
+		cut--
+	}
+	return strings.ToValidUTF8(string(raw[:cut]), "?") + "…"
+}
+
+// repairField is a top-level field of a stored value and the flag of the
+// set verb that gives it.
+type repairField struct {
+	field, flag string
+	required    bool // needed to create the object
+}
+
+// poolFields are the fields of a pool; attrs are given one by one.
+var poolFields = []repairField{
+	{field: "host", flag: "--host", required: true},
+	{field: "residency", flag: "--residency", required: true},
+	{field: "region", flag: "--region"},
+	{field: "status", flag: "--status"},
+	{field: "health_check", flag: "--health-check"},
+}
+
+// poolFlag maps a pool field to its pool set flag name.
+var poolFlag = map[string]string{"host": "host", "residency": "residency", "region": "region", "status": "status", "health_check": "health-check"}
+
+// missing lists the flags a set verb must still give to replace the
+// invalid stored value whole without silently dropping what it holds:
+// the fields an object needs, each field the stored JSON object holds
+// (given reports whether its flag was given) and each of its attrs not
+// named by --attr or --unset-attr.
+func (b *storedInvalid) missing(fields []repairField, given func(field string) bool, set, unset []string) []string {
+	var stored map[string]json.RawMessage
+	_ = json.Unmarshal(b.raw, &stored) // not an object: nothing to keep
+	var out []string
+	for _, f := range fields {
+		if _, ok := stored[f.field]; (f.required || ok) && !given(f.field) {
+			out = append(out, f.flag)
+		}
+	}
+	var attrs map[string]json.RawMessage
+	if raw, ok := stored["attrs"]; ok {
+		_ = json.Unmarshal(raw, &attrs) // not an object: nothing to keep
+	}
+	named := slices.Clone(unset)
+	for _, s := range set {
+		k, _, _ := strings.Cut(s, "=")
+		named = append(named, k)
+	}
+	keys := make([]string, 0, len(attrs))
+	for k := range attrs {
+		if !slices.Contains(named, k) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		var v string
+		if json.Unmarshal(attrs[k], &v) != nil {
+			v = "…"
+		}
+		out = append(out, "--attr "+k+"="+v)
+	}
+	return out
 }

@@ -2,9 +2,11 @@ package cli
 
 import (
 	"context"
+	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/regiond/regiond/internal/store"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -37,15 +39,18 @@ func (a *app) routeSetCmd() *cobra.Command {
 		Short: "Create a route, or change the given fields of an existing one",
 		Long: `ROUTE is an ISO 3166-1 alpha-2 code in upper case (PL), _default, or a
 lower-case group name (apac-general). --target replaces the whole target
-list; weights must sum to 100. Fields not given are kept.`,
+list; weights must sum to 100; --fallback replaces the fallback list and
+--no-fallback clears it (not both). Fields not given are kept. A route whose
+stored value is invalid (a hand edit the agents skip) is replaced whole:
+give --target and every other field it holds, or remove it with route rm.`,
 		Example: `  regionctl route set PL --target eu-central=60 --target eu-west=40
   regionctl route set KR --fallback apac-general --attr lang=ko --reason "new tokenizer"`,
 		Args: exactArgs(1, "a route name"),
 	}
 	f := cmd.Flags()
 	f.StringArrayVar(&o.targets, "target", nil, "POOL=WEIGHT (repeatable; replaces the target list)")
-	f.StringSliceVar(&o.fallback, "fallback", nil, "route names tried next, in order (replaces the list)")
-	f.BoolVar(&o.noFallback, "no-fallback", false, "clear the fallback list")
+	f.StringSliceVar(&o.fallback, "fallback", nil, "route names tried next, in order (replaces the list; not with --no-fallback)")
+	f.BoolVar(&o.noFallback, "no-fallback", false, "clear the fallback list (not with --fallback)")
 	f.StringVar(&o.affinity, "affinity", "", "sticky or random")
 	f.StringArrayVar(&o.attrs, "attr", nil, "attribute KEY=VALUE (repeatable)")
 	f.StringArrayVar(&o.unsetAttrs, "unset-attr", nil, "remove attribute KEY (repeatable)")
@@ -56,16 +61,42 @@ list; weights must sum to 100. Fields not given are kept.`,
 	return cmd
 }
 
+// routeFields are the fields of a route; attrs are given one by one.
+var routeFields = []repairField{
+	{field: "targets", flag: "--target", required: true},
+	{field: "fallback", flag: "--fallback (or --no-fallback)"},
+	{field: "affinity", flag: "--affinity"},
+}
+
 func (a *app) runRouteSet(ctx context.Context, cmd *cobra.Command, name string, o routeSetOpts, w writeOpts) error {
 	changed := cmd.Flags().Changed
+	if o.noFallback && changed("fallback") {
+		return usagef("--fallback and --no-fallback exclude each other: --fallback NAME… replaces the fallback list, --no-fallback clears it")
+	}
 	targets, err := parseTargets(o.targets)
 	if err != nil {
 		return err
 	}
-	return a.runWrite(ctx, w, configPlan(func(cfg *routing.Config) error {
+	given := func(field string) bool {
+		switch field {
+		case "targets":
+			return changed("target")
+		case "fallback":
+			return changed("fallback") || changed("no-fallback")
+		}
+		return changed(field)
+	}
+	return a.runWrite(ctx, w, configPlanWith(func(cur *store.State, cfg *routing.Config) error {
 		r, exists := cfg.Routes[name]
-		if !exists && !changed("target") {
-			return usagef("route %s does not exist: creating it needs --target", name)
+		if !exists {
+			if bad := invalidAt(cur, routing.RouteKey(name)); bad != nil {
+				if missing := bad.missing(routeFields, given, o.attrs, o.unsetAttrs); len(missing) > 0 {
+					return bad.refusal("route set cannot change only some of its fields: give also "+strings.Join(missing, ", ")+" to replace it whole",
+						"route rm "+name)
+				}
+			} else if !changed("target") {
+				return usagef("route %s does not exist: creating it needs --target", name)
+			}
 		}
 		if changed("target") {
 			r.Targets = targets
@@ -92,19 +123,21 @@ func (a *app) runRouteSet(ctx context.Context, cmd *cobra.Command, name string, 
 func (a *app) routeRmCmd() *cobra.Command {
 	var w writeOpts
 	cmd := &cobra.Command{
-		Use:     "rm ROUTE",
-		Short:   "Remove a route (its viewers fall to _default; refused if a fallback names it)",
+		Use:   "rm ROUTE",
+		Short: "Remove a route (its viewers fall to _default; refused if a fallback names it)",
+		Long: `Remove a route: its viewers fall to _default; refused if a fallback names
+it. A route key whose stored value is invalid (a hand edit the agents skip)
+is removed too.`,
 		Example: `  regionctl route rm CZ --reason "merged into DE" --dry-run`,
 		Args:    exactArgs(1, "a route name"),
 	}
 	addWriteFlags(cmd, &w)
 	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, args []string) error {
-		return a.runWrite(ctx, w, configPlan(func(cfg *routing.Config) error {
-			if _, ok := cfg.Routes[args[0]]; !ok {
-				return refusef(routing.RouteKey(args[0]), "route does not exist")
-			}
-			delete(cfg.Routes, args[0])
-			return nil
+		name := args[0]
+		return a.runWrite(ctx, w, removeConfigKey(routing.RouteKey(name), "route does not exist", func(cfg *routing.Config) bool {
+			_, ok := cfg.Routes[name]
+			delete(cfg.Routes, name)
+			return ok
 		}))
 	})
 	return cmd

@@ -200,3 +200,16 @@ func (st *State) InvalidConfigKeys() []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// InvalidConfig returns the stored value of the config key rel (relative
+// to <root>/routing/) when it does not decode, a hand edit the agents skip
+// (serving its last good value), and why; ok is false when rel holds a
+// value that decodes, or nothing.
+func (st *State) InvalidConfig(rel string) (raw []byte, why error, ok bool) {
+	raw, ok = st.invalid[rel]
+	if !ok {
+		return nil, nil, false
+	}
+	_, why = routing.DecodeValue(rel, raw)
+	return raw, why, true
+}

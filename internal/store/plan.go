@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -21,6 +22,11 @@ type Plan struct {
 	// (and are therefore absent from every loaded Config) unless Config
 	// sets them.
 	Prune bool
+	// DeleteInvalid deletes these stored config keys (relative to
+	// <root>/routing/) whose values do not decode, a hand edit the agents
+	// skip, unless Config sets them: pool rm and route rm of such a key,
+	// which leave the other undecodable keys as they are.
+	DeleteInvalid []string
 	// PutOverrides adds or replaces boosts, each under a new lease.
 	PutOverrides []OverridePut
 	// DeleteOverrides cancels boosts by id.
@@ -66,7 +72,7 @@ func (s *Store) prepare(st *State, p *Plan) ([]op, error) {
 	now := time.Now()
 	p = withExpiries(p, now)
 	errs = append(errs, checkOverrides(st, next, p, now)...)
-	ops, err := configOps(st, next, p.Config != nil, p.Prune)
+	ops, err := configOps(st, next, p.Config != nil, p.Prune, p.DeleteInvalid)
 	if err != nil {
 		return nil, err
 	}
@@ -87,8 +93,10 @@ func (s *Store) prepare(st *State, p *Plan) ([]op, error) {
 }
 
 // configOps returns the puts and deletes that turn the stored config into
-// next, comparing canonical encodings so that formatting alone is no change.
-func configOps(st *State, next *routing.Config, changed, prune bool) ([]op, error) {
+// next, comparing canonical encodings so that formatting alone is no change;
+// with prune every stored value that does not decode is deleted, else
+// those of deleteInvalid.
+func configOps(st *State, next *routing.Config, changed, prune bool, deleteInvalid []string) ([]op, error) {
 	if !changed {
 		return nil, nil
 	}
@@ -116,11 +124,9 @@ func configOps(st *State, next *routing.Config, changed, prune bool) ([]op, erro
 			ops = append(ops, op{rel: rel, before: before})
 		}
 	}
-	if prune {
-		for rel, raw := range st.invalid {
-			if _, ok := want[rel]; !ok {
-				ops = append(ops, op{rel: rel, before: raw})
-			}
+	for rel, raw := range st.invalid {
+		if _, ok := want[rel]; !ok && (prune || slices.Contains(deleteInvalid, rel)) {
+			ops = append(ops, op{rel: rel, before: raw})
 		}
 	}
 	return ops, nil

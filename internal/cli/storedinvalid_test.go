@@ -1,0 +1,223 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/regiond/regiond/routing"
+)
+
+// putHandEdit writes a value under <prefix>/routing/ around regionctl (a hand
+// edit with etcdctl).
+func (e *tenv) putHandEdit(rel, value string) {
+	e.t.Helper()
+	if _, err := testClient.Put(context.Background(), e.ks.RoutingKey(rel), value); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// currentEpoch reads the current epoch.
+func (e *tenv) currentEpoch() int64 {
+	e.t.Helper()
+	n, err := strconv.ParseInt(e.get(e.ks.Epoch()), 10, 64)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+// TestRefusedWriteDiffIsNotARemoval: the diff a refused write prints on
+// stdout shows the proposed value as invalid, with why, never as "removed"
+// (a refusal must not read as a deletion) nor, for a boost, as a bare
+// "put".
+func TestRefusedWriteDiffIsNotARemoval(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	rev, n := e.fingerprint()
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"route", "set", "PL", "--target", "eu-central=50"}, "PL: invalid value: targets"},
+		{[]string{"route", "set", "PL", "--affinity", "stickyy"}, "PL: invalid value: affinity: "},
+		{[]string{"pool", "set", "eu-central", "--status", "bogus"}, "pool eu-central: invalid value: status: "},
+		{[]string{"route", "set", "SK", "--target", "eu-central=50"}, "SK: invalid value: targets"},
+		{[]string{"boost", "PL", "--id", "pl-1", "--target", "eu-central=50", "--ttl", "1h"}, "boost pl-1: invalid value: targets"},
+	}
+	for _, tc := range cases {
+		for _, extra := range [][]string{nil, {"--dry-run"}} {
+			args := append(append([]string{}, tc.args...), extra...)
+			r := e.run(args...)
+			line := strings.TrimSpace(r.stdout)
+			if r.code != ExitRefused || !strings.HasPrefix(line, tc.want) || strings.Contains(line, "\n") ||
+				strings.Contains(line, "removed") || strings.Contains(line, "added") || strings.HasSuffix(line, ": put") {
+				t.Errorf("regionctl %s: want exit 1 and the one diff line %q…, got %s", strings.Join(args, " "), tc.want, r)
+			}
+		}
+	}
+	if rev2, n2 := e.fingerprint(); rev2 != rev || n2 != n {
+		t.Fatalf("etcd changed: newest revision %d → %d, keys %d → %d", rev, rev2, n, n2)
+	}
+}
+
+// TestInvalidStoredPool: a pool key whose stored value is invalid (a hand
+// edit the agents skip) is not reported as absent: drain and a partial set
+// are refused saying the value is invalid, why, and how to fix it (the
+// fields still to give, or pool rm), without writing; a set giving every
+// field replaces it, keeping what it held, and the diff and the audit trail
+// call that a replaced invalid value, not an addition; rm deletes such a
+// key, and that key alone, through the guarded write with its audit record.
+func TestInvalidStoredPool(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	// eu-north is named by routes: with its value invalid regionctl's view
+	// of the config is broken until it is repaired. junk is named by none.
+	e.putHandEdit("pools/eu-north", `{"host":"edge-sto-1.example.net:443","region":"eu-north","residency":"eu","status":"maintenance",`+
+		`"attrs":{"shard":"eu-3","cdn":"cdn-eu.example.net","max_rps":"300"}}`)
+	e.putHandEdit("pools/junk", `{"host":"","residency":"eu","status":"active"}`)
+	e.putHandEdit("pools/garbage", `not json`)
+	rev, n := e.fingerprint()
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"pool", "drain", "junk"}, []string{"REFUSED pools/junk: the stored value is invalid (host: ", "pool set junk giving --host, --residency, --status",
+			"regionctl pool rm junk", `stored value: {"host":"","residency":"eu","status":"active"}`}},
+		{[]string{"pool", "undrain", "eu-north"}, []string{"REFUSED pools/eu-north: the stored value is invalid (status: ", "maintenance", "regionctl pool rm eu-north"}},
+		{[]string{"pool", "set", "eu-north", "--status", "active"}, []string{"REFUSED pools/eu-north: the stored value is invalid (status: ", "maintenance",
+			"give also --host, --residency, --region, --attr cdn=cdn-eu.example.net, --attr max_rps=300, --attr shard=eu-3", "regionctl pool rm eu-north"}},
+		// The repair that dropped region and attrs is refused.
+		{[]string{"pool", "set", "eu-north", "--status", "active", "--host", "edge-sto-1.example.net:443", "--residency", "eu", "--unset-attr", "max_rps"},
+			[]string{"REFUSED pools/eu-north: ", "give also --region, --attr cdn=cdn-eu.example.net, --attr shard=eu-3 to replace it whole"}},
+		{[]string{"pool", "drain", "garbage"}, []string{"REFUSED pools/garbage: the stored value is invalid (", "giving --host, --residency,", "stored value: not json"}},
+	} {
+		r := e.run(tc.args...)
+		if r.code != ExitRefused || !containsAll(r.stderr, tc.want) || strings.Contains(r.stderr, "does not exist") {
+			t.Errorf("regionctl %s: want exit 1 and %q, got %s", strings.Join(tc.args, " "), tc.want, r)
+		}
+	}
+	if rev2, n2 := e.fingerprint(); rev2 != rev || n2 != n {
+		t.Fatalf("etcd changed: newest revision %d → %d, keys %d → %d", rev, rev2, n, n2)
+	}
+
+	// Every field given: the value is replaced, the unset attr dropped on
+	// purpose, the rest kept.
+	r := e.must(ExitOK, "pool", "set", "eu-north", "--status", "active", "--host", "edge-sto-1.example.net:443", "--residency", "eu",
+		"--region", "eu-north", "--attr", "shard=eu-3", "--attr", "cdn=cdn-eu.example.net", "--unset-attr", "max_rps", "--reason", "repair")
+	wantLine := "pool eu-north: invalid value replaced (was: status: "
+	if first := strings.SplitN(r.stdout, "\n", 2)[0]; !strings.HasPrefix(first, wantLine) || !strings.Contains(first, "now host edge-sto-1.example.net:443; residency eu; status active; region eu-north") {
+		t.Errorf("repair diff %q, want %q…", first, wantLine)
+	}
+	var p routing.Pool
+	mustJSON(t, e.get(e.ks.RoutingKey("pools/eu-north")), &p)
+	if p.Region != "eu-north" || p.Status != "active" || p.Attrs["shard"] != "eu-3" || p.Attrs["cdn"] != "cdn-eu.example.net" || len(p.Attrs) != 2 {
+		t.Errorf("repaired eu-north = %+v", p)
+	}
+	r = e.must(ExitOK, "history", strconv.FormatInt(e.currentEpoch(), 10))
+	if !strings.Contains(r.stdout, wantLine) || strings.Contains(r.stdout, "added") {
+		t.Errorf("history of the repair: want %q, got %s", wantLine, r)
+	}
+
+	// rm deletes the invalid key, and only it.
+	before := e.currentEpoch()
+	r = e.must(ExitOK, "pool", "rm", "junk", "--reason", "hand edit")
+	if first := strings.SplitN(r.stdout, "\n", 2)[0]; !strings.HasPrefix(first, "pool junk: removed (the stored value was invalid: host: ") {
+		t.Errorf("rm diff %q", first)
+	}
+	if v := e.get(e.ks.RoutingKey("pools/junk")); v != "" {
+		t.Fatalf("pool rm junk left %s", v)
+	}
+	if v := e.get(e.ks.RoutingKey("pools/garbage")); v != "not json" {
+		t.Fatalf("pool rm junk changed pools/garbage: %q", v)
+	}
+	if got := e.currentEpoch(); got != before+1 {
+		t.Fatalf("epoch %d → %d, want one write", before, got)
+	}
+	rec := e.audit(before + 1)
+	if len(rec.Changes) != 1 || rec.Changes[0].Key != "pools/junk" || rec.Changes[0].Op != "delete" ||
+		!strings.Contains(string(rec.Changes[0].Before), `"host":""`) || string(rec.Changes[0].After) != "null" {
+		t.Fatalf("audit record of pool rm junk: %+v", rec.Changes)
+	}
+	r = e.must(ExitOK, "pool", "rm", "garbage", "--dry-run")
+	if first := strings.SplitN(r.stdout, "\n", 2)[0]; !strings.HasPrefix(first, "pool garbage: removed (the stored value was invalid: ") {
+		t.Errorf("rm diff %q", first)
+	}
+	e.must(ExitOK, "pool", "rm", "garbage")
+	if v := e.get(e.ks.RoutingKey("pools/garbage")); v != "" {
+		t.Fatalf("pool rm garbage left %s", v)
+	}
+	e.must(ExitRefused, "pool", "rm", "garbage")
+}
+
+// TestInvalidStoredRoute: route set and route rm on a route key whose
+// stored value is invalid, as for pools.
+func TestInvalidStoredRoute(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	e.putHandEdit("routes/nordics", `{"targets":[{"pool":"eu-north","weight":50}],"fallback":["eu-general"],"attrs":{"lang":"sv"}}`)
+	e.putHandEdit("routes/junk-group", `{"targets":[{"pool":"eu-north","weight":100}],"affinity":"stickyy"}`)
+	rev, n := e.fingerprint()
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"route", "set", "nordics", "--attr", "lang=fi"}, []string{"REFUSED routes/nordics: the stored value is invalid (targets", "give also --target, --fallback (or --no-fallback) to replace it whole",
+			"regionctl route rm nordics"}},
+		{[]string{"route", "set", "nordics", "--target", "eu-north=100"}, []string{"REFUSED routes/nordics: ", "give also --fallback (or --no-fallback), --attr lang=sv "}},
+	} {
+		r := e.run(tc.args...)
+		if r.code != ExitRefused || !containsAll(r.stderr, tc.want) || strings.Contains(r.stderr, "does not exist") {
+			t.Errorf("regionctl %s: want exit 1 and %q, got %s", strings.Join(tc.args, " "), tc.want, r)
+		}
+	}
+	if rev2, n2 := e.fingerprint(); rev2 != rev || n2 != n {
+		t.Fatalf("etcd changed: newest revision %d → %d, keys %d → %d", rev, rev2, n, n2)
+	}
+	r := e.must(ExitOK, "route", "set", "nordics", "--target", "eu-north=100", "--no-fallback", "--attr", "lang=sv")
+	if first := strings.SplitN(r.stdout, "\n", 2)[0]; !strings.HasPrefix(first, "nordics: invalid value replaced (was: targets") {
+		t.Errorf("repair diff %q", first)
+	}
+	before := e.currentEpoch()
+	r = e.must(ExitOK, "route", "rm", "junk-group")
+	if first := strings.SplitN(r.stdout, "\n", 2)[0]; !strings.HasPrefix(first, "junk-group: removed (the stored value was invalid: affinity: ") {
+		t.Errorf("rm diff %q", first)
+	}
+	if v := e.get(e.ks.RoutingKey("routes/junk-group")); v != "" {
+		t.Fatalf("route rm left %s", v)
+	}
+	if rec := e.audit(before + 1); len(rec.Changes) != 1 || rec.Changes[0].Key != "routes/junk-group" || rec.Changes[0].Op != "delete" {
+		t.Fatalf("audit record of route rm: %+v", rec.Changes)
+	}
+	var rt routing.Route
+	mustJSON(t, e.get(e.ks.RoutingKey("routes/nordics")), &rt)
+	if b, _ := json.Marshal(rt); string(b) != `{"targets":[{"pool":"eu-north","weight":100}],"attrs":{"lang":"sv"}}` {
+		t.Errorf("routes/nordics = %s", b)
+	}
+}
+
+// TestFallbackAndNoFallback: --fallback and --no-fallback together are a
+// usage error naming both, and nothing is written.
+func TestFallbackAndNoFallback(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	rev, n := e.fingerprint()
+	for _, args := range [][]string{
+		{"route", "set", "PL", "--no-fallback", "--fallback", "eu-general"},
+		{"route", "set", "PL", "--fallback", "eu-general", "--no-fallback", "--dry-run"},
+	} {
+		r := e.run(args...)
+		if r.code != ExitUsage || !containsAll(r.stderr, []string{"regionctl: ", "--fallback", "--no-fallback"}) {
+			t.Errorf("regionctl %s: want exit 2 naming both flags, got %s", strings.Join(args, " "), r)
+		}
+	}
+	if rev2, n2 := e.fingerprint(); rev2 != rev || n2 != n {
+		t.Fatalf("etcd changed: newest revision %d → %d, keys %d → %d", rev, rev2, n, n2)
+	}
+}
