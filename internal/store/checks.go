@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -48,9 +49,13 @@ func checkOverrides(st *State, next *routing.Config, p *Plan, now time.Time) rou
 
 // checkLostCountries refuses a change after which some country (or the
 // unknown country) that has an eligible pool now would have none, counting
-// pool status and the boosts live at now but not health.
+// pool status, the boosts live at now, and health as far as a write can
+// know it: a pool with health_check and no live health key is unhealthy
+// (the agents hold it so once --health-grace has passed), before and
+// after alike, so turning on health_check for pools no heartbeat serves
+// yet is refused when it would leave countries without a pool.
 func checkLostCountries(st *State, next *routing.Config, p *Plan, now time.Time) routing.Errors {
-	before, err := routing.CompileConfig(st.Config, st.OverrideMap(), routing.CompileOptions{Now: now})
+	before, err := routing.CompileConfig(st.Config, st.OverrideMap(), routing.CompileOptions{Now: now, Down: checkedWithoutHealth(st, st.Config)})
 	if err != nil {
 		return nil
 	}
@@ -61,9 +66,14 @@ func checkLostCountries(st *State, next *routing.Config, p *Plan, now time.Time)
 	for _, put := range p.PutOverrides {
 		ovs[put.ID] = put.Override
 	}
-	after, err := routing.CompileConfig(next, ovs, routing.CompileOptions{Now: now})
+	unhealthy := checkedWithoutHealth(st, next)
+	after, err := routing.CompileConfig(next, ovs, routing.CompileOptions{Now: now, Down: unhealthy})
 	if err != nil {
 		return nil
+	}
+	isUnhealthy := map[string]bool{}
+	for _, id := range unhealthy {
+		isUnhealthy[id] = true
 	}
 	var lost []string
 	reasons := map[string]bool{}
@@ -75,6 +85,9 @@ func checkLostCountries(st *State, next *routing.Config, p *Plan, now time.Time)
 		}
 		lost = append(lost, cc)
 		for _, r := range a.Degraded {
+			if id, ok := strings.CutPrefix(r, routing.ReasonPoolDown.On("")); ok && isUnhealthy[id] {
+				r = routing.ReasonPoolUnhealthy.On(id) + " (health_check, no live health key: start its heartbeats first)"
+			}
 			if !reasons[r] && routing.ReasonOf(r) != routing.ReasonNoRoute {
 				reasons[r] = true
 				reasonList = append(reasonList, r)
@@ -86,6 +99,29 @@ func checkLostCountries(st *State, next *routing.Config, p *Plan, now time.Time)
 	}
 	return routing.Errors{{Key: "effect", Msg: fmt.Sprintf("%s would have no eligible pool (%s); re-run with --force to write anyway",
 		describeCountries(lost), strings.Join(reasonList, ", "))}}
+}
+
+// checkedWithoutHealth returns the pools of cfg with health_check that
+// have no live health key in st: unhealthy for the agents.
+func checkedWithoutHealth(st *State, cfg *routing.Config) []string {
+	var ids []string
+	for id, pool := range cfg.Pools {
+		if !pool.HealthCheck {
+			continue
+		}
+		live := false
+		for rel := range st.Health {
+			if k, err := routing.ParseKey(rel); err == nil && k.ID == id {
+				live = true
+				break
+			}
+		}
+		if !live {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	return ids
 }
 
 func describeCountries(ccs []string) string {

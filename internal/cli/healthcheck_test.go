@@ -1,0 +1,50 @@
+package cli
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/regiond/regiond/routing"
+)
+
+// TestHealthCheckWithoutHeartbeatsIsChecked: turning on health_check for
+// pools no heartbeat serves makes them unhealthy for the agents; the write
+// that would leave countries without an eligible pool that way is refused
+// (exit 1, naming the pools as unhealthy) unless --force, and allowed
+// once one of them has a live health key.
+func TestHealthCheckWithoutHeartbeatsIsChecked(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	e.must(ExitOK, "pool", "set", "eu-central", "--health-check")
+	rev, n := e.fingerprint()
+	r := e.run("pool", "set", "eu-west", "--health-check")
+	if r.code != ExitRefused || !strings.Contains(r.stderr, "would have no eligible pool") ||
+		!strings.Contains(r.stderr, "pool-unhealthy:eu-west (health_check, no live health key") ||
+		!strings.Contains(r.stderr, "pool-unhealthy:eu-central") || !strings.Contains(r.stderr, "--force") {
+		t.Fatalf("health_check on the last EU pool without heartbeats: %s; want exit 1 naming the lost countries and the unhealthy pools", r)
+	}
+	if rev2, n2 := e.fingerprint(); rev2 != rev || n2 != n {
+		t.Fatal("the refused write wrote")
+	}
+
+	// A live health key for eu-central: its pool is eligible, the write
+	// is not refused.
+	lease, err := testClient.Grant(context.Background(), 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer testClient.Revoke(context.Background(), lease.ID)
+	if _, err := testClient.Put(context.Background(), e.ks.RoutingKey(routing.HealthKey("eu-central", "fra-1")),
+		`{"addr":"10.0.0.1:443"}`, clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	e.must(ExitOK, "pool", "set", "eu-west", "--health-check")
+	r = e.must(ExitOK, "resolve", "DE")
+	if !strings.Contains(r.stdout, "eu-central") {
+		t.Fatalf("resolve DE with eu-central's heartbeat: %s", r)
+	}
+}
