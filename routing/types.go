@@ -140,6 +140,12 @@ type AgentStatus struct {
 	SyncedAt  string `json:"synced_at"`
 	Connected bool   `json:"connected"`
 	Version   string `json:"version"`
+	// ChangeRevision is the revision of the newest routing event (a put
+	// or a delete) the agent applied from its watch since it started;
+	// absent before the first. regionctl status takes the newest of them
+	// as a routing change when it is newer than every key: a delete
+	// leaves no key.
+	ChangeRevision int64 `json:"change_revision,omitempty"`
 	// Skipped counts the keys whose current value the agent refused (it
 	// serves their last good value, or nothing); SkippedKeys names the
 	// first MaxStatusSkippedKeys of them, sorted. An agent with skipped

@@ -140,6 +140,7 @@ func (m *Mirror) applyEvents(events []*clientv3.Event) (string, change) {
 		return "", unchanged
 	}
 	m.applied, m.lastEvent = last, last
+	m.eventRev.Store(last)
 	m.metrics.events.Add(float64(n))
 	return "", changed
 }

@@ -70,6 +70,12 @@ type Status struct {
 	// content (a list or events); Revision moves past it on progress
 	// notifications alone.
 	ChangeRevision int64
+	// EventRevision is the revision of the newest event (a put or a
+	// delete under the prefix) the mirror applied from a watch since it
+	// started; 0 before the first. A list does not move it. A delete
+	// leaves no key, so this is how the agents' status keys tell
+	// regionctl status about it.
+	EventRevision int64
 	// Refused says that etcd refuses this client's user the prefix
 	// (permission denied: its role lost read on it), from the refused
 	// list, watch or check until a list or a watch is answered again; ""
@@ -91,6 +97,7 @@ type Mirror struct {
 	refused   atomic.Pointer[string] // see Status.Refused
 	syncedAt  atomic.Int64           // unix nanoseconds
 	changeRev atomic.Int64           // see Status.ChangeRevision
+	eventRev  atomic.Int64           // see Status.EventRevision
 	ready     chan struct{}
 	readyOnce sync.Once
 
@@ -193,7 +200,7 @@ func (m *Mirror) Changed() <-chan struct{} {
 
 // Status returns the mirror's freshness.
 func (m *Mirror) Status() Status {
-	s := Status{Connected: m.connected.Load(), ChangeRevision: m.changeRev.Load()}
+	s := Status{Connected: m.connected.Load(), ChangeRevision: m.changeRev.Load(), EventRevision: m.eventRev.Load()}
 	if r := m.refused.Load(); r != nil {
 		s.Refused = *r
 	}

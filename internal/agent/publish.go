@@ -76,7 +76,8 @@ func (p *publisher) changed() {
 // status is the agent's status key for the mirror's status st and table
 // t (nil before the first).
 func (p *publisher) status(st watch.Status, t *routing.Table) routing.AgentStatus {
-	s := routing.AgentStatus{Node: p.node, Revision: st.Revision, Epoch: st.Epoch, Connected: st.Connected, Version: p.version}
+	s := routing.AgentStatus{Node: p.node, Revision: st.Revision, Epoch: st.Epoch, Connected: st.Connected, Version: p.version,
+		ChangeRevision: st.EventRevision}
 	if !st.SyncedAt.IsZero() {
 		s.SyncedAt = st.SyncedAt.UTC().Format(time.RFC3339)
 	}

@@ -83,7 +83,8 @@ func settleStatus(t *testing.T, cli *clientv3.Client, h *harness, clock *fakeClo
 // revision as soon as the table has it, with no tick of the publisher's
 // once-a-second check and no time passing on its clock (both injected,
 // neither moves), so no rate limit or settle can have let it through; a
-// run of changes ends with the status key at the last one.
+// run of changes ends with the status key at the last one. Its
+// change_revision names the newest event applied, a delete too.
 func TestStatusKeyFollowsChangesAtOnce(t *testing.T) {
 	srv := devetcd.NewTest(t)
 	cli := devetcd.NewTestClient(t, srv)
@@ -109,6 +110,18 @@ func TestStatusKeyFollowsChangesAtOnce(t *testing.T) {
 	st := nextStatus(t, wch, func(st routing.AgentStatus) bool { return st.Revision >= p.Header.Revision })
 	if st.Revision != p.Header.Revision || !st.Connected || st.Epoch != 1 {
 		t.Fatalf("status put after the change: %+v, want revision %d, connected, epoch 1", st, p.Header.Revision)
+	}
+
+	if st.ChangeRevision != p.Header.Revision {
+		t.Fatalf("status put after the change: change_revision %d, want %d", st.ChangeRevision, p.Header.Revision)
+	}
+	// A delete leaves no key: the status key says the agent applied it.
+	d, err := cli.Delete(ctx, prefix+"routes/DE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := nextStatus(t, wch, func(st routing.AgentStatus) bool { return st.Revision >= d.Header.Revision }); st.ChangeRevision != d.Header.Revision {
+		t.Fatalf("status put after a delete: %+v, want change_revision %d", st, d.Header.Revision)
 	}
 
 	var last int64

@@ -17,8 +17,8 @@ func (a *app) statusCmd() *cobra.Command {
 		Short: "Show which revision every live agent serves",
 		Long: `status lists the live agents (from <root>/agents/) with the revision and
 epoch each serves, its lag (how many revisions it is behind the newest
-key under <root>/routing/; a delete leaves no key and is not counted) and
-its skipped keys: keys whose current
+change under <root>/routing/: its newest key, or a delete an agent reports
+having applied) and its skipped keys: keys whose current
 value the agent refused, so that it serves their last good value or
 nothing, where another agent may serve something else. With --max-lag N it
 exits 5 when an agent lags more than N revisions (0: every agent must be

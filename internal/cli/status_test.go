@@ -191,3 +191,47 @@ func TestStatusSkippedKeys(t *testing.T) {
 	e.must(ExitOK, "pool", "set", "eu-central", "--attr", "x=2", "--wait-converged=10s")
 	e.must(ExitOK, "status", "--max-lag", "0")
 }
+
+// TestStatusCountsADeleteAnAgentApplied: a delete under routing/ leaves no
+// key; an agent that applied it reports it (change_revision), so status
+// takes it as the newest routing change and an agent that has not applied
+// it lags. A change_revision past the revision read is not believed.
+func TestStatusCountsADeleteAnAgentApplied(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	key := e.ks.RoutingKey(routing.HealthKey("eu-central", "fra-9"))
+	p, err := testClient.Put(context.Background(), key, `{"addr":"10.0.0.9:443"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := testClient.Delete(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put, del := p.Header.Revision, d.Header.Revision
+	lease := grantLease(t)
+	status := func(node string, rev, change int64) {
+		b, _ := json.Marshal(routing.AgentStatus{Node: node, Revision: rev, ChangeRevision: change, Connected: true, Version: "test"})
+		if _, err := testClient.Put(context.Background(), e.ks.Agent(node), string(b), clientv3.WithLease(lease)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	status("node-a", del, del)   // applied the delete
+	status("node-b", put, put)   // has not
+	status("node-c", del, 1<<40) // a change_revision from nowhere
+	var fleet store.Fleet
+	mustJSON(t, e.must(ExitOK, "status", "-o", "json").stdout, &fleet)
+	if fleet.RoutingRevision != del {
+		t.Fatalf("routing revision %d, want the delete's %d (the newest key is at %d)", fleet.RoutingRevision, del, put)
+	}
+	for _, a := range fleet.Agents {
+		if want := map[string]int64{"node-a": 0, "node-b": del - put, "node-c": 0}[a.Node]; a.Lag != want {
+			t.Errorf("%s: lag %d, want %d", a.Node, a.Lag, want)
+		}
+	}
+	r := e.must(ExitNotConverged, "status", "--max-lag", "0")
+	if !strings.Contains(r.stderr, "node-b@") || strings.Contains(r.stderr, "node-a@") {
+		t.Fatalf("status --max-lag 0: %s", r)
+	}
+}

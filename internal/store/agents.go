@@ -29,15 +29,18 @@ type AgentInfo struct {
 type Fleet struct {
 	// Revision is the etcd revision read at.
 	Revision int64 `json:"revision"`
-	// RoutingRevision is the newest mod revision under <root>/routing/:
-	// what an agent must have applied to be current.
+	// RoutingRevision is the newest routing change: the newest mod
+	// revision under <root>/routing/, or, when newer, the newest
+	// change_revision a live agent reports (at most Revision): a delete
+	// leaves no key, but the agents that applied it say so. What an
+	// agent must have applied to be current.
 	RoutingRevision int64       `json:"routing_revision"`
 	Epoch           int64       `json:"epoch"`
 	Agents          []AgentInfo `json:"agents"`
 }
 
-// Fleet reads the agents' status keys, the newest routing change and the
-// epoch at one revision. Any failed read is an error: a picture with a
+// Fleet reads the agents' status keys, the newest routing change (see
+// Fleet.RoutingRevision) and the epoch at one revision. Any failed read is an error: a picture with a
 // part missing (epoch 0) would pass for a true one.
 func (s *Store) Fleet(ctx context.Context) (*Fleet, error) {
 	prefix := s.ks.AgentsPrefix()
@@ -60,7 +63,14 @@ func (s *Store) Fleet(ctx context.Context) (*Fleet, error) {
 		}
 	}
 	for _, kv := range kvs {
-		f.Agents = append(f.Agents, agentInfo(string(kv.Key), strings.TrimPrefix(string(kv.Key), prefix), kv.Value, f.RoutingRevision))
+		a := agentInfo(string(kv.Key), strings.TrimPrefix(string(kv.Key), prefix), kv.Value, 0)
+		if a.ChangeRevision <= rev {
+			f.RoutingRevision = max(f.RoutingRevision, a.ChangeRevision)
+		}
+		f.Agents = append(f.Agents, a)
+	}
+	for i := range f.Agents {
+		f.Agents[i].Lag = max(0, f.RoutingRevision-f.Agents[i].Revision)
 	}
 	return f, nil
 }
