@@ -191,6 +191,12 @@ func (a *Agent) awaitEtcd(ctx context.Context, cli *clientv3.Client, listed <-ch
 			reached = true
 			continue
 		}
+		select {
+		case <-listed: // the mirror's list got its answer meanwhile
+			reached = true
+			continue
+		default:
+		}
 		wait := bo.Next()
 		a.dialFailed(ctx, fmt.Errorf("no answer within --dial-timeout %s: %w", a.cfg.DialTimeout, err), wait)
 		t := time.NewTimer(wait)
