@@ -44,7 +44,12 @@ the clocks of regionctl's and the agents' hosts in sync (NTP).`,
 	f.StringVar(&ttl, "ttl", "", "life of the boost (e.g. 6h, 30m)")
 	f.StringVar(&id, "id", "", "boost id (default: ROUTE-<time>-<random>)")
 	addWriteFlags(cmd, &w)
-	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, args []string) error {
+	cmd.RunE = a.verb(func(ctx context.Context, cmd *cobra.Command, args []string) error {
+		if ttl == "" && len(targets) == 0 && len(attrs) == 0 {
+			if err := subcommandTypo(cmd, args[0]); err != nil {
+				return err // boost list: not a route named "list"
+			}
+		}
 		return a.runBoost(ctx, args[0], id, ttl, targets, attrs, w)
 	})
 	cmd.AddCommand(a.boostLsCmd(), a.boostCancelCmd(), a.boostExtendCmd())

@@ -105,6 +105,9 @@ func groupRun(cmd *cobra.Command, args []string) error {
 		}
 	}
 	if len(args) > 0 {
+		if err := subcommandTypo(cmd, args[0]); err != nil {
+			return err
+		}
 		return usagef("unknown %s command %q (want one of: %s)", cmd.Name(), args[0], strings.Join(names, ", "))
 	}
 	return usagef("%s needs a command: %s", cmd.Name(), strings.Join(names, ", "))
@@ -114,8 +117,29 @@ func groupRun(cmd *cobra.Command, args []string) error {
 func exactArgs(n int, names string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != n {
+			if len(args) > 0 {
+				if err := subcommandTypo(cmd, args[0]); err != nil {
+					return err
+				}
+			}
 			return usagef("%s takes %s (got %d argument(s))", cmd.CommandPath(), names, len(args))
 		}
 		return nil
 	}
+}
+
+// subcommandTypo returns a usage error when word looks like a misspelt
+// subcommand of cmd (boost cancle, boost list), else nil. A country code
+// (a route: boost PL) never does: every two letters are near "ls".
+func subcommandTypo(cmd *cobra.Command, word string) error {
+	if !cmd.HasSubCommands() || strings.ToLower(word) != word || routing.IsCountry(strings.ToUpper(word)) {
+		return nil
+	}
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2 // cobra's default, set only when it looks itself
+	}
+	if s := cmd.SuggestionsFor(word); len(s) > 0 {
+		return usagef("unknown %s command %q; did you mean %s %s?", cmd.CommandPath(), word, cmd.CommandPath(), strings.Join(s, " or "))
+	}
+	return nil
 }

@@ -50,6 +50,16 @@ func TestExitUsage(t *testing.T) {
 			t.Errorf("regionctl %s: want exit 2, got %s", strings.Join(args, " "), r)
 		}
 	}
+	for args, want := range map[string]string{
+		"boost list":            `unknown regionctl boost command "list"; did you mean regionctl boost ls?`,
+		"boost cancle kr-1":     `unknown regionctl boost command "cancle"; did you mean regionctl boost cancel?`,
+		"pool drian eu-north x": `did you mean regionctl pool drain?`,
+		"boost PL":              `--ttl is required`, // a country's route, not a typo of ls
+	} {
+		if r := e.run(strings.Fields(args)...); r.code != ExitUsage || !strings.Contains(r.stderr, want) {
+			t.Errorf("regionctl %s: want exit 2 with %q, got %s", args, want, r)
+		}
+	}
 	if rev2, n2 := e.fingerprint(); rev2 != rev || n2 != n {
 		t.Fatal("a usage error wrote to etcd")
 	}
