@@ -28,38 +28,16 @@ func socketGet(sock, path string) (int, error) {
 }
 
 // runOffline runs an agent of cfg (its etcd unreachable: the API serves
-// regardless) until the returned stop is called.
+// regardless) until the test ends or the returned stop is called, once
+// its socket answers.
 func runOffline(t *testing.T, cfg agent.Config) (stop func()) {
 	t.Helper()
-	a, err := agent.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
+	h := runAgent(t, t.TempDir(), cfg)
 	waitFor(t, "the agent's socket answering", func() bool {
 		code, err := socketGet(cfg.Socket, "/healthz")
 		return err == nil && code == 200
 	})
-	stopped := false
-	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Error("agent did not stop within 15s")
-		}
-	}
-	t.Cleanup(stop)
-	return stop
+	return h.stop
 }
 
 // TestSocketInUseIsRefused: a second agent given the --socket of a
