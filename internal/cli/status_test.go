@@ -235,3 +235,18 @@ func TestStatusCountsADeleteAnAgentApplied(t *testing.T) {
 		t.Fatalf("status --max-lag 0: %s", r)
 	}
 }
+
+// TestStatusNamesAStatusKeyThatDoesNotDecode: an agent status key that
+// does not decode is named as such by status --max-lag, not as node@0.
+func TestStatusNamesAStatusKeyThatDoesNotDecode(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	if _, err := testClient.Put(context.Background(), e.ks.Agent("ghost"), "{not json", clientv3.WithLease(grantLease(t))); err != nil {
+		t.Fatal(err)
+	}
+	r := e.must(ExitNotConverged, "status", "--max-lag", "0")
+	if !strings.Contains(r.stderr, "ghost (its status key "+e.ks.Agent("ghost")+" does not decode: ") || strings.Contains(r.stderr, "ghost@0") {
+		t.Fatalf("status with an undecodable status key: %s", r)
+	}
+}

@@ -104,6 +104,9 @@ func (e *NotConvergedError) Error() string {
 		skipping := false
 		for i, a := range e.Lagging {
 			names[i] = fmt.Sprintf("%s@%d", a.Node, a.Revision)
+			if a.Invalid != "" {
+				names[i] = fmt.Sprintf("%s (its status key %s does not decode: %s)", a.Node, a.Key, a.Invalid)
+			}
 			if a.Skipped > 0 {
 				names[i] += " serving refused values of " + skippedString(a.AgentStatus)
 				skipping = true
