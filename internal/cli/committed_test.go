@@ -141,6 +141,11 @@ func TestEpochResetExitsRefused(t *testing.T) {
 	if r.code != ExitRefused || !strings.Contains(r.stderr, "etcdctl put "+e.ks.Epoch()+" 2") || !strings.Contains(r.stderr, "deleted or rewritten by hand") {
 		t.Fatalf("want exit 1 naming the restore command: %s", r)
 	}
+	// A dry run does not promise the write the guard refuses.
+	r = e.run("pool", "undrain", "eu-north", "--dry-run")
+	if r.code != ExitRefused || !strings.Contains(r.stderr, "etcdctl put "+e.ks.Epoch()+" 2") {
+		t.Fatalf("--dry-run with the epoch key deleted: want exit 1 naming the restore command: %s", r)
+	}
 	if e.get(e.ks.Audit(1)) != first {
 		t.Fatal("audit record of epoch 1 overwritten")
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -88,6 +89,9 @@ func (s *Store) writeOnce(ctx context.Context, req WriteRequest) (*Result, error
 		res.NoOp = true
 		return res, nil
 	case req.DryRun:
+		if err := s.auditGuard(ctx, st); err != nil {
+			return nil, err
+		}
 		res.DryRun, res.Epoch = true, st.Epoch+1
 		return res, nil
 	}
@@ -164,4 +168,22 @@ func (s *Store) revokeAll(ctx context.Context, leases map[string]clientv3.LeaseI
 	for _, id := range leases {
 		s.revoke(ctx, id)
 	}
+}
+
+// auditGuard checks, for a dry run, what the Txn's audit guard would: an
+// audit record of epoch E+1 or later (the epoch key reset by hand) refuses
+// the write, so the dry run does not promise it.
+func (s *Store) auditGuard(ctx context.Context, st *State) error {
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	op := s.opFirstAuditFrom(st.Epoch + 1)
+	resp, err := s.cli.Get(rctx, string(op.KeyBytes()), clientv3.WithRange(string(op.RangeBytes())), clientv3.WithLimit(1),
+		clientv3.WithKeysOnly(), clientv3.WithRev(st.Revision))
+	if err != nil {
+		return s.permErr("read the audit records after epoch "+strconv.FormatInt(st.Epoch, 10), err, s.roles.ReadNeed(s.ks.AuditPrefix()))
+	}
+	if len(resp.Kvs) > 0 {
+		return s.epochReset(ctx, st, st.EpochModRevision == 0, string(resp.Kvs[0].Key))
+	}
+	return nil
 }
