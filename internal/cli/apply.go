@@ -23,7 +23,7 @@ a file equal to the stored config is a no-op (no new epoch).`,
   regionctl apply -f fleet.yaml --prune --reason "quarterly cleanup" --wait-converged`,
 		Args: exactArgs(0, "no arguments"),
 	}
-	cmd.Flags().StringVarP(&file, "file", "f", "", "config file (YAML or JSON)")
+	cmd.Flags().StringVarP(&file, "file", "f", "", "config file (YAML or JSON; - reads standard input)")
 	cmd.Flags().BoolVar(&prune, "prune", false, "delete pools, routes and policy absent from the file")
 	addWriteFlags(cmd, &w)
 	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, _ []string) error {
@@ -33,7 +33,7 @@ a file equal to the stored config is a no-op (no new epoch).`,
 }
 
 func (a *app) runApply(ctx context.Context, file string, prune bool, w writeOpts) error {
-	cfg, err := readConfigFile(file)
+	cfg, err := a.readConfigFile(file)
 	if err != nil {
 		return err
 	}

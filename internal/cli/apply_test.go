@@ -269,3 +269,29 @@ func TestUnknownFieldsSurviveExportAndApply(t *testing.T) {
 		t.Errorf("after apply: routes/KR = %s, want its unknown fields kept", v)
 	}
 }
+
+// TestApplyFromStandardInput: -f - reads the config from standard input,
+// as kubectl does (regionctl export | … | regionctl apply -f -), and the
+// audit record says -f -.
+func TestApplyFromStandardInput(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	cfg := e.must(ExitOK, "export").stdout
+	changed := strings.Replace(cfg, "edge-fra-1.example.net", "edge-fra-9.example.net", 1)
+	if changed == cfg {
+		t.Fatal("export lacks edge-fra-1.example.net")
+	}
+	ctx := context.WithValue(context.Background(), stdinHook{}, strings.NewReader(changed))
+	r := e.runCtx(ctx, "apply", "-f", "-", "--reason", "from a pipe")
+	if r.code != ExitOK || !strings.Contains(r.stdout, "edge-fra-9.example.net") {
+		t.Fatalf("apply -f -: %s", r)
+	}
+	if rec := e.audit(2); rec.Command != "apply -f - --reason from a pipe" {
+		t.Fatalf("audit: %+v", rec)
+	}
+	ctx = context.WithValue(context.Background(), stdinHook{}, strings.NewReader("pools: [\n"))
+	if r := e.runCtx(ctx, "validate", "-f", "-"); r.code == ExitOK || !strings.Contains(r.stderr, "(standard input)") {
+		t.Fatalf("validate -f - of a broken file: %s; want a refusal naming standard input", r)
+	}
+}

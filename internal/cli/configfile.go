@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"slices"
@@ -15,11 +16,18 @@ import (
 
 // readConfigFile reads and strictly parses a config file. A missing file is
 // a usage error; a file that does not parse is refused (exit 1).
-func readConfigFile(path string) (*routing.Config, error) {
+func (a *app) readConfigFile(path string) (*routing.Config, error) {
 	if path == "" {
-		return nil, usagef("-f FILE is required")
+		return nil, usagef("-f FILE is required (- reads standard input)")
 	}
-	data, err := os.ReadFile(path)
+	var data []byte
+	var err error
+	if path == "-" {
+		data, err = io.ReadAll(a.stdin)
+		path = "(standard input)"
+	} else {
+		data, err = os.ReadFile(path)
+	}
 	if err != nil {
 		return nil, usageError{fmt.Errorf("read config file: %w", err)}
 	}

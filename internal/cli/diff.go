@@ -28,7 +28,7 @@ changes and exits 0 when apply would write them, 1 when apply would refuse
   regionctl diff -f fleet.yaml --prune -o json`,
 		Args: exactArgs(0, "no arguments"),
 	}
-	cmd.Flags().StringVarP(&file, "file", "f", "", "config file (YAML or JSON)")
+	cmd.Flags().StringVarP(&file, "file", "f", "", "config file (YAML or JSON; - reads standard input)")
 	cmd.Flags().BoolVar(&prune, "prune", false, "as apply --prune")
 	cmd.Flags().BoolVar(&force, "force", false, "as apply --force: do not refuse a change that leaves some country with no eligible pool")
 	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, _ []string) error {
@@ -46,7 +46,7 @@ type diffResult struct {
 }
 
 func (a *app) runDiff(ctx context.Context, file string, prune, force bool) error {
-	cfg, err := readConfigFile(file)
+	cfg, err := a.readConfigFile(file)
 	if err != nil {
 		return err
 	}

@@ -45,6 +45,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // app is one invocation: global flags, output and the lazily dialed store.
 type app struct {
 	stdout, stderr io.Writer
+	stdin          io.Reader // what -f - reads
 	getenv         func(string) string
 	args           []string
 	log            *slog.Logger
@@ -77,7 +78,10 @@ type app struct {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	a := &app{stdout: stdout, stderr: stderr, getenv: getenv, args: args}
+	a := &app{stdout: stdout, stderr: stderr, stdin: os.Stdin, getenv: getenv, args: args}
+	if r, ok := ctx.Value(stdinHook{}).(io.Reader); ok {
+		a.stdin = r
+	}
 	a.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	defer a.close()
 	root := a.rootCmd()
@@ -186,6 +190,10 @@ func (a *app) load(ctx context.Context) (*store.State, error) {
 // dialOptionsHook is a context key for tests: []grpc.DialOption added to
 // the client's (an interceptor injecting a network fault).
 type dialOptionsHook struct{}
+
+// stdinHook is a context key whose io.Reader replaces standard input (a
+// test's -f -).
+type stdinHook struct{}
 
 // store dials etcd on first use.
 func (a *app) store(ctx context.Context) (*store.Store, error) {

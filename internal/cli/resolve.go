@@ -37,7 +37,7 @@ REGIONCTL_KEY.`,
 	f := cmd.Flags()
 	f.StringVar(&o.key, "key", "", "sticky key (e.g. a viewer or session id)")
 	f.StringSliceVar(&o.down, "down", nil, "treat these pools as down (repeatable or comma-separated)")
-	f.StringVarP(&o.file, "file", "f", "", "resolve against this config file instead of etcd")
+	f.StringVarP(&o.file, "file", "f", "", "resolve against this config file instead of etcd (- reads standard input)")
 	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, args []string) error {
 		return a.runResolve(ctx, args[0], o)
 	})
@@ -63,7 +63,7 @@ func (a *app) runResolve(ctx context.Context, country string, o resolveOpts) err
 // resolveTable compiles the stored state, or a config file.
 func (a *app) resolveTable(ctx context.Context, file string, opts routing.CompileOptions) (*routing.Table, error) {
 	if file != "" {
-		cfg, err := readConfigFile(file)
+		cfg, err := a.readConfigFile(file)
 		if err != nil {
 			return nil, err
 		}

@@ -22,7 +22,7 @@ the stored config, including values the agents skip.`,
   regionctl validate --endpoints etcd-1:2379`,
 		Args: exactArgs(0, "no arguments"),
 	}
-	cmd.Flags().StringVarP(&file, "file", "f", "", "config file (YAML or JSON); default: the stored config")
+	cmd.Flags().StringVarP(&file, "file", "f", "", "config file (YAML or JSON; - reads standard input); default: the stored config")
 	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, _ []string) error {
 		return a.runValidate(ctx, file)
 	})
@@ -57,7 +57,7 @@ func (a *app) runValidate(ctx context.Context, file string) error {
 // undecodable values as problems.
 func (a *app) configToValidate(ctx context.Context, file string) (*routing.Config, string, routing.Errors, error) {
 	if file != "" {
-		cfg, err := readConfigFile(file)
+		cfg, err := a.readConfigFile(file)
 		return cfg, file, nil, err
 	}
 	st, err := a.store(ctx)
