@@ -92,7 +92,7 @@ func TestRefusesBadEndpointsAndTLS(t *testing.T) {
 		{[]string{"--endpoints=htps://127.0.0.1:2379"}, `--endpoints "htps://127.0.0.1:2379": unknown scheme "htps"`},
 		{[]string{"--endpoints=http://127.0.0.1"}, `--endpoints "http://127.0.0.1": want scheme://host:port`},
 		{[]string{"--endpoints=http://127.0.0.1:2379/v3"}, `want scheme://host:port`},
-		{[]string{"--endpoints=http://127.0.0.1:2379", "--cacert=" + notPEM}, "--cacert " + notPEM + ": no PEM certificate in it"},
+		{[]string{"--endpoints=http://127.0.0.1:2379", "--cacert=" + notPEM}, "--cacert " + notPEM + ": no PEM certificate found"},
 		{[]string{"stray"}, `unexpected argument "stray"`},
 	} {
 		cmd := newRootCommand()

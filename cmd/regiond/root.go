@@ -1,7 +1,6 @@
 package main
 
 import (
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -86,7 +85,7 @@ func (f *agentFlags) finish() (agent.Config, error) {
 	cfg.Version = version.String()
 	if f.cacert != "" || f.cert != "" || f.keyPEM != "" {
 		if f.cacert != "" {
-			if err := checkCA(f.cacert); err != nil {
+			if _, err := etcddiag.CAPool(f.cacert); err != nil {
 				return cfg, usageError{err}
 			}
 		}
@@ -157,19 +156,6 @@ snapshot file, marked stale).`,
 func noArgs(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
 		return usageError{fmt.Errorf("unexpected argument %q: regiond takes flags only (or the subcommand dev); see regiond --help", args[0])}
-	}
-	return nil
-}
-
-// checkCA refuses a --cacert file that holds no PEM certificate: the
-// client would trust nothing, and every handshake would fail.
-func checkCA(path string) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("--cacert: %w", err)
-	}
-	if !x509.NewCertPool().AppendCertsFromPEM(b) {
-		return fmt.Errorf("--cacert %s: no PEM certificate in it", path)
 	}
 	return nil
 }

@@ -10,11 +10,13 @@ package etcddiag
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -157,4 +159,19 @@ func Endpoints(in []string, tlsOn bool) ([]string, error) {
 		out[i] = e
 	}
 	return out, nil
+}
+
+// CAPool reads the --cacert file at path into a certificate pool, refusing
+// a file that holds no PEM certificate: the client would trust nothing,
+// and every handshake would fail as "unreachable".
+func CAPool(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read --cacert: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--cacert %s: no PEM certificate found", path)
+	}
+	return pool, nil
 }

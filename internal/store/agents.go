@@ -40,8 +40,9 @@ type Fleet struct {
 }
 
 // Fleet reads the agents' status keys, the newest routing change (see
-// Fleet.RoutingRevision) and the epoch at one revision. Any failed read is an error: a picture with a
-// part missing (epoch 0) would pass for a true one.
+// Fleet.RoutingRevision) and the epoch at one revision. Any failed read is
+// an error: a picture with a part missing (epoch 0) would pass for a true
+// one.
 func (s *Store) Fleet(ctx context.Context) (*Fleet, error) {
 	prefix := s.ks.AgentsPrefix()
 	kvs, rev, err := s.getRange(ctx, prefix, clientv3.GetPrefixRangeEnd(prefix), 0)

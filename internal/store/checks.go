@@ -104,19 +104,15 @@ func checkLostCountries(st *State, next *routing.Config, p *Plan, now time.Time)
 // checkedWithoutHealth returns the pools of cfg with health_check that
 // have no live health key in st: unhealthy for the agents.
 func checkedWithoutHealth(st *State, cfg *routing.Config) []string {
+	live := map[string]bool{} // pools with a live health key
+	for rel := range st.Health {
+		if k, err := routing.ParseKey(rel); err == nil {
+			live[k.ID] = true
+		}
+	}
 	var ids []string
 	for id, pool := range cfg.Pools {
-		if !pool.HealthCheck {
-			continue
-		}
-		live := false
-		for rel := range st.Health {
-			if k, err := routing.ParseKey(rel); err == nil && k.ID == id {
-				live = true
-				break
-			}
-		}
-		if !live {
+		if pool.HealthCheck && !live[id] {
 			ids = append(ids, id)
 		}
 	}

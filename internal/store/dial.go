@@ -3,10 +3,8 @@ package store
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -142,13 +140,9 @@ func (c DialConfig) tlsConfig() (*tls.Config, error) {
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if c.CACert != "" {
-		pem, err := os.ReadFile(c.CACert)
+		pool, err := etcddiag.CAPool(c.CACert)
 		if err != nil {
-			return nil, fmt.Errorf("read --cacert: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--cacert %s: no PEM certificate found", c.CACert)
+			return nil, err
 		}
 		cfg.RootCAs = pool
 	}

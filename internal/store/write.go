@@ -176,9 +176,8 @@ func (s *Store) revokeAll(ctx context.Context, leases map[string]clientv3.LeaseI
 func (s *Store) auditGuard(ctx context.Context, st *State) error {
 	rctx, cancel := s.reqCtx(ctx)
 	defer cancel()
-	op := s.opFirstAuditFrom(st.Epoch + 1)
-	resp, err := s.cli.Get(rctx, string(op.KeyBytes()), clientv3.WithRange(string(op.RangeBytes())), clientv3.WithLimit(1),
-		clientv3.WithKeysOnly(), clientv3.WithRev(st.Revision))
+	resp, err := s.cli.Get(rctx, s.ks.Audit(st.Epoch+1), clientv3.WithRange(clientv3.GetPrefixRangeEnd(s.ks.AuditPrefix())),
+		clientv3.WithLimit(1), clientv3.WithKeysOnly(), clientv3.WithRev(st.Revision))
 	if err != nil {
 		return s.permErr("read the audit records after epoch "+strconv.FormatInt(st.Epoch, 10), err, s.roles.ReadNeed(s.ks.AuditPrefix()))
 	}
