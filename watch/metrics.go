@@ -81,6 +81,14 @@ func newMetrics(m *Mirror, reg prometheus.Registerer) *metrics {
 					return -1
 				}),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+				Name: "pools", Help: "Pools in the routing table (0: nothing routes)."},
+				func() float64 {
+					if t := m.Table(); t != nil {
+						return float64(t.NumPools())
+					}
+					return 0
+				}),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 				Name: "connected", Help: "1 while a created watch follows etcd."},
 				func() float64 {
 					if m.connected.Load() {

@@ -79,7 +79,7 @@ func (a *Agent) newSnapshotWriter() *snapshot.Writer {
 	if a.cfg.Snapshot == "" {
 		return nil
 	}
-	return snapshot.New(snapshot.Config{Path: a.cfg.Snapshot, Source: snapshotSource{a},
+	return snapshot.New(snapshot.Config{Path: a.cfg.Snapshot, Source: snapshotSource{a}, File: a.seed,
 		Refresh: a.snapshotRefresh, EnsureDir: a.ensureSnapshotDir, Yield: func() bool { return a.api.Waiting() > 0 },
 		Logger: a.log, Registerer: a.registry})
 }

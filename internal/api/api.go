@@ -346,7 +346,7 @@ func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
 	case s.src.Table() == nil:
 		writeText(w, http.StatusServiceUnavailable, "not ready: no routing table loaded yet\n")
 	case s.src.Table().NumPools() == 0 && st.SyncedAt != "":
-		writeText(w, http.StatusServiceUnavailable, fmt.Sprintf("not ready: the table (epoch %d, revision %d) has no pools, so nothing routes: is --prefix right, and was a config applied (regionctl apply)?\n", st.Epoch, st.Revision))
+		writeText(w, http.StatusServiceUnavailable, fmt.Sprintf("not ready: the table (epoch %d, revision %d) has no pools, so nothing routes (a snapshot file with pools is kept as it is): is --prefix right, and was a config applied (regionctl apply)?\n", st.Epoch, st.Revision))
 	default:
 		writeText(w, http.StatusServiceUnavailable, "not ready: table last confirmed "+st.SyncedAt+", older than --max-stale "+s.cfg.MaxStale.String()+"\n")
 	}

@@ -1,6 +1,10 @@
 package snapshot
 
-import "time"
+import (
+	"time"
+
+	"github.com/regiond/regiond/routing"
+)
 
 // pacer spaces rewrites by their own cost, as a bucket of CPU time: credit
 // accrues at budget (a share of one CPU) up to burst, each write spends
@@ -100,6 +104,9 @@ func (w *Writer) step(now time.Time, inline bool) (wait time.Duration, again boo
 	if t == nil {
 		return w.cfg.Refresh, false // nothing to write until the first table
 	}
+	if w.hold(t) {
+		return w.cfg.Refresh, false // until a table with pools comes
+	}
 	if now.Before(w.retryAt) {
 		return w.retryAt.Sub(now), false
 	}
@@ -122,4 +129,26 @@ func (w *Writer) step(now time.Time, inline bool) (wait time.Duration, again boo
 		wait = min(wait, quiet.Sub(now))
 	}
 	return wait, false
+}
+
+// hold reports whether t is kept out of the files: a table without pools
+// (a wrong --prefix, or every pool deleted around regionctl) routes
+// nothing, so it does not replace a file whose table has pools, which
+// front doors keep routing from (stale, once its synced_at ages past
+// their max age). The first table with pools is written as any change.
+// A file without pools, or none, is written as usual. The caller holds mu.
+func (w *Writer) hold(t *routing.Table) bool {
+	held := w.filePools && t.NumPools() == 0
+	if held != w.holding {
+		w.holding = held
+		if held {
+			w.heldGauge.Set(1)
+			w.log.Warn("the table has no pools, so nothing routes: the snapshot files keep the last table that had pools; is --prefix right, and was a config applied (regionctl apply)?",
+				"revision", t.Revision(), "file_revision", w.fileRevision)
+		} else {
+			w.heldGauge.Set(0)
+			w.log.Info("the table has pools again: writing the snapshot files", "revision", t.Revision())
+		}
+	}
+	return held
 }

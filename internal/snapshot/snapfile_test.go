@@ -836,3 +836,72 @@ func TestIndexFailureStopsTheWriteTimestamp(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestWriterHoldsATableWithoutPools: a table without pools (it routes
+// nothing) does not replace a file whose table has pools, whether the
+// writer wrote that file or found it at start (Config.File); the next
+// table with pools is written, and a file without pools is replaced as
+// usual.
+func TestWriterHoldsATableWithoutPools(t *testing.T) {
+	empty := func(rev int64) *routing.Table { return routing.Compile(rev, nil, nil, routing.CompileOptions{}) }
+	held := func(reg *prometheus.Registry) float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "regiond_snapshot_held" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("regiond_snapshot_held not registered")
+		return 0
+	}
+	waitHeld := func(reg *prometheus.Registry, want float64) {
+		t.Helper()
+		for i := 0; i < 500 && held(reg) != want; i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if got := held(reg); got != want {
+			t.Fatalf("regiond_snapshot_held %v, want %v", got, want)
+		}
+	}
+
+	t.Run("written by the writer", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "table.json")
+		src, reg := newSource(), prometheus.NewRegistry()
+		src.set(table(1, 50))
+		startWriter(t, Config{Path: path, Source: src, Registerer: reg})
+		waitRevision(t, path, 1)
+		src.set(empty(2))
+		waitHeld(reg, 1)
+		if rev := readRevision(t, path); rev != 1 {
+			t.Fatalf("the file holds revision %d, want 1: a table without pools was written over one with pools", rev)
+		}
+		src.set(table(3, 60))
+		waitRevision(t, path, 3)
+		waitHeld(reg, 0)
+	})
+	t.Run("found at start", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "table.json")
+		src, reg := newSource(), prometheus.NewRegistry()
+		src.set(empty(2))
+		startWriter(t, Config{Path: path, Source: src, Registerer: reg, File: table(1, 50)})
+		waitHeld(reg, 1)
+		if rev := readRevision(t, path); rev != -1 {
+			t.Fatalf("the file holds revision %d, want it untouched (absent here)", rev)
+		}
+	})
+	t.Run("a file without pools", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "table.json")
+		src, reg := newSource(), prometheus.NewRegistry()
+		src.set(empty(2))
+		startWriter(t, Config{Path: path, Source: src, Registerer: reg, File: empty(1)})
+		waitRevision(t, path, 2)
+		src.set(empty(3))
+		waitRevision(t, path, 3)
+		if got := held(reg); got != 0 {
+			t.Fatalf("regiond_snapshot_held %v with no pools before either, want 0", got)
+		}
+	})
+}

@@ -3,7 +3,8 @@
 // It owns the whole publishing policy: when to write (at once, or after
 // the write in flight, paced by the writes' own cost), from which
 // goroutine (the mirror's, inline, or the Writer's), skipping unchanged
-// content, the periodic refresh of written_at, and retries with backoff.
+// content, the periodic refresh of written_at, retries with backoff, and
+// keeping a table without pools out of a file that has them.
 // What a write puts in a file is an Output's; how a file is replaced is
 // internal/atomicfile's.
 //
@@ -70,14 +71,20 @@ type Config struct {
 	// (AfterChange): true leaves the change to Run's goroutine, woken
 	// with the swap's other waiters (the agent: when blocking queries
 	// wait for the change, which answer first).
-	Yield      func() bool
+	Yield func() bool
+	// File is the table the file at Path holds when the writer starts
+	// (the agent loaded it), or nil: if it has pools, a table without
+	// pools is not written over it (see Writer).
+	File       *routing.Table
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 }
 
-// Writer keeps the snapshot files equal to the source's table. Run does
-// the work; AfterChange lets the source write a change at once from its
-// own goroutine.
+// Writer keeps the snapshot files equal to the source's table, with one
+// exception: a table without pools does not replace a table with pools
+// (it routes nothing; the front doors reading the file keep the last
+// table that routed). Run does the work; AfterChange lets the source
+// write a change at once from its own goroutine.
 type Writer struct {
 	cfg Config
 	log *slog.Logger
@@ -100,6 +107,12 @@ type Writer struct {
 	stopped     bool           // Run has returned: AfterChange does nothing
 	memFS       int8           // the files' directory is in memory: 1 yes, -1 no, 0 unknown yet
 	lastSeen    time.Time      // when the last table observed was first seen
+	// filePools: the table JSON holds a table with pools (revision
+	// fileRevision); holding: a table without pools is kept out of it.
+	filePools    bool
+	fileRevision int64
+	holding      bool
+	heldGauge    prometheus.Gauge
 	// now is the wall clock that times the writes (for inlineMax: a slow
 	// file system holds the mirror); cpu reads the CPU time the writing
 	// thread has used, the writes' cost for the pacing. Tests step the
@@ -152,11 +165,16 @@ func New(cfg Config) *Writer {
 			writes: counter("index_writes_total", "Snapshot index (table.idx) rewrites."),
 			errors: counter("index_errors_total", "Snapshot index (table.idx) writes that failed.")},
 	}
+	if cfg.File != nil {
+		w.filePools, w.fileRevision = cfg.File.NumPools() > 0, cfg.File.Revision()
+	}
+	w.heldGauge = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "regiond", Subsystem: "snapshot",
+		Name: "held", Help: "1 while the table has no pools and the snapshot files keep the last table that had pools."})
 	w.skips = counter("unchanged_total", "Snapshot writes skipped because the content was unchanged.")
 	w.lastWriteTS = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "regiond", Subsystem: "snapshot",
 		Name: "last_write_timestamp_seconds", Help: "Unix time of the last write that left every snapshot file (the table JSON and its index) holding the table."})
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(w.skips, w.lastWriteTS)
+		cfg.Registerer.MustRegister(w.skips, w.lastWriteTS, w.heldGauge)
 		for _, o := range w.outs {
 			cfg.Registerer.MustRegister(o.writes, o.errors)
 		}
@@ -301,6 +319,7 @@ func (w *Writer) publish(t *routing.Table, now time.Time, force, inline bool) {
 		o.writes.Inc()
 		if i == 0 {
 			w.lastWrite = now
+			w.filePools, w.fileRevision = rt.NumPools() > 0, rt.Revision()
 		}
 	}
 	if w.finish() && !failed {
