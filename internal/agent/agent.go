@@ -66,6 +66,8 @@ type Agent struct {
 	statusClock     statusClock
 	beforeStatusPut func(at time.Time)
 	pub             atomic.Pointer[publisher]
+	// statusPutFailures counts the status key's failed puts.
+	statusPutFailures prometheus.Counter
 }
 
 // New validates cfg, loads the snapshot file if there is one, and opens the
@@ -82,6 +84,9 @@ func New(cfg Config) (*Agent, error) {
 		statusClock: realClock}
 	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.conns, a.login = newConnVecs(a.registry), newLoginMetrics(a.registry)
+	a.statusPutFailures = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "regiond", Subsystem: "agent", Name: "status_put_failures_total",
+		Help: "Puts of the agent's status key that failed (etcd away, or the role lacks readwrite on <prefix>/agents/<node>); retried every second."})
+	a.registry.MustRegister(a.statusPutFailures)
 	maxWaiting, err := a.fitToFDLimit()
 	if err != nil {
 		return nil, err

@@ -2,12 +2,17 @@ package agent_test
 
 import (
 	"context"
+	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/regiond/regiond/internal/api"
 	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/routing"
 )
 
 // TestStatusSaysTheWatchIsRefused: with etcd auth on, the agent's role
@@ -50,5 +55,81 @@ func TestStatusSaysTheWatchIsRefused(t *testing.T) {
 			t.Fatalf("status %+v 30s after the read was granted back; want connected at revision %d or later, no etcd_error", st, p.Header.Revision)
 		}
 		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// TestStatusPutFailuresAreLoggedOnce: with etcd auth on, the agent's role
+// loses its write of the agent's status key while its read of the prefix
+// stays. A change's status put then fails at every check: the first
+// failure is one warning, the rest debug lines, all counted in
+// regiond_agent_status_put_failures_total; once the write is granted
+// back the put succeeds, is logged once, and the key holds the change.
+func TestStatusPutFailuresAreLoggedOnce(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	a := devetcd.EnableTestAuth(t, srv, "/regiond/v1/")
+	root, err := srv.ClientAs("root", devetcd.TestRootPassword)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	loadExample(t, root)
+	dir := t.TempDir()
+	var logs syncBuffer
+	cfg := offlineConfig(dir)
+	cfg.Endpoints, cfg.Username, cfg.Password = srv.Endpoints, a.User, a.Password
+	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	h := runAgent(t, dir, cfg)
+	key := "/regiond/v1/agents/" + cfg.Node
+	statusRev := func() int64 {
+		r, err := root.Get(context.Background(), key)
+		if err != nil || len(r.Kvs) == 0 {
+			return 0
+		}
+		var st routing.AgentStatus
+		if err := json.Unmarshal(r.Kvs[0].Value, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Revision
+	}
+	waitFor(t, "the status key", func() bool { return statusRev() > 0 })
+
+	// Read only, on the whole prefix: the watch goes on, the put fails.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	role, end := a.User+"-rw", clientv3.GetPrefixRangeEnd(a.Prefix)
+	if _, err := root.RoleRevokePermission(ctx, role, a.Prefix, end); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.RoleGrantPermission(ctx, role, a.Prefix, end, clientv3.PermissionType(clientv3.PermRead)); err != nil {
+		t.Fatal(err)
+	}
+	p, err := root.Put(ctx, prefix+"pools/extra", `{"host":"extra.example.net","residency":"eu","status":"active"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "three failed puts", func() bool { return counter(t, h, "regiond_agent_status_put_failures_total") >= 3 })
+	if _, err := root.RoleGrantPermission(ctx, role, a.Prefix, end, clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the status key at the change", func() bool { return statusRev() >= p.Header.Revision })
+	waitFor(t, "the put logged again", func() bool { return strings.Contains(logs.String(), `"msg":"agent status: put again"`) })
+
+	warn, debug := 0, 0
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if !strings.Contains(l, `"msg":"agent status: put failed`) {
+			continue
+		}
+		if !strings.Contains(l, "permission denied") {
+			t.Errorf("a failed put's log does not say why: %s", l)
+		}
+		switch {
+		case strings.Contains(l, `"level":"WARN"`):
+			warn++
+		case strings.Contains(l, `"level":"DEBUG"`):
+			debug++
+		}
+	}
+	if warn != 1 || debug < 2 {
+		t.Fatalf("failed puts logged: %d warnings, %d debug lines; want 1 warning, then debug lines:\n%s", warn, debug, logs.String())
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
@@ -52,6 +53,10 @@ type publisher struct {
 	// publisher decided on it, read from the clock that spaces puts for
 	// changes (tests hold a put with it, or check the spacing).
 	beforePut func(at time.Time)
+	// failed counts the puts that failed since the last that did not
+	// (only the first is logged as a warning); failures counts them all.
+	failed   int
+	failures prometheus.Counter
 }
 
 // newPublisher returns the publisher of a's status at key. It is made
@@ -60,7 +65,7 @@ type publisher struct {
 func newPublisher(cli *clientv3.Client, key string, a *Agent) *publisher {
 	return &publisher{cli: cli, key: key, node: a.cfg.Node, version: a.cfg.Version, ttl: a.cfg.StatusTTL,
 		log: a.log.With("component", "status"), clock: a.statusClock, kick: make(chan struct{}, 1),
-		beforePut: a.beforeStatusPut}
+		beforePut: a.beforeStatusPut, failures: a.statusPutFailures}
 }
 
 // changed tells the publisher that the table may have reached a new
@@ -227,9 +232,22 @@ func (p *publisher) put(ctx context.Context, sess *concurrency.Session, st routi
 	defer cancel()
 	if _, err := p.cli.Put(pctx, p.key, string(b), clientv3.WithLease(sess.Lease())); err != nil {
 		if ctx.Err() == nil {
-			p.log.Warn("agent status: put failed", "key", p.key, "err", err)
+			p.failed++
+			p.failures.Inc()
+			// Retried every statusCheck while etcd is away: the first
+			// failure is a warning, the rest are for debugging, until
+			// a put succeeds again.
+			lvl := slog.LevelWarn
+			if p.failed > 1 {
+				lvl = slog.LevelDebug
+			}
+			p.log.Log(ctx, lvl, "agent status: put failed; retried every second (logged again at debug level)", "key", p.key, "err", err, "failures", p.failed)
 		}
 		return false
+	}
+	if p.failed > 0 {
+		p.log.Info("agent status: put again", "key", p.key, "failed_before", p.failed)
+		p.failed = 0
 	}
 	return true
 }
