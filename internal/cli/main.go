@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/term"
 	"google.golang.org/grpc"
 
 	"github.com/regiond/regiond/internal/cmddocs"
@@ -91,6 +92,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	return a.exitCode(root.ExecuteContext(ctx))
 }
 
+// askPassword asks for the password of the etcd user on the terminal
+// that is standard input, without echo, as etcdctl does; it is a usage
+// error without one (a script: REGIONCTL_PASSWORD, or --user
+// user:password).
+func (a *app) askPassword(user string) (string, error) {
+	f, ok := a.stdin.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return "", usageError{fmt.Errorf("--user %s: no password: set REGIONCTL_PASSWORD, or give --user %s:PASSWORD (on a terminal, regionctl asks for it)", user, user)}
+	}
+	fmt.Fprintf(a.stderr, "Password of etcd user %s: ", user)
+	b, err := term.ReadPassword(int(f.Fd()))
+	fmt.Fprintln(a.stderr)
+	if err != nil {
+		return "", fmt.Errorf("--user %s: read the password from the terminal: %w", user, err)
+	}
+	if len(b) == 0 {
+		return "", usageError{fmt.Errorf("--user %s: empty password", user)}
+	}
+	return string(b), nil
+}
+
 func (a *app) rootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "regionctl",
@@ -106,7 +128,8 @@ the outcome is unknown: then check regionctl history first), 5 written but not
 converged (the write is committed: do not re-run it; also status --max-lag
 with a lagging agent).
 Every flag can also be set as REGIONCTL_<FLAG> (REGIONCTL_ENDPOINTS,
-REGIONCTL_PREFIX, …); the password of --user is read from REGIONCTL_PASSWORD.
+REGIONCTL_PREFIX, …); the password of --user is read from REGIONCTL_PASSWORD
+(or asked on the terminal).
 With etcd authentication on, each job has its least-privilege role (see
 regionctl auth roles): a refused request names the key, the permission it
 needed and the role that holds it.`,
@@ -131,7 +154,7 @@ func (a *app) globalFlags(f *pflag.FlagSet) {
 	f.StringVar(&a.cacert, "cacert", "", "CA bundle (PEM) to verify etcd's certificate")
 	f.StringVar(&a.cert, "cert", "", "client certificate (PEM)")
 	f.StringVar(&a.tlsKey, "key", "", "client certificate key (PEM)")
-	f.StringVar(&a.user, "user", "", "etcd user (password from REGIONCTL_PASSWORD, or user:password)")
+	f.StringVar(&a.user, "user", "", "etcd user (password from REGIONCTL_PASSWORD, or user:password; else asked on the terminal)")
 	f.StringVarP(&a.output, "output", "o", "table", "output format: table, json or yaml")
 	f.DurationVar(&a.dialTimeout, "dial-timeout", store.DefaultDialTimeout, "give up reaching etcd after this long (exit 4)")
 	f.DurationVar(&a.commandTimeout, "command-timeout", store.DefaultRequestTimeout, "timeout of each etcd request")
@@ -219,7 +242,9 @@ func (a *app) store(ctx context.Context) (*store.Store, error) {
 			cfg.Password = a.getenv("REGIONCTL_PASSWORD")
 		}
 		if cfg.Password == "" {
-			return nil, usageError{fmt.Errorf("--user %s: set the password in REGIONCTL_PASSWORD", cfg.Username)}
+			if cfg.Password, err = a.askPassword(cfg.Username); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if opts, ok := ctx.Value(dialOptionsHook{}).([]grpc.DialOption); ok {

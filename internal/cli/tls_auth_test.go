@@ -3,11 +3,16 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sys/unix"
 
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/keyspace"
@@ -189,5 +194,96 @@ func TestAuth(t *testing.T) {
 	}
 	if after := written(); after != before {
 		t.Fatalf("a refused client wrote to etcd (revision %d → %d)", before, after)
+	}
+}
+
+// openPTY opens a pseudo-terminal and returns its controller (non-blocking:
+// reads take deadlines) and its terminal end, both closed when the test
+// ends.
+func openPTY(t *testing.T) (ctl, tty *os.File) {
+	t.Helper()
+	fd, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatalf("open /dev/ptmx: %v", err)
+	}
+	ctl = os.NewFile(uintptr(fd), "/dev/ptmx")
+	t.Cleanup(func() { ctl.Close() })
+	if err := unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatalf("unlock the pty: %v", err)
+	}
+	n, err := unix.IoctlGetInt(fd, unix.TIOCGPTN)
+	if err != nil {
+		t.Fatalf("pty number: %v", err)
+	}
+	tty, err = os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatalf("open the pty's terminal: %v", err)
+	}
+	t.Cleanup(func() { tty.Close() })
+	return ctl, tty
+}
+
+// TestAuthAsksForThePassword: --user without a password asks for it on
+// the terminal that is standard input, without echo, as etcdctl does, and
+// logs in with it; without a terminal (a script) it is a usage error
+// naming REGIONCTL_PASSWORD, and nothing is dialed.
+func TestAuthAsksForThePassword(t *testing.T) {
+	t.Parallel()
+	certs := devetcd.NewTestCerts(t)
+	srv := devetcd.NewTestTLS(t, certs)
+	const prefix = "/ask"
+	a := devetcd.EnableTestAuth(t, srv, prefix+"/")
+	flags := append(tlsFlags(srv, certs, prefix), "--user", a.User, "apply", "-f", exampleConfig, "--reason", "asked")
+
+	ctl, tty := openPTY(t)
+	var out, errb strings.Builder
+	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), stdinHook{}, io.Reader(tty)), 30*time.Second)
+	defer cancel()
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, flags, &out, &errb, func(string) string { return "" }) }()
+	// The password is typed once the terminal's echo is off (regionctl
+	// is reading it), as a person would after the prompt.
+	for i := 0; ; i++ {
+		tio, err := unix.IoctlGetTermios(int(tty.Fd()), unix.TCGETS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tio.Lflag&unix.ECHO == 0 {
+			break
+		}
+		if i == 1000 {
+			t.Fatal("regionctl never turned the terminal's echo off to read the password")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := ctl.Write([]byte(a.Password + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	code := <-done
+	if code != ExitOK || !strings.Contains(out.String(), "epoch 0 → 1") {
+		t.Fatalf("apply with the password typed at the prompt: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	if !strings.Contains(errb.String(), "Password of etcd user "+a.User+": ") || strings.Contains(errb.String()+out.String(), a.Password) {
+		t.Fatalf("the prompt: stderr %q; want it to ask for %s's password and never show it", errb.String(), a.User)
+	}
+	// What the terminal showed: no echo of the password, and its echo
+	// back on.
+	if err := ctl.SetReadDeadline(time.Now().Add(200 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	shown, _ := io.ReadAll(ctl)
+	if strings.Contains(string(shown), a.Password) {
+		t.Fatalf("the terminal echoed the password: %q", shown)
+	}
+	if tio, err := unix.IoctlGetTermios(int(tty.Fd()), unix.TCGETS); err != nil || tio.Lflag&unix.ECHO == 0 {
+		t.Fatalf("the terminal's echo is left off (%v)", err)
+	}
+
+	// No terminal, no password: exit 2, naming the ways to give one.
+	var out2, errb2 strings.Builder
+	ctx2 := context.WithValue(context.Background(), stdinHook{}, io.Reader(strings.NewReader(a.Password+"\n")))
+	code = run(ctx2, flags, &out2, &errb2, func(string) string { return "" })
+	if code != ExitUsage || !strings.Contains(errb2.String(), "--user "+a.User+": no password: set REGIONCTL_PASSWORD, or give --user "+a.User+":PASSWORD") {
+		t.Fatalf("--user without a password and no terminal: exit %d %q, want 2 naming REGIONCTL_PASSWORD", code, errb2.String())
 	}
 }
