@@ -65,7 +65,7 @@ func Build(ctx context.Context, o options) (*Result, error) {
 	if ver == "" {
 		ver = describe(ctx, repo)
 	}
-	res := &Result{Version: ver, DebVersion: debianVersion(ver), Arch: debArch, Sizes: map[string]int64{}}
+	res := &Result{Version: ver, DebVersion: debianVersion(ver, commitTime(ctx, repo)), Arch: debArch, Sizes: map[string]int64{}}
 	work, err := os.MkdirTemp("", "regiond-packaging-")
 	if err != nil {
 		return nil, fmt.Errorf("work directory: %w", err)
@@ -145,12 +145,14 @@ var hashRE = regexp.MustCompile(`^([0-9a-f]{7,40})(-dirty)?$`)
 // debianVersion turns a git describe into a Debian version that sorts
 // the way releases do: v1.2.0 → 1.2.0, v1.2.0-rc1 → 1.2.0~rc1 (before
 // 1.2.0), v1.2.0-3-gabc1234 → 1.2.0+3.gabc1234 (after it), a commit
-// without a tag → 0.0.0+gabc1234, and "-dirty" → "+dirty" or ".dirty".
-func debianVersion(v string) string {
+// without a tag → 0.0.0+20261205071500.gabc1234 (its commit time ct
+// first, so untagged builds upgrade in the order they were committed, not
+// by their hashes), and "-dirty" → "+dirty" or ".dirty".
+func debianVersion(v string, ct time.Time) string {
 	var base string
 	var plus []string
 	if m := hashRE.FindStringSubmatch(v); m != nil {
-		base, plus = "0.0.0", []string{"g" + m[1]}
+		base, plus = "0.0.0", []string{ct.UTC().Format("20060102150405"), "g" + m[1]}
 		if m[2] != "" {
 			plus = append(plus, "dirty")
 		}

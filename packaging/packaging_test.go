@@ -13,11 +13,13 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/regiond/regiond/internal/testprog"
 )
 
 func TestDebianVersion(t *testing.T) {
+	ct := time.Date(2026, 12, 5, 7, 15, 0, 0, time.UTC)
 	for in, want := range map[string]string{
 		"v1.2.0":                   "1.2.0",
 		"1.2.0":                    "1.2.0",
@@ -26,12 +28,12 @@ func TestDebianVersion(t *testing.T) {
 		"v1.2.0-3-gabc1234-dirty":  "1.2.0+3.gabc1234.dirty",
 		"v1.2.0-rc1-3-gabc1234":    "1.2.0~rc1+3.gabc1234",
 		"v1.2.0-dirty":             "1.2.0+dirty",
-		"308b6cd":                  "0.0.0+g308b6cd",
-		"308b6cd-dirty":            "0.0.0+g308b6cd.dirty",
+		"308b6cd":                  "0.0.0+20261205071500.g308b6cd",
+		"308b6cd-dirty":            "0.0.0+20261205071500.g308b6cd.dirty",
 		"dev":                      "0.0.0+dev",
 		"v0.0.0-20260101-abcdef+x": "0.0.0+v0.0.0.20260101.abcdef.x",
 	} {
-		if got := debianVersion(in); got != want {
+		if got := debianVersion(in, ct); got != want {
 			t.Errorf("debianVersion(%q) = %q, want %q", in, got, want)
 		}
 	}
@@ -41,11 +43,19 @@ func TestDebianVersion(t *testing.T) {
 // release, commits after a tag after it.
 func TestDebianVersionsSort(t *testing.T) {
 	dpkg := testprog.Need(t, "dpkg", "apt-get install -y dpkg")
-	order := []string{"308b6cd", "v1.2.0-rc1", "v1.2.0-rc1-3-gabc1234", "v1.2.0", "v1.2.0-3-gabc1234", "v1.2.0-3-gabc1234-dirty", "v1.10.0"}
+	// Untagged commits sort by their commit time, not their hashes
+	// (fff… before 000…, committed later).
+	t0 := time.Date(2026, 12, 5, 7, 0, 0, 0, time.UTC)
+	type build struct {
+		describe string
+		ct       time.Time
+	}
+	order := []build{{"fff0123", t0}, {"0001234", t0.Add(time.Minute)}, {"v1.2.0-rc1", t0}, {"v1.2.0-rc1-3-gabc1234", t0},
+		{"v1.2.0", t0}, {"v1.2.0-3-gabc1234", t0}, {"v1.2.0-3-gabc1234-dirty", t0}, {"v1.10.0", t0}}
 	for i := 1; i < len(order); i++ {
-		a, b := debianVersion(order[i-1]), debianVersion(order[i])
+		a, b := debianVersion(order[i-1].describe, order[i-1].ct), debianVersion(order[i].describe, order[i].ct)
 		if err := exec.Command(dpkg, "--compare-versions", a, "lt", b).Run(); err != nil {
-			t.Errorf("dpkg --compare-versions %s lt %s (from %s, %s): %v", a, b, order[i-1], order[i], err)
+			t.Errorf("dpkg --compare-versions %s lt %s (from %s, %s): %v", a, b, order[i-1].describe, order[i].describe, err)
 		}
 	}
 }

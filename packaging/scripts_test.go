@@ -73,3 +73,55 @@ func TestScriptsParse(t *testing.T) {
 		}
 	}
 }
+
+// postrm purge forgets the units' enablement (the dangling symlinks of
+// regiond and of every heartbeat instance, nothing else's) and the
+// runtime directory; remove keeps both (the enablement is configuration).
+func TestPostrmPurgeForgetsEnablement(t *testing.T) {
+	root := t.TempDir()
+	wants := filepath.Join(root, "etc", "systemd", "system", "multi-user.target.wants")
+	run := filepath.Join(root, "run", "regiond")
+	for _, d := range []string{wants, run} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ours := []string{"regiond.service", "regiond-heartbeat@fra-1a.service", "regiond-heartbeat@fra-1b.service"}
+	for _, name := range append(ours, "nginx.service") {
+		if err := os.Symlink("/lib/systemd/system/"+name, filepath.Join(wants, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(run, "table.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	fakeBin(t, bin, "systemctl", 0)
+	postrm := func(arg string) {
+		cmd := exec.Command("sh", "scripts/postrm", arg)
+		cmd.Env = append(os.Environ(), "PATH="+bin+":/usr/bin:/bin", "DPKG_ROOT="+root)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("postrm %s: %v: %s", arg, err, out)
+		}
+	}
+	exists := func(p string) bool { _, err := os.Lstat(p); return err == nil }
+
+	postrm("remove")
+	for _, name := range ours {
+		if !exists(filepath.Join(wants, name)) {
+			t.Errorf("postrm remove dropped %s's enablement", name)
+		}
+	}
+	postrm("purge")
+	for _, name := range ours {
+		if exists(filepath.Join(wants, name)) {
+			t.Errorf("postrm purge kept %s enabled", name)
+		}
+	}
+	if !exists(filepath.Join(wants, "nginx.service")) {
+		t.Error("postrm purge removed another package's enablement")
+	}
+	if exists(run) {
+		t.Error("postrm purge kept /run/regiond")
+	}
+}

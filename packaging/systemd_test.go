@@ -158,7 +158,8 @@ func unitSettings(t *testing.T, path string) map[string]string {
 // The units carry the settings the agent and the operators rely on: the
 // service user, the runtime directory the agent accepts for its socket and
 // snapshot (its own, 0755: not writable by group or others), the
-// hardening, restarts with a growing delay and a start limit, and the settings files.
+// hardening, restarts with a growing delay and a start limit (of every
+// exit status), and the settings files.
 func TestUnitSettings(t *testing.T) {
 	hardening := map[string]string{
 		"Service.NoNewPrivileges": "yes", "Service.ProtectSystem": "strict", "Service.ProtectHome": "yes",
@@ -166,7 +167,7 @@ func TestUnitSettings(t *testing.T) {
 		"Service.RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6",
 		"Service.Restart":                 "always", "Service.RestartSec": "2s", "Service.User": "regiond",
 		"Service.RestartSteps": "5", "Service.RestartMaxDelaySec": "60s",
-		"Unit.StartLimitIntervalSec": "300", "Unit.StartLimitBurst": "10", "Service.RestartPreventExitStatus": "2",
+		"Unit.StartLimitIntervalSec": "300", "Unit.StartLimitBurst": "10",
 	}
 	agent := unitSettings(t, "systemd/regiond.service")
 	want := map[string]string{
@@ -182,6 +183,11 @@ func TestUnitSettings(t *testing.T) {
 	}
 	for name, c := range map[string]struct{ got, want map[string]string }{
 		"regiond.service": {agent, want}, "regiond-heartbeat@.service": {hb, wantHB}} {
+		// A Go panic exits 2, as a usage error does: no exit status may
+		// keep a crashed agent or heartbeat down.
+		if v, ok := c.got["Service.RestartPreventExitStatus"]; ok {
+			t.Errorf("%s: RestartPreventExitStatus=%s: a panic (exit 2) would not be restarted", name, v)
+		}
 		for _, w := range []map[string]string{hardening, c.want} {
 			for k, v := range w {
 				if got, ok := c.got[k]; !ok || got != v {

@@ -192,6 +192,11 @@ func maybeIP(h string) bool {
 	return true
 }
 
+// CheckHost says what is wrong with h as a host name or IP address with
+// an optional port (a pool's host, a heartbeat's addr), or "" when
+// nothing is.
+func CheckHost(h string) string { return checkHost(h) }
+
 // checkHost accepts a host name or IP address with an optional port.
 func checkHost(h string) string {
 	if h == "" {

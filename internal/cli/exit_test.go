@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -55,8 +56,17 @@ func TestExitUsage(t *testing.T) {
 		"boost cancle kr-1":     `unknown regionctl boost command "cancle"; did you mean regionctl boost cancel?`,
 		"pool drian eu-north x": `did you mean regionctl pool drain?`,
 		"boost PL":              `--ttl is required`, // a country's route, not a typo of ls
+		// A systemd env file keeps a comment after a value in the value.
+		"heartbeat eu-central --instance fra-1a --addr 10.0.0.12:443 # the address": `--addr: "10.0.0.12:443 # the address" is not a host name or IP address`,
+		"heartbeat EU-central --instance fra-1a --addr 10.0.0.12:443":               `pool "EU-central": want a pool id`,
+		"heartbeat eu-central --instance fra-1a --addr http://10.0.0.12":            `--addr: "http://10.0.0.12" is a URL`,
+		"heartbeat eu-central --instance fra-1a --addr 10.0.0.12:0":                 `--addr: "10.0.0.12:0": port must be 1..65535`,
 	} {
-		if r := e.run(strings.Fields(args)...); r.code != ExitUsage || !strings.Contains(r.stderr, want) {
+		argv := strings.Fields(args)
+		if i := slices.Index(argv, "--addr"); i >= 0 { // the rest is the flag's value, spaces and all
+			argv = append(argv[:i+1], strings.Join(argv[i+1:], " "))
+		}
+		if r := e.run(argv...); r.code != ExitUsage || !strings.Contains(r.stderr, want) {
 			t.Errorf("regionctl %s: want exit 2 with %q, got %s", args, want, r)
 		}
 	}

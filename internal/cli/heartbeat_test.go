@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/freeport"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -169,5 +172,72 @@ func TestHeartbeat(t *testing.T) {
 	// for a busy machine (etcd's expiry is not exact, etcd#9395).
 	if !ok || took > 4*time.Second {
 		t.Fatalf("health key outlived SIGKILL by %s (TTL 2s)", took)
+	}
+}
+
+// TestHeartbeatWaitsForEtcd: a heartbeat started while etcd is
+// unreachable (an origin that boots first) retries in the process, a
+// SIGTERM meanwhile exits 0, and once etcd listens the health key is
+// written; a SIGTERM then revokes it.
+func TestHeartbeatWaitsForEtcd(t *testing.T) {
+	t.Parallel()
+	bin := regionctlBinary(t)
+	port, err := freeport.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := fmt.Sprintf("http://127.0.0.1:%d", port)
+	const prefix = "/hbwait"
+	start := func(instance string) (*exec.Cmd, *lockedBuffer) {
+		cmd := exec.Command(bin, "--endpoints", url, "--dial-timeout", "300ms", "--prefix", prefix,
+			"heartbeat", "eu-central", "--instance", instance, "--addr", "10.0.0.1:443", "--ttl", "2s")
+		out := &lockedBuffer{}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd, out
+	}
+	stopped, stoppedOut := start("fra-stop")
+	waiting, waitingOut := start("fra-wait")
+	for _, o := range []*lockedBuffer{stoppedOut, waitingOut} {
+		if _, ok := waitFor(30*time.Second, func() bool { return strings.Contains(o.String(), "heartbeat: etcd unreachable; retrying") }); !ok {
+			t.Fatalf("no retry while etcd is unreachable:\n%s", o)
+		}
+	}
+	if err := stopped.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := stopped.Wait(); err != nil {
+		t.Fatalf("SIGTERM while waiting for etcd: %v, want exit 0\n%s", err, stoppedOut)
+	}
+
+	srv, err := devetcd.Start(context.Background(), devetcd.Config{Dir: t.TempDir(), ClientURL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	cli, err := srv.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	key := prefix + "/routing/" + routing.HealthKey("eu-central", "fra-wait")
+	exists := func() bool {
+		r, err := cli.Get(context.Background(), key)
+		return err == nil && len(r.Kvs) == 1 && r.Kvs[0].Lease != 0
+	}
+	if _, ok := waitFor(60*time.Second, exists); !ok {
+		t.Fatalf("health key %s not written once etcd listens:\n%s", key, waitingOut)
+	}
+	if err := waiting.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := waiting.Wait(); err != nil {
+		t.Fatalf("SIGTERM: %v\n%s", err, waitingOut)
+	}
+	if exists() {
+		t.Fatal("health key still there right after SIGTERM")
 	}
 }

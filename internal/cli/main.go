@@ -76,6 +76,8 @@ type app struct {
 
 	cli *clientv3.Client
 	st  *store.Store
+	// asked is the password typed at askPassword's prompt.
+	asked string
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
@@ -242,9 +244,12 @@ func (a *app) store(ctx context.Context) (*store.Store, error) {
 			cfg.Password = a.getenv("REGIONCTL_PASSWORD")
 		}
 		if cfg.Password == "" {
-			if cfg.Password, err = a.askPassword(cfg.Username); err != nil {
-				return nil, err
+			if a.asked == "" {
+				if a.asked, err = a.askPassword(cfg.Username); err != nil {
+					return nil, err
+				}
 			}
+			cfg.Password = a.asked // asked once: a dial retried does not ask again
 		}
 	}
 	if opts, ok := ctx.Value(dialOptionsHook{}).([]grpc.DialOption); ok {
