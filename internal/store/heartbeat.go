@@ -63,7 +63,14 @@ func (s *Store) Heartbeat(ctx context.Context, c HeartbeatConfig) error {
 		}
 		select {
 		case <-ctx.Done():
-			if err := sess.Close(); err != nil {
+			// Revoked within --command-timeout (5 s), not the session's
+			// Close, which waits up to the TTL: a stop under systemd
+			// (TimeoutStopSec=10s) ends before the unit's kill.
+			sess.Orphan()
+			rctx, cancel := s.reqCtx(context.WithoutCancel(ctx))
+			_, err := s.cli.Revoke(rctx, sess.Lease())
+			cancel()
+			if err != nil {
 				key := s.ks.RoutingKey(rel)
 				return s.writeErr("heartbeat: revoke the lease of "+key, err, s.roles.WriteNeed(key))
 			}
