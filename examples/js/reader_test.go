@@ -88,3 +88,48 @@ func randomKey(r *rand.Rand) string {
 	}
 	return string(b)
 }
+
+// TestRefusesWhatWouldDecideWrongly: the JS reader refuses a max age that
+// is not a positive number (Number("15m") is NaN, which would compare
+// false and switch staleness off) and a sticky key that is neither a
+// string nor bytes (a number has no length: it was picked at random); a
+// numeric max age and string or byte keys decide, the bytes as the
+// string's UTF-8.
+func TestRefusesWhatWouldDecideWrongly(t *testing.T) {
+	script := `
+import { decideEntry, isStale } from './regiond.mjs';
+const header = { revision: 7, epoch: 1, synced_at: new Date(Date.now() - 100000 * 1000).toISOString() };
+const entry = { route: 'PL', fallback_depth: 0, affinity: 'sticky', degraded: [], attrs: {},
+  candidates: [{ pool: 'a', host: 'a:443', weight: 50, attrs: {} }, { pool: 'b', host: 'b:443', weight: 50, attrs: {} }] };
+const out = [];
+for (const m of [Number('15m'), 0, -5, Infinity, '900']) {
+  try { isStale(header, { maxAgeSeconds: m }); out.push('accepted ' + String(m)); }
+  catch (e) { out.push(e.name + ': ' + e.message); }
+}
+out.push('stale at 900: ' + isStale(header, { maxAgeSeconds: 900 }));
+try { decideEntry(header, 'PL', entry, 12345, { maxAgeSeconds: 900 }); out.push('accepted a number key'); }
+catch (e) { out.push(e.name + ': ' + e.message); }
+const s = decideEntry(header, 'PL', entry, 'viewer-é', { maxAgeSeconds: 900 }).pool;
+const b = decideEntry(header, 'PL', entry, new TextEncoder().encode('viewer-é'), { maxAgeSeconds: 900 }).pool;
+out.push('string and bytes agree: ' + (s === b));
+console.log(out.join('\n'));
+`
+	cmd := exec.Command(node(t), "--input-type=module", "-e", script)
+	cmd.Dir = "."
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, out)
+	}
+	want := `RangeError: regiond: maxAgeSeconds NaN: want a positive number of seconds (e.g. 900)
+RangeError: regiond: maxAgeSeconds 0: want a positive number of seconds (e.g. 900)
+RangeError: regiond: maxAgeSeconds -5: want a positive number of seconds (e.g. 900)
+RangeError: regiond: maxAgeSeconds Infinity: want a positive number of seconds (e.g. 900)
+RangeError: regiond: maxAgeSeconds 900: want a positive number of seconds (e.g. 900)
+stale at 900: true
+TypeError: regiond: sticky key of type number: want a string, a Uint8Array, or null
+string and bytes agree: true
+`
+	if string(out) != want {
+		t.Fatalf("node said:\n%s\nwant:\n%s", out, want)
+	}
+}

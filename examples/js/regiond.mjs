@@ -150,6 +150,11 @@ function checkHeader(h, where) {
  * do) older than maxAgeSeconds; a header with neither is stale.
  */
 export function isStale(h, { maxAgeSeconds = DEFAULT_MAX_AGE, now = Date.now() } = {}) {
+  // A max age that is not a positive number ("15m" through Number(), NaN)
+  // would compare false and switch staleness off: refuse it.
+  if (typeof maxAgeSeconds !== 'number' || !(maxAgeSeconds > 0) || !Number.isFinite(maxAgeSeconds)) {
+    throw new RangeError(`regiond: maxAgeSeconds ${String(maxAgeSeconds)}: want a positive number of seconds (e.g. 900)`);
+  }
   if (h.stale === true) return true;
   let t = parseTime(h.synced_at);
   if (Number.isNaN(t)) t = parseTime(h.written_at);
@@ -294,6 +299,11 @@ export function pickRandom(cands, random = Math.random) {
  * @param {{maxAgeSeconds?: number, now?: number, random?: () => number}} [opts]
  */
 export function decideEntry(header, country, entry, key, opts = {}) {
+  // A number (or any other type) would have no length and be picked at
+  // random: the same viewer would move between pools.
+  if (key !== null && key !== undefined && typeof key !== 'string' && !(key instanceof Uint8Array)) {
+    throw new TypeError(`regiond: sticky key of type ${typeof key}: want a string, a Uint8Array, or null`);
+  }
   let degraded = entry.degraded;
   if (isStale(header, opts) && !degraded.includes('stale-table')) degraded = [...degraded, 'stale-table'];
   const cands = entry.candidates;

@@ -149,7 +149,8 @@ final class RegiondTable
      * agent keeps rewriting the file.
      *
      * $owner (the agent's user: a uid, or a name such as 'regiond', looked
-     * up once per process) makes the reader refuse a file the agent cannot
+     * up once per request: pass the uid where user lookups go to a
+     * directory service) makes the reader refuse a file the agent cannot
      * have written: one owned by another user, or writable by group or
      * others. Give it wherever another local user could create the
      * snapshot's directory first (the default /dev/shm/regiond is in a
@@ -167,6 +168,7 @@ final class RegiondTable
         $uid = $owner === null ? null : self::ownerUid($owner);
         $idx = str_ends_with($path, '.idx') ? $path : self::indexPath($path);
         $fh = @fopen($idx, 'rb');
+        $idxWhy = $fh === false ? self::lastError() : '';
         if ($fh !== false) {
             if ($uid !== null) {
                 $st = fstat($fh);
@@ -180,17 +182,32 @@ final class RegiondTable
         }
         clearstatcache(true, $idx);
         if ($idx === $path || file_exists($idx)) {
-            throw new TableException("regiond: cannot open snapshot index {$idx}");
+            throw new TableException("regiond: cannot open snapshot index {$idx}: {$idxWhy}");
         }
-        return self::loadJSON($path, $maxAgeSeconds, $uid);
+        return self::loadJSON($path, $maxAgeSeconds, $uid, $idxWhy === '' ? '' : " (nor the index {$idx}: {$idxWhy})");
     }
 
-    /** @var array<string, int> owner names resolved to uids, for the process's life */
+    /** The message of PHP's last error (a failed fopen's: "No such file or directory", an open_basedir refusal), or "unknown error". */
+    private static function lastError(): string
+    {
+        $e = error_get_last();
+        if ($e === null) {
+            return 'unknown error';
+        }
+        // "fopen(/path): Failed to open stream: No such file or directory" → what follows the call
+        $m = $e['message'];
+        $i = strpos($m, '): ');
+        $m = $i === false ? $m : substr($m, $i + 3);
+        return preg_replace('/^failed to open stream: /i', '', $m);
+    }
+
+    /** @var array<string, int> owner names resolved to uids, for the request (PHP resets static state after each) */
     private static array $uids = [];
 
     /**
      * The uid of $owner: an int is one; a string of digits too; any other
-     * string is a user name, looked up once per process (posix extension).
+     * string is a user name, looked up once per request (posix extension;
+     * PHP-FPM resets static state after each request).
      *
      * @throws TableException
      */
@@ -199,7 +216,7 @@ final class RegiondTable
         if (is_int($owner)) {
             return $owner;
         }
-        if (ctype_digit($owner)) {
+        if ($owner !== '' && strspn($owner, '0123456789') === strlen($owner)) { // not ctype_digit: ctype may be missing
             return (int) $owner;
         }
         if (isset(self::$uids[$owner])) {
@@ -313,7 +330,7 @@ final class RegiondTable
      *
      * @throws TableException
      */
-    private static function loadJSON(string $path, float $maxAgeSeconds, ?int $uid = null): self
+    private static function loadJSON(string $path, float $maxAgeSeconds, ?int $uid = null, string $also = ''): self
     {
         // One descriptor for all of it: the owner check, the cache's
         // signature and the bytes read are of the same file, so a path
@@ -321,7 +338,7 @@ final class RegiondTable
         clearstatcache(true, $path); // and the realpath cache: a symlink may have moved
         $fh = @fopen($path, 'rb');
         if ($fh === false) {
-            throw new TableException("regiond: cannot open snapshot {$path}");
+            throw new TableException("regiond: cannot open snapshot {$path}: " . self::lastError() . $also);
         }
         try {
             $st = fstat($fh);

@@ -678,6 +678,10 @@ func TestReaderCache(t *testing.T) {
 			t.Errorf("%s file: %q, want a TableException", name, got)
 		}
 	}
+	// A missing file says why, for the JSON and the index it looked for.
+	if !strings.Contains(res.Missing, ".json: No such file or directory (nor the index ") || !strings.HasSuffix(res.Missing, ".idx: No such file or directory)") {
+		t.Errorf("missing file: %q, want the cause for both the JSON and the index", res.Missing)
+	}
 }
 
 // TestExampleFrontDoor runs example.php as the CLI would see a request

@@ -7,7 +7,15 @@ import { decideFromKV, NoRouteError } from '../regiond.mjs';
 
 export default {
   async fetch(request, env) {
-    const viewer = request.headers.get('Cookie')?.match(/(?:^|;\s*)vid=([^;]+)/)?.[1] ?? '';
+    // The viewer cookie, percent-decoded as PHP's $_COOKIE does, so a
+    // viewer keeps one pool whichever front door (this one or PHP) sees it.
+    const raw = request.headers.get('Cookie')?.match(/(?:^|;\s*)viewer=([^;]+)/)?.[1] ?? '';
+    let viewer = raw;
+    try {
+      viewer = decodeURIComponent(raw);
+    } catch {
+      // not valid percent-encoding: the raw value is still a stable key
+    }
     let d;
     try {
       d = await decideFromKV(env.REGIOND, request.headers.get('CF-IPCountry'), viewer, {
