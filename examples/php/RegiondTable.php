@@ -50,13 +50,27 @@ class NoRouteException extends \RuntimeException
     }
 
     /**
-     * The agent's NoRoute body: {"error","country","reasons"}.
+     * The agent's NoRoute body: {"error","country","reasons","revision","epoch"},
+     * the members the agent leaves out when empty left out, as it does.
      *
-     * @return array{error: string, country: string, reasons: list<string>}
+     * @return array{error: string, country?: string, reasons?: list<string>, revision?: int, epoch?: int}
      */
     public function toArray(): array
     {
-        return ['error' => 'no eligible pool', 'country' => $this->country, 'reasons' => $this->reasons];
+        $b = ['error' => 'no eligible pool'];
+        if ($this->country !== '') {
+            $b['country'] = $this->country;
+        }
+        if ($this->reasons !== []) {
+            $b['reasons'] = $this->reasons;
+        }
+        if ($this->revision !== 0) {
+            $b['revision'] = $this->revision;
+        }
+        if ($this->epoch !== 0) {
+            $b['epoch'] = $this->epoch;
+        }
+        return $b;
     }
 }
 
