@@ -66,8 +66,10 @@ type Agent struct {
 	statusClock     statusClock
 	beforeStatusPut func(at time.Time)
 	pub             atomic.Pointer[publisher]
-	// statusPutFailures counts the status key's failed puts.
+	// statusPutFailures counts the status key's failed puts;
+	// nodeConflicts the puts that found another agent's lease on it.
 	statusPutFailures prometheus.Counter
+	nodeConflicts     prometheus.Counter
 }
 
 // New validates cfg, loads the snapshot file if there is one, and opens the
@@ -86,7 +88,9 @@ func New(cfg Config) (*Agent, error) {
 	a.conns, a.login = newConnVecs(a.registry), newLoginMetrics(a.registry)
 	a.statusPutFailures = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "regiond", Subsystem: "agent", Name: "status_put_failures_total",
 		Help: "Puts of the agent's status key that failed (etcd away, or the role lacks readwrite on <prefix>/agents/<node>); retried every second."})
-	a.registry.MustRegister(a.statusPutFailures)
+	a.nodeConflicts = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "regiond", Subsystem: "agent", Name: "node_conflicts_total",
+		Help: "Puts of the status key that found it under another agent's lease: another agent runs with the same --node."})
+	a.registry.MustRegister(a.statusPutFailures, a.nodeConflicts)
 	maxWaiting, err := a.fitToFDLimit()
 	if err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"reflect"
 	"slices"
@@ -57,6 +58,12 @@ type publisher struct {
 	// (only the first is logged as a warning); failures counts them all.
 	failed   int
 	failures prometheus.Counter
+	// owned: a put of this session holds the key; conflicts counts the
+	// puts that found another agent's lease on it (in this session), and
+	// conflictsTotal all of them.
+	owned          bool
+	conflicts      int
+	conflictsTotal prometheus.Counter
 }
 
 // newPublisher returns the publisher of a's status at key. It is made
@@ -65,7 +72,7 @@ type publisher struct {
 func newPublisher(cli *clientv3.Client, key string, a *Agent) *publisher {
 	return &publisher{cli: cli, key: key, node: a.cfg.Node, version: a.cfg.Version, ttl: a.cfg.StatusTTL,
 		log: a.log.With("component", "status"), clock: a.statusClock, kick: make(chan struct{}, 1),
-		beforePut: a.beforeStatusPut, failures: a.statusPutFailures}
+		beforePut: a.beforeStatusPut, failures: a.statusPutFailures, conflictsTotal: a.nodeConflicts}
 }
 
 // changed tells the publisher that the table may have reached a new
@@ -166,6 +173,7 @@ const statusCheck = time.Second
 func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *watch.Mirror) {
 	tick, stop := p.clock.newTicker(statusCheck)
 	defer stop()
+	p.owned, p.conflicts = false, 0 // a new session's lease: its first put takes the key
 	var last routing.AgentStatus
 	var lastChange int64
 	var lastAt, lastPut time.Time // lastAt on the publisher's clock; lastPut on the wall clock, for the spacing
@@ -221,6 +229,41 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *w
 	}
 }
 
+// putOwn puts v at the status key under lease. Once a put of this
+// session holds the key, the next ones put only while it still does (a
+// Txn on the key's lease): a key found under another lease was written by
+// another agent with the same --node, which is logged (an error the first
+// time in a session, then at debug level) and counted in
+// regiond_agent_node_conflicts_total, and the key is put all the same. A
+// key found deleted (its lease ended meanwhile) is put again.
+func (p *publisher) putOwn(ctx context.Context, v string, lease clientv3.LeaseID) error {
+	put := clientv3.OpPut(p.key, v, clientv3.WithLease(lease))
+	if !p.owned {
+		if _, err := p.cli.Do(ctx, put); err != nil {
+			return err
+		}
+		p.owned = true
+		return nil
+	}
+	resp, err := p.cli.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(p.key), "=", lease)).
+		Then(put).Else(clientv3.OpGet(p.key)).Commit()
+	if err != nil || resp.Succeeded {
+		return err
+	}
+	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 1 && kvs[0].Lease != int64(lease) {
+		p.conflicts++
+		p.conflictsTotal.Inc()
+		lvl := slog.LevelError
+		if p.conflicts > 1 {
+			lvl = slog.LevelDebug
+		}
+		p.log.Log(ctx, lvl, "agent status: another agent publishes as this node (its own lease on the status key): --node must be unique in the fleet, or regionctl status and --wait-converged count one of you only",
+			"key", p.key, "node", p.node, "other_lease", fmt.Sprintf("%x", kvs[0].Lease), "lease", fmt.Sprintf("%x", int64(lease)))
+	}
+	_, err = p.cli.Do(ctx, put)
+	return err
+}
+
 // put writes st under the session's lease and reports whether it did. at
 // is when the publisher decided on the put (for beforePut).
 func (p *publisher) put(ctx context.Context, sess *concurrency.Session, st routing.AgentStatus, at time.Time) bool {
@@ -230,7 +273,7 @@ func (p *publisher) put(ctx context.Context, sess *concurrency.Session, st routi
 	b, _ := json.Marshal(st)
 	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	if _, err := p.cli.Put(pctx, p.key, string(b), clientv3.WithLease(sess.Lease())); err != nil {
+	if err := p.putOwn(pctx, string(b), sess.Lease()); err != nil {
 		if ctx.Err() == nil {
 			p.failed++
 			p.failures.Inc()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -464,4 +465,59 @@ func TestStatusPutsForChangesAreSpaced(t *testing.T) {
 		}
 	}
 	t.Logf("%d status puts for %d changes", len(puts), changes)
+}
+
+// TestSameNodeNameIsReported: a second agent started with the same --node
+// (a cloned VM keeping its hostname) takes the status key; at the first
+// agent's next put for a change, it finds the key under the other's lease,
+// logs an error naming the key and --node, and counts it in
+// regiond_agent_node_conflicts_total. One agent alone never does.
+func TestSameNodeNameIsReported(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	key := "/regiond/v1/agents/node-1"
+	// status returns the key's lease and the revision its value reports.
+	status := func() (int64, int64) {
+		resp, err := cli.Get(context.Background(), key)
+		if err != nil || len(resp.Kvs) != 1 {
+			return 0, 0
+		}
+		var st routing.AgentStatus
+		if err := json.Unmarshal(resp.Kvs[0].Value, &st); err != nil {
+			t.Fatal(err)
+		}
+		return resp.Kvs[0].Lease, st.Revision
+	}
+	lease := func() int64 { l, _ := status(); return l }
+	var logs syncBuffer
+	cfg1 := offlineConfig(t.TempDir())
+	cfg1.Endpoints, cfg1.StatusTTL = srv.Endpoints, 2*time.Second
+	cfg1.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	h1 := runAgent(t, t.TempDir(), cfg1)
+	waitFor(t, "the first agent's status key", func() bool { return lease() != 0 })
+	first := lease()
+	// A change the first agent puts alone (a Txn on its own lease): no
+	// conflict.
+	p, err := cli.Put(context.Background(), prefix+"pools/extra-1", `{"host":"x1.example.net","residency":"eu","status":"active"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first agent's put of the change", func() bool { l, r := status(); return l == first && r >= p.Header.Revision })
+	if n := counter(t, h1, "regiond_agent_node_conflicts_total"); n != 0 {
+		t.Fatalf("one agent alone: regiond_agent_node_conflicts_total %v, want 0", n)
+	}
+
+	cfg2 := offlineConfig(t.TempDir())
+	cfg2.Endpoints, cfg2.StatusTTL = srv.Endpoints, 2*time.Second
+	runAgent(t, t.TempDir(), cfg2)
+	waitFor(t, "the second agent's status key", func() bool { l := lease(); return l != 0 && l != first })
+	if _, err = cli.Put(context.Background(), prefix+"pools/extra-2", `{"host":"x2.example.net","residency":"eu","status":"active"}`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first agent's conflict", func() bool { return counter(t, h1, "regiond_agent_node_conflicts_total") >= 1 })
+	if l := logs.String(); !strings.Contains(l, `"level":"ERROR","msg":"agent status: another agent publishes as this node`) ||
+		!strings.Contains(l, `"key":"`+key+`"`) || !strings.Contains(l, "--node must be unique") {
+		t.Fatalf("no error naming the key and --node:\n%s", l)
+	}
 }
