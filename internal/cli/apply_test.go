@@ -287,7 +287,7 @@ func TestApplyFromStandardInput(t *testing.T) {
 	if r.code != ExitOK || !strings.Contains(r.stdout, "edge-fra-9.example.net") {
 		t.Fatalf("apply -f -: %s", r)
 	}
-	if rec := e.audit(2); rec.Command != "apply -f - --reason from a pipe" {
+	if rec := e.audit(2); rec.Command != "apply -f - --reason 'from a pipe'" {
 		t.Fatalf("audit: %+v", rec)
 	}
 	ctx = context.WithValue(context.Background(), stdinHook{}, strings.NewReader("pools: [\n"))

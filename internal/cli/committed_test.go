@@ -115,7 +115,7 @@ func TestBoostExtendLostReply(t *testing.T) {
 	if r.code != ExitOK || armed.Load() || !strings.Contains(r.stdout, "epoch 2 → 3 at revision") || !strings.Contains(r.stderr, "read back: committed") {
 		t.Fatalf("extend with a lost reply: want exit 0, epoch 2 → 3, read back: %s", r)
 	}
-	if rec := e.audit(3); rec.Command != "boost extend kr-week --ttl 3h --reason trend continues" {
+	if rec := e.audit(3); rec.Command != "boost extend kr-week --ttl 3h --reason 'trend continues'" {
 		t.Fatalf("audit 3: %+v", rec)
 	}
 	var boosts []boostInfo

@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/regiond/regiond/internal/store"
 	"github.com/regiond/regiond/routing"
@@ -57,9 +61,12 @@ func (a *app) exitCode(err error) int {
 		fmt.Fprintf(a.stderr, "regionctl: %v\n", notConv)
 		return ExitNotConverged
 	case errors.As(err, &refused):
+		// What it proposed, on stderr beside why it was refused: stdout
+		// holds only what was written (a log of stdout alone shows no
+		// change that never happened).
 		if a.output == "table" {
 			for _, line := range diffLines(refused.Changes) {
-				fmt.Fprintf(a.stdout, "%s\n", line)
+				fmt.Fprintf(a.stderr, "PROPOSED %s\n", line)
 			}
 		}
 		a.printRefused(refused.Errs)
@@ -77,7 +84,7 @@ func (a *app) exitCode(err error) int {
 		fmt.Fprintf(a.stderr, "regionctl: %v\n", unreach)
 		return ExitUnreachable
 	case errors.As(err, &usage) || !a.ran:
-		fmt.Fprintf(a.stderr, "regionctl: %v\nRun 'regionctl --help' for usage.\n", err)
+		fmt.Fprintf(a.stderr, "regionctl: %v\nRun '%s --help' for usage.\n", err, a.usagePath())
 		return ExitUsage
 	case errors.Is(err, context.Canceled):
 		fmt.Fprintln(a.stderr, "regionctl: interrupted")
@@ -122,10 +129,36 @@ func exactArgs(n int, names string) cobra.PositionalArgs {
 					return err
 				}
 			}
-			return usagef("%s takes %s (got %d argument(s))", cmd.CommandPath(), names, len(args))
+			return usagef("%s takes %s (got %d argument(s))%s", cmd.CommandPath(), names, len(args), argsHint(cmd, args))
 		}
 		return nil
 	}
+}
+
+// argsHint says what a stray argument most likely meant, or "": the value
+// of a flag whose value is optional, typed after a space (such a flag
+// takes its value only after '='), or a config file given without -f.
+func argsHint(cmd *cobra.Command, args []string) string {
+	hint := ""
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if hint != "" || f.NoOptDefVal == "" || !f.Changed || f.Value.Type() != "duration" {
+			return
+		}
+		for _, a := range args {
+			if _, err := time.ParseDuration(a); err == nil {
+				hint = fmt.Sprintf("; --%s takes its value after '=' (--%s=%s): %q was taken as an argument", f.Name, f.Name, a, a)
+				return
+			}
+		}
+	})
+	if hint == "" && cmd.Flags().Lookup("file") != nil {
+		for _, a := range args {
+			if ext := filepath.Ext(a); ext == ".yaml" || ext == ".yml" || ext == ".json" || a == "-" {
+				return fmt.Sprintf("; give the config file with -f: %s -f %s", cmd.CommandPath(), a)
+			}
+		}
+	}
+	return hint
 }
 
 // subcommandTypo returns a usage error when word looks like a misspelt
@@ -142,4 +175,62 @@ func subcommandTypo(cmd *cobra.Command, word string) error {
 		return usagef("unknown %s command %q; did you mean %s %s?", cmd.CommandPath(), word, cmd.CommandPath(), strings.Join(s, " or "))
 	}
 	return nil
+}
+
+// usagePath is the command a usage error is about, as typed up to its
+// verb ("regionctl pool drain"), for its --help; "regionctl" when no verb
+// was found.
+func (a *app) usagePath() string {
+	if a.root != nil {
+		if c, _, err := a.root.Find(a.args); err == nil && c != nil {
+			return c.CommandPath()
+		}
+	}
+	return "regionctl"
+}
+
+// flagError is cobra's FlagErrorFunc: every flag error is a usage error,
+// and an unknown flag close to one the command has (or inherits) names
+// it, as a mistyped command does.
+func flagError(cmd *cobra.Command, err error) error {
+	name, ok := strings.CutPrefix(err.Error(), "unknown flag: --")
+	if !ok {
+		return usageError{err}
+	}
+	var near []string
+	seen := map[string]bool{}
+	visit := func(f *pflag.Flag) {
+		if !f.Hidden && !seen[f.Name] && editDistance(name, f.Name) <= 2 {
+			seen[f.Name] = true
+			near = append(near, "--"+f.Name)
+		}
+	}
+	cmd.Flags().VisitAll(visit)
+	cmd.InheritedFlags().VisitAll(visit)
+	if len(near) == 0 {
+		return usageError{err}
+	}
+	slices.Sort(near)
+	return usagef("%v; did you mean %s?", err, strings.Join(near, " or "))
+}
+
+// editDistance is the Levenshtein distance of a and b (bytes).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

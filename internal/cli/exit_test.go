@@ -58,9 +58,14 @@ func TestExitUsage(t *testing.T) {
 		"boost PL":              `--ttl is required`, // a country's route, not a typo of ls
 		// A systemd env file keeps a comment after a value in the value.
 		"heartbeat eu-central --instance fra-1a --addr 10.0.0.12:443 # the address": `--addr: "10.0.0.12:443 # the address" is not a host name or IP address`,
-		"heartbeat EU-central --instance fra-1a --addr 10.0.0.12:443":               `pool "EU-central": want a pool id`,
-		"heartbeat eu-central --instance fra-1a --addr http://10.0.0.12":            `--addr: "http://10.0.0.12" is a URL`,
-		"heartbeat eu-central --instance fra-1a --addr 10.0.0.12:0":                 `--addr: "10.0.0.12:0": port must be 1..65535`,
+		// A flag typo names the flag meant, and the hint names the verb's help.
+		"--endpoint 127.0.0.1:2379 get":                                  "unknown flag: --endpoint; did you mean --endpoints?\nRun 'regionctl get --help' for usage.",
+		"pool drain eu-north --reson x":                                  "unknown flag: --reson; did you mean --reason?\nRun 'regionctl pool drain --help' for usage.",
+		"pool drain eu-north --wait-converged 30s":                       `--wait-converged takes its value after '=' (--wait-converged=30s): "30s" was taken as an argument`,
+		"diff fleet.yaml":                                                "give the config file with -f: regionctl diff -f fleet.yaml\nRun 'regionctl diff --help' for usage.",
+		"heartbeat EU-central --instance fra-1a --addr 10.0.0.12:443":    `pool "EU-central": want a pool id`,
+		"heartbeat eu-central --instance fra-1a --addr http://10.0.0.12": `--addr: "http://10.0.0.12" is a URL`,
+		"heartbeat eu-central --instance fra-1a --addr 10.0.0.12:0":      `--addr: "10.0.0.12:0": port must be 1..65535`,
 	} {
 		argv := strings.Fields(args)
 		if i := slices.Index(argv, "--addr"); i >= 0 { // the rest is the flag's value, spaces and all

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -46,6 +47,57 @@ type getResult struct {
 	Health    map[string]routing.Health     `json:"health,omitempty"`
 	Skipped   []routing.Skipped             `json:"skipped,omitempty"`
 	instances map[string]int
+	// shown are the sections asked for: in JSON and YAML each is present,
+	// {} or [] when empty (a script's jq '.health[]' works on none), and
+	// the others absent.
+	shown func(string) bool
+}
+
+// MarshalJSON writes the sections shown, empty ones as {} or [].
+func (r getResult) MarshalJSON() ([]byte, error) {
+	var out struct {
+		Revision int64                          `json:"revision"`
+		Epoch    int64                          `json:"epoch"`
+		Policy   *routing.Residency             `json:"policy,omitempty"`
+		Pools    *map[string]routing.Pool       `json:"pools,omitempty"`
+		Routes   *map[string]routing.Route      `json:"routes,omitempty"`
+		Boosts   *map[string]store.LiveOverride `json:"boosts,omitempty"`
+		Health   *map[string]routing.Health     `json:"health,omitempty"`
+		Skipped  *[]routing.Skipped             `json:"skipped,omitempty"`
+	}
+	out.Revision, out.Epoch, out.Policy = r.Revision, r.Epoch, r.Policy
+	shown := r.shown
+	if shown == nil {
+		shown = func(string) bool { return true }
+	}
+	if shown("pools") {
+		out.Pools = nonNilMap(r.Pools)
+	}
+	if shown("routes") {
+		out.Routes = nonNilMap(r.Routes)
+	}
+	if shown("boosts") {
+		out.Boosts = nonNilMap(r.Boosts)
+	}
+	if shown("health") {
+		out.Health = nonNilMap(r.Health)
+	}
+	if shown("skipped") {
+		sk := r.Skipped
+		if sk == nil {
+			sk = []routing.Skipped{}
+		}
+		out.Skipped = &sk
+	}
+	return json.Marshal(out)
+}
+
+// nonNilMap returns a pointer to m, or to an empty map when m is nil.
+func nonNilMap[K comparable, V any](m map[K]V) *map[K]V {
+	if m == nil {
+		m = map[K]V{}
+	}
+	return &m
 }
 
 func (a *app) runGet(ctx context.Context, section string) error {
@@ -56,8 +108,11 @@ func (a *app) runGet(ctx context.Context, section string) error {
 	if err != nil {
 		return err
 	}
+	if cur.Epoch == 0 && len(cur.Config.Pools) == 0 && len(cur.Config.Routes) == 0 && len(cur.Overrides) == 0 && len(cur.Health) == 0 && len(cur.Skipped) == 0 {
+		fmt.Fprintf(a.stderr, "regionctl: nothing is stored under %s/routing/ (epoch 0): is --prefix right, and was a config applied? (a policy shown is the built-in default)\n", a.prefix)
+	}
 	show := func(s string) bool { return section == "" || section == s }
-	out := getResult{Revision: cur.Revision, Epoch: cur.Epoch, instances: map[string]int{}}
+	out := getResult{Revision: cur.Revision, Epoch: cur.Epoch, instances: map[string]int{}, shown: show}
 	if show("policy") {
 		pol := cur.Config.ResidencyOrDefault()
 		out.Policy = &pol

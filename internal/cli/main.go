@@ -56,6 +56,7 @@ type app struct {
 	// environment prunes as much as a typed one).
 	fromEnv []string
 	cmd     *cobra.Command
+	root    *cobra.Command // for the usage error's --help hint
 
 	endpoints      []string
 	prefix         string
@@ -88,6 +89,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	a.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	defer a.close()
 	root := a.rootCmd()
+	a.root = root
+	root.SetFlagErrorFunc(flagError)
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -333,7 +336,7 @@ func (a *app) typedCommand() string {
 			pathWords-- // a word of the verb path itself
 			continue
 		}
-		out = append(out, s)
+		out = append(out, shellWord(s))
 	}
 	return strings.Join(out, " ")
 }
@@ -347,9 +350,10 @@ func (a *app) verb(fn func(ctx context.Context, cmd *cobra.Command, args []strin
 }
 
 // shellWord quotes v as a shell would need it when it holds a space, a
-// quote or nothing.
+// quote, another character the shell treats specially, or nothing: the
+// audit command can be copied and run again.
 func shellWord(v string) string {
-	if v == "" || strings.ContainsAny(v, " \t'\"\\$`") {
+	if v == "" || strings.ContainsAny(v, " \t\n'\"\\$`;&|<>()*?[]{}~#!") {
 		return "'" + strings.ReplaceAll(v, "'", `'\''`) + "'"
 	}
 	return v

@@ -169,13 +169,16 @@ func TestRefusedVerbs(t *testing.T) {
 	if rev2, n2 := e.fingerprint(); rev2 != rev || n2 != n {
 		t.Fatalf("etcd changed: newest revision %d → %d, keys %d → %d", rev, rev2, n, n2)
 	}
-	// A refused write still shows what it proposed.
-	r := e.must(ExitRefused, "pool", "drain", "eu-central", "--dry-run")
-	if strings.TrimSpace(r.stdout) != "pool eu-central: status active→draining" {
-		t.Fatalf("refused dry run: %s", r)
+	// A refused write still shows what it proposed, on stderr: stdout
+	// holds only what was written.
+	for _, extra := range []string{"--dry-run", "--reason=x"} {
+		r := e.must(ExitRefused, "pool", "drain", "eu-central", extra)
+		if r.stdout != "" || !strings.HasPrefix(r.stderr, "PROPOSED pool eu-central: status active→draining\nREFUSED ") {
+			t.Fatalf("refused drain (%s): %s; want the proposal on stderr, before the refusal, and nothing on stdout", extra, r)
+		}
 	}
 	// --force lets an operator drain the last EU pool on purpose.
-	r = e.must(ExitOK, "pool", "drain", "eu-central", "--force", "--reason", "maintenance, EU degraded knowingly")
+	r := e.must(ExitOK, "pool", "drain", "eu-central", "--force", "--reason", "maintenance, EU degraded knowingly")
 	if !strings.Contains(r.stdout, "pool eu-central: status active→draining") {
 		t.Fatalf("drain diff: %s", r)
 	}

@@ -41,7 +41,7 @@ func TestRollback(t *testing.T) {
 	if e.get(e.ks.RoutingKey("overrides/jp")) == "" {
 		t.Fatal("rollback removed a boost")
 	}
-	if rec := e.audit(8); rec.Command != "rollback 2 --reason undo the SK experiment" || rec.Reason != "undo the SK experiment" {
+	if rec := e.audit(8); rec.Command != "rollback 2 --reason 'undo the SK experiment'" || rec.Reason != "undo the SK experiment" {
 		t.Fatalf("audit of the rollback: %+v", rec)
 	}
 	// Rolling back to the epoch we are at again is a no-op.

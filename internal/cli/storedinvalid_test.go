@@ -52,8 +52,9 @@ func TestRefusedWriteDiffIsNotARemoval(t *testing.T) {
 		for _, extra := range [][]string{nil, {"--dry-run"}} {
 			args := append(append([]string{}, tc.args...), extra...)
 			r := e.run(args...)
-			line := strings.TrimSpace(r.stdout)
-			if r.code != ExitRefused || !strings.HasPrefix(line, tc.want) || strings.Contains(line, "\n") ||
+			line, _, _ := strings.Cut(r.stderr, "\nREFUSED ")
+			line, ok := strings.CutPrefix(line, "PROPOSED ")
+			if r.code != ExitRefused || r.stdout != "" || !ok || !strings.HasPrefix(line, tc.want) || strings.Contains(line, "\n") ||
 				strings.Contains(line, "removed") || strings.Contains(line, "added") || strings.HasSuffix(line, ": put") {
 				t.Errorf("regionctl %s: want exit 1 and the one diff line %q…, got %s", strings.Join(args, " "), tc.want, r)
 			}
