@@ -236,7 +236,11 @@ func (a *Agent) dialFailed(ctx context.Context, err error, wait time.Duration) {
 			msg += " (" + why + ")"
 		}
 		a.login.refused.Set(0)
-		a.log.Warn("etcd unreachable; serving the last table meanwhile", "endpoints", a.cfg.Endpoints,
+		serving := "serving the last table meanwhile"
+		if (source{a}).Table() == nil {
+			serving = "no table to serve until it answers (no snapshot file loaded)"
+		}
+		a.log.Warn("etcd unreachable; "+serving, "endpoints", a.cfg.Endpoints,
 			"err", err, "endpoint_errors", why, "retry_in", wait.Round(time.Millisecond))
 	}
 	a.etcdErr.Store(&msg)

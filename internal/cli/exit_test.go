@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -119,6 +121,17 @@ func TestExitUnreachable(t *testing.T) {
 	code := run(context.Background(), []string{"--endpoints", ln.Addr().String(), "get"}, &out, &errb, func(string) string { return "" })
 	if code != ExitUnreachable || !strings.Contains(errb.String(), "does not speak etcd's API") {
 		t.Errorf("regionctl get against a gRPC server that is not etcd: exit %d, stderr %q; want 4 saying it is not etcd", code, errb.String())
+	}
+
+	// An HTTP/1 server that is not etcd (regiond's own API is the usual
+	// mix-up): exit 4, saying so.
+	web := httptest.NewServer(http.NotFoundHandler())
+	defer web.Close()
+	out.Reset()
+	errb.Reset()
+	code = run(context.Background(), []string{"--endpoints", web.URL, "--dial-timeout", "500ms", "get"}, &out, &errb, func(string) string { return "" })
+	if code != ExitUnreachable || !strings.Contains(errb.String(), web.URL+": an HTTP server that is not etcd answers there") {
+		t.Errorf("regionctl get against an HTTP server that is not etcd: exit %d, stderr %q; want 4 saying it is not etcd", code, errb.String())
 	}
 }
 

@@ -8,6 +8,7 @@
 package etcddiag
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -15,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -97,7 +99,7 @@ func endpoint(ctx context.Context, ep string, clientTLS *tls.Config) string {
 	case !secure && err == nil:
 		return "the server there speaks TLS: use https:// (and --cacert for a private CA)"
 	case !secure:
-		return ""
+		return notEtcd(ctx, network, addr, u.Host)
 	}
 	// With TLS 1.3 the server checks the client's certificate after the
 	// client's handshake is done: its refusal is the first thing read.
@@ -108,6 +110,34 @@ func endpoint(ctx context.Context, ep string, clientTLS *tls.Config) string {
 		return ""
 	}
 	return "TLS: the server closed the connection after the handshake: " + cause(err) + " (a client certificate it accepts? --cert, --key)"
+}
+
+// notEtcd asks the plaintext server at addr for etcd's GET /version over
+// HTTP/1.1, as etcd's client port answers it, and says so when an HTTP
+// server answers without being etcd (regiond's own API, --listen, is the
+// usual mix-up); "" when etcd answers, or when nothing answers HTTP/1.1
+// (a bare gRPC server, which the client's calls name themselves).
+func notEtcd(ctx context.Context, network, addr, host string) string {
+	d := net.Dialer{Timeout: Timeout}
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(Timeout))
+	if _, err := fmt.Fprintf(c, "GET /version HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", host); err != nil {
+		return ""
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode == http.StatusOK && strings.Contains(string(body), `"etcdserver"`) {
+		return ""
+	}
+	return fmt.Sprintf("an HTTP server that is not etcd answers there (GET /version: %s): check the port (regiond's own API, --listen, is not etcd)", resp.Status)
 }
 
 // cause is err's innermost message, without the layers that repeat the

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -36,6 +38,10 @@ func TestWhy(t *testing.T) {
 	httpsEP, plainEP := secure.Endpoints[0], plain.Endpoints[0]
 	asHTTP := strings.Replace(httpsEP, "https://", "http://", 1)
 	asHTTPS := strings.Replace(plainEP, "http://", "https://", 1)
+	// A plaintext HTTP/1 server that is not etcd (as regiond's own API).
+	notEtcd := httptest.NewServer(http.NotFoundHandler())
+	defer notEtcd.Close()
+	notEtcdEP := notEtcd.URL
 
 	for _, tc := range []struct {
 		name      string
@@ -52,6 +58,7 @@ func TestWhy(t *testing.T) {
 		{"https:// to plaintext", []string{asHTTPS}, good, []string{asHTTPS + ": TLS handshake: ", "the server closed the connection (a plaintext port? then http://)"}},
 		{"bad scheme", []string{"htps://127.0.0.1:2379"}, nil, []string{`unknown scheme "htps"`}},
 		{"one of two down", []string{plainEP, closed}, nil, []string{closed + ": dial: "}},
+		{"an HTTP server, not etcd", []string{notEtcdEP}, nil, []string{notEtcdEP + ": an HTTP server that is not etcd answers there (GET /version: 404 Not Found)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := etcddiag.Why(context.Background(), tc.endpoints, tc.tls)
