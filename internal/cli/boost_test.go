@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -313,6 +314,21 @@ func TestBoostWithoutALease(t *testing.T) {
 		ttl, ok := b["ttl_seconds"]
 		if !ok || (b["id"] == "hand-1") != (ttl == nil) {
 			t.Errorf("boost ls -o json: %v has ttl_seconds %v (present %v); want null for hand-1 only", b["id"], ttl, ok)
+		}
+	}
+	// lease_id is the lease in hex, exactly (a JSON number past 2^53 is
+	// rounded by jq and JavaScript), as etcdctl's lease commands take it.
+	resp, err := testClient.Get(context.Background(), e.ks.RoutingKey(routing.OverrideKey("kr-2")))
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("kr-2's key: %v", err)
+	}
+	for _, b := range boosts {
+		id, has := b["lease_id"]
+		switch {
+		case b["id"] == "hand-1" && has:
+			t.Errorf("boost ls -o json: hand-1 (no lease) has lease_id %v", id)
+		case b["id"] == "kr-2" && id != strconv.FormatInt(resp.Kvs[0].Lease, 16):
+			t.Errorf("boost ls -o json: kr-2's lease_id %v, want %x", id, resp.Kvs[0].Lease)
 		}
 	}
 }

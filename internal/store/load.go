@@ -60,9 +60,13 @@ type LiveOverrideRaw struct {
 
 // LiveOverride is a boost as stored, with its lease.
 type LiveOverride struct {
-	Override    routing.Override `json:"override"`
-	Lease       int64            `json:"lease"`
-	ModRevision int64            `json:"mod_revision"`
+	Override routing.Override `json:"override"`
+	// Lease is the key's lease (0: none). LeaseID is the same in hex, as
+	// etcdctl's lease commands take it: as a JSON number a lease id is
+	// past 2^53, which jq and JavaScript round.
+	Lease       int64  `json:"lease"`
+	LeaseID     string `json:"lease_id,omitempty"`
+	ModRevision int64  `json:"mod_revision"`
 }
 
 // Load reads the whole routing prefix at the current revision.
@@ -160,7 +164,11 @@ func (st *State) add(rel string, kv *mvccpb.KeyValue) {
 	case *routing.Residency:
 		st.Config.Policy.Residency = x
 	case *routing.Override:
-		st.Overrides[k.ID] = LiveOverride{Override: *x, Lease: kv.Lease, ModRevision: kv.ModRevision}
+		lo := LiveOverride{Override: *x, Lease: kv.Lease, ModRevision: kv.ModRevision}
+		if kv.Lease != 0 {
+			lo.LeaseID = strconv.FormatInt(kv.Lease, 16)
+		}
+		st.Overrides[k.ID] = lo
 	case *routing.Health:
 		st.Health[rel] = *x
 	}
