@@ -102,6 +102,11 @@ func decodeStrict(errs *Errors, rel string, raw []byte) (Value, bool) {
 	if err != nil {
 		if es, ok := err.(Errors); ok {
 			*errs = append(*errs, es...)
+			// A misspelt field ("residncy") is often why a check fails
+			// (residency missing): name it too.
+			for _, k := range unknownFields(rel, raw) {
+				errs.add(rel, k, "unknown field")
+			}
 		} else {
 			// A key error (bad id or name) already names the key.
 			errs.add(rel, "", "%s", strings.TrimPrefix(err.Error(), fmt.Sprintf("key %q: ", rel)))
@@ -125,6 +130,33 @@ func decodeStrict(errs *Errors, rel string, raw []byte) (Value, bool) {
 		return nil, false
 	}
 	return v, true
+}
+
+// unknownFields returns the unknown fields of a value of key rel, top
+// level and nested, whatever its checks say of the rest; nil when it does
+// not decode as an object.
+func unknownFields(rel string, raw []byte) []string {
+	k, err := ParseKey(rel)
+	if err != nil {
+		return nil
+	}
+	var v any
+	extra := func() Extra { return nil }
+	switch k.Kind {
+	case KindPool:
+		p := new(Pool)
+		v, extra = p, func() Extra { return p.Extra }
+	case KindRoute:
+		r := new(Route)
+		v, extra = r, func() Extra { return r.Extra }
+	case KindPolicy:
+		r := new(Residency)
+		v, extra = r, func() Extra { return r.Extra }
+	default:
+		return nil
+	}
+	unknown, _ := unmarshalUnknown(raw, v, false)
+	return append(unknown, sortedKeys(extra())...)
 }
 
 // Values returns the config as the values stored under <root>/routing/,

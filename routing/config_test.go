@@ -109,7 +109,10 @@ func TestParseConfigErrors(t *testing.T) {
 		{name: "unknown policy field", yaml: "policy:\n  residency: {classes: {eu: [PL]}, unknown_class: eu}\n",
 			want: []string{"policy/residency: unknown_class: unknown field"}},
 		{name: "case variant of a field", yaml: "pools:\n  p: {Host: h, residency: eu}\n",
-			want: []string{"pools/p: host: must not be empty"}},
+			want: []string{"pools/p: Host: unknown field", "pools/p: host: must not be empty"}},
+		// A misspelt required field is named beside the check it fails.
+		{name: "misspelt required field", yaml: "pools:\n  p: {host: h, residncy: eu}\n",
+			want: []string{`pools/p: residency: must be a non-empty lower-case label (eu, us, apac, global…), got ""`, "pools/p: residncy: unknown field"}},
 		{name: "wrong type", yaml: "routes:\n  PL: {targets: [{pool: p, weight: '70'}, {pool: q, weight: 30}]}\n",
 			want: []string{"routes/PL: targets[0].weight: expected an integer, got JSON string"}},
 		{name: "wrong type of section", yaml: "pools: [p]\n",
@@ -124,6 +127,7 @@ func TestParseConfigErrors(t *testing.T) {
 			want: []string{
 				"pools/p: host: must not be empty",
 				`pools/p: status: must be active, draining or down, got "paused"`,
+				"routes/PL: colour: unknown field",
 				"routes/PL: targets: weights must sum to 100, got 130",
 				"routes/PL: targets[0].weight: must be 0..100, got 130",
 			}},
