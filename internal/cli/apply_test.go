@@ -123,6 +123,11 @@ func TestHumanDiffs(t *testing.T) {
 		{[]string{"route", "set", "SK", "--target", "eu-east=100", "--fallback", "eu-general"}, "SK: added (targets eu-east 100; fallback eu-general)"},
 		{[]string{"route", "rm", "SK"}, "SK: removed"},
 		{[]string{"pool", "rm", "eu-east"}, "pool eu-east: removed"},
+		// An addition shows every field given: attrs too.
+		{[]string{"pool", "set", "eu-east", "--host", "edge-waw-1.example.net:443", "--residency", "eu", "--attr", "shard=eu-4", "--health-check", "--force"},
+			"pool eu-east: added (host edge-waw-1.example.net:443; residency eu; status active; health_check; attrs shard=eu-4)"},
+		{[]string{"route", "set", "SK", "--target", "eu-east=100", "--attr", "lang=sk", "--affinity", "random", "--force"},
+			"SK: added (targets eu-east 100; affinity random; attrs lang=sk)"},
 	}
 	for _, tc := range cases {
 		r := e.must(ExitOK, tc.args...)

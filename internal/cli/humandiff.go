@@ -114,11 +114,23 @@ func summary(v routing.Value) []string {
 		if x.Region != "" {
 			s = append(s, "region "+x.Region)
 		}
+		if x.HealthCheck {
+			s = append(s, "health_check")
+		}
+		if len(x.Attrs) > 0 {
+			s = append(s, "attrs "+kvList(x.Attrs))
+		}
 		return s
 	case *routing.Route:
 		s := []string{"targets " + targetList(x.Targets)}
 		if len(x.Fallback) > 0 {
 			s = append(s, "fallback "+strings.Join(x.Fallback, " "))
+		}
+		if x.Affinity != "" && x.Affinity != routing.AffinitySticky { // sticky: the default
+			s = append(s, "affinity "+x.Affinity)
+		}
+		if len(x.Attrs) > 0 {
+			s = append(s, "attrs "+kvList(x.Attrs))
 		}
 		return s
 	case *routing.Override:
