@@ -88,6 +88,7 @@ func TestBlockingQuery(t *testing.T) {
 		{"min_revision=5&wait=forever", "wait"},
 		{"min_revision=5&wait=10m", "wait"},
 		{"wait=5s", "needs min_revision"},
+		{"explain=yes", "explain=yes: want 1 or true"},
 	} {
 		var body struct{ Error string }
 		if code := h.get("/v1/resolve?country=DE&"+tc.query, &body); code != http.StatusBadRequest || !strings.Contains(body.Error, tc.want) {

@@ -232,6 +232,14 @@ func (s *Server) tableFor(w http.ResponseWriter, r *http.Request) (*routing.Tabl
 }
 
 func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request) {
+	explain := false
+	if v := r.URL.Query().Get("explain"); v != "" {
+		var err error
+		if explain, err = strconv.ParseBool(v); err != nil {
+			writeJSON(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("explain=%s: want 1 or true (0 or false: a plain decision)", v)})
+			return
+		}
+	}
 	t, ok := s.tableFor(w, r)
 	if !ok {
 		return
@@ -247,7 +255,7 @@ func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request) {
 		country = r.Header.Get("CF-IPCountry")
 	}
 	key, now := q.Get("key"), time.Now()
-	if q.Get("explain") == "1" || q.Get("explain") == "true" {
+	if explain {
 		ex := t.Explain(country, key, now)
 		status := http.StatusOK
 		if ex.NoRoute {

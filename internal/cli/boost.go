@@ -87,7 +87,9 @@ func (a *app) runBoost(ctx context.Context, route, id, ttlFlag string, targetSpe
 		id = newBoostID(route)
 	}
 	ov := routing.Override{Route: route, Targets: targets, Attrs: attrs, Reason: w.reason, Author: a.userName()}
-	w.notes = []string{fmt.Sprintf("boost %s lasts %s (until about %s)", id, ttl, time.Now().Add(ttl).UTC().Format(time.RFC3339))}
+	// The end is the written expires_at (the diff's "until"), not a time
+	// of its own read before the write.
+	w.notes = []string{fmt.Sprintf("boost %s lasts %s: until its expires_at above, or its lease's end if that comes first", id, ttl)}
 	return a.runWrite(ctx, w, func(_ context.Context, cur *store.State) (*store.Plan, error) {
 		if _, ok := cur.Overrides[id]; ok {
 			return nil, refusef(routing.OverrideKey(id), "boost already exists; extend or cancel it")
@@ -222,7 +224,7 @@ func (a *app) boostExtendCmd() *cobra.Command {
 			return err
 		}
 		id := args[0]
-		w.notes = []string{fmt.Sprintf("boost %s now lasts %s (until about %s)", id, ttl, time.Now().Add(ttl).UTC().Format(time.RFC3339))}
+		w.notes = []string{fmt.Sprintf("boost %s now lasts %s: until its new expires_at above, or its lease's end if that comes first", id, ttl)}
 		return a.runWrite(ctx, w, func(_ context.Context, cur *store.State) (*store.Plan, error) {
 			lo, ok := cur.Overrides[id]
 			if bad, isBad := cur.BadOverrides[id]; isBad {
