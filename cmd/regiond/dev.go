@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -74,16 +75,26 @@ func runDev(ctx context.Context, f *devFlags, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	// What can fail without etcd fails first, leaving no etcd data
+	// behind: a config file that does not parse, a port in use.
+	seed, readErr := readSeedConfig(f.config)
+	var parseErr configParseError
+	if errors.As(readErr, &parseErr) {
+		return readErr
+	}
+	a, err := agent.New(cfg)
+	if err != nil {
+		if strings.Contains(err.Error(), "address already in use") {
+			return fmt.Errorf("%w (is another regiond dev running? pick another port with --listen)", err)
+		}
+		return err
+	}
 	srv, err := devetcd.Start(ctx, devetcd.Config{Dir: filepath.Join(dataDir, "etcd"), ClientURL: f.clientURL})
 	if err != nil {
 		return fmt.Errorf("%w (is another etcd or regiond dev using %s? pick another with --client-url)", err, f.clientURL)
 	}
 	defer srv.Close()
-	if err := seedConfig(ctx, srv, cfg.Prefix, f.config, cmd); err != nil {
-		return err
-	}
-	a, err := agent.New(cfg)
-	if err != nil {
+	if err := seedConfig(ctx, srv, cfg.Prefix, f.config, seed, readErr, cmd); err != nil {
 		return err
 	}
 	out := cmd.OutOrStdout()
@@ -105,9 +116,28 @@ Try:
 	return a.Run(ctx)
 }
 
-// seedConfig writes the config file into an empty store as one audited
-// write; a store that already holds a config is left alone.
-func seedConfig(ctx context.Context, srv *devetcd.Server, prefix, path string, cmd *cobra.Command) error {
+// configParseError is a --config file that was read but does not parse.
+type configParseError struct{ error }
+
+// readSeedConfig reads and parses the --config file. A file that cannot be
+// read is an error only for an empty store (seedConfig says so); one that
+// does not parse is a configParseError.
+func readSeedConfig(path string) (*routing.Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--config: %w (run from the repository root, or pass --config)", err)}
+	}
+	cfg, err := routing.ParseConfig(b)
+	if err != nil {
+		return nil, configParseError{fmt.Errorf("--config %s:\n%w", path, err)}
+	}
+	return cfg, nil
+}
+
+// seedConfig writes the config (read from path: cfg, or readErr) into an
+// empty store as one audited write; a store that already holds a config is
+// left alone.
+func seedConfig(ctx context.Context, srv *devetcd.Server, prefix, path string, cfg *routing.Config, readErr error, cmd *cobra.Command) error {
 	cli, err := srv.Client()
 	if err != nil {
 		return err
@@ -128,13 +158,8 @@ func seedConfig(ctx context.Context, srv *devetcd.Server, prefix, path string, c
 		fmt.Fprintf(cmd.OutOrStdout(), "store already holds a config (epoch %d); not loading %s\n", cur.Epoch, path)
 		return nil
 	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return usageError{fmt.Errorf("--config: %w (run from the repository root, or pass --config)", err)}
-	}
-	cfg, err := routing.ParseConfig(b)
-	if err != nil {
-		return fmt.Errorf("--config %s:\n%w", path, err)
+	if readErr != nil {
+		return readErr
 	}
 	host, _ := os.Hostname()
 	_, err = st.Write(lctx, store.WriteRequest{

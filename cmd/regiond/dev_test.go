@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -87,3 +88,37 @@ func TestFlagErrorsAreUsageErrors(t *testing.T) {
 
 // TestDevHelpShowsTheCaps: regiond dev has the API's caps too.
 func TestDevHelpShowsTheCaps(t *testing.T) { helpShowsTheCaps(t, "dev", "--help") }
+
+// TestDevFailsBeforeStartingEtcd: a --config that does not parse, or an
+// API port in use, stops regiond dev before its etcd starts (no etcd data
+// is left in --data-dir), naming the file's problem or --listen.
+func TestDevFailsBeforeStartingEtcd(t *testing.T) {
+	bin := buildRegiond(t, "dev")
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("pools:\n  p: {host: h, residncy: eu}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"a config that does not parse", []string{"--config", bad, "--listen", freeAddr(t)}, "residncy: unknown field"},
+		{"the API port in use", []string{"--config", "../../examples/routing.yaml", "--listen", taken.Addr().String()}, "pick another port with --listen"},
+	} {
+		data := t.TempDir()
+		cmd := exec.Command(bin, append([]string{"dev", "--data-dir", data, "--client-url", "http://" + freeAddr(t)}, tc.args...)...)
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("%s: %v\n%s\nwant a failure naming %q", tc.name, err, out, tc.want)
+		}
+		if _, err := os.Stat(filepath.Join(data, "etcd")); !os.IsNotExist(err) {
+			t.Errorf("%s: etcd data left in --data-dir (%v)", tc.name, err)
+		}
+	}
+}
