@@ -143,7 +143,7 @@ func (c Config) Validate() error {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("--listen %q: %w", c.Listen, err))
 		} else if !api.IsLoopbackHost(host) {
-			errs = append(errs, fmt.Errorf("--listen %q: must be a loopback address (127.0.0.1, ::1 or localhost)", c.Listen))
+			errs = append(errs, fmt.Errorf("--listen %q: must be a loopback address (127.0.0.0/8, ::1 or localhost)", c.Listen))
 		}
 	}
 	if c.Snapshot != "" && !filepath.IsAbs(c.Snapshot) {

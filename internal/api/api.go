@@ -233,12 +233,13 @@ func (s *Server) tableFor(w http.ResponseWriter, r *http.Request) (*routing.Tabl
 
 func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request) {
 	explain := false
-	if v := r.URL.Query().Get("explain"); v != "" {
-		var err error
-		if explain, err = strconv.ParseBool(v); err != nil {
-			writeJSON(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("explain=%s: want 1 or true (0 or false: a plain decision)", v)})
-			return
-		}
+	switch v := r.URL.Query().Get("explain"); v {
+	case "", "0", "false":
+	case "1", "true":
+		explain = true
+	default:
+		writeJSON(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("explain=%s: want 1 or true (0 or false: a plain decision)", v)})
+		return
 	}
 	t, ok := s.tableFor(w, r)
 	if !ok {

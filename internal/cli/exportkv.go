@@ -38,8 +38,9 @@ _unknown when the key is missing.
 --format map prints one JSON object, key → value object. The output is
 always JSON (-o does not apply). --out writes FILE atomically instead of
 standard output. synced_at and written_at are the time of the read: a worker
-marks decisions stale-table once they are older than its max age (180 s by
-default), so re-export on every change or raise the worker's max age.`,
+marks decisions stale-table once they are older than its max age (the JS
+library's default is 180 s; the example worker's REGIOND_MAX_AGE, 900 s),
+so re-export on every change or raise the worker's max age.`,
 		Example: `  regionctl export kv --out kv.json && wrangler kv bulk put kv.json --binding REGIOND
   regionctl export kv --format map | jq '.PL.entry.candidates'`,
 		Args: exactArgs(0, "no arguments"),
