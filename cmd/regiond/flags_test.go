@@ -81,6 +81,7 @@ func TestRefusesASnapshotDirectoryNotItsOwn(t *testing.T) {
 // certificate and a stray argument are usage errors (exit 2) naming what
 // is wrong; a bare host:port is taken as http://, or https:// with TLS.
 func TestRefusesBadEndpointsAndTLS(t *testing.T) {
+	t.Setenv("REGIOND_PASSWORD", "")
 	notPEM := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -94,6 +95,9 @@ func TestRefusesBadEndpointsAndTLS(t *testing.T) {
 		{[]string{"--endpoints=http://127.0.0.1:2379/v3"}, `want scheme://host:port`},
 		{[]string{"--endpoints=http://127.0.0.1:2379", "--cacert=" + notPEM}, "--cacert " + notPEM + ": no PEM certificate found"},
 		{[]string{"stray"}, `unexpected argument "stray"`},
+		// REGIOND_PASSWORD is empty (t.Setenv below): the client would not
+		// log in, and run as no user.
+		{[]string{"--user=node-1"}, "--user node-1: REGIOND_PASSWORD is empty"},
 	} {
 		cmd := newRootCommand()
 		cmd.SetArgs(append([]string{"--socket=", "--listen=127.0.0.1:0", "--snapshot=", "--log-level=error"}, tc.args...))

@@ -82,6 +82,12 @@ func (f *agentFlags) finish() (agent.Config, error) {
 		return cfg, usageError{fmt.Errorf("--log-format %q: want text or json", f.logFormat)}
 	}
 	cfg.Password = os.Getenv("REGIOND_PASSWORD")
+	if cfg.Username != "" && cfg.Password == "" {
+		// etcd's client logs in only with both: the agent would run as
+		// no user (or as its certificate's CN), and say etcd is
+		// unreachable.
+		return cfg, usageError{fmt.Errorf("--user %s: REGIOND_PASSWORD is empty (set it in /etc/regiond/regiond.env; with --client-cert-auth on etcd, drop --user: the certificate's CN is the user)", cfg.Username)}
+	}
 	cfg.Version = version.String()
 	if f.cacert != "" || f.cert != "" || f.keyPEM != "" {
 		if f.cacert != "" {

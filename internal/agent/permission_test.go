@@ -133,3 +133,26 @@ func TestStatusPutFailuresAreLoggedOnce(t *testing.T) {
 		t.Fatalf("failed puts logged: %d warnings, %d debug lines; want 1 warning, then debug lines:\n%s", warn, debug, logs.String())
 	}
 }
+
+// TestAuthTurnedOnUnderAnAgentIsCounted: etcd auth turned on under a
+// running agent without credentials: its open watch goes on, but its
+// status key's lease is refused ("user name is empty") once the old one
+// ends. That counts in regiond_agent_status_put_failures_total (the alert
+// RegiondStatusNotPublished), as a failed put does.
+func TestAuthTurnedOnUnderAnAgentIsCounted(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	cfg := offlineConfig(t.TempDir())
+	cfg.Endpoints, cfg.StatusTTL = srv.Endpoints, 2*time.Second
+	h := runAgent(t, t.TempDir(), cfg)
+	waitFor(t, "connected", func() bool { var st api.Status; h.get("/v1/status", &st); return st.Connected })
+	devetcd.EnableTestAuth(t, srv, "/regiond/v1/")
+	deadline := time.Now().Add(30 * time.Second)
+	for counter(t, h, "regiond_agent_status_put_failures_total") < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("no status put failure counted 30s after auth was turned on under the agent")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -129,8 +129,20 @@ func (p *publisher) run(ctx context.Context, m *watch.Mirror) {
 	bo := backoff.Default()
 	for ctx.Err() == nil {
 		sess, err := concurrency.NewSession(p.cli, concurrency.WithTTL(int(p.ttl/time.Second)), concurrency.WithContext(ctx))
+		if err != nil && ctx.Err() != nil {
+			return
+		}
 		if err != nil {
-			p.log.Warn("agent status: no lease; retrying", "err", err)
+			// No lease, no status key: counted as a failed put (an
+			// etcd that turned auth on under a running agent refuses
+			// its grants: "user name is empty"), logged once a run.
+			p.failed++
+			p.failures.Inc()
+			lvl := slog.LevelWarn
+			if p.failed > 1 {
+				lvl = slog.LevelDebug
+			}
+			p.log.Log(ctx, lvl, "agent status: no lease for the status key; retrying (logged again at debug level)", "err", err, "failures", p.failed)
 			if bo.Wait(ctx) != nil {
 				return
 			}

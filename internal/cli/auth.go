@@ -156,6 +156,9 @@ func (a *app) runAuthApply(ctx context.Context, o authOpts) error {
 	if !o.dryRun && len(steps) > 0 {
 		res.Passwords, err = st.ApplyAuth(ctx, steps)
 		if err != nil {
+			// Users added before the failure have passwords nobody has
+			// seen, and a re-run skips existing users: shown now or never.
+			printPasswords(a.stdout, res.Passwords)
 			return err
 		}
 		res.Applied = true
@@ -259,12 +262,17 @@ func printAuthTable(w io.Writer, res authResult, plan *store.AuthPlan) {
 	if len(plan.Users) == 0 {
 		fmt.Fprintln(w, "# no users: add --operator USER, --viewer USER, --agent NODE or --origin POOL")
 	}
-	users := make([]string, 0, len(res.Passwords))
-	for u := range res.Passwords {
+	printPasswords(w, res.Passwords)
+}
+
+// printPasswords prints the generated passwords, by user.
+func printPasswords(w io.Writer, passwords map[string]string) {
+	users := make([]string, 0, len(passwords))
+	for u := range passwords {
 		users = append(users, u)
 	}
 	sort.Strings(users)
 	for _, u := range users {
-		fmt.Fprintf(w, "# password of user %s: %s (shown once)\n", u, res.Passwords[u])
+		fmt.Fprintf(w, "# password of user %s: %s (shown once)\n", u, passwords[u])
 	}
 }

@@ -231,6 +231,40 @@ func extras(t *testing.T, e *rbacEnv) {
 	if r := e.as(rbacViewer, "pool", "drain", "eu-central", "--reason", "v"); r.code != ExitRefused {
 		t.Fatalf("viewer write after the extra role was revoked: %s", r)
 	}
+
+	// A grant of the job's range with more access than the job needs is
+	// an extra too (the plan's grant narrows it under --revoke-extra).
+	ctx := context.Background()
+	root := rbacPrefix + "/"
+	if _, err := e.root.RoleGrantPermission(ctx, "regiond-viewer", root, clientv3.GetPrefixRangeEnd(root), clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
+		t.Fatal(err)
+	}
+	if r := apply(); r.code != ExitRefused || !strings.Contains(r.stderr, "role regiond-viewer holds readwrite on "+root) ||
+		!strings.Contains(r.stderr, "where its job needs read") {
+		t.Fatalf("auth apply with the viewer's range granted readwrite: %s", r)
+	}
+	if r := apply("--revoke-extra"); r.code != ExitOK {
+		t.Fatalf("auth apply --revoke-extra (narrowing the viewer): %s", r)
+	}
+	if r := e.as(rbacViewer, "pool", "drain", "eu-central", "--reason", "v"); r.code != ExitRefused {
+		t.Fatalf("viewer write after its grant was narrowed: %s", r)
+	}
+
+	// The same role names for another prefix (a second deployment on this
+	// etcd, no --role-prefix): refused even with --revoke-extra, which
+	// would re-point this deployment's operators and viewers there.
+	before, _ = e.root.AuthStatus(ctx)
+	other := append(tlsFlags(e.srv, e.certs, "/staging/v1"), "--user", "root:"+devetcd.TestRootPassword)
+	for _, extra := range [][]string{nil, {"--revoke-extra"}} {
+		r, _ := runEnv(nil, append(other, append([]string{"auth", "apply", "--agent", "n9"}, extra...)...)...)
+		if r.code != ExitRefused || !strings.Contains(r.stderr, "role regiond-operator holds") ||
+			!strings.Contains(r.stderr, "outside /staging/v1/: these roles serve another prefix") || !strings.Contains(r.stderr, "--role-prefix") {
+			t.Fatalf("auth apply for another prefix %v: %s", extra, r)
+		}
+	}
+	if after, _ := e.root.AuthStatus(ctx); after.AuthRevision != before.AuthRevision {
+		t.Fatal("auth apply for another prefix changed etcd's auth")
+	}
 }
 
 // TestAuthRoles: auth roles prints every role and user as etcdctl

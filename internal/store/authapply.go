@@ -109,7 +109,7 @@ func (p *AuthPlan) Steps(cur *AuthState, passwords, revokeExtra bool) ([]AuthSte
 		cur = &AuthState{}
 	}
 	var steps []AuthStep
-	var extras []string
+	var extras, foreign []string
 	for _, r := range p.Roles {
 		have, ok := cur.Roles[r.Name]
 		if !ok {
@@ -121,11 +121,25 @@ func (p *AuthPlan) Steps(cur *AuthState, passwords, revokeExtra bool) ([]AuthSte
 			}
 		}
 		for _, h := range have {
-			if !slices.ContainsFunc(r.Grants, func(g Grant) bool { return g.Key == h.Key && g.End == h.End }) {
+			i := slices.IndexFunc(r.Grants, func(g Grant) bool { return g.Key == h.Key && g.End == h.End })
+			switch {
+			case p.root != "" && h.Key != p.root && !strings.HasPrefix(h.Key, p.root+"/"):
+				// The role is another prefix's (one etcd, two
+				// deployments sharing role names): revoking would
+				// re-point that deployment's users at this one.
+				foreign = append(foreign, fmt.Sprintf("role %s holds %s, outside %s/", r.Name, h, p.root))
+			case i < 0:
 				extras = append(extras, fmt.Sprintf("role %s also holds %s", r.Name, h))
 				steps = append(steps, AuthStep{Op: OpRoleRevoke, Role: r.Name, Grant: &h})
+			case r.Grants[i].Access != h.Access:
+				// The grant of the plan replaces it (same range).
+				extras = append(extras, fmt.Sprintf("role %s holds %s where its job needs %s", r.Name, h, r.Grants[i].Access))
 			}
 		}
+	}
+	if len(foreign) > 0 {
+		return nil, fmt.Errorf("refused, nothing changed: %s: these roles serve another prefix; give this one roles of its own with --role-prefix (e.g. --role-prefix %s-regiond-)",
+			strings.Join(foreign, "; "), strings.Trim(strings.ReplaceAll(p.root, "/", "-"), "-"))
 	}
 	for _, u := range p.Users {
 		have, ok := cur.Users[u.Name]

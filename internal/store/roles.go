@@ -261,12 +261,15 @@ type User struct {
 type AuthPlan struct {
 	Roles []Role `json:"roles"`
 	Users []User `json:"users"`
+	// root is the keyspace root every grant is under: a role holding a
+	// grant elsewhere serves another prefix (Steps refuses it).
+	root string
 }
 
 // Plan returns the roles (operator and viewer always, one per agent node
 // and origin pool) and users of spec, or an error naming a bad name.
 func (r Roles) Plan(spec RoleSpec) (*AuthPlan, error) {
-	p := &AuthPlan{Roles: []Role{r.Operator(), r.Viewer()}}
+	p := &AuthPlan{Roles: []Role{r.Operator(), r.Viewer()}, root: r.ks.Root()}
 	users := map[string][]string{}
 	add := func(user string, role Role) {
 		if !slices.ContainsFunc(p.Roles, func(x Role) bool { return x.Name == role.Name }) {
