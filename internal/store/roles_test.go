@@ -173,17 +173,23 @@ func TestSteps(t *testing.T) {
 		t.Fatalf("steps from the plan itself: %v %v", steps, err)
 	}
 	cur.Roles["regiond-viewer"][0].Access = AccessReadWrite // widened by hand
-	steps, err := p.Steps(cur, false, false)
+	_, err = p.Steps(cur, false, false)
+	var widened *ExtraGrantsError
+	if !errors.As(err, &widened) || len(widened.Extras) != 1 ||
+		widened.Extras[0] != "role regiond-viewer holds readwrite on /regiond/v1/ where its job needs read" {
+		t.Fatalf("a widened permission: %v, want it named as an extra", err)
+	}
+	steps, err := p.Steps(cur, false, true)
 	if err != nil || len(steps) != 1 || steps[0].Etcdctl() != "etcdctl role grant-permission regiond-viewer --prefix=true read /regiond/v1/" {
-		t.Fatalf("a widened permission: %v %v, want one re-grant of read", steps, err)
+		t.Fatalf("a widened permission with revokeExtra: %v %v, want one re-grant of read", steps, err)
 	}
 	cur.Roles["regiond-agent-n1"] = append(cur.Roles["regiond-agent-n1"], prefixGrant(AccessReadWrite, "/regiond/v1/agents/"))
 	cur.Users["regiond-agent-n1"] = append(cur.Users["regiond-agent-n1"], "root")
 	_, err = p.Steps(cur, false, false)
 	var extra *ExtraGrantsError
-	if !errors.As(err, &extra) || len(extra.Extras) != 2 ||
-		extra.Extras[0] != "role regiond-agent-n1 also holds readwrite on /regiond/v1/agents/" ||
-		extra.Extras[1] != "user regiond-agent-n1 also holds role root" {
+	if !errors.As(err, &extra) || len(extra.Extras) != 3 ||
+		extra.Extras[1] != "role regiond-agent-n1 also holds readwrite on /regiond/v1/agents/" ||
+		extra.Extras[2] != "user regiond-agent-n1 also holds role root" {
 		t.Fatalf("extras: %v", err)
 	}
 	steps, err = p.Steps(cur, true, true)
