@@ -194,7 +194,8 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *w
 		ms := m.Status()
 		st := p.status(ms, m.Table())
 		significant := !written || st.Epoch != last.Epoch || st.Connected != last.Connected || ms.ChangeRevision != lastChange
-		if onlyChange := written && st.Epoch == last.Epoch && st.Connected == last.Connected && ms.ChangeRevision != lastChange; onlyChange {
+		onlyChange := written && st.Epoch == last.Epoch && st.Connected == last.Connected && ms.ChangeRevision != lastChange
+		if onlyChange {
 			if wait := time.Until(lastPut.Add(statusSpacing)); wait > 0 { // puts for changes are statusSpacing apart
 				select {
 				case <-ctx.Done():
@@ -207,7 +208,11 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *w
 		kick := p.kick
 		if significant || !reflect.DeepEqual(st, last) && p.clock.now().Sub(lastAt) >= statusRefresh {
 			lastPut = time.Now()
-			if p.put(ctx, sess, st, lastPut) {
+			// A put for a change alone is a plain put (a stream of
+			// changes adds no compare to etcd's work); every other put
+			// (an epoch, the connection, the refresh) checks that the
+			// key is still this session's.
+			if p.put(ctx, sess, st, lastPut, !onlyChange) {
 				last, lastChange, written = st, ms.ChangeRevision, true
 			} else {
 				kick = nil // a failed put is retried at the next check, not per change
@@ -242,15 +247,17 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *w
 }
 
 // putOwn puts v at the status key under lease. Once a put of this
-// session holds the key, the next ones put only while it still does (a
-// Txn on the key's lease): a key found under another lease was written by
-// another agent with the same --node, which is logged (an error the first
-// time in a session, then at debug level) and counted in
+// session holds the key, a put with check goes through a Txn on the key's
+// lease: a key found under another lease was written by another agent
+// with the same --node, which is logged (an error the first time in a
+// session, then at debug level) and counted in
 // regiond_agent_node_conflicts_total, and the key is put all the same. A
-// key found deleted (its lease ended meanwhile) is put again.
-func (p *publisher) putOwn(ctx context.Context, v string, lease clientv3.LeaseID) error {
+// key found deleted (its lease ended meanwhile) is put again. Without
+// check (a put for a change alone) it is a plain put: the next epoch
+// change, connection change or refresh (at most a minute) checks.
+func (p *publisher) putOwn(ctx context.Context, v string, lease clientv3.LeaseID, check bool) error {
 	put := clientv3.OpPut(p.key, v, clientv3.WithLease(lease))
-	if !p.owned {
+	if !p.owned || !check {
 		if _, err := p.cli.Do(ctx, put); err != nil {
 			return err
 		}
@@ -278,14 +285,14 @@ func (p *publisher) putOwn(ctx context.Context, v string, lease clientv3.LeaseID
 
 // put writes st under the session's lease and reports whether it did. at
 // is when the publisher decided on the put (for beforePut).
-func (p *publisher) put(ctx context.Context, sess *concurrency.Session, st routing.AgentStatus, at time.Time) bool {
+func (p *publisher) put(ctx context.Context, sess *concurrency.Session, st routing.AgentStatus, at time.Time, check bool) bool {
 	if p.beforePut != nil {
 		p.beforePut(at)
 	}
 	b, _ := json.Marshal(st)
 	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	if err := p.putOwn(pctx, string(b), sess.Lease()); err != nil {
+	if err := p.putOwn(pctx, string(b), sess.Lease(), check); err != nil {
 		if ctx.Err() == nil {
 			p.failed++
 			p.failures.Inc()

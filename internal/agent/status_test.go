@@ -469,8 +469,9 @@ func TestStatusPutsForChangesAreSpaced(t *testing.T) {
 
 // TestSameNodeNameIsReported: a second agent started with the same --node
 // (a cloned VM keeping its hostname) takes the status key; at the first
-// agent's next put for a change, it finds the key under the other's lease,
-// logs an error naming the key and --node, and counts it in
+// agent's next checked put (a new epoch here; puts for changes alone are
+// plain puts), it finds the key under the other's lease, logs an error
+// naming the key and --node, and counts it in
 // regiond_agent_node_conflicts_total. One agent alone never does.
 func TestSameNodeNameIsReported(t *testing.T) {
 	srv := devetcd.NewTest(t)
@@ -497,9 +498,9 @@ func TestSameNodeNameIsReported(t *testing.T) {
 	h1 := runAgent(t, t.TempDir(), cfg1)
 	waitFor(t, "the first agent's status key", func() bool { return lease() != 0 })
 	first := lease()
-	// A change the first agent puts alone (a Txn on its own lease): no
+	// A new epoch the first agent puts alone (a Txn on its own lease): no
 	// conflict.
-	p, err := cli.Put(context.Background(), prefix+"pools/extra-1", `{"host":"x1.example.net","residency":"eu","status":"active"}`)
+	p, err := cli.Put(context.Background(), prefix+"epoch", "2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -512,7 +513,7 @@ func TestSameNodeNameIsReported(t *testing.T) {
 	cfg2.Endpoints, cfg2.StatusTTL = srv.Endpoints, 2*time.Second
 	runAgent(t, t.TempDir(), cfg2)
 	waitFor(t, "the second agent's status key", func() bool { l := lease(); return l != 0 && l != first })
-	if _, err = cli.Put(context.Background(), prefix+"pools/extra-2", `{"host":"x2.example.net","residency":"eu","status":"active"}`); err != nil {
+	if _, err = cli.Put(context.Background(), prefix+"epoch", "3"); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the first agent's conflict", func() bool { return counter(t, h1, "regiond_agent_node_conflicts_total") >= 1 })
