@@ -455,6 +455,15 @@ final class RegiondTable
     {
         $i = self::slotOf($raw);
         ['o' => $off, 'n' => $len, 'k' => $kind] = $this->slot($i);
+        if ($kind > 1) { // 0 a country, 1 the unknown entry: as Go's and JS's readers
+            throw $this->badSlot($i, "unknown slot kind {$kind}");
+        }
+        // A forged length would have fread allocate it whole (a fatal
+        // out-of-memory, not a TableException): past 1 MiB, check it
+        // against the file first.
+        if ($len > 1 << 20 && (($st = fstat($this->fh)) === false || $off + $len > $st['size'])) {
+            throw $this->badSlot($i, "the entry at {$off}+{$len} is past the end of the file");
+        }
         if ($len <= 0 || fseek($this->fh, $off) !== 0 || strlen($js = (string) fread($this->fh, $len)) !== $len) {
             throw $this->badSlot($i, "cannot read the entry at {$off}+{$len}");
         }

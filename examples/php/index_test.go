@@ -258,6 +258,44 @@ func TestIndexReaderRefuses(t *testing.T) {
 			t.Errorf("candidates as an object (%q): %q, want an error naming the entry", in, out)
 		}
 	}
+	// A slot of an unknown kind, and one whose length is forged past the
+	// file (PHP's fread would allocate it whole: a fatal error, not a
+	// TableException): each refused naming the slot.
+	forge := func(f func(slot []byte)) string {
+		path := writeSnapshot(t, tab, h, true)
+		idx := filepath.Join(filepath.Dir(path), "table.idx")
+		b, err := os.ReadFile(idx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, err := snapindex.Parse(idx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pl := x.Slot(snapindex.SlotOf("PL"))
+		var want [12]byte
+		binary.LittleEndian.PutUint32(want[0:], uint32(pl.Offset))
+		binary.LittleEndian.PutUint32(want[4:], uint32(pl.Length))
+		binary.LittleEndian.PutUint32(want[8:], uint32(pl.Kind))
+		at := bytes.Index(b, want[:])
+		if at < 0 {
+			t.Fatal("PL's slot not found in the index")
+		}
+		f(b[at : at+12])
+		if err := os.WriteFile(idx, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	kind := forge(func(slot []byte) { binary.LittleEndian.PutUint32(slot[8:], 7) })
+	if out := string(runPHPAllowFail(t, []byte("504c 6b\n"), "resolve", kind, "180")); !strings.Contains(out, "unknown slot kind 7") {
+		t.Errorf("a slot of kind 7: %q, want a refusal naming the kind", out)
+	}
+	long := forge(func(slot []byte) { binary.LittleEndian.PutUint32(slot[4:], 0xFFFFFF00) })
+	if out := string(runPHPAllowFail(t, []byte("504c 6b\n"), "resolve", long, "180")); !strings.Contains(out, "is past the end of the file") {
+		t.Errorf("a slot's length forged to 4 GiB: %q, want a refusal, not a fatal error", out)
+	}
+
 	missing := writeSnapshot(t, tab, h, false)
 	if m := metaPHP(t, missing, 180); m.Error != "" {
 		t.Errorf("no index: %+v, want the JSON read", m)
