@@ -138,11 +138,7 @@ func (p *publisher) run(ctx context.Context, m *watch.Mirror) {
 			// its grants: "user name is empty"), logged once a run.
 			p.failed++
 			p.failures.Inc()
-			lvl := slog.LevelWarn
-			if p.failed > 1 {
-				lvl = slog.LevelDebug
-			}
-			p.log.Log(ctx, lvl, "agent status: no lease for the status key; retrying (logged again at debug level)", "err", err, "failures", p.failed)
+			p.log.Log(ctx, firstAt(p.failed, slog.LevelWarn), "agent status: no lease for the status key; retrying (logged again at debug level)", "err", err, "failures", p.failed)
 			if bo.Wait(ctx) != nil {
 				return
 			}
@@ -272,11 +268,7 @@ func (p *publisher) putOwn(ctx context.Context, v string, lease clientv3.LeaseID
 	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 1 && kvs[0].Lease != int64(lease) {
 		p.conflicts++
 		p.conflictsTotal.Inc()
-		lvl := slog.LevelError
-		if p.conflicts > 1 {
-			lvl = slog.LevelDebug
-		}
-		p.log.Log(ctx, lvl, "agent status: another agent publishes as this node (its own lease on the status key): --node must be unique in the fleet, or regionctl status and --wait-converged count one of you only",
+		p.log.Log(ctx, firstAt(p.conflicts, slog.LevelError), "agent status: another agent publishes as this node (its own lease on the status key): --node must be unique in the fleet, or regionctl status and --wait-converged count one of you only",
 			"key", p.key, "node", p.node, "other_lease", fmt.Sprintf("%x", kvs[0].Lease), "lease", fmt.Sprintf("%x", int64(lease)))
 	}
 	_, err = p.cli.Do(ctx, put)
@@ -299,11 +291,7 @@ func (p *publisher) put(ctx context.Context, sess *concurrency.Session, st routi
 			// Retried every statusCheck while etcd is away: the first
 			// failure is a warning, the rest are for debugging, until
 			// a put succeeds again.
-			lvl := slog.LevelWarn
-			if p.failed > 1 {
-				lvl = slog.LevelDebug
-			}
-			p.log.Log(ctx, lvl, "agent status: put failed; retried every second (logged again at debug level)", "key", p.key, "err", err, "failures", p.failed)
+			p.log.Log(ctx, firstAt(p.failed, slog.LevelWarn), "agent status: put failed; retried every second (logged again at debug level)", "key", p.key, "err", err, "failures", p.failed)
 		}
 		return false
 	}
@@ -312,4 +300,14 @@ func (p *publisher) put(ctx context.Context, sess *concurrency.Session, st routi
 		p.failed = 0
 	}
 	return true
+}
+
+// firstAt is the level of the n-th log line of a repeated failure: level
+// for the first, debug for the rest (the failure is retried every second:
+// the journal gets it once, its metric counts every one).
+func firstAt(n int, level slog.Level) slog.Level {
+	if n > 1 {
+		return slog.LevelDebug
+	}
+	return level
 }
