@@ -300,3 +300,37 @@ func TestApplyFromStandardInput(t *testing.T) {
 		t.Fatalf("validate -f - of a broken file: %s; want a refusal naming standard input", r)
 	}
 }
+
+// TestDiffExitCode checks diff --exit-code as a drift check: 0 when etcd
+// holds the file, 6 when apply would change something (the diff on stdout,
+// nothing on stderr, in table and JSON output), 1 when apply would refuse.
+func TestDiffExitCode(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	if r := e.must(ExitOK, "diff", "-f", exampleConfig, "--prune", "--exit-code"); !strings.Contains(r.stdout, "no changes") {
+		t.Fatalf("diff of the applied file: %s", r)
+	}
+	data, err := os.ReadFile(exampleConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noCZ := writeFile(t, "no-cz.yaml", strings.Replace(string(data), "  CZ: {targets: [{pool: eu-central, weight: 100}], fallback: [eu-general], attrs: {lang: cs, tokenizer: unicode61}}\n", "", 1))
+	e.must(ExitOK, "diff", "-f", noCZ, "--exit-code") // without --prune the file changes nothing
+	r := e.must(ExitDiffers, "diff", "-f", noCZ, "--prune", "--exit-code")
+	if strings.TrimSpace(r.stdout) != "CZ: removed" || r.stderr != "" {
+		t.Fatalf("diff --exit-code of a drifted file: %s", r)
+	}
+	r = e.must(ExitDiffers, "diff", "-f", noCZ, "--prune", "--exit-code", "-o", "json")
+	if !strings.Contains(r.stdout, `"CZ: removed"`) || r.stderr != "" {
+		t.Fatalf("diff --exit-code -o json: %s", r)
+	}
+	drain := writeFile(t, "drain.yaml", `pools:
+  eu-central: {host: edge-fra-1.example.net:443, region: eu-central, residency: eu, status: draining}
+  eu-west: {host: edge-ams-1.example.net:443, region: eu-west, residency: eu, status: draining}
+  eu-north: {host: edge-sto-1.example.net:443, region: eu-north, residency: eu, status: draining}
+`)
+	if r := e.must(ExitRefused, "diff", "-f", drain, "--exit-code"); !strings.Contains(r.stderr, "REFUSED") {
+		t.Fatalf("a refused diff with --exit-code: %s", r)
+	}
+}

@@ -15,6 +15,7 @@ func (a *app) diffCmd() *cobra.Command {
 	var (
 		file         string
 		prune, force bool
+		exitCode     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "diff -f FILE",
@@ -23,16 +24,23 @@ func (a *app) diffCmd() *cobra.Command {
 runs every check apply runs (the whole config's validation, live boosts,
 countries left with no eligible pool unless --force). It prints the
 changes and exits 0 when apply would write them, 1 when apply would refuse
-(naming why). It writes nothing.`,
+(naming why). It writes nothing.
+
+With --exit-code it exits 6 when apply would change something (and would
+not refuse it), 0 only when etcd already holds the file: a drift check for
+cron or CI, as git diff --exit-code (with --prune, keys in etcd that the
+file does not name count as drift too).`,
 		Example: `  regionctl diff -f fleet.yaml
-  regionctl diff -f fleet.yaml --prune -o json`,
+  regionctl diff -f fleet.yaml --prune -o json
+  regionctl diff -f fleet.yaml --prune --exit-code >/dev/null || echo "etcd drifted from fleet.yaml"`,
 		Args: exactArgs(0, "no arguments"),
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "config file (YAML or JSON; - reads standard input)")
 	cmd.Flags().BoolVar(&prune, "prune", false, "as apply --prune")
 	cmd.Flags().BoolVar(&force, "force", false, "as apply --force: do not refuse a change that leaves some country with no eligible pool")
+	cmd.Flags().BoolVar(&exitCode, "exit-code", false, "exit 6 when apply would change something, 0 when nothing differs")
 	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, _ []string) error {
-		return a.runDiff(ctx, file, prune, force)
+		return a.runDiff(ctx, file, prune, force, exitCode)
 	})
 	return cmd
 }
@@ -45,7 +53,14 @@ type diffResult struct {
 	Valid   bool             `json:"valid"`
 }
 
-func (a *app) runDiff(ctx context.Context, file string, prune, force bool) error {
+// differsError is diff --exit-code's outcome when apply would change
+// something: exit 6, with nothing more printed than the diff itself.
+type differsError struct{ changes int }
+
+// Error says how many changes differ.
+func (e differsError) Error() string { return fmt.Sprintf("%d change(s) differ", e.changes) }
+
+func (a *app) runDiff(ctx context.Context, file string, prune, force, exitCode bool) error {
 	cfg, err := a.readConfigFile(file)
 	if err != nil {
 		return err
@@ -73,6 +88,9 @@ func (a *app) runDiff(ctx context.Context, file string, prune, force bool) error
 	}
 	if len(errs) > 0 {
 		return refusedError{errs}
+	}
+	if exitCode && len(out.Diff) > 0 {
+		return differsError{len(out.Diff)}
 	}
 	return nil
 }

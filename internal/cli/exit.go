@@ -52,6 +52,7 @@ func (a *app) exitCode(err error) int {
 		unreach   *store.UnreachableError
 		notConv   *store.NotConvergedError
 		usage     usageError
+		differs   differsError
 	)
 	switch {
 	case errors.As(err, &committed): // first: whatever failed after the commit
@@ -74,6 +75,8 @@ func (a *app) exitCode(err error) int {
 	case errors.As(err, &local):
 		a.printRefused(local.errs)
 		return ExitRefused
+	case errors.As(err, &differs): // the diff on stdout says it all
+		return ExitDiffers
 	case errors.As(err, &conflict):
 		fmt.Fprintf(a.stderr, "CONFLICT %v\n", conflict)
 		return ExitConflict

@@ -35,6 +35,7 @@ const (
 	ExitConflict     = 3 // the state changed concurrently; nothing written
 	ExitUnreachable  = 4 // etcd did not answer; nothing written unless the message says "outcome unknown"
 	ExitNotConverged = 5 // written, but agents lag or the wait failed (--wait-converged); status --max-lag
+	ExitDiffers      = 6 // diff --exit-code: apply would change something (and would not be refused)
 )
 
 // Main runs regionctl with args (without the program name) and returns the
