@@ -132,10 +132,11 @@ errors; nothing written), 2 usage, 3 conflict (changed concurrently; re-run
 or use --retry), 4 etcd unreachable (nothing written, unless the message says
 the outcome is unknown: then check regionctl history first), 5 written but not
 converged (the write is committed: do not re-run it; also status --max-lag
-with a lagging agent).
+with a lagging agent), 6 diff --exit-code found differences.
 Every flag can also be set as REGIONCTL_<FLAG> (REGIONCTL_ENDPOINTS,
 REGIONCTL_PREFIX, …); the password of --user is read from REGIONCTL_PASSWORD
-(or asked on the terminal).
+(or asked on the terminal; --user NAME:PASSWORD works too, as in etcdctl,
+but shows the password to anyone who lists processes on this machine).
 With etcd authentication on, each job has its least-privilege role (see
 regionctl auth roles): a refused request names the key, the permission it
 needed and the role that holds it.`,
@@ -160,7 +161,7 @@ func (a *app) globalFlags(f *pflag.FlagSet) {
 	f.StringVar(&a.cacert, "cacert", "", "CA bundle (PEM) to verify etcd's certificate")
 	f.StringVar(&a.cert, "cert", "", "client certificate (PEM)")
 	f.StringVar(&a.tlsKey, "key", "", "client certificate key (PEM)")
-	f.StringVar(&a.user, "user", "", "etcd user (password from REGIONCTL_PASSWORD, or user:password; else asked on the terminal)")
+	f.StringVar(&a.user, "user", "", "etcd user (password from REGIONCTL_PASSWORD, else asked on the terminal; user:password shows it in the process list)")
 	f.StringVarP(&a.output, "output", "o", "table", "output format: table, json or yaml")
 	f.DurationVar(&a.dialTimeout, "dial-timeout", store.DefaultDialTimeout, "give up reaching etcd after this long (exit 4)")
 	f.DurationVar(&a.commandTimeout, "command-timeout", store.DefaultRequestTimeout, "timeout of each etcd request")
