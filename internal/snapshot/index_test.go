@@ -3,8 +3,12 @@ package snapshot
 import (
 	"github.com/regiond/regiond/internal/atomicfile"
 
+	"bytes"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -111,7 +115,8 @@ func TestWriterRetriesAFailedIndexWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := newSource()
-	w := runWriter(t, Config{Path: path, Source: src})
+	var logs lockedLog
+	w := runWriter(t, Config{Path: path, Source: src, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	src.set(table(9, 40))
 	waitRevision(t, path, 9)
 	for i := 0; i < 300 && testutil.ToFloat64(w.outs[1].errors) == 0; i++ {
@@ -119,6 +124,10 @@ func TestWriterRetriesAFailedIndexWrite(t *testing.T) {
 	}
 	if testutil.ToFloat64(w.outs[1].errors) == 0 {
 		t.Fatal("the index write never failed: test setup")
+	}
+	// The error names the index's path, not the JSON's beside it.
+	if l := logs.String(); !strings.Contains(l, `"msg":"write snapshot index`) || !strings.Contains(l, `"path":"`+idx+`"`) || strings.Contains(l, `"path":"`+path+`"`) {
+		t.Fatalf("the failed index write is not logged under the index's path %s:\n%s", idx, l)
 	}
 	if err := os.RemoveAll(idx); err != nil {
 		t.Fatal(err)
@@ -130,6 +139,24 @@ func TestWriterRetriesAFailedIndexWrite(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatal("the index was never written after the fault cleared")
+}
+
+// lockedLog is a log destination the writer's goroutine and the test share.
+type lockedLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }
 
 // BenchmarkIndexVsJSON compares, per change of the example fleet (one

@@ -126,6 +126,7 @@ type Writer struct {
 type output struct {
 	Output
 	name           string
+	log            *slog.Logger   // the writer's, with the output's own path
 	last           *routing.Table // the table last written (as rendered), nil: to be written
 	writes, errors prometheus.Counter
 }
@@ -151,17 +152,24 @@ func New(cfg Config) *Writer {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	w := &Writer{cfg: cfg, log: cfg.Logger.With("component", "snapshot", "path", cfg.Path),
+	base := cfg.Logger.With("component", "snapshot")
+	w := &Writer{cfg: cfg, log: base.With("path", cfg.Path),
 		retry: backoff.New(time.Second, 30*time.Second), pace: pacer{budget: cfg.Budget, burst: cfg.Burst, max: cfg.MaxDelay}, now: time.Now, cpu: cpuClock()}
-	opts := atomicfile.Options{EnsureDir: cfg.EnsureDir, Logger: w.log}
 	counter := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "regiond", Subsystem: "snapshot", Name: name, Help: help})
 	}
+	// Each output logs under its own file's path: a failed index write
+	// names table.idx, not the JSON beside it.
+	opts := func(log *slog.Logger) atomicfile.Options {
+		return atomicfile.Options{EnsureDir: cfg.EnsureDir, Logger: log}
+	}
+	idxPath := IndexPath(cfg.Path)
+	idxLog := base.With("path", idxPath)
 	w.outs = []*output{
-		{Output: NewTableJSON(cfg.Path, opts), name: "snapshot",
+		{Output: NewTableJSON(cfg.Path, opts(w.log)), name: "snapshot", log: w.log,
 			writes: counter("writes_total", "Snapshot file rewrites."),
 			errors: counter("errors_total", "Snapshot writes that failed.")},
-		{Output: NewIndex(IndexPath(cfg.Path), opts), name: "snapshot index",
+		{Output: NewIndex(idxPath, opts(idxLog)), name: "snapshot index", log: idxLog,
 			writes: counter("index_writes_total", "Snapshot index (table.idx) rewrites."),
 			errors: counter("index_errors_total", "Snapshot index (table.idx) writes that failed.")},
 	}
@@ -278,7 +286,7 @@ func (w *Writer) finish() bool {
 		if err := o.Finish(); err != nil {
 			o.errors.Inc()
 			o.last, failed = nil, true
-			w.log.Error(o.name+" written, but the fsync of its directory failed; writing it again after backoff", "err", err)
+			o.log.Error(o.name+" written, but the fsync of its directory failed; writing it again after backoff", "err", err)
 		}
 	}
 	return failed
@@ -312,7 +320,7 @@ func (w *Writer) publish(t *routing.Table, now time.Time, force, inline bool) {
 			o.errors.Inc()
 			o.last, failed = nil, true
 			w.retryAt = time.Now().Add(w.retry.Next())
-			w.log.Error("write "+o.name+"; readers keep the previous file", "err", err, "retry_at", w.retryAt)
+			o.log.Error("write "+o.name+"; readers keep the previous file", "err", err, "retry_at", w.retryAt)
 			break
 		}
 		o.last, wrote = rt, true
