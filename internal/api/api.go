@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -70,6 +72,7 @@ type Server struct {
 	degraded *prometheus.CounterVec
 	refused  prometheus.Counter
 	mux      *http.ServeMux
+	paths    []string     // what the mux serves, for a 404's body
 	waiting  atomic.Int64 // blocking queries waiting for a newer table
 }
 
@@ -80,7 +83,10 @@ func (s *Server) Waiting() int64 { return s.waiting.Load() }
 // Handle mounts h at pattern on the API's mux (the status page, /ui/): it
 // is served on every listener under the API's rules (GET and HEAD only;
 // on loopback TCP, loopback Host names only).
-func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+func (s *Server) Handle(pattern string, h http.Handler) {
+	s.mux.Handle(pattern, h)
+	s.paths = append(s.paths, pattern)
+}
 
 // New returns the API over src.
 func New(cfg Config, src Source) *Server {
@@ -110,14 +116,20 @@ func New(cfg Config, src Source) *Server {
 		cfg.Registerer.MustRegister(s.resolves, s.degraded, waiting, s.refused, limit)
 	}
 	s.mux = http.NewServeMux()
-	s.mux.HandleFunc("/v1/resolve", s.handleResolve)
-	s.mux.HandleFunc("/v1/table", s.handleTable)
-	s.mux.HandleFunc("/v1/status", s.handleStatus)
-	s.mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { writeText(w, http.StatusOK, "ok\n") })
-	s.mux.HandleFunc("/readyz", s.handleReady)
+	s.Handle("/v1/resolve", http.HandlerFunc(s.handleResolve))
+	s.Handle("/v1/table", http.HandlerFunc(s.handleTable))
+	s.Handle("/v1/status", http.HandlerFunc(s.handleStatus))
+	s.Handle("/healthz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { writeText(w, http.StatusOK, "ok\n") }))
+	s.Handle("/readyz", http.HandlerFunc(s.handleReady))
 	if cfg.Gatherer != nil {
-		s.mux.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+		s.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
 	}
+	// Any other path: a JSON 404 (as every other API error) naming what
+	// is served, not the mux's plain-text "404 page not found".
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, errorBody{Error: fmt.Sprintf("no such endpoint %s; this agent serves %s",
+			r.URL.Path, strings.Join(s.paths, ", "))})
+	})
 	return s
 }
 
@@ -125,9 +137,12 @@ func New(cfg Config, src Source) *Server {
 // is not a loopback name are refused (DNS rebinding).
 func (s *Server) Handler(loopbackOnly bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Every answer is live (a decision, the table, the status): no
+		// cache between a front door and the agent may keep one.
+		w.Header().Set("Cache-Control", "no-store")
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
-			writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: "method " + r.Method + " not allowed; the API is read-only (GET)"})
+			writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: "method " + r.Method + " not allowed; the API is read-only (GET, HEAD)"})
 			return
 		}
 		if loopbackOnly && !IsLoopbackHost(r.Host) {
@@ -172,6 +187,35 @@ type errorBody struct {
 	Epoch    int64 `json:"epoch,omitempty"`
 }
 
+// params parses r's query strictly: a pair that does not decode (a raw
+// '%', a ';' separator), a parameter the endpoint does not take (a typo:
+// contry=PL), or one given twice is a 400 naming it, never dropped: a
+// dropped key would turn a sticky pick random, a dropped country send the
+// viewer to _unknown's pools. It writes the 400 and returns false.
+func params(w http.ResponseWriter, r *http.Request, takes ...string) (url.Values, bool) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf(
+			"malformed query %q: %v; percent-encode each value (%%25 for a literal %%) and separate parameters with &", r.URL.RawQuery, err)})
+		return nil, false
+	}
+	for name, vs := range q {
+		if !slices.Contains(takes, name) {
+			takesText := "no parameters"
+			if len(takes) > 0 {
+				takesText = strings.Join(takes, ", ")
+			}
+			writeJSON(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("unknown parameter %q: %s takes %s", name, r.URL.Path, takesText)})
+			return nil, false
+		}
+		if len(vs) > 1 {
+			writeJSON(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("parameter %q given %d times; give it once", name, len(vs))})
+			return nil, false
+		}
+	}
+	return q, true
+}
+
 // tableFor returns the table a request is answered from. With
 // min_revision=N it waits (up to wait=, default DefaultWait, at most
 // MaxWait) until the table is current at revision N or later, and answers
@@ -179,8 +223,7 @@ type errorBody struct {
 // Consul's blocking queries do: a client that just wrote at revision N
 // reads its write without polling. It writes a 400 and returns false for
 // malformed parameters, and a 429 when MaxWaiting queries wait already.
-func (s *Server) tableFor(w http.ResponseWriter, r *http.Request) (*routing.Table, bool) {
-	q := r.URL.Query()
+func (s *Server) tableFor(w http.ResponseWriter, r *http.Request, q url.Values) (*routing.Table, bool) {
 	if !q.Has("min_revision") {
 		if q.Has("wait") {
 			writeJSON(w, http.StatusBadRequest, errorBody{Error: "wait needs min_revision: ?min_revision=N&wait=5s waits until the table is current at revision N"})
@@ -232,8 +275,12 @@ func (s *Server) tableFor(w http.ResponseWriter, r *http.Request) (*routing.Tabl
 }
 
 func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request) {
+	q, ok := params(w, r, "country", "key", "explain", "min_revision", "wait")
+	if !ok {
+		return
+	}
 	explain := false
-	switch v := r.URL.Query().Get("explain"); v {
+	switch v := q.Get("explain"); v {
 	case "", "0", "false":
 	case "1", "true":
 		explain = true
@@ -241,7 +288,7 @@ func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("explain=%s: want 1 or true (0 or false: a plain decision)", v)})
 		return
 	}
-	t, ok := s.tableFor(w, r)
+	t, ok := s.tableFor(w, r, q)
 	if !ok {
 		return
 	}
@@ -250,7 +297,6 @@ func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "no routing table loaded yet"})
 		return
 	}
-	q := r.URL.Query()
 	country := q.Get("country")
 	if !q.Has("country") {
 		country = r.Header.Get("CF-IPCountry")
@@ -285,7 +331,11 @@ func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleTable(w http.ResponseWriter, r *http.Request) {
-	t, ok := s.tableFor(w, r)
+	q, ok := params(w, r, "min_revision", "wait")
+	if !ok {
+		return
+	}
+	t, ok := s.tableFor(w, r, q)
 	if !ok {
 		return
 	}
@@ -342,7 +392,10 @@ func (s *Server) status(now time.Time) (Status, bool) {
 	return out, ready
 }
 
-func (s *Server) handleStatus(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
+	if _, ok := params(w, r); !ok {
+		return
+	}
 	st, _ := s.status(time.Now())
 	writeJSON(w, http.StatusOK, st)
 }
