@@ -154,8 +154,11 @@ func (m *Mirror) recompile() { m.recompileWith(nil) }
 // recompileWith is recompile; when the table is compiled from the whole
 // state and refuses values that had earlier versions, earlier (if not nil)
 // is asked for their last good values from etcd's history, and the state
-// is compiled again with them (see routing.CompileOptions.Earlier).
-func (m *Mirror) recompileWith(earlier func([]routing.Skipped) map[string]routing.KV) {
+// is compiled again with them (see routing.CompileOptions.Earlier). When
+// earlier was cut short (the mirror stops), nothing is swapped in: a table
+// without the last good values it could not read would serve a refused
+// key as absent. It reports whether it swapped a table in.
+func (m *Mirror) recompileWith(earlier func([]routing.Skipped) (map[string]routing.KV, bool)) bool {
 	m.swapMu.Lock()
 	defer m.swapMu.Unlock()
 	opts := m.compileOptions()
@@ -179,7 +182,11 @@ func (m *Mirror) recompileWith(earlier func([]routing.Skipped) map[string]routin
 			t = routing.Compile(m.applied, kvs, m.Table(), opts)
 		}
 		if earlier != nil && len(t.Skipped()) > 0 {
-			if opts.Earlier = earlier(t.Skipped()); len(opts.Earlier) > 0 {
+			var whole bool
+			if opts.Earlier, whole = earlier(t.Skipped()); !whole {
+				return false
+			}
+			if len(opts.Earlier) > 0 {
 				t = routing.Compile(m.applied, kvs, m.Table(), opts)
 			}
 		}
@@ -189,6 +196,7 @@ func (m *Mirror) recompileWith(earlier func([]routing.Skipped) map[string]routin
 	m.pending, m.incremental, m.uncompiled = m.pending[:0], true, false
 	m.changeRev.Store(m.applied)
 	m.swapIn(t) // the caller announces it
+	return true
 }
 
 // compileOptions returns the options of a compile or update now.

@@ -3,6 +3,7 @@ package watch
 import (
 	"context"
 	"testing"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -114,5 +115,65 @@ func TestDuplicateEventsAreDropped(t *testing.T) {
 	}
 	if pz, _ := m.Table().Pool("zz"); pz.Host != "a.example.net" {
 		t.Fatalf("duplicate re-applied: pool zz host %s", pz.Host)
+	}
+}
+
+// A list published while the mirror stops (its context cancelled during
+// the history reads of refused keys' last good values) swaps in no table:
+// one compiled without those values would serve a refused pool as absent.
+func TestListPublishedAtStopSwapsNothingIn(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	fleettest.Load(t, cli, faultPrefix)
+	if _, err := cli.Put(context.Background(), faultPrefix+"pools/eu-central", `{"host":`); err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(Config{Client: cli, Prefix: faultPrefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	publish, err := m.list(ctx, ReasonInitial)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel() // the mirror stops before the history is read
+	publish()
+	if tb := m.Table(); tb != nil {
+		_, ok := tb.Pool("eu-central")
+		t.Fatalf("a table was swapped in at stop (revision %d, pool eu-central present: %v); want none", tb.Revision(), ok)
+	}
+
+	// Not stopped, the same list serves eu-central's last good value.
+	publish, err = m.list(context.Background(), ReasonInitial)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish()
+	if p, ok := m.Table().Pool("eu-central"); !ok || p.Host == "" {
+		t.Fatalf("pool eu-central after a whole list: %+v (present %v); want its last good value", p, ok)
+	}
+}
+
+// A watch etcd created while its listed table was published (a publish
+// longer than RequestTimeout: a compile, history reads) is kept, not
+// dropped as a creation timeout: the publish's time is not counted in the
+// creation's wait. Without that, the select picked at random between the
+// fired timer and the answer, so this tries a dozen times.
+func TestLongPublishIsNoCreationTimeout(t *testing.T) {
+	m, _, _ := listedMirror(t)
+	m.cfg.RequestTimeout = 100 * time.Millisecond
+	ctx := context.Background()
+	for i := range 12 {
+		s, chc := m.startWatch(ctx)
+		published := false
+		p := &duePublish{f: func() { time.Sleep(250 * time.Millisecond); published = true }, timer: time.NewTimer(0)}
+		p.due = p.timer.C
+		time.Sleep(20 * time.Millisecond) // the creation answered and the publish due, together
+		ok, why := m.awaitCreation(ctx, s, chc, p)
+		if !ok {
+			t.Fatalf("attempt %d: the watch was dropped (%q) after a publish of 250ms (published: %v); want it kept", i, why, published)
+		}
+		s.cancel()
 	}
 }

@@ -225,7 +225,12 @@ func (m *Mirror) publishList(ctx context.Context, rev int64, keep bool) {
 		m.advance(rev)
 	} else {
 		began := time.Now()
-		m.recompileWith(func(sk []routing.Skipped) map[string]routing.KV { return m.earlierGood(ctx, sk) })
+		if !m.recompileWith(func(sk []routing.Skipped) (map[string]routing.KV, bool) {
+			e := m.earlierGood(ctx, sk)
+			return e, ctx.Err() == nil // cut short by the mirror's stop
+		}) {
+			return
+		}
 		m.log.Debug("compiled the listed state", "keys", len(m.state), "took", time.Since(began))
 		m.announce()
 	}

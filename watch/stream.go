@@ -17,8 +17,13 @@ import (
 
 // stream is one watch of the prefix whose creation etcd answered.
 type stream struct {
-	ctx        context.Context // the watch's: require-leader metadata, also for its reads
-	cancel     context.CancelFunc
+	ctx context.Context // the watch's: require-leader metadata, also for its reads
+	// watcher is the watch's own: its Close ends every gRPC stream it
+	// made, also one a progress request made after etcd ended the watch
+	// (clientv3 then opens a new stream for the context, detached from its
+	// cancellation, that nothing else would ever close).
+	watcher    clientv3.Watcher
+	cancel     func() // cancels ctx and closes watcher
 	ch         clientv3.WatchChan
 	start      int64     // the first revision it watches
 	opened     time.Time // when its creation was answered
@@ -159,20 +164,26 @@ func (p *duePublish) now() {
 // its context ends: with no endpoint reachable it waits for good, so it is
 // called from a goroutine of its own.
 func (m *Mirror) startWatch(ctx context.Context) (*stream, <-chan clientv3.WatchChan) {
-	// Each watch gets its own gRPC stream (clientv3 shares streams between
-	// watches with equal metadata): a new watch must not join the stream of
-	// the one it replaces while that stream shuts down, or it is closed too.
+	// Each watch gets its own gRPC stream, from a Watcher of its own and
+	// under metadata of its own (clientv3 shares streams between watches
+	// with equal metadata): a new watch must not join the stream of the
+	// one it replaces while that stream shuts down, or it is closed too.
 	m.watches++
 	wctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx),
 		"regiond-watch", strconv.FormatUint(m.watches, 10)))
-	s := &stream{ctx: wctx, cancel: cancel, start: m.applied + 1}
+	wt := clientv3.NewWatcher(m.cfg.Client)
+	s := &stream{ctx: wctx, watcher: wt, start: m.applied + 1}
+	s.cancel = func() {
+		cancel()
+		wt.Close() // its error is the cancellation's
+	}
 	key := m.cfg.Prefix
 	if m.otherRange {
 		key = m.firstKey()
 	}
 	chc := make(chan clientv3.WatchChan, 1)
 	go func() {
-		chc <- m.cfg.Client.Watch(wctx, key, clientv3.WithRange(clientv3.GetPrefixRangeEnd(m.cfg.Prefix)), clientv3.WithRev(s.start),
+		chc <- wt.Watch(wctx, key, clientv3.WithRange(clientv3.GetPrefixRangeEnd(m.cfg.Prefix)), clientv3.WithRev(s.start),
 			clientv3.WithProgressNotify(), clientv3.WithCreatedNotify())
 	}()
 	return s, chc
@@ -183,6 +194,7 @@ func (m *Mirror) startWatch(ctx context.Context) (*stream, <-chan clientv3.Watch
 // publishes p when it is due meanwhile. It reports whether the response
 // answered the creation, and else why not ("" once ctx is done).
 func (m *Mirror) awaitCreation(ctx context.Context, s *stream, chc <-chan clientv3.WatchChan, p *duePublish) (bool, string) {
+	deadline := time.Now().Add(m.cfg.RequestTimeout)
 	timer := time.NewTimer(m.cfg.RequestTimeout)
 	defer timer.Stop()
 	var first <-chan clientv3.WatchResponse // nil until Watch returned
@@ -194,7 +206,15 @@ func (m *Mirror) awaitCreation(ctx context.Context, s *stream, chc <-chan client
 		case s.ch = <-chc:
 			first = s.ch
 		case <-p.due:
+			// The publish (a compile, history reads) is this process's
+			// time, not etcd's: the creation's wait is not counted down
+			// meanwhile, or a watch etcd created during a long publish
+			// could be dropped as a timeout (the select picks at random
+			// between a fired timer and the answer).
+			began := time.Now()
 			p.now()
+			deadline = deadline.Add(time.Since(began))
+			timer.Reset(time.Until(deadline))
 		case resp, ok := <-first:
 			if why := m.created(resp, ok); why != "" {
 				return false, why
@@ -316,7 +336,7 @@ func (m *Mirror) requestProgress(s *stream) {
 	}
 	rctx, cancel := context.WithTimeout(s.ctx, m.cfg.RequestTimeout)
 	defer cancel()
-	if err := m.cfg.Client.RequestProgress(rctx); err != nil {
+	if err := s.watcher.RequestProgress(rctx); err != nil {
 		m.log.Debug("progress request failed", "err", err)
 	}
 }
