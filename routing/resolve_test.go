@@ -307,7 +307,7 @@ func TestTableJSONRoundTrip(t *testing.T) {
 	p.HealthCheck = true
 	p.Extra = Extra{"future": json.RawMessage(`{"x":1}`)}
 	cfg.Pools["apac-tokyo"] = p
-	tbl, err := CompileConfig(cfg, map[string]Override{"kr-week": {Route: "KR", Targets: tg("kr-music", 100), Attrs: map[string]string{"banner": "on"}}},
+	tbl, err := CompileConfig(cfg, map[string]StoredOverride{"kr-week": {Override: Override{Route: "KR", Targets: tg("kr-music", 100), Attrs: map[string]string{"banner": "on"}}, ModRevision: 1}},
 		CompileOptions{Now: t0, Start: t0.Add(-time.Minute)})
 	if err != nil {
 		t.Fatal(err)

@@ -280,9 +280,18 @@ func ValidateOverride(cfg *Config, id string, o Override) Errors {
 	return errs
 }
 
+// StoredOverride is a live override with the revision it was written at:
+// of several overrides of one route, the newest wins (ties: the larger id,
+// as for keys written in one transaction).
+type StoredOverride struct {
+	Override    Override
+	ModRevision int64
+}
+
 // CompileConfig builds a table from a config and live overrides, as the
-// agent would from etcd: for dry runs (`regionctl resolve -f`, `--down`).
-func CompileConfig(cfg *Config, overrides map[string]Override, opts CompileOptions) (*Table, error) {
+// agent would from etcd: for dry runs (`regionctl resolve -f`, `--down`)
+// and regionctl's checks of a write.
+func CompileConfig(cfg *Config, overrides map[string]StoredOverride, opts CompileOptions) (*Table, error) {
 	vals, err := cfg.Values()
 	if err != nil {
 		return nil, err
@@ -292,11 +301,11 @@ func CompileConfig(cfg *Config, overrides map[string]Override, opts CompileOptio
 		kvs = append(kvs, KV{Key: k, Value: v})
 	}
 	for _, id := range sortedKeys(overrides) {
-		b, err := json.Marshal(overrides[id])
+		b, err := json.Marshal(overrides[id].Override)
 		if err != nil {
 			return nil, fmt.Errorf("encode %s: %w", OverrideKey(id), err)
 		}
-		kvs = append(kvs, KV{Key: OverrideKey(id), Value: b, ModRevision: int64(len(kvs))})
+		kvs = append(kvs, KV{Key: OverrideKey(id), Value: b, ModRevision: overrides[id].ModRevision})
 	}
 	return Compile(0, kvs, nil, opts), nil
 }

@@ -332,3 +332,36 @@ func TestBoostWithoutALease(t *testing.T) {
 		}
 	}
 }
+
+// TestEligibilityCheckTakesTheNewestBoost: of two live boosts of one route
+// the agents apply the newest write; the eligibility check does too. It
+// used to order them by id, so with the newer boost's id the smaller, a
+// drain of its pool (KR's only pool at the agents) passed without --force.
+func TestEligibilityCheckTakesTheNewestBoost(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.must(ExitOK, "apply", "-f", writeFile(t, "kr.yaml", `policy:
+  residency:
+    classes: {eu: [DE], apac: [KR]}
+    unknown_country_class: eu
+pools:
+  kr-a: {host: kr-a.example.net:443, residency: apac, status: active}
+  kr-b: {host: kr-b.example.net:443, residency: apac, status: active}
+  eu-1: {host: eu-1.example.net:443, residency: eu, status: active}
+routes:
+  _default: {targets: [{pool: eu-1, weight: 100}]}
+  KR: {targets: [{pool: kr-b, weight: 100}]}
+`))
+	e.must(ExitOK, "boost", "KR", "--target", "kr-b=100", "--ttl", "1h", "--id", "kr-z")
+	e.must(ExitOK, "boost", "KR", "--target", "kr-a=100", "--ttl", "1h", "--id", "kr-a") // newer
+	if r := e.must(ExitOK, "resolve", "KR", "--key", "v"); !strings.Contains(r.stdout, "kr-a") {
+		t.Fatalf("resolve KR with two boosts: %s; want kr-a, the newest boost's", r)
+	}
+	r := e.run("pool", "drain", "kr-a")
+	if r.code != ExitRefused || !strings.Contains(r.stderr, "country KR would have no eligible pool") {
+		t.Fatalf("drain of the newest boost's only pool: %s; want exit 1 naming KR", r)
+	}
+	// Cancelled, the other boost serves KR (kr-b): the drain passes.
+	e.must(ExitOK, "boost", "cancel", "kr-a")
+	e.must(ExitOK, "pool", "drain", "kr-a")
+}

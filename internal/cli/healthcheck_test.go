@@ -48,3 +48,33 @@ func TestHealthCheckWithoutHeartbeatsIsChecked(t *testing.T) {
 		t.Fatalf("resolve DE with eu-central's heartbeat: %s", r)
 	}
 }
+
+// TestHealthKeyCountsWhateverItsValue: a health key is a live instance
+// whatever its value, as the agents count it; the eligibility check counts
+// it too. It used to count only values that decode, so a pool alive by a
+// key holding {"addr":42} was unhealthy for the check alone: a drain the
+// agents could serve was refused, and a drain of that last pool passed.
+func TestHealthKeyCountsWhateverItsValue(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	e.must(ExitOK, "pool", "set", "eu-central", "--health-check", "--force")
+	lease, err := testClient.Grant(context.Background(), 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer testClient.Revoke(context.Background(), lease.ID)
+	if _, err := testClient.Put(context.Background(), e.ks.RoutingKey(routing.HealthKey("eu-central", "fra-1")),
+		`{"addr":42}`, clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	e.must(ExitOK, "pool", "drain", "eu-west")
+	e.must(ExitOK, "pool", "drain", "eu-north") // eu-central serves: its key is live
+	if r := e.must(ExitOK, "resolve", "DE"); !strings.Contains(r.stdout, "eu-central") {
+		t.Fatalf("resolve DE: %s; want eu-central, alive by its health key", r)
+	}
+	r := e.run("pool", "drain", "eu-central")
+	if r.code != ExitRefused || !strings.Contains(r.stderr, "would have no eligible pool") {
+		t.Fatalf("drain of the last EU pool alive by a health key: %s; want exit 1 naming the lost countries", r)
+	}
+}

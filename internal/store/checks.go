@@ -60,11 +60,18 @@ func checkLostCountries(st *State, next *routing.Config, p *Plan, now time.Time)
 		return nil
 	}
 	ovs := st.OverrideMap()
+	// The plan's boosts are written in one Txn, after every stored one:
+	// one revision, newer than all (the agents apply the newest boost of
+	// a route last, so it wins; ties by id, as in the agents).
+	written := st.Revision + 1
+	for _, o := range ovs {
+		written = max(written, o.ModRevision+1)
+	}
 	for _, id := range p.DeleteOverrides {
 		delete(ovs, id)
 	}
 	for _, put := range p.PutOverrides {
-		ovs[put.ID] = put.Override
+		ovs[put.ID] = routing.StoredOverride{Override: put.Override, ModRevision: written}
 	}
 	unhealthy := checkedWithoutHealth(st, next)
 	after, err := routing.CompileConfig(next, ovs, routing.CompileOptions{Now: now, Down: unhealthy})
@@ -102,11 +109,13 @@ func checkLostCountries(st *State, next *routing.Config, p *Plan, now time.Time)
 }
 
 // checkedWithoutHealth returns the pools of cfg with health_check that
-// have no live health key in st: unhealthy for the agents.
+// have no live health key in st: unhealthy for the agents. A health key
+// counts whatever its value, as the agents count it (st.Health holds only
+// the values that decode).
 func checkedWithoutHealth(st *State, cfg *routing.Config) []string {
 	live := map[string]bool{} // pools with a live health key
-	for rel := range st.Health {
-		if k, err := routing.ParseKey(rel); err == nil {
+	for _, kv := range st.KVs {
+		if k, err := routing.ParseKey(kv.Key); err == nil && k.Kind == routing.KindHealth {
 			live[k.ID] = true
 		}
 	}

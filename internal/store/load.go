@@ -180,10 +180,10 @@ func (st *State) skip(rel string, err error) {
 
 // OverrideMap returns the live overrides keyed by id, for
 // routing.CompileConfig.
-func (st *State) OverrideMap() map[string]routing.Override {
-	out := make(map[string]routing.Override, len(st.Overrides))
+func (st *State) OverrideMap() map[string]routing.StoredOverride {
+	out := make(map[string]routing.StoredOverride, len(st.Overrides))
 	for id, o := range st.Overrides {
-		out[id] = o.Override
+		out[id] = routing.StoredOverride{Override: o.Override, ModRevision: o.ModRevision}
 	}
 	return out
 }
