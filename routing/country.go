@@ -1,6 +1,8 @@
 package routing
 
 import (
+	"fmt"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -32,9 +34,20 @@ const isoCodes = "AD AE AF AG AI AL AM AO AQ AR AS AT AU AW AX AZ " +
 	"YE YT " +
 	"ZA ZM ZW"
 
-// eeaCodes is the European Economic Area: the EU27 plus Iceland,
-// Liechtenstein and Norway. It is the built-in "eu" residency class.
-const eeaCodes = "AT BE BG HR CY CZ DK EE FI FR DE GR HU IE IT LV LT LU MT NL PL PT RO SK SI ES SE IS LI NO"
+// eeaCodes is the built-in "eu" residency class: the European Economic
+// Area (the EU27 plus Iceland, Liechtenstein and Norway) and the parts of
+// the EU that have ISO 3166-1 codes of their own (euTerritories), where
+// the GDPR applies as in the rest of their member state: a CDN's country
+// header names them by those codes.
+const eeaCodes = "AT BE BG HR CY CZ DK EE FI FR DE GR HU IE IT LV LT LU MT NL PL PT RO SK SI ES SE IS LI NO " +
+	"AX GF GP MF MQ RE YT"
+
+// euTerritories maps each part of the EU with an ISO 3166-1 code of its
+// own to its member state: Åland (Finland); French Guiana, Guadeloupe,
+// Saint-Martin, Martinique, Réunion and Mayotte (France). The Canary
+// Islands, Ceuta, Melilla, the Azores and Madeira have no assigned code
+// (a header names them ES or PT).
+var euTerritories = map[string]string{"AX": "FI", "GF": "FR", "GP": "FR", "MF": "FR", "MQ": "FR", "RE": "FR", "YT": "FR"}
 
 // Unknown is the pseudo-country that every empty, invalid or unassigned
 // country code normalizes to. Its effective entry is keyed "_unknown".
@@ -67,6 +80,29 @@ func Countries() []string { return countries }
 func EEA() []string { return slices.Clone(eea) }
 
 var eea = strings.Fields(eeaCodes)
+
+// ResidencyGaps names the parts of the EU with codes of their own
+// (Réunion RE, Åland AX, …) that r puts in no class while their member
+// state is in one: their viewers may then be sent to any pool, although
+// the member state's law applies there. One line per code, sorted; none
+// for the built-in default.
+func ResidencyGaps(r Residency) []string {
+	classOf := map[string]string{}
+	for name, ccs := range r.Classes {
+		for _, cc := range ccs {
+			classOf[cc] = name
+		}
+	}
+	var out []string
+	for _, t := range slices.Sorted(maps.Keys(euTerritories)) {
+		state := euTerritories[t]
+		if c, ok := classOf[state]; ok && classOf[t] == "" {
+			out = append(out, fmt.Sprintf("%s (part of %s) is in no class while %s is in class %s: its viewers may be sent to any pool; add %s to class %s",
+				t, state, state, c, t, c))
+		}
+	}
+	return out
+}
 
 // IsCountry reports whether s is an assigned ISO 3166-1 alpha-2 code in
 // upper case.

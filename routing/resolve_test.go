@@ -47,8 +47,13 @@ func TestCountries(t *testing.T) {
 		}
 	}
 	eea := EEA()
-	if len(eea) != 30 {
-		t.Errorf("EEA has %d members, want 30 (EU27 + IS, LI, NO)", len(eea))
+	if len(eea) != 37 {
+		t.Errorf("the built-in eu class has %d members, want 37 (EU27 + IS, LI, NO + AX, GF, GP, MF, MQ, RE, YT)", len(eea))
+	}
+	for terr, state := range euTerritories {
+		if !slices.Contains(eea, terr) || !slices.Contains(eea, state) {
+			t.Errorf("the built-in eu class lacks %s or its member state %s", terr, state)
+		}
 	}
 	for _, cc := range eea {
 		if !IsCountry(cc) {

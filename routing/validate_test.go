@@ -80,8 +80,8 @@ func TestValidate(t *testing.T) {
 		{name: "missing _default", change: func(c *Config) { delete(c.Routes, DefaultRoute) },
 			want: []string{
 				"routes/_default: missing: every config needs a _default route",
-				"routes/_default: residency: countries AD, AE, AF, AG, AI, AL, AM, AO and 210 more (class (none)) can reach no allowed pool along _default",
-				"routes/_default: residency: countries AT, BE, BG, CY, CZ, DE, DK, EE and 22 more (class eu) can reach no allowed pool along _default",
+				"routes/_default: residency: countries AD, AE, AF, AG, AI, AL, AM, AO and 203 more (class (none)) can reach no allowed pool along _default",
+				"routes/_default: residency: countries AT, AX, BE, BG, CY, CZ, DE, DK and 29 more (class eu) can reach no allowed pool along _default",
 				"routes/eu-general: fallback[0]: route _default does not exist",
 			}},
 		{name: "fallback to missing route", change: setRoute("PL", Route{Targets: tg("eu-central", 100), Fallback: []string{"eu-genral"}}),
@@ -106,7 +106,7 @@ func TestValidate(t *testing.T) {
 		{name: "countries in no class may use any pool", change: setRoute("US", Route{Targets: tg("us-east", 50, "eu-west", 50)})},
 		{name: "_default with only us pools strands EU and unknown viewers", change: setRoute(DefaultRoute, Route{Targets: tg("us-east", 100)}),
 			want: []string{
-				"routes/_default: residency: countries AT, BE, BG, CY, CZ, DE, DK, EE and 22 more (class eu) can reach no allowed pool along _default",
+				"routes/_default: residency: countries AT, AX, BE, BG, CY, CZ, DE, DK and 29 more (class eu) can reach no allowed pool along _default",
 			}},
 		{name: "country whose chain only reaches weight-0 allowed pools", change: func(c *Config) {
 			c.Policy.Residency.Classes["ch"] = []string{"CH"}
@@ -257,5 +257,26 @@ func TestValidateOverride(t *testing.T) {
 				t.Errorf("ValidateOverride:\n got  %q\n want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestResidencyGaps: a class that holds a member state but not its parts
+// with codes of their own (RE for FR, AX for FI) is named, one line each;
+// the built-in default and a class holding them are not.
+func TestResidencyGaps(t *testing.T) {
+	if g := ResidencyGaps(DefaultResidency()); g != nil {
+		t.Errorf("built-in default: %v", g)
+	}
+	old := Residency{Classes: map[string][]string{"eu": strings.Fields("AT BE BG HR CY CZ DK EE FI FR DE GR HU IE IT LV LT LU MT NL PL PT RO SK SI ES SE IS LI NO")}}
+	g := ResidencyGaps(old)
+	if len(g) != 7 || !strings.HasPrefix(g[0], "AX (part of FI) is in no class while FI is in class eu") ||
+		!strings.HasPrefix(g[5], "RE (part of FR) is in no class while FR is in class eu: its viewers may be sent to any pool; add RE to class eu") {
+		t.Errorf("the EEA without its territories: %q", g)
+	}
+	if g := ResidencyGaps(Residency{Classes: map[string][]string{"eu": {"DE"}, "apac": {"KR"}}}); g != nil {
+		t.Errorf("neither FR nor FI in a class: %v", g)
+	}
+	if g := ResidencyGaps(Residency{Classes: map[string][]string{"eu": {"FR"}, "fr-dom": {"RE", "GP", "MQ", "GF", "YT", "MF"}}}); g != nil {
+		t.Errorf("territories in a class of their own: %v", g)
 	}
 }

@@ -39,7 +39,20 @@ func (a *app) readConfigFile(path string) (*routing.Config, error) {
 		}
 		return nil, refusef(path, "%v", err)
 	}
+	if cfg.Policy.Residency != nil {
+		a.warnResidencyGaps(*cfg.Policy.Residency, path)
+	}
 	return cfg, nil
+}
+
+// warnResidencyGaps prints, on stderr, each part of the EU with a code of
+// its own that r puts in no class while its member state is in one (RE,
+// AX, …): a warning, not a refusal (such a policy was valid before the
+// built-in class held them), in where (a file, or the stored config).
+func (a *app) warnResidencyGaps(r routing.Residency, where string) {
+	for _, g := range routing.ResidencyGaps(r) {
+		fmt.Fprintf(a.stderr, "regionctl: warning: policy/residency of %s: %s\n", where, g)
+	}
 }
 
 // filePlan is the build step of apply: the file's objects replace the

@@ -72,5 +72,9 @@ func (a *app) configToValidate(ctx context.Context, file string) (*routing.Confi
 	for _, s := range cur.Skipped {
 		errs = append(errs, &routing.FieldError{Msg: s.Error})
 	}
-	return cur.Config, fmt.Sprintf("stored config at epoch %d", cur.Epoch), errs, nil
+	source := fmt.Sprintf("stored config at epoch %d", cur.Epoch)
+	if r := cur.Config.Policy.Residency; r != nil {
+		a.warnResidencyGaps(*r, "the "+source)
+	}
+	return cur.Config, source, errs, nil
 }

@@ -1,0 +1,45 @@
+package cli
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestEUTerritoriesStayInTheEU: the parts of the EU with codes of their
+// own (Réunion RE, Åland AX, …) are in the example's eu class, so their
+// viewers get EU pools only (the _default route's us-east was half of
+// RE's picks); a policy that holds France but not RE is still valid but
+// warned about, in a file and in the stored config, naming each code.
+func TestEUTerritoriesStayInTheEU(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	for _, key := range []string{"v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8"} {
+		for _, cc := range []string{"RE", "AX", "YT"} {
+			r := e.must(ExitOK, "resolve", cc, "--key", key, "-o", "json")
+			if !strings.Contains(r.stdout, `"pool": "eu-`) && !strings.Contains(r.stdout, `"pool":"eu-`) {
+				t.Fatalf("resolve %s --key %s: %s; want an eu pool", cc, key, r)
+			}
+		}
+	}
+
+	data, err := os.ReadFile(exampleConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := writeFile(t, "eea-only.yaml", strings.Replace(string(data), ", AX, GF, GP, MF, MQ, RE, YT]", "]", 1))
+	r := e.must(ExitOK, "validate", "-f", old)
+	if n := strings.Count(r.stderr, "regionctl: warning: policy/residency of "+old+": "); n != 7 ||
+		!strings.Contains(r.stderr, "RE (part of FR) is in no class while FR is in class eu: its viewers may be sent to any pool; add RE to class eu") {
+		t.Fatalf("validate -f of a policy without the territories: %s; want 7 warnings naming each", r)
+	}
+	e.must(ExitOK, "apply", "-f", old)
+	r = e.must(ExitOK, "validate")
+	if !strings.Contains(r.stderr, "warning: policy/residency of the stored config at epoch 2: AX (part of FI)") {
+		t.Fatalf("validate of the stored policy without the territories: %s", r)
+	}
+	if r := e.must(ExitOK, "validate", "-f", exampleConfig); r.stderr != "" {
+		t.Fatalf("validate of the example: %s; want no warning", r)
+	}
+}
