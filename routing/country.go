@@ -104,6 +104,25 @@ func ResidencyGaps(r Residency) []string {
 	return out
 }
 
+// Warnings names what in cfg is valid but likely not what its author
+// meant, one line each: the parts of the EU its policy leaves in no class
+// (ResidencyGaps), and fallbacks on _default, which only a chain naming
+// _default follows (a country without a route of its own, and the unknown
+// country, use _default's targets alone).
+func Warnings(cfg *Config) []string {
+	var out []string
+	if r := cfg.Policy.Residency; r != nil {
+		for _, g := range ResidencyGaps(*r) {
+			out = append(out, "policy/residency: "+g)
+		}
+	}
+	if d, ok := cfg.Routes[DefaultRoute]; ok && len(d.Fallback) > 0 {
+		out = append(out, fmt.Sprintf("routes/_default: fallback %s is followed only by chains that name _default; countries without a route of their own, and the unknown country, use _default's targets alone",
+			strings.Join(d.Fallback, ", ")))
+	}
+	return out
+}
+
 // IsCountry reports whether s is an assigned ISO 3166-1 alpha-2 code in
 // upper case.
 func IsCountry(s string) bool { return countryID(s) >= 0 }

@@ -39,19 +39,17 @@ func (a *app) readConfigFile(path string) (*routing.Config, error) {
 		}
 		return nil, refusef(path, "%v", err)
 	}
-	if cfg.Policy.Residency != nil {
-		a.warnResidencyGaps(*cfg.Policy.Residency, path)
-	}
+	a.warnConfig(cfg, path)
 	return cfg, nil
 }
 
-// warnResidencyGaps prints, on stderr, each part of the EU with a code of
-// its own that r puts in no class while its member state is in one (RE,
-// AX, …): a warning, not a refusal (such a policy was valid before the
-// built-in class held them), in where (a file, or the stored config).
-func (a *app) warnResidencyGaps(r routing.Residency, where string) {
-	for _, g := range routing.ResidencyGaps(r) {
-		fmt.Fprintf(a.stderr, "regionctl: warning: policy/residency of %s: %s\n", where, g)
+// warnConfig prints, on stderr, what in cfg is valid but likely not meant
+// (routing.Warnings: a part of the EU in no class while its member state
+// is in one, fallbacks on _default), for where (a file, or the stored
+// config): warnings, not refusals.
+func (a *app) warnConfig(cfg *routing.Config, where string) {
+	for _, w := range routing.Warnings(cfg) {
+		fmt.Fprintf(a.stderr, "regionctl: warning: %s: %s\n", where, w)
 	}
 }
 

@@ -30,16 +30,24 @@ func TestEUTerritoriesStayInTheEU(t *testing.T) {
 	}
 	old := writeFile(t, "eea-only.yaml", strings.Replace(string(data), ", AX, GF, GP, MF, MQ, RE, YT]", "]", 1))
 	r := e.must(ExitOK, "validate", "-f", old)
-	if n := strings.Count(r.stderr, "regionctl: warning: policy/residency of "+old+": "); n != 7 ||
+	if n := strings.Count(r.stderr, "regionctl: warning: "+old+": policy/residency: "); n != 7 ||
 		!strings.Contains(r.stderr, "RE (part of FR) is in no class while FR is in class eu: its viewers may be sent to any pool; add RE to class eu") {
 		t.Fatalf("validate -f of a policy without the territories: %s; want 7 warnings naming each", r)
 	}
 	e.must(ExitOK, "apply", "-f", old)
 	r = e.must(ExitOK, "validate")
-	if !strings.Contains(r.stderr, "warning: policy/residency of the stored config at epoch 2: AX (part of FI)") {
+	if !strings.Contains(r.stderr, "warning: the stored config at epoch 2: policy/residency: AX (part of FI)") {
 		t.Fatalf("validate of the stored policy without the territories: %s", r)
 	}
 	if r := e.must(ExitOK, "validate", "-f", exampleConfig); r.stderr != "" {
 		t.Fatalf("validate of the example: %s; want no warning", r)
+	}
+
+	// Fallbacks on _default are followed only by chains naming _default.
+	fb := writeFile(t, "default-fallback.yaml", strings.Replace(string(data)+"  spare: {targets: [{pool: eu-north, weight: 100}]}\n",
+		"    targets: [{pool: eu-central, weight: 30}, {pool: eu-west, weight: 20}, {pool: us-east, weight: 50}]\n",
+		"    targets: [{pool: eu-central, weight: 30}, {pool: eu-west, weight: 20}, {pool: us-east, weight: 50}]\n    fallback: [spare]\n", 1))
+	if r := e.must(ExitOK, "validate", "-f", fb); !strings.Contains(r.stderr, "regionctl: warning: "+fb+": routes/_default: fallback spare is followed only by chains that name _default") {
+		t.Fatalf("validate -f of a _default with fallbacks: %s; want the warning", r)
 	}
 }

@@ -73,8 +73,6 @@ func (a *app) configToValidate(ctx context.Context, file string) (*routing.Confi
 		errs = append(errs, &routing.FieldError{Msg: s.Error})
 	}
 	source := fmt.Sprintf("stored config at epoch %d", cur.Epoch)
-	if r := cur.Config.Policy.Residency; r != nil {
-		a.warnResidencyGaps(*r, "the "+source)
-	}
+	a.warnConfig(cur.Config, "the "+source)
 	return cur.Config, source, errs, nil
 }
