@@ -316,8 +316,10 @@ func operatorJobs(t *testing.T, e *rbacEnv) {
 	if r := e.as(rbacOperator, "apply", "-f", exampleConfig, "--reason", "seed"); r.code != ExitOK || !strings.Contains(r.stdout, "epoch 0 → 1") {
 		t.Fatalf("operator apply: %s", r)
 	}
-	if r := e.as(rbacOperator, "pool", "drain", "eu-north", "--reason", "x", "--wait-converged=10s"); r.code != ExitOK ||
-		!strings.Contains(r.stdout, "converged") {
+	// No agent runs yet: the wait reads and watches agents/ (a refusal
+	// would name the permission) and finds nothing that confirms the write.
+	if r := e.as(rbacOperator, "pool", "drain", "eu-north", "--reason", "x", "--wait-converged=2s"); r.code != ExitNotConverged ||
+		!strings.Contains(r.stderr, "no live agent under "+e.ks.AgentsPrefix()+" confirmed it") || strings.Contains(r.stderr, "permission") {
 		t.Fatalf("operator drain --wait-converged: %s", r)
 	}
 	if r := e.as(rbacOperator, "boost", "KR", "--target", "kr-music=100", "--ttl", "1h", "--reason", "b"); r.code != ExitOK {

@@ -55,6 +55,9 @@ func (a *app) runStatus(ctx context.Context, maxLag int64) error {
 	if lag := fleet.Unconverged(maxLag); len(lag) > 0 {
 		return &store.NotConvergedError{Revision: fleet.RoutingRevision, Lagging: lag}
 	}
+	if len(fleet.Agents) == 0 { // nothing serves the routing state
+		return &store.NotConvergedError{Revision: fleet.RoutingRevision, NoAgents: st.Keyspace().AgentsPrefix()}
+	}
 	return nil
 }
 
@@ -67,5 +70,10 @@ func printFleet(w io.Writer, f *store.Fleet) {
 			continue
 		}
 		row(w, a.Node, a.Revision, a.Lag, a.Epoch, a.Connected, orDash(a.SyncedAt), orDash(a.Version), store.SkippedString(a.AgentStatus))
+	}
+	for _, a := range f.Agents {
+		if a.Diverged != "" {
+			fmt.Fprintf(w, "\n%s: not converged: %s\n", a.Node, a.Diverged)
+		}
 	}
 }

@@ -20,11 +20,18 @@ import (
 // putAgent writes an agent status key under a lease, as regiond does.
 func (e *tenv) putAgent(node string, rev int64, lease clientv3.LeaseID) {
 	e.t.Helper()
-	b, _ := json.Marshal(routing.AgentStatus{Node: node, Revision: rev, Connected: true, Version: "test",
+	b, _ := json.Marshal(routing.AgentStatus{Node: node, Revision: rev, Epoch: e.epoch(), Connected: true, Version: "test",
 		SyncedAt: time.Now().UTC().Format(time.RFC3339)})
 	if _, err := testClient.Put(context.Background(), e.ks.Agent(node), string(b), clientv3.WithLease(lease)); err != nil {
 		e.t.Fatal(err)
 	}
+}
+
+// epoch is the stored epoch now, as an agent that applied it reports it.
+func (e *tenv) epoch() int64 {
+	e.t.Helper()
+	n, _ := strconv.ParseInt(e.get(e.ks.Epoch()), 10, 64)
+	return n
 }
 
 func grantLease(t testing.TB) clientv3.LeaseID {
@@ -138,6 +145,9 @@ func TestWaitConverged(t *testing.T) {
 // putAgentStatus writes an agent status key under a lease.
 func (e *tenv) putAgentStatus(st routing.AgentStatus, lease clientv3.LeaseID) {
 	e.t.Helper()
+	if st.Epoch == 0 {
+		st.Epoch = e.epoch()
+	}
 	b, _ := json.Marshal(st)
 	if _, err := testClient.Put(context.Background(), e.ks.Agent(st.Node), string(b), clientv3.WithLease(lease)); err != nil {
 		e.t.Fatal(err)
@@ -154,15 +164,15 @@ func TestStatusSkippedKeys(t *testing.T) {
 	e := newEnv(t)
 	e.seed()
 	lease := grantLease(t)
-	const ahead = 1 << 40 // a revision no write reaches: lag 0 throughout
-	e.putAgentStatus(routing.AgentStatus{Node: "node-a", Revision: ahead, Connected: true}, lease)
-	e.putAgentStatus(routing.AgentStatus{Node: "node-b", Revision: ahead, Connected: true, Skipped: 2,
+	at, _ := e.fingerprint() // lag 0: every agent has applied the seed
+	e.putAgentStatus(routing.AgentStatus{Node: "node-a", Revision: at, Connected: true}, lease)
+	e.putAgentStatus(routing.AgentStatus{Node: "node-b", Revision: at, Connected: true, Skipped: 2,
 		SkippedKeys: []string{"policy/residency", "routes/PL"}}, lease)
 	keys := make([]string, routing.MaxStatusSkippedKeys)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("routes/X%d", i)
 	}
-	e.putAgentStatus(routing.AgentStatus{Node: "node-c", Revision: ahead, Connected: true, Skipped: 12, SkippedKeys: keys}, lease)
+	e.putAgentStatus(routing.AgentStatus{Node: "node-c", Revision: at, Connected: true, Skipped: 12, SkippedKeys: keys}, lease)
 
 	table := e.must(ExitOK, "status").stdout
 	if !strings.Contains(table, "SKIPPED") || !regexp.MustCompile(`node-b .*2: policy/residency, routes/PL`).MatchString(table) ||
@@ -176,18 +186,22 @@ func TestStatusSkippedKeys(t *testing.T) {
 	}
 	for _, maxLag := range []string{"0", "1000"} {
 		r := e.must(ExitNotConverged, "status", "--max-lag", maxLag)
-		if !strings.Contains(r.stderr, fmt.Sprintf("node-b@%d serving refused values of 2 key(s): policy/residency, routes/PL", ahead)) ||
+		if !strings.Contains(r.stderr, fmt.Sprintf("node-b@%d serving refused values of 2 key(s): policy/residency, routes/PL", at)) ||
 			!strings.Contains(r.stderr, "12 key(s): routes/X0, ") || !strings.Contains(r.stderr, "routes/X9 and 2 more") ||
 			strings.Contains(r.stderr, "node-a") {
 			t.Fatalf("status --max-lag %s: %s", maxLag, r)
 		}
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e.agentSim(ctx, 0, lease, "node-a") // node-a applies each write
 	r := e.must(ExitNotConverged, "pool", "set", "eu-central", "--attr", "x=1", "--wait-converged=1s")
 	if !strings.Contains(r.stderr, "node-b@") || !strings.Contains(r.stderr, "policy/residency, routes/PL") || strings.Contains(r.stderr, "node-a") {
 		t.Fatalf("--wait-converged with an agent serving refused values: %s", r)
 	}
-	e.putAgentStatus(routing.AgentStatus{Node: "node-b", Revision: ahead, Connected: true}, lease)
-	e.putAgentStatus(routing.AgentStatus{Node: "node-c", Revision: ahead, Connected: true}, lease)
+	cancel()
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	e.agentSim(ctx, 0, lease, "node-a", "node-b", "node-c") // none skips a key now
 	e.must(ExitOK, "pool", "set", "eu-central", "--attr", "x=2", "--wait-converged=10s")
 	e.must(ExitOK, "status", "--max-lag", "0")
 }
@@ -212,7 +226,7 @@ func TestStatusCountsADeleteAnAgentApplied(t *testing.T) {
 	put, del := p.Header.Revision, d.Header.Revision
 	lease := grantLease(t)
 	status := func(node string, rev, change int64) {
-		b, _ := json.Marshal(routing.AgentStatus{Node: node, Revision: rev, ChangeRevision: change, Connected: true, Version: "test"})
+		b, _ := json.Marshal(routing.AgentStatus{Node: node, Revision: rev, Epoch: e.epoch(), ChangeRevision: change, Connected: true, Version: "test"})
 		if _, err := testClient.Put(context.Background(), e.ks.Agent(node), string(b), clientv3.WithLease(lease)); err != nil {
 			t.Fatal(err)
 		}
@@ -248,5 +262,86 @@ func TestStatusNamesAStatusKeyThatDoesNotDecode(t *testing.T) {
 	r := e.must(ExitNotConverged, "status", "--max-lag", "0")
 	if !strings.Contains(r.stderr, "ghost (its status key "+e.ks.Agent("ghost")+" does not decode: ") || strings.Contains(r.stderr, "ghost@0") {
 		t.Fatalf("status with an undecodable status key: %s", r)
+	}
+}
+
+// TestAgentOfAnotherHistoryIsNotConverged: after etcd is restored from a
+// backup without --bump-revision (or replaced by another cluster), an
+// agent that has not relisted yet reports a revision etcd has not reached,
+// or the epoch of a config etcd no longer holds. It serves that config
+// until it relists, so status --max-lag and --wait-converged count it as
+// not converged (exit 5), naming why; its lag of 0 used to pass for
+// converged ("converged" at once, on a real restored cluster).
+func TestAgentOfAnotherHistoryIsNotConverged(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	putStatus := func(s routing.AgentStatus) {
+		t.Helper()
+		b, _ := json.Marshal(s)
+		if _, err := testClient.Put(context.Background(), e.ks.Agent(s.Node), string(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := testClient.Get(context.Background(), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Format(time.RFC3339Nano)
+	putStatus(routing.AgentStatus{Node: "edge-restored", Revision: resp.Header.Revision + 1_000_000, Epoch: 99, SyncedAt: now})
+	r := e.must(ExitNotConverged, "status", "--max-lag", "0")
+	if !strings.Contains(r.stdout, "edge-restored: not converged: revision") || !strings.Contains(r.stdout, "another history (a backup restored without --bump-revision") {
+		t.Fatalf("status with an agent ahead of etcd: %s", r)
+	}
+	r = e.must(ExitNotConverged, "pool", "drain", "eu-north", "--wait-converged=2s")
+	if !strings.Contains(r.stderr, "edge-restored@") || !strings.Contains(r.stderr, "is past etcd's") {
+		t.Fatalf("--wait-converged with an agent ahead of etcd: %s", r)
+	}
+
+	// At etcd's revision (past the epoch key's last put), with another
+	// epoch: of another history too.
+	if _, err := testClient.Delete(context.Background(), e.ks.Agent("edge-restored")); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = testClient.Get(context.Background(), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	putStatus(routing.AgentStatus{Node: "edge-other", Revision: resp.Header.Revision, Epoch: 99, SyncedAt: now})
+	r = e.must(ExitNotConverged, "status", "--max-lag", "0")
+	if !strings.Contains(r.stdout, "edge-other: not converged: epoch 99 at revision") {
+		t.Fatalf("status with an agent of another epoch: %s", r)
+	}
+	// Its own epoch at that revision: converged.
+	putStatus(routing.AgentStatus{Node: "edge-other", Revision: resp.Header.Revision, Epoch: 2, SyncedAt: now})
+	e.must(ExitOK, "status", "--max-lag", "0")
+}
+
+// TestNoLiveAgentConfirmsNothing: with no live agent under agents/ (a
+// --prefix other than the agents', every agent down), --wait-converged
+// and status --max-lag exit 5 saying so: nothing confirmed the write. They
+// used to print "converged: every live agent serves revision N" (exit 0).
+// An agent that starts during the wait confirms it.
+func TestNoLiveAgentConfirmsNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	r := e.must(ExitNotConverged, "pool", "drain", "eu-north", "--wait-converged=1s")
+	if !strings.Contains(r.stderr, "no live agent under "+e.ks.AgentsPrefix()+" confirmed it: is --prefix the agents' --prefix") ||
+		strings.Contains(r.stdout, "converged: every live agent") {
+		t.Fatalf("--wait-converged with no agent: %s", r)
+	}
+	r = e.must(ExitNotConverged, "status", "--max-lag", "0")
+	if !strings.Contains(r.stdout, "0 live agent(s)") || !strings.Contains(r.stderr, "no live agent under") {
+		t.Fatalf("status --max-lag 0 with no agent: %s", r)
+	}
+	e.must(ExitOK, "status") // without --max-lag, a report
+
+	lease := grantLease(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e.agentSim(ctx, 300*time.Millisecond, lease, "node-late") // its first status key comes during the wait
+	if r := e.must(ExitOK, "pool", "undrain", "eu-north", "--wait-converged=20s"); !strings.Contains(r.stdout, "converged: every live agent") {
+		t.Fatalf("--wait-converged with an agent starting during it: %s", r)
 	}
 }

@@ -23,6 +23,13 @@ type AgentInfo struct {
 	Lag int64 `json:"lag"`
 	// Invalid is set when the status value does not decode.
 	Invalid string `json:"invalid,omitempty"`
+	// Diverged says why the agent's status cannot be of etcd's present
+	// history: its revision is past etcd's (a restored backup without
+	// --bump-revision, another cluster), or it has applied the epoch key's
+	// last put and reports another epoch. Such an agent serves what etcd
+	// no longer holds until it relists; it is not converged, whatever its
+	// lag.
+	Diverged string `json:"diverged,omitempty"`
 }
 
 // Fleet is the convergence picture of every live agent.
@@ -55,16 +62,22 @@ func (s *Store) Fleet(ctx context.Context) (*Fleet, error) {
 		return nil, err
 	}
 	f := &Fleet{Revision: rev, Agents: []AgentInfo{}}
+	var epochRev int64 // the epoch key's mod revision
 	for _, kv := range rkvs {
 		f.RoutingRevision = max(f.RoutingRevision, kv.ModRevision)
 		if string(kv.Key) == s.ks.Epoch() {
+			epochRev = kv.ModRevision
 			if f.Epoch, err = s.epochAt(ctx, rev); err != nil {
 				return nil, err
 			}
 		}
 	}
 	for _, kv := range kvs {
-		a := agentInfo(string(kv.Key), strings.TrimPrefix(string(kv.Key), prefix), kv.Value, 0)
+		a := agentInfo(string(kv.Key), strings.TrimPrefix(string(kv.Key), prefix), kv.Value, 0, rev)
+		if a.Diverged == "" && a.Invalid == "" && f.Epoch > 0 && a.Revision >= epochRev && a.Epoch != f.Epoch {
+			a.Diverged = fmt.Sprintf("epoch %d at revision %d, but etcd holds epoch %d since revision %d: the agent follows another history until it relists",
+				a.Epoch, a.Revision, f.Epoch, epochRev)
+		}
 		if a.ChangeRevision <= rev {
 			f.RoutingRevision = max(f.RoutingRevision, a.ChangeRevision)
 		}
@@ -96,7 +109,9 @@ func (s *Store) epochAt(ctx context.Context, rev int64) (int64, error) {
 	return st.Epoch, nil
 }
 
-func agentInfo(key, node string, value []byte, want int64) AgentInfo {
+// agentInfo decodes an agent's status key, read at etcd revision readRev,
+// and its lag behind want.
+func agentInfo(key, node string, value []byte, want, readRev int64) AgentInfo {
 	a := AgentInfo{Key: key}
 	if err := json.Unmarshal(value, &a.AgentStatus); err != nil {
 		a.Invalid = err.Error()
@@ -105,13 +120,20 @@ func agentInfo(key, node string, value []byte, want int64) AgentInfo {
 		a.Node = node
 	}
 	a.Lag = max(0, want-a.Revision)
+	if a.Invalid == "" && a.Revision > readRev {
+		a.Diverged = fmt.Sprintf("revision %d is past etcd's %d: the agent follows another history (a backup restored without --bump-revision, another cluster) until it relists",
+			a.Revision, readRev)
+	}
 	return a
 }
 
-// Converged reports whether the agent is at most maxLag revisions behind
-// and serves no refused value: an agent with skipped keys may serve a last
-// good value (or nothing) where another agent serves something else.
-func (a AgentInfo) Converged(maxLag int64) bool { return a.Lag <= maxLag && a.Skipped == 0 }
+// Converged reports whether the agent is at most maxLag revisions behind,
+// of etcd's present history, and serves no refused value: an agent with
+// skipped keys may serve a last good value (or nothing) where another
+// agent serves something else.
+func (a AgentInfo) Converged(maxLag int64) bool {
+	return a.Lag <= maxLag && a.Skipped == 0 && a.Diverged == ""
+}
 
 // Unconverged returns the agents that are not Converged(maxLag).
 func (f *Fleet) Unconverged(maxLag int64) []AgentInfo {

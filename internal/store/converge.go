@@ -22,7 +22,8 @@ const (
 
 // WaitConverged returns once every live agent's status key says revision
 // rev or later and no skipped keys (an agent whose key disappears is dead
-// and no longer waited for). It learns the agents' progress from one watch on <root>/agents/
+// and no longer waited for), and at least one agent's does: with no live
+// agent, nothing confirms the write, and the wait ends on ctx. It learns the agents' progress from one watch on <root>/agents/
 // and one Get (see round), and returns on the event that completes the
 // set. It relists only when that watch ends (no leader, a closed stream);
 // a read that gets no answer is retried until ctx ends.
@@ -87,7 +88,7 @@ func (w *convergeWait) round(ctx context.Context) (bool, error) {
 	clear(w.behind)
 	w.listed = true
 	for _, kv := range kvs {
-		w.put(string(kv.Key), kv.Value)
+		w.put(string(kv.Key), kv.Value, listRev)
 	}
 	if w.converged() {
 		return true, nil
@@ -103,7 +104,7 @@ func (w *convergeWait) round(ctx context.Context) (bool, error) {
 				delete(w.agents, string(ev.Kv.Key))
 				delete(w.behind, string(ev.Kv.Key))
 			default:
-				w.put(string(ev.Kv.Key), ev.Kv.Value)
+				w.put(string(ev.Kv.Key), ev.Kv.Value, wr.Header.Revision)
 			}
 		}
 		if w.converged() {
@@ -154,8 +155,9 @@ func (w *convergeWait) watchErr(err error) error {
 	return fmt.Errorf("watch %s: %w: %w", prefix, errWatchEnded, err)
 }
 
-func (w *convergeWait) put(key string, value []byte) {
-	a := agentInfo(key, strings.TrimPrefix(key, w.s.ks.AgentsPrefix()), value, w.rev)
+// put records an agent's status key, read at etcd revision readRev.
+func (w *convergeWait) put(key string, value []byte, readRev int64) {
+	a := agentInfo(key, strings.TrimPrefix(key, w.s.ks.AgentsPrefix()), value, w.rev, readRev)
 	w.agents[key] = a
 	if !a.Converged(0) {
 		w.behind[key] = true
@@ -164,9 +166,10 @@ func (w *convergeWait) put(key string, value []byte) {
 	}
 }
 
-// converged reports whether every agent seen is at rev or later and
-// serves no refused value.
-func (w *convergeWait) converged() bool { return len(w.behind) == 0 }
+// converged reports whether some agent was seen and every agent seen is
+// at rev or later and serves no refused value. With none, nothing
+// confirmed the write: the wait goes on (an agent may start meanwhile).
+func (w *convergeWait) converged() bool { return len(w.behind) == 0 && len(w.agents) > 0 }
 
 // retryable tells the errors that another round may get past: a watch
 // that ended, a read that got no answer.
@@ -178,6 +181,9 @@ func (w *convergeWait) retryable(err error) bool {
 // failed returns the *NotConvergedError of the wait, with cause.
 func (w *convergeWait) failed(cause error) error {
 	e := &NotConvergedError{Revision: w.rev, Waited: time.Since(w.start), Err: cause, Unknown: !w.listed}
+	if w.listed && len(w.agents) == 0 {
+		e.NoAgents = w.s.ks.AgentsPrefix()
+	}
 	for key := range w.behind {
 		e.Lagging = append(e.Lagging, w.agents[key])
 	}

@@ -88,6 +88,10 @@ type NotConvergedError struct {
 	// Unknown is set when the agents' status keys could not be listed at
 	// all: Lagging is then empty without meaning that none lag.
 	Unknown bool
+	// NoAgents names the agents' prefix when it held no live agent's
+	// status key: nothing confirmed the write (a --prefix other than the
+	// agents', every agent down).
+	NoAgents string
 }
 
 // Error names the lagging agents and what failed.
@@ -97,9 +101,12 @@ func (e *NotConvergedError) Error() string {
 		waited = " after " + e.Waited.Round(time.Millisecond).String()
 	}
 	msg := fmt.Sprintf("not converged to revision %d%s: ", e.Revision, waited)
-	if e.Unknown {
+	switch {
+	case e.Unknown:
 		msg += "the agents' status keys could not be read"
-	} else {
+	case e.NoAgents != "":
+		msg += fmt.Sprintf("no live agent under %s confirmed it: is --prefix the agents' --prefix, and are they running (regionctl status)?", e.NoAgents)
+	default:
 		names := make([]string, len(e.Lagging))
 		skipping := false
 		for i, a := range e.Lagging {
@@ -111,8 +118,11 @@ func (e *NotConvergedError) Error() string {
 				names[i] += " serving refused values of " + skippedString(a.AgentStatus)
 				skipping = true
 			}
+			if a.Diverged != "" {
+				names[i] += " (" + a.Diverged + ")"
+			}
 		}
-		msg += fmt.Sprintf("%d agent(s) behind or serving refused values: %s", len(e.Lagging), strings.Join(names, "; "))
+		msg += fmt.Sprintf("%d agent(s) behind, of another history or serving refused values: %s", len(e.Lagging), strings.Join(names, "; "))
 		if skipping {
 			msg += " (fix or delete those keys: regionctl validate names what is wrong with them)"
 		}
