@@ -153,6 +153,14 @@ func (s source) EtcdError() string {
 	return ""
 }
 
+// StatusError says why the agent's status key is not published, or "".
+func (s source) StatusError() string {
+	if p := s.a.pub.Load(); p != nil {
+		return p.statusError()
+	}
+	return ""
+}
+
 // fitToFDLimit sets the listeners' connection cap and returns the cap of
 // waiting blocking queries, both fitted to the file descriptor limit.
 func (a *Agent) fitToFDLimit() (int, error) {

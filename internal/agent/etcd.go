@@ -231,7 +231,7 @@ func (a *Agent) dialFailed(ctx context.Context, err error, wait time.Duration) {
 			"endpoints", a.cfg.Endpoints, "err", err, "retry_in", wait.Round(time.Millisecond))
 	} else {
 		msg = fmt.Sprintf("etcd unreachable at %v: %v", a.cfg.Endpoints, err)
-		why := etcddiag.Why(ctx, a.cfg.Endpoints, a.cfg.TLS)
+		why := etcddiag.Describe(etcddiag.Check(ctx, a.cfg.Endpoints, a.cfg.TLS))
 		if why != "" {
 			msg += " (" + why + ")"
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/regiond/regiond/internal/api"
@@ -108,10 +109,18 @@ func TestStatusPutFailuresAreLoggedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "three failed puts", func() bool { return counter(t, h, "regiond_agent_status_put_failures_total") >= 3 })
+	var st api.Status
+	if h.get("/v1/status", &st); !strings.Contains(st.StatusError, "put "+key+": ") || !strings.Contains(st.StatusError, "permission denied") {
+		t.Fatalf("/v1/status while the status key is refused: status_error %q; want the put and why", st.StatusError)
+	}
 	if _, err := root.RoleGrantPermission(ctx, role, a.Prefix, end, clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the status key at the change", func() bool { return statusRev() >= p.Header.Revision })
+	st = api.Status{}
+	if h.get("/v1/status", &st); st.StatusError != "" {
+		t.Fatalf("/v1/status once the status key is put: status_error %q; want none", st.StatusError)
+	}
 	waitFor(t, "the put logged again", func() bool { return strings.Contains(logs.String(), `"msg":"agent status: put again"`) })
 
 	warn, debug := 0, 0
@@ -155,4 +164,42 @@ func TestAuthTurnedOnUnderAnAgentIsCounted(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// TestNoSpaceAlarmIsShownInStatus: under etcd's NOSPACE alarm the agent
+// serves on, but its status key cannot be put (a delete still applies and
+// is to be reported); /v1/status names why, with the way out of the alarm,
+// as status_error (the agent used to vanish from regionctl status with
+// only a log line to say why), and drops it once a put succeeds.
+func TestNoSpaceAlarmIsShownInStatus(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	h := startAgent(t, t.TempDir(), srv.Endpoints)
+	waitFor(t, "first table", func() bool { c, _ := h.resolve("DE", "k"); return c == 200 })
+	ctx := context.Background()
+	ms, err := cli.Status(ctx, srv.Endpoints[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Alarm(ctx, &pb.AlarmRequest{
+		Action: pb.AlarmRequest_ACTIVATE, MemberID: ms.Header.MemberId, Alarm: pb.AlarmType_NOSPACE}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Delete(ctx, prefix+"routes/AT"); err != nil { // deletes pass the alarm
+		t.Fatal(err)
+	}
+	var st api.Status
+	waitFor(t, "status_error", func() bool { h.get("/v1/status", &st); return st.StatusError != "" })
+	if !strings.Contains(st.StatusError, "database space exceeded") || !strings.Contains(st.StatusError, "NOSPACE alarm is raised") ||
+		!strings.Contains(st.StatusError, "etcdctl alarm disarm") {
+		t.Fatalf("/v1/status under NOSPACE: status_error %q; want the refusal and the way out", st.StatusError)
+	}
+	if code, d := h.resolve("AT", "k"); code != 200 || d.Pool == "" {
+		t.Fatalf("resolve AT under NOSPACE: %d %+v; want served (by _default, its route deleted)", code, d)
+	}
+	if _, err := cli.AlarmDisarm(ctx, &clientv3.AlarmMember{MemberID: ms.Header.MemberId, Alarm: pb.AlarmType_NOSPACE}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "status_error gone", func() bool { st = api.Status{}; h.get("/v1/status", &st); return st.StatusError == "" })
 }

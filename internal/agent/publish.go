@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"reflect"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,6 +15,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/regiond/regiond/internal/backoff"
+	"github.com/regiond/regiond/internal/etcddiag"
 	"github.com/regiond/regiond/routing"
 	"github.com/regiond/regiond/watch"
 )
@@ -58,6 +60,10 @@ type publisher struct {
 	// (only the first is logged as a warning); failures counts them all.
 	failed   int
 	failures prometheus.Counter
+	// lastErr says why the status key is not published (the last lease
+	// or put that failed, and the way out of an etcd alarm); nil once a
+	// put succeeds. /v1/status shows it as status_error.
+	lastErr atomic.Pointer[string]
 	// owned: a put of this session holds the key; conflicts counts the
 	// puts that found another agent's lease on it (in this session), and
 	// conflictsTotal all of them.
@@ -138,7 +144,8 @@ func (p *publisher) run(ctx context.Context, m *watch.Mirror) {
 			// its grants: "user name is empty"), logged once a run.
 			p.failed++
 			p.failures.Inc()
-			p.log.Log(ctx, firstAt(p.failed, slog.LevelWarn), "agent status: no lease for the status key; retrying (logged again at debug level)", "err", err, "failures", p.failed)
+			p.setErr("no lease for the status key", err)
+			p.log.Log(ctx, firstAt(p.failed, slog.LevelWarn), "agent status: no lease for the status key; retrying (logged again at debug level)", "err", err, "failures", p.failed, "hint", hint(err))
 			if bo.Wait(ctx) != nil {
 				return
 			}
@@ -291,15 +298,43 @@ func (p *publisher) put(ctx context.Context, sess *concurrency.Session, st routi
 			// Retried every statusCheck while etcd is away: the first
 			// failure is a warning, the rest are for debugging, until
 			// a put succeeds again.
-			p.log.Log(ctx, firstAt(p.failed, slog.LevelWarn), "agent status: put failed; retried every second (logged again at debug level)", "key", p.key, "err", err, "failures", p.failed)
+			p.setErr("put "+p.key, err)
+			p.log.Log(ctx, firstAt(p.failed, slog.LevelWarn), "agent status: put failed; retried every second (logged again at debug level)", "key", p.key, "err", err, "failures", p.failed, "hint", hint(err))
 		}
 		return false
 	}
+	p.lastErr.Store(nil)
 	if p.failed > 0 {
 		p.log.Info("agent status: put again", "key", p.key, "failed_before", p.failed)
 		p.failed = 0
 	}
 	return true
+}
+
+// setErr records why the status key is not published.
+func (p *publisher) setErr(what string, err error) {
+	msg := what + ": " + err.Error()
+	if h := hint(err); h != "" {
+		msg += " (" + h + ")"
+	}
+	p.lastErr.Store(&msg)
+}
+
+// statusError says why the status key is not published, or "".
+func (p *publisher) statusError() string {
+	if e := p.lastErr.Load(); e != nil {
+		return *e
+	}
+	return ""
+}
+
+// hint is the way out of an etcd refusal that has one (its NOSPACE
+// alarm), or "".
+func hint(err error) string {
+	if etcddiag.NoSpace(err) {
+		return etcddiag.NoSpaceHint
+	}
+	return ""
 }
 
 // firstAt is the level of the n-th log line of a repeated failure: level

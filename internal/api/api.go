@@ -33,6 +33,9 @@ type Source interface {
 	// (a refused login, etcd unreachable at start), or is "" once it has.
 	// /v1/status gives Status().Refused in its place when it is "".
 	EtcdError() string
+	// StatusError says why the agent's status key in etcd is not
+	// published (its last lease or put failed), or is "" once it is.
+	StatusError() string
 }
 
 // MaxWait bounds the wait of a blocking query (min_revision).
@@ -367,6 +370,11 @@ type Status struct {
 	// etcd unreachable at start, its read of the prefix refused); absent
 	// once it can.
 	EtcdError string `json:"etcd_error,omitempty"`
+	// StatusError is why the agent's status key is not published (so
+	// regionctl status and --wait-converged do not see it): its last
+	// lease or put failed, as under etcd's NOSPACE alarm; absent once a
+	// put succeeds.
+	StatusError string `json:"status_error,omitempty"`
 }
 
 // status computes the agent's status now.
@@ -374,7 +382,7 @@ func (s *Server) status(now time.Time) (Status, bool) {
 	st := s.src.Status()
 	t := s.src.Table()
 	out := Status{Node: s.cfg.Node, Revision: st.Revision, Epoch: st.Epoch, Connected: st.Connected,
-		Skipped: []routing.Skipped{}, StaleSeconds: -1, EtcdError: s.src.EtcdError()}
+		Skipped: []routing.Skipped{}, StaleSeconds: -1, EtcdError: s.src.EtcdError(), StatusError: s.src.StatusError()}
 	if out.EtcdError == "" {
 		out.EtcdError = st.Refused // from the same snapshot as Connected
 	}

@@ -34,6 +34,14 @@ const Timeout = time.Second
 // serving TLS. It returns "" when every endpoint accepts the connection as
 // configured: then etcd itself did not answer (no leader, overloaded).
 func Why(ctx context.Context, endpoints []string, tc *tls.Config) string {
+	why, _ := Check(ctx, endpoints, tc)
+	return why
+}
+
+// Check is Why, and also returns the endpoints that took the connection
+// as configured: where etcd itself did not answer (a member without a
+// leader, when a quorum of members is down; an overloaded one).
+func Check(ctx context.Context, endpoints []string, tc *tls.Config) (string, []string) {
 	ws := make([]string, len(endpoints))
 	var wg sync.WaitGroup
 	for i, ep := range endpoints {
@@ -46,13 +54,36 @@ func Why(ctx context.Context, endpoints []string, tc *tls.Config) string {
 		}()
 	}
 	wg.Wait()
-	var why []string
-	for _, w := range ws {
+	var why, connected []string
+	for i, w := range ws {
 		if w != "" {
 			why = append(why, w)
+		} else {
+			connected = append(connected, endpoints[i])
 		}
 	}
-	return strings.Join(why, "; ")
+	return strings.Join(why, "; "), connected
+}
+
+// Describe joins Check's results for a message: what failed at each
+// endpoint, and, when some did take the connection, that etcd there did
+// not answer, as a member without a leader does when a quorum of members
+// is down. "" when why is "" (every endpoint took the connection).
+func Describe(why string, connected []string) string {
+	if why == "" || len(connected) == 0 {
+		return why
+	}
+	return why + "; " + strings.Join(connected, ", ") + ": took the connection, but etcd did not answer: has the cluster a leader, a quorum of its members up?"
+}
+
+// NoSpaceHint says what etcd's NOSPACE alarm means and how it ends.
+const NoSpaceHint = "etcd's NOSPACE alarm is raised (its database reached --quota-backend-bytes): it refuses every write until the alarm is disarmed; " +
+	"free space (etcdctl compact <revision>, then etcdctl defrag --cluster), then etcdctl alarm disarm"
+
+// NoSpace reports whether err is etcd refusing a write under its NOSPACE
+// alarm ("mvcc: database space exceeded").
+func NoSpace(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "database space exceeded")
 }
 
 // endpoint is Why for one endpoint.

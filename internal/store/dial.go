@@ -63,7 +63,8 @@ func Dial(ctx context.Context, c DialConfig) (*clientv3.Client, error) {
 		return nil, fmt.Errorf("%w: %w", ErrDialConfig, err)
 	}
 	unreachable := func(err error) error {
-		return &UnreachableError{Endpoints: c.Endpoints, Err: err, Why: etcddiag.Why(ctx, eps, tlsCfg)}
+		why, connected := etcddiag.Check(ctx, eps, tlsCfg)
+		return &UnreachableError{Endpoints: c.Endpoints, Err: err, Why: why, Connected: connected}
 	}
 	cfg := clientv3.Config{
 		Endpoints:   eps,

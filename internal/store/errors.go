@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/regiond/regiond/internal/etcddiag"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -58,12 +59,16 @@ type UnreachableError struct {
 	// refused connection, a certificate, TLS against plaintext; "" when
 	// every endpoint took the connection.
 	Why string
+	// Connected are the endpoints that took the connection while others
+	// did not: etcd there did not answer, as a member without a leader
+	// does when a quorum of members is down.
+	Connected []string
 }
 
 // Error names the endpoints tried, and what each answered when known.
 func (e *UnreachableError) Error() string {
 	if e.Why != "" {
-		return fmt.Sprintf("etcd unreachable at %s: %v (%s)", strings.Join(e.Endpoints, ","), e.Err, e.Why)
+		return fmt.Sprintf("etcd unreachable at %s: %v (%s)", strings.Join(e.Endpoints, ","), e.Err, etcddiag.Describe(e.Why, e.Connected))
 	}
 	return fmt.Sprintf("etcd unreachable at %s: %v (check --endpoints, TLS flags and that the cluster has a leader)",
 		strings.Join(e.Endpoints, ","), e.Err)
@@ -166,6 +171,12 @@ func (s *Store) rpcErr(what string, err error) error {
 	}
 	if isUnreachable(err) {
 		return &UnreachableError{Endpoints: s.opts.Endpoints, Err: fmt.Errorf("%s: %w", what, err)}
+	}
+	if etcddiag.NoSpace(err) {
+		if !strings.Contains(what, "nothing written") {
+			what += ": refused by etcd, nothing written"
+		}
+		return fmt.Errorf("%s: %w (%s)", what, err, etcddiag.NoSpaceHint)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }

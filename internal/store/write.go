@@ -8,9 +8,11 @@ import (
 	"strconv"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/regiond/regiond/internal/backoff"
+	"github.com/regiond/regiond/internal/etcddiag"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -90,6 +92,9 @@ func (s *Store) writeOnce(ctx context.Context, req WriteRequest) (*Result, error
 		return res, nil
 	case req.DryRun:
 		if err := s.auditGuard(ctx, st); err != nil {
+			return nil, err
+		}
+		if err := s.alarmRaised(ctx); err != nil {
 			return nil, err
 		}
 		res.DryRun, res.Epoch = true, st.Epoch+1
@@ -183,6 +188,26 @@ func (s *Store) auditGuard(ctx context.Context, st *State) error {
 	}
 	if len(resp.Kvs) > 0 {
 		return s.epochReset(ctx, st, st.EpochModRevision == 0, string(resp.Kvs[0].Key))
+	}
+	return nil
+}
+
+// alarmRaised refuses a dry run while an etcd alarm refuses writes (its
+// NOSPACE alarm: a dry run would promise a write etcd refuses). Listing
+// the alarms needs no permission beyond a login; a failure to list is not
+// a refusal (the write itself would tell).
+func (s *Store) alarmRaised(ctx context.Context) error {
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.AlarmList(rctx)
+	if err != nil {
+		s.log.Debug("dry run: could not list etcd's alarms", "err", err)
+		return nil
+	}
+	for _, a := range resp.Alarms {
+		if a.Alarm == pb.AlarmType_NOSPACE {
+			return fmt.Errorf("dry run: etcd would refuse the write, nothing written (member %x): %s", a.MemberID, etcddiag.NoSpaceHint)
+		}
 	}
 	return nil
 }
