@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/regiond/regiond/internal/cli"
 	"github.com/regiond/regiond/internal/devetcd"
@@ -317,11 +319,56 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Errorf("no route after draining eu-west: %v; the what-if foretold %v", noRoute, want.NoRoute)
 	}
 
+	// etcd's NOSPACE alarm: the node serves on, but its status key is not
+	// published; the banner says so (from /v1/status's status_error). A
+	// delete passes the alarm; the page reads the status at the next one.
+	checkStatusNotPublished(ctx, t, n)
+
 	// The picture: every country, the drains, the boost, the skipped key,
 	// the what-if and the countries left with no route.
 	screenshot(ctx, t, "status-page.png")
 	if errs := scriptErrors(); len(errs) > 0 {
 		t.Errorf("errors on the page's console:\n%s", strings.Join(errs, "\n"))
+	}
+}
+
+// checkStatusNotPublished raises etcd's NOSPACE alarm and checks the
+// page's banner names the unpublished status key and the way out, then
+// disarms it.
+func checkStatusNotPublished(ctx context.Context, t *testing.T, n *node) {
+	t.Helper()
+	cli := devetcd.NewTestClient(t, n.etcd)
+	bg := context.Background()
+	ms, err := cli.Status(bg, n.etcd.Endpoints[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Alarm(bg, &pb.AlarmRequest{
+		Action: pb.AlarmRequest_ACTIVATE, MemberID: ms.Header.MemberId, Alarm: pb.AlarmType_NOSPACE}); err != nil {
+		t.Fatal(err)
+	}
+	defer cli.AlarmDisarm(bg, &clientv3.AlarmMember{MemberID: ms.Header.MemberId, Alarm: pb.AlarmType_NOSPACE})
+	if _, err := cli.Delete(bg, root+"routing/routes/CO"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		var st struct {
+			StatusError string `json:"status_error"`
+		}
+		if n.getJSON(t, "/v1/status", &st); st.StatusError != "" {
+			break
+		}
+		if i == 200 {
+			t.Fatal("no status_error under the NOSPACE alarm")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := cli.Delete(bg, root+"routing/routes/TW"); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(ctx, t, "the banner", `(document.getElementById("banner").textContent || "").includes("status key not published")`)
+	if got := text(ctx, t, "#banner"); !strings.Contains(got, "NOSPACE alarm is raised") || !strings.Contains(got, "etcdctl alarm disarm") {
+		t.Errorf("the banner under NOSPACE: %q; want the alarm and the way out", got)
 	}
 }
 

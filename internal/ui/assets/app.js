@@ -84,7 +84,8 @@
     sv.textContent = st.stale ? 'snapshot file, not yet synced with etcd' : 'table from etcd';
     sv.className = st.stale ? 'bad' : 'ok';
     $('version').textContent = node.version || '–';
-    banner(st.etcd_error ? 'etcd: ' + st.etcd_error : '');
+    banner(st.etcd_error ? 'etcd: ' + st.etcd_error
+      : st.status_error ? 'status key not published (regionctl status does not see this node): ' + st.status_error : '');
     const sk = st.skipped || [];
     $('skipped-box').hidden = sk.length === 0;
     $('skipped-count').textContent = sk.length;
