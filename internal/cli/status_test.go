@@ -345,3 +345,41 @@ func TestNoLiveAgentConfirmsNothing(t *testing.T) {
 		t.Fatalf("--wait-converged with an agent starting during it: %s", r)
 	}
 }
+
+// TestClockSkewIsNamed: boosts end at their expires_at (this host's clock
+// + --ttl) by the agents' clocks, so --wait-converged names an agent whose
+// clock differs from this host's by more than store.MaxClockSkew: the
+// synced_at it reports for applying the write, against the moment its
+// status arrived. An agent in step is not named.
+func TestClockSkewIsNamed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	lease := grantLease(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rev, _ := e.fingerprint()
+	for _, node := range []string{"node-ok", "node-fast", "node-slow"} { // live before the write: waited for
+		e.putAgent(node, rev, lease)
+	}
+	e.agentSim(ctx, 0, lease, "node-ok")
+	wch := testClient.Watch(ctx, e.ks.Epoch(), clientv3.WithRev(rev+1))
+	go func() { // node-fast and node-slow: their clocks 10 minutes off
+		for wr := range wch {
+			for _, ev := range wr.Events {
+				epoch, _ := strconv.ParseInt(string(ev.Kv.Value), 10, 64)
+				for node, off := range map[string]time.Duration{"node-fast": 10 * time.Minute, "node-slow": -10 * time.Minute} {
+					b, _ := json.Marshal(routing.AgentStatus{Node: node, Revision: ev.Kv.ModRevision, Epoch: epoch, Connected: true,
+						SyncedAt: time.Now().Add(off).UTC().Format(time.RFC3339)})
+					testClient.Put(ctx, e.ks.Agent(node), string(b), clientv3.WithLease(lease))
+				}
+			}
+		}
+	}()
+	r := e.must(ExitOK, "boost", "KR", "--target", "kr-music=100", "--ttl", "5m", "--wait-converged=20s")
+	if !regexp.MustCompile(`regionctl: warning: agent node-fast's clock is (9m59s|10m0s|10m1s) ahead of this host's: boosts end at their expires_at by the agents' clocks`).MatchString(r.stderr) ||
+		!regexp.MustCompile(`regionctl: warning: agent node-slow's clock is (9m59s|10m0s|10m1s|10m2s) behind this host's`).MatchString(r.stderr) ||
+		strings.Contains(r.stderr, "node-ok") {
+		t.Fatalf("--wait-converged with agents 10 minutes off: %s", r)
+	}
+}

@@ -131,10 +131,19 @@ func (a *app) afterCommit(ctx context.Context, st *store.Store, res *store.Resul
 	var waitErr error
 	if w.wait > 0 {
 		wctx, cancel := context.WithTimeout(ctx, w.wait)
-		waitErr = st.WaitConverged(wctx, res.Revision)
+		var conv store.Convergence
+		conv, waitErr = st.WaitConverged(wctx, res.Revision)
 		cancel()
 		ok := waitErr == nil
 		out.Converged = &ok
+		for _, sk := range conv.Skews {
+			way := "ahead of"
+			if sk.Ahead < 0 {
+				way = "behind"
+			}
+			fmt.Fprintf(a.stderr, "regionctl: warning: agent %s's clock is %s %s this host's: boosts end at their expires_at by the agents' clocks (this host's clock + --ttl), so one ends early or late there, or is over on arrival; keep the clocks in sync (NTP)\n",
+				sk.Node, sk.Ahead.Abs().Round(time.Second), way)
+		}
 	}
 	var printErr error
 	if err := a.printWrite(out); err != nil {

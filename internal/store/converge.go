@@ -31,25 +31,49 @@ const (
 // Every failure is a *NotConvergedError: when ctx ends first it names the
 // laggards, and its Err says what failed when a read could not be made
 // (etcd unreachable, permission denied).
-func (s *Store) WaitConverged(ctx context.Context, rev int64) error {
-	w := &convergeWait{s: s, rev: rev, start: time.Now(), agents: map[string]AgentInfo{}, behind: map[string]bool{}}
+func (s *Store) WaitConverged(ctx context.Context, rev int64) (Convergence, error) {
+	w := &convergeWait{s: s, rev: rev, start: time.Now(), agents: map[string]AgentInfo{}, behind: map[string]bool{},
+		skews: map[string]time.Duration{}}
 	b := backoff.New(convergeRetryMin, convergeRetryMax)
 	for {
 		done, err := w.round(ctx)
 		switch {
 		case done:
-			return nil
+			return w.convergence(), nil
 		case ctx.Err() != nil:
-			return w.failed(w.lastErr)
+			return w.convergence(), w.failed(w.lastErr)
 		case !w.retryable(err):
-			return w.failed(err)
+			return w.convergence(), w.failed(err)
 		}
 		w.lastErr = err
 		s.log.Info("wait converged: retrying", "revision", rev, "err", err)
 		if b.Wait(ctx) != nil {
-			return w.failed(w.lastErr)
+			return w.convergence(), w.failed(w.lastErr)
 		}
 	}
+}
+
+// MaxClockSkew is how far an agent's clock may differ from regionctl's
+// before WaitConverged reports it: boosts end at their expires_at by the
+// agents' clocks, and the status key's synced_at has whole seconds.
+const MaxClockSkew = 5 * time.Second
+
+// Convergence is what a WaitConverged saw.
+type Convergence struct {
+	// Agents is how many live agents confirmed the revision.
+	Agents int
+	// Skews are the agents whose clocks differ from this host's by more
+	// than MaxClockSkew, sorted by node: the synced_at an agent reported
+	// for applying the write, against the wait's span by this host's
+	// clock (it applied the write after the wait began, before now).
+	Skews []ClockSkew
+}
+
+// ClockSkew is one agent's clock against this host's.
+type ClockSkew struct {
+	Node string
+	// Ahead is how far the agent's clock is ahead (negative: behind).
+	Ahead time.Duration
 }
 
 // convergeWait is one WaitConverged: the agents as last seen.
@@ -61,6 +85,21 @@ type convergeWait struct {
 	behind  map[string]bool // the keys of agents before rev or with skipped keys
 	listed  bool            // agents holds a listing
 	lastErr error           // the error that ended the previous round
+	// skews are the clock differences past MaxClockSkew of the agents
+	// at rev, by key.
+	skews map[string]time.Duration
+}
+
+// convergence returns what the wait saw.
+func (w *convergeWait) convergence() Convergence {
+	c := Convergence{Agents: len(w.agents) - len(w.behind)}
+	for key, d := range w.skews {
+		if a, ok := w.agents[key]; ok {
+			c.Skews = append(c.Skews, ClockSkew{Node: a.Node, Ahead: d})
+		}
+	}
+	sort.Slice(c.Skews, func(i, j int) bool { return c.Skews[i].Node < c.Skews[j].Node })
+	return c
 }
 
 // errWatchEnded marks a round ended by its watch: relist.
@@ -155,14 +194,28 @@ func (w *convergeWait) watchErr(err error) error {
 	return fmt.Errorf("watch %s: %w: %w", prefix, errWatchEnded, err)
 }
 
-// put records an agent's status key, read at etcd revision readRev.
+// put records an agent's status key, read at etcd revision readRev. The
+// status of an agent that applied the write was put since the wait began
+// (at the commit), with the synced_at of applying it: between the wait's
+// start and now by this host's clock, unless the agent's clock differs.
 func (w *convergeWait) put(key string, value []byte, readRev int64) {
 	a := agentInfo(key, strings.TrimPrefix(key, w.s.ks.AgentsPrefix()), value, w.rev, readRev)
 	w.agents[key] = a
 	if !a.Converged(0) {
 		w.behind[key] = true
-	} else {
-		delete(w.behind, key)
+		return
+	}
+	delete(w.behind, key)
+	delete(w.skews, key)
+	at, err := time.Parse(time.RFC3339Nano, a.SyncedAt)
+	if err != nil {
+		return
+	}
+	// synced_at has whole seconds: up to 1 s before the agent's clock.
+	if d := at.Sub(time.Now()); d > MaxClockSkew {
+		w.skews[key] = d
+	} else if d := at.Sub(w.start); d < -MaxClockSkew-time.Second {
+		w.skews[key] = d
 	}
 }
 

@@ -103,7 +103,7 @@ func BenchmarkWaitConverged(b *testing.B) {
 		}
 		committed := time.Now()
 		wctx, wcancel := context.WithTimeout(ctx, time.Minute)
-		err = s.WaitConverged(wctx, res.Revision)
+		_, err = s.WaitConverged(wctx, res.Revision)
 		wcancel()
 		returned := time.Now()
 		if err != nil {

@@ -97,7 +97,7 @@ func TestWaitConvergedThroughOutage(t *testing.T) {
 	proxy.Sever()
 
 	dctx, cancel := context.WithTimeout(ctx, time.Second)
-	err := ws.WaitConverged(dctx, res.Revision)
+	_, err := ws.WaitConverged(dctx, res.Revision)
 	cancel()
 	var nc *NotConvergedError
 	var ue *UnreachableError
@@ -109,7 +109,7 @@ func TestWaitConvergedThroughOutage(t *testing.T) {
 	done := make(chan error, 1)
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	go func() { done <- ws.WaitConverged(wctx, res.Revision) }()
+	go func() { _, err := ws.WaitConverged(wctx, res.Revision); done <- err }()
 	waitSignal(t, retrying.ch) // it met the outage and goes on
 	putStatus(ctx, t, cli, s, "node-a", res.Revision)
 	if err := proxy.Restore(); err != nil {
@@ -131,7 +131,7 @@ func TestWaitConvergedLearnsFromWatch(t *testing.T) {
 	putStatus(ctx, t, cli, s, "node-b", res.Revision-1)
 
 	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	err := s.WaitConverged(dctx, res.Revision)
+	_, err := s.WaitConverged(dctx, res.Revision)
 	cancel()
 	var nc *NotConvergedError
 	if !errors.As(err, &nc) || nc.Unknown || nc.Err != nil || len(nc.Lagging) != 2 || nc.Lagging[0].Node != "node-a" {
@@ -141,7 +141,7 @@ func TestWaitConvergedLearnsFromWatch(t *testing.T) {
 	done := make(chan error, 1)
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	go func() { done <- s.WaitConverged(wctx, res.Revision) }()
+	go func() { _, err := s.WaitConverged(wctx, res.Revision); done <- err }()
 	putStatus(ctx, t, cli, s, "node-a", res.Revision)
 	putStatus(ctx, t, cli, s, "node-c", res.Revision-1) // a new agent, behind
 	if _, err := cli.Delete(ctx, s.Keyspace().Agent("node-b")); err != nil {
@@ -167,7 +167,7 @@ func TestWaitConvergedRefused(t *testing.T) {
 	s := New(sec.Client, keyspace.Default(), Options{User: sec.Auth.User, RequestTimeout: 2 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err := s.WaitConverged(ctx, 1)
+	_, err := s.WaitConverged(ctx, 1)
 	var nc *NotConvergedError
 	var pe *PermissionError
 	if !errors.As(err, &nc) || !errors.As(nc.Err, &pe) || !nc.Unknown ||
