@@ -87,10 +87,12 @@ var eea = strings.Fields(eeaCodes)
 // the member state's law applies there. One line per code, sorted; none
 // for the built-in default.
 func ResidencyGaps(r Residency) []string {
-	classOf := map[string]string{}
-	for name, ccs := range r.Classes {
-		for _, cc := range ccs {
-			classOf[cc] = name
+	classOf := map[string]string{} // the first class by name, for a country in two
+	for _, name := range slices.Sorted(maps.Keys(r.Classes)) {
+		for _, cc := range r.Classes[name] {
+			if _, ok := classOf[cc]; !ok {
+				classOf[cc] = name
+			}
 		}
 	}
 	var out []string

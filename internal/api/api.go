@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -202,7 +203,8 @@ func params(w http.ResponseWriter, r *http.Request, takes ...string) (url.Values
 			"malformed query %q: %v; percent-encode each value (%%25 for a literal %%) and separate parameters with &", r.URL.RawQuery, err)})
 		return nil, false
 	}
-	for name, vs := range q {
+	for _, name := range slices.Sorted(maps.Keys(q)) { // the first bad one, always the same
+		vs := q[name]
 		if !slices.Contains(takes, name) {
 			takesText := "no parameters"
 			if len(takes) > 0 {
@@ -371,9 +373,9 @@ type Status struct {
 	// once it can.
 	EtcdError string `json:"etcd_error,omitempty"`
 	// StatusError is why the agent's status key is not published (so
-	// regionctl status and --wait-converged do not see it): its last
-	// lease or put failed, as under etcd's NOSPACE alarm; absent once a
-	// put succeeds.
+	// regionctl status and --wait-converged see its last status, or none):
+	// its last lease or put failed, as under etcd's NOSPACE alarm; absent
+	// once a put succeeds.
 	StatusError string `json:"status_error,omitempty"`
 }
 

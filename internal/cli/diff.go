@@ -89,6 +89,11 @@ func (a *app) runDiff(ctx context.Context, file string, prune, force, exitCode b
 	if len(errs) > 0 {
 		return refusedError{errs}
 	}
+	if len(chg) > 0 { // apply would write: unless an etcd alarm refuses it
+		if err := a.st.AlarmRaised(ctx, "diff"); err != nil {
+			return err
+		}
+	}
 	if exitCode && len(out.Diff) > 0 {
 		return differsError{len(out.Diff)}
 	}

@@ -132,7 +132,7 @@ errors; nothing written), 2 usage, 3 conflict (changed concurrently; re-run
 or use --retry), 4 etcd unreachable (nothing written, unless the message says
 the outcome is unknown: then check regionctl history first), 5 written but not
 converged (the write is committed: do not re-run it; also status --max-lag
-with a lagging agent), 6 diff --exit-code found differences.
+with a lagging agent, or none), 6 diff --exit-code found differences.
 Every flag can also be set as REGIONCTL_<FLAG> (REGIONCTL_ENDPOINTS,
 REGIONCTL_PREFIX, …); the password of --user is read from REGIONCTL_PASSWORD
 (or asked on the terminal; --user NAME:PASSWORD works too, as in etcdctl,

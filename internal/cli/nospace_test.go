@@ -37,6 +37,7 @@ func TestNoSpaceAlarmIsNamed(t *testing.T) {
 	if r := runHere("apply", "-f", exampleConfig); r.code != ExitOK {
 		t.Fatalf("seed: %s", r)
 	}
+	drained := writeFile(t, "drained.yaml", "pools:\n  eu-north: {host: edge-sto-1.example.net:443, region: eu-north, residency: eu, status: draining}\n")
 	ctx := context.Background()
 	st, err := cli.Status(ctx, srv.Endpoints[0])
 	if err != nil {
@@ -53,6 +54,7 @@ func TestNoSpaceAlarmIsNamed(t *testing.T) {
 		{"pool", "drain", "eu-central"},
 		{"boost", "KR", "--target", "kr-music=100", "--ttl", "1h"},
 		{"pool", "drain", "eu-central", "--dry-run"},
+		{"diff", "-f", drained, "--exit-code"},
 	} {
 		r := runHere(args...)
 		if r.code != ExitRefused {

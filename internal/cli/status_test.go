@@ -315,6 +315,25 @@ func TestAgentOfAnotherHistoryIsNotConverged(t *testing.T) {
 	// Its own epoch at that revision: converged.
 	putStatus(routing.AgentStatus{Node: "edge-other", Revision: resp.Header.Revision, Epoch: 2, SyncedAt: now})
 	e.must(ExitOK, "status", "--max-lag", "0")
+
+	// An agent that reports each write's revision with an epoch of its
+	// own: --wait-converged does not take it as converged either.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wch := testClient.Watch(ctx, e.ks.Epoch(), clientv3.WithRev(resp.Header.Revision+1))
+	go func() {
+		for wr := range wch {
+			for _, ev := range wr.Events {
+				b, _ := json.Marshal(routing.AgentStatus{Node: "edge-other", Revision: ev.Kv.ModRevision, Epoch: 99,
+					SyncedAt: time.Now().UTC().Format(time.RFC3339)})
+				testClient.Put(ctx, e.ks.Agent("edge-other"), string(b))
+			}
+		}
+	}()
+	r = e.must(ExitNotConverged, "pool", "undrain", "eu-north", "--wait-converged=2s")
+	if !strings.Contains(r.stderr, "edge-other@") || !strings.Contains(r.stderr, "epoch 99 at revision") {
+		t.Fatalf("--wait-converged with an agent of another epoch: %s", r)
+	}
 }
 
 // TestNoLiveAgentConfirmsNothing: with no live agent under agents/ (a
@@ -381,5 +400,24 @@ func TestClockSkewIsNamed(t *testing.T) {
 		!regexp.MustCompile(`regionctl: warning: agent node-slow's clock is (9m59s|10m0s|10m1s|10m2s) behind this host's`).MatchString(r.stderr) ||
 		strings.Contains(r.stderr, "node-ok") {
 		t.Fatalf("--wait-converged with agents 10 minutes off: %s", r)
+	}
+}
+
+// TestMalformedEpochKeyDivergesNoAgent: an epoch key reset by hand to a
+// value that is no epoch (here past int64) says nothing of the agents'
+// history: none is named as of another one (its value used to be taken as
+// the largest int64, against which every agent "diverged").
+func TestMalformedEpochKeyDivergesNoAgent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	lease := grantLease(t)
+	if _, err := testClient.Put(context.Background(), e.ks.Epoch(), "99999999999999999999"); err != nil {
+		t.Fatal(err)
+	}
+	rev, _ := e.fingerprint()
+	e.putAgentStatus(routing.AgentStatus{Node: "node-a", Revision: rev, Epoch: 1, Connected: true}, lease)
+	if r := e.must(ExitOK, "status"); strings.Contains(r.stdout, "another history") {
+		t.Fatalf("status with a malformed epoch key: %s", r)
 	}
 }

@@ -22,6 +22,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 // Timeout bounds each endpoint's dial and handshake.
@@ -83,7 +85,8 @@ const NoSpaceHint = "etcd's NOSPACE alarm is raised (its database reached --quot
 // NoSpace reports whether err is etcd refusing a write under its NOSPACE
 // alarm ("mvcc: database space exceeded").
 func NoSpace(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "database space exceeded")
+	return errors.Is(err, rpctypes.ErrNoSpace) || errors.Is(err, rpctypes.ErrGRPCNoSpace) ||
+		err != nil && strings.Contains(err.Error(), "database space exceeded") // wrapped as text
 }
 
 // endpoint is Why for one endpoint.

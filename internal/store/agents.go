@@ -66,18 +66,14 @@ func (s *Store) Fleet(ctx context.Context) (*Fleet, error) {
 	for _, kv := range rkvs {
 		f.RoutingRevision = max(f.RoutingRevision, kv.ModRevision)
 		if string(kv.Key) == s.ks.Epoch() {
-			epochRev = kv.ModRevision
-			if f.Epoch, err = s.epochAt(ctx, rev); err != nil {
+			if f.Epoch, epochRev, err = s.epochAt(ctx, rev); err != nil {
 				return nil, err
 			}
 		}
 	}
 	for _, kv := range kvs {
 		a := agentInfo(string(kv.Key), strings.TrimPrefix(string(kv.Key), prefix), kv.Value, 0, rev)
-		if a.Diverged == "" && a.Invalid == "" && f.Epoch > 0 && a.Revision >= epochRev && a.Epoch != f.Epoch {
-			a.Diverged = fmt.Sprintf("epoch %d at revision %d, but etcd holds epoch %d since revision %d: the agent follows another history until it relists",
-				a.Epoch, a.Revision, f.Epoch, epochRev)
-		}
+		a.checkEpoch(f.Epoch, epochRev, rev)
 		if a.ChangeRevision <= rev {
 			f.RoutingRevision = max(f.RoutingRevision, a.ChangeRevision)
 		}
@@ -89,24 +85,38 @@ func (s *Store) Fleet(ctx context.Context) (*Fleet, error) {
 	return f, nil
 }
 
-// epochAt reads the epoch at rev; 0 when the key is absent or does not
-// hold a number (Load reports that).
-func (s *Store) epochAt(ctx context.Context, rev int64) (int64, error) {
+// checkEpoch marks a as of another history when its status says it has
+// applied the epoch key's last put as of readRev (its revision between
+// that put's, epochRev, and readRev) and yet reports another epoch than
+// that put's, epoch. Nothing is known past readRev (a later write's epoch),
+// nor when the key is absent or malformed (epoch 0).
+func (a *AgentInfo) checkEpoch(epoch, epochRev, readRev int64) {
+	if a.Diverged != "" || a.Invalid != "" || epoch <= 0 || a.Revision < epochRev || a.Revision > readRev || a.Epoch == epoch {
+		return
+	}
+	a.Diverged = fmt.Sprintf("epoch %d at revision %d, but etcd holds epoch %d since revision %d: the agent follows another history until it relists",
+		a.Epoch, a.Revision, epoch, epochRev)
+}
+
+// epochAt reads the epoch at rev (0: current) and the epoch key's mod
+// revision; 0 for both when the key is absent, and an epoch of 0 when it
+// does not hold a number (Load reports that).
+func (s *Store) epochAt(ctx context.Context, rev int64) (epoch, modRev int64, err error) {
 	rctx, cancel := s.reqCtx(ctx)
 	defer cancel()
 	resp, err := s.cli.Get(rctx, s.ks.Epoch(), clientv3.WithRev(rev))
 	if errors.Is(err, rpctypes.ErrCompacted) {
-		return 0, fmt.Errorf("read the epoch at revision %d: %w", rev, ErrCompacted)
+		return 0, 0, fmt.Errorf("read the epoch at revision %d: %w", rev, ErrCompacted)
 	}
 	if err != nil {
-		return 0, s.permErr(fmt.Sprintf("read %s at revision %d", s.ks.Epoch(), rev), err, s.roles.ReadNeed(s.ks.Epoch()))
+		return 0, 0, s.permErr(fmt.Sprintf("read %s at revision %d", s.ks.Epoch(), rev), err, s.roles.ReadNeed(s.ks.Epoch()))
 	}
 	if len(resp.Kvs) == 0 {
-		return 0, nil
+		return 0, 0, nil
 	}
 	st := &State{}
 	st.add("epoch", resp.Kvs[0])
-	return st.Epoch, nil
+	return st.Epoch, resp.Kvs[0].ModRevision, nil
 }
 
 // agentInfo decodes an agent's status key, read at etcd revision readRev,

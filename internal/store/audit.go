@@ -53,7 +53,7 @@ func (s *Store) AuditRecord(ctx context.Context, epoch int64) (AuditEntry, error
 		return AuditEntry{}, s.permErr(fmt.Sprintf("read the audit record of epoch %d (%s)", epoch, key), err, s.roles.ReadNeed(key))
 	}
 	if len(resp.Kvs) == 0 {
-		if cur, err := s.epochAt(ctx, 0); err == nil && epoch > cur {
+		if cur, _, err := s.epochAt(ctx, 0); err == nil && epoch > cur {
 			return AuditEntry{}, fmt.Errorf("audit record of epoch %d: %w (the current epoch is %d)", epoch, ErrNotFound, cur)
 		}
 		return AuditEntry{}, fmt.Errorf("audit record of epoch %d: %w (only the newest %d are kept)", epoch, ErrNotFound, s.opts.AuditKeep)

@@ -88,6 +88,9 @@ type convergeWait struct {
 	// skews are the clock differences past MaxClockSkew of the agents
 	// at rev, by key.
 	skews map[string]time.Duration
+	// epoch and epochRev are the epoch key's value and mod revision as of
+	// epochReadRev, the round's listing.
+	epoch, epochRev, epochReadRev int64
 }
 
 // convergence returns what the wait saw.
@@ -123,6 +126,12 @@ func (w *convergeWait) round(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	// The epoch as of the listing: an agent that has applied its last put
+	// and reports another epoch follows another history (AgentInfo.checkEpoch).
+	if w.epoch, w.epochRev, err = w.s.epochAt(ctx, listRev); err != nil {
+		return false, err
+	}
+	w.epochReadRev = listRev
 	clear(w.agents)
 	clear(w.behind)
 	w.listed = true
@@ -200,6 +209,7 @@ func (w *convergeWait) watchErr(err error) error {
 // start and now by this host's clock, unless the agent's clock differs.
 func (w *convergeWait) put(key string, value []byte, readRev int64) {
 	a := agentInfo(key, strings.TrimPrefix(key, w.s.ks.AgentsPrefix()), value, w.rev, readRev)
+	a.checkEpoch(w.epoch, w.epochRev, w.epochReadRev)
 	w.agents[key] = a
 	if !a.Converged(0) {
 		w.behind[key] = true

@@ -141,6 +141,7 @@ func (st *State) add(rel string, kv *mvccpb.KeyValue) {
 		if err != nil || n < 0 {
 			st.epochErr = fmt.Errorf("the epoch key holds %q, not a non-negative integer; repair it with etcdctl before writing", kv.Value)
 			st.skip(rel, st.epochErr)
+			return // Epoch stays 0: ParseInt's value of an overflow is no epoch
 		}
 		st.Epoch = n
 		return

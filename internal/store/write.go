@@ -94,7 +94,7 @@ func (s *Store) writeOnce(ctx context.Context, req WriteRequest) (*Result, error
 		if err := s.auditGuard(ctx, st); err != nil {
 			return nil, err
 		}
-		if err := s.alarmRaised(ctx); err != nil {
+		if err := s.AlarmRaised(ctx, "dry run"); err != nil {
 			return nil, err
 		}
 		res.DryRun, res.Epoch = true, st.Epoch+1
@@ -192,21 +192,21 @@ func (s *Store) auditGuard(ctx context.Context, st *State) error {
 	return nil
 }
 
-// alarmRaised refuses a dry run while an etcd alarm refuses writes (its
-// NOSPACE alarm: a dry run would promise a write etcd refuses). Listing
-// the alarms needs no permission beyond a login; a failure to list is not
-// a refusal (the write itself would tell).
-func (s *Store) alarmRaised(ctx context.Context) error {
+// AlarmRaised refuses what, a dry run or a diff, while an etcd alarm
+// refuses writes (its NOSPACE alarm: it would promise a write etcd
+// refuses). Listing the alarms needs no permission beyond a login; a
+// failure to list is not a refusal (the write itself would tell).
+func (s *Store) AlarmRaised(ctx context.Context, what string) error {
 	rctx, cancel := s.reqCtx(ctx)
 	defer cancel()
 	resp, err := s.cli.AlarmList(rctx)
 	if err != nil {
-		s.log.Debug("dry run: could not list etcd's alarms", "err", err)
+		s.log.Debug(what+": could not list etcd's alarms", "err", err)
 		return nil
 	}
 	for _, a := range resp.Alarms {
 		if a.Alarm == pb.AlarmType_NOSPACE {
-			return fmt.Errorf("dry run: etcd would refuse the write, nothing written (member %x): %s", a.MemberID, etcddiag.NoSpaceHint)
+			return fmt.Errorf("%s: etcd would refuse the write, nothing written (member %x): %s", what, a.MemberID, etcddiag.NoSpaceHint)
 		}
 	}
 	return nil

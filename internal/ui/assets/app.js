@@ -85,7 +85,7 @@
     sv.className = st.stale ? 'bad' : 'ok';
     $('version').textContent = node.version || '–';
     banner(st.etcd_error ? 'etcd: ' + st.etcd_error
-      : st.status_error ? 'status key not published (regionctl status does not see this node): ' + st.status_error : '');
+      : st.status_error ? 'status key not published (regionctl status shows this node\'s last status, or none): ' + st.status_error : '');
     const sk = st.skipped || [];
     $('skipped-box').hidden = sk.length === 0;
     $('skipped-count').textContent = sk.length;
