@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -41,7 +42,8 @@ func startBenchAgents(ctx context.Context, b *testing.B, srv *devetcd.Server, s 
 					ready <- struct{}{}
 				}
 				for _, ev := range wr.Events {
-					v, _ := json.Marshal(routing.AgentStatus{Node: node, Revision: ev.Kv.ModRevision, Connected: true})
+					epoch, _ := strconv.ParseInt(string(ev.Kv.Value), 10, 64)
+					v, _ := json.Marshal(routing.AgentStatus{Node: node, Revision: ev.Kv.ModRevision, Epoch: epoch, Connected: true})
 					if _, err := cli.Put(ctx, s.Keyspace().Agent(node), string(v)); err != nil {
 						return
 					}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,10 +20,15 @@ import (
 	"github.com/regiond/regiond/routing"
 )
 
-// putStatus writes an agent's status key saying it serves rev.
+// putStatus writes an agent's status key saying it serves rev, at the
+// epoch stored now (as an agent that applied it reports it).
 func putStatus(ctx context.Context, t testing.TB, cli *clientv3.Client, s *Store, node string, rev int64) {
 	t.Helper()
-	b, _ := json.Marshal(routing.AgentStatus{Node: node, Revision: rev, Connected: true})
+	var epoch int64
+	if resp, err := cli.Get(ctx, s.Keyspace().Epoch()); err == nil && len(resp.Kvs) > 0 {
+		epoch, _ = strconv.ParseInt(string(resp.Kvs[0].Value), 10, 64)
+	}
+	b, _ := json.Marshal(routing.AgentStatus{Node: node, Revision: rev, Epoch: epoch, Connected: true})
 	if _, err := cli.Put(ctx, s.Keyspace().Agent(node), string(b)); err != nil {
 		t.Fatal(err)
 	}
