@@ -25,7 +25,7 @@ type PolicySection struct {
 }
 
 // ResidencyOrDefault returns the configured residency policy, or the
-// built-in EEA default when none is set.
+// built-in eu class when none is set.
 func (c *Config) ResidencyOrDefault() Residency {
 	if c.Policy.Residency != nil {
 		return *c.Policy.Residency

@@ -76,7 +76,8 @@ func init() {
 // The slice is shared; callers must not modify it.
 func Countries() []string { return countries }
 
-// EEA returns the countries of the built-in "eu" residency class.
+// EEA returns the countries of the built-in "eu" residency class: the EEA
+// and the parts of the EU with ISO codes of their own (eeaCodes).
 func EEA() []string { return slices.Clone(eea) }
 
 var eea = strings.Fields(eeaCodes)

@@ -18,7 +18,7 @@ type Value any
 // DecodeValue decodes and checks one value of the routing prefix; rel is its
 // key relative to <root>/routing/. Unknown JSON fields are kept and ignored;
 // wrong types, bad enums and out-of-range numbers are errors naming the key
-// and the field. Defaults (status active, affinity sticky, the EEA class) are
+// and the field. Defaults (status active, affinity sticky, the built-in eu class) are
 // filled in.
 func DecodeValue(rel string, raw []byte) (Value, error) {
 	v, _, err := decodeValue(rel, raw)

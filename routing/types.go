@@ -157,8 +157,9 @@ type AgentStatus struct {
 // MaxStatusSkippedKeys bounds AgentStatus.SkippedKeys.
 const MaxStatusSkippedKeys = 10
 
-// DefaultResidency returns the built-in policy: class "eu" is the EEA and
-// viewers of unknown country are treated as "eu" (fail closed).
+// DefaultResidency returns the built-in policy: class "eu" is the EEA
+// and the EU territories with codes of their own (EEA()), and viewers of
+// unknown country are treated as "eu" (fail closed).
 func DefaultResidency() Residency {
 	return Residency{Classes: map[string][]string{"eu": EEA()}, UnknownCountryClass: "eu"}
 }

@@ -274,7 +274,7 @@ func ValidateOverride(cfg *Config, id string, o Override) Errors {
 		errs.add(key, "route", "route %s does not exist", o.Route)
 	}
 	pol := cfg.ResidencyOrDefault()
-	pol.normalize() // a nil class list means the EEA default
+	pol.normalize() // a nil class list means the built-in eu class
 	checkTargetRefs(&errs, cfg, key, o.Route, o.Targets, pol)
 	errs.Sort()
 	return errs

@@ -24,7 +24,8 @@ func (a *app) diffCmd() *cobra.Command {
 runs every check apply runs (the whole config's validation, live boosts,
 countries left with no eligible pool unless --force). It prints the
 changes and exits 0 when apply would write them, 1 when apply would refuse
-(naming why). It writes nothing.
+(naming why), also when etcd's NOSPACE alarm would refuse the write. It
+writes nothing.
 
 With --exit-code it exits 6 when apply would change something (and would
 not refuse it), 0 only when etcd already holds the file: a drift check for

@@ -17,7 +17,11 @@ func (a *app) validateCmd() *cobra.Command {
 		Short: "Check a config file, or the stored config, against every invariant",
 		Long: `validate lists every problem (exit 1) or confirms the config is valid
 (exit 0). With -f it checks the file and needs no etcd; without, it checks
-the stored config, including values the agents skip.`,
+the stored config, including values the agents skip. Valid but likely
+unintended settings are warned about on stderr, the exit code unchanged: a
+part of the EU with a code of its own (AX GF GP MF MQ RE YT) in no
+residency class while its member state is in one, and fallbacks on
+_default (only chains that name _default follow them).`,
 		Example: `  regionctl validate -f fleet.yaml
   regionctl validate --endpoints etcd-1:2379`,
 		Args: exactArgs(0, "no arguments"),

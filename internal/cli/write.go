@@ -31,8 +31,8 @@ func addWriteFlags(cmd *cobra.Command, w *writeOpts) {
 	f := cmd.Flags()
 	f.StringVar(&w.reason, "reason", "", "why: stored in the audit record")
 	f.BoolVar(&w.dryRun, "dry-run", false, "print the diff and write nothing")
-	f.DurationVar(&w.wait, "wait-converged", 0, "after writing, wait until every live agent serves the new revision (bare flag: "+
-		defaultConvergeWait.String()+"); exit 5 if it does not in time or the wait fails: the write stays committed")
+	f.DurationVar(&w.wait, "wait-converged", 0, "after writing, wait until every live agent, and at least one, serves the new revision (bare flag: "+
+		defaultConvergeWait.String()+"); exit 5 if it does not in time (no live agent: at the deadline) or the wait fails: the write stays committed")
 	f.Lookup("wait-converged").NoOptDefVal = defaultConvergeWait.String()
 	f.IntVar(&w.retry, "retry", 0, "on a concurrent change, re-read and retry up to N times")
 	f.BoolVar(&w.force, "force", false, "write even if some country would be left with no eligible pool")
