@@ -9,7 +9,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/tcpproxy"
 	"github.com/regiond/regiond/routing"
 	"github.com/regiond/regiond/watch"
@@ -19,14 +18,7 @@ import (
 // it through a proxy the test can sever, and a direct client.
 func cutOffMirror(t *testing.T, cfg watch.Config) (*watch.Mirror, *tcpproxy.Proxy, *clientv3.Client) {
 	t.Helper()
-	srv := devetcd.NewTest(t)
-	direct := devetcd.NewTestClient(t, srv)
-	loadExample(t, direct)
-	proxy, err := tcpproxy.New(strings.TrimPrefix(srv.Endpoints[0], "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
+	direct, proxy := exampleBehindProxy(t)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{proxy.URL()}, DialTimeout: time.Second,
 		DialKeepAliveTime: time.Second, DialKeepAliveTimeout: time.Second})
 	if err != nil {

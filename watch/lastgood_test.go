@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/logbuf"
 	"github.com/regiond/regiond/internal/tcpproxy"
 	"github.com/regiond/regiond/routing"
 	"github.com/regiond/regiond/watch"
@@ -115,8 +116,8 @@ func TestRestartedAgentKeepsLastGoodFromHistory(t *testing.T) {
 	if got := tb.Policy().Classes["eu"]; len(got) != 3 {
 		t.Fatalf("B's policy eu = %v, want the newest good value [DE FR PL]", got)
 	}
-	logs := &logBuffer{}
-	restarted := startMirror(t, cli, watch.Config{Logger: logs.logger()})
+	logs := &logbuf.Buffer{}
+	restarted := startMirror(t, cli, watch.Config{Logger: debugLogger(logs)})
 	sameAs(t, restarted.Table(), tb, "a restarted agent")
 	if !strings.Contains(logs.String(), "read from etcd's history") {
 		t.Fatalf("no log of the value read from history:\n%s", logs)
@@ -125,8 +126,8 @@ func TestRestartedAgentKeepsLastGoodFromHistory(t *testing.T) {
 	if _, err := cli.Compact(context.Background(), last); err != nil {
 		t.Fatal(err)
 	}
-	logs = &logBuffer{}
-	late := startMirror(t, cli, watch.Config{Logger: logs.logger()})
+	logs = &logbuf.Buffer{}
+	late := startMirror(t, cli, watch.Config{Logger: debugLogger(logs)})
 	lt := late.Table()
 	if !reflect.DeepEqual(lt.Policy().Classes, routing.DefaultResidency().Classes) {
 		t.Fatalf("after compaction a new agent's policy is %v, want the built-in default", lt.Policy().Classes)
@@ -172,8 +173,8 @@ func TestHistoryReadsStopAtTheFirstTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	logs := &logBuffer{}
-	m := startMirror(t, cli, watch.Config{Logger: logs.logger(), RequestTimeout: 500 * time.Millisecond})
+	logs := &logbuf.Buffer{}
+	m := startMirror(t, cli, watch.Config{Logger: debugLogger(logs), RequestTimeout: 500 * time.Millisecond})
 	if sk := m.Table().Skipped(); len(sk) != refused {
 		t.Fatalf("skipped %d keys, want the %d refused", len(sk), refused)
 	}

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 
 	"github.com/regiond/regiond/internal/etcdproc"
 	"github.com/regiond/regiond/internal/fleettest"
+	"github.com/regiond/regiond/internal/logbuf"
 	"github.com/regiond/regiond/routing"
 	"github.com/regiond/regiond/watch"
 )
@@ -40,25 +40,8 @@ import (
 // the writer talks to member 0 ("member 1"), which stays with the majority.
 const lone = 2
 
-// logBuffer collects a mirror's log lines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *logBuffer) logger() *slog.Logger {
+// debugLogger logs every level, as text, into l.
+func debugLogger(l *logbuf.Buffer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
@@ -145,16 +128,16 @@ type observed struct {
 	name string
 	m    *watch.Mirror
 	reg  *prometheus.Registry
-	logs *logBuffer
+	logs *logbuf.Buffer
 }
 
 // startObserved starts a mirror on cli with its own log and registry; the
 // log is printed when the test ends (with -v, or on failure).
 func startObserved(t *testing.T, name string, cli *clientv3.Client, cfg watch.Config) *observed {
 	t.Helper()
-	o := &observed{name: name, reg: prometheus.NewRegistry(), logs: &logBuffer{}}
+	o := &observed{name: name, reg: prometheus.NewRegistry(), logs: &logbuf.Buffer{}}
 	t.Cleanup(func() { t.Logf("%s mirror log:\n%s", name, o.logs) })
-	cfg.Logger, cfg.Registerer = o.logs.logger(), o.reg
+	cfg.Logger, cfg.Registerer = debugLogger(o.logs), o.reg
 	if cfg.RequestTimeout == 0 {
 		// startMirror's 1 s is short for a 3-member cluster of processes
 		// while CI runs other packages beside: a probe or a watch creation

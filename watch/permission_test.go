@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/logbuf"
 	"github.com/regiond/regiond/routing"
 	"github.com/regiond/regiond/watch"
 )
@@ -29,8 +30,8 @@ func TestWatchRefusedForPermission(t *testing.T) {
 	}
 	t.Cleanup(func() { cli.Close() })
 	reg := prometheus.NewRegistry()
-	logs := &logBuffer{}
-	m := startMirror(t, cli, watch.Config{Registerer: reg, Logger: logs.logger(), RequestTimeout: 5 * time.Second})
+	logs := &logbuf.Buffer{}
+	m := startMirror(t, cli, watch.Config{Registerer: reg, Logger: debugLogger(logs), RequestTimeout: 5 * time.Second})
 	defer func() {
 		if t.Failed() {
 			t.Logf("mirror log:\n%s\n%s", logs, counters(t, reg))

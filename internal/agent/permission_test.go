@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/regiond/regiond/internal/api"
 	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/logbuf"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -75,7 +75,7 @@ func TestStatusPutFailuresAreLoggedOnce(t *testing.T) {
 	defer root.Close()
 	loadExample(t, root)
 	dir := t.TempDir()
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	cfg := offlineConfig(dir)
 	cfg.Endpoints, cfg.Username, cfg.Password = srv.Endpoints, a.User, a.Password
 	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -178,14 +178,7 @@ func TestNoSpaceAlarmIsShownInStatus(t *testing.T) {
 	h := startAgent(t, t.TempDir(), srv.Endpoints)
 	waitFor(t, "first table", func() bool { c, _ := h.resolve("DE", "k"); return c == 200 })
 	ctx := context.Background()
-	ms, err := cli.Status(ctx, srv.Endpoints[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Alarm(ctx, &pb.AlarmRequest{
-		Action: pb.AlarmRequest_ACTIVATE, MemberID: ms.Header.MemberId, Alarm: pb.AlarmType_NOSPACE}); err != nil {
-		t.Fatal(err)
-	}
+	disarm := devetcd.RaiseNoSpaceAlarm(t, cli)
 	if _, err := cli.Delete(ctx, prefix+"routes/AT"); err != nil { // deletes pass the alarm
 		t.Fatal(err)
 	}
@@ -198,8 +191,6 @@ func TestNoSpaceAlarmIsShownInStatus(t *testing.T) {
 	if code, d := h.resolve("AT", "k"); code != 200 || d.Pool == "" {
 		t.Fatalf("resolve AT under NOSPACE: %d %+v; want served (by _default, its route deleted)", code, d)
 	}
-	if _, err := cli.AlarmDisarm(ctx, &clientv3.AlarmMember{MemberID: ms.Header.MemberId, Alarm: pb.AlarmType_NOSPACE}); err != nil {
-		t.Fatal(err)
-	}
+	disarm()
 	waitFor(t, "status_error gone", func() bool { st = api.Status{}; h.get("/v1/status", &st); return st.StatusError == "" })
 }

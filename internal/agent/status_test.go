@@ -16,6 +16,7 @@ import (
 
 	"github.com/regiond/regiond/internal/agent"
 	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/logbuf"
 	"github.com/regiond/regiond/internal/tcpproxy"
 	"github.com/regiond/regiond/routing"
 )
@@ -491,7 +492,7 @@ func TestSameNodeNameIsReported(t *testing.T) {
 		return resp.Kvs[0].Lease, st.Revision
 	}
 	lease := func() int64 { l, _ := status(); return l }
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	cfg1 := offlineConfig(t.TempDir())
 	cfg1.Endpoints, cfg1.StatusTTL = srv.Endpoints, 2*time.Second
 	cfg1.Logger = slog.New(slog.NewJSONHandler(&logs, nil))

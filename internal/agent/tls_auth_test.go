@@ -1,7 +1,6 @@
 package agent_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 	"github.com/regiond/regiond/internal/api"
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/freeport"
+	"github.com/regiond/regiond/internal/logbuf"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -156,7 +155,7 @@ func TestRefusedLoginServesSnapshotAndRetries(t *testing.T) {
 	waitFor(t, "first sync and snapshot", func() bool { c, _ := h.resolve("PL", "k"); return c == 200 && h.snapshot() != nil })
 	h.stop()
 
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	refused := cfg
 	refused.Password = "rotated-secret"
 	refused.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
@@ -203,22 +202,4 @@ func TestRefusedLoginServesSnapshotAndRetries(t *testing.T) {
 		t.Fatalf("status after the sync: %+v, login refused gauge %v; want no etcd_error, not stale, gauge 0", st,
 			gauge(t, h2, "regiond_agent_etcd_login_refused"))
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writes (a log sink).
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

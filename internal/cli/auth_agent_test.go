@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,35 +8,17 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/regiond/regiond/internal/agent"
+	"github.com/regiond/regiond/internal/logbuf"
 	"github.com/regiond/regiond/routing"
 )
 
-// lockedBuffer is a log sink safe for concurrent writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // runRBACAgent runs a real agent (in-process) of node n1 that logs in as
 // the agent's user alone, until the returned stop is called.
-func (e *rbacEnv) runRBACAgent(t *testing.T, logs *lockedBuffer) (*agent.Agent, func()) {
+func (e *rbacEnv) runRBACAgent(t *testing.T, logs *logbuf.Buffer) (*agent.Agent, func()) {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := agent.DefaultConfig()
@@ -105,7 +86,7 @@ func agentResolve(a *agent.Agent, cc string) (int, routing.Decision, error) {
 // refused request.
 func agentRuns(t *testing.T, e *rbacEnv) {
 	t.Helper()
-	var logs lockedBuffer
+	var logs logbuf.Buffer
 	a, stop := e.runRBACAgent(t, &logs)
 	rev := e.state().Revision
 	if _, ok := waitFor(20*time.Second, func() bool {

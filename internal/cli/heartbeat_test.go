@@ -19,6 +19,7 @@ import (
 
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/freeport"
+	"github.com/regiond/regiond/internal/logbuf"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -188,10 +189,10 @@ func TestHeartbeatWaitsForEtcd(t *testing.T) {
 	}
 	url := fmt.Sprintf("http://127.0.0.1:%d", port)
 	const prefix = "/hbwait"
-	start := func(instance string) (*exec.Cmd, *lockedBuffer) {
+	start := func(instance string) (*exec.Cmd, *logbuf.Buffer) {
 		cmd := exec.Command(bin, "--endpoints", url, "--dial-timeout", "300ms", "--prefix", prefix,
 			"heartbeat", "eu-central", "--instance", instance, "--addr", "10.0.0.1:443", "--ttl", "2s")
-		out := &lockedBuffer{}
+		out := &logbuf.Buffer{}
 		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -201,7 +202,7 @@ func TestHeartbeatWaitsForEtcd(t *testing.T) {
 	}
 	stopped, stoppedOut := start("fra-stop")
 	waiting, waitingOut := start("fra-wait")
-	for _, o := range []*lockedBuffer{stoppedOut, waitingOut} {
+	for _, o := range []*logbuf.Buffer{stoppedOut, waitingOut} {
 		if _, ok := waitFor(30*time.Second, func() bool { return strings.Contains(o.String(), "heartbeat: etcd unreachable; retrying") }); !ok {
 			t.Fatalf("no retry while etcd is unreachable:\n%s", o)
 		}

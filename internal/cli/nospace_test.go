@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/regiond/regiond/internal/devetcd"
 )
 
@@ -38,18 +35,7 @@ func TestNoSpaceAlarmIsNamed(t *testing.T) {
 		t.Fatalf("seed: %s", r)
 	}
 	drained := writeFile(t, "drained.yaml", "pools:\n  eu-north: {host: edge-sto-1.example.net:443, region: eu-north, residency: eu, status: draining}\n")
-	ctx := context.Background()
-	st, err := cli.Status(ctx, srv.Endpoints[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Alarm(ctx, &pb.AlarmRequest{
-		Action: pb.AlarmRequest_ACTIVATE, MemberID: st.Header.MemberId, Alarm: pb.AlarmType_NOSPACE}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cli.Put(ctx, "/probe", "x"); err == nil || !strings.Contains(err.Error(), "space exceeded") {
-		t.Fatalf("the alarm is not in force: put: %v", err)
-	}
+	disarm := devetcd.RaiseNoSpaceAlarm(t, cli)
 	for _, args := range [][]string{
 		{"pool", "drain", "eu-central"},
 		{"boost", "KR", "--target", "kr-music=100", "--ttl", "1h"},
@@ -66,9 +52,7 @@ func TestNoSpaceAlarmIsNamed(t *testing.T) {
 			}
 		}
 	}
-	if _, err := cli.AlarmDisarm(ctx, &clientv3.AlarmMember{MemberID: st.Header.MemberId, Alarm: pb.AlarmType_NOSPACE}); err != nil {
-		t.Fatal(err)
-	}
+	disarm()
 	if r := runHere("pool", "drain", "eu-central", "--dry-run"); r.code != ExitOK {
 		t.Fatalf("dry run once the alarm is disarmed: %s", r)
 	}

@@ -84,19 +84,43 @@ func TestStatus(t *testing.T) {
 // write that converged on a revision was answered after that store.
 func (e *tenv) agentSim(ctx context.Context, delay time.Duration, lease clientv3.LeaseID, nodes ...string) *atomic.Int64 {
 	var reporting atomic.Int64
-	wch := testClient.Watch(ctx, e.ks.Epoch())
+	e.statusSim(ctx, 0, lease, func(rev, epoch int64) []routing.AgentStatus {
+		time.Sleep(delay)
+		reporting.Store(rev)
+		out := make([]routing.AgentStatus, len(nodes))
+		for i, n := range nodes {
+			out[i] = routing.AgentStatus{Node: n, Revision: rev, Epoch: epoch, Connected: true, Version: "test",
+				SyncedAt: time.Now().UTC().Format(time.RFC3339)}
+		}
+		return out
+	})
+	return &reporting
+}
+
+// statusSim plays agents as they report each write: on every put of the
+// epoch key after revision from (0: from now), it puts the statuses that
+// report(revision, epoch) returns, under lease (0: none), until ctx ends.
+func (e *tenv) statusSim(ctx context.Context, from int64, lease clientv3.LeaseID, report func(rev, epoch int64) []routing.AgentStatus) {
+	opts := []clientv3.OpOption{}
+	if from > 0 {
+		opts = append(opts, clientv3.WithRev(from+1))
+	}
+	var put []clientv3.OpOption
+	if lease != 0 {
+		put = append(put, clientv3.WithLease(lease))
+	}
+	wch := testClient.Watch(ctx, e.ks.Epoch(), opts...)
 	go func() {
 		for wr := range wch {
 			for _, ev := range wr.Events {
-				time.Sleep(delay)
-				reporting.Store(ev.Kv.ModRevision)
-				for _, n := range nodes {
-					e.putAgent(n, ev.Kv.ModRevision, lease)
+				epoch, _ := strconv.ParseInt(string(ev.Kv.Value), 10, 64)
+				for _, st := range report(ev.Kv.ModRevision, epoch) {
+					b, _ := json.Marshal(st)
+					testClient.Put(ctx, e.ks.Agent(st.Node), string(b), put...)
 				}
 			}
 		}
 	}()
-	return &reporting
 }
 
 // TestWaitConverged: a write with --wait-converged returns once every live
@@ -320,16 +344,9 @@ func TestAgentOfAnotherHistoryIsNotConverged(t *testing.T) {
 	// own: --wait-converged does not take it as converged either.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	wch := testClient.Watch(ctx, e.ks.Epoch(), clientv3.WithRev(resp.Header.Revision+1))
-	go func() {
-		for wr := range wch {
-			for _, ev := range wr.Events {
-				b, _ := json.Marshal(routing.AgentStatus{Node: "edge-other", Revision: ev.Kv.ModRevision, Epoch: 99,
-					SyncedAt: time.Now().UTC().Format(time.RFC3339)})
-				testClient.Put(ctx, e.ks.Agent("edge-other"), string(b))
-			}
-		}
-	}()
+	e.statusSim(ctx, resp.Header.Revision, 0, func(rev, _ int64) []routing.AgentStatus {
+		return []routing.AgentStatus{{Node: "edge-other", Revision: rev, Epoch: 99, SyncedAt: time.Now().UTC().Format(time.RFC3339)}}
+	})
 	r = e.must(ExitNotConverged, "pool", "undrain", "eu-north", "--wait-converged=2s")
 	if !strings.Contains(r.stderr, "edge-other@") || !strings.Contains(r.stderr, "epoch 99 at revision") {
 		t.Fatalf("--wait-converged with an agent of another epoch: %s", r)
@@ -382,19 +399,14 @@ func TestClockSkewIsNamed(t *testing.T) {
 		e.putAgent(node, rev, lease)
 	}
 	e.agentSim(ctx, 0, lease, "node-ok")
-	wch := testClient.Watch(ctx, e.ks.Epoch(), clientv3.WithRev(rev+1))
-	go func() { // node-fast and node-slow: their clocks 10 minutes off
-		for wr := range wch {
-			for _, ev := range wr.Events {
-				epoch, _ := strconv.ParseInt(string(ev.Kv.Value), 10, 64)
-				for node, off := range map[string]time.Duration{"node-fast": 10 * time.Minute, "node-slow": -10 * time.Minute} {
-					b, _ := json.Marshal(routing.AgentStatus{Node: node, Revision: ev.Kv.ModRevision, Epoch: epoch, Connected: true,
-						SyncedAt: time.Now().Add(off).UTC().Format(time.RFC3339)})
-					testClient.Put(ctx, e.ks.Agent(node), string(b), clientv3.WithLease(lease))
-				}
-			}
+	e.statusSim(ctx, rev, lease, func(rev, epoch int64) []routing.AgentStatus { // clocks 10 minutes off
+		var out []routing.AgentStatus
+		for node, off := range map[string]time.Duration{"node-fast": 10 * time.Minute, "node-slow": -10 * time.Minute} {
+			out = append(out, routing.AgentStatus{Node: node, Revision: rev, Epoch: epoch, Connected: true,
+				SyncedAt: time.Now().Add(off).UTC().Format(time.RFC3339)})
 		}
-	}()
+		return out
+	})
 	r := e.must(ExitOK, "boost", "KR", "--target", "kr-music=100", "--ttl", "5m", "--wait-converged=20s")
 	if !regexp.MustCompile(`regionctl: warning: agent node-fast's clock is (9m59s|10m0s|10m1s) ahead of this host's: boosts end at their expires_at by the agents' clocks`).MatchString(r.stderr) ||
 		!regexp.MustCompile(`regionctl: warning: agent node-slow's clock is (9m59s|10m0s|10m1s|10m2s) behind this host's`).MatchString(r.stderr) ||

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/crypto/bcrypt"
 
@@ -175,4 +176,35 @@ func (p *AuthBehindProxy) SetAccess(t testing.TB, on bool) {
 	if err := p.Proxy.Restore(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// RaiseNoSpaceAlarm raises etcd's NOSPACE alarm on the member cli is
+// connected to, as a backend past --quota-backend-bytes does (the same
+// state: etcd then refuses every put, Txn with a put and lease grant, and
+// lets reads, deletes and keepalives pass, until the alarm is disarmed),
+// and checks that a put is refused. It returns what disarms it; the test's
+// end disarms it too.
+func RaiseNoSpaceAlarm(t testing.TB, cli *clientv3.Client) (disarm func()) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := cli.Status(ctx, cli.Endpoints()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Alarm(ctx, &pb.AlarmRequest{
+		Action: pb.AlarmRequest_ACTIVATE, MemberID: st.Header.MemberId, Alarm: pb.AlarmType_NOSPACE}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, "/devetcd-nospace-probe", "x"); err == nil || !strings.Contains(err.Error(), "space exceeded") {
+		t.Fatalf("the NOSPACE alarm is not in force: put: %v", err)
+	}
+	disarm = func() {
+		if _, err := cli.AlarmDisarm(ctx, &clientv3.AlarmMember{MemberID: st.Header.MemberId, Alarm: pb.AlarmType_NOSPACE}); err != nil {
+			t.Errorf("disarm the NOSPACE alarm: %v", err)
+		}
+	}
+	t.Cleanup(func() {
+		cli.AlarmDisarm(ctx, &clientv3.AlarmMember{MemberID: st.Header.MemberId, Alarm: pb.AlarmType_NOSPACE})
+	})
+	return disarm
 }

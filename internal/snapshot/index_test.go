@@ -2,13 +2,12 @@ package snapshot
 
 import (
 	"github.com/regiond/regiond/internal/atomicfile"
+	"github.com/regiond/regiond/internal/logbuf"
 
-	"bytes"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -115,7 +114,7 @@ func TestWriterRetriesAFailedIndexWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := newSource()
-	var logs lockedLog
+	var logs logbuf.Buffer
 	w := runWriter(t, Config{Path: path, Source: src, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	src.set(table(9, 40))
 	waitRevision(t, path, 9)
@@ -139,24 +138,6 @@ func TestWriterRetriesAFailedIndexWrite(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatal("the index was never written after the fault cleared")
-}
-
-// lockedLog is a log destination the writer's goroutine and the test share.
-type lockedLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }
 
 // BenchmarkIndexVsJSON compares, per change of the example fleet (one

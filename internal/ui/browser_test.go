@@ -17,8 +17,6 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/regiond/regiond/internal/cli"
 	"github.com/regiond/regiond/internal/devetcd"
@@ -339,15 +337,7 @@ func checkStatusNotPublished(ctx context.Context, t *testing.T, n *node) {
 	t.Helper()
 	cli := devetcd.NewTestClient(t, n.etcd)
 	bg := context.Background()
-	ms, err := cli.Status(bg, n.etcd.Endpoints[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Alarm(bg, &pb.AlarmRequest{
-		Action: pb.AlarmRequest_ACTIVATE, MemberID: ms.Header.MemberId, Alarm: pb.AlarmType_NOSPACE}); err != nil {
-		t.Fatal(err)
-	}
-	defer cli.AlarmDisarm(bg, &clientv3.AlarmMember{MemberID: ms.Header.MemberId, Alarm: pb.AlarmType_NOSPACE})
+	defer devetcd.RaiseNoSpaceAlarm(t, cli)()
 	if _, err := cli.Delete(bg, root+"routing/routes/CO"); err != nil {
 		t.Fatal(err)
 	}
