@@ -145,7 +145,7 @@ func (p *publisher) run(ctx context.Context, m *watch.Mirror) {
 			p.failed++
 			p.failures.Inc()
 			p.setErr("no lease for the status key", err)
-			p.log.Log(ctx, firstAt(p.failed, slog.LevelWarn), "agent status: no lease for the status key; retrying (logged again at debug level)", "err", err, "failures", p.failed, "hint", hint(err))
+			p.log.Log(ctx, firstAt(p.failed, slog.LevelWarn), "agent status: no lease for the status key; retrying (logged again at debug level)", "err", err, "failures", p.failed, "hint", etcddiag.Hint(err))
 			if bo.Wait(ctx) != nil {
 				return
 			}
@@ -299,7 +299,7 @@ func (p *publisher) put(ctx context.Context, sess *concurrency.Session, st routi
 			// failure is a warning, the rest are for debugging, until
 			// a put succeeds again.
 			p.setErr("put "+p.key, err)
-			p.log.Log(ctx, firstAt(p.failed, slog.LevelWarn), "agent status: put failed; retried every second (logged again at debug level)", "key", p.key, "err", err, "failures", p.failed, "hint", hint(err))
+			p.log.Log(ctx, firstAt(p.failed, slog.LevelWarn), "agent status: put failed; retried every second (logged again at debug level)", "key", p.key, "err", err, "failures", p.failed, "hint", etcddiag.Hint(err))
 		}
 		return false
 	}
@@ -314,7 +314,7 @@ func (p *publisher) put(ctx context.Context, sess *concurrency.Session, st routi
 // setErr records why the status key is not published.
 func (p *publisher) setErr(what string, err error) {
 	msg := what + ": " + err.Error()
-	if h := hint(err); h != "" {
+	if h := etcddiag.Hint(err); h != "" {
 		msg += " (" + h + ")"
 	}
 	p.lastErr.Store(&msg)
@@ -324,15 +324,6 @@ func (p *publisher) setErr(what string, err error) {
 func (p *publisher) statusError() string {
 	if e := p.lastErr.Load(); e != nil {
 		return *e
-	}
-	return ""
-}
-
-// hint is the way out of an etcd refusal that has one (its NOSPACE
-// alarm), or "".
-func hint(err error) string {
-	if etcddiag.NoSpace(err) {
-		return etcddiag.NoSpaceHint
 	}
 	return ""
 }

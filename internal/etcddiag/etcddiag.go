@@ -82,6 +82,15 @@ func Describe(why string, connected []string) string {
 const NoSpaceHint = "etcd's NOSPACE alarm is raised (its database reached --quota-backend-bytes): it refuses every write until the alarm is disarmed; " +
 	"free space (etcdctl compact <revision>, then etcdctl defrag --cluster), then etcdctl alarm disarm"
 
+// Hint is the way out of an etcd refusal that has one (its NOSPACE
+// alarm: NoSpaceHint), or "".
+func Hint(err error) string {
+	if NoSpace(err) {
+		return NoSpaceHint
+	}
+	return ""
+}
+
 // NoSpace reports whether err is etcd refusing a write under its NOSPACE
 // alarm ("mvcc: database space exceeded").
 func NoSpace(err error) bool {

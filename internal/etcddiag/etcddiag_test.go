@@ -3,11 +3,14 @@ package etcddiag_test
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/etcddiag"
@@ -101,6 +104,26 @@ func TestEndpoints(t *testing.T) {
 			t.Errorf("Endpoints(%q, tls %v) = %v, %v; want an error with %q", tc.in, tc.tls, got, err, tc.want)
 		case !tc.isErr && (err != nil || strings.Join(got, ",") != tc.want):
 			t.Errorf("Endpoints(%q, tls %v) = %v, %v; want %s", tc.in, tc.tls, got, err, tc.want)
+		}
+	}
+}
+
+// TestHint: etcd's NOSPACE refusal, as the client returns it or wrapped
+// as text, gets the way out of the alarm; other errors get none.
+func TestHint(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{rpctypes.ErrNoSpace, etcddiag.NoSpaceHint},
+		{rpctypes.ErrGRPCNoSpace, etcddiag.NoSpaceHint},
+		{fmt.Errorf("grant lease: %w", rpctypes.ErrNoSpace), etcddiag.NoSpaceHint},
+		{errors.New("put x: etcdserver: mvcc: database space exceeded"), etcddiag.NoSpaceHint},
+		{rpctypes.ErrPermissionDenied, ""},
+		{nil, ""},
+	} {
+		if got := etcddiag.Hint(tc.err); got != tc.want {
+			t.Errorf("Hint(%v) = %q, want %q", tc.err, got, tc.want)
 		}
 	}
 }

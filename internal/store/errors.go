@@ -172,11 +172,11 @@ func (s *Store) rpcErr(what string, err error) error {
 	if isUnreachable(err) {
 		return &UnreachableError{Endpoints: s.opts.Endpoints, Err: fmt.Errorf("%s: %w", what, err)}
 	}
-	if etcddiag.NoSpace(err) {
+	if h := etcddiag.Hint(err); h != "" {
 		if !strings.Contains(what, "nothing written") {
 			what += ": refused by etcd, nothing written"
 		}
-		return fmt.Errorf("%s: %w (%s)", what, err, etcddiag.NoSpaceHint)
+		return fmt.Errorf("%s: %w (%s)", what, err, h)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
