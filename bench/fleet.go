@@ -14,6 +14,9 @@ import (
 	"github.com/regiond/regiond/routing"
 )
 
+// fleetEpoch is the epoch the fleet phase loads its config at.
+const fleetEpoch = 1
+
 // fleetFlags registers the flags of the fleet phase.
 func fleetFlags(o *options) {
 	flag.IntVar(&o.fleetAgents, "fleet-agents", 100, "fleet: agent processes")
@@ -101,7 +104,7 @@ func startFleet(ctx context.Context, o options, cfg *routing.Config, work, shm, 
 	if fl.cli, err = clientv3.New(clientv3.Config{Endpoints: c.memberURLs(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}); err != nil {
 		return fl, err
 	}
-	vals, err := configValues(cfg, 1)
+	vals, err := configValues(cfg, fleetEpoch)
 	if err != nil {
 		return fl, err
 	}
@@ -154,7 +157,10 @@ func runFleet(ctx context.Context, o options, rep *Report, root, work, shm, etcd
 		Topology: fmt.Sprintf("the grpc-proxy's only upstream is %s; direct agents and watchers alternate over %v (one endpoint each); the bench's client and regionctl use every member",
 			fl.cluster.names[0], fl.cluster.names[1:])}
 	rep.Fleet = f
-	e := &latencyEnv{opts: o, cli: fl.cli, prefix: fleetRoot + "/routing/", route: "PL", cfg: cfg, lastRev: fl.rev}
+	// The changes move the epoch, as regionctl's writes do: agents put
+	// their status keys at once for those (for other changes at most once
+	// a second), and the status figure is what --wait-converged waits for.
+	e := &latencyEnv{opts: o, cli: fl.cli, prefix: fleetRoot + "/routing/", route: "PL", cfg: cfg, lastRev: fl.rev, epoch: fleetEpoch}
 	if err := e.prepareFlip(ctx); err != nil {
 		return err
 	}

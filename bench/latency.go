@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -70,6 +71,11 @@ type latencyEnv struct {
 	next     int // index of the variant the next put writes
 	lastRev  int64
 	floorCh  chan fileObs
+	// epoch, when not zero, is the epoch key's value: each put then moves
+	// it in the same Txn, as each of regionctl's writes does (the fleet
+	// phase's changes, which agents report at once as they do a write);
+	// zero: plain puts.
+	epoch int64
 
 	burstRoutes   []string
 	burstVariants map[string][2][]byte
@@ -138,14 +144,26 @@ func (e *latencyEnv) pace(ctx context.Context, prevStart, prevDone time.Time) er
 func (e *latencyEnv) put(ctx context.Context) (time.Time, time.Time, int64, error) {
 	v := e.variants[e.next]
 	t0 := time.Now()
-	resp, err := e.cli.Put(ctx, e.prefix+"routes/"+e.route, string(v))
-	ack := time.Now()
-	if err != nil {
-		return t0, ack, 0, err
+	var rev int64
+	if e.epoch == 0 {
+		resp, err := e.cli.Put(ctx, e.prefix+"routes/"+e.route, string(v))
+		if err != nil {
+			return t0, time.Now(), 0, err
+		}
+		rev = resp.Header.Revision
+	} else {
+		resp, err := e.cli.Txn(ctx).Then(clientv3.OpPut(e.prefix+"routes/"+e.route, string(v)),
+			clientv3.OpPut(e.prefix+"epoch", strconv.FormatInt(e.epoch+1, 10))).Commit()
+		if err != nil {
+			return t0, time.Now(), 0, err
+		}
+		e.epoch++
+		rev = resp.Header.Revision
 	}
+	ack := time.Now()
 	e.next ^= 1
-	e.lastRev = resp.Header.Revision
-	return t0, ack, resp.Header.Revision, nil
+	e.lastRev = rev
+	return t0, ack, rev, nil
 }
 
 // runFilePhase: n isolated puts, each timed to the plain watch (floor) and

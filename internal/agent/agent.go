@@ -66,6 +66,9 @@ type Agent struct {
 	statusClock     statusClock
 	beforeStatusPut func(at time.Time)
 	pub             atomic.Pointer[publisher]
+	// statusQuietSpacing is the publisher's quietSpacing (zero: its
+	// default, statusQuietSpacing; tests lengthen it).
+	statusQuietSpacing time.Duration
 	// statusPutFailures counts the status key's failed puts;
 	// nodeConflicts the puts that found another agent's lease on it.
 	statusPutFailures prometheus.Counter

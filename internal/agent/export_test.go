@@ -27,5 +27,13 @@ func StatusPutPending(a *Agent) bool {
 // least every d; call it before Run.
 func SetSnapshotRefresh(a *Agent, d time.Duration) { a.snapshotRefresh = d }
 
-// StatusSpacing is statusSpacing, for tests.
-const StatusSpacing = statusSpacing
+// SetStatusQuietSpacing makes the agent's status publisher put changes
+// that did not move the epoch at least d apart; call it before Run.
+func SetStatusQuietSpacing(a *Agent, d time.Duration) { a.statusQuietSpacing = d }
+
+// StatusSpacing is statusSpacing, and StatusQuietSpacing
+// statusQuietSpacing, for tests.
+const (
+	StatusSpacing      = statusSpacing
+	StatusQuietSpacing = statusQuietSpacing
+)

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -39,8 +40,9 @@ var realClock = statusClock{
 }
 
 // publisher keeps <root>/agents/<node> equal to the agent's status, bound
-// to a session lease. A new change of the table is put at once; the rest
-// (connection, epoch) is checked every statusCheck.
+// to a session lease. A new change of the table is put at once (a change
+// nobody waits on at most every quietSpacing); the rest (connection,
+// epoch) is checked every statusCheck.
 type publisher struct {
 	cli     *clientv3.Client
 	key     string
@@ -52,6 +54,9 @@ type publisher struct {
 	// kick is signalled by changed; its one slot coalesces the changes
 	// that arrive while a put is in flight into the next put.
 	kick chan struct{}
+	// quietSpacing is the least time between two puts for changes that
+	// did not move the epoch (statusQuietSpacing; tests lengthen it).
+	quietSpacing time.Duration
 	// beforePut, if set, runs before each put with the instant the
 	// publisher decided on it, read from the clock that spaces puts for
 	// changes (tests hold a put with it, or check the spacing).
@@ -78,7 +83,8 @@ type publisher struct {
 func newPublisher(cli *clientv3.Client, key string, a *Agent) *publisher {
 	return &publisher{cli: cli, key: key, node: a.cfg.Node, version: a.cfg.Version, ttl: a.cfg.StatusTTL,
 		log: a.log.With("component", "status"), clock: a.statusClock, kick: make(chan struct{}, 1),
-		beforePut: a.beforeStatusPut, failures: a.statusPutFailures, conflictsTotal: a.nodeConflicts}
+		quietSpacing: cmp.Or(a.statusQuietSpacing, statusQuietSpacing),
+		beforePut:    a.beforeStatusPut, failures: a.statusPutFailures, conflictsTotal: a.nodeConflicts}
 }
 
 // changed tells the publisher that the table may have reached a new
@@ -171,10 +177,23 @@ const statusRefresh = time.Minute
 const statusYield = 2 * time.Millisecond
 
 // statusSpacing is the least time between two status puts for changes: a
-// steady stream of changes (hundreds a second) is reported with at most
-// 40 puts a second per agent, so a fleet does not multiply every change
-// into a write per agent per change; an isolated change is put at once.
+// steady stream of regionctl's writes (each moves the epoch) is reported
+// with at most 40 puts a second per agent; an isolated change goes out at
+// once.
 const statusSpacing = 25 * time.Millisecond
+
+// statusQuietSpacing is the least time between two status puts for
+// changes that did not move the epoch: the ones regionctl did not make
+// (a health key put by a heartbeat or gone with its lease, a boost's key
+// gone with its lease, a key put around regionctl). Nobody waits on those
+// (--wait-converged follows regionctl's writes, and each of those moves
+// the epoch), and they come in storms: origins flapping in an incident
+// change routing/ tens of times a second, and with statusSpacing a fleet
+// of N agents would put N×40 status keys a second into etcd just then.
+// With this spacing it is at most N a second. An isolated change still
+// goes out at once, and a regionctl write during such a storm is not held
+// back by it: it moves the epoch.
+const statusQuietSpacing = time.Second
 
 // statusCheck is how often the publisher looks for what no change signals:
 // a connection that came or went, a status due for its refresh.
@@ -197,13 +216,35 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *w
 		ms := m.Status()
 		st := p.status(ms, m.Table())
 		significant := !written || st.Epoch != last.Epoch || st.Connected != last.Connected || ms.ChangeRevision != lastChange
-		onlyChange := written && st.Epoch == last.Epoch && st.Connected == last.Connected && ms.ChangeRevision != lastChange
-		if onlyChange {
-			if wait := time.Until(lastPut.Add(statusSpacing)); wait > 0 { // puts for changes are statusSpacing apart
+		// A put for changes alone: statusSpacing after the one before
+		// when they moved the epoch (a regionctl write is among them),
+		// quietSpacing when they did not.
+		change := written && st.Connected == last.Connected && ms.ChangeRevision != lastChange
+		onlyChange := change && st.Epoch == last.Epoch
+		if change {
+			spacing := statusSpacing
+			if onlyChange {
+				spacing = p.quietSpacing
+			}
+			if wait := time.Until(lastPut.Add(spacing)); wait > 0 {
+				// A change arriving meanwhile is looked at again: one
+				// that moved the epoch is not held back by the quiet
+				// spacing.
+				t := time.NewTimer(wait)
 				select {
 				case <-ctx.Done():
+					t.Stop()
 					return
-				case <-time.After(wait):
+				case <-sess.Done():
+					t.Stop()
+					p.log.Warn("agent status: lease lost; starting a new session")
+					return
+				case <-p.kick:
+					t.Stop()
+					if !sleep(ctx, statusYield) {
+						return
+					}
+				case <-t.C:
 				}
 				continue // with the status as it is by then
 			}
@@ -336,4 +377,16 @@ func firstAt(n int, level slog.Level) slog.Level {
 		return slog.LevelDebug
 	}
 	return level
+}
+
+// sleep waits d or until ctx is done, and reports whether ctx is not.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -81,12 +82,14 @@ func settleStatus(t *testing.T, cli *clientv3.Client, h *harness, clock *fakeClo
 	})
 }
 
-// TestStatusKeyFollowsChangesAtOnce: the status key is put for a change's
-// revision as soon as the table has it, with no tick of the publisher's
-// once-a-second check and no time passing on its clock (both injected,
-// neither moves), so no rate limit or settle can have let it through; a
-// run of changes ends with the status key at the last one. Its
-// change_revision names the newest event applied, a delete too.
+// TestStatusKeyFollowsChangesAtOnce: the status key is put for a
+// regionctl write's revision (a change that moves the epoch) as soon as
+// the table has it, with no tick of the publisher's once-a-second check,
+// no time passing on its clock (both injected, neither moves) and puts for
+// changes that did not move the epoch an hour apart, so no rate limit or
+// settle can have let it through; a run of writes ends with the status key
+// at the last one. Its change_revision names the newest event applied, a
+// delete too.
 func TestStatusKeyFollowsChangesAtOnce(t *testing.T) {
 	srv := devetcd.NewTest(t)
 	cli := devetcd.NewTestClient(t, srv)
@@ -97,7 +100,7 @@ func TestStatusKeyFollowsChangesAtOnce(t *testing.T) {
 	cfg.Endpoints, cfg.Node, cfg.Logger = srv.Endpoints, "node-1", quietLogger()
 	cfg.Socket, cfg.Listen, cfg.Snapshot = "", "127.0.0.1:0", filepath.Join(dir, "shm", "table.json")
 	cfg.StatusTTL = 2 * time.Second
-	h := runAgent(t, dir, cfg, clock.install)
+	h := runAgent(t, dir, cfg, clock.install, quietHour)
 	waitFor(t, "first table", func() bool { c, _ := h.resolve("DE", "k"); return c == 200 })
 	waitFor(t, "status key", func() bool { _, v, _ := statusKV(t, cli, "node-1"); return v > 0 })
 	_, _, from := statusKV(t, cli, "node-1")
@@ -105,43 +108,34 @@ func TestStatusKeyFollowsChangesAtOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	wch := cli.Watch(ctx, "/regiond/v1/agents/node-1", clientv3.WithRev(from+1))
-	p, err := cli.Put(ctx, prefix+"routes/DE", `{"targets":[{"pool":"eu-north","weight":100}]}`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := nextStatus(t, wch, func(st routing.AgentStatus) bool { return st.Revision >= p.Header.Revision })
-	if st.Revision != p.Header.Revision || !st.Connected || st.Epoch != 1 {
-		t.Fatalf("status put after the change: %+v, want revision %d, connected, epoch 1", st, p.Header.Revision)
+	rev, epoch := regionctlWrite(t, cli, clientv3.OpPut(prefix+"routes/DE", `{"targets":[{"pool":"eu-north","weight":100}]}`))
+	st := nextStatus(t, wch, func(st routing.AgentStatus) bool { return st.Revision >= rev })
+	if st.Revision != rev || !st.Connected || st.Epoch != epoch {
+		t.Fatalf("status put after the change: %+v, want revision %d, connected, epoch %d", st, rev, epoch)
 	}
 
-	if st.ChangeRevision != p.Header.Revision {
-		t.Fatalf("status put after the change: change_revision %d, want %d", st.ChangeRevision, p.Header.Revision)
+	if st.ChangeRevision != rev {
+		t.Fatalf("status put after the change: change_revision %d, want %d", st.ChangeRevision, rev)
 	}
 	// A delete leaves no key: the status key says the agent applied it.
-	d, err := cli.Delete(ctx, prefix+"routes/DE")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st := nextStatus(t, wch, func(st routing.AgentStatus) bool { return st.Revision >= d.Header.Revision }); st.ChangeRevision != d.Header.Revision {
-		t.Fatalf("status put after a delete: %+v, want change_revision %d", st, d.Header.Revision)
+	d, _ := regionctlWrite(t, cli, clientv3.OpDelete(prefix+"routes/DE"))
+	if st := nextStatus(t, wch, func(st routing.AgentStatus) bool { return st.Revision >= d }); st.ChangeRevision != d {
+		t.Fatalf("status put after a delete: %+v, want change_revision %d", st, d)
 	}
 
 	var last int64
 	for i := 0; i < 30; i++ {
-		p, err := cli.Put(ctx, prefix+"routes/DE", fmt.Sprintf(`{"targets":[{"pool":"eu-north","weight":%d}]}`, 10+i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		last = p.Header.Revision
+		last, _ = regionctlWrite(t, cli, clientv3.OpPut(prefix+"routes/DE", deRoute(10+i)))
 	}
 	if st := nextStatus(t, wch, func(st routing.AgentStatus) bool { return st.Revision >= last }); st.Revision != last {
 		t.Fatalf("status after a run of changes: revision %d, want the last change's %d", st.Revision, last)
 	}
 }
 
-// TestStatusPutsCoalesce: changes that reach the table while a status put
-// is in flight wait for it (one put at a time), then go out in one put
-// carrying the latest of them, with no tick of the publisher's check.
+// TestStatusPutsCoalesce: regionctl writes that reach the table while a
+// status put is in flight wait for it (one put at a time), then go out in
+// one put carrying the latest of them, with no tick of the publisher's
+// check.
 func TestStatusPutsCoalesce(t *testing.T) {
 	srv := devetcd.NewTest(t)
 	cli := devetcd.NewTestClient(t, srv)
@@ -166,7 +160,7 @@ func TestStatusPutsCoalesce(t *testing.T) {
 	cfg.Endpoints, cfg.Node, cfg.Logger = srv.Endpoints, "node-1", quietLogger()
 	cfg.Socket, cfg.Listen, cfg.Snapshot = "", "127.0.0.1:0", ""
 	cfg.StatusTTL = 2 * time.Second
-	h := runAgent(t, dir, cfg, clock.install, func(a *agent.Agent) { agent.SetBeforeStatusPut(a, hold) })
+	h := runAgent(t, dir, cfg, clock.install, quietHour, func(a *agent.Agent) { agent.SetBeforeStatusPut(a, hold) })
 	var releaseOnce sync.Once
 	letGo := func() { releaseOnce.Do(func() { close(release) }) }
 	t.Cleanup(letGo) // before the agent stops
@@ -178,11 +172,8 @@ func TestStatusPutsCoalesce(t *testing.T) {
 	wch := cli.Watch(ctx, "/regiond/v1/agents/node-1", clientv3.WithRev(from+1))
 
 	put := func(w int) int64 {
-		p, err := cli.Put(ctx, prefix+"routes/DE", fmt.Sprintf(`{"targets":[{"pool":"eu-north","weight":%d}]}`, w))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p.Header.Revision
+		rev, _ := regionctlWrite(t, cli, clientv3.OpPut(prefix+"routes/DE", deRoute(w)))
+		return rev
 	}
 	held.Store(true)
 	first := put(10)
@@ -202,6 +193,42 @@ func TestStatusPutsCoalesce(t *testing.T) {
 	if n := most.Load(); n != 1 {
 		t.Fatalf("%d status puts were in flight at once, want 1", n)
 	}
+}
+
+// quietHour makes the agent's status publisher put changes that did not
+// move the epoch an hour apart: within a test, only the puts for
+// regionctl's writes (and the first) go out.
+func quietHour(a *agent.Agent) { agent.SetStatusQuietSpacing(a, time.Hour) }
+
+// regionctlWrite applies ops in one Txn with the epoch key moved by one,
+// as each of regionctl's writes does, and returns the Txn's revision and
+// the new epoch.
+func regionctlWrite(t *testing.T, cli *clientv3.Client, ops ...clientv3.Op) (int64, int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, prefix+"epoch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var epoch int64
+	if len(resp.Kvs) == 1 {
+		if epoch, err = strconv.ParseInt(string(resp.Kvs[0].Value), 10, 64); err != nil {
+			t.Fatalf("epoch key: %v", err)
+		}
+	}
+	epoch++
+	tx, err := cli.Txn(ctx).Then(append(ops, clientv3.OpPut(prefix+"epoch", strconv.FormatInt(epoch, 10)))...).Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tx.Header.Revision, epoch
+}
+
+// deRoute is a valid route for DE: eu-north at weight w (0..100), the
+// rest on eu-central; each w a change.
+func deRoute(w int) string {
+	return fmt.Sprintf(`{"targets":[{"pool":"eu-north","weight":%d},{"pool":"eu-central","weight":%d}]}`, w, 100-w)
 }
 
 // nextStatus reads status puts from wch until one satisfies ok.
@@ -413,59 +440,125 @@ func TestStatusKeyFollowsARelist(t *testing.T) {
 
 // TestStatusPutsForChangesAreSpaced: a run of changes as fast as etcd
 // takes them is reported in fewer puts than changes, the last carrying the
-// last change, and the publisher decided on each put at least
-// statusSpacing after the one before. The instants are the publisher's
-// own, handed to the hook before each put, not the test's reading of the
-// time when the hook runs: that comes after the decision by however long
-// the publisher's goroutine waited for a CPU, so under load two readings
-// could be closer together than the decisions were. The publisher's
-// instants never are, unless the spacing is broken.
+// last change, and the publisher decided on each put at least its spacing
+// after the one before: statusSpacing for regionctl's writes (each moves
+// the epoch), statusQuietSpacing for changes that do not (a heartbeat's
+// health key, a lease ending). The instants are the publisher's own,
+// handed to the hook before each put, not the test's reading of the time
+// when the hook runs: that comes after the decision by however long the
+// publisher's goroutine waited for a CPU, so under load two readings could
+// be closer together than the decisions were. The publisher's instants
+// never are, unless the spacing is broken.
 func TestStatusPutsForChangesAreSpaced(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		spacing time.Duration
+		pause   time.Duration // between changes: a run that spans at least two spacings
+		write   func(t *testing.T, cli *clientv3.Client, op clientv3.Op) int64
+	}{
+		{"regionctl writes", agent.StatusSpacing, 0, func(t *testing.T, cli *clientv3.Client, op clientv3.Op) int64 {
+			rev, _ := regionctlWrite(t, cli, op)
+			return rev
+		}},
+		{"changes nobody waits on", agent.StatusQuietSpacing, agent.StatusQuietSpacing / 20, func(t *testing.T, cli *clientv3.Client, op clientv3.Op) int64 {
+			resp, err := cli.Do(context.Background(), op)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return resp.Put().Header.Revision
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := devetcd.NewTest(t)
+			cli := devetcd.NewTestClient(t, srv)
+			loadExample(t, cli)
+			clock := newFakeClock()
+			var mu sync.Mutex
+			var puts []time.Time
+			record := func(at time.Time) { mu.Lock(); puts = append(puts, at); mu.Unlock() }
+			dir := t.TempDir()
+			cfg := agent.DefaultConfig()
+			cfg.Endpoints, cfg.Node, cfg.Logger = srv.Endpoints, "node-1", quietLogger()
+			cfg.Socket, cfg.Listen, cfg.Snapshot = "", "127.0.0.1:0", ""
+			cfg.StatusTTL = 2 * time.Second
+			h := runAgent(t, dir, cfg, clock.install, func(a *agent.Agent) { agent.SetBeforeStatusPut(a, record) })
+			waitFor(t, "first table", func() bool { c, _ := h.resolve("DE", "k"); return c == 200 })
+			settleStatus(t, cli, h, clock)
+			_, _, from := statusKV(t, cli, "node-1")
+			mu.Lock()
+			puts = nil
+			mu.Unlock()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			wch := cli.Watch(ctx, "/regiond/v1/agents/node-1", clientv3.WithRev(from+1))
+			const changes = 60 // over 3 s for changes nobody waits on
+			var last int64
+			for i := range changes {
+				last = tc.write(t, cli, clientv3.OpPut(prefix+"routes/DE", deRoute(10+i)))
+				time.Sleep(tc.pause)
+			}
+			if st := nextStatus(t, wch, func(st routing.AgentStatus) bool { return st.Revision >= last }); st.Revision != last {
+				t.Fatalf("status after a run of changes: revision %d, want the last change's %d", st.Revision, last)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(puts) < 2 || len(puts) >= changes {
+				t.Fatalf("%d status puts for %d changes, want fewer (coalesced), at least two", len(puts), changes)
+			}
+			for i := 1; i < len(puts); i++ {
+				if d := puts[i].Sub(puts[i-1]); d < tc.spacing {
+					t.Fatalf("status puts %d and %d decided only %v apart, want at least %v", i-1, i, d, tc.spacing)
+				}
+			}
+			t.Logf("%d status puts for %d changes", len(puts), changes)
+		})
+	}
+}
+
+// TestQuietChangesDoNotHoldBackAWrite: changes that did not move the
+// epoch (here a stream of plain puts, as a heartbeat's or an expiring
+// lease's would be) are not put while the quiet spacing (an hour here)
+// lasts, however many; a regionctl write among them is put at once
+// all the same, carrying every change before it. So a storm of health
+// changes costs etcd one status put per agent per second at most, and
+// --wait-converged, which follows regionctl's writes, never waits on it.
+func TestQuietChangesDoNotHoldBackAWrite(t *testing.T) {
 	srv := devetcd.NewTest(t)
 	cli := devetcd.NewTestClient(t, srv)
 	loadExample(t, cli)
 	clock := newFakeClock()
-	var mu sync.Mutex
-	var puts []time.Time
-	record := func(at time.Time) { mu.Lock(); puts = append(puts, at); mu.Unlock() }
+	var puts atomic.Int32
 	dir := t.TempDir()
 	cfg := agent.DefaultConfig()
 	cfg.Endpoints, cfg.Node, cfg.Logger = srv.Endpoints, "node-1", quietLogger()
 	cfg.Socket, cfg.Listen, cfg.Snapshot = "", "127.0.0.1:0", ""
 	cfg.StatusTTL = 2 * time.Second
-	h := runAgent(t, dir, cfg, clock.install, func(a *agent.Agent) { agent.SetBeforeStatusPut(a, record) })
+	h := runAgent(t, dir, cfg, clock.install, quietHour, func(a *agent.Agent) { agent.SetBeforeStatusPut(a, func(time.Time) { puts.Add(1) }) })
 	waitFor(t, "first table", func() bool { c, _ := h.resolve("DE", "k"); return c == 200 })
 	settleStatus(t, cli, h, clock)
 	_, _, from := statusKV(t, cli, "node-1")
-	mu.Lock()
-	puts = nil
-	mu.Unlock()
+	before := puts.Load()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	wch := cli.Watch(ctx, "/regiond/v1/agents/node-1", clientv3.WithRev(from+1))
-	const changes = 60
-	var last int64
-	for i := range changes {
-		p, err := cli.Put(ctx, prefix+"routes/DE", fmt.Sprintf(`{"targets":[{"pool":"eu-north","weight":%d}]}`, 10+i))
+	var quiet int64
+	for i := range 40 {
+		p, err := cli.Put(ctx, prefix+"routes/DE", deRoute(10+i))
 		if err != nil {
 			t.Fatal(err)
 		}
-		last = p.Header.Revision
+		quiet = p.Header.Revision
 	}
-	if st := nextStatus(t, wch, func(st routing.AgentStatus) bool { return st.Revision >= last }); st.Revision != last {
-		t.Fatalf("status after a run of changes: revision %d, want the last change's %d", st.Revision, last)
+	waitFor(t, "the quiet changes in the table", func() bool { return h.a.Mirror().Status().ChangeRevision == quiet })
+	rev, epoch := regionctlWrite(t, cli, clientv3.OpPut(prefix+"routes/AT", `{"targets":[{"pool":"eu-west","weight":100}]}`))
+	st := nextStatus(t, wch, func(routing.AgentStatus) bool { return true })
+	if st.Revision != rev || st.Epoch != epoch || st.ChangeRevision != rev {
+		t.Fatalf("first status put after 40 quiet changes and a write: %+v, want the write's revision %d and epoch %d", st, rev, epoch)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(puts) == 0 || len(puts) >= changes {
-		t.Fatalf("%d status puts for %d changes, want fewer (coalesced), at least one", len(puts), changes)
+	if n := puts.Load() - before; n != 1 {
+		t.Fatalf("%d status puts for 40 quiet changes and a write, want 1 (the write's)", n)
 	}
-	for i := 1; i < len(puts); i++ {
-		if d := puts[i].Sub(puts[i-1]); d < agent.StatusSpacing {
-			t.Fatalf("status puts %d and %d decided only %v apart, want at least %v", i-1, i, d, agent.StatusSpacing)
-		}
-	}
-	t.Logf("%d status puts for %d changes", len(puts), changes)
 }
 
 // TestSameNodeNameIsReported: a second agent started with the same --node
