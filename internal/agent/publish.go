@@ -227,24 +227,8 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *w
 				spacing = p.quietSpacing
 			}
 			if wait := time.Until(lastPut.Add(spacing)); wait > 0 {
-				// A change arriving meanwhile is looked at again: one
-				// that moved the epoch is not held back by the quiet
-				// spacing.
-				t := time.NewTimer(wait)
-				select {
-				case <-ctx.Done():
-					t.Stop()
+				if !p.waitSpacing(ctx, sess, m, wait, onlyChange, last.Epoch) {
 					return
-				case <-sess.Done():
-					t.Stop()
-					p.log.Warn("agent status: lease lost; starting a new session")
-					return
-				case <-p.kick:
-					t.Stop()
-					if !sleep(ctx, statusYield) {
-						return
-					}
-				case <-t.C:
 				}
 				continue // with the status as it is by then
 			}
@@ -377,6 +361,35 @@ func firstAt(n int, level slog.Level) slog.Level {
 		return slog.LevelDebug
 	}
 	return level
+}
+
+// waitSpacing waits d, the spacing before a put for changes, and reports
+// whether to go on (false: ctx is done or the session ended). While the
+// changes waited on left the epoch as it is (quiet), a change that moves
+// it (a regionctl write) ends the wait, after statusYield; others only
+// wake it.
+func (p *publisher) waitSpacing(ctx context.Context, sess *concurrency.Session, m *watch.Mirror, d time.Duration, quiet bool, epoch int64) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	var kick chan struct{}
+	if quiet {
+		kick = p.kick
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-sess.Done():
+			p.log.Warn("agent status: lease lost; starting a new session")
+			return false
+		case <-t.C:
+			return true
+		case <-kick:
+			if m.Status().Epoch != epoch {
+				return sleep(ctx, statusYield)
+			}
+		}
+	}
 }
 
 // sleep waits d or until ctx is done, and reports whether ctx is not.

@@ -117,11 +117,50 @@ func agentRuns(t *testing.T, e *rbacEnv) {
 	if r := e.as(rbacViewer, "status", "--max-lag", "0"); r.code != ExitOK || !strings.Contains(r.stdout, "n1") {
 		t.Fatalf("viewer status with the agent current: %s", r)
 	}
+	skippedHealthKey(t, e, statusKey)
 	stop()
 	if resp, err := e.root.Get(context.Background(), statusKey); err != nil || len(resp.Kvs) != 0 {
 		t.Fatalf("status key after the agent stopped: %v %v (the lease revoke refused?)", resp, err)
 	}
 	if l := strings.ToLower(logs.String()); strings.Contains(l, "permission denied") || strings.Contains(l, "level=error") {
 		t.Fatalf("the agent met a refusal or an error with the agent role:\n%s", logs.String())
+	}
+}
+
+// skippedHealthKey: an origin's hand-written heartbeat (a value that is no
+// JSON object) is skipped by the agent, which counts it as a live instance
+// all the same, as every agent does: status shows it, yet it keeps no
+// operator write from converging (the operator's role could not delete
+// it, and an origin's mistake must not fail every --wait-converged).
+func skippedHealthKey(t *testing.T, e *rbacEnv, statusKey string) {
+	t.Helper()
+	ctx := context.Background()
+	rel := "health/eu-central/by-hand"
+	hk := e.ks.RoutingKey(rel)
+	if _, err := e.client(rbacOrigin).Put(ctx, hk, "up"); err != nil {
+		t.Fatalf("the origin's own health key: %v", err)
+	}
+	defer func() {
+		if _, err := e.client(rbacOrigin).Delete(ctx, hk); err != nil {
+			t.Errorf("the origin deleting its health key: %v", err)
+		}
+	}()
+	if _, ok := waitFor(20*time.Second, func() bool {
+		resp, err := e.root.Get(ctx, statusKey)
+		var st routing.AgentStatus
+		return err == nil && len(resp.Kvs) == 1 && json.Unmarshal(resp.Kvs[0].Value, &st) == nil &&
+			st.Skipped == 1 && len(st.SkippedKeys) == 1 && st.SkippedKeys[0] == rel
+	}); !ok {
+		t.Fatalf("the agent's status key never listed %s as skipped", rel)
+	}
+	r := e.as(rbacOperator, "route", "set", "PL", "--target", "eu-west=100", "--attr", "note=by-hand", "--reason", "with a skipped health key", "--wait-converged=20s")
+	if r.code != ExitOK || !strings.Contains(r.stdout, "converged") {
+		t.Fatalf("operator write with an agent skipping an origin's health key: %s", r)
+	}
+	if r := e.as(rbacViewer, "status", "--max-lag", "0"); r.code != ExitOK || !strings.Contains(r.stdout, rel) {
+		t.Fatalf("viewer status with an agent skipping an origin's health key: %s", r)
+	}
+	if _, err := e.client(rbacOperator).Delete(ctx, hk); err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("the operator deleting an origin's health key: %v, want permission denied", err)
 	}
 }

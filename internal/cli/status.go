@@ -22,8 +22,11 @@ having applied) and its skipped keys: keys whose current
 value the agent refused, so that it serves their last good value or
 nothing, where another agent may serve something else. With --max-lag N it
 exits 5 when an agent lags more than N revisions (0: every agent must be
-current) or serves refused values, naming the node and the keys (fix or
-delete those keys: regionctl validate says what is wrong with them), when
+current) or serves refused values of a pool, route, policy, boost or the
+epoch, naming the node and the keys (fix or delete those keys: regionctl
+validate says what is wrong with them; skipped health keys and keys
+outside the grammar, which every agent serves alike, are shown but do not
+count), when
 an agent follows another history (its revision past etcd's, or another
 epoch than etcd's: a restored backup, until it relists), and when no agent
 is live (is --prefix the agents' --prefix?). --wait-converged counts the
@@ -32,7 +35,7 @@ same agents as not converged.`,
   regionctl status --max-lag 0 -o json`,
 		Args: exactArgs(0, "no arguments"),
 	}
-	cmd.Flags().Int64Var(&maxLag, "max-lag", -1, "exit 5 when an agent lags more than N revisions, has skipped keys or follows another history, or none is live (-1: never)")
+	cmd.Flags().Int64Var(&maxLag, "max-lag", -1, "exit 5 when an agent lags more than N revisions, serves refused values or follows another history, or none is live (-1: never)")
 	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, _ []string) error {
 		return a.runStatus(ctx, maxLag)
 	})

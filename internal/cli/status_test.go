@@ -182,7 +182,8 @@ func (e *tenv) putAgentStatus(st routing.AgentStatus, lease clientv3.LeaseID) {
 // (it serves refused values) is shown with them, and status --max-lag
 // and --wait-converged count it as not converged (exit 5) whatever its
 // revision, naming the node and the keys; once its status has none, the
-// wait converges.
+// wait converges. Skipped keys every agent serves alike (health keys, keys
+// outside the grammar) are shown but converge.
 func TestStatusSkippedKeys(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -197,10 +198,15 @@ func TestStatusSkippedKeys(t *testing.T) {
 		keys[i] = fmt.Sprintf("routes/X%d", i)
 	}
 	e.putAgentStatus(routing.AgentStatus{Node: "node-c", Revision: at, Connected: true, Skipped: 12, SkippedKeys: keys}, lease)
+	// Skipped keys every agent serves alike: a health key (live whatever
+	// its value), a key outside the grammar (counts nowhere).
+	e.putAgentStatus(routing.AgentStatus{Node: "node-d", Revision: at, Connected: true, Skipped: 3,
+		SkippedKeys: []string{"bogus/key", "health/eu-central/h1", "pools/UPPER"}}, lease)
 
 	table := e.must(ExitOK, "status").stdout
 	if !strings.Contains(table, "SKIPPED") || !regexp.MustCompile(`node-b .*2: policy/residency, routes/PL`).MatchString(table) ||
-		!regexp.MustCompile(`node-a .* -\n`).MatchString(table) {
+		!regexp.MustCompile(`node-a .* -\n`).MatchString(table) ||
+		!regexp.MustCompile(`node-d .*3: bogus/key, health/eu-central/h1, pools/UPPER`).MatchString(table) {
 		t.Fatalf("status table:\n%s", table)
 	}
 	var fleet store.Fleet
@@ -212,22 +218,38 @@ func TestStatusSkippedKeys(t *testing.T) {
 		r := e.must(ExitNotConverged, "status", "--max-lag", maxLag)
 		if !strings.Contains(r.stderr, fmt.Sprintf("node-b@%d serving refused values of 2 key(s): policy/residency, routes/PL", at)) ||
 			!strings.Contains(r.stderr, "12 key(s): routes/X0, ") || !strings.Contains(r.stderr, "routes/X9 and 2 more") ||
-			strings.Contains(r.stderr, "node-a") {
+			strings.Contains(r.stderr, "node-a") || strings.Contains(r.stderr, "node-d") {
 			t.Fatalf("status --max-lag %s: %s", maxLag, r)
 		}
 	}
+	// report plays the given nodes applying each write, node-d (always
+	// among them) still skipping its keys.
+	report := func(ctx context.Context, nodes ...string) {
+		e.statusSim(ctx, 0, lease, func(rev, epoch int64) []routing.AgentStatus {
+			now := time.Now().UTC().Format(time.RFC3339)
+			out := []routing.AgentStatus{{Node: "node-d", Revision: rev, Epoch: epoch, Connected: true, SyncedAt: now, Skipped: 3,
+				SkippedKeys: []string{"bogus/key", "health/eu-central/h1", "pools/UPPER"}}}
+			for _, n := range nodes {
+				out = append(out, routing.AgentStatus{Node: n, Revision: rev, Epoch: epoch, Connected: true, SyncedAt: now})
+			}
+			return out
+		})
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e.agentSim(ctx, 0, lease, "node-a") // node-a applies each write
+	report(ctx, "node-a")
 	r := e.must(ExitNotConverged, "pool", "set", "eu-central", "--attr", "x=1", "--wait-converged=1s")
-	if !strings.Contains(r.stderr, "node-b@") || !strings.Contains(r.stderr, "policy/residency, routes/PL") || strings.Contains(r.stderr, "node-a") {
+	if !strings.Contains(r.stderr, "node-b@") || !strings.Contains(r.stderr, "policy/residency, routes/PL") || strings.Contains(r.stderr, "node-a") ||
+		strings.Contains(r.stderr, "node-d") {
 		t.Fatalf("--wait-converged with an agent serving refused values: %s", r)
 	}
 	cancel()
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
-	e.agentSim(ctx, 0, lease, "node-a", "node-b", "node-c") // none skips a key now
+	report(ctx, "node-a", "node-b", "node-c") // none skips a key now but node-d, its own alike
 	e.must(ExitOK, "pool", "set", "eu-central", "--attr", "x=2", "--wait-converged=10s")
-	e.must(ExitOK, "status", "--max-lag", "0")
+	if r := e.must(ExitOK, "status", "--max-lag", "0"); !regexp.MustCompile(`node-d .*3: bogus/key`).MatchString(r.stdout) {
+		t.Fatalf("status --max-lag 0 converged without showing node-d's skipped keys:\n%s", r)
+	}
 }
 
 // TestStatusCountsADeleteAnAgentApplied: a delete under routing/ leaves no

@@ -138,11 +138,33 @@ func agentInfo(key, node string, value []byte, want, readRev int64) AgentInfo {
 }
 
 // Converged reports whether the agent is at most maxLag revisions behind,
-// of etcd's present history, and serves no refused value: an agent with
-// skipped keys may serve a last good value (or nothing) where another
-// agent serves something else.
+// of etcd's present history, and serves no refused value (ServesRefused).
 func (a AgentInfo) Converged(maxLag int64) bool {
-	return a.Lag <= maxLag && a.Skipped == 0 && a.Diverged == ""
+	return a.Lag <= maxLag && !a.ServesRefused() && a.Diverged == ""
+}
+
+// ServesRefused reports whether, among its skipped keys, the agent may
+// serve for one what another agent does not: the last good value of a
+// pool, a route, the residency policy, a boost or the epoch, which an
+// agent started after the refused write does not have. Two kinds of
+// skipped keys are served alike by every agent, so they are shown
+// (SKIPPED) but keep no fleet from converging: a refused health key counts
+// as a live instance whatever its value, and a key outside the routing
+// grammar counts nowhere. Both are an origin's or root's to remove, not
+// the operator's role's: one origin's hand-written heartbeat (a value
+// "up") would otherwise fail every operator's --wait-converged. Skipped
+// keys the status key does not name (past routing.MaxStatusSkippedKeys)
+// count as refused values.
+func (a AgentInfo) ServesRefused() bool {
+	if a.Skipped > len(a.SkippedKeys) {
+		return true
+	}
+	for _, rel := range a.SkippedKeys {
+		if k, err := routing.ParseKey(rel); err == nil && k.Kind != routing.KindHealth {
+			return true
+		}
+	}
+	return false
 }
 
 // Unconverged returns the agents that are not Converged(maxLag).

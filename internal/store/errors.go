@@ -83,8 +83,8 @@ func (e *UnreachableError) Unwrap() error { return e.Err }
 type NotConvergedError struct {
 	Revision int64
 	Waited   time.Duration
-	// Lagging are the agents not converged: behind Revision, or with
-	// skipped keys.
+	// Lagging are the agents not converged: behind Revision, of another
+	// history, or serving refused values (AgentInfo.ServesRefused).
 	Lagging []AgentInfo
 	// Err is what failed, when a read of the agents' status failed (the
 	// last such failure when the wait ended on its deadline); nil when the
@@ -119,7 +119,7 @@ func (e *NotConvergedError) Error() string {
 			if a.Invalid != "" {
 				names[i] = fmt.Sprintf("%s (its status key %s does not decode: %s)", a.Node, a.Key, a.Invalid)
 			}
-			if a.Skipped > 0 {
+			if a.ServesRefused() {
 				names[i] += " serving refused values of " + skippedString(a.AgentStatus)
 				skipping = true
 			}
