@@ -148,14 +148,30 @@ type AgentStatus struct {
 	ChangeRevision int64 `json:"change_revision,omitempty"`
 	// Skipped counts the keys whose current value the agent refused (it
 	// serves their last good value, or nothing); SkippedKeys names the
-	// first MaxStatusSkippedKeys of them, sorted. An agent with skipped
-	// keys is not converged: it may serve what no other agent does.
-	Skipped     int      `json:"skipped,omitempty"`
-	SkippedKeys []string `json:"skipped_keys,omitempty"`
+	// first MaxStatusSkippedKeys of them: those it may serve otherwise
+	// than another agent first, then those it serves alike (ServedAlike),
+	// each sorted. SkippedAlike counts the latter. An agent with skipped
+	// keys not served alike is not converged: it may serve what no other
+	// agent does.
+	Skipped      int      `json:"skipped,omitempty"`
+	SkippedKeys  []string `json:"skipped_keys,omitempty"`
+	SkippedAlike int      `json:"skipped_alike,omitempty"`
 }
 
 // MaxStatusSkippedKeys bounds AgentStatus.SkippedKeys.
 const MaxStatusSkippedKeys = 10
+
+// ServedAlike reports whether every agent serves the refused key rel
+// (relative to <root>/routing/) alike, whatever it has seen before: a
+// health key counts as a live instance whatever its value, and a key
+// outside the grammar counts nowhere. Any other refused key (a pool,
+// route, the residency policy, a boost, the epoch) is served from its
+// last good value, which an agent started after the refused write does
+// not have.
+func ServedAlike(rel string) bool {
+	k, err := ParseKey(rel)
+	return err != nil || k.Kind == KindHealth
+}
 
 // DefaultResidency returns the built-in policy: class "eu" is the EEA
 // and the EU territories with codes of their own (EEA()), and viewers of

@@ -106,17 +106,19 @@ func (p *publisher) status(st watch.Status, t *routing.Table) routing.AgentStatu
 		s.SyncedAt = st.SyncedAt.UTC().Format(time.RFC3339)
 	}
 	if t != nil {
-		s.Skipped, s.SkippedKeys = skippedKeys(t.Skipped())
+		s.Skipped, s.SkippedAlike, s.SkippedKeys = skippedKeys(t.Skipped())
 	}
 	return s
 }
 
-// skippedKeys returns how many keys sk names (a key may be listed twice)
-// and the first routing.MaxStatusSkippedKeys of them, sorted; nil for
-// none.
-func skippedKeys(sk []routing.Skipped) (int, []string) {
+// skippedKeys returns how many keys sk names (a key may be listed twice),
+// how many of them every agent serves alike (routing.ServedAlike), and the
+// first routing.MaxStatusSkippedKeys of them: the others first, so that
+// the keys an operator must fix are named, then those served alike, each
+// sorted; nil for none.
+func skippedKeys(sk []routing.Skipped) (n, alike int, names []string) {
 	if len(sk) == 0 {
-		return 0, nil
+		return 0, 0, nil
 	}
 	keys := make([]string, 0, len(sk))
 	for _, s := range sk {
@@ -124,7 +126,23 @@ func skippedKeys(sk []routing.Skipped) (int, []string) {
 	}
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
-	return len(keys), slices.Clip(keys[:min(len(keys), routing.MaxStatusSkippedKeys)])
+	slices.SortStableFunc(keys, func(a, b string) int {
+		return cmp.Compare(b2i(routing.ServedAlike(a)), b2i(routing.ServedAlike(b)))
+	})
+	for _, k := range keys {
+		if routing.ServedAlike(k) {
+			alike++
+		}
+	}
+	return len(keys), alike, slices.Clip(keys[:min(len(keys), routing.MaxStatusSkippedKeys)])
+}
+
+// b2i is 1 for true, 0 for false.
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // run publishes the status of m until ctx is done, then revokes the lease
@@ -200,10 +218,11 @@ const statusQuietSpacing = time.Second
 const statusCheck = time.Second
 
 // publish writes the status of m under one session until it ends or ctx
-// is done: at once when the table reached a new change (watch.Status.
-// ChangeRevision moved), at the next check when the epoch or the
-// connection changed, and every statusRefresh otherwise. One put is in
-// flight at a time.
+// is done: when the table reached a new change (watch.Status.
+// ChangeRevision moved), at once if the epoch moved with it (a regionctl
+// write; puts statusSpacing apart), else at most every quietSpacing; when
+// the connection changed, at once or at the next check; and every
+// statusRefresh otherwise. One put is in flight at a time.
 func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *watch.Mirror) {
 	tick, stop := p.clock.newTicker(statusCheck)
 	defer stop()
@@ -236,10 +255,10 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *w
 		kick := p.kick
 		if significant || !reflect.DeepEqual(st, last) && p.clock.now().Sub(lastAt) >= statusRefresh {
 			lastPut = time.Now()
-			// A put for a change alone is a plain put (a stream of
-			// changes adds no compare to etcd's work); every other put
-			// (an epoch, the connection, the refresh) checks that the
-			// key is still this session's.
+			// A put for changes that left the epoch as it is is a plain
+			// put (a storm of them adds no compare to etcd's work);
+			// every other put (a regionctl write, the connection, the
+			// refresh) checks that the key is still this session's.
 			if p.put(ctx, sess, st, lastPut, !onlyChange) {
 				last, lastChange, written = st, ms.ChangeRevision, true
 			} else {
@@ -259,8 +278,8 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *w
 			// work for it, come after them. A put for a change also
 			// waits out the spacing, in the same sleep (one wake-up of
 			// this goroutine, not two, for each put of a stream).
-			// (A connection or epoch that changed meanwhile waits with
-			// it: those are put at the next check, statusCheck, anyway.)
+			// (A connection that changed meanwhile waits with it: it
+			// is put at the next check, statusCheck, anyway.)
 			select {
 			case <-ctx.Done():
 				return

@@ -26,7 +26,7 @@ current) or serves refused values of a pool, route, policy, boost or the
 epoch, naming the node and the keys (fix or delete those keys: regionctl
 validate says what is wrong with them; skipped health keys and keys
 outside the grammar, which every agent serves alike, are shown but do not
-count), when
+count, however many), when
 an agent follows another history (its revision past etcd's, or another
 epoch than etcd's: a restored backup, until it relists), and when no agent
 is live (is --prefix the agents' --prefix?). --wait-converged counts the

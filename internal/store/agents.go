@@ -146,21 +146,24 @@ func (a AgentInfo) Converged(maxLag int64) bool {
 // ServesRefused reports whether, among its skipped keys, the agent may
 // serve for one what another agent does not: the last good value of a
 // pool, a route, the residency policy, a boost or the epoch, which an
-// agent started after the refused write does not have. Two kinds of
-// skipped keys are served alike by every agent, so they are shown
-// (SKIPPED) but keep no fleet from converging: a refused health key counts
-// as a live instance whatever its value, and a key outside the routing
-// grammar counts nowhere. Both are an origin's or root's to remove, not
-// the operator's role's: one origin's hand-written heartbeat (a value
-// "up") would otherwise fail every operator's --wait-converged. Skipped
-// keys the status key does not name (past routing.MaxStatusSkippedKeys)
-// count as refused values.
+// agent started after the refused write does not have. Skipped keys
+// served alike by every agent (routing.ServedAlike: health keys, keys
+// outside the grammar) are shown (SKIPPED) but keep no fleet from
+// converging: one origin's hand-written heartbeat (a value "up") would
+// otherwise fail every operator's --wait-converged, and the operator's
+// role cannot delete it. The agent's skipped_alike says how many there
+// are; an agent without it (older, or none alike) is judged by the keys
+// it names, and the skipped keys it does not name count as refused
+// values.
 func (a AgentInfo) ServesRefused() bool {
+	if a.SkippedAlike > 0 {
+		return a.Skipped > a.SkippedAlike
+	}
 	if a.Skipped > len(a.SkippedKeys) {
 		return true
 	}
 	for _, rel := range a.SkippedKeys {
-		if k, err := routing.ParseKey(rel); err == nil && k.Kind != routing.KindHealth {
+		if !routing.ServedAlike(rel) {
 			return true
 		}
 	}

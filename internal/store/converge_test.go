@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/url"
 	"strconv"
@@ -179,5 +180,41 @@ func TestWaitConvergedRefused(t *testing.T) {
 	if !errors.As(err, &nc) || !errors.As(nc.Err, &pe) || !nc.Unknown ||
 		!strings.Contains(err.Error(), "watch /regiond/v1/agents/ needs read on /regiond/v1/agents/ (role regiond-viewer or regiond-operator)") {
 		t.Fatalf("WaitConverged without read on agents/: %v", err)
+	}
+}
+
+// TestServesRefused: skipped keys every agent serves alike (health keys,
+// keys outside the grammar) keep no agent from converging, however many:
+// skipped_alike counts them past the ten names; without it (an older
+// agent) the names decide, and keys not named count as refused values.
+func TestServesRefused(t *testing.T) {
+	health := func(n int) []string {
+		var keys []string
+		for i := range n {
+			keys = append(keys, fmt.Sprintf("health/eu-west/i%02d", i))
+		}
+		return keys
+	}
+	for _, tc := range []struct {
+		name string
+		st   routing.AgentStatus
+		want bool
+	}{
+		{"none", routing.AgentStatus{}, false},
+		{"a route", routing.AgentStatus{Skipped: 1, SkippedKeys: []string{"routes/PL"}}, true},
+		{"alike, named", routing.AgentStatus{Skipped: 2, SkippedAlike: 2, SkippedKeys: []string{"bogus/key", "health/eu-west/x"}}, false},
+		{"alike, past the names", routing.AgentStatus{Skipped: 12, SkippedAlike: 12, SkippedKeys: health(12)[:routing.MaxStatusSkippedKeys]}, false},
+		{"a route and 11 alike", routing.AgentStatus{Skipped: 12, SkippedAlike: 11, SkippedKeys: append([]string{"routes/PL"}, health(9)...)}, true},
+		{"older agent, alike named", routing.AgentStatus{Skipped: 2, SkippedKeys: []string{"health/eu-west/x", "pools/UPPER"}}, false},
+		{"older agent, some not named", routing.AgentStatus{Skipped: 11, SkippedKeys: health(10)}, true},
+		{"older agent, a route among them", routing.AgentStatus{Skipped: 2, SkippedKeys: []string{"health/eu-west/x", "routes/PL"}}, true},
+	} {
+		a := AgentInfo{AgentStatus: tc.st}
+		if got := a.ServesRefused(); got != tc.want {
+			t.Errorf("%s: ServesRefused %v, want %v", tc.name, got, tc.want)
+		}
+		if a.Converged(0) == tc.want {
+			t.Errorf("%s: Converged(0) %v, want %v", tc.name, a.Converged(0), !tc.want)
+		}
 	}
 }
