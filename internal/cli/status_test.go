@@ -200,13 +200,13 @@ func TestStatusSkippedKeys(t *testing.T) {
 	e.putAgentStatus(routing.AgentStatus{Node: "node-c", Revision: at, Connected: true, Skipped: 12, SkippedKeys: keys}, lease)
 	// Skipped keys every agent serves alike: a health key (live whatever
 	// its value), a key outside the grammar (counts nowhere).
-	e.putAgentStatus(routing.AgentStatus{Node: "node-d", Revision: at, Connected: true, Skipped: 3,
+	e.putAgentStatus(routing.AgentStatus{Node: "node-d", Revision: at, Connected: true, Skipped: 3, SkippedAlike: 3,
 		SkippedKeys: []string{"bogus/key", "health/eu-central/h1", "pools/UPPER"}}, lease)
 
 	table := e.must(ExitOK, "status").stdout
 	if !strings.Contains(table, "SKIPPED") || !regexp.MustCompile(`node-b .*2: policy/residency, routes/PL`).MatchString(table) ||
 		!regexp.MustCompile(`node-a .* -\n`).MatchString(table) ||
-		!regexp.MustCompile(`node-d .*3: bogus/key, health/eu-central/h1, pools/UPPER`).MatchString(table) {
+		!regexp.MustCompile(`node-d .*3 \(3 served alike\): bogus/key, health/eu-central/h1, pools/UPPER`).MatchString(table) {
 		t.Fatalf("status table:\n%s", table)
 	}
 	var fleet store.Fleet
@@ -228,7 +228,7 @@ func TestStatusSkippedKeys(t *testing.T) {
 		e.statusSim(ctx, 0, lease, func(rev, epoch int64) []routing.AgentStatus {
 			now := time.Now().UTC().Format(time.RFC3339)
 			out := []routing.AgentStatus{{Node: "node-d", Revision: rev, Epoch: epoch, Connected: true, SyncedAt: now, Skipped: 3,
-				SkippedKeys: []string{"bogus/key", "health/eu-central/h1", "pools/UPPER"}}}
+				SkippedAlike: 3, SkippedKeys: []string{"bogus/key", "health/eu-central/h1", "pools/UPPER"}}}
 			for _, n := range nodes {
 				out = append(out, routing.AgentStatus{Node: n, Revision: rev, Epoch: epoch, Connected: true, SyncedAt: now})
 			}
@@ -247,7 +247,7 @@ func TestStatusSkippedKeys(t *testing.T) {
 	defer cancel()
 	report(ctx, "node-a", "node-b", "node-c") // none skips a key now but node-d, its own alike
 	e.must(ExitOK, "pool", "set", "eu-central", "--attr", "x=2", "--wait-converged=10s")
-	if r := e.must(ExitOK, "status", "--max-lag", "0"); !regexp.MustCompile(`node-d .*3: bogus/key`).MatchString(r.stdout) {
+	if r := e.must(ExitOK, "status", "--max-lag", "0"); !regexp.MustCompile(`node-d .*3 \(3 served alike\): bogus/key`).MatchString(r.stdout) {
 		t.Fatalf("status --max-lag 0 converged without showing node-d's skipped keys:\n%s", r)
 	}
 }

@@ -141,10 +141,14 @@ func (e *NotConvergedError) Error() string {
 // Unwrap returns Err.
 func (e *NotConvergedError) Unwrap() error { return e.Err }
 
-// skippedString is "2 key(s): policy/residency, routes/PL", with "and N
-// more" when the status names only the first keys.
+// skippedString is "2 key(s): policy/residency, routes/PL", with "(N
+// served alike)" when some are (they do not count against convergence)
+// and "and N more" when the status names only the first keys.
 func skippedString(a routing.AgentStatus) string {
 	s := fmt.Sprintf("%d key(s)", a.Skipped)
+	if a.SkippedAlike > 0 {
+		s += fmt.Sprintf(" (%d served alike)", a.SkippedAlike)
+	}
 	if len(a.SkippedKeys) > 0 {
 		s += ": " + strings.Join(a.SkippedKeys, ", ")
 	}
@@ -155,7 +159,8 @@ func skippedString(a routing.AgentStatus) string {
 }
 
 // SkippedString describes an agent's skipped keys for a table: "-" when
-// none, else "2: policy/residency, routes/PL".
+// none, else "2: policy/residency, routes/PL" or "1 (1 served alike):
+// health/eu-west/h1".
 func SkippedString(a routing.AgentStatus) string {
 	if a.Skipped == 0 {
 		return "-"
