@@ -199,8 +199,17 @@ func TestWriterRecreatesTheDirectoryAsAtStart(t *testing.T) {
 	cfg.Endpoints, cfg.DialTimeout, cfg.StatusTTL = srv.Endpoints, time.Second, 2*time.Second
 	cfg.SnapshotGroup = strconv.Itoa(otherGID)
 	h := runAgent(t, dir, cfg)
-	waitFor(t, "snapshot written", func() bool { return h.snapshot() != nil })
 	shm := filepath.Dir(cfg.Snapshot)
+	// The index goes after the JSON: once it is there, the write is over
+	// (a removal racing with it would find the directory not empty).
+	written := func(rev int64) func() bool {
+		return func() bool {
+			s := h.snapshot()
+			_, err := os.Stat(filepath.Join(shm, "table.idx"))
+			return s != nil && s.Revision() >= rev && err == nil
+		}
+	}
+	waitFor(t, "snapshot written", written(0))
 	if err := os.RemoveAll(shm); err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +217,7 @@ func TestWriterRecreatesTheDirectoryAsAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "snapshot rewritten", func() bool { s := h.snapshot(); return s != nil && s.Revision() >= p.Header.Revision })
+	waitFor(t, "snapshot rewritten", written(p.Header.Revision))
 	if mode, gid := dirMode(t, shm); mode != os.ModeDir|0o750 || gid != otherGID {
 		t.Fatalf("snapshot directory recreated %v of gid %d, want drwxr-x--- of gid %d", mode, gid, otherGID)
 	}

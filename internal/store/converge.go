@@ -114,7 +114,11 @@ var errWatchEnded = errors.New("watch ended")
 // starts from "now" rather than from R+1: one that starts at a past
 // revision is served by etcd's unsynced-watcher loop, every 100 ms, while
 // one from now is synced and sees every later event at once; listing after
-// its creation leaves no gap between the two.
+// its creation leaves no gap between the two. Behind etcd's grpc-proxy
+// this holds as long as the list stays linearizable (the proxy's cache
+// answers only serializable reads, possibly from before the watch's
+// start) and the watch starts from now (for a watch from a revision the
+// proxy makes up its Created answer).
 func (w *convergeWait) round(ctx context.Context) (bool, error) {
 	prefix := w.s.ks.AgentsPrefix()
 	wch, cancel, err := w.watch(ctx)
