@@ -1,9 +1,13 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -15,8 +19,9 @@ func (a *app) statusCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status [--max-lag N]",
 		Short: "Show which revision every live agent serves",
-		Long: `status lists the live agents (from <root>/agents/) with the revision and
-epoch each serves, its lag (how many revisions it is behind the newest
+		Long: `status lists the live agents (from <root>/agents/), after a summary (how
+many serve the newest change, and how many run each version: an upgrade's
+progress), with the revision and epoch each serves, its lag (how many revisions it is behind the newest
 change under <root>/routing/: its newest key, or a delete an agent reports
 having applied) and its skipped keys: keys whose current
 value the agent refused, so that it serves their last good value or
@@ -68,7 +73,14 @@ func (a *app) runStatus(ctx context.Context, maxLag int64) error {
 }
 
 func printFleet(w io.Writer, f *store.Fleet) {
-	fmt.Fprintf(w, "epoch %d, newest routing change at revision %d, %d live agent(s)\n\n", f.Epoch, f.RoutingRevision, len(f.Agents))
+	// The summary first: a fleet of thousands does not fit a screen.
+	fmt.Fprintf(w, "epoch %d, newest routing change at revision %d, %d live agent(s)", f.Epoch, f.RoutingRevision, len(f.Agents))
+	if n := len(f.Agents); n > 0 {
+		behind := len(f.Unconverged(0))
+		fmt.Fprintf(w, ": %d current, %d not (behind, serving refused values or of another history)", n-behind, behind)
+		fmt.Fprintf(w, "\nversions: %s", versionCounts(f.Agents))
+	}
+	fmt.Fprint(w, "\n\n")
 	row(w, "NODE", "REVISION", "LAG", "EPOCH", "CONNECTED", "SYNCED_AT", "VERSION", "SKIPPED")
 	for _, a := range f.Agents {
 		if a.Invalid != "" {
@@ -82,4 +94,23 @@ func printFleet(w io.Writer, f *store.Fleet) {
 			fmt.Fprintf(w, "\n%s: not converged: %s\n", a.Node, a.Diverged)
 		}
 	}
+}
+
+// versionCounts is "v1.4.0 (2998), v1.3.2 (2)": each version the agents
+// report and how many report it, the most common first (an upgrade's
+// progress at a glance).
+func versionCounts(agents []store.AgentInfo) string {
+	counts := map[string]int{}
+	for _, a := range agents {
+		counts[orDash(a.Version)]++
+	}
+	vs := slices.Collect(maps.Keys(counts))
+	slices.SortFunc(vs, func(a, b string) int {
+		return cmp.Or(cmp.Compare(counts[b], counts[a]), cmp.Compare(a, b))
+	})
+	parts := make([]string, len(vs))
+	for i, v := range vs {
+		parts[i] = fmt.Sprintf("%s (%d)", v, counts[v])
+	}
+	return strings.Join(parts, ", ")
 }

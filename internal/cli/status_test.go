@@ -204,6 +204,9 @@ func TestStatusSkippedKeys(t *testing.T) {
 		SkippedKeys: []string{"bogus/key", "health/eu-central/h1", "pools/UPPER"}}, lease)
 
 	table := e.must(ExitOK, "status").stdout
+	if !strings.Contains(table, "4 live agent(s): 2 current, 2 not (behind, serving refused values or of another history)\nversions: - (4)\n") {
+		t.Fatalf("status summary:\n%s", table)
+	}
 	if !strings.Contains(table, "SKIPPED") || !regexp.MustCompile(`node-b .*2: policy/residency, routes/PL`).MatchString(table) ||
 		!regexp.MustCompile(`node-a .* -\n`).MatchString(table) ||
 		!regexp.MustCompile(`node-d .*3 \(3 served alike\): bogus/key, health/eu-central/h1, pools/UPPER`).MatchString(table) {
@@ -228,9 +231,9 @@ func TestStatusSkippedKeys(t *testing.T) {
 		e.statusSim(ctx, 0, lease, func(rev, epoch int64) []routing.AgentStatus {
 			now := time.Now().UTC().Format(time.RFC3339)
 			out := []routing.AgentStatus{{Node: "node-d", Revision: rev, Epoch: epoch, Connected: true, SyncedAt: now, Skipped: 3,
-				SkippedAlike: 3, SkippedKeys: []string{"bogus/key", "health/eu-central/h1", "pools/UPPER"}}}
+				SkippedAlike: 3, SkippedKeys: []string{"bogus/key", "health/eu-central/h1", "pools/UPPER"}, Version: "v1.3.2"}}
 			for _, n := range nodes {
-				out = append(out, routing.AgentStatus{Node: n, Revision: rev, Epoch: epoch, Connected: true, SyncedAt: now})
+				out = append(out, routing.AgentStatus{Node: n, Revision: rev, Epoch: epoch, Connected: true, SyncedAt: now, Version: "v1.4.0"})
 			}
 			return out
 		})
@@ -247,8 +250,12 @@ func TestStatusSkippedKeys(t *testing.T) {
 	defer cancel()
 	report(ctx, "node-a", "node-b", "node-c") // none skips a key now but node-d, its own alike
 	e.must(ExitOK, "pool", "set", "eu-central", "--attr", "x=2", "--wait-converged=10s")
-	if r := e.must(ExitOK, "status", "--max-lag", "0"); !regexp.MustCompile(`node-d .*3 \(3 served alike\): bogus/key`).MatchString(r.stdout) {
+	r = e.must(ExitOK, "status", "--max-lag", "0")
+	if !regexp.MustCompile(`node-d .*3 \(3 served alike\): bogus/key`).MatchString(r.stdout) {
 		t.Fatalf("status --max-lag 0 converged without showing node-d's skipped keys:\n%s", r)
+	}
+	if !strings.Contains(r.stdout, "4 live agent(s): 4 current, 0 not (") || !strings.Contains(r.stdout, "\nversions: v1.4.0 (3), v1.3.2 (1)\n") {
+		t.Fatalf("status summary once converged:\n%s", r)
 	}
 }
 
