@@ -20,7 +20,7 @@ func (a *app) statusCmd() *cobra.Command {
 		Use:   "status [--max-lag N]",
 		Short: "Show which revision every live agent serves",
 		Long: `status lists the live agents (from <root>/agents/), after a summary (how
-many serve the newest change, and how many run each version: an upgrade's
+many are converged, as --max-lag 0 counts, and how many run each version: an upgrade's
 progress), with the revision and epoch each serves, its lag (how many revisions it is behind the newest
 change under <root>/routing/: its newest key, or a delete an agent reports
 having applied) and its skipped keys: keys whose current
@@ -77,7 +77,7 @@ func printFleet(w io.Writer, f *store.Fleet) {
 	fmt.Fprintf(w, "epoch %d, newest routing change at revision %d, %d live agent(s)", f.Epoch, f.RoutingRevision, len(f.Agents))
 	if n := len(f.Agents); n > 0 {
 		behind := len(f.Unconverged(0))
-		fmt.Fprintf(w, ": %d current, %d not (behind, serving refused values or of another history)", n-behind, behind)
+		fmt.Fprintf(w, ": %d converged, %d not", n-behind, behind)
 		fmt.Fprintf(w, "\nversions: %s", versionCounts(f.Agents))
 	}
 	fmt.Fprint(w, "\n\n")

@@ -204,7 +204,7 @@ func TestStatusSkippedKeys(t *testing.T) {
 		SkippedKeys: []string{"bogus/key", "health/eu-central/h1", "pools/UPPER"}}, lease)
 
 	table := e.must(ExitOK, "status").stdout
-	if !strings.Contains(table, "4 live agent(s): 2 current, 2 not (behind, serving refused values or of another history)\nversions: - (4)\n") {
+	if !strings.Contains(table, "4 live agent(s): 2 converged, 2 not\nversions: - (4)\n") {
 		t.Fatalf("status summary:\n%s", table)
 	}
 	if !strings.Contains(table, "SKIPPED") || !regexp.MustCompile(`node-b .*2: policy/residency, routes/PL`).MatchString(table) ||
@@ -254,7 +254,7 @@ func TestStatusSkippedKeys(t *testing.T) {
 	if !regexp.MustCompile(`node-d .*3 \(3 served alike\): bogus/key`).MatchString(r.stdout) {
 		t.Fatalf("status --max-lag 0 converged without showing node-d's skipped keys:\n%s", r)
 	}
-	if !strings.Contains(r.stdout, "4 live agent(s): 4 current, 0 not (") || !strings.Contains(r.stdout, "\nversions: v1.4.0 (3), v1.3.2 (1)\n") {
+	if !strings.Contains(r.stdout, "4 live agent(s): 4 converged, 0 not\n") || !strings.Contains(r.stdout, "\nversions: v1.4.0 (3), v1.3.2 (1)\n") {
 		t.Fatalf("status summary once converged:\n%s", r)
 	}
 }

@@ -218,3 +218,23 @@ func TestServesRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestNotConvergedNamesTenAgents: a fleet of thousands behind does not make
+// a message of thousands of names: the first ten, then how many more, and
+// the way out for refused values even when only an unnamed agent serves
+// them.
+func TestNotConvergedNamesTenAgents(t *testing.T) {
+	var lagging []AgentInfo
+	for i := range 25 {
+		a := AgentInfo{AgentStatus: routing.AgentStatus{Node: fmt.Sprintf("node-%02d", i), Revision: 7}, Lag: 3}
+		if i == 20 {
+			a.Skipped, a.SkippedKeys = 1, []string{"routes/PL"}
+		}
+		lagging = append(lagging, a)
+	}
+	msg := (&NotConvergedError{Revision: 10, Lagging: lagging}).Error()
+	if !strings.Contains(msg, "25 agent(s) behind") || !strings.Contains(msg, "node-09@7; and 15 more (regionctl status lists them all)") ||
+		strings.Contains(msg, "node-10") || !strings.Contains(msg, "regionctl validate") {
+		t.Fatalf("message for 25 agents behind: %s", msg)
+	}
+}

@@ -77,6 +77,9 @@ func (e *UnreachableError) Error() string {
 // Unwrap returns the underlying error.
 func (e *UnreachableError) Unwrap() error { return e.Err }
 
+// maxNamedAgents is how many agents a NotConvergedError names.
+const maxNamedAgents = 10
+
 // NotConvergedError means some live agents did not reach a revision in
 // time or serve refused values (skipped keys), or their status could not
 // be read.
@@ -112,20 +115,29 @@ func (e *NotConvergedError) Error() string {
 	case e.NoAgents != "":
 		msg += fmt.Sprintf("no live agent under %s confirmed it: is --prefix the agents' --prefix, and are they running (regionctl status)?", e.NoAgents)
 	default:
-		names := make([]string, len(e.Lagging))
+		names := make([]string, 0, min(len(e.Lagging), maxNamedAgents+1))
 		skipping := false
 		for i, a := range e.Lagging {
-			names[i] = fmt.Sprintf("%s@%d", a.Node, a.Revision)
+			skipping = skipping || a.ServesRefused()
+			if i >= maxNamedAgents {
+				continue
+			}
+			n := fmt.Sprintf("%s@%d", a.Node, a.Revision)
 			if a.Invalid != "" {
-				names[i] = fmt.Sprintf("%s (its status key %s does not decode: %s)", a.Node, a.Key, a.Invalid)
+				n = fmt.Sprintf("%s (its status key %s does not decode: %s)", a.Node, a.Key, a.Invalid)
 			}
 			if a.ServesRefused() {
-				names[i] += " serving refused values of " + skippedString(a.AgentStatus)
-				skipping = true
+				n += " serving refused values of " + skippedString(a.AgentStatus)
 			}
 			if a.Diverged != "" {
-				names[i] += " (" + a.Diverged + ")"
+				n += " (" + a.Diverged + ")"
 			}
+			names = append(names, n)
+		}
+		if more := len(e.Lagging) - len(names); more > 0 {
+			// A fleet of thousands behind (etcd away, a storm) would
+			// make a message no terminal shows.
+			names = append(names, fmt.Sprintf("and %d more (regionctl status lists them all)", more))
 		}
 		msg += fmt.Sprintf("%d agent(s) behind, of another history or serving refused values: %s", len(e.Lagging), strings.Join(names, "; "))
 		if skipping {
