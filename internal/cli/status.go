@@ -20,22 +20,22 @@ func (a *app) statusCmd() *cobra.Command {
 		Use:   "status [--max-lag N]",
 		Short: "Show which revision every live agent serves",
 		Long: `status lists the live agents (from <root>/agents/), after a summary (how
-many are converged, as --max-lag 0 counts, and how many run each version: an upgrade's
-progress), with the revision and epoch each serves, its lag (how many revisions it is behind the newest
-change under <root>/routing/: its newest key, or a delete an agent reports
-having applied) and its skipped keys: keys whose current
-value the agent refused, so that it serves their last good value or
-nothing, where another agent may serve something else. With --max-lag N it
-exits 5 when an agent lags more than N revisions (0: every agent must be
-current) or serves refused values of a pool, route, policy, boost or the
-epoch, naming the node and the keys (fix or delete those keys: regionctl
-validate says what is wrong with them; skipped health keys and keys
-outside the grammar, which every agent serves alike, are shown but do not
-count, however many), when
-an agent follows another history (its revision past etcd's, or another
-epoch than etcd's: a restored backup, until it relists), and when no agent
-is live (is --prefix the agents' --prefix?). --wait-converged counts the
-same agents as not converged.`,
+many are converged, as --max-lag 0 counts, and how many run each version:
+an upgrade's progress), with the revision and epoch each serves, its lag
+(how many revisions it is behind the newest change under <root>/routing/:
+its newest key, or a delete an agent reports having applied) and its
+skipped keys: keys whose current value the agent refused, so that it
+serves their last good value or nothing, where another agent may serve
+something else. With --max-lag N it exits 5 when an agent lags more than N
+revisions (0: every agent must be current) or serves refused values of a
+pool, route, policy, boost or the epoch, naming the node and the keys (fix
+or delete those keys: regionctl validate says what is wrong with them;
+skipped health keys and keys outside the grammar, which every agent serves
+alike, are shown but do not count, however many), when an agent follows
+another history (its revision past etcd's, or another epoch than etcd's: a
+restored backup, until it relists), and when no agent is live (is --prefix
+the agents' --prefix?). --wait-converged counts the same agents as not
+converged.`,
 		Example: `  regionctl status
   regionctl status --max-lag 0 -o json`,
 		Args: exactArgs(0, "no arguments"),
