@@ -41,8 +41,8 @@ var realClock = statusClock{
 
 // publisher keeps <root>/agents/<node> equal to the agent's status, bound
 // to a session lease. A new change of the table is put at once (a change
-// nobody waits on at most every quietSpacing); the rest (connection,
-// epoch) is checked every statusCheck.
+// that left the epoch as it is at most every quietSpacing); the
+// connection is checked every statusCheck.
 type publisher struct {
 	cli     *clientv3.Client
 	key     string
@@ -201,11 +201,12 @@ const statusYield = 2 * time.Millisecond
 const statusSpacing = 25 * time.Millisecond
 
 // statusQuietSpacing is the least time between two status puts for
-// changes that did not move the epoch: the ones regionctl did not make
-// (a health key put by a heartbeat or gone with its lease, a boost's key
-// gone with its lease, a key put around regionctl). Nobody waits on those
-// (--wait-converged follows regionctl's writes, and each of those moves
-// the epoch), and they come in storms: origins flapping in an incident
+// changes that did not move the epoch: all but regionctl's write verbs
+// (a health key put by regionctl heartbeat or an origin's own script, or
+// gone with its lease, a boost's key gone with its lease, a key put around
+// regionctl). Nobody waits on those (--wait-converged follows the write
+// verbs, and each of those moves the epoch), and they come in storms:
+// origins flapping in an incident
 // change routing/ tens of times a second, and with statusSpacing a fleet
 // of N agents would put N×40 status keys a second into etcd just then.
 // With this spacing it is at most N a second. An isolated change still

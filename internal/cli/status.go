@@ -31,7 +31,8 @@ revisions (0: every agent must be current) or serves refused values of a
 pool, route, policy, boost or the epoch, naming the node and the keys (fix
 or delete those keys: regionctl validate says what is wrong with them;
 skipped health keys and keys outside the grammar, which every agent serves
-alike, are shown but do not count, however many), when an agent follows
+alike, are shown but do not count, however many, but for an older agent
+without skipped_alike past the ten keys it names), when an agent follows
 another history (its revision past etcd's, or another epoch than etcd's: a
 restored backup, until it relists), and when no agent is live (is --prefix
 the agents' --prefix?). --wait-converged counts the same agents as not
@@ -102,7 +103,11 @@ func printFleet(w io.Writer, f *store.Fleet) {
 func versionCounts(agents []store.AgentInfo) string {
 	counts := map[string]int{}
 	for _, a := range agents {
-		counts[orDash(a.Version)]++
+		v := orDash(a.Version)
+		if a.Invalid != "" {
+			v = "?" // as in the table: the key says nothing
+		}
+		counts[v]++
 	}
 	vs := slices.Collect(maps.Keys(counts))
 	slices.SortFunc(vs, func(a, b string) int {

@@ -304,17 +304,29 @@ func TestStatusCountsADeleteAnAgentApplied(t *testing.T) {
 }
 
 // TestStatusNamesAStatusKeyThatDoesNotDecode: an agent status key that
-// does not decode is named as such by status --max-lag, not as node@0.
+// does not decode is named as such by status --max-lag, not as node@0,
+// and is not converged even when the fields before the error gave the
+// newest revision; the summary counts its version as unknown.
 func TestStatusNamesAStatusKeyThatDoesNotDecode(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.seed()
-	if _, err := testClient.Put(context.Background(), e.ks.Agent("ghost"), "{not json", clientv3.WithLease(grantLease(t))); err != nil {
+	lease := grantLease(t)
+	if _, err := testClient.Put(context.Background(), e.ks.Agent("ghost"), "{not json", clientv3.WithLease(lease)); err != nil {
+		t.Fatal(err)
+	}
+	rev, _ := e.fingerprint()
+	half := fmt.Sprintf(`{"node":"half","revision":%d,"version":"v9","skipped":"x"}`, rev)
+	if _, err := testClient.Put(context.Background(), e.ks.Agent("half"), half, clientv3.WithLease(lease)); err != nil {
 		t.Fatal(err)
 	}
 	r := e.must(ExitNotConverged, "status", "--max-lag", "0")
-	if !strings.Contains(r.stderr, "ghost (its status key "+e.ks.Agent("ghost")+" does not decode: ") || strings.Contains(r.stderr, "ghost@0") {
-		t.Fatalf("status with an undecodable status key: %s", r)
+	if !strings.Contains(r.stderr, "ghost (its status key "+e.ks.Agent("ghost")+" does not decode: ") || strings.Contains(r.stderr, "ghost@0") ||
+		!strings.Contains(r.stderr, "half (its status key "+e.ks.Agent("half")+" does not decode: ") {
+		t.Fatalf("status with undecodable status keys: %s", r)
+	}
+	if !strings.Contains(r.stdout, "2 live agent(s): 0 converged, 2 not\nversions: ? (2)\n") {
+		t.Fatalf("status summary with undecodable status keys:\n%s", r.stdout)
 	}
 }
 

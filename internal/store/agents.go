@@ -137,10 +137,12 @@ func agentInfo(key, node string, value []byte, want, readRev int64) AgentInfo {
 	return a
 }
 
-// Converged reports whether the agent is at most maxLag revisions behind,
-// of etcd's present history, and serves no refused value (ServesRefused).
+// Converged reports whether the agent's status key decodes, and the agent
+// is at most maxLag revisions behind, of etcd's present history, and
+// serves no refused value (ServesRefused). (A status key that does not
+// decode may still have filled Revision: it says nothing.)
 func (a AgentInfo) Converged(maxLag int64) bool {
-	return a.Lag <= maxLag && !a.ServesRefused() && a.Diverged == ""
+	return a.Invalid == "" && a.Lag <= maxLag && !a.ServesRefused() && a.Diverged == ""
 }
 
 // ServesRefused reports whether, among its skipped keys, the agent may
@@ -151,23 +153,20 @@ func (a AgentInfo) Converged(maxLag int64) bool {
 // outside the grammar) are shown (SKIPPED) but keep no fleet from
 // converging: one origin's hand-written heartbeat (a value "up") would
 // otherwise fail every operator's --wait-converged, and the operator's
-// role cannot delete it. The agent's skipped_alike says how many there
-// are; an agent without it (older, or none alike) is judged by the keys
-// it names, and the skipped keys it does not name count as refused
-// values.
+// role cannot delete it. A key named that is not served alike counts;
+// past the names, the agent's skipped_alike says how many of the rest
+// are; an agent without it (older, or none alike) has the skipped keys it
+// does not name counted as refused values.
 func (a AgentInfo) ServesRefused() bool {
-	if a.SkippedAlike > 0 {
-		return a.Skipped > a.SkippedAlike
-	}
-	if a.Skipped > len(a.SkippedKeys) {
-		return true
-	}
 	for _, rel := range a.SkippedKeys {
 		if !routing.ServedAlike(rel) {
 			return true
 		}
 	}
-	return false
+	if a.SkippedAlike > 0 {
+		return a.Skipped > a.SkippedAlike
+	}
+	return a.Skipped > len(a.SkippedKeys)
 }
 
 // Unconverged returns the agents that are not Converged(maxLag).

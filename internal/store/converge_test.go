@@ -208,6 +208,7 @@ func TestServesRefused(t *testing.T) {
 		{"older agent, alike named", routing.AgentStatus{Skipped: 2, SkippedKeys: []string{"health/eu-west/x", "pools/UPPER"}}, false},
 		{"older agent, some not named", routing.AgentStatus{Skipped: 11, SkippedKeys: health(10)}, true},
 		{"older agent, a route among them", routing.AgentStatus{Skipped: 2, SkippedKeys: []string{"health/eu-west/x", "routes/PL"}}, true},
+		{"a route named, skipped_alike past it (by hand)", routing.AgentStatus{Skipped: 1, SkippedAlike: 3, SkippedKeys: []string{"routes/PL"}}, true},
 	} {
 		a := AgentInfo{AgentStatus: tc.st}
 		if got := a.ServesRefused(); got != tc.want {
@@ -217,12 +218,17 @@ func TestServesRefused(t *testing.T) {
 			t.Errorf("%s: Converged(0) %v, want %v", tc.name, a.Converged(0), !tc.want)
 		}
 	}
+	// A status key that does not decode says nothing, whatever fields the
+	// decoder filled before the error.
+	if a := agentInfo("k", "n", []byte(`{"revision":100,"version":"v9","skipped":"x"}`), 100, 100); a.Invalid == "" || a.Converged(0) {
+		t.Errorf("an undecodable status key: %+v converged", a)
+	}
 }
 
 // TestNotConvergedNamesTenAgents: a fleet of thousands behind does not make
-// a message of thousands of names: the first ten, then how many more, and
-// the way out for refused values even when only an unnamed agent serves
-// them.
+// a message of thousands of names: ten, then how many more; an agent a lag
+// alone does not explain (here serving refused values) is among the ten,
+// however far down the list.
 func TestNotConvergedNamesTenAgents(t *testing.T) {
 	var lagging []AgentInfo
 	for i := range 25 {
@@ -233,8 +239,9 @@ func TestNotConvergedNamesTenAgents(t *testing.T) {
 		lagging = append(lagging, a)
 	}
 	msg := (&NotConvergedError{Revision: 10, Lagging: lagging}).Error()
-	if !strings.Contains(msg, "25 agent(s) behind") || !strings.Contains(msg, "node-09@7; and 15 more (regionctl status lists them all)") ||
-		strings.Contains(msg, "node-10") || !strings.Contains(msg, "regionctl validate") {
+	if !strings.Contains(msg, "25 agent(s) behind, of another history or serving refused values: node-20@7 serving refused values of 1 key(s): routes/PL; node-00@7;") ||
+		!strings.Contains(msg, "node-08@7; and 15 more (regionctl status lists them all)") ||
+		strings.Contains(msg, "node-09") || !strings.Contains(msg, "regionctl validate") {
 		t.Fatalf("message for 25 agents behind: %s", msg)
 	}
 }

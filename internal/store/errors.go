@@ -1,9 +1,11 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -77,6 +79,15 @@ func (e *UnreachableError) Error() string {
 // Unwrap returns the underlying error.
 func (e *UnreachableError) Unwrap() error { return e.Err }
 
+// lagAlone is 1 for an agent that is only behind, 0 for one whose status
+// key does not decode, of another history or serving refused values.
+func (a AgentInfo) lagAlone() int {
+	if a.Invalid != "" || a.Diverged != "" || a.ServesRefused() {
+		return 0
+	}
+	return 1
+}
+
 // maxNamedAgents is how many agents a NotConvergedError names.
 const maxNamedAgents = 10
 
@@ -115,9 +126,14 @@ func (e *NotConvergedError) Error() string {
 	case e.NoAgents != "":
 		msg += fmt.Sprintf("no live agent under %s confirmed it: is --prefix the agents' --prefix, and are they running (regionctl status)?", e.NoAgents)
 	default:
-		names := make([]string, 0, min(len(e.Lagging), maxNamedAgents+1))
+		// Agents a lag alone does not explain (an undecodable status key,
+		// another history, refused values) first: they are named even
+		// among thousands merely behind.
+		lagging := slices.Clone(e.Lagging)
+		slices.SortStableFunc(lagging, func(a, b AgentInfo) int { return cmp.Compare(a.lagAlone(), b.lagAlone()) })
+		names := make([]string, 0, min(len(lagging), maxNamedAgents+1))
 		skipping := false
-		for i, a := range e.Lagging {
+		for i, a := range lagging {
 			skipping = skipping || a.ServesRefused()
 			if i >= maxNamedAgents {
 				continue
@@ -134,7 +150,7 @@ func (e *NotConvergedError) Error() string {
 			}
 			names = append(names, n)
 		}
-		if more := len(e.Lagging) - len(names); more > 0 {
+		if more := len(lagging) - len(names); more > 0 {
 			// A fleet of thousands behind (etcd away, a storm) would
 			// make a message no terminal shows.
 			names = append(names, fmt.Sprintf("and %d more (regionctl status lists them all)", more))
