@@ -126,23 +126,16 @@ func skippedKeys(sk []routing.Skipped) (n, alike int, names []string) {
 	}
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
-	slices.SortStableFunc(keys, func(a, b string) int {
-		return cmp.Compare(b2i(routing.ServedAlike(a)), b2i(routing.ServedAlike(b)))
-	})
+	var fix, same []string
 	for _, k := range keys {
 		if routing.ServedAlike(k) {
-			alike++
+			same = append(same, k)
+		} else {
+			fix = append(fix, k)
 		}
 	}
-	return len(keys), alike, slices.Clip(keys[:min(len(keys), routing.MaxStatusSkippedKeys)])
-}
-
-// b2i is 1 for true, 0 for false.
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
+	names = append(fix, same...)
+	return len(names), len(same), slices.Clip(names[:min(len(names), routing.MaxStatusSkippedKeys)])
 }
 
 // run publishes the status of m until ctx is done, then revokes the lease
@@ -201,17 +194,16 @@ const statusYield = 2 * time.Millisecond
 const statusSpacing = 25 * time.Millisecond
 
 // statusQuietSpacing is the least time between two status puts for
-// changes that did not move the epoch: all but regionctl's write verbs
-// (a health key put by regionctl heartbeat or an origin's own script, or
-// gone with its lease, a boost's key gone with its lease, a key put around
+// changes that did not move the epoch: all but regionctl's write verbs (a
+// health key put by regionctl heartbeat or an origin's own script, or gone
+// with its lease, a boost's key gone with its lease, a key put around
 // regionctl). Nobody waits on those (--wait-converged follows the write
 // verbs, and each of those moves the epoch), and they come in storms:
-// origins flapping in an incident
-// change routing/ tens of times a second, and with statusSpacing a fleet
-// of N agents would put N×40 status keys a second into etcd just then.
-// With this spacing it is at most N a second. An isolated change still
-// goes out at once, and a regionctl write during such a storm is not held
-// back by it: it moves the epoch.
+// origins flapping in an incident change routing/ tens of times a second,
+// and with statusSpacing a fleet of N agents would put N×40 status keys a
+// second into etcd just then. With this spacing it is at most N a second.
+// An isolated change still goes out at once, and a regionctl write during
+// such a storm is not held back by it: it moves the epoch.
 const statusQuietSpacing = time.Second
 
 // statusCheck is how often the publisher looks for what no change signals:
