@@ -123,3 +123,41 @@ func TestLiveAnswersAreNotCached(t *testing.T) {
 		}
 	}
 }
+
+// TestResolvesCountDecisionsNotExplains: regiond_api_resolves_total
+// counts the decisions answered (HEAD included: it is one, without its
+// body) and not an explain, which is an operator's diagnostic, not a
+// viewer's decision.
+func TestResolvesCountDecisionsNotExplains(t *testing.T) {
+	h, _ := startExampleAgent(t)
+	total := func() float64 {
+		t.Helper()
+		mfs, err := h.a.Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := 0.0
+		for _, mf := range mfs {
+			if mf.GetName() == "regiond_api_resolves_total" {
+				for _, m := range mf.GetMetric() {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
+		return sum
+	}
+	before := total()
+	for _, q := range []string{"country=PL&key=k", "country=PL&key=k&explain=0", "country=PL&key=k&explain=1", "country=ZZ&explain=true"} {
+		if code, _, b := h.rawGet("/v1/resolve", q); code != http.StatusOK {
+			t.Fatalf("GET /v1/resolve?%s = %d %s; want 200", q, code, b)
+		}
+	}
+	resp, err := h.http.Head("http://" + h.a.Addr() + "/v1/resolve?country=PL&key=k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := total() - before; got != 3 {
+		t.Fatalf("resolves_total grew by %v for two decisions, a HEAD and two explains; want 3", got)
+	}
+}

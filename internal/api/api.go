@@ -3,6 +3,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -298,7 +299,9 @@ func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if t == nil {
-		s.resolves.WithLabelValues("no_table").Inc()
+		if !explain { // an explain is a diagnostic, not a decision: not counted
+			s.resolves.WithLabelValues("no_table").Inc()
+		}
 		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "no routing table loaded yet"})
 		return
 	}
@@ -424,14 +427,22 @@ func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
 	}
 }
 
+// writeJSON answers v as JSON on one line. Characters are written as they
+// are (an error quoting `explain=<b>&x` shows just that): the answers are
+// read by operators and programs, never embedded in HTML, so
+// encoding/json's HTML escaping (\u003c, \u0026) would only garble them.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		status, b = http.StatusInternalServerError, []byte(`{"error":"encode response"}`)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b) // Encode ends the line
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		status = http.StatusInternalServerError
+		b.Reset()
+		b.WriteString(`{"error":"encode response"}` + "\n")
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
+	w.Write(b.Bytes())
 }
 
 func writeText(w http.ResponseWriter, status int, s string) {

@@ -1,6 +1,11 @@
 package api
 
-import "testing"
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+)
 
 // TestIsLoopbackHost: the Host names a browser sends for the loopback
 // interface pass; names an attacker's DNS resolves (the way of a DNS
@@ -45,5 +50,25 @@ func TestIsLoopbackHost(t *testing.T) {
 		if got := IsLoopbackHost(tc.host); got != tc.want {
 			t.Errorf("IsLoopbackHost(%q) = %v, want %v", tc.host, got, tc.want)
 		}
+	}
+}
+
+// TestWriteJSONWritesCharactersAsTheyAre: an answer quoting what the
+// client sent shows it as sent (no \u003c or \u0026 for a reader of curl's
+// output to decode), on one line, and still decodes to the same value.
+func TestWriteJSONWritesCharactersAsTheyAre(t *testing.T) {
+	rec := httptest.NewRecorder()
+	msg := "explain=<b>&x: want 1 or true"
+	writeJSON(rec, http.StatusBadRequest, errorBody{Error: msg})
+	body := rec.Body.String()
+	if want := `{"error":"explain=<b>&x: want 1 or true"}` + "\n"; body != want {
+		t.Fatalf("body %q, want %q", body, want)
+	}
+	if rec.Code != http.StatusBadRequest || rec.Header().Get("Content-Type") != "application/json" {
+		t.Fatalf("HTTP %d, Content-Type %q", rec.Code, rec.Header().Get("Content-Type"))
+	}
+	var back errorBody
+	if err := json.Unmarshal(rec.Body.Bytes(), &back); err != nil || back.Error != msg {
+		t.Fatalf("decoded %+v, %v; want %q", back, err, msg)
 	}
 }
