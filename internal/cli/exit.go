@@ -59,7 +59,7 @@ func (a *app) exitCode(err error) int {
 		fmt.Fprintf(a.stderr, "regionctl: %v\n", committed)
 		return ExitNotConverged
 	case errors.As(err, &notConv): // before unreach: it may wrap one
-		fmt.Fprintf(a.stderr, "regionctl: %v\n", notConv)
+		fmt.Fprintf(a.stderr, "regionctl: %v\n", err) // with what wraps it (a write with nothing to write)
 		return ExitNotConverged
 	case errors.As(err, &refused):
 		// What it proposed, on stderr beside why it was refused: stdout

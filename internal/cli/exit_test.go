@@ -68,6 +68,12 @@ func TestExitUsage(t *testing.T) {
 		"heartbeat EU-central --instance fra-1a --addr 10.0.0.12:443":    `pool "EU-central": want a pool id`,
 		"heartbeat eu-central --instance fra-1a --addr http://10.0.0.12": `--addr: "http://10.0.0.12" is a URL`,
 		"heartbeat eu-central --instance fra-1a --addr 10.0.0.12:0":      `--addr: "10.0.0.12:0": port must be 1..65535`,
+		// A value that would quietly mean something else.
+		"pool drain eu-north --wait-converged=-5s": "--wait-converged=-5s: want a timeout above 0 (the bare flag waits 1m0s)",
+		"pool drain eu-north --retry -1":           "--retry -1: want 0 (the default: no retry) or more",
+		"history --limit -1":                       "--limit -1: want 0 (all) or more",
+		"--command-timeout 0 get":                  "--command-timeout 0s: want a timeout above 0",
+		"--dial-timeout -1s get":                   "--dial-timeout -1s: want a timeout above 0",
 	} {
 		argv := strings.Fields(args)
 		if i := slices.Index(argv, "--addr"); i >= 0 { // the rest is the flag's value, spaces and all
@@ -188,6 +194,23 @@ func TestEnvFlags(t *testing.T) {
 	// a shell shows them; the connection flags are not.
 	if want := "REGIONCTL_REASON='from the environment' pool drain eu-north"; rec.Command != want {
 		t.Fatalf("audit command %q, want %q", rec.Command, want)
+	}
+	// A bad value from the environment names the variable, not the flag.
+	for k, want := range map[string]string{
+		"REGIONCTL_OUTPUT":          `REGIONCTL_OUTPUT "jsn": want table, json or yaml`,
+		"REGIONCTL_COMMAND_TIMEOUT": "REGIONCTL_COMMAND_TIMEOUT 0s: want a timeout above 0",
+	} {
+		bad := map[string]string{"REGIONCTL_OUTPUT": "jsn", "REGIONCTL_COMMAND_TIMEOUT": "0s"}[k]
+		var out, errb strings.Builder
+		code := run(context.Background(), []string{"get"}, &out, &errb, func(n string) string {
+			if n == k {
+				return bad
+			}
+			return env[n]
+		})
+		if code != ExitUsage || !strings.Contains(errb.String(), want) {
+			t.Errorf("%s=%s: exit %d %q; want exit 2 naming %q", k, bad, code, errb.String(), want)
+		}
 	}
 	r := e.must(ExitOK, "pool", "undrain", "eu-north", "--user", "bob:hunter2")
 	if rec := e.audit(3); rec.User != "bob" || strings.Contains(e.get(e.ks.Audit(3)), "hunter2") {

@@ -30,6 +30,9 @@ func (a *app) historyCmd() *cobra.Command {
 			}
 			return a.runHistoryEpoch(ctx, epoch)
 		}
+		if limit < 0 {
+			return usagef("--limit %d: want 0 (all) or more", limit)
+		}
 		return a.runHistory(ctx, limit)
 	})
 	return cmd

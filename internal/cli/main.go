@@ -59,13 +59,16 @@ type app struct {
 	cmd     *cobra.Command
 	root    *cobra.Command // for the usage error's --help hint
 
-	endpoints      []string
-	prefix         string
-	cacert, cert   string
-	tlsKey         string
-	user           string
-	output         string
-	dialTimeout    time.Duration
+	endpoints    []string
+	prefix       string
+	cacert, cert string
+	tlsKey       string
+	user         string
+	output       string
+	dialTimeout  time.Duration
+	// envFlags names the environment variable that set each flag set
+	// from one, by flag name.
+	envFlags       map[string]string
 	commandTimeout time.Duration
 	verbose        bool
 	rolePrefix     string
@@ -187,6 +190,10 @@ func (a *app) applyEnv(cmd *cobra.Command) error {
 		}
 		f.Changed = true
 		a.fromEnv = append(a.fromEnv, name+"="+shellWord(v))
+		if a.envFlags == nil {
+			a.envFlags = map[string]string{}
+		}
+		a.envFlags[f.Name] = name
 		return true
 	}
 	globals := cmd.Root().PersistentFlags()
@@ -203,11 +210,28 @@ func (a *app) applyEnv(cmd *cobra.Command) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"command-timeout", a.commandTimeout}, {"dial-timeout", a.dialTimeout}} {
+		if d.v <= 0 {
+			return fmt.Errorf("%s %s: want a timeout above 0", a.flagOrEnv(d.flag, "--"+d.flag), d.v)
+		}
+	}
 	switch a.output {
 	case "table", "json", "yaml":
 		return nil
 	}
-	return fmt.Errorf("-o %q: want table, json or yaml", a.output)
+	return fmt.Errorf("%s %q: want table, json or yaml", a.flagOrEnv("output", "-o"), a.output)
+}
+
+// flagOrEnv names where flag name's value came from: the environment
+// variable that set it, else as given (shown, e.g. "-o").
+func (a *app) flagOrEnv(name, shown string) string {
+	if v, ok := a.envFlags[name]; ok {
+		return v
+	}
+	return shown
 }
 
 // load dials etcd (once) and reads the whole routing state.

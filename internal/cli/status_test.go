@@ -474,3 +474,50 @@ func TestMalformedEpochKeyDivergesNoAgent(t *testing.T) {
 		t.Fatalf("status with a malformed epoch key: %s", r)
 	}
 }
+
+// TestNoOpWriteStillWaits: a write that finds nothing to change (a re-run
+// after exit 5, a second operator's same drain) with --wait-converged
+// still waits for the fleet to serve the state asked for, the revision of
+// its newest change: a script that drains, waits and reboots was told
+// "converged" (exit 0) by a drain that had nothing to do while an agent
+// still lagged. Its exit 5 says nothing was written (no "do not
+// re-run"). A no-op dry run says it is one in -o json.
+func TestNoOpWriteStillWaits(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	lease := grantLease(t)
+	rev, _ := e.fingerprint()
+	e.putAgent("node-behind", rev, lease) // current now; it will not report the drain
+	e.must(ExitNotConverged, "pool", "drain", "eu-north", "--wait-converged=1s")
+	ep, err := testClient.Get(context.Background(), e.ks.Epoch())
+	if err != nil || len(ep.Kvs) == 0 {
+		t.Fatalf("epoch key: %v", err)
+	}
+	drained := ep.Kvs[0].ModRevision
+
+	r := e.must(ExitNotConverged, "pool", "drain", "eu-north", "--wait-converged=1s")
+	if !strings.Contains(r.stdout, "no changes; epoch stays") || strings.Contains(r.stdout, "converged: every live agent") ||
+		!strings.Contains(r.stderr, fmt.Sprintf("nothing to write (etcd holds what was asked since revision %d), but", drained)) ||
+		!strings.Contains(r.stderr, "node-behind@") || strings.Contains(r.stderr, "do not re-run") {
+		t.Fatalf("a no-op drain waiting on a lagging agent: %s", r)
+	}
+	e.must(ExitOK, "pool", "drain", "eu-north") // no wait asked: nothing to wait for
+
+	e.putAgent("node-behind", drained, lease) // it serves the drain now
+	r = e.must(ExitOK, "pool", "drain", "eu-north", "--wait-converged=10s")
+	if !strings.Contains(r.stdout, "no changes; epoch stays") ||
+		!strings.Contains(r.stdout, fmt.Sprintf("converged: every live agent serves revision %d or later", drained)) {
+		t.Fatalf("a no-op drain with the fleet serving it: %s", r)
+	}
+
+	r = e.must(ExitOK, "-o", "json", "pool", "drain", "eu-north", "--dry-run")
+	var out struct {
+		NoOp     bool  `json:"noop"`
+		DryRun   bool  `json:"dry_run"`
+		Revision int64 `json:"revision"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || !out.NoOp || !out.DryRun || out.Revision != drained {
+		t.Fatalf("-o json no-op dry run: %+v %v: %s", out, err, r)
+	}
+}

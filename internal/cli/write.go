@@ -32,7 +32,7 @@ func addWriteFlags(cmd *cobra.Command, w *writeOpts) {
 	f.StringVar(&w.reason, "reason", "", "why: stored in the audit record")
 	f.BoolVar(&w.dryRun, "dry-run", false, "print the diff and write nothing")
 	f.DurationVar(&w.wait, "wait-converged", 0, "after writing, wait until every live agent, and at least one, serves the new revision (bare flag: "+
-		defaultConvergeWait.String()+"); exit 5 if it does not in time (no live agent: at the deadline) or the wait fails: the write stays committed")
+		defaultConvergeWait.String()+"); exit 5 if it does not in time (no live agent: at the deadline) or the wait fails: the write stays committed. With nothing to write, it waits for the state's newest change")
 	f.Lookup("wait-converged").NoOptDefVal = defaultConvergeWait.String()
 	f.IntVar(&w.retry, "retry", 0, "on a concurrent change, re-read and retry up to N times")
 	f.BoolVar(&w.force, "force", false, "write even if some country would be left with no eligible pool")
@@ -83,6 +83,12 @@ func (e *committedError) Unwrap() error { return e.err }
 // runWrite sends one write through the store, prints the diff and the new
 // epoch, and waits for convergence when asked.
 func (a *app) runWrite(ctx context.Context, w writeOpts, build buildFunc) error {
+	if w.wait < 0 {
+		return usagef("--wait-converged=%s: want a timeout above 0 (the bare flag waits %s)", w.wait, defaultConvergeWait)
+	}
+	if w.retry < 0 {
+		return usagef("--retry %d: want 0 (the default: no retry) or more", w.retry)
+	}
 	a.writing(w)
 	st, err := a.store(ctx)
 	if err != nil {
@@ -106,8 +112,11 @@ func (a *app) runWrite(ctx context.Context, w writeOpts, build buildFunc) error 
 	if err != nil {
 		return err
 	}
-	if res.DryRun || res.NoOp {
+	if res.DryRun {
 		return a.printWrite(writeResultOf(res))
+	}
+	if res.NoOp {
+		return a.afterNoOp(ctx, st, res, w)
 	}
 	if hook, ok := ctx.Value(afterCommitHook{}).(func()); ok {
 		hook()
@@ -130,20 +139,7 @@ func (a *app) afterCommit(ctx context.Context, st *store.Store, res *store.Resul
 	out.Notes = w.notes
 	var waitErr error
 	if w.wait > 0 {
-		wctx, cancel := context.WithTimeout(ctx, w.wait)
-		var conv store.Convergence
-		conv, waitErr = st.WaitConverged(wctx, res.Revision)
-		cancel()
-		ok := waitErr == nil
-		out.Converged = &ok
-		for _, sk := range conv.Skews {
-			way := "ahead of"
-			if sk.Ahead < 0 {
-				way = "behind"
-			}
-			fmt.Fprintf(a.stderr, "regionctl: warning: agent %s's clock is %s %s this host's: boosts end at their expires_at by the agents' clocks (this host's clock + --ttl), so one ends early or late there, or is over on arrival; keep the clocks in sync (NTP)\n",
-				sk.Node, sk.Ahead.Abs().Round(time.Second), way)
-		}
+		waitErr = a.waitConverged(ctx, st, res.Revision, w.wait, &out)
 	}
 	var printErr error
 	if err := a.printWrite(out); err != nil {
@@ -155,8 +151,54 @@ func (a *app) afterCommit(ctx context.Context, st *store.Store, res *store.Resul
 	return nil
 }
 
+// afterNoOp prints a write that found nothing to change: what it asked
+// for is in etcd already (a re-run after exit 5, a second operator's same
+// drain). Asked to wait, it still waits for the fleet to serve that state
+// (the revision of its newest change): a script that drains, waits and
+// reboots must not be told converged by a drain that had nothing to do
+// while agents still send viewers to the pool. Nothing was written, so a
+// failed wait exits 5 without "do not re-run".
+func (a *app) afterNoOp(ctx context.Context, st *store.Store, res *store.Result, w writeOpts) error {
+	out := writeResultOf(res)
+	out.Notes = w.notes
+	var waitErr error
+	if w.wait > 0 {
+		if err := a.waitConverged(ctx, st, out.Revision, w.wait, &out); err != nil {
+			waitErr = fmt.Errorf("nothing to write (etcd holds what was asked since revision %d), but %w", out.Revision, err)
+		}
+	}
+	return errors.Join(waitErr, a.printWrite(out))
+}
+
+// waitConverged waits up to wait for every live agent to serve rev,
+// records the outcome in out and warns about each agent whose clock is
+// off this host's.
+func (a *app) waitConverged(ctx context.Context, st *store.Store, rev int64, wait time.Duration, out *writeResult) error {
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	conv, err := st.WaitConverged(wctx, rev)
+	ok := err == nil
+	out.Converged = &ok
+	for _, sk := range conv.Skews {
+		way := "ahead of"
+		if sk.Ahead < 0 {
+			way = "behind"
+		}
+		fmt.Fprintf(a.stderr, "regionctl: warning: agent %s's clock is %s %s this host's: boosts end at their expires_at by the agents' clocks (this host's clock + --ttl), so one ends early or late there, or is over on arrival; keep the clocks in sync (NTP)\n",
+			sk.Node, sk.Ahead.Abs().Round(time.Second), way)
+	}
+	return err
+}
+
+// writeResultOf is what a write prints. A write that found nothing to
+// change gives the revision of the state's newest change as its revision:
+// agents at it serve what was asked, as after a write at its commit.
 func writeResultOf(res *store.Result) writeResult {
-	return writeResult{PrevEpoch: res.PrevEpoch, Epoch: res.Epoch, Revision: res.Revision,
+	rev := res.Revision
+	if res.NoOp && res.State != nil {
+		rev = res.State.NewestChange()
+	}
+	return writeResult{PrevEpoch: res.PrevEpoch, Epoch: res.Epoch, Revision: rev,
 		DryRun: res.DryRun, NoOp: res.NoOp, Changes: res.Changes, Diff: diffLines(res.Changes)}
 }
 

@@ -48,6 +48,19 @@ type State struct {
 	invalid  map[string][]byte // config keys whose values do not decode
 }
 
+// NewestChange is the newest mod revision of the routing prefix's keys as
+// read (the epoch key's included): what an agent must have applied to
+// serve this state. A key deleted since its last put leaves no trace here
+// (the write verbs' deletes move the epoch key in the same Txn, so theirs
+// are covered).
+func (st *State) NewestChange() int64 {
+	newest := st.EpochModRevision
+	for _, kv := range st.KVs {
+		newest = max(newest, kv.ModRevision)
+	}
+	return newest
+}
+
 // LiveOverrideRaw is a boost key whose stored value does not decode.
 type LiveOverrideRaw struct {
 	Value []byte

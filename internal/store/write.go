@@ -39,10 +39,11 @@ type Result struct {
 	// or a dry run).
 	Revision int64
 	// Changes are the keys written, relative to <root>/routing/, in order.
-	Changes  []routing.Change
-	NoOp     bool
-	DryRun   bool
-	Attempts int
+	Changes []routing.Change
+	// NoOp: the state held what was asked, nothing to write; DryRun:
+	// asked to write nothing (set for a no-op too).
+	NoOp, DryRun bool
+	Attempts     int
 	// State is the state the write was built on.
 	State *State
 }
@@ -88,7 +89,7 @@ func (s *Store) writeOnce(ctx context.Context, req WriteRequest) (*Result, error
 	res := &Result{PrevEpoch: st.Epoch, Epoch: st.Epoch, Revision: st.Revision, Changes: changes(ops), State: st}
 	switch {
 	case len(ops) == 0:
-		res.NoOp = true
+		res.NoOp, res.DryRun = true, req.DryRun
 		return res, nil
 	case req.DryRun:
 		if err := s.auditGuard(ctx, st); err != nil {
