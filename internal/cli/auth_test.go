@@ -377,8 +377,18 @@ func originJobs(t *testing.T, e *rbacEnv) {
 		<-done
 		t.Fatalf("origin heartbeat wrote no health key:\n%s%s", out.String(), errb.String())
 	}
+	// Deleted by root while it runs: the origin's role alone reads,
+	// watches and puts it back.
+	if _, err := e.root.Delete(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := waitFor(10*time.Second, present); !ok {
+		cancel()
+		<-done
+		t.Fatalf("origin heartbeat did not put its deleted key back:\n%s%s", out.String(), errb.String())
+	}
 	cancel()
-	if r := <-done; r.code != ExitOK || present() {
+	if r := <-done; r.code != ExitOK || present() || strings.Contains(errb.String(), "cannot follow the marker") {
 		t.Fatalf("origin heartbeat stopped: exit %d, key present %v:\n%s%s", r.code, present(), out.String(), errb.String())
 	}
 }

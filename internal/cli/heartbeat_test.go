@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -62,17 +61,17 @@ type buildError struct {
 func (e *buildError) Error() string { return e.err.Error() + "\n" + e.out }
 
 // startHeartbeat runs `regionctl heartbeat` as a subprocess.
-func (e *tenv) startHeartbeat(t *testing.T, bin, instance string) (*exec.Cmd, *bytes.Buffer) {
+func (e *tenv) startHeartbeat(t *testing.T, bin, instance string) (*exec.Cmd, *logbuf.Buffer) {
 	t.Helper()
 	cmd := exec.Command(bin, "--endpoints", strings.Join(testServer.Endpoints, ","), "--prefix", e.prefix,
 		"heartbeat", "eu-central", "--instance", instance, "--addr", "10.0.0.1:443", "--ttl", "2s")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	out := &logbuf.Buffer{} // read while the process writes
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	return cmd, &out
+	return cmd, out
 }
 
 // healthLease returns the lease of a health key; 0 when it is absent.
@@ -240,5 +239,63 @@ func TestHeartbeatWaitsForEtcd(t *testing.T) {
 	}
 	if exists() {
 		t.Fatal("health key still there right after SIGTERM")
+	}
+}
+
+// TestHeartbeatPutsItsKeyBack: a running heartbeat keeps its key, not
+// only its lease. A delete by hand is undone under the same lease, and a
+// second heartbeat with the same --instance is named as a conflict; when
+// that one stops (revoking its lease, so the key goes), the first puts the
+// key back. Before, the key stayed gone while the process ran on: a live
+// origin looked dead to every agent.
+func TestHeartbeatPutsItsKeyBack(t *testing.T) {
+	t.Parallel()
+	bin := regionctlBinary(t)
+	e := newEnv(t)
+	e.seed()
+	first, firstOut := e.startHeartbeat(t, bin, "fra-keep")
+	var lease int64
+	if _, ok := waitFor(10*time.Second, func() bool { lease = e.healthLease("fra-keep"); return lease != 0 }); !ok {
+		t.Fatalf("health key not written:\n%s", firstOut)
+	}
+	key := e.ks.RoutingKey(routing.HealthKey("eu-central", "fra-keep"))
+
+	if _, err := testClient.Delete(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := waitFor(5*time.Second, func() bool { return e.healthLease("fra-keep") == lease }); !ok {
+		t.Fatalf("the deleted key was not put back under lease %x:\n%s", lease, firstOut)
+	}
+	if !strings.Contains(firstOut.String(), "the marker was deleted while this heartbeat runs; put it back") {
+		t.Fatalf("the put back is not logged:\n%s", firstOut)
+	}
+
+	second, secondOut := e.startHeartbeat(t, bin, "fra-keep")
+	var other int64
+	if _, ok := waitFor(10*time.Second, func() bool { other = e.healthLease("fra-keep"); return other != 0 && other != lease }); !ok {
+		t.Fatalf("the second heartbeat did not put its key:\n%s", secondOut)
+	}
+	if _, ok := waitFor(5*time.Second, func() bool {
+		return strings.Contains(firstOut.String(), "the marker is held by another lease") && strings.Contains(firstOut.String(), "--instance must be unique")
+	}); !ok {
+		t.Fatalf("the conflict is not named:\n%s", firstOut)
+	}
+	if got := e.healthLease("fra-keep"); got != other {
+		t.Fatalf("the first heartbeat fought for the key (lease %x, want the second's %x)", got, other)
+	}
+	if err := second.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Wait(); err != nil {
+		t.Fatalf("second heartbeat on SIGTERM: %v\n%s", err, secondOut)
+	}
+	if _, ok := waitFor(5*time.Second, func() bool { return e.healthLease("fra-keep") == lease }); !ok {
+		t.Fatalf("the key was not put back under lease %x once the second heartbeat stopped (now %x):\n%s", lease, e.healthLease("fra-keep"), firstOut)
+	}
+	if err := first.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Wait(); err != nil || e.healthLease("fra-keep") != 0 {
+		t.Fatalf("first heartbeat on SIGTERM: %v, lease %x\n%s", err, e.healthLease("fra-keep"), firstOut)
 	}
 }

@@ -61,6 +61,7 @@ func (s *Store) Heartbeat(ctx context.Context, c HeartbeatConfig) error {
 		if c.OnUp != nil {
 			c.OnUp(int64(sess.Lease()))
 		}
+		s.keepMarker(ctx, sess, rel, string(val))
 		select {
 		case <-ctx.Done():
 			// Revoked within --command-timeout (5 s), not the session's
@@ -80,6 +81,100 @@ func (s *Store) Heartbeat(ctx context.Context, c HeartbeatConfig) error {
 			s.log.Warn("heartbeat: lease lost, granting a new one", "key", rel)
 		}
 	}
+}
+
+// keepMarker holds the marker at rel under sess's lease until ctx or the
+// session ends. The lease alone does not: a delete (a hand's etcdctl del
+// while this process runs) would leave a live origin looking dead for as
+// long as it runs. So it reads the key and watches it from there: a key
+// found gone is put back (only if still absent: a Txn on its create
+// revision), and a key under another lease (a second heartbeat with the
+// same --instance, a hand's put) is logged, once per lease, and put back
+// once that one is gone. A watch or read that fails is retried with a
+// backoff: the lease keeps the key meanwhile.
+func (s *Store) keepMarker(ctx context.Context, sess *concurrency.Session, rel, val string) {
+	key := s.ks.RoutingKey(rel)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { // the session ending ends the watch
+		select {
+		case <-sess.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	bo := backoff.New(200*time.Millisecond, 5*time.Second)
+	var warned clientv3.LeaseID // the other lease last logged
+	for ctx.Err() == nil {
+		rev, err := s.ensureMarker(ctx, sess.Lease(), rel, key, val, &warned)
+		if err == nil {
+			err = s.nextMarkerEvent(ctx, key, rev)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			s.log.Warn("heartbeat: cannot follow the marker, retrying", "key", rel, "err", err)
+			if bo.Wait(ctx) != nil {
+				return
+			}
+			continue
+		}
+		bo.Reset()
+	}
+}
+
+// ensureMarker reads the marker and puts it back under lease if it is
+// gone; it returns the revision the key was seen at.
+func (s *Store) ensureMarker(ctx context.Context, lease clientv3.LeaseID, rel, key, val string, warned *clientv3.LeaseID) (int64, error) {
+	for {
+		rctx, cancel := s.reqCtx(ctx)
+		resp, err := s.cli.Get(rctx, key)
+		cancel()
+		if err != nil {
+			return 0, s.rpcErr("read "+key, err)
+		}
+		switch {
+		case len(resp.Kvs) == 0:
+			rctx, cancel := s.reqCtx(ctx)
+			txn, err := s.cli.Txn(rctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+				Then(clientv3.OpPut(key, val, clientv3.WithLease(lease))).Commit()
+			cancel()
+			if err != nil {
+				return 0, s.writeErr("put "+key+" back", err, s.roles.WriteNeed(key))
+			}
+			if !txn.Succeeded {
+				continue // put meanwhile: read what is there
+			}
+			s.log.Warn("heartbeat: the marker was deleted while this heartbeat runs; put it back (stop the heartbeat, or drain the pool, to take the instance out)",
+				"key", rel, "lease", fmt.Sprintf("%x", int64(lease)))
+			*warned = 0
+			return txn.Header.Revision, nil
+		case clientv3.LeaseID(resp.Kvs[0].Lease) != lease:
+			if other := clientv3.LeaseID(resp.Kvs[0].Lease); other != *warned {
+				*warned = other
+				s.log.Error("heartbeat: the marker is held by another lease (another heartbeat with the same --instance, or a put by hand): --instance must be unique within the pool; this heartbeat puts it back once that one is gone",
+					"key", rel, "lease", fmt.Sprintf("%x", int64(lease)), "other_lease", fmt.Sprintf("%x", int64(other)))
+			}
+		}
+		return resp.Header.Revision, nil
+	}
+}
+
+// nextMarkerEvent returns at the first change of key after rev; an error
+// when the watch ends without one (ctx done, no leader, compacted).
+func (s *Store) nextMarkerEvent(ctx context.Context, key string, rev int64) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for resp := range s.cli.Watch(wctx, key, clientv3.WithRev(rev+1)) {
+		if err := resp.Err(); err != nil {
+			return fmt.Errorf("watch %s: %w", key, err)
+		}
+		if len(resp.Events) > 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("watch %s: %w", key, errors.Join(ctx.Err(), errors.New("the watch ended")))
 }
 
 // heartbeatSession grants a lease, keeps it alive in a session that
