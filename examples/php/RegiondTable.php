@@ -39,8 +39,8 @@ class NoRouteException extends \RuntimeException
     public function __construct(
         public readonly string $country,
         public readonly array $reasons,
-        public readonly int $revision,
-        public readonly int $epoch,
+        public readonly int|float $revision,
+        public readonly int|float $epoch,
     ) {
         parent::__construct(sprintf(
             'regiond: no eligible pool for %s (%s)',
@@ -53,7 +53,7 @@ class NoRouteException extends \RuntimeException
      * The agent's NoRoute body: {"error","country","reasons","revision","epoch"},
      * the members the agent leaves out when empty left out, as it does.
      *
-     * @return array{error: string, country?: string, reasons?: list<string>, revision?: int, epoch?: int}
+     * @return array{error: string, country?: string, reasons?: list<string>, revision?: int|float, epoch?: int|float}
      */
     public function toArray(): array
     {
@@ -136,8 +136,8 @@ final class RegiondTable
         private readonly float $writtenAt,
         private readonly float $syncedAt,
         private readonly float $maxAge,
-        private readonly int $revision = 0,
-        private readonly int $epoch = 0,
+        private readonly int|float $revision = 0,
+        private readonly int|float $epoch = 0,
         private readonly bool $stale = false,
         private readonly mixed $fh = null,
         private readonly int $slots = 0,
@@ -319,7 +319,7 @@ final class RegiondTable
         }
         $h = is_string($raw) && strlen($raw) === $hlen ? json_decode($raw, true) : null;
         if (
-            !is_array($h) || !is_int($h['revision'] ?? null) || !is_int($h['epoch'] ?? null)
+            !is_array($h) || self::wholeNumber($h['revision'] ?? null) === null || self::wholeNumber($h['epoch'] ?? null) === null
             || !is_string($h['written_at'] ?? null) || ($h['slots'] ?? null) !== self::INDEX_SLOTS
         ) {
             fclose($fh);
@@ -403,7 +403,8 @@ final class RegiondTable
      * (null or "" for none). Returns the agent's Decision shape.
      *
      * @return array{country: string, route: string, pool: string, host: string, attrs: array<string, string>,
-     *               revision: int, epoch: int, fallback_depth: int, degraded: list<string>}
+     *               revision: int|float, epoch: int|float, fallback_depth: int, degraded: list<string>}
+     *         (revision and epoch: whole floats only on 32-bit PHP past 2^31)
      * @throws NoRouteException
      */
     public function resolve(string $country, ?string $key = null): array
@@ -554,12 +555,17 @@ final class RegiondTable
         return isset($this->data['effective'][$s]) ? $s : self::UNKNOWN;
     }
 
-    public function revision(): int
+    /**
+     * The table's etcd revision: an int, or on 32-bit PHP past 2^31 a whole
+     * float (exact up to 2^53; see wholeNumber).
+     */
+    public function revision(): int|float
     {
         return $this->revision;
     }
 
-    public function epoch(): int
+    /** The table's config epoch: an int, or a whole float as revision(). */
+    public function epoch(): int|float
     {
         return $this->epoch;
     }
@@ -756,7 +762,7 @@ final class RegiondTable
             throw $bad('not an object');
         }
         foreach (['revision', 'epoch'] as $k) {
-            if (!is_int($d[$k] ?? null)) {
+            if (self::wholeNumber($d[$k] ?? null) === null) {
                 throw $bad("{$k} is not an integer");
             }
         }
@@ -800,6 +806,25 @@ final class RegiondTable
         }
         unset($e);
         return [$d, $writtenAt, $syncedAt];
+    }
+
+    /**
+     * A revision or epoch as json_decode gives it, or null when it is none:
+     * an int, or, where ints are 32-bit (PHP_INT_SIZE 4), a whole float past
+     * PHP_INT_MAX and at most 2^53, which json_decode gives for an integer
+     * too large for an int and which holds it exactly. etcd's revision is
+     * the cluster's count of writes: a busy etcd passes 2^31. Where ints are
+     * 64-bit no float passes ($intMax, PHP_INT_MAX, is past 2^53).
+     */
+    private static function wholeNumber(mixed $v, int $intMax = PHP_INT_MAX): int|float|null
+    {
+        if (is_int($v)) {
+            return $v;
+        }
+        if (is_float($v) && $v > $intMax && $v <= 9007199254740992.0 && floor($v) === $v) {
+            return $v;
+        }
+        return null;
     }
 
     /** RFC 3339 (Go's RFC3339Nano) to Unix seconds, or null. */

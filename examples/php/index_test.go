@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -341,6 +342,70 @@ func TestIndexReaderStale(t *testing.T) {
 		if math.Abs(m.WrittenAt-float64(now.UnixNano())/1e9) > 1e-6 || math.Abs(m.SyncedAt-float64(now.Add(-time.Hour).UnixNano())/1e9) > 1e-6 {
 			t.Errorf("block %v: written_at %f, synced_at %f; want %f, %f", block, m.WrittenAt, m.SyncedAt,
 				float64(now.UnixNano())/1e9, float64(now.Add(-time.Hour).UnixNano())/1e9)
+		}
+	}
+}
+
+// TestReaderRevisionsPast32Bits: etcd's revision counts the cluster's
+// writes, so a busy etcd passes 2^31. On a 32-bit PHP json_decode gives a
+// float for such a revision, and the reader refused every table ("malformed
+// header", "revision is not an integer") from that write on: every front
+// door answered 503. Its rule (wholeNumber) takes a whole float past
+// PHP_INT_MAX up to 2^53, judged here as a 32-bit PHP would decode each
+// literal; where ints are 64-bit no float passes. And a table at revision
+// 3,000,000,000 loads through the index, the header JSON and the JSON.
+func TestReaderRevisionsPast32Bits(t *testing.T) {
+	php(t)
+	t.Parallel()
+	var got []string
+	lits := []string{"5", "2147483647", "2147483648", "3000000000", "9007199254740992", "2147483648.5", "1.0", `"5"`, "null"}
+	if err := json.Unmarshal(runPHP(t, nil, append([]string{"wholenumbers", "2147483647"}, lits...)...), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"5 int -> int 5",
+		"2147483647 int -> int 2147483647",
+		"2147483648 float -> float 2147483648",
+		"3000000000 float -> float 3000000000",
+		"9007199254740992 float -> float 9007199254740992",
+		"2147483648.5 float -> null",
+		"1.0 float -> null",
+		`"5" string -> null`,
+		"null null -> null",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("as a 32-bit PHP:\n got %q\nwant %q", got, want)
+	}
+	if err := json.Unmarshal(runPHP(t, nil, "wholenumbers", "9223372036854775807", "3000000000", "3000000000.0"), &got); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"3000000000 int -> int 3000000000", "3000000000.0 float -> null"}; !slices.Equal(got, want) {
+		t.Errorf("as this PHP (64-bit ints):\n got %q\nwant %q", got, want)
+	}
+
+	const rev = 3_000_000_000
+	vals, err := fleet(t).Values()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kvs []routing.KV
+	for k, v := range vals {
+		kvs = append(kvs, routing.KV{Key: k, Value: v})
+	}
+	now := time.Now()
+	tab := routing.Compile(rev, kvs, nil, routing.CompileOptions{Now: now})
+	h := routing.JSONHeader{WrittenAt: now, SyncedAt: now}
+	for _, variant := range []string{"index", "index-without-block", "json"} {
+		path := writeSnapshot(t, tab, h, variant != "json")
+		if variant == "index-without-block" {
+			withoutBlock(t, path)
+		}
+		var m struct {
+			Revision int64
+			Error    string
+		}
+		if err := json.Unmarshal(runPHP(t, nil, "meta", path, "180"), &m); err != nil || m.Revision != rev || m.Error != "" {
+			t.Errorf("%s: meta %+v %v, want revision %d", variant, m, err, int64(rev))
 		}
 	}
 }

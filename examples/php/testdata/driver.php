@@ -33,6 +33,9 @@
 //       Loads TABLE N times with load()'s owner OWNER, the parse cache cleared
 //       before each; prints {"forged","refused","loaded"}: the loads that
 //       returned revision FORGED, that threw, and the others.
+//   php driver.php wholenumbers INTMAX LITERAL...
+//       Decodes each JSON literal as a PHP with ints up to INTMAX would (a
+//       float past it) and prints how the reader judges it as a revision.
 //   php driver.php cache DIR A B C
 //       Exercises the parse cache with tables A, B, C (revisions 11, 12, 13;
 //       A and B of the same size) in DIR; prints one JSON object.
@@ -273,7 +276,26 @@ switch ($mode) {
         out($res);
         break;
 
+    case 'wholenumbers':
+        // A 32-bit PHP's json_decode gives a float for an integer past
+        // PHP_INT_MAX: each literal decoded so, then judged as by a reader
+        // whose ints are 32-bit (INTMAX 2147483647) or this PHP's.
+        [, , $intMax] = $argv;
+        $intMax = (int) $intMax;
+        $judge = new ReflectionMethod(RegiondTable::class, 'wholeNumber');
+        $res = [];
+        foreach (array_slice($argv, 3) as $lit) {
+            $v = json_decode($lit);
+            if (is_int($v) && $v > $intMax) {
+                $v = (float) $v;
+            }
+            $got = $judge->invoke(null, $v, $intMax);
+            $res[] = $lit . ' ' . get_debug_type($v) . ' -> ' . ($got === null ? 'null' : get_debug_type($got) . ' ' . sprintf('%.0f', $got));
+        }
+        out($res);
+        break;
+
     default:
-        fwrite(STDERR, "usage: driver.php resolve|sweep|meta|scores|race|cache ...\n");
+        fwrite(STDERR, "usage: driver.php resolve|sweep|meta|scores|race|cache|wholenumbers ...\n");
         exit(2);
 }
