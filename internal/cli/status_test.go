@@ -465,6 +465,7 @@ func TestMalformedEpochKeyDivergesNoAgent(t *testing.T) {
 	e := newEnv(t)
 	e.seed()
 	lease := grantLease(t)
+	newest := e.epoch()
 	if _, err := testClient.Put(context.Background(), e.ks.Epoch(), "99999999999999999999"); err != nil {
 		t.Fatal(err)
 	}
@@ -472,6 +473,15 @@ func TestMalformedEpochKeyDivergesNoAgent(t *testing.T) {
 	e.putAgentStatus(routing.AgentStatus{Node: "node-a", Revision: rev, Epoch: 1, Connected: true}, lease)
 	if r := e.must(ExitOK, "status"); strings.Contains(r.stdout, "another history") {
 		t.Fatalf("status with a malformed epoch key: %s", r)
+	}
+	// A write is refused with the fix: the audit trail's newest epoch, as
+	// for an epoch key deleted or reset by hand.
+	for _, args := range [][]string{{"pool", "drain", "eu-north"}, {"pool", "drain", "eu-north", "--dry-run"}} {
+		r := e.must(ExitRefused, args...)
+		if want := fmt.Sprintf("etcdctl put %s %d", e.ks.Epoch(), newest); !strings.Contains(r.stderr, `holds "99999999999999999999", not an epoch`) ||
+			!strings.Contains(r.stderr, want) {
+			t.Fatalf("%v over a malformed epoch key, want the fix %q: %s", args, want, r)
+		}
 	}
 }
 

@@ -244,10 +244,23 @@ type EpochResetError struct {
 	// epoch (0 when it is not an audit record).
 	AuditKey string
 	Newest   int64
+	// Malformed is the key's value when it holds no epoch (a non-negative
+	// integer): rewritten by hand. nil otherwise.
+	Malformed []byte
 }
 
 // Error says what happened and the etcdctl command that repairs it.
 func (e *EpochResetError) Error() string {
+	if e.Malformed != nil {
+		if e.Newest == 0 {
+			return fmt.Sprintf("refused, nothing written: the epoch key %s holds %q, not an epoch (a non-negative integer): it was rewritten by hand. "+
+				"No audit record was found under the audit prefix, so no write of regionctl's came before: restore the key, then re-run: etcdctl put %s 0",
+				e.EpochKey, e.Malformed, e.EpochKey)
+		}
+		return fmt.Sprintf("refused, nothing written: the epoch key %s holds %q, not an epoch (a non-negative integer): it was rewritten by hand. "+
+			"The audit trail goes up to epoch %d (%s). A retry cannot fix this: restore the epoch key, then re-run: etcdctl put %s %d",
+			e.EpochKey, e.Malformed, e.Newest, e.AuditKey, e.EpochKey, e.Newest)
+	}
 	holds := fmt.Sprintf("holds %d", e.Epoch)
 	if e.Missing {
 		holds = "is missing"

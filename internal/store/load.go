@@ -44,8 +44,9 @@ type State struct {
 	// refused until they are cancelled (boost cancel deletes them).
 	BadOverrides map[string]LiveOverrideRaw
 
-	epochErr error
-	invalid  map[string][]byte // config keys whose values do not decode
+	epochErr   error
+	epochValue string            // the epoch key's value when it holds no epoch
+	invalid    map[string][]byte // config keys whose values do not decode
 }
 
 // NewestChange is the newest mod revision of the routing prefix's keys as
@@ -107,6 +108,11 @@ func (s *Store) LoadAt(ctx context.Context, rev int64) (*State, error) {
 		rel, _ := s.ks.Rel(string(kv.Key))
 		st.add(rel, kv)
 	}
+	if st.epochErr != nil { // a write refuses it with the fix: the audit trail's newest epoch
+		e := s.epochReset(ctx, st, false, "")
+		e.Malformed = []byte(st.epochValue)
+		st.epochErr = e
+	}
 	return st, nil
 }
 
@@ -153,6 +159,7 @@ func (st *State) add(rel string, kv *mvccpb.KeyValue) {
 		n, err := strconv.ParseInt(strings.TrimSpace(string(kv.Value)), 10, 64)
 		if err != nil || n < 0 {
 			st.epochErr = fmt.Errorf("the epoch key holds %q, not a non-negative integer; repair it with etcdctl before writing", kv.Value)
+			st.epochValue = string(kv.Value)
 			st.skip(rel, st.epochErr)
 			return // Epoch stays 0: ParseInt's value of an overflow is no epoch
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -200,8 +201,10 @@ func TestInvalidStoredValues(t *testing.T) {
 	}
 	if _, err := s.Write(ctx, WriteRequest{Build: func(_ context.Context, cur *State) (*Plan, error) {
 		return &Plan{Config: withPool(cur.Config, "eu-west", "a", "2")}, nil
-	}}); err == nil || !strings.Contains(err.Error(), "epoch key holds") {
-		t.Fatalf("write over a bad epoch: %v", err)
+	}}); err == nil || !strings.Contains(err.Error(), `the epoch key `+s.Keyspace().Epoch()+` holds "forty-two", not an epoch`) ||
+		!regexp.MustCompile(`The audit trail goes up to epoch ([1-9][0-9]*) \(`+regexp.QuoteMeta(s.Keyspace().AuditPrefix())+`0*([1-9][0-9]*)\)\. A retry cannot fix this: restore the epoch key, then re-run: etcdctl put `+
+			regexp.QuoteMeta(s.Keyspace().Epoch())+` ([1-9][0-9]*)$`).MatchString(err.Error()) {
+		t.Fatalf("write over a bad epoch, want the fix naming the newest audit epoch: %v", err)
 	}
 }
 

@@ -129,7 +129,7 @@ func (s *Store) guardFailed(ctx context.Context, st *State, ops []op, t *txnPlan
 // epochReset returns the *EpochResetError of a write refused by its audit
 // guard, naming the newest key under the audit prefix (found is the one
 // the guard met, named when the newest cannot be read).
-func (s *Store) epochReset(ctx context.Context, st *State, missing bool, found string) error {
+func (s *Store) epochReset(ctx context.Context, st *State, missing bool, found string) *EpochResetError {
 	e := &EpochResetError{EpochKey: s.ks.Epoch(), Epoch: st.Epoch, Missing: missing, AuditKey: found}
 	rctx, cancel := s.reqCtx(ctx)
 	defer cancel()
