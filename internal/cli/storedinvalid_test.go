@@ -177,6 +177,17 @@ func TestInvalidStoredRoute(t *testing.T) {
 			t.Errorf("regionctl %s: want exit 1 and %q, got %s", strings.Join(tc.args, " "), tc.want, r)
 		}
 	}
+	// export leaves them out and says what apply --prune of its output
+	// would do with them.
+	x := e.must(ExitOK, "export")
+	for _, k := range []string{"routes/nordics", "routes/junk-group"} {
+		if !strings.Contains(x.stderr, "regionctl: warning: "+k+": the stored value does not decode, so it is not exported: apply --prune of this output deletes it") {
+			t.Errorf("export: want a warning naming %s\n%s", k, x)
+		}
+	}
+	if strings.Contains(x.stdout, "nordics") || strings.Contains(x.stdout, "junk-group") {
+		t.Errorf("export holds an invalid value:\n%s", x.stdout)
+	}
 	if rev2, n2 := e.fingerprint(); rev2 != rev || n2 != n {
 		t.Fatalf("etcd changed: newest revision %d → %d, keys %d → %d", rev, rev2, n, n2)
 	}
