@@ -6,11 +6,17 @@
 //     import { decideFromIndexFile } from './node.mjs';
 //     const d = decideFromIndexFile('/dev/shm/regiond/table.idx', req.headers['cf-ipcountry'], viewerId);
 
-import { openSync, readSync, closeSync, fstatSync } from 'node:fs';
+import { openSync, readSync, closeSync, fstatSync, constants } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { decideEntry, readIndexEntry, readIndexEntryAsync, TableError } from './regiond.mjs';
 
 export * from './regiond.mjs';
+
+// O_NONBLOCK: a FIFO in the file's place (another user's, in a directory
+// they made first) opens at once instead of blocking the event loop until
+// a writer comes; the fstat after the open then refuses it. A regular
+// file's reads are the same with it.
+const OPEN_FLAGS = constants.O_RDONLY | constants.O_NONBLOCK;
 
 /** Where the agent writes its index by default (beside table.json). */
 export const DEFAULT_INDEX_PATH = '/dev/shm/regiond/table.idx';
@@ -28,6 +34,11 @@ export function decideFromIndexFile(path, country, key, opts) {
   return decideEntry(header, cc, entry, key, opts);
 }
 
+/** Why a file with stats st is no table at all (a FIFO, a directory), or ''. */
+function notRegular(st) {
+  return st.isFile() ? '' : `is not a regular file (mode ${st.mode.toString(8).padStart(6, '0')})`;
+}
+
 /**
  * Why a file with stats st is not the agent's (uid owner), or '': it must
  * be owned by owner and writable by no one else. An owner that is not a
@@ -37,6 +48,8 @@ export function untrusted(st, owner) {
   if (!Number.isInteger(owner) || owner < 0) {
     throw new TableError(`regiond: owner must be the agent's uid, a non-negative integer (id -u regiond), got ${JSON.stringify(owner)}`);
   }
+  const why = notRegular(st);
+  if (why) return why;
   if (st.uid !== owner) return `is owned by uid ${st.uid}, not the agent's uid ${owner}`;
   if ((st.mode & 0o022) !== 0) return `is writable by group or others (mode ${(st.mode & 0o7777).toString(8).padStart(4, '0')})`;
   return '';
@@ -50,15 +63,14 @@ export function untrusted(st, owner) {
 export function readIndexFile(path, country, owner) {
   let fd;
   try {
-    fd = openSync(path, 'r');
+    fd = openSync(path, OPEN_FLAGS);
   } catch (err) {
     throw new TableError(`regiond: open index ${path}: ${err.message}`, { cause: err });
   }
   try {
-    if (owner !== undefined && owner !== null) {
-      const why = untrusted(fstatSync(fd), owner);
-      if (why) throw new TableError(`regiond: snapshot index ${path} ${why}: refusing a table the agent may not have written`);
-    }
+    const st = fstatSync(fd);
+    const why = owner !== undefined && owner !== null ? untrusted(st, owner) : notRegular(st);
+    if (why) throw new TableError(`regiond: snapshot index ${path} ${why}: refusing a table the agent may not have written`);
     return readIndexEntry((off, len) => {
       const b = Buffer.allocUnsafe(len);
       return b.subarray(0, readSync(fd, b, 0, len, off));
@@ -72,15 +84,14 @@ export function readIndexFile(path, country, owner) {
 export async function decideFromIndexFileAsync(path, country, key, opts) {
   let fh;
   try {
-    fh = await open(path, 'r');
+    fh = await open(path, OPEN_FLAGS);
   } catch (err) {
     throw new TableError(`regiond: open index ${path}: ${err.message}`, { cause: err });
   }
   try {
-    if (opts?.owner !== undefined && opts?.owner !== null) {
-      const why = untrusted(await fh.stat(), opts.owner);
-      if (why) throw new TableError(`regiond: snapshot index ${path} ${why}: refusing a table the agent may not have written`);
-    }
+    const st = await fh.stat();
+    const why = opts?.owner !== undefined && opts?.owner !== null ? untrusted(st, opts.owner) : notRegular(st);
+    if (why) throw new TableError(`regiond: snapshot index ${path} ${why}: refusing a table the agent may not have written`);
     const { header, country: cc, entry } = await readIndexEntryAsync(async (off, len) => {
       const b = Buffer.allocUnsafe(len);
       const { bytesRead } = await fh.read(b, 0, len, off);

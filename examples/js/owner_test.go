@@ -1,10 +1,14 @@
 package js_test
 
 import (
+	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -58,6 +62,44 @@ func TestOwnerRefusesAFileTheAgentDidNotWrite(t *testing.T) {
 	for i, o := range run(me) {
 		if o.OK || !strings.Contains(o.Message, "writable by group or others (mode 0646)") {
 			t.Errorf("path %d: a file writable by others: %+v, want refused naming the mode", i, o)
+		}
+	}
+}
+
+// TestFIFOBlocksNoReader: a FIFO in the index's place (another user's, in
+// a directory they made first) is opened without blocking (O_NONBLOCK: it
+// blocked the event loop until a writer came), and refused as no regular
+// file, with the owner given or not.
+func TestFIFOBlocksNoReader(t *testing.T) {
+	node(t)
+	idx := filepath.Join(t.TempDir(), "table.idx")
+	if err := syscall.Mkfifo(idx, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	type outcome struct {
+		OK      bool   `json:"ok"`
+		Message string `json:"message"`
+	}
+	for _, owner := range []string{strconv.Itoa(os.Getuid()), ""} {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		args := []string{filepath.Join("testdata", "driver.mjs"), "owner", idx}
+		if owner != "" {
+			args = append(args, owner)
+		}
+		out, err := exec.CommandContext(ctx, node(t), args...).Output()
+		blocked := ctx.Err() != nil
+		cancel()
+		if blocked {
+			t.Fatalf("owner %q: the reader blocked on a FIFO (killed after 20 s)", owner)
+		}
+		var got []outcome
+		if err != nil || json.Unmarshal(out, &got) != nil || len(got) != 2 {
+			t.Fatalf("owner %q: driver: %v: %s", owner, err, out)
+		}
+		for i, o := range got {
+			if o.OK || !strings.Contains(o.Message, idx) || !strings.Contains(o.Message, "is not a regular file (mode 01") {
+				t.Errorf("owner %q, path %d: %+v, want refused naming the file as no regular file", owner, i, o)
+			}
 		}
 	}
 }

@@ -181,6 +181,9 @@ final class RegiondTable
     ): self {
         $uid = $owner === null ? null : self::ownerUid($owner);
         $idx = str_ends_with($path, '.idx') ? $path : self::indexPath($path);
+        if ($uid !== null) {
+            self::checkDir(dirname($idx), $uid); // the JSON's too: the index is beside it
+        }
         $fh = @fopen($idx, 'rb');
         $idxWhy = $fh === false ? self::lastError() : '';
         if ($fh !== false) {
@@ -255,6 +258,9 @@ final class RegiondTable
      */
     private static function untrusted(array $st, int $uid): ?string
     {
+        if (($st['mode'] & 0o170000) !== 0o100000) {
+            return sprintf('is not a regular file (mode %06o)', $st['mode']);
+        }
         if ($st['uid'] !== $uid) {
             return "is owned by uid {$st['uid']}, not the agent's uid {$uid}";
         }
@@ -262,6 +268,35 @@ final class RegiondTable
             return sprintf('is writable by group or others (mode %04o)', $st['mode'] & 0o7777);
         }
         return null;
+    }
+
+    /**
+     * Refuses a snapshot directory others could have put a file in: one
+     * owned by neither the agent ($uid) nor root, or writable by group or
+     * others (the agent refuses such a directory at start too). Checked
+     * before the open: a FIFO in the file's place would block fopen
+     * forever (PHP cannot open with O_NONBLOCK), and only the directory's
+     * owner can put one there.
+     *
+     * @throws TableException
+     */
+    private static function checkDir(string $dir, int $uid): void
+    {
+        clearstatcache(true, $dir);
+        $st = @stat($dir);
+        if ($st === false) {
+            throw new TableException("regiond: cannot stat snapshot directory {$dir}: " . self::lastError());
+        }
+        if ($st['uid'] !== $uid && $st['uid'] !== 0) {
+            throw new TableException("regiond: snapshot directory {$dir} is owned by uid {$st['uid']}, not the agent's uid {$uid} nor root: refusing a table the agent may not have written");
+        }
+        if (($st['mode'] & 0o022) !== 0) {
+            throw new TableException(sprintf(
+                'regiond: snapshot directory %s is writable by group or others (mode %04o): refusing a table the agent may not have written',
+                $dir,
+                $st['mode'] & 0o7777,
+            ));
+        }
     }
 
     /**

@@ -1,12 +1,16 @@
 package php_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -55,8 +59,15 @@ func TestReaderRefusesAFileTheAgentDidNotWrite(t *testing.T) {
 				t.Errorf("%s: owner %v (the file's, or none): %s, want it loaded", what, owner, m.Error)
 			}
 		}
-		if m := meta(other); !strings.Contains(m.Error, file) || !strings.Contains(m.Error, "is owned by uid "+me+", not the agent's uid "+other) {
-			t.Errorf("%s: owner %s (not the file's): error %q, want the file named and its owner", what, other, m.Error)
+		// Another owner: root's directory (t.TempDir as root) passes the
+		// directory's check and the file is refused; another user's
+		// directory is refused first.
+		if os.Getuid() == 0 {
+			if m := meta(other); !strings.Contains(m.Error, file) || !strings.Contains(m.Error, "is owned by uid "+me+", not the agent's uid "+other) {
+				t.Errorf("%s: owner %s (not the file's): error %q, want the file named and its owner", what, other, m.Error)
+			}
+		} else if m := meta(other); !strings.Contains(m.Error, "snapshot directory "+filepath.Dir(file)+" is owned by uid "+me+", not the agent's uid "+other+" nor root") {
+			t.Errorf("%s: owner %s (not the directory's): error %q, want the directory named and its owner", what, other, m.Error)
 		}
 		if m := meta("no-such-user-regiond-test"); !strings.Contains(m.Error, "no such user") {
 			t.Errorf("%s: an unknown owner name: error %q, want no such user", what, m.Error)
@@ -148,5 +159,70 @@ func TestOwnerCheckIsOfTheFileRead(t *testing.T) {
 	}
 	if res.Loaded == 0 || res.Refused == 0 {
 		t.Fatalf("the flip did not take: %d loaded, %d refused (want both)", res.Loaded, res.Refused)
+	}
+}
+
+// TestReaderRefusesWhatCouldBlockIt: with the owner given, a snapshot
+// directory another user could have put a file in (writable by group or
+// others, or owned by neither the agent nor root) is refused before any
+// open, so a FIFO in the index's place cannot block fopen, and with it a
+// php-fpm child, forever (it did, owner or not). A directory in the file's
+// place is refused as no regular file.
+func TestReaderRefusesWhatCouldBlockIt(t *testing.T) {
+	php(t)
+	t.Parallel()
+	me := os.Getuid()
+	meta := func(path string, owner int) phpTimes {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, php(t), filepath.Join("testdata", "driver.php"), "meta", path, "180", strconv.Itoa(owner)).Output()
+		if ctx.Err() != nil {
+			t.Fatalf("load(%s, owner %d) blocked (killed after 20 s)", path, owner)
+		}
+		var m phpTimes
+		if err != nil || json.Unmarshal(out, &m) != nil {
+			t.Fatalf("php meta %s: %v: %s", path, err, out)
+		}
+		return m
+	}
+	open := t.TempDir()
+	if err := syscall.Mkfifo(filepath.Join(open, "table.idx"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if m := meta(filepath.Join(open, "table.json"), me); m.Error != "regiond: snapshot directory "+open+" is writable by group or others (mode 0777): refusing a table the agent may not have written" {
+		t.Errorf("a FIFO in a directory others may write: %q", m.Error)
+	}
+
+	// Another user's directory, 0755: as root, made so; else this user's,
+	// with another owner asked for.
+	theirs, owner := t.TempDir(), me+1
+	if err := syscall.Mkfifo(filepath.Join(theirs, "table.idx"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dirUID := me
+	if me == 0 {
+		dirUID, owner = 4242, 4243
+		if err := os.Chown(theirs, dirUID, dirUID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(theirs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("regiond: snapshot directory %s is owned by uid %d, not the agent's uid %d nor root", theirs, dirUID, owner)
+	if m := meta(filepath.Join(theirs, "table.json"), owner); !strings.HasPrefix(m.Error, want) {
+		t.Errorf("a FIFO in another user's directory: %q, want %q", m.Error, want)
+	}
+
+	mine := t.TempDir()
+	if err := os.Mkdir(filepath.Join(mine, "table.idx"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if m := meta(filepath.Join(mine, "table.json"), me); !strings.Contains(m.Error, filepath.Join(mine, "table.idx")+" is not a regular file (mode 04") {
+		t.Errorf("a directory in the index's place: %q", m.Error)
 	}
 }
