@@ -4,6 +4,8 @@
 //   node driver.mjs xxh               stdin: JSON [{"hex": data, "seed": "decimal"}]; stdout: JSON [hex hash]
 //   node driver.mjs score             stdin: JSON [{"key": hex, "pool": s, "weight": n}]; stdout: JSON [score]
 //   node driver.mjs owner FILE UID    stdout: JSON [O sync, O async] of PL without a key, opts.owner = UID
+//   node driver.mjs cookie            stdin: JSON [hex of a cookie value's bytes, given as the Fetch API does: Latin-1];
+//                                     stdout: JSON [hex of the worker's key bytes]
 //   node driver.mjs sweep kv|idx|idx-async FILE MAXAGE
 //       stdin: JSON {"headers": [hex], "keys": [hex], "full": N}
 //       stdout: one JSON line per header: {"outcomes": [O], "ids": "…"} (fleettest.SweepLine): the
@@ -213,6 +215,11 @@ switch (mode) {
       outcome(() => decideFromIndexFile(file, 'PL', '', opts)),
       await outcomeAsync(() => decideFromIndexFileAsync(file, 'PL', '', opts)),
     ]));
+    break;
+  }
+  case 'cookie': {
+    const { cookieBytes } = await import('../worker/worker.mjs');
+    process.stdout.write(JSON.stringify(input().map((h) => Buffer.from(cookieBytes(latin1(h))).toString('hex'))));
     break;
   }
   default:

@@ -5,17 +5,65 @@
 // pool outside their class.
 import { decideFromKV, NoRouteError } from '../regiond.mjs';
 
+const utf8 = new TextEncoder();
+
+/** The value of hex digit c (a char code), or -1. */
+function hexDigit(c) {
+  if (c >= 48 && c <= 57) return c - 48;
+  c |= 32; // lower case
+  return c >= 97 && c <= 102 ? c - 87 : -1;
+}
+
+/**
+ * The bytes of a header value: the Fetch API gives one character per byte
+ * (Latin-1); a character past 0xFF means the runtime decoded UTF-8, whose
+ * encoding then gives the bytes back.
+ */
+function headerBytes(s) {
+  const b = new Uint8Array(s.length);
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c > 0xff) return utf8.encode(s);
+    b[i] = c;
+  }
+  return b;
+}
+
+/**
+ * The bytes of a cookie value as PHP's $_COOKIE gives them (its raw URL
+ * decoding of the header's bytes): each %XX one byte, anything else as it
+ * is ('+' and a malformed escape too). The viewer then keeps one pool
+ * whichever front door, this one or PHP, sees it; decodeURIComponent
+ * differs for bytes that are no UTF-8 (%FF) and malformed escapes (%zz):
+ * it throws.
+ *
+ * @param {string} raw the cookie's value as the header holds it
+ * @returns {Uint8Array}
+ */
+export function cookieBytes(raw) {
+  const b = headerBytes(raw);
+  const out = new Uint8Array(b.length);
+  let n = 0;
+  for (let i = 0; i < b.length; i++) {
+    if (b[i] === 37 && i + 2 < b.length) { // '%'
+      const hi = hexDigit(b[i + 1]);
+      const lo = hexDigit(b[i + 2]);
+      if (hi >= 0 && lo >= 0) {
+        out[n++] = hi * 16 + lo;
+        i += 2;
+        continue;
+      }
+    }
+    out[n++] = b[i];
+  }
+  return out.subarray(0, n);
+}
+
 export default {
   async fetch(request, env) {
-    // The viewer cookie, percent-decoded as PHP's $_COOKIE does, so a
-    // viewer keeps one pool whichever front door (this one or PHP) sees it.
+    // The viewer cookie's bytes, as PHP's $_COOKIE gives them.
     const raw = request.headers.get('Cookie')?.match(/(?:^|;\s*)viewer=([^;]+)/)?.[1] ?? '';
-    let viewer = raw;
-    try {
-      viewer = decodeURIComponent(raw);
-    } catch {
-      // not valid percent-encoding: the raw value is still a stable key
-    }
+    const viewer = raw === '' ? '' : cookieBytes(raw);
     let d;
     try {
       d = await decideFromKV(env.REGIOND, request.headers.get('CF-IPCountry'), viewer, {
