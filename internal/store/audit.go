@@ -93,7 +93,11 @@ func (s *Store) ConfigAt(ctx context.Context, epoch int64, cur *State) (*routing
 		return nil, err
 	}
 	s.log.Info("revision compacted, rebuilding config from the audit trail", "epoch", epoch, "revision", rec.Revision)
-	return s.undoTo(ctx, epoch, cur)
+	cfg, err := s.undoTo(ctx, epoch, cur)
+	if err != nil {
+		return nil, fmt.Errorf("epoch %d's revision %d is compacted, so its config was rebuilt from the audit trail (the current config with each later record's change undone): %w", epoch, rec.Revision, err)
+	}
+	return cfg, nil
 }
 
 // undoTo rebuilds the config of epoch by applying, newest first, the
@@ -106,6 +110,7 @@ func (s *Store) undoTo(ctx context.Context, epoch int64, cur *State) (*routing.C
 	for rel, raw := range cur.invalid {
 		vals[rel] = raw
 	}
+	from := map[string]int64{} // the record whose "before" a value is
 	for e := cur.Epoch; e > epoch; e-- {
 		rec, err := s.AuditRecord(ctx, e)
 		if err != nil {
@@ -119,21 +124,33 @@ func (s *Store) undoTo(ctx context.Context, epoch int64, cur *State) (*routing.C
 				delete(vals, c.Key)
 			} else {
 				vals[c.Key] = c.Before
+				from[c.Key] = e
 			}
 		}
 	}
-	return configFromValues(vals)
+	return configFromValues(vals, func(rel string) string {
+		if e, ok := from[rel]; ok {
+			return fmt.Sprintf("its value before epoch %d, as that record holds it: written around regionctl (by hand) after epoch %d, "+
+				"so no record holds the value it had at epoch %d and rollback cannot restore it; apply the config wanted with %s set (regionctl export, edit, apply)", e, epoch, epoch, rel)
+		}
+		return "its current value, unchanged since the epoch asked for: fix it first (regionctl validate)"
+	})
 }
 
-// configFromValues decodes config values keyed by relative key.
-func configFromValues(vals map[string][]byte) (*routing.Config, error) {
+// configFromValues decodes config values keyed by relative key; origin,
+// when set, says where a value that does not decode came from.
+func configFromValues(vals map[string][]byte, origin func(rel string) string) (*routing.Config, error) {
 	cfg := &routing.Config{Pools: map[string]routing.Pool{}, Routes: map[string]routing.Route{}}
 	var errs routing.Errors
 	for rel, raw := range vals {
 		k, _ := routing.ParseKey(rel)
 		v, err := routing.DecodeValue(rel, raw)
 		if err != nil {
-			errs = append(errs, &routing.FieldError{Msg: err.Error()})
+			msg := err.Error()
+			if origin != nil {
+				msg += " (" + origin(rel) + ")"
+			}
+			errs = append(errs, &routing.FieldError{Msg: msg})
 			continue
 		}
 		switch x := v.(type) {

@@ -268,3 +268,45 @@ func TestHeartbeatRevokesOnStop(t *testing.T) {
 		t.Fatalf("marker still there after stop: %v", err)
 	}
 }
+
+// TestConfigAtNamesAHandEditItCannotUndo: rebuilt from the audit trail
+// (its revision compacted), an epoch's config can hold a value written by
+// hand after it, the only value the trail has for that key then: the
+// error says the revision was compacted, names the key and the record its
+// value came from, and what to do (it said only "rebuilt config does not
+// decode").
+func TestConfigAtNamesAHandEditItCannotUndo(t *testing.T) {
+	t.Parallel()
+	ctx, cli, s, cfg := storeEnv(t, Options{})
+	put(ctx, t, s, cfg)
+	two := withPool(cfg, "eu-west", "v", "2")
+	put(ctx, t, s, two)
+	if _, ok := two.Routes["CZ"]; !ok {
+		t.Fatal("the test config has no route CZ")
+	}
+	if _, err := cli.Put(ctx, s.Keyspace().RoutingKey("routes/CZ"), `{"targets":[{"pool":"eu-west","weight":50}]}`); err != nil {
+		t.Fatal(err)
+	}
+	three := withPool(two, "eu-west", "v", "3") // CZ as it was: the hand edit undone
+	res := put(ctx, t, s, three)
+	if res.Epoch != 3 {
+		t.Fatalf("epoch %d, want 3", res.Epoch)
+	}
+	if _, err := cli.Compact(ctx, res.Revision); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := s.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.ConfigAt(ctx, 1, cur)
+	for _, want := range []string{"epoch 1's revision ", " is compacted, so its config was rebuilt from the audit trail",
+		"routes/CZ", "(its value before epoch 3, as that record holds it: ", "written around regionctl (by hand) after epoch 1, so no record holds the value it had at epoch 1 and rollback cannot restore it; apply the config wanted with routes/CZ set"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("ConfigAt(1) over a hand edit: %v, want %q", err, want)
+		}
+	}
+	if _, err := s.ConfigAt(ctx, 3, cur); err != nil { // its own revision: nothing rebuilt
+		t.Fatalf("ConfigAt(3): %v", err)
+	}
+}
