@@ -386,3 +386,12 @@ func shellWord(v string) string {
 	}
 	return v
 }
+
+// routingKey is the full etcd key of rel under --prefix, for messages.
+func (a *app) routingKey(rel string) string {
+	ks, err := keyspace.New(a.prefix)
+	if err != nil {
+		return "<prefix>/routing/" + rel
+	}
+	return ks.RoutingKey(rel)
+}

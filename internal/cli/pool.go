@@ -165,7 +165,7 @@ stored value is invalid (a hand edit the agents skip) is removed too.`,
 	addWriteFlags(cmd, &w)
 	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, args []string) error {
 		id := args[0]
-		return a.runWrite(ctx, w, removeConfigKey(routing.PoolKey(id), "pool does not exist", func(cfg *routing.Config) bool {
+		return a.runWrite(ctx, w, removeConfigKey(routing.PoolKey(id), a.routingKey(routing.PoolKey(id)), "pool does not exist", func(cfg *routing.Config) bool {
 			_, ok := cfg.Pools[id]
 			delete(cfg.Pools, id)
 			return ok
@@ -189,14 +189,21 @@ func configPlanWith(change func(cur *store.State, cfg *routing.Config) error) bu
 // removeConfigKey is the build of pool rm and route rm: remove the object
 // of key rel from the config (del reports whether it was there) or, when
 // its stored value does not decode, delete that key alone, through the
-// same checks and audit record; else refuse with absent.
-func removeConfigKey(rel, absent string, del func(cfg *routing.Config) bool) buildFunc {
+// same checks and audit record; else refuse with absent (naming full, the
+// key's etcd key, when the key is stored outside the grammar).
+func removeConfigKey(rel, full, absent string, del func(cfg *routing.Config) bool) buildFunc {
 	return func(_ context.Context, cur *store.State) (*store.Plan, error) {
 		cfg := cloneConfig(cur.Config)
 		if del(cfg) {
 			return &store.Plan{Config: cfg}, nil
 		}
 		if invalidAt(cur, rel) == nil {
+			for _, sk := range cur.Skipped {
+				if sk.Key == rel { // outside the key grammar: no id regionctl can name
+					return nil, refusef(rel, "%s, but a key by this name is stored outside the key grammar (%s): regionctl does not write such keys and the agents count it nowhere; remove it with etcdctl del %s (regionctl get skipped lists it)",
+						absent, sk.Error, full)
+				}
+			}
 			return nil, refusef(rel, "%s", absent)
 		}
 		return &store.Plan{Config: cfg, DeleteInvalid: []string{rel}}, nil

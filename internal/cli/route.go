@@ -134,7 +134,7 @@ is removed too.`,
 	addWriteFlags(cmd, &w)
 	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, args []string) error {
 		name := args[0]
-		return a.runWrite(ctx, w, removeConfigKey(routing.RouteKey(name), "route does not exist", func(cfg *routing.Config) bool {
+		return a.runWrite(ctx, w, removeConfigKey(routing.RouteKey(name), a.routingKey(routing.RouteKey(name)), "route does not exist", func(cfg *routing.Config) bool {
 			_, ok := cfg.Routes[name]
 			delete(cfg.Routes, name)
 			return ok

@@ -153,6 +153,15 @@ func TestInvalidStoredPool(t *testing.T) {
 		t.Fatalf("pool rm garbage left %s", v)
 	}
 	e.must(ExitRefused, "pool", "rm", "garbage")
+
+	// A key outside the grammar (an upper-case pool id): no id regionctl
+	// can write, so the refusal says how to remove it.
+	e.putHandEdit("pools/BAD", `{"host":"edge.example.net:443"}`)
+	r = e.must(ExitRefused, "pool", "rm", "BAD")
+	if want := "pool does not exist, but a key by this name is stored outside the key grammar"; !strings.Contains(r.stderr, want) ||
+		!strings.Contains(r.stderr, "remove it with etcdctl del "+e.ks.RoutingKey("pools/BAD")+" (regionctl get skipped lists it)") {
+		t.Errorf("pool rm of a key outside the grammar: %s", r)
+	}
 }
 
 // TestInvalidStoredRoute: route set and route rm on a route key whose
