@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -19,7 +20,10 @@ func TestHealthCheckWithoutHeartbeatsIsChecked(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.seed()
-	e.must(ExitOK, "pool", "set", "eu-central", "--health-check")
+	const warn = "regionctl: warning: pool %s has no live health key: with --health-check the agents count it down once their grace window ends"
+	if r := e.must(ExitOK, "pool", "set", "eu-central", "--health-check"); !strings.Contains(r.stderr, fmt.Sprintf(warn, "eu-central")) {
+		t.Fatalf("health_check on a pool without heartbeats, other pools serving its countries: %s; want a warning", r)
+	}
 	rev, n := e.fingerprint()
 	r := e.run("pool", "set", "eu-west", "--health-check")
 	if r.code != ExitRefused || !strings.Contains(r.stderr, "would have no eligible pool") ||
@@ -42,7 +46,13 @@ func TestHealthCheckWithoutHeartbeatsIsChecked(t *testing.T) {
 		`{"addr":"10.0.0.1:443"}`, clientv3.WithLease(lease.ID)); err != nil {
 		t.Fatal(err)
 	}
-	e.must(ExitOK, "pool", "set", "eu-west", "--health-check")
+	if r := e.must(ExitOK, "pool", "set", "eu-west", "--health-check"); !strings.Contains(r.stderr, fmt.Sprintf(warn, "eu-west")) {
+		t.Fatalf("health_check on eu-west without heartbeats: %s; want a warning", r)
+	}
+	e.must(ExitOK, "pool", "set", "eu-central", "--health-check=false", "--force")
+	if r := e.must(ExitOK, "pool", "set", "eu-central", "--health-check"); strings.Contains(r.stderr, "warning") {
+		t.Fatalf("health_check on a pool with a live health key: %s; want no warning", r)
+	}
 	r = e.must(ExitOK, "resolve", "DE")
 	if !strings.Contains(r.stdout, "eu-central") {
 		t.Fatalf("resolve DE with eu-central's heartbeat: %s", r)

@@ -70,6 +70,7 @@ pool rm.`,
 
 func (a *app) runPoolSet(ctx context.Context, cmd *cobra.Command, id string, o poolSetOpts, w writeOpts) error {
 	changed := cmd.Flags().Changed
+	warned := false // a retried build warns once
 	return a.runWrite(ctx, w, configPlanWith(func(cur *store.State, cfg *routing.Config) error {
 		p, exists := cfg.Pools[id]
 		if !exists {
@@ -96,6 +97,11 @@ func (a *app) runPoolSet(ctx context.Context, cmd *cobra.Command, id string, o p
 			p.Status = o.status
 		}
 		if changed("health-check") {
+			if o.healthCheck && !p.HealthCheck && !warned && liveHealthKeys(cur, id) == 0 {
+				warned = true
+				fmt.Fprintf(a.stderr, "regionctl: warning: pool %s has no live health key: with --health-check the agents count it down once their grace window ends, "+
+					"and its viewers go to other pools (or get no route); start its heartbeats first (regionctl heartbeat %s --instance …)\n", id, id)
+			}
 			p.HealthCheck = o.healthCheck
 		}
 		attrs, err := applyAttrs(p.Attrs, o.attrs, o.unsetAttrs)
@@ -314,4 +320,18 @@ func (b *storedInvalid) missing(fields []repairField, given func(field string) b
 		out = append(out, "--attr "+k+"="+v)
 	}
 	return out
+}
+
+// liveHealthKeys counts the pool's health keys in cur, whatever their
+// values (the agents count each as a live instance; a key whose lease
+// ended is gone).
+func liveHealthKeys(cur *store.State, pool string) int {
+	n := 0
+	prefix := routing.HealthKey(pool, "")
+	for _, kv := range cur.KVs {
+		if strings.HasPrefix(kv.Key, prefix) {
+			n++
+		}
+	}
+	return n
 }
