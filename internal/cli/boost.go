@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -90,6 +91,7 @@ func (a *app) runBoost(ctx context.Context, route, id, ttlFlag string, targetSpe
 	// The end is the written expires_at (the diff's "until"), not a time
 	// of its own read before the write.
 	w.notes = []string{fmt.Sprintf("boost %s lasts %s: until its expires_at above, or its lease's end if that comes first", id, ttl)}
+	warned := false // a retried build warns once
 	return a.runWrite(ctx, w, func(_ context.Context, cur *store.State) (*store.Plan, error) {
 		if _, ok := cur.Overrides[id]; ok {
 			return nil, refusef(routing.OverrideKey(id), "boost already exists; extend or cancel it")
@@ -97,8 +99,31 @@ func (a *app) runBoost(ctx context.Context, route, id, ttlFlag string, targetSpe
 		if bad, ok := cur.BadOverrides[id]; ok {
 			return nil, refusef(routing.OverrideKey(id), "holds a value that does not decode (%v); cancel it first: regionctl boost cancel %s", bad.Err, id)
 		}
+		if others := liveBoostsOf(cur, route, time.Now()); len(others) > 0 && !warned {
+			warned = true
+			fmt.Fprintf(a.stderr, "regionctl: warning: route %s has %d live boost(s) already (%s): the newest boost of a route wins its targets and attrs of all merge, "+
+				"so this one overrides them while it lives, and they apply again if it ends first; regionctl boost cancel ID ends one\n",
+				route, len(others), strings.Join(others, ", "))
+		}
 		return &store.Plan{PutOverrides: []store.OverridePut{{ID: id, Override: ov, TTL: ttl}}}, nil
 	})
+}
+
+// liveBoostsOf lists the ids of route's boosts in cur that are still live
+// at now (their expires_at not passed), sorted.
+func liveBoostsOf(cur *store.State, route string, now time.Time) []string {
+	var ids []string
+	for id, o := range cur.Overrides {
+		if o.Override.Route != route {
+			continue
+		}
+		if end, err := time.Parse(time.RFC3339Nano, o.Override.ExpiresAt); o.Override.ExpiresAt != "" && err == nil && !now.Before(end) {
+			continue
+		}
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // newBoostID returns ROUTE-YYYYMMDD-HHMMSS-xxxx.

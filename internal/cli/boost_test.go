@@ -352,8 +352,14 @@ routes:
   _default: {targets: [{pool: eu-1, weight: 100}]}
   KR: {targets: [{pool: kr-b, weight: 100}]}
 `))
-	e.must(ExitOK, "boost", "KR", "--target", "kr-b=100", "--ttl", "1h", "--id", "kr-z")
-	e.must(ExitOK, "boost", "KR", "--target", "kr-a=100", "--ttl", "1h", "--id", "kr-a") // newer
+	if r := e.must(ExitOK, "boost", "KR", "--target", "kr-b=100", "--ttl", "1h", "--id", "kr-z"); strings.Contains(r.stderr, "warning") {
+		t.Fatalf("the route's first boost: %s; want no warning", r)
+	}
+	// The second is written, with a warning naming the boost it overrides.
+	if r := e.must(ExitOK, "boost", "KR", "--target", "kr-a=100", "--ttl", "1h", "--id", "kr-a"); !strings.Contains(r.stderr,
+		"regionctl: warning: route KR has 1 live boost(s) already (kr-z): the newest boost of a route wins its targets") {
+		t.Fatalf("a second boost of KR: %s; want a warning naming kr-z", r)
+	}
 	if r := e.must(ExitOK, "resolve", "KR", "--key", "v"); !strings.Contains(r.stdout, "kr-a") {
 		t.Fatalf("resolve KR with two boosts: %s; want kr-a, the newest boost's", r)
 	}
