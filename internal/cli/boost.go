@@ -117,7 +117,7 @@ func liveBoostsOf(cur *store.State, route string, now time.Time) []string {
 		if o.Override.Route != route {
 			continue
 		}
-		if end, err := time.Parse(time.RFC3339Nano, o.Override.ExpiresAt); o.Override.ExpiresAt != "" && err == nil && !now.Before(end) {
+		if o.Override.Expired(now) {
 			continue
 		}
 		ids = append(ids, id)
@@ -188,7 +188,6 @@ func (a *app) runBoostLs(ctx context.Context) error {
 
 // printBoosts prints the boost table; ttls may be nil.
 func printBoosts(w io.Writer, boosts map[string]store.LiveOverride, ttls map[string]time.Duration) {
-	fmt.Fprintln(w)
 	row(w, "BOOST", "ROUTE", "TARGETS", "ATTRS", "TTL", "EXPIRES", "REASON", "AUTHOR")
 	now := time.Now()
 	for _, id := range sortedKeys(boosts) {

@@ -42,8 +42,8 @@ func TestBoostExpires(t *testing.T) {
 		t.Fatalf("JP during the boost: %s", got)
 	}
 	ls := e.must(ExitOK, "boost", "ls")
-	if !strings.Contains(ls.stdout, "jp-kpop") || !strings.Contains(ls.stdout, "kpop week") {
-		t.Fatalf("boost ls: %s", ls)
+	if !strings.HasPrefix(ls.stdout, "BOOST") || !strings.Contains(ls.stdout, "jp-kpop") || !strings.Contains(ls.stdout, "kpop week") {
+		t.Fatalf("boost ls: %s; want the table from its first line", ls)
 	}
 	epoch := e.get(e.ks.Epoch())
 	deadline := start.Add(6 * time.Second) // 2×TTL plus lease-expiry granularity

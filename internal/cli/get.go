@@ -148,6 +148,7 @@ func printGet(w io.Writer, r getResult, show func(string) bool) {
 		printRoutes(w, r.Routes)
 	}
 	if show("boosts") {
+		fmt.Fprintln(w)
 		printBoosts(w, r.Boosts, nil)
 	}
 	if show("health") {

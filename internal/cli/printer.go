@@ -1,12 +1,15 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
+	"unicode"
 
 	"sigs.k8s.io/yaml"
 )
@@ -24,11 +27,14 @@ func (a *app) printer() printer { return printer{format: a.output, w: a.stdout} 
 func (p printer) print(v any, table func(w io.Writer)) error {
 	switch p.format {
 	case "json":
-		b, err := json.MarshalIndent(v, "", "  ")
-		if err != nil {
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b) // Encode ends the line
+		enc.SetEscapeHTML(false)   // a reason "drain & reboot" as written, not \u0026
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(v); err != nil {
 			return fmt.Errorf("encode JSON output: %w", err)
 		}
-		_, err = fmt.Fprintf(p.w, "%s\n", b)
+		_, err := p.w.Write(b.Bytes())
 		return err
 	case "yaml":
 		b, err := yaml.Marshal(v)
@@ -43,11 +49,18 @@ func (p printer) print(v any, table func(w io.Writer)) error {
 	return tw.Flush()
 }
 
-// row writes one tab-separated table row.
+// row writes one tab-separated table row. A cell with a control
+// character (a --reason of several lines, a tab) shows it escaped, as Go
+// quotes it (\n, \t): raw, it would break the table's rows and columns,
+// or drive the terminal.
 func row(w io.Writer, cols ...any) {
 	parts := make([]string, len(cols))
 	for i, c := range cols {
 		parts[i] = fmt.Sprint(c)
+		if strings.IndexFunc(parts[i], unicode.IsControl) >= 0 {
+			q := strconv.Quote(parts[i])
+			parts[i] = q[1 : len(q)-1]
+		}
 	}
 	fmt.Fprintln(w, strings.Join(parts, "\t"))
 }
