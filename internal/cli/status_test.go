@@ -531,3 +531,18 @@ func TestNoOpWriteStillWaits(t *testing.T) {
 		t.Fatalf("-o json no-op dry run: %+v %v: %s", out, err, r)
 	}
 }
+
+// TestInterruptedWaitSaysSo: a --wait-converged ended by a signal (its
+// context cancelled) exits 5, the write committed, saying it was
+// interrupted, not that the fleet failed to converge in time.
+func TestInterruptedWaitSaysSo(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(500*time.Millisecond, cancel) // no agent: the wait would last its 30 s
+	r := e.runCtx(ctx, "pool", "drain", "eu-north", "--wait-converged=30s")
+	if r.code != ExitNotConverged || !strings.Contains(r.stderr, "the write is committed") || !strings.Contains(r.stderr, "but interrupted: not converged to revision") {
+		t.Fatalf("an interrupted wait: %s", r)
+	}
+}

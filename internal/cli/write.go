@@ -177,6 +177,9 @@ func (a *app) waitConverged(ctx context.Context, st *store.Store, rev int64, wai
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	conv, err := st.WaitConverged(wctx, rev)
+	if err != nil && errors.Is(ctx.Err(), context.Canceled) { // a signal, not the timeout
+		err = fmt.Errorf("interrupted: %w", err)
+	}
 	ok := err == nil
 	out.Converged = &ok
 	for _, sk := range conv.Skews {
