@@ -56,6 +56,16 @@ export function untrusted(st, owner) {
 }
 
 /**
+ * How many of len bytes at off the file of stats st holds: a forged slot
+ * length (up to 4 GiB) allocates no more than the file (it threw a
+ * RangeError, or allocated gigabytes); the reader then finds the entry
+ * short, a TableError.
+ */
+function inFile(st, off, len) {
+  return Math.max(0, Math.min(len, st.size - off));
+}
+
+/**
  * The {header, country, entry} of a raw country header from the index file
  * at path (see readIndexEntry), read through one descriptor; owner, when
  * given, as decideFromIndexFile's opts.owner.
@@ -72,8 +82,8 @@ export function readIndexFile(path, country, owner) {
     const why = owner !== undefined && owner !== null ? untrusted(st, owner) : notRegular(st);
     if (why) throw new TableError(`regiond: snapshot index ${path} ${why}: refusing a table the agent may not have written`);
     return readIndexEntry((off, len) => {
-      const b = Buffer.allocUnsafe(len);
-      return b.subarray(0, readSync(fd, b, 0, len, off));
+      const b = Buffer.allocUnsafe(inFile(st, off, len));
+      return b.subarray(0, readSync(fd, b, 0, b.length, off));
     }, path, country);
   } finally {
     closeSync(fd);
@@ -93,8 +103,8 @@ export async function decideFromIndexFileAsync(path, country, key, opts) {
     const why = opts?.owner !== undefined && opts?.owner !== null ? untrusted(st, opts.owner) : notRegular(st);
     if (why) throw new TableError(`regiond: snapshot index ${path} ${why}: refusing a table the agent may not have written`);
     const { header, country: cc, entry } = await readIndexEntryAsync(async (off, len) => {
-      const b = Buffer.allocUnsafe(len);
-      const { bytesRead } = await fh.read(b, 0, len, off);
+      const b = Buffer.allocUnsafe(inFile(st, off, len));
+      const { bytesRead } = await fh.read(b, 0, b.length, off);
       return b.subarray(0, bytesRead);
     }, path, country);
     return decideEntry(header, cc, entry, key, opts);

@@ -2,7 +2,9 @@ package js_test
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/regiond/regiond/internal/fleettest"
+	"github.com/regiond/regiond/internal/snapindex"
 )
 
 // TestOwnerRefusesAFileTheAgentDidNotWrite: with opts.owner (the agent's
@@ -101,5 +104,46 @@ func TestFIFOBlocksNoReader(t *testing.T) {
 				t.Errorf("owner %q, path %d: %+v, want refused naming the file as no regular file", owner, i, o)
 			}
 		}
+	}
+}
+
+// TestForgedSlotLengthIsATableError: a slot whose entry length is past
+// the file (a corrupt or forged index: 0xFFFFFFF0) is a TableError naming
+// the slot, through both Node paths; the reader allocated the length
+// first (a RangeError past 2 GiB, gigabytes below it).
+func TestForgedSlotLengthIsATableError(t *testing.T) {
+	node(t)
+	now := time.Now()
+	idx := indexFile(t, fleettest.Scenarios(t, now)[0].Table, now, now)
+	b, err := os.ReadFile(idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := -1
+	for i := range snapindex.UnknownSlot {
+		if snapindex.SlotCode(i) == "PL" {
+			pl = i
+		}
+	}
+	hlen := int(binary.LittleEndian.Uint16(b[6:8]))
+	binary.LittleEndian.PutUint32(b[8+hlen+12*pl+4:], 0xFFFFFFF0)
+	if err := os.WriteFile(idx, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := `
+import { readIndexFile, decideFromIndexFileAsync } from './node.mjs';
+const out = [];
+try { readIndexFile(process.argv[1], 'PL'); out.push('read'); } catch (e) { out.push(e.name + ': ' + e.message); }
+try { await decideFromIndexFileAsync(process.argv[1], 'PL', ''); out.push('read'); } catch (e) { out.push(e.name + ': ' + e.message); }
+console.log(out.join('\n'));
+`
+	out, err := exec.Command(node(t), "--input-type=module", "-e", script, idx).CombinedOutput()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	want := fmt.Sprintf("TableError: regiond: %s: slot %d: entry at ", idx, pl)
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], want) || !strings.HasPrefix(lines[1], want) || !strings.Contains(lines[0], "+4294967280 is past the end of the file") {
+		t.Fatalf("node said:\n%s\nwant two lines starting %q", out, want)
 	}
 }
