@@ -179,6 +179,11 @@ final class RegiondTable
         float $maxAgeSeconds = self::DEFAULT_MAX_AGE,
         int|string|null $owner = null,
     ): self {
+        // NaN compares false (staleness off), INF never turns stale, 0
+        // or less always is: none is a max age, as the JS reader holds.
+        if (is_nan($maxAgeSeconds) || is_infinite($maxAgeSeconds) || $maxAgeSeconds <= 0) {
+            throw new \ValueError("regiond: max age {$maxAgeSeconds}: want a positive number of seconds (e.g. 180)");
+        }
         $uid = $owner === null ? null : self::ownerUid($owner);
         $idx = str_ends_with($path, '.idx') ? $path : self::indexPath($path);
         if ($uid !== null) {
@@ -218,13 +223,14 @@ final class RegiondTable
         return preg_replace('/^failed to open stream: /i', '', $m);
     }
 
-    /** @var array<string, int> owner names resolved to uids, for the request (PHP resets static state after each) */
+    /** @var array<string, int> owner names resolved to uids: for the request under PHP-FPM (static state is reset after each), for the worker's life in a long-running worker */
     private static array $uids = [];
 
     /**
      * The uid of $owner: an int is one; a string of digits too; any other
      * string is a user name, looked up once per request (posix extension;
-     * PHP-FPM resets static state after each request).
+     * PHP-FPM resets static state after each request; a long-running
+     * worker keeps the uid for its life).
      *
      * @throws TableException
      */

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -86,5 +87,33 @@ func TestReaderStaleFromSyncedAt(t *testing.T) {
 		if m := metaPHP(t, path, 60); !strings.Contains(m.Error, "synced_at") {
 			t.Errorf("php: synced_at %s: %+v, want an error naming synced_at", v, m)
 		}
+	}
+}
+
+// TestReaderRefusesAMaxAgeThatIsNone: a max age of NaN (staleness off: it
+// compares false), INF (never stale), 0 or less (always stale) is a
+// ValueError naming it, as in the JS reader; PHP took them silently.
+func TestReaderRefusesAMaxAgeThatIsNone(t *testing.T) {
+	php(t)
+	t.Parallel()
+	now := time.Now()
+	path := writeTable(t, compile(t, fleet(t), routing.CompileOptions{Now: now}), now)
+	script := `require 'RegiondTable.php';
+foreach ([NAN, INF, 0.0, -5.0, 900.0] as $m) {
+    try { \Regiond\RegiondTable::load($argv[1], $m); echo "loaded {$m}\n"; }
+    catch (\ValueError $e) { echo $e->getMessage(), "\n"; }
+}`
+	out, err := exec.Command(php(t), "-r", script, path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("php: %v\n%s", err, out)
+	}
+	want := `regiond: max age NAN: want a positive number of seconds (e.g. 180)
+regiond: max age INF: want a positive number of seconds (e.g. 180)
+regiond: max age 0: want a positive number of seconds (e.g. 180)
+regiond: max age -5: want a positive number of seconds (e.g. 180)
+loaded 900
+`
+	if string(out) != want {
+		t.Fatalf("php said:\n%s\nwant:\n%s", out, want)
 	}
 }
