@@ -57,7 +57,13 @@ func (a *app) runStatus(ctx context.Context, maxLag int64) error {
 	if err != nil {
 		return err
 	}
-	err = a.printer().print(fleet, func(w io.Writer) { printFleet(w, fleet) })
+	// -o json: the fleet, and the summary's counts beside it.
+	out := struct {
+		*store.Fleet
+		Converged int            `json:"converged"`
+		Versions  map[string]int `json:"versions"`
+	}{fleet, len(fleet.Agents) - len(fleet.Unconverged(0)), versionTally(fleet.Agents)}
+	err = a.printer().print(out, func(w io.Writer) { printFleet(w, fleet) })
 	if err != nil {
 		return err
 	}
@@ -101,14 +107,7 @@ func printFleet(w io.Writer, f *store.Fleet) {
 // report and how many report it, the most common first (an upgrade's
 // progress at a glance).
 func versionCounts(agents []store.AgentInfo) string {
-	counts := map[string]int{}
-	for _, a := range agents {
-		v := orDash(a.Version)
-		if a.Invalid != "" {
-			v = "?" // as in the table: the key says nothing
-		}
-		counts[v]++
-	}
+	counts := versionTally(agents)
 	vs := slices.Collect(maps.Keys(counts))
 	slices.SortFunc(vs, func(a, b string) int {
 		return cmp.Or(cmp.Compare(counts[b], counts[a]), cmp.Compare(a, b))
@@ -118,4 +117,18 @@ func versionCounts(agents []store.AgentInfo) string {
 		parts[i] = fmt.Sprintf("%s (%d)", v, counts[v])
 	}
 	return strings.Join(parts, ", ")
+}
+
+// versionTally counts the agents by the version they report ("-": none,
+// "?": a status key that does not decode).
+func versionTally(agents []store.AgentInfo) map[string]int {
+	counts := map[string]int{}
+	for _, a := range agents {
+		v := orDash(a.Version)
+		if a.Invalid != "" {
+			v = "?" // as in the table: the key says nothing
+		}
+		counts[v]++
+	}
+	return counts
 }

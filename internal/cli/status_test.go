@@ -58,10 +58,17 @@ func TestStatus(t *testing.T) {
 	e.putAgent("node-a", last.Revision, lease)
 	e.putAgent("node-b", first.Revision, lease)
 
-	var fleet store.Fleet
+	var fleet struct {
+		store.Fleet
+		Converged int            `json:"converged"`
+		Versions  map[string]int `json:"versions"`
+	}
 	mustJSON(t, e.must(ExitOK, "status", "-o", "json").stdout, &fleet)
 	if fleet.RoutingRevision != last.Revision || fleet.Epoch != 3 || len(fleet.Agents) != 2 {
 		t.Fatalf("fleet: %+v (want routing revision %d, epoch 3, 2 agents)", fleet, last.Revision)
+	}
+	if fleet.Converged != 1 || len(fleet.Versions) != 1 || fleet.Versions["test"] != 2 { // the table's summary, for scripts
+		t.Fatalf("status -o json: converged %d, versions %v; want 1 and test: 2", fleet.Converged, fleet.Versions)
 	}
 	lag := last.Revision - first.Revision
 	if a, b := fleet.Agents[0], fleet.Agents[1]; a.Node != "node-a" || a.Lag != 0 || b.Node != "node-b" || b.Lag != lag || b.Revision != first.Revision {
