@@ -38,15 +38,18 @@ func (a *app) getCmd() *cobra.Command {
 
 // getResult is the JSON/YAML output of get.
 type getResult struct {
-	Revision  int64                         `json:"revision"`
-	Epoch     int64                         `json:"epoch"`
-	Policy    *routing.Residency            `json:"policy,omitempty"`
-	Pools     map[string]routing.Pool       `json:"pools,omitempty"`
-	Routes    map[string]routing.Route      `json:"routes,omitempty"`
-	Boosts    map[string]store.LiveOverride `json:"boosts,omitempty"`
-	Health    map[string]routing.Health     `json:"health,omitempty"`
-	Skipped   []routing.Skipped             `json:"skipped,omitempty"`
-	instances map[string]int
+	Revision int64              `json:"revision"`
+	Epoch    int64              `json:"epoch"`
+	Policy   *routing.Residency `json:"policy,omitempty"`
+	// PolicyDefault says Policy is the built-in default: no policy key
+	// is stored (so a newer regionctl's default may differ).
+	PolicyDefault bool                          `json:"policy_default,omitempty"`
+	Pools         map[string]routing.Pool       `json:"pools,omitempty"`
+	Routes        map[string]routing.Route      `json:"routes,omitempty"`
+	Boosts        map[string]store.LiveOverride `json:"boosts,omitempty"`
+	Health        map[string]routing.Health     `json:"health,omitempty"`
+	Skipped       []routing.Skipped             `json:"skipped,omitempty"`
+	instances     map[string]int
 	// shown are the sections asked for: in JSON and YAML each is present,
 	// {} or [] when empty (a script's jq '.health[]' works on none), and
 	// the others absent.
@@ -56,16 +59,17 @@ type getResult struct {
 // MarshalJSON writes the sections shown, empty ones as {} or [].
 func (r getResult) MarshalJSON() ([]byte, error) {
 	var out struct {
-		Revision int64                          `json:"revision"`
-		Epoch    int64                          `json:"epoch"`
-		Policy   *routing.Residency             `json:"policy,omitempty"`
-		Pools    *map[string]routing.Pool       `json:"pools,omitempty"`
-		Routes   *map[string]routing.Route      `json:"routes,omitempty"`
-		Boosts   *map[string]store.LiveOverride `json:"boosts,omitempty"`
-		Health   *map[string]routing.Health     `json:"health,omitempty"`
-		Skipped  *[]routing.Skipped             `json:"skipped,omitempty"`
+		Revision      int64                          `json:"revision"`
+		Epoch         int64                          `json:"epoch"`
+		Policy        *routing.Residency             `json:"policy,omitempty"`
+		PolicyDefault bool                           `json:"policy_default,omitempty"`
+		Pools         *map[string]routing.Pool       `json:"pools,omitempty"`
+		Routes        *map[string]routing.Route      `json:"routes,omitempty"`
+		Boosts        *map[string]store.LiveOverride `json:"boosts,omitempty"`
+		Health        *map[string]routing.Health     `json:"health,omitempty"`
+		Skipped       *[]routing.Skipped             `json:"skipped,omitempty"`
 	}
-	out.Revision, out.Epoch, out.Policy = r.Revision, r.Epoch, r.Policy
+	out.Revision, out.Epoch, out.Policy, out.PolicyDefault = r.Revision, r.Epoch, r.Policy, r.PolicyDefault
 	shown := r.shown
 	if shown == nil {
 		shown = func(string) bool { return true }
@@ -115,7 +119,7 @@ func (a *app) runGet(ctx context.Context, section string) error {
 	out := getResult{Revision: cur.Revision, Epoch: cur.Epoch, instances: map[string]int{}, shown: show}
 	if show("policy") {
 		pol := cur.Config.ResidencyOrDefault()
-		out.Policy = &pol
+		out.Policy, out.PolicyDefault = &pol, cur.Config.Policy.Residency == nil
 	}
 	if show("pools") {
 		out.Pools = cur.Config.Pools
@@ -165,6 +169,9 @@ func printGet(w io.Writer, r getResult, show func(string) bool) {
 			row(w, c, strings.Join(r.Policy.Classes[c], " "))
 		}
 		row(w, "(unknown country)", r.Policy.UnknownCountryClass)
+		if r.PolicyDefault {
+			fmt.Fprintln(w, "(the built-in default: no policy key is stored; a newer regiond's default may differ: store one to pin it, docs/operations.md)")
+		}
 	}
 	if show("skipped") && len(r.Skipped) > 0 {
 		fmt.Fprintln(w)

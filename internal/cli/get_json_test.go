@@ -21,12 +21,22 @@ func TestGetShowsEmptySectionsAndWarnsOfAnEmptyPrefix(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &all); err != nil {
 		t.Fatal(err)
 	}
-	for k, want := range map[string]string{"pools": "{}", "routes": "{}", "boosts": "{}", "health": "{}", "skipped": "[]"} {
+	for k, want := range map[string]string{"pools": "{}", "routes": "{}", "boosts": "{}", "health": "{}", "skipped": "[]", "policy_default": "true"} {
 		if got := string(all[k]); got != want {
 			t.Errorf("get -o json on an empty prefix: %s = %q, want %s", k, got, want)
 		}
 	}
-	e.seed()
+	// The policy shown is the built-in default, and says so.
+	if r := e.must(ExitOK, "get", "policy"); !strings.Contains(r.stdout, "(the built-in default: no policy key is stored") {
+		t.Errorf("get policy with no policy key: %s; want it marked as the built-in default", r)
+	}
+	e.seed() // examples/routing.yaml stores a policy
+	if r := e.must(ExitOK, "get", "policy"); strings.Contains(r.stdout, "built-in default") {
+		t.Errorf("get policy with a policy key: %s; want no built-in default mark", r)
+	}
+	if r := e.must(ExitOK, "get", "policy", "-o", "json"); strings.Contains(r.stdout, "policy_default") {
+		t.Errorf("get policy -o json with a policy key: %s; want no policy_default", r)
+	}
 	r = e.must(ExitOK, "get", "health", "-o", "json")
 	var one map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(r.stdout), &one); err != nil {
