@@ -12,6 +12,7 @@ import (
 
 	"github.com/regiond/regiond/internal/keyspace"
 	"github.com/regiond/regiond/internal/store"
+	"github.com/regiond/regiond/routing"
 )
 
 // authOpts are the flags of auth roles and auth apply.
@@ -98,7 +99,7 @@ func (a *app) authRolesCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		return a.printAuth(authResult{Prefix: a.prefix, AuthPlan: plan, Steps: stepsOut(steps), DryRun: true}, plan)
+		return a.printAuth(authResult{Prefix: a.prefix, AuthPlan: plan, Steps: stepsOut(steps), DryRun: true, offline: true}, plan)
 	})
 	return cmd
 }
@@ -179,6 +180,11 @@ func (a *app) authPlan(o authOpts) (*store.AuthPlan, error) {
 	if spec.Origins, err = bindings("--origin", o.origins); err != nil {
 		return nil, err
 	}
+	for _, b := range spec.Origins {
+		if !routing.ValidPoolID(b.Name) {
+			return nil, usagef("--origin %q: want a pool id (lower-case letters, digits, '.', '_', '-'), e.g. eu-central", b.Name)
+		}
+	}
 	plan, err := store.NewRoles(ks, a.rolePrefix).Plan(spec)
 	if err != nil {
 		return nil, usageError{err}
@@ -223,6 +229,9 @@ type authResult struct {
 	Applied bool       `json:"applied"`
 	// Passwords are the generated passwords of the users apply added.
 	Passwords map[string]string `json:"passwords,omitempty"`
+	// offline: auth roles, which contacts no etcd (every step, not what
+	// etcd lacks).
+	offline bool
 }
 
 func (a *app) printAuth(res authResult, plan *store.AuthPlan) error {
@@ -254,6 +263,8 @@ func printAuthTable(w io.Writer, res authResult, plan *store.AuthPlan) {
 	switch {
 	case len(res.Steps) == 0:
 		fmt.Fprintf(w, "# nothing to change: every role and user holds what its job needs under %s, and nothing more\n", res.Prefix)
+	case res.offline:
+		fmt.Fprintf(w, "# %d command(s); etcd was not contacted (regionctl --user root auth apply, with the same flags, makes what etcd lacks of them)\n", len(res.Steps))
 	case res.Applied:
 		fmt.Fprintf(w, "# applied %d change(s)\n", len(res.Steps))
 	case res.DryRun:

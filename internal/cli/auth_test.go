@@ -283,10 +283,14 @@ func TestAuthRoles(t *testing.T) {
 		"etcdctl role grant-permission rd-operator --prefix=true read /fleet/v2/agents/\n",
 		"etcdctl user add fra1.example.net --no-password\netcdctl user grant-role fra1.example.net rd-agent-edge-fra-1\n",
 		"etcdctl user add grafana --no-password\netcdctl user grant-role grafana rd-viewer\n",
+		"etcd was not contacted (regionctl --user root auth apply, with the same flags, makes what etcd lacks of them)\n",
 	} {
 		if r.code != ExitOK || !strings.Contains(r.stdout, want) {
 			t.Fatalf("auth roles: want %q in %s", want, r)
 		}
+	}
+	if strings.Contains(r.stdout, "dry run") {
+		t.Errorf("auth roles: %s; it contacts no etcd: not a dry run", r)
 	}
 	r, _ = runEnv(nil, append(dead, "auth", "roles", "--operator", "alice", "--passwords", "-o", "json")...)
 	var res authResult
@@ -295,10 +299,13 @@ func TestAuthRoles(t *testing.T) {
 		t.Fatalf("auth roles -o json: %s", r)
 	}
 	for _, args := range [][]string{{"--agent", "a/b"}, {"--operator", "root"}, {"--origin", "eu-central="}, {"--origin", "EU central"},
-		{"--agent", "n1=u", "--agent", "n2=u"}} {
+		{"--agent", "n1=u", "--agent", "n2=u"}, {"--origin", "BAD"}} {
 		if r, _ := runEnv(nil, append(dead, append([]string{"auth", "roles"}, args...)...)...); r.code != ExitUsage {
 			t.Errorf("auth roles %v: want exit 2, got %s", args, r)
 		}
+	}
+	if r, _ := runEnv(nil, append(dead, "auth", "roles", "--origin", "BAD")...); !strings.Contains(r.stderr, `--origin "BAD": want a pool id (lower-case`) {
+		t.Errorf("auth roles --origin BAD: %s; want the pool id's grammar named", r)
 	}
 	r, _ = runEnv(nil, "auth", "apply", "--help")
 	for _, want := range []string{"regiond-origin-POOL", "readwrite the key <root>/agents/NODE alone", "--client-cert-auth",
