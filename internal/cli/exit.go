@@ -103,7 +103,11 @@ func (a *app) printRefused(errs routing.Errors) {
 			fmt.Fprintf(a.stderr, "REFUSED %s\n", line)
 		}
 	}
-	fmt.Fprintf(a.stderr, "refused: %d problem(s); nothing was written\n", len(errs))
+	if a.cmd != nil && a.cmd.Flags().Lookup("wait-converged") != nil { // a write verb (addWriteFlags)
+		fmt.Fprintf(a.stderr, "refused: %d problem(s); nothing was written\n", len(errs))
+		return
+	}
+	fmt.Fprintf(a.stderr, "refused: %d problem(s)\n", len(errs)) // validate, diff, resolve -f: reads
 }
 
 // groupRun is the RunE of a command that only holds sub-commands.

@@ -59,19 +59,19 @@ type app struct {
 	cmd     *cobra.Command
 	root    *cobra.Command // for the usage error's --help hint
 
-	endpoints    []string
-	prefix       string
-	cacert, cert string
-	tlsKey       string
-	user         string
-	output       string
-	dialTimeout  time.Duration
-	// envFlags names the environment variable that set each flag set
-	// from one, by flag name.
-	envFlags       map[string]string
+	endpoints      []string
+	prefix         string
+	cacert, cert   string
+	tlsKey         string
+	user           string
+	output         string
+	dialTimeout    time.Duration
 	commandTimeout time.Duration
 	verbose        bool
 	rolePrefix     string
+	// envFlags names the environment variable that set each flag set
+	// from one, by flag name.
+	envFlags map[string]string
 
 	// probe is the key read when dialing and probeNeeds what the verb's
 	// job needs, named if etcd refuses the read (nil: read on the key's

@@ -124,6 +124,10 @@ func TestRefusedConfigs(t *testing.T) {
 				if r.code != ExitRefused || !containsAll(r.stderr, tc.want) {
 					t.Errorf("regionctl %s: want exit 1 and %q, got %s", strings.Join(args, " "), tc.want, r)
 				}
+				// A write says nothing was written; validate, a read, does not.
+				if wrote := strings.Contains(r.stderr, "; nothing was written\n"); wrote != (args[0] == "apply") {
+					t.Errorf("regionctl %s: 'nothing was written' said: %v; want it from apply alone: %s", strings.Join(args, " "), wrote, r)
+				}
 			}
 			if rev2, n2 := e.fingerprint(); rev2 != rev || n2 != n {
 				t.Fatalf("etcd changed: newest revision %d → %d, keys %d → %d", rev, rev2, n, n2)
