@@ -33,6 +33,17 @@ func TestOutputFormats(t *testing.T) {
 	if !strings.Contains(r.stdout, "pool-down:eu-central") || !strings.Contains(r.stdout, "→ eu-west") {
 		t.Fatalf("what-if resolve:\n%s", r)
 	}
+	// Without --key the pick among several eligible pools is random:
+	// said, so two runs that differ do not look like a fault.
+	const random = "(no --key: a weighted random pick among the eligible pools"
+	if r := e.must(ExitOK, "resolve", "PL", "-f", exampleConfig); !strings.Contains(r.stdout, random) {
+		t.Errorf("resolve PL without --key: %s; want the random pick said", r)
+	}
+	for _, args := range [][]string{{"resolve", "PL", "-f", exampleConfig, "--key", "v1"}, {"resolve", "PL", "-f", exampleConfig, "--down", "eu-central"}} {
+		if r := e.must(ExitOK, args...); strings.Contains(r.stdout, random) {
+			t.Errorf("regionctl %s: %s; want no random pick said (a key, or one eligible pool)", strings.Join(args, " "), r)
+		}
+	}
 	if r := e.run("--cacert", "/nonexistent.pem", "get"); r.code != ExitUsage {
 		t.Fatalf("bad --cacert: %s", r)
 	}

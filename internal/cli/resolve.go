@@ -62,7 +62,7 @@ func (a *app) runResolve(ctx context.Context, country string, o resolveOpts) err
 		fmt.Fprintf(a.stderr, "regionctl: %q is not an assigned ISO 3166-1 alpha-2 country code: resolved as %s, as the agents resolve such a header\n", country, routing.Unknown)
 	}
 	ex := t.Explain(country, o.key, now)
-	return a.printer().print(ex, func(w io.Writer) { printExplain(w, ex) })
+	return a.printer().print(ex, func(w io.Writer) { printExplain(w, ex, o.key == "") })
 }
 
 // resolveTable compiles the stored state, or a config file.
@@ -85,7 +85,7 @@ func (a *app) resolveTable(ctx context.Context, file string, opts routing.Compil
 	return routing.Compile(cur.Revision, cur.KVs, nil, opts), nil
 }
 
-func printExplain(w io.Writer, ex routing.Explanation) {
+func printExplain(w io.Writer, ex routing.Explanation, keyless bool) {
 	if ex.NoRoute {
 		fmt.Fprintf(w, "%s (class %s): NO ROUTE: %s\n", ex.Country, orDash(ex.Class), strings.Join(ex.Reasons, ", "))
 	} else {
@@ -95,6 +95,9 @@ func printExplain(w io.Writer, ex routing.Explanation) {
 		fmt.Fprintf(w, "attrs: %s\n", kvList(d.Attrs))
 		if len(d.Degraded) > 0 {
 			fmt.Fprintf(w, "degraded: %s\n", strings.Join(d.Degraded, ", "))
+		}
+		if keyless && eligibleChosen(ex) > 1 {
+			fmt.Fprintln(w, "(no --key: a weighted random pick among the eligible pools, which differs run by run; --key K gives a viewer's pool)")
 		}
 	}
 	fmt.Fprintln(w)
@@ -114,4 +117,20 @@ func printExplain(w io.Writer, ex routing.Explanation) {
 			row(w, route, r.Depth, p.Pool, p.Weight, p.Eligible, orDash(p.Reason))
 		}
 	}
+}
+
+// eligibleChosen counts the eligible pools of the chosen route.
+func eligibleChosen(ex routing.Explanation) int {
+	n := 0
+	for _, r := range ex.Routes {
+		if !r.Chosen {
+			continue
+		}
+		for _, p := range r.Pools {
+			if p.Eligible {
+				n++
+			}
+		}
+	}
+	return n
 }
