@@ -2,8 +2,10 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -52,6 +54,18 @@ type diffResult struct {
 	Diff    []string         `json:"diff"`
 	Changes []routing.Change `json:"changes"`
 	Valid   bool             `json:"valid"`
+	// Problems are the refusals' lines (REFUSED … on stderr), when not
+	// Valid.
+	Problems []string `json:"problems,omitempty"`
+}
+
+// problemLines are errs as the REFUSED lines print them.
+func problemLines(errs routing.Errors) []string {
+	var out []string
+	for _, e := range errs {
+		out = append(out, strings.Split(e.Error(), "\n")...)
+	}
+	return out
 }
 
 // differsError is diff --exit-code's outcome when apply would change
@@ -63,6 +77,15 @@ func (e differsError) Error() string { return fmt.Sprintf("%d change(s) differ",
 
 func (a *app) runDiff(ctx context.Context, file string, prune, force, exitCode bool) error {
 	cfg, err := a.readConfigFile(file)
+	var bad refusedError
+	if errors.As(err, &bad) && a.output != "table" {
+		// The file's own problems: -o json and yaml say so as a
+		// refusal of the whole state does (valid false), no epoch read.
+		_ = a.printer().print(struct {
+			Valid    bool     `json:"valid"`
+			Problems []string `json:"problems"`
+		}{false, problemLines(bad.errs)}, nil)
+	}
 	if err != nil {
 		return err
 	}
@@ -75,7 +98,7 @@ func (a *app) runDiff(ctx context.Context, file string, prune, force, exitCode b
 	if err != nil {
 		return err
 	}
-	out := diffResult{Epoch: cur.Epoch, Diff: diffLines(chg), Changes: chg, Valid: len(errs) == 0}
+	out := diffResult{Epoch: cur.Epoch, Diff: diffLines(chg), Changes: chg, Valid: len(errs) == 0, Problems: problemLines(errs)}
 	err = a.printer().print(out, func(w io.Writer) {
 		for _, l := range out.Diff {
 			fmt.Fprintln(w, l)

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 
@@ -47,4 +48,38 @@ func TestOutputFormats(t *testing.T) {
 	if r := e.run("--cacert", "/nonexistent.pem", "get"); r.code != ExitUsage {
 		t.Fatalf("bad --cacert: %s", r)
 	}
+}
+
+// TestDiffJSONSaysWhyNotValid: diff -o json of a file apply would refuse
+// says valid false with the problems, whether the file's own values are
+// bad (it printed nothing then) or the state it makes is refused; exit 1
+// either way.
+func TestDiffJSONSaysWhyNotValid(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	type result struct {
+		Valid    *bool    `json:"valid"`
+		Problems []string `json:"problems"`
+	}
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"value", "pools:\n  p: {host: \"\", residency: eu, status: active}\n", "pools/p: host: must not be empty"},
+		{"state", strings.Replace(mustRead(t, exampleConfig), "status: active", "status: draining", -1), "would have no eligible pool"},
+	} {
+		r := e.run("-o", "json", "diff", "-f", writeFile(t, tc.name+".yaml", tc.yaml))
+		var got result
+		if r.code != ExitRefused || json.Unmarshal([]byte(r.stdout), &got) != nil || got.Valid == nil || *got.Valid ||
+			!strings.Contains(strings.Join(got.Problems, "\n"), tc.want) {
+			t.Errorf("%s: diff -o json: %s; want valid false and a problem naming %q", tc.name, r, tc.want)
+		}
+	}
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
