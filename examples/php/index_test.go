@@ -384,16 +384,8 @@ func TestReaderRevisionsPast32Bits(t *testing.T) {
 	}
 
 	const rev = 3_000_000_000
-	vals, err := fleet(t).Values()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var kvs []routing.KV
-	for k, v := range vals {
-		kvs = append(kvs, routing.KV{Key: k, Value: v})
-	}
 	now := time.Now()
-	tab := routing.Compile(rev, kvs, nil, routing.CompileOptions{Now: now})
+	tab := routing.Compile(rev, fleetKVs(t), nil, routing.CompileOptions{Now: now})
 	h := routing.JSONHeader{WrittenAt: now, SyncedAt: now}
 	for _, variant := range []string{"index", "index-without-block", "json"} {
 		path := writeSnapshot(t, tab, h, variant != "json")

@@ -79,6 +79,21 @@ func fleet(t *testing.T) *routing.Config {
 	return cfg
 }
 
+// fleetKVs is examples/routing.yaml as the keys etcd holds, for
+// routing.Compile at a revision of the test's choosing.
+func fleetKVs(t *testing.T) []routing.KV {
+	t.Helper()
+	vals, err := fleet(t).Values()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kvs []routing.KV
+	for k, v := range vals {
+		kvs = append(kvs, routing.KV{Key: k, Value: v})
+	}
+	return kvs
+}
+
 func compile(t *testing.T, cfg *routing.Config, opts routing.CompileOptions) *routing.Table {
 	t.Helper()
 	tab, err := routing.CompileConfig(cfg, nil, opts)
@@ -608,15 +623,7 @@ func TestReaderCache(t *testing.T) {
 	php(t)
 	t.Parallel()
 	now := time.Now()
-	cfg := fleet(t)
-	vals, err := cfg.Values()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var kvs []routing.KV
-	for k, v := range vals {
-		kvs = append(kvs, routing.KV{Key: k, Value: v})
-	}
+	kvs := fleetKVs(t)
 	dir := t.TempDir()
 	var files []string
 	for _, rev := range []int64{11, 12, 13} {
