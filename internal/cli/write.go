@@ -139,7 +139,7 @@ func (a *app) afterCommit(ctx context.Context, st *store.Store, res *store.Resul
 	out.Notes = w.notes
 	var waitErr error
 	if w.wait > 0 {
-		waitErr = a.waitConverged(ctx, st, res.Revision, w.wait, &out)
+		waitErr = a.waitConverged(ctx, st, res.Revision, w.wait, &out, true)
 	}
 	var printErr error
 	if err := a.printWrite(out); err != nil {
@@ -163,17 +163,22 @@ func (a *app) afterNoOp(ctx context.Context, st *store.Store, res *store.Result,
 	out.Notes = w.notes
 	var waitErr error
 	if w.wait > 0 {
-		if err := a.waitConverged(ctx, st, out.Revision, w.wait, &out); err != nil {
-			waitErr = fmt.Errorf("nothing to write (etcd holds what was asked since revision %d), but %w", out.Revision, err)
+		// No skew warnings: agents already at the revision put their
+		// status keys before the wait began (synced_at refreshed once a
+		// minute), not for this write, so their times say nothing of
+		// their clocks.
+		if err := a.waitConverged(ctx, st, out.Revision, w.wait, &out, false); err != nil {
+			waitErr = fmt.Errorf("nothing to write (etcd holds what was asked; the state's newest change is at revision %d), but %w", out.Revision, err)
 		}
 	}
 	return errors.Join(waitErr, a.printWrite(out))
 }
 
 // waitConverged waits up to wait for every live agent to serve rev,
-// records the outcome in out and warns about each agent whose clock is
-// off this host's.
-func (a *app) waitConverged(ctx context.Context, st *store.Store, rev int64, wait time.Duration, out *writeResult) error {
+// records the outcome in out and, with skews, warns about each agent
+// whose clock is off this host's (judged by status puts for a write
+// committed as the wait began).
+func (a *app) waitConverged(ctx context.Context, st *store.Store, rev int64, wait time.Duration, out *writeResult, skews bool) error {
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	conv, err := st.WaitConverged(wctx, rev)
@@ -183,6 +188,9 @@ func (a *app) waitConverged(ctx context.Context, st *store.Store, rev int64, wai
 	ok := err == nil
 	out.Converged = &ok
 	for _, sk := range conv.Skews {
+		if !skews {
+			break
+		}
 		way := "ahead of"
 		if sk.Ahead < 0 {
 			way = "behind"
