@@ -31,7 +31,8 @@ once. If the process dies, the key disappears within --ttl. After losing
 the lease (etcd unreachable past the TTL) it grants a new one and writes
 the key again; etcd unreachable at start is retried too (1s doubling to
 30s), so an origin that boots before etcd comes up once etcd does. A key
-deleted while it runs is put back at once; a key put under another lease
+deleted while it runs is put back at once, as is one put by hand without
+a lease (it would outlive this process); a key put under another lease
 (another heartbeat with the same --instance) is logged as an error and
 put back once that one is gone. To take the instance out, stop this
 process or drain the pool.

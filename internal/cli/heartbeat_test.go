@@ -266,8 +266,24 @@ func TestHeartbeatPutsItsKeyBack(t *testing.T) {
 	if _, ok := waitFor(5*time.Second, func() bool { return e.healthLease("fra-keep") == lease }); !ok {
 		t.Fatalf("the deleted key was not put back under lease %x:\n%s", lease, firstOut)
 	}
-	if !strings.Contains(firstOut.String(), "the marker was deleted while this heartbeat runs; put it back") {
+	if _, ok := waitFor(5*time.Second, func() bool {
+		return strings.Contains(firstOut.String(), "the marker was deleted while this heartbeat runs; put it back under its lease")
+	}); !ok { // logged just after the put
 		t.Fatalf("the put back is not logged:\n%s", firstOut)
+	}
+
+	// Put by hand without a lease: it would outlive the heartbeat (a
+	// stopped origin alive for ever): taken back under the lease.
+	if _, err := testClient.Put(context.Background(), key, `{"addr":"10.0.0.1:443","since":"2026-01-01T00:00:00Z"}`); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := waitFor(5*time.Second, func() bool { return e.healthLease("fra-keep") == lease }); !ok {
+		t.Fatalf("the leaseless key was not taken back under lease %x:\n%s", lease, firstOut)
+	}
+	if _, ok := waitFor(5*time.Second, func() bool {
+		return strings.Contains(firstOut.String(), "the marker was put without a lease (it would outlive this process) while this heartbeat runs; put it back under its lease")
+	}); !ok {
+		t.Fatalf("the take-back is not logged:\n%s", firstOut)
 	}
 
 	second, secondOut := e.startHeartbeat(t, bin, "fra-keep")

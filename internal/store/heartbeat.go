@@ -88,10 +88,11 @@ func (s *Store) Heartbeat(ctx context.Context, c HeartbeatConfig) error {
 // while this process runs) would leave a live origin looking dead for as
 // long as it runs. So it reads the key and watches it from there: a key
 // found gone is put back (only if still absent: a Txn on its create
-// revision), and a key under another lease (a second heartbeat with the
-// same --instance, a hand's put) is logged, once per lease, and put back
-// once that one is gone. A watch or read that fails is retried with a
-// backoff: the lease keeps the key meanwhile.
+// revision), as is a key put by hand without a lease (it would outlive
+// this process: a Txn on its mod revision), and a key under another lease
+// (a second heartbeat with the same --instance) is logged, once per lease,
+// and put back once that one is gone. A watch or read that fails is
+// retried with a backoff: the lease keeps the key meanwhile.
 func (s *Store) keepMarker(ctx context.Context, sess *concurrency.Session, rel, val string) {
 	key := s.ks.RoutingKey(rel)
 	ctx, cancel := context.WithCancel(ctx)
@@ -104,7 +105,7 @@ func (s *Store) keepMarker(ctx context.Context, sess *concurrency.Session, rel, 
 		}
 	}()
 	bo := backoff.New(200*time.Millisecond, 5*time.Second)
-	var warned clientv3.LeaseID // the other lease last logged
+	warned := noLease // the other lease last logged
 	for ctx.Err() == nil {
 		rev, err := s.ensureMarker(ctx, sess.Lease(), rel, key, val, &warned)
 		if err == nil {
@@ -134,21 +135,34 @@ func (s *Store) ensureMarker(ctx context.Context, lease clientv3.LeaseID, rel, k
 		if err != nil {
 			return 0, s.rpcErr("read "+key, err)
 		}
+		// Put back: where the key is absent, or (a put by hand without a
+		// lease, which would outlive this process and keep a stopped
+		// origin alive) still as that put left it.
+		var back []clientv3.Cmp
 		switch {
 		case len(resp.Kvs) == 0:
+			back = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}
+		case resp.Kvs[0].Lease == 0:
+			back = []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)}
+		}
+		switch {
+		case back != nil:
 			rctx, cancel := s.reqCtx(ctx)
-			txn, err := s.cli.Txn(rctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-				Then(clientv3.OpPut(key, val, clientv3.WithLease(lease))).Commit()
+			txn, err := s.cli.Txn(rctx).If(back...).Then(clientv3.OpPut(key, val, clientv3.WithLease(lease))).Commit()
 			cancel()
 			if err != nil {
 				return 0, s.writeErr("put "+key+" back", err, s.roles.WriteNeed(key))
 			}
 			if !txn.Succeeded {
-				continue // put meanwhile: read what is there
+				continue // changed meanwhile: read what is there
 			}
-			s.log.Warn("heartbeat: the marker was deleted while this heartbeat runs; put it back (stop the heartbeat, or drain the pool, to take the instance out)",
+			what := "deleted"
+			if len(resp.Kvs) > 0 {
+				what = "put without a lease (it would outlive this process)"
+			}
+			s.log.Warn("heartbeat: the marker was "+what+" while this heartbeat runs; put it back under its lease (stop the heartbeat, or drain the pool, to take the instance out)",
 				"key", rel, "lease", fmt.Sprintf("%x", int64(lease)))
-			*warned = 0
+			*warned = noLease
 			return txn.Header.Revision, nil
 		case clientv3.LeaseID(resp.Kvs[0].Lease) != lease:
 			if other := clientv3.LeaseID(resp.Kvs[0].Lease); other != *warned {
@@ -160,6 +174,9 @@ func (s *Store) ensureMarker(ctx context.Context, lease clientv3.LeaseID, rel, k
 		return resp.Header.Revision, nil
 	}
 }
+
+// noLease stands for "no other lease logged yet": no lease has this ID.
+const noLease clientv3.LeaseID = -1
 
 // nextMarkerEvent returns at the first change of key after rev; an error
 // when the watch ends without one (ctx done, no leader, compacted).
