@@ -247,15 +247,25 @@ type EpochResetError struct {
 	// Malformed is the key's value when it holds no epoch (a non-negative
 	// integer): rewritten by hand. nil otherwise.
 	Malformed []byte
+	// auditErr is why the audit prefix could not be read (AuditKey then
+	// the key the guard met, if any).
+	auditErr error
 }
 
 // Error says what happened and the etcdctl command that repairs it.
 func (e *EpochResetError) Error() string {
 	if e.Malformed != nil {
-		if e.Newest == 0 {
-			return fmt.Sprintf("refused, nothing written: the epoch key %s holds %q, not an epoch (a non-negative integer): it was rewritten by hand. "+
-				"No audit record was found under the audit prefix, so no write of regionctl's came before: restore the key, then re-run: etcdctl put %s 0",
-				e.EpochKey, e.Malformed, e.EpochKey)
+		bad := fmt.Sprintf("refused, nothing written: the epoch key %s holds %q, not an epoch (a non-negative integer): it was rewritten by hand. ", e.EpochKey, e.Malformed)
+		switch {
+		case e.Newest == 0 && e.auditErr != nil:
+			return bad + fmt.Sprintf("The audit trail could not be read (%v), so the epoch to restore is not known: "+
+				"regionctl history names the newest; restore the key to it (etcdctl put %s N), then re-run", e.auditErr, e.EpochKey)
+		case e.Newest == 0 && e.AuditKey != "":
+			return bad + fmt.Sprintf("The newest key under the audit prefix, %s, is not an audit record, so the epoch to restore is not known: "+
+				"remove it (etcdctl del %s) and re-run for the fix", e.AuditKey, e.AuditKey)
+		case e.Newest == 0:
+			return bad + fmt.Sprintf("No audit record was found under the audit prefix, so no write of regionctl's came before: "+
+				"restore the key, then re-run: etcdctl put %s 0", e.EpochKey)
 		}
 		return fmt.Sprintf("refused, nothing written: the epoch key %s holds %q, not an epoch (a non-negative integer): it was rewritten by hand. "+
 			"The audit trail goes up to epoch %d (%s). A retry cannot fix this: restore the epoch key, then re-run: etcdctl put %s %d",

@@ -216,3 +216,31 @@ func TestFleetReadErrors(t *testing.T) {
 		t.Fatalf("Fleet: %+v %v", fleet, err)
 	}
 }
+
+// TestMalformedEpochMessages: an epoch key holding no epoch is refused
+// with the fix the audit trail allows: its newest epoch; none when it
+// holds no record; and, when the trail cannot be read or its newest key is
+// no record, no epoch guessed (it said "etcdctl put … 0" then, which the
+// audit guard refuses in turn).
+func TestMalformedEpochMessages(t *testing.T) {
+	const key = "/r/routing/epoch"
+	for _, tc := range []struct {
+		name string
+		e    EpochResetError
+		want string
+	}{
+		{"records", EpochResetError{AuditKey: "/r/audit/0000000012", Newest: 12}, "The audit trail goes up to epoch 12 (/r/audit/0000000012). A retry cannot fix this: restore the epoch key, then re-run: etcdctl put " + key + " 12"},
+		{"none", EpochResetError{}, "No audit record was found under the audit prefix, so no write of regionctl's came before: restore the key, then re-run: etcdctl put " + key + " 0"},
+		{"unreadable", EpochResetError{auditErr: errors.New("permission denied")}, "The audit trail could not be read (permission denied), so the epoch to restore is not known: regionctl history names the newest"},
+		{"stray", EpochResetError{AuditKey: "/r/audit/junk"}, "The newest key under the audit prefix, /r/audit/junk, is not an audit record, so the epoch to restore is not known: remove it (etcdctl del /r/audit/junk)"},
+	} {
+		tc.e.EpochKey, tc.e.Malformed = key, []byte("abc")
+		got := tc.e.Error()
+		if !strings.HasPrefix(got, `refused, nothing written: the epoch key `+key+` holds "abc", not an epoch`) || !strings.Contains(got, tc.want) {
+			t.Errorf("%s: %s\nwant %q", tc.name, got, tc.want)
+		}
+		if tc.name != "records" && tc.name != "none" && strings.Contains(got, "etcdctl put "+key+" 0") {
+			t.Errorf("%s: %s\nguesses epoch 0", tc.name, got)
+		}
+	}
+}

@@ -134,7 +134,9 @@ func (s *Store) epochReset(ctx context.Context, st *State, missing bool, found s
 	rctx, cancel := s.reqCtx(ctx)
 	defer cancel()
 	resp, err := s.cli.Get(rctx, s.ks.AuditPrefix(), append(clientv3.WithLastKey(), clientv3.WithKeysOnly())...)
-	if err == nil && len(resp.Kvs) > 0 {
+	if err != nil {
+		e.auditErr = err
+	} else if len(resp.Kvs) > 0 {
 		e.AuditKey = string(resp.Kvs[0].Key)
 	}
 	e.Newest, _ = s.ks.ParseAudit(e.AuditKey)
