@@ -4,8 +4,8 @@
 //   node driver.mjs xxh               stdin: JSON [{"hex": data, "seed": "decimal"}]; stdout: JSON [hex hash]
 //   node driver.mjs score             stdin: JSON [{"key": hex, "pool": s, "weight": n}]; stdout: JSON [score]
 //   node driver.mjs owner FILE UID    stdout: JSON [O sync, O async] of PL without a key, opts.owner = UID
-//   node driver.mjs cookie            stdin: JSON [hex of a cookie value's bytes, given as the Fetch API does: Latin-1];
-//                                     stdout: JSON [hex of the worker's key bytes]
+//   node driver.mjs cookie            stdin: JSON [hex of a cookie value's bytes]; stdout: JSON [[hex of the worker's key
+//                                     bytes given the value as Latin-1, and given it UTF-8 decoded as workerd does]]
 //   node driver.mjs sweep kv|idx|idx-async FILE MAXAGE
 //       stdin: JSON {"headers": [hex], "keys": [hex], "full": N}
 //       stdout: one JSON line per header: {"outcomes": [O], "ids": "…"} (fleettest.SweepLine): the
@@ -219,7 +219,11 @@ switch (mode) {
   }
   case 'cookie': {
     const { cookieBytes } = await import('../worker/worker.mjs');
-    process.stdout.write(JSON.stringify(input().map((h) => Buffer.from(cookieBytes(latin1(h))).toString('hex'))));
+    // Each value as a Latin-1 runtime gives it and as workerd does (UTF-8 decoded): both keys.
+    process.stdout.write(JSON.stringify(input().map((h) => [
+      Buffer.from(cookieBytes(latin1(h), false)).toString('hex'),
+      Buffer.from(cookieBytes(Buffer.from(h, 'hex').toString('utf8'), true)).toString('hex'),
+    ])));
     break;
   }
   default:

@@ -14,16 +14,21 @@ function hexDigit(c) {
   return c >= 97 && c <= 102 ? c - 87 : -1;
 }
 
+// Cloudflare's runtime (workerd) decodes header values as UTF-8; the
+// Fetch standard, and Node, give one character per byte (Latin-1).
+const headersAreUTF8 = globalThis.navigator?.userAgent === 'Cloudflare-Workers';
+
 /**
- * The bytes of a header value: the Fetch API gives one character per byte
- * (Latin-1); a character past 0xFF means the runtime decoded UTF-8, whose
- * encoding then gives the bytes back.
+ * The bytes of a header value as the runtime gave it: UTF-8 encoded where
+ * it decoded them as UTF-8 (bytes that are no UTF-8 are lost there: they
+ * arrive as U+FFFD), else one byte per character.
  */
-function headerBytes(s) {
+function headerBytes(s, utf8Decoded) {
+  if (utf8Decoded) return utf8.encode(s);
   const b = new Uint8Array(s.length);
   for (let i = 0; i < s.length; i++) {
     const c = s.charCodeAt(i);
-    if (c > 0xff) return utf8.encode(s);
+    if (c > 0xff) return utf8.encode(s); // not Latin-1 after all
     b[i] = c;
   }
   return b;
@@ -38,10 +43,12 @@ function headerBytes(s) {
  * it throws.
  *
  * @param {string} raw the cookie's value as the header holds it
+ * @param {boolean} [utf8Decoded] whether the runtime decoded the header as
+ *   UTF-8 (default: on Cloudflare's runtime)
  * @returns {Uint8Array}
  */
-export function cookieBytes(raw) {
-  const b = headerBytes(raw);
+export function cookieBytes(raw, utf8Decoded = headersAreUTF8) {
+  const b = headerBytes(raw, utf8Decoded);
   const out = new Uint8Array(b.length);
   let n = 0;
   for (let i = 0; i < b.length; i++) {
