@@ -187,7 +187,13 @@ final class RegiondTable
         $uid = $owner === null ? null : self::ownerUid($owner);
         $idx = str_ends_with($path, '.idx') ? $path : self::indexPath($path);
         if ($uid !== null) {
-            self::checkDir(dirname($idx), $uid); // the JSON's too: the index is beside it
+            // The directory the file is in, a symlink's target's (a link to
+            // /run/regiond/table.idx from the web root: that directory is
+            // the deployer's, as the PHP code beside it is). The JSON's too:
+            // the index is beside it.
+            clearstatcache(true, $idx);
+            $real = realpath($idx);
+            self::checkDir(dirname($real !== false ? $real : $idx), $uid);
         }
         $fh = @fopen($idx, 'rb');
         $idxWhy = $fh === false ? self::lastError() : '';

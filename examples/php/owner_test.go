@@ -226,3 +226,46 @@ func TestReaderRefusesWhatCouldBlockIt(t *testing.T) {
 		t.Errorf("a directory in the index's place: %q", m.Error)
 	}
 }
+
+// TestReaderFollowsALinkToTheAgentsDirectory: with the owner given, an
+// index reached through a symlink (from a directory of the deployer's)
+// has its target's directory checked: the agent's loads, and a link to a
+// FIFO in a directory others may write is refused without blocking.
+func TestReaderFollowsALinkToTheAgentsDirectory(t *testing.T) {
+	php(t)
+	t.Parallel()
+	now := time.Now()
+	agent := filepath.Dir(writeSnapshot(t, compile(t, fleet(t), routing.CompileOptions{Now: now}), routing.JSONHeader{WrittenAt: now, SyncedAt: now}, true))
+	web := t.TempDir()
+	if err := os.Chmod(web, 0o775); err != nil { // group-writable: the link's directory is not the agent's
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(agent, "table.idx"), filepath.Join(web, "table.idx")); err != nil {
+		t.Fatal(err)
+	}
+	var m phpTimes
+	if err := json.Unmarshal(runPHP(t, nil, "meta", filepath.Join(web, "table.json"), "180", strconv.Itoa(os.Getuid())), &m); err != nil || m.Error != "" {
+		t.Fatalf("through a link to the agent's index: %+v %v", m, err)
+	}
+
+	open := t.TempDir()
+	if err := syscall.Mkfifo(filepath.Join(open, "table.idx"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	link := t.TempDir()
+	if err := os.Symlink(filepath.Join(open, "table.idx"), filepath.Join(link, "table.idx")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, php(t), filepath.Join("testdata", "driver.php"), "meta", filepath.Join(link, "table.json"), "180", strconv.Itoa(os.Getuid())).Output()
+	if ctx.Err() != nil {
+		t.Fatal("a link to a FIFO blocked the reader (killed after 20 s)")
+	}
+	if err != nil || json.Unmarshal(out, &m) != nil || !strings.Contains(m.Error, "snapshot directory "+open+" is writable by group or others") {
+		t.Fatalf("a link to a FIFO in a directory others may write: %s %v", out, err)
+	}
+}
