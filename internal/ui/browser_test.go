@@ -278,6 +278,17 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Errorf("filter kr-music shows %v, want KR only", shown)
 	}
 
+	// A table update that leaves the pools as they are keeps the what-if
+	// checkboxes, the nodes themselves: rebuilt on every update, one could
+	// be swapped from under a click ("Could not find node with given id").
+	eval[int](ctx, t, `document.querySelector('#whatif-pools input[value="eu-west"]').__mark = 7`)
+	regionctl(t, n, "route", "set", "PL", "--attr", "ui-test=1", "--reason", "browser test")
+	routed := n.waitTable(t, func(tb *routing.Table) bool { r, ok := tb.Route("PL"); return ok && r.Attrs["ui-test"] == "1" })
+	waitJS(ctx, t, "the route change on the page", fmt.Sprintf(`Number(document.body.dataset.revision) >= %d`, routed.Revision()))
+	if mark := eval[int](ctx, t, `document.querySelector('#whatif-pools input[value="eu-west"]').__mark || 0`); mark != 7 {
+		t.Errorf("a table update with the same pools rebuilt the what-if checkboxes")
+	}
+
 	// What if eu-west goes down too: the page's answer is the endpoint's.
 	var want struct {
 		NoRoute []string `json:"no_route"`

@@ -307,16 +307,24 @@
   // ---- what if --------------------------------------------------------------
   function renderPools() {
     const box = $('whatif-pools');
-    const checked = new Set([...box.querySelectorAll('input:checked')].map((i) => i.value));
     const pools = Object.keys(state.table.pools || {}).sort();
-    box.replaceChildren(...pools.map((id) => {
+    const labels = pools.map((id) => {
       const p = state.table.pools[id];
+      return ' ' + id + (p.status !== 'active' ? ' (' + p.status + ')' : '') + (p.healthy === false ? ' (unhealthy)' : '');
+    });
+    // Unchanged: keep the nodes, so a table update does not swap a
+    // checkbox from under a click (or the keyboard's focus).
+    const key = JSON.stringify([pools, labels]);
+    if (box.dataset.key === key) return;
+    box.dataset.key = key;
+    const checked = new Set([...box.querySelectorAll('input:checked')].map((i) => i.value));
+    box.replaceChildren(...pools.map((id, i) => {
       const label = el('label');
       const cb = el('input');
       cb.type = 'checkbox';
       cb.value = id;
       cb.checked = checked.has(id);
-      label.append(cb, ' ' + id + (p.status !== 'active' ? ' (' + p.status + ')' : '') + (p.healthy === false ? ' (unhealthy)' : ''));
+      label.append(cb, labels[i]);
       return label;
     }));
   }
