@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
 
 	"github.com/regiond/regiond/internal/backoff"
 	"github.com/regiond/regiond/internal/etcddiag"
@@ -116,12 +117,20 @@ func (s snapshotSource) SyncedAt() time.Time { return s.a.mirror.Load().Status()
 // log in): the backoff's cap plus its jitter.
 const dialRetryMax = 30 * time.Second
 
-// dialBackoff is the retry policy of dial: 800 ms doubling to 20 s, plus
-// up to half again of jitter, so never more than dialRetryMax.
+// dialBackoff is the retry policy of dial: 800 ms doubling, with up to
+// half again of jitter, never more than dialRetryMax.
 func dialBackoff() *backoff.Backoff {
-	b := backoff.New(800*time.Millisecond, 20*time.Second)
+	b := backoff.New(800*time.Millisecond, dialRetryMax)
 	b.Jitter = 0.5
 	return b
+}
+
+// grpcReconnect is how gRPC redials a lost connection: 1 s growing to at
+// most 5 s (gRPC's default grows to 120 s, and clientv3 keeps it), so an
+// agent is back within seconds of an etcd that was away for minutes.
+var grpcReconnect = grpc.ConnectParams{
+	Backoff:           grpcbackoff.Config{BaseDelay: time.Second, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
+	MinConnectTimeout: 5 * time.Second,
 }
 
 // grpcWindow is the agent's gRPC flow-control window, per stream and per
@@ -149,7 +158,8 @@ func (a *Agent) dial(ctx context.Context) *clientv3.Client {
 			Endpoints: a.cfg.Endpoints, TLS: a.cfg.TLS, Username: a.cfg.Username, Password: a.cfg.Password,
 			DialTimeout: a.cfg.DialTimeout, DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 5 * time.Second,
 			Logger: zap.NewNop(), Context: ctx,
-			DialOptions: []grpc.DialOption{grpc.WithStaticStreamWindowSize(grpcWindow), grpc.WithStaticConnWindowSize(grpcWindow)},
+			DialOptions: []grpc.DialOption{grpc.WithStaticStreamWindowSize(grpcWindow), grpc.WithStaticConnWindowSize(grpcWindow),
+				grpc.WithConnectParams(grpcReconnect)},
 		})
 		if err == nil {
 			a.login.refused.Set(0)

@@ -1,6 +1,7 @@
 // Package backoff is a capped, jittered exponential backoff with a reset
 // after a quiet period, after client-go's reflector (800 ms → 30 s, reset
-// after 2 min without failure).
+// after 2 min without failure). The cap holds with the jitter: no delay
+// is longer than Max.
 package backoff
 
 import (
@@ -49,9 +50,15 @@ func (b *Backoff) Next() time.Duration {
 	b.lastFail = now
 	d := b.cur
 	if b.Jitter > 0 {
+		// Drawn from [d, d(1+Jitter)], never past Max: near the cap, from
+		// [Max/(1+Jitter), Max] (the cap doubled by the jitter held an
+		// agent up to a minute from an etcd that was back).
+		if hi := float64(d) * (1 + b.Jitter); hi > float64(b.Max) {
+			d = time.Duration(float64(b.Max) / (1 + b.Jitter))
+		}
 		d += time.Duration(rand.Float64() * b.Jitter * float64(d))
 	}
-	return d
+	return min(d, b.Max)
 }
 
 // Reset starts the next failure over at Initial.

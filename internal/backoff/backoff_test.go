@@ -40,3 +40,25 @@ func TestJitterBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestCapHoldsWithJitter: at the cap the jittered delay stays within
+// [Max/(1+Jitter), Max]: it went up to twice Max (jitter 1), so an agent
+// waited up to a minute to retry an etcd that was back, where the docs say
+// 30 s.
+func TestCapHoldsWithJitter(t *testing.T) {
+	b := New(800*time.Millisecond, 30*time.Second)
+	for range 12 { // well past the cap
+		b.Next()
+	}
+	lo, hi := time.Hour, time.Duration(0)
+	for range 2000 {
+		d := b.Next()
+		lo, hi = min(lo, d), max(hi, d)
+	}
+	if hi > 30*time.Second || lo < 15*time.Second {
+		t.Fatalf("delays at the cap in [%v, %v], want within [15s, 30s]", lo, hi)
+	}
+	if hi-lo < 10*time.Second {
+		t.Fatalf("delays at the cap in [%v, %v]: want them spread (jitter)", lo, hi)
+	}
+}
