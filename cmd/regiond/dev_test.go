@@ -47,6 +47,17 @@ func TestDevRunsAndStopsOnInterrupt(t *testing.T) {
 			cmd.Wait()
 			t.Fatalf("run %d: no PL decision from regiond dev (got %+v)\n%s", run, d, out.String())
 		}
+		if run == 1 { // SIGHUP is no stop: said, and it serves on
+			cmd.Process.Signal(syscall.SIGHUP)
+			time.Sleep(200 * time.Millisecond)
+			resp, err := http.Get("http://" + listen + "/v1/resolve?country=PL&key=viewer-42")
+			if err != nil || resp.StatusCode != 200 {
+				cmd.Process.Kill()
+				cmd.Wait()
+				t.Fatalf("after SIGHUP: %v %v\n%s", resp, err, out.String())
+			}
+			resp.Body.Close()
+		}
 		cmd.Process.Signal(syscall.SIGINT)
 		waitErr := make(chan error, 1)
 		go func() { waitErr <- cmd.Wait() }()
@@ -66,6 +77,9 @@ func TestDevRunsAndStopsOnInterrupt(t *testing.T) {
 		}
 		if !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "curl '") {
 			t.Fatalf("run %d output lacks %q or the hints:\n%s", run, want, out.String())
+		}
+		if run == 1 && !strings.Contains(out.String(), "regiond: SIGHUP ignored: regiond has nothing to reload") {
+			t.Fatalf("SIGHUP not said:\n%s", out.String())
 		}
 		if _, err := os.Stat(filepath.Join(data, "regiond.sock")); !os.IsNotExist(err) {
 			t.Fatalf("run %d: socket left behind after a clean stop (%v)", run, err)

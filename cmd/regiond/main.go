@@ -15,6 +15,16 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// SIGHUP, an operator's habit (kill -HUP, systemctl kill -s HUP),
+	// killed the agent uncleanly: no log, the socket and the status key
+	// left behind. There is nothing to reload: say so and serve on.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		for range hup {
+			fmt.Fprintln(os.Stderr, "regiond: SIGHUP ignored: regiond has nothing to reload; restart it to change its flags (systemctl restart regiond)")
+		}
+	}()
 	cmd := newRootCommand()
 	cmd.SetArgs(os.Args[1:])
 	if err := cmd.ExecuteContext(ctx); err != nil {
