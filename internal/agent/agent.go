@@ -21,6 +21,7 @@ import (
 	"github.com/regiond/regiond/internal/api"
 	"github.com/regiond/regiond/internal/atomicfile"
 	"github.com/regiond/regiond/internal/safedir"
+	"github.com/regiond/regiond/internal/snapshot"
 	"github.com/regiond/regiond/routing"
 	"github.com/regiond/regiond/watch"
 )
@@ -103,6 +104,15 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Snapshot != "" {
 		if err := a.ensureSnapshotDir(filepath.Dir(cfg.Snapshot)); err != nil {
 			return nil, fmt.Errorf("--snapshot %s: %w", cfg.Snapshot, err)
+		}
+		// The agent renames its files into place: a directory, a link or
+		// anything but a file there would fail every write, for ever,
+		// while /readyz said ready.
+		for _, p := range []string{cfg.Snapshot, snapshot.IndexPath(cfg.Snapshot)} {
+			if fi, err := os.Lstat(p); err == nil && !fi.Mode().IsRegular() {
+				return nil, fmt.Errorf("--snapshot %s: %s is a %s, not a file: the agent writes its files itself (by rename); remove it, or give another path",
+					cfg.Snapshot, p, fileKind(fi.Mode()))
+			}
 		}
 	}
 	a.loadSnapshot()
@@ -323,4 +333,21 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.sock.Remove()
 	}
 	return err
+}
+
+// fileKind names a file mode's type for messages.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "directory"
+	case m&os.ModeSymlink != 0:
+		return "symbolic link"
+	case m&os.ModeNamedPipe != 0:
+		return "FIFO"
+	case m&os.ModeSocket != 0:
+		return "socket"
+	case m&os.ModeDevice != 0:
+		return "device"
+	}
+	return "special file"
 }

@@ -148,6 +148,8 @@ func (c Config) Validate() error {
 	}
 	if c.Snapshot != "" && !filepath.IsAbs(c.Snapshot) {
 		errs = append(errs, fmt.Errorf("--snapshot %q: must be an absolute path", c.Snapshot))
+	} else if strings.HasSuffix(c.Snapshot, "/") {
+		errs = append(errs, fmt.Errorf("--snapshot %q: names a directory: give the file's path (e.g. %stable.json)", c.Snapshot, c.Snapshot))
 	}
 	if c.SnapshotGroup != "" && c.Snapshot == "" {
 		errs = append(errs, errors.New("--snapshot-group is set but --snapshot is empty: there is no snapshot directory to give the group"))

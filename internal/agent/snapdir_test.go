@@ -236,3 +236,46 @@ func TestWriterRecreatesTheDirectoryAsAtStart(t *testing.T) {
 		t.Fatalf("the writer wrote into a world-writable directory: %v", ents)
 	}
 }
+
+// TestRefusesASnapshotPathThatIsNoFile: a --snapshot (or its index) that
+// is a directory, a symbolic link or a FIFO stops the agent at start,
+// naming the path and what it is; a path ending in '/' is refused before
+// anything is created. The agent started and failed every write for ever,
+// /readyz saying ready.
+func TestRefusesASnapshotPathThatIsNoFile(t *testing.T) {
+	for _, tc := range []struct {
+		name, file, want string
+		make             func(path string) error
+	}{
+		{"directory", "table.json", "is a directory, not a file", func(p string) error { return os.Mkdir(p, 0o755) }},
+		{"symlink", "table.json", "is a symbolic link, not a file", func(p string) error { return os.Symlink("/dev/null", p) }},
+		{"index FIFO", "table.idx", "is a FIFO, not a file", func(p string) error { return syscall.Mkfifo(p, 0o644) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := t.TempDir()
+			cfg := offlineConfig(base)
+			mkdir(t, filepath.Dir(cfg.Snapshot), 0o755)
+			path := filepath.Join(filepath.Dir(cfg.Snapshot), tc.file)
+			if err := tc.make(path); err != nil {
+				t.Fatal(err)
+			}
+			a, err := agent.New(cfg)
+			if err == nil {
+				stopOffline(t, a)
+				t.Fatalf("the agent started with %s a %s", path, tc.name)
+			}
+			if !strings.Contains(err.Error(), "--snapshot "+cfg.Snapshot+": "+path+" "+tc.want) {
+				t.Errorf("error %q, want it to name --snapshot, %s and %q", err, path, tc.want)
+			}
+		})
+	}
+	base := t.TempDir()
+	cfg := offlineConfig(base)
+	cfg.Snapshot = filepath.Join(base, "shm") + "/"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "names a directory: give the file's path") {
+		t.Errorf("--snapshot %s: %v, want it refused as a directory", cfg.Snapshot, err)
+	}
+	if _, err := os.Stat(cfg.Snapshot); !os.IsNotExist(err) {
+		t.Errorf("--snapshot %s: created before being refused (%v)", cfg.Snapshot, err)
+	}
+}
