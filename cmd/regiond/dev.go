@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/regiond/regiond/internal/agent"
+	"github.com/regiond/regiond/internal/api"
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/keyspace"
 	"github.com/regiond/regiond/internal/store"
@@ -69,6 +71,11 @@ func runDev(ctx context.Context, f *devFlags, cmd *cobra.Command) error {
 	}
 	if abs, err := filepath.Abs(f.cfg.Snapshot); err == nil {
 		f.cfg.Snapshot = abs
+	}
+	// The embedded etcd has no authentication: all of the routing policy
+	// is writable by whoever reaches it, so it listens on loopback only.
+	if u, err := url.Parse(f.clientURL); err != nil || u.Host == "" || !api.IsLoopbackHost(u.Hostname()) {
+		return usageError{fmt.Errorf("--client-url %q: want a loopback URL such as http://127.0.0.1:2379 (the embedded etcd has no authentication)", f.clientURL)}
 	}
 	f.cfg.Endpoints = []string{f.clientURL}
 	cfg, err := f.finish()

@@ -103,9 +103,10 @@ func TestFlagErrorsAreUsageErrors(t *testing.T) {
 // TestDevHelpShowsTheCaps: regiond dev has the API's caps too.
 func TestDevHelpShowsTheCaps(t *testing.T) { helpShowsTheCaps(t, "dev", "--help") }
 
-// TestDevFailsBeforeStartingEtcd: a --config that does not parse, or an
-// API port in use, stops regiond dev before its etcd starts (no etcd data
-// is left in --data-dir), naming the file's problem or --listen.
+// TestDevFailsBeforeStartingEtcd: a --config that does not parse, an API
+// port in use, or a --client-url off loopback stops regiond dev before its
+// etcd starts (no etcd data is left in --data-dir), naming the file's
+// problem or the flag.
 func TestDevFailsBeforeStartingEtcd(t *testing.T) {
 	bin := buildRegiond(t, "dev")
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
@@ -124,6 +125,8 @@ func TestDevFailsBeforeStartingEtcd(t *testing.T) {
 	}{
 		{"a config that does not parse", []string{"--config", bad, "--listen", freeAddr(t)}, "residncy: unknown field"},
 		{"the API port in use", []string{"--config", "../../examples/routing.yaml", "--listen", taken.Addr().String()}, "pick another port with --listen"},
+		// The embedded etcd has no authentication: never off loopback.
+		{"a client URL off loopback", []string{"--listen", freeAddr(t), "--client-url", "http://0.0.0.0:2379"}, `--client-url "http://0.0.0.0:2379": want a loopback URL`},
 	} {
 		data := t.TempDir()
 		cmd := exec.Command(bin, append([]string{"dev", "--data-dir", data, "--client-url", "http://" + freeAddr(t)}, tc.args...)...)
