@@ -63,12 +63,27 @@ func (a *Agent) runEtcd(ctx context.Context, offline []prometheus.Collector) err
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { lowerGCUntil(gctx, m.WaitReady); return nil })
 	g.Go(func() error { a.awaitEtcd(gctx, cli, m.Ready()); return nil })
+	g.Go(func() error { a.warnIfNoPools(gctx, m, ks.Routing()); return nil })
 	g.Go(func() error { return m.Run(gctx) })
 	if w != nil {
 		g.Go(func() error { return w.Run(gctx) })
 	}
 	g.Go(func() error { pub.run(gctx, m); return nil })
 	return g.Wait()
+}
+
+// warnIfNoPools logs, once the mirror has listed etcd, a first table
+// without pools: nothing routes, and the usual cause is a wrong --prefix
+// (or no config applied), which the log would otherwise show as a healthy
+// start (/readyz says so too).
+func (a *Agent) warnIfNoPools(ctx context.Context, m *watch.Mirror, routing string) {
+	if m.WaitReady(ctx) != nil {
+		return
+	}
+	if t := m.Table(); t != nil && t.NumPools() == 0 {
+		a.log.Warn("the table read from etcd has no pools, so nothing routes: is --prefix right, and was a config applied (regionctl apply)?",
+			"routing_prefix", routing, "revision", t.Revision(), "keys_skipped", len(t.Skipped()))
+	}
 }
 
 // newSnapshotWriter returns the writer of the snapshot file, or nil

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"io"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,17 +12,27 @@ import (
 	"github.com/regiond/regiond/internal/api"
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/fleettest"
+	"github.com/regiond/regiond/internal/logbuf"
 	"github.com/regiond/regiond/internal/snapindex"
 )
 
 // TestNotReadyWithoutPools: an agent synced with a prefix that holds no
 // pools (a wrong --prefix, or no config applied yet) routes nothing, and
 // /readyz says so (503, naming --prefix and regionctl apply); once a
-// config is applied it is ready.
+// config is applied it is ready. The log says so too (a wrong --prefix
+// looked like a healthy start there).
 func TestNotReadyWithoutPools(t *testing.T) {
 	srv := devetcd.NewTest(t)
 	cli := devetcd.NewTestClient(t, srv)
-	h := startAgent(t, t.TempDir(), srv.Endpoints)
+	dir := t.TempDir()
+	cfg := agent.DefaultConfig()
+	cfg.Endpoints, cfg.Node = srv.Endpoints, "node-1"
+	cfg.Socket, cfg.Listen = filepath.Join(dir, "run", "regiond.sock"), "127.0.0.1:0"
+	cfg.Snapshot = filepath.Join(dir, "shm", "table.json")
+	cfg.DialTimeout = time.Second
+	logs := &logbuf.Buffer{}
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	h := runAgent(t, dir, cfg)
 	readyz := func() (int, string) {
 		resp, err := h.http.Get("http://" + h.a.Addr() + "/readyz")
 		if err != nil {
@@ -36,6 +47,9 @@ func TestNotReadyWithoutPools(t *testing.T) {
 		!strings.Contains(body, "regionctl apply") {
 		t.Fatalf("/readyz synced with an empty prefix: %d %q, want 503 saying there are no pools", code, body)
 	}
+	waitFor(t, "the log naming --prefix", func() bool {
+		return strings.Contains(logs.String(), "the table read from etcd has no pools, so nothing routes: is --prefix right")
+	})
 	loadExample(t, cli)
 	waitFor(t, "ready once a config is applied", func() bool { code, _ := readyz(); return code == 200 })
 }
