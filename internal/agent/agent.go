@@ -91,7 +91,7 @@ func New(cfg Config) (*Agent, error) {
 	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.conns, a.login = newConnVecs(a.registry), newLoginMetrics(a.registry)
 	a.statusPutFailures = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "regiond", Subsystem: "agent", Name: "status_put_failures_total",
-		Help: "Puts of the agent's status key that failed (etcd away, or the role lacks readwrite on <prefix>/agents/<node>); retried every second."})
+		Help: "Puts of the agent's status key that failed (etcd away, or the role lacks readwrite on <prefix>/agents/<node>); retried at the next check (a second) for a change, at the next refresh (a minute) otherwise."})
 	a.nodeConflicts = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "regiond", Subsystem: "agent", Name: "node_conflicts_total",
 		Help: "Puts of the status key that found it under another agent's lease: another agent runs with the same --node."})
 	a.registry.MustRegister(a.statusPutFailures, a.nodeConflicts)

@@ -156,10 +156,12 @@ func (c Config) Validate() error {
 	} else if _, err := c.snapshotGID(); err != nil {
 		errs = append(errs, err)
 	}
-	for name, d := range map[string]time.Duration{"--health-grace": c.HealthGrace, "--max-stale": c.MaxStale,
-		"--dial-timeout": c.DialTimeout} {
-		if d <= 0 {
-			errs = append(errs, fmt.Errorf("%s: must be positive, got %v", name, d))
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"--health-grace", c.HealthGrace}, {"--max-stale", c.MaxStale}, {"--dial-timeout", c.DialTimeout}} { // in --help's order, run after run
+		if f.d <= 0 {
+			errs = append(errs, fmt.Errorf("%s: must be positive, got %v", f.name, f.d))
 		}
 	}
 	if c.MaxBlockingQueries < 1 {

@@ -257,7 +257,7 @@ func (s *Server) tableFor(w http.ResponseWriter, r *http.Request, q url.Values) 
 		s.refused.Inc()
 		w.Header().Set("Retry-After", strconv.Itoa(int(RetryAfter/time.Second)))
 		writeJSON(w, http.StatusTooManyRequests, errorBody{Error: fmt.Sprintf(
-			"too many blocking queries: %d are waiting for a newer table, the cap (--max-blocking-queries); retry later, or ask without min_revision for the current table",
+			"too many blocking queries: the cap of %d (--max-blocking-queries) are waiting for a newer table; retry later, or ask without min_revision for the current table",
 			s.cfg.MaxWaiting)})
 		return nil, false
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // DefaultRoot is the default root prefix.
@@ -26,6 +27,9 @@ func New(root string) (Space, error) {
 	}
 	if strings.Contains(root, "//") {
 		return Space{}, fmt.Errorf("keyspace: prefix %q has an empty segment ('//') (e.g. %s)", root, DefaultRoot)
+	}
+	if strings.IndexFunc(root, unicode.IsSpace) >= 0 { // a stray space from a unit or env file
+		return Space{}, fmt.Errorf("keyspace: prefix %q has white space (e.g. %s)", root, DefaultRoot)
 	}
 	return Space{root: root}, nil
 }

@@ -16,6 +16,8 @@ func TestNew(t *testing.T) {
 		{"no leading slash", "regiond/v1", false, "must start with '/'"},
 		{"trailing slash", "/regiond/v1/", false, "not end with one"},
 		{"double slash", "/regiond//v1", false, "has an empty segment ('//')"},
+		{"trailing space", "/regiond/v1 ", false, "has white space"},
+		{"a space inside", "/regiond /v1", false, "has white space"},
 		{"empty", "", false, "must start with '/'"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
