@@ -204,7 +204,8 @@ func Endpoints(in []string, tlsOn bool) ([]string, error) {
 	}
 	out := make([]string, len(in))
 	for i, e := range in {
-		if strings.TrimSpace(e) == "" {
+		e = strings.TrimSpace(e) // "a, b": the space after a comma
+		if e == "" {
 			return nil, fmt.Errorf("--endpoints %q: an empty endpoint (a stray comma?)", strings.Join(in, ","))
 		}
 		if !strings.Contains(e, "://") {

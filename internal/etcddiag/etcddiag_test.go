@@ -91,6 +91,7 @@ func TestEndpoints(t *testing.T) {
 	}{
 		{[]string{"127.0.0.1:2379"}, false, "http://127.0.0.1:2379", false},
 		{[]string{"127.0.0.1:2379", "https://etcd-2:2379", "unixs://etcd.sock"}, true, "https://127.0.0.1:2379,https://etcd-2:2379,unixs://etcd.sock", false},
+		{[]string{"127.0.0.1:2379", " http://etcd-2:2379"}, false, "http://127.0.0.1:2379,http://etcd-2:2379", false}, // "a, b"
 		{nil, false, "--endpoints is empty", true},
 		{[]string{""}, false, "an empty endpoint", true},
 		{[]string{"htps://127.0.0.1:2379"}, false, `unknown scheme "htps"`, true},
