@@ -328,9 +328,19 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.log.Info("regiond agent running", "node", a.cfg.Node, "endpoints", a.cfg.Endpoints,
 		"prefix", a.cfg.Prefix, "socket", a.cfg.Socket, "listen", a.Addr(), "snapshot", a.cfg.Snapshot)
+	g.Go(func() error {
+		<-gctx.Done()
+		if ctx.Err() != nil { // asked (SIGTERM, SIGINT), not a failure: said before the "disconnected" lines it causes
+			a.log.Info("regiond agent stopping: revoking its status key, closing the API")
+		}
+		return nil
+	})
 	err := g.Wait()
 	if a.sock != nil {
 		a.sock.Remove()
+	}
+	if err == nil {
+		a.log.Info("regiond agent stopped")
 	}
 	return err
 }

@@ -52,6 +52,12 @@ func TestNotReadyWithoutPools(t *testing.T) {
 	})
 	loadExample(t, cli)
 	waitFor(t, "ready once a config is applied", func() bool { code, _ := readyz(); return code == 200 })
+	// A stop asked for says so, before and after (the "disconnected"
+	// lines it causes read like etcd trouble otherwise).
+	h.stop()
+	if l := logs.String(); !strings.Contains(l, "regiond agent stopping: revoking its status key") || !strings.Contains(l, "regiond agent stopped") {
+		t.Fatalf("the stop is not logged:\n%s", l)
+	}
 }
 
 // TestSnapshotWithPoolsIsNotReplacedByOneWithout: an agent restarted on a
