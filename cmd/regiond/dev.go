@@ -96,13 +96,21 @@ func runDev(ctx context.Context, f *devFlags, cmd *cobra.Command) error {
 		}
 		return err
 	}
+	// A failure from here on stops the agent made above as a stop does:
+	// its socket removed (it was left in --data-dir).
+	abandon := func(err error) error {
+		done, cancel := context.WithCancel(context.Background())
+		cancel()
+		_ = a.Run(done)
+		return err
+	}
 	srv, err := devetcd.Start(ctx, devetcd.Config{Dir: filepath.Join(dataDir, "etcd"), ClientURL: f.clientURL})
 	if err != nil {
-		return fmt.Errorf("%w (is another etcd or regiond dev using %s? pick another with --client-url)", err, f.clientURL)
+		return abandon(fmt.Errorf("%w (is another etcd or regiond dev using %s? pick another with --client-url)", err, f.clientURL))
 	}
 	defer srv.Close()
 	if err := seedConfig(ctx, srv, cfg.Prefix, f.config, seed, readErr, cmd); err != nil {
-		return err
+		return abandon(err)
 	}
 	out := cmd.OutOrStdout()
 	fmt.Fprintf(out, `

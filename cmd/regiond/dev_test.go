@@ -139,3 +139,25 @@ func TestDevFailsBeforeStartingEtcd(t *testing.T) {
 		}
 	}
 }
+
+// TestDevEtcdPortInUseLeavesNoSocket: regiond dev whose etcd cannot
+// listen (--client-url's port taken) fails saying so, and leaves no
+// socket in --data-dir: the agent made before etcd is stopped as a stop
+// does (its socket was left behind).
+func TestDevEtcdPortInUseLeavesNoSocket(t *testing.T) {
+	bin := buildRegiond(t, "dev")
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	data := t.TempDir()
+	out, err := exec.Command(bin, "dev", "--data-dir", data, "--client-url", "http://"+taken.Addr().String(), "--listen", freeAddr(t),
+		"--config", "../../examples/routing.yaml").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "pick another with --client-url") {
+		t.Fatalf("etcd's port taken: %v\n%s\nwant a failure naming --client-url", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(data, "regiond.sock")); !os.IsNotExist(err) {
+		t.Fatalf("socket left in --data-dir (%v)\n%s", err, out)
+	}
+}
