@@ -162,7 +162,7 @@ func (p *publisher) run(ctx context.Context, m *watch.Mirror) {
 			p.failed++
 			p.failures.Inc()
 			p.setErr("no lease for the status key", err)
-			p.log.Log(ctx, firstAt(p.failed, slog.LevelWarn), "agent status: no lease for the status key; retrying (logged again at debug level)", "err", err, "failures", p.failed, "hint", etcddiag.Hint(err))
+			p.log.Log(ctx, firstAt(p.failed, slog.LevelWarn), "agent status: no lease for the status key; retrying (logged again at debug level)", withHint([]any{"err", err, "failures", p.failed}, err)...)
 			if bo.Wait(ctx) != nil {
 				return
 			}
@@ -336,7 +336,7 @@ func (p *publisher) put(ctx context.Context, sess *concurrency.Session, st routi
 			// failure is a warning, the rest are for debugging, until
 			// a put succeeds again.
 			p.setErr("put "+p.key, err)
-			p.log.Log(ctx, firstAt(p.failed, slog.LevelWarn), "agent status: put failed; retried every second (logged again at debug level)", "key", p.key, "err", err, "failures", p.failed, "hint", etcddiag.Hint(err))
+			p.log.Log(ctx, firstAt(p.failed, slog.LevelWarn), "agent status: put failed; retried at the next check or refresh (logged again at debug level)", withHint([]any{"key", p.key, "err", err, "failures", p.failed}, err)...)
 		}
 		return false
 	}
@@ -414,4 +414,13 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// withHint appends etcddiag's hint for err to a log line's attributes,
+// when it has one (an empty hint="" says nothing).
+func withHint(attrs []any, err error) []any {
+	if h := etcddiag.Hint(err); h != "" {
+		return append(attrs, "hint", h)
+	}
+	return attrs
 }
