@@ -65,8 +65,11 @@ func (m *Mirror) Run(ctx context.Context) error {
 			if PermissionDenied(err) {
 				m.refuse("list", err)
 			} else {
-				m.log.Warn("list failed; keeping the last good table", "prefix", m.cfg.Prefix,
-					"endpoints", m.cfg.Client.Endpoints(), "err", err)
+				msg := "list failed; keeping the last good table"
+				if m.Table() == nil {
+					msg = "list failed; no table yet: nothing is served until a list succeeds"
+				}
+				m.log.Warn(msg, "prefix", m.cfg.Prefix, "endpoints", m.cfg.Client.Endpoints(), "err", err)
 			}
 			if bo.Wait(ctx) != nil {
 				break
