@@ -98,6 +98,10 @@ func TestRefusesBadEndpointsAndTLS(t *testing.T) {
 		// REGIOND_PASSWORD is empty (t.Setenv below): the client would not
 		// log in, and run as no user.
 		{[]string{"--user=node-1"}, "--user node-1: REGIOND_PASSWORD is empty"},
+		// etcd's own words name no flag: these do.
+		{[]string{"--endpoints=https://127.0.0.1:2379", "--cert=c.pem"}, "--cert c.pem without --key: give the client certificate's key too"},
+		{[]string{"--endpoints=https://127.0.0.1:2379", "--key=k.pem"}, "--key k.pem without --cert: give the client certificate too"},
+		{[]string{"--endpoints=https://127.0.0.1:2379", "--cert=" + notPEM, "--key=" + notPEM}, "TLS flags (--cert " + notPEM + ", --key " + notPEM + "): "},
 	} {
 		cmd := newRootCommand()
 		cmd.SetArgs(append([]string{"--socket=", "--listen=127.0.0.1:0", "--snapshot=", "--log-level=error"}, tc.args...))

@@ -95,10 +95,16 @@ func (f *agentFlags) finish() (agent.Config, error) {
 				return cfg, usageError{err}
 			}
 		}
+		switch { // etcd's own message names neither flag ("KeyFile and CertFile must both be present")
+		case f.cert != "" && f.keyPEM == "":
+			return cfg, usageError{fmt.Errorf("--cert %s without --key: give the client certificate's key too", f.cert)}
+		case f.keyPEM != "" && f.cert == "":
+			return cfg, usageError{fmt.Errorf("--key %s without --cert: give the client certificate too", f.keyPEM)}
+		}
 		info := transport.TLSInfo{TrustedCAFile: f.cacert, CertFile: f.cert, KeyFile: f.keyPEM}
 		tc, err := info.ClientConfig()
 		if err != nil {
-			return cfg, usageError{fmt.Errorf("TLS flags: %w", err)}
+			return cfg, usageError{fmt.Errorf("TLS flags (--cert %s, --key %s): %w", f.cert, f.keyPEM, err)}
 		}
 		cfg.TLS = tc
 	}

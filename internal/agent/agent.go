@@ -248,7 +248,7 @@ func (a *Agent) listen() error {
 	if a.cfg.Listen != "" {
 		ln, err := net.Listen("tcp", a.cfg.Listen)
 		if err != nil {
-			return fmt.Errorf("listen on %s: %w", a.cfg.Listen, err)
+			return fmt.Errorf("--listen %s: %w", a.cfg.Listen, err)
 		}
 		a.tcpLn = limitListener(ln, a.maxConns, "tcp", a.conns)
 	}

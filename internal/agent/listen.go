@@ -35,7 +35,7 @@ func listenUnix(path string) (*unixSocket, error) {
 	}
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode()&fs.ModeSocket == 0 {
-			return nil, fmt.Errorf("socket path %s exists and is not a socket; refusing to remove it", path)
+			return nil, fmt.Errorf("--socket %s exists and is not a socket; refusing to remove it", path)
 		}
 		if err := socketInUse(path); err != nil {
 			return nil, err
@@ -48,7 +48,7 @@ func listenUnix(path string) (*unixSocket, error) {
 	}
 	ln, err := net.Listen("unix", path)
 	if err != nil {
-		return nil, fmt.Errorf("listen on unix socket %s: %w", path, err)
+		return nil, fmt.Errorf("--socket %s: listen: %w", path, err)
 	}
 	// The agent removes the file itself, and only while it is its own
 	// (Remove); net's would remove whatever is at the path when it closes.

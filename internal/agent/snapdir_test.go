@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -277,5 +278,35 @@ func TestRefusesASnapshotPathThatIsNoFile(t *testing.T) {
 	}
 	if _, err := os.Stat(cfg.Snapshot); !os.IsNotExist(err) {
 		t.Errorf("--snapshot %s: created before being refused (%v)", cfg.Snapshot, err)
+	}
+}
+
+// TestListenErrorsNameTheFlag: a --listen port in use and a --socket path
+// that is no socket are refused naming the flag (they said "listen on
+// …" and "socket path …").
+func TestListenErrorsNameTheFlag(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	cfg := offlineConfig(t.TempDir())
+	cfg.Listen = taken.Addr().String()
+	if a, err := agent.New(cfg); err == nil {
+		stopOffline(t, a)
+		t.Fatal("started on a port in use")
+	} else if !strings.Contains(err.Error(), "--listen "+cfg.Listen+": ") || !strings.Contains(err.Error(), "address already in use") {
+		t.Errorf("port in use: %v, want it to name --listen", err)
+	}
+	cfg = offlineConfig(t.TempDir())
+	mkdir(t, filepath.Dir(cfg.Socket), 0o755)
+	if err := os.WriteFile(cfg.Socket, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := agent.New(cfg); err == nil {
+		stopOffline(t, a)
+		t.Fatal("started over a file at --socket")
+	} else if !strings.Contains(err.Error(), "--socket "+cfg.Socket+" exists and is not a socket") {
+		t.Errorf("a file at --socket: %v, want it to name --socket", err)
 	}
 }
