@@ -135,3 +135,17 @@ func TestRefusesBadEndpointsAndTLS(t *testing.T) {
 		t.Errorf("endpoints with TLS: %v, %v; want %v", cfg.Endpoints, err, want)
 	}
 }
+
+// TestLogFlagsTakeAnyCase: --log-format takes JSON as --log-level takes
+// WARN (it refused "JSON").
+func TestLogFlagsTakeAnyCase(t *testing.T) {
+	var f agentFlags
+	fs := pflag.NewFlagSet("regiond", pflag.ContinueOnError)
+	f.register(fs, false)
+	if err := fs.Parse([]string{"--log-format=JSON", "--log-level=WARN"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.finish(); err != nil {
+		t.Fatalf("--log-format=JSON --log-level=WARN: %v", err)
+	}
+}

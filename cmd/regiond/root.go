@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -73,7 +74,7 @@ func (f *agentFlags) finish() (agent.Config, error) {
 		return cfg, usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", f.logLevel)}
 	}
 	opts := &slog.HandlerOptions{Level: lvl}
-	switch f.logFormat {
+	switch strings.ToLower(f.logFormat) { // as --log-level takes WARN
 	case "text":
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, opts))
 	case "json":
