@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"time"
 
@@ -113,16 +112,11 @@ func (a *app) runBoost(ctx context.Context, route, id, ttlFlag string, targetSpe
 // at now (their expires_at not passed), sorted.
 func liveBoostsOf(cur *store.State, route string, now time.Time) []string {
 	var ids []string
-	for id, o := range cur.Overrides {
-		if o.Override.Route != route {
-			continue
+	for _, id := range cur.OverrideIDs() { // sorted
+		if ov := cur.Overrides[id].Override; ov.Route == route && !ov.Expired(now) {
+			ids = append(ids, id)
 		}
-		if o.Override.Expired(now) {
-			continue
-		}
-		ids = append(ids, id)
 	}
-	slices.Sort(ids)
 	return ids
 }
 

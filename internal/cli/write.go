@@ -187,10 +187,10 @@ func (a *app) waitConverged(ctx context.Context, st *store.Store, rev int64, wai
 	}
 	ok := err == nil
 	out.Converged = &ok
+	if !skews { // not judged (see afterNoOp)
+		return err
+	}
 	for _, sk := range conv.Skews {
-		if !skews {
-			break
-		}
 		way := "ahead of"
 		if sk.Ahead < 0 {
 			way = "behind"

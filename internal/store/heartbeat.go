@@ -126,7 +126,8 @@ func (s *Store) keepMarker(ctx context.Context, sess *concurrency.Session, rel, 
 }
 
 // ensureMarker reads the marker and puts it back under lease if it is
-// gone; it returns the revision the key was seen at.
+// gone or was put without a lease, and logs (once per lease) a marker
+// under another lease; it returns the revision the key was seen at.
 func (s *Store) ensureMarker(ctx context.Context, lease clientv3.LeaseID, rel, key, val string, warned *clientv3.LeaseID) (int64, error) {
 	for {
 		rctx, cancel := s.reqCtx(ctx)
