@@ -11,6 +11,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
 
 	"github.com/regiond/regiond/internal/backoff"
 	"github.com/regiond/regiond/internal/etcdproc"
@@ -378,4 +381,48 @@ func churnWatchers(t *testing.T, viaProxy, direct *clientv3.Client) {
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-done })
+}
+
+// TestWatchBackSoonAfterLongOutage: the proxy stays down until the mirror's
+// watch creations have failed past the immediate retries, so that it waits
+// out its backoff, here an hour (in production up to 30 s after a long
+// outage). Once the proxy is back and the client's connection with it, the
+// mirror watches again and catches up without waiting out that delay: a
+// change made while the proxy was down arrives within waitUntil's bound.
+// The client redials as the agent's does (gRPC's backoff capped at 5 s).
+func TestWatchBackSoonAfterLongOutage(t *testing.T) {
+	_, p, direct, _ := proxyCluster(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{p.URL()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           grpcbackoff.Config{BaseDelay: time.Second, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
+			MinConnectTimeout: 5 * time.Second,
+		})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	hour := func() *backoff.Backoff { return backoff.New(time.Hour, time.Hour) }
+	o := connectedMirror(t, cli, watch.Config{NewBackoff: hour})
+	relists := counterSum(t, o.reg, "regiond_watch_resyncs_total")
+	// A watch that lasted a second is healthy: the creations after it
+	// start over, the first retried at once, the second failure waits
+	// for the backoff.
+	time.Sleep(1500 * time.Millisecond)
+	p.Stop()
+	last := putWithin(t, direct, "pools/zz0", zzPool)
+	deadline := time.Now().Add(30 * time.Second)
+	for counterSum(t, o.reg, "regiond_watch_create_failures_total") < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the mirror's watch creations did not fail twice within 30s of the proxy's stop")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	p.Start()
+	waitUntil(t, o.m, "the change made while the proxy was down, without waiting out the backoff",
+		func(tb *routing.Table) bool { return tb.Revision() >= last })
+	watchStatus(t, o.m, "Connected after the outage", 15*time.Second,
+		func(s watch.Status) bool { return s.Connected }, func(watch.Status) error { return nil })
+	if n := counterSum(t, o.reg, "regiond_watch_resyncs_total"); n != relists {
+		t.Fatalf("the mirror relisted %v times across the outage; want 0", n-relists)
+	}
 }

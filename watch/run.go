@@ -71,7 +71,7 @@ func (m *Mirror) Run(ctx context.Context) error {
 				}
 				m.log.Warn(msg, "prefix", m.cfg.Prefix, "endpoints", m.cfg.Client.Endpoints(), "err", err)
 			}
-			if bo.Wait(ctx) != nil {
+			if m.retryWait(ctx, bo) != nil {
 				break
 			}
 			continue
@@ -85,7 +85,7 @@ func (m *Mirror) Run(ctx context.Context) error {
 		if reason == ReasonCompacted && time.Since(listed) > time.Second {
 			continue // the history moved on: relist at once
 		}
-		if bo.Wait(ctx) != nil {
+		if m.retryWait(ctx, bo) != nil {
 			break
 		}
 	}

@@ -64,7 +64,7 @@ func (m *Mirror) follow(ctx context.Context, bo *backoff.Backoff, publish func()
 				return why
 			}
 			m.setConnected(false)
-			if failures++; failures > quick && bo.Wait(ctx) != nil {
+			if failures++; failures > quick && m.retryWait(ctx, bo) != nil {
 				return ""
 			}
 			continue
@@ -91,7 +91,7 @@ func (m *Mirror) follow(ctx context.Context, bo *backoff.Backoff, publish func()
 		}
 		m.metrics.reopens.WithLabelValues(why).Inc()
 		m.log.Info("watching again from the applied revision", "reason", why, "applied_revision", m.applied)
-		if failures > quick && bo.Wait(ctx) != nil {
+		if failures > quick && m.retryWait(ctx, bo) != nil {
 			return ""
 		}
 	}
@@ -326,6 +326,18 @@ func (m *Mirror) serve(ctx context.Context, s *stream) (string, *stream) {
 func (m *Mirror) transportReady() bool {
 	conn := m.cfg.Client.ActiveConnection()
 	return conn == nil || conn.GetState() == connectivity.Ready
+}
+
+// retryWait waits before the next attempt after a failure: bo's delay,
+// cut short once the client's connection, lost, is back (see
+// backoff.WaitConn). After a long outage the delay has grown to its cap
+// (30 s); a watch that waited it out left the agent that long behind an
+// etcd that was back.
+func (m *Mirror) retryWait(ctx context.Context, bo *backoff.Backoff) error {
+	if conn := m.cfg.Client.ActiveConnection(); conn != nil {
+		return bo.WaitConn(ctx, conn)
+	}
+	return bo.Wait(ctx)
 }
 
 // requestProgress asks etcd to tell s's revision, unless the path to etcd

@@ -8,6 +8,8 @@ import (
 	"context"
 	"math/rand/v2"
 	"time"
+
+	"google.golang.org/grpc/connectivity"
 )
 
 // Backoff computes retry delays. The zero value is not usable; use New or
@@ -66,6 +68,46 @@ func (b *Backoff) Reset() { b.cur = 0 }
 
 // Wait sleeps for Next() or until ctx is done, returning ctx.Err() then.
 func (b *Backoff) Wait(ctx context.Context) error { return Sleep(ctx, b.Next()) }
+
+// Conn is a client connection whose state can be followed: a
+// *grpc.ClientConn (clientv3's ActiveConnection).
+type Conn interface {
+	GetState() connectivity.State
+	WaitForStateChange(ctx context.Context, from connectivity.State) bool
+	Connect()
+}
+
+// WaitConn sleeps for Next() as Wait does, but returns early once conn,
+// not ready at the start of the wait or at some point during it, is ready
+// again: a retry after etcd came back (or its proxy, or the network) need
+// not wait out a delay grown during the outage, up to Max. A failure with
+// the connection ready all along (a refusal, a timeout of a loaded etcd)
+// waits the whole delay. gRPC's own reconnect backoff, jittered, spreads
+// the retries of many clients after an outage. conn nil: Wait.
+func (b *Backoff) WaitConn(ctx context.Context, conn Conn) error {
+	d := b.Next()
+	if conn == nil {
+		return Sleep(ctx, d)
+	}
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	st := conn.GetState()
+	down := st != connectivity.Ready
+	for {
+		if st == connectivity.Idle {
+			conn.Connect() // an idle channel waits for an RPC to connect
+		}
+		if !conn.WaitForStateChange(wctx, st) {
+			return ctx.Err() // the delay passed (nil), or ctx ended
+		}
+		st = conn.GetState()
+		if st != connectivity.Ready {
+			down = true
+		} else if down {
+			return ctx.Err()
+		}
+	}
+}
 
 // Sleep sleeps for d or until ctx is done, returning ctx.Err() then.
 func Sleep(ctx context.Context, d time.Duration) error {

@@ -1,8 +1,11 @@
 package backoff
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/connectivity"
 )
 
 func TestGrowsCapsAndResets(t *testing.T) {
@@ -60,5 +63,55 @@ func TestCapHoldsWithJitter(t *testing.T) {
 	}
 	if hi-lo < 10*time.Second {
 		t.Fatalf("delays at the cap in [%v, %v]: want them spread (jitter)", lo, hi)
+	}
+}
+
+// conn is a connection whose states are given: each WaitForStateChange
+// moves to the next one, and once they run out it waits for ctx.
+type conn struct {
+	states   []connectivity.State
+	connects int
+}
+
+func (c *conn) GetState() connectivity.State { return c.states[0] }
+
+func (c *conn) WaitForStateChange(ctx context.Context, from connectivity.State) bool {
+	if len(c.states) > 1 {
+		c.states = c.states[1:]
+		return true
+	}
+	<-ctx.Done()
+	return false
+}
+
+func (c *conn) Connect() { c.connects++ }
+
+// TestWaitConnEndsWhenTheConnectionIsBack: a wait of an hour ends once a
+// connection that was down is ready again; an idle one is asked to
+// connect. One ready all along waits the whole delay; a cancelled context
+// ends either wait with its error. (The mirror's reconnect after an outage,
+// over real etcd, is watch's TestWatchBackSoonAfterLongOutage.)
+func TestWaitConnEndsWhenTheConnectionIsBack(t *testing.T) {
+	b := New(time.Hour, time.Hour)
+	c := &conn{states: []connectivity.State{connectivity.Ready, connectivity.TransientFailure, connectivity.Idle, connectivity.Connecting, connectivity.Ready}}
+	if err := b.WaitConn(context.Background(), c); err != nil {
+		t.Fatalf("WaitConn = %v, want nil once the connection is back", err)
+	}
+	if c.connects != 1 {
+		t.Fatalf("an idle connection was asked to connect %d times, want 1", c.connects)
+	}
+	b = New(50*time.Millisecond, 50*time.Millisecond)
+	b.Jitter = 0
+	start := time.Now()
+	if err := b.WaitConn(context.Background(), &conn{states: []connectivity.State{connectivity.Ready}}); err != nil {
+		t.Fatalf("WaitConn with a ready connection = %v, want nil after the delay", err)
+	}
+	if waited := time.Since(start); waited < 50*time.Millisecond {
+		t.Fatalf("with the connection ready all along WaitConn returned after %v, before its 50ms delay", waited)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := New(time.Hour, time.Hour).WaitConn(ctx, &conn{states: []connectivity.State{connectivity.TransientFailure}}); err != context.Canceled {
+		t.Fatalf("WaitConn with a cancelled context = %v, want context.Canceled", err)
 	}
 }
