@@ -40,6 +40,13 @@ type Config struct {
 	ProgressInterval time.Duration
 	// NewBackoff returns the retry policy; nil means backoff.Default.
 	NewBackoff func() *backoff.Backoff
+	// Diagnose, if set, names why etcd does not answer at the client's
+	// endpoints, as an operator would read it (the agent's is
+	// etcddiag.Check: "127.0.0.1:2379: connection refused"), or returns
+	// "" when each took the connection. It is called, bounded by ctx,
+	// when the connection is lost and when a list or a watch's creation
+	// times out without one, and its answer logged as endpoint_errors.
+	Diagnose func(ctx context.Context) string
 	// AfterChange, if set, is called in the mirror's goroutine after it
 	// swapped in a table of new content, built from watch events or from a
 	// list that differed from the state (the agent's snapshot Writer.AfterChange and

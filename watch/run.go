@@ -69,7 +69,7 @@ func (m *Mirror) Run(ctx context.Context) error {
 				if m.Table() == nil {
 					msg = "list failed; no table yet: nothing is served until a list succeeds"
 				}
-				m.log.Warn(msg, "prefix", m.cfg.Prefix, "endpoints", m.cfg.Client.Endpoints(), "err", err)
+				m.log.Warn(msg, append([]any{"prefix", m.cfg.Prefix, "endpoints", m.cfg.Client.Endpoints(), "err", err}, m.unreachable(ctx)...)...)
 			}
 			if m.retryWait(ctx, bo) != nil {
 				break

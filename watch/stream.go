@@ -118,7 +118,7 @@ func (m *Mirror) open(ctx context.Context, publish func(), check bool) (*stream,
 		}
 	}
 	if !created {
-		m.abandon(s, chc, why)
+		m.abandon(ctx, s, chc, why)
 		return nil, why
 	}
 	s.opened = time.Now()
@@ -229,15 +229,20 @@ func (m *Mirror) awaitCreation(ctx context.Context, s *stream, chc <-chan client
 // check failed, why ("" when ctx is done): it cancels it and waits for
 // clientv3's Watch to return, which it does once its context is
 // cancelled, so no goroutine of it outlives open. A failure that does not
-// relist is counted and logged.
-func (m *Mirror) abandon(s *stream, chc <-chan clientv3.WatchChan, why string) {
+// relist is counted and logged, a timeout with what the endpoints answer
+// when the connection is down (unreachable).
+func (m *Mirror) abandon(ctx context.Context, s *stream, chc <-chan clientv3.WatchChan, why string) {
 	s.cancel()
 	if s.ch == nil {
 		<-chc
 	}
 	if why != "" && !relists(why) {
 		m.metrics.openFailures.WithLabelValues(why).Inc()
-		m.log.Warn("watch not created", "reason", why, "applied_revision", m.applied)
+		attrs := []any{"reason", why, "applied_revision", m.applied}
+		if why == createTimeout {
+			attrs = append(attrs, m.unreachable(ctx)...)
+		}
+		m.log.Warn("watch not created", attrs...)
 	}
 }
 
@@ -300,7 +305,8 @@ func (m *Mirror) serve(ctx context.Context, s *stream) (string, *stream) {
 			s.heard = time.Now()
 		case <-tick.C:
 			if !m.transportReady() {
-				m.log.Warn("no connection to etcd; watching again once there is one", "applied_revision", m.applied)
+				m.log.Warn("no connection to etcd; watching again once there is one",
+					append([]any{"applied_revision", m.applied}, m.unreachable(ctx)...)...)
 				return ReasonDisconnected, s
 			}
 			if time.Since(s.heard) < silentAfter {
@@ -328,16 +334,28 @@ func (m *Mirror) transportReady() bool {
 	return conn == nil || conn.GetState() == connectivity.Ready
 }
 
+// unreachable returns, as log attributes, what the endpoints answer when
+// the client has no connection to etcd: "endpoint_errors" from
+// Config.Diagnose (a refused connection, a certificate, TLS against a
+// plaintext port), or nothing (connected, no Diagnose, or every endpoint
+// took the connection). gRPC says only that a deadline passed.
+func (m *Mirror) unreachable(ctx context.Context) []any {
+	if m.cfg.Diagnose == nil || m.transportReady() || ctx.Err() != nil {
+		return nil
+	}
+	if why := m.cfg.Diagnose(ctx); why != "" {
+		return []any{"endpoint_errors", why}
+	}
+	return nil
+}
+
 // retryWait waits before the next attempt after a failure: bo's delay,
 // cut short once the client's connection, lost, is back (see
 // backoff.WaitConn). After a long outage the delay has grown to its cap
 // (30 s); a watch that waited it out left the agent that long behind an
 // etcd that was back.
 func (m *Mirror) retryWait(ctx context.Context, bo *backoff.Backoff) error {
-	if conn := m.cfg.Client.ActiveConnection(); conn != nil {
-		return bo.WaitConn(ctx, conn)
-	}
-	return bo.Wait(ctx)
+	return bo.WaitClient(ctx, m.cfg.Client)
 }
 
 // requestProgress asks etcd to tell s's revision, unless the path to etcd

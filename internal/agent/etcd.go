@@ -39,7 +39,10 @@ func (a *Agent) runEtcd(ctx context.Context, offline []prometheus.Collector) err
 	w := a.newSnapshotWriter()
 	pub := newPublisher(cli, ks.Agent(a.cfg.Node), a)
 	mcfg := watch.Config{Client: cli, Prefix: ks.Routing(), Logger: a.log, Registerer: a.registry,
-		HealthGrace: a.cfg.HealthGrace, ProgressInterval: a.cfg.ProgressInterval, AfterChange: afterChange(w, pub)}
+		HealthGrace: a.cfg.HealthGrace, ProgressInterval: a.cfg.ProgressInterval, AfterChange: afterChange(w, pub),
+		Diagnose: func(ctx context.Context) string {
+			return etcddiag.Describe(etcddiag.Check(ctx, a.cfg.Endpoints, a.cfg.TLS))
+		}}
 	// The mirror's gauges replace the offline ones in one step for a
 	// gather, seeded first: its seconds_since_sync never reads "never"
 	// for an agent that started from its snapshot.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/regiond/regiond/internal/api"
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/freeport"
+	"github.com/regiond/regiond/internal/logbuf"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -58,9 +60,11 @@ func TestSurvivesEtcdOutageAndRestartFromSnapshot(t *testing.T) {
 	cli.Close()
 	const maxStale = time.Second
 	dir := t.TempDir()
+	var logs logbuf.Buffer
 	start := func() *harness {
 		cfg := offlineConfig(dir)
 		cfg.Endpoints, cfg.DialTimeout, cfg.StatusTTL, cfg.MaxStale = []string{url}, time.Second, 2*time.Second, maxStale
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 		return runAgent(t, dir, cfg, func(a *agent.Agent) { agent.SetSnapshotRefresh(a, 50*time.Millisecond) })
 	}
 	h := start()
@@ -68,7 +72,18 @@ func TestSurvivesEtcdOutageAndRestartFromSnapshot(t *testing.T) {
 
 	// etcd stops: the agent keeps answering from its table, and rewriting
 	// the file, until written_at is more than --max-stale past synced_at.
+	// Its log says why etcd does not answer, as at a start without etcd
+	// (gRPC says only that a deadline passed).
 	srv.Close()
+	waitFor(t, "a log of the lost connection naming the refused endpoint", func() bool {
+		for _, l := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(l, "component=watch") && strings.Contains(l, "endpoint_errors=") &&
+				strings.Contains(l, url+": dial: ") && strings.Contains(l, "connection refused") {
+				return true
+			}
+		}
+		return false
+	})
 	if c, d := h.resolve("PL", "k"); c != 200 || d.Pool == "" {
 		t.Fatalf("with etcd down: %d %+v", c, d)
 	}

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 )
 
@@ -107,6 +108,15 @@ func (b *Backoff) WaitConn(ctx context.Context, conn Conn) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// WaitClient is WaitConn on cli's connection (a clientv3.Client), or Wait
+// when it has none.
+func (b *Backoff) WaitClient(ctx context.Context, cli interface{ ActiveConnection() *grpc.ClientConn }) error {
+	if conn := cli.ActiveConnection(); conn != nil {
+		return b.WaitConn(ctx, conn)
+	}
+	return b.Wait(ctx)
 }
 
 // Sleep sleeps for d or until ctx is done, returning ctx.Err() then.
