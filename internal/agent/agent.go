@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,19 +101,31 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A start that fails leaves no directory it made: one made by the
+	// wrong user (a start by hand as root, refused for the socket
+	// directory that systemd made the service's) would refuse the
+	// service's next start.
+	made := missingDirs(filepath.Dir(cfg.Snapshot), filepath.Dir(cfg.Socket))
+	fail := func(err error) (*Agent, error) {
+		a.closeListeners()
+		for _, dir := range made {
+			os.Remove(dir) // only if empty: what someone put there stays
+		}
+		return nil, err
+	}
 	// Before the file is read: a table in a directory others can write
 	// may be forged.
 	if cfg.Snapshot != "" {
 		if err := a.ensureSnapshotDir(filepath.Dir(cfg.Snapshot)); err != nil {
-			return nil, fmt.Errorf("--snapshot %s: %w", cfg.Snapshot, err)
+			return fail(fmt.Errorf("--snapshot %s: %w", cfg.Snapshot, err))
 		}
 		// The agent renames its files into place: a directory, a link or
 		// anything but a file there would fail every write, for ever,
 		// while /readyz said ready.
 		for _, p := range []string{cfg.Snapshot, snapshot.IndexPath(cfg.Snapshot)} {
 			if fi, err := os.Lstat(p); err == nil && !fi.Mode().IsRegular() {
-				return nil, fmt.Errorf("--snapshot %s: %s is a %s, not a file: the agent writes its files itself (by rename); remove it, or give another path",
-					cfg.Snapshot, p, fileKind(fi.Mode()))
+				return fail(fmt.Errorf("--snapshot %s: %s is a %s, not a file: the agent writes its files itself (by rename); remove it, or give another path",
+					cfg.Snapshot, p, fileKind(fi.Mode())))
 			}
 		}
 	}
@@ -120,10 +134,24 @@ func New(cfg Config) (*Agent, error) {
 		Registerer: a.registry, Gatherer: prometheus.GathererFunc(a.gather), Logger: cfg.Logger}, source{a})
 	a.mountUI()
 	if err := a.listen(); err != nil {
-		a.closeListeners()
-		return nil, err
+		return fail(err)
 	}
 	return a, nil
+}
+
+// missingDirs returns those of dirs that do not exist ("." and
+// duplicates left out).
+func missingDirs(dirs ...string) []string {
+	var missing []string
+	for _, d := range dirs {
+		if d == "." || slices.Contains(missing, d) {
+			continue
+		}
+		if _, err := os.Lstat(d); errors.Is(err, fs.ErrNotExist) {
+			missing = append(missing, d)
+		}
+	}
+	return missing
 }
 
 // source is what the API answers from: the mirror once it exists, the

@@ -283,7 +283,8 @@ func TestRefusesASnapshotPathThatIsNoFile(t *testing.T) {
 
 // TestListenErrorsNameTheFlag: a --listen port in use and a --socket path
 // that is no socket are refused naming the flag (they said "listen on
-// …" and "socket path …").
+// …" and "socket path …"), and the failed start removes the directories
+// it made, and only those.
 func TestListenErrorsNameTheFlag(t *testing.T) {
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -298,6 +299,13 @@ func TestListenErrorsNameTheFlag(t *testing.T) {
 	} else if !strings.Contains(err.Error(), "--listen "+cfg.Listen+": ") || !strings.Contains(err.Error(), "address already in use") {
 		t.Errorf("port in use: %v, want it to name --listen", err)
 	}
+	// The failed start left neither directory it made behind (one made
+	// by the wrong user would refuse the right one's next start).
+	for _, dir := range []string{filepath.Dir(cfg.Snapshot), filepath.Dir(cfg.Socket)} {
+		if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+			t.Errorf("the failed start left %s behind (%v), which it made", dir, err)
+		}
+	}
 	cfg = offlineConfig(t.TempDir())
 	mkdir(t, filepath.Dir(cfg.Socket), 0o755)
 	if err := os.WriteFile(cfg.Socket, []byte("x"), 0o644); err != nil {
@@ -308,5 +316,13 @@ func TestListenErrorsNameTheFlag(t *testing.T) {
 		t.Fatal("started over a file at --socket")
 	} else if !strings.Contains(err.Error(), "--socket "+cfg.Socket+" exists and is not a socket") {
 		t.Errorf("a file at --socket: %v, want it to name --socket", err)
+	}
+	// It removed the snapshot directory it made, not the socket's, which
+	// it found.
+	if _, err := os.Lstat(filepath.Dir(cfg.Snapshot)); !os.IsNotExist(err) {
+		t.Errorf("the failed start left %s behind (%v), which it made", filepath.Dir(cfg.Snapshot), err)
+	}
+	if _, err := os.Stat(cfg.Socket); err != nil {
+		t.Errorf("the failed start removed what was at --socket: %v", err)
 	}
 }
