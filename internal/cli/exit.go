@@ -62,13 +62,12 @@ func (a *app) exitCode(err error) int {
 		fmt.Fprintf(a.stderr, "regionctl: %v\n", err) // with what wraps it (a write with nothing to write)
 		return ExitNotConverged
 	case errors.As(err, &refused):
-		// What it proposed, on stderr beside why it was refused: stdout
-		// holds only what was written (a log of stdout alone shows no
-		// change that never happened).
-		if a.output == "table" {
-			for _, line := range diffLines(refused.Changes) {
-				fmt.Fprintf(a.stderr, "PROPOSED %s\n", line)
-			}
+		// What it proposed, on stderr beside why it was refused, with
+		// -o json too (stderr is the operator's): stdout holds only what
+		// was written (a log of stdout alone shows no change that never
+		// happened).
+		for _, line := range diffLines(refused.Changes) {
+			fmt.Fprintf(a.stderr, "PROPOSED %s\n", line)
 		}
 		a.printRefused(refused.Errs)
 		return ExitRefused

@@ -173,10 +173,10 @@ func TestRefusedVerbs(t *testing.T) {
 	if rev2, n2 := e.fingerprint(); rev2 != rev || n2 != n {
 		t.Fatalf("etcd changed: newest revision %d → %d, keys %d → %d", rev, rev2, n, n2)
 	}
-	// A refused write still shows what it proposed, on stderr: stdout
-	// holds only what was written.
-	for _, extra := range []string{"--dry-run", "--reason=x"} {
-		r := e.must(ExitRefused, "pool", "drain", "eu-central", extra)
+	// A refused write still shows what it proposed, on stderr, with -o
+	// json too: stdout holds only what was written.
+	for _, extra := range [][]string{{"--dry-run"}, {"--reason=x"}, {"-o", "json"}} {
+		r := e.must(ExitRefused, append([]string{"pool", "drain", "eu-central"}, extra...)...)
 		if r.stdout != "" || !strings.HasPrefix(r.stderr, "PROPOSED pool eu-central: status active→draining\nREFUSED ") {
 			t.Fatalf("refused drain (%s): %s; want the proposal on stderr, before the refusal, and nothing on stdout", extra, r)
 		}
