@@ -161,17 +161,15 @@ func (a *app) runBoostLs(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	ttls, err := a.boostTTLs(ctx, cur)
+	if err != nil {
+		return err
+	}
 	out := []boostInfo{}
-	ttls := map[string]time.Duration{}
 	for _, id := range cur.OverrideIDs() {
 		lo := cur.Overrides[id]
 		bi := boostInfo{LiveOverride: lo, ID: id, Expired: lo.Override.Expired(time.Now())}
-		if lo.Lease != 0 {
-			ttl, err := a.st.TTL(ctx, lo.Lease) // a.load dialed a.st
-			if err != nil {
-				return err
-			}
-			ttls[id] = ttl
+		if ttl, ok := ttls[id]; ok {
 			secs := int64(ttl / time.Second)
 			bi.TTLSeconds = &secs
 		}
@@ -180,7 +178,23 @@ func (a *app) runBoostLs(ctx context.Context) error {
 	return a.printer().print(out, func(w io.Writer) { printBoosts(w, cur.Overrides, ttls) })
 }
 
-// printBoosts prints the boost table; ttls may be nil.
+// boostTTLs reads the remaining life of each boost's lease (one request
+// per boost with a lease; a.load dialed a.st), by boost id.
+func (a *app) boostTTLs(ctx context.Context, cur *store.State) (map[string]time.Duration, error) {
+	ttls := map[string]time.Duration{}
+	for _, id := range cur.OverrideIDs() {
+		if lease := cur.Overrides[id].Lease; lease != 0 {
+			ttl, err := a.st.TTL(ctx, lease)
+			if err != nil {
+				return nil, err
+			}
+			ttls[id] = ttl
+		}
+	}
+	return ttls, nil
+}
+
+// printBoosts prints the boost table; ttls may be nil (not read).
 func printBoosts(w io.Writer, boosts map[string]store.LiveOverride, ttls map[string]time.Duration) {
 	row(w, "BOOST", "ROUTE", "TARGETS", "ATTRS", "TTL", "EXPIRES", "REASON", "AUTHOR")
 	now := time.Now()

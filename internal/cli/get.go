@@ -7,6 +7,7 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -50,6 +51,9 @@ type getResult struct {
 	Health        map[string]routing.Health     `json:"health,omitempty"`
 	Skipped       []routing.Skipped             `json:"skipped,omitempty"`
 	instances     map[string]int
+	// boostTTLs are the boosts' leases' remaining lives, for the table
+	// (boost ls -o json has them as ttl_seconds).
+	boostTTLs map[string]time.Duration
 	// shown are the sections asked for: in JSON and YAML each is present,
 	// {} or [] when empty (a script's jq '.health[]' works on none), and
 	// the others absent.
@@ -129,6 +133,11 @@ func (a *app) runGet(ctx context.Context, section string) error {
 	}
 	if show("boosts") {
 		out.Boosts = cur.Overrides
+		if a.output == "table" {
+			if out.boostTTLs, err = a.boostTTLs(ctx, cur); err != nil {
+				return err
+			}
+		}
 	}
 	if show("health") {
 		out.Health = cur.Health
@@ -153,7 +162,7 @@ func printGet(w io.Writer, r getResult, show func(string) bool) {
 	}
 	if show("boosts") {
 		fmt.Fprintln(w)
-		printBoosts(w, r.Boosts, nil)
+		printBoosts(w, r.Boosts, r.boostTTLs)
 	}
 	if show("health") {
 		fmt.Fprintln(w)
