@@ -45,7 +45,8 @@ type Config struct {
 	// etcddiag.Check: "127.0.0.1:2379: connection refused"), or returns
 	// "" when each took the connection. It is called, bounded by ctx,
 	// when the connection is lost and when a list or a watch's creation
-	// times out without one, and its answer logged as endpoint_errors.
+	// times out without one, and its answer logged as endpoint_errors
+	// and kept as Status.Unreachable.
 	Diagnose func(ctx context.Context) string
 	// AfterChange, if set, is called in the mirror's goroutine after it
 	// swapped in a table of new content, built from watch events or from a
@@ -88,6 +89,10 @@ type Status struct {
 	// list, watch or check until a list or a watch is answered again; ""
 	// otherwise. The last good table keeps serving meanwhile.
 	Refused string
+	// Unreachable says what the endpoints answered a plain dial
+	// (Config.Diagnose) the last time the mirror found itself without a
+	// connection to etcd, while it still has none; "" otherwise.
+	Unreachable string
 }
 
 // Mirror keeps a routing.Table equal to the routing prefix of etcd.
@@ -102,6 +107,7 @@ type Mirror struct {
 
 	connected atomic.Bool
 	refused   atomic.Pointer[string] // see Status.Refused
+	unreach   atomic.Pointer[string] // see Status.Unreachable
 	syncedAt  atomic.Int64           // unix nanoseconds
 	changeRev atomic.Int64           // see Status.ChangeRevision
 	eventRev  atomic.Int64           // see Status.EventRevision
@@ -211,6 +217,9 @@ func (m *Mirror) Status() Status {
 	if r := m.refused.Load(); r != nil {
 		s.Refused = *r
 	}
+	if u := m.unreach.Load(); u != nil && !s.Connected && !m.transportReady() {
+		s.Unreachable = *u
+	}
 	if t := m.Table(); t != nil {
 		s.Revision, s.Epoch = t.Revision(), t.Epoch()
 	}
@@ -278,6 +287,7 @@ func (m *Mirror) markSynced() {
 func (m *Mirror) setConnected(c bool) {
 	if c {
 		m.refused.Store(nil)
+		m.unreach.Store(nil)
 	}
 	if m.connected.Swap(c) != c {
 		m.log.Info("watch connection", "connected", c)

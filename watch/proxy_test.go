@@ -402,7 +402,10 @@ func TestWatchBackSoonAfterLongOutage(t *testing.T) {
 	}
 	t.Cleanup(func() { cli.Close() })
 	hour := func() *backoff.Backoff { return backoff.New(time.Hour, time.Hour) }
-	o := connectedMirror(t, cli, watch.Config{NewBackoff: hour})
+	// What the agent's etcddiag would say, as Status.Unreachable says it
+	// while the connection is down, and no longer once it is back.
+	const down = "proxy: connection refused (test)"
+	o := connectedMirror(t, cli, watch.Config{NewBackoff: hour, Diagnose: func(context.Context) string { return down }})
 	relists := counterSum(t, o.reg, "regiond_watch_resyncs_total")
 	// A watch that lasted a second is healthy: the creations after it
 	// start over, the first retried at once, the second failure waits
@@ -417,11 +420,16 @@ func TestWatchBackSoonAfterLongOutage(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	if u := o.m.Status().Unreachable; u != down {
+		t.Fatalf("with the proxy down Status().Unreachable = %q, want %q", u, down)
+	}
 	p.Start()
 	waitUntil(t, o.m, "the change made while the proxy was down, without waiting out the backoff",
 		func(tb *routing.Table) bool { return tb.Revision() >= last })
-	watchStatus(t, o.m, "Connected after the outage", 15*time.Second,
-		func(s watch.Status) bool { return s.Connected }, func(watch.Status) error { return nil })
+	if s := watchStatus(t, o.m, "Connected after the outage", 15*time.Second,
+		func(s watch.Status) bool { return s.Connected }, func(watch.Status) error { return nil }); s.Unreachable != "" {
+		t.Fatalf("connected again, Status().Unreachable = %q, want empty", s.Unreachable)
+	}
 	if n := counterSum(t, o.reg, "regiond_watch_resyncs_total"); n != relists {
 		t.Fatalf("the mirror relisted %v times across the outage; want 0", n-relists)
 	}

@@ -334,7 +334,8 @@ func (m *Mirror) transportReady() bool {
 	return conn == nil || conn.GetState() == connectivity.Ready
 }
 
-// unreachable returns, as log attributes, what the endpoints answer when
+// unreachable returns, as log attributes, and keeps as Status.Unreachable,
+// what the endpoints answer when
 // the client has no connection to etcd: "endpoint_errors" from
 // Config.Diagnose (a refused connection, a certificate, TLS against a
 // plaintext port), or nothing (connected, no Diagnose, or every endpoint
@@ -344,6 +345,7 @@ func (m *Mirror) unreachable(ctx context.Context) []any {
 		return nil
 	}
 	if why := m.cfg.Diagnose(ctx); why != "" {
+		m.unreach.Store(&why)
 		return []any{"endpoint_errors", why}
 	}
 	return nil

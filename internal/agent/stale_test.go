@@ -84,6 +84,12 @@ func TestSurvivesEtcdOutageAndRestartFromSnapshot(t *testing.T) {
 		}
 		return false
 	})
+	// /v1/status says it too (the status page's banner).
+	waitFor(t, "etcd_error naming the refused endpoint while disconnected", func() bool {
+		var st api.Status
+		h.get("/v1/status", &st)
+		return !st.Connected && strings.HasPrefix(st.EtcdError, "etcd unreachable: "+url+": dial: ") && strings.Contains(st.EtcdError, "connection refused")
+	})
 	if c, d := h.resolve("PL", "k"); c != 200 || d.Pool == "" {
 		t.Fatalf("with etcd down: %d %+v", c, d)
 	}

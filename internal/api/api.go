@@ -372,8 +372,8 @@ type Status struct {
 	Stale        bool              `json:"stale"`
 	Skipped      []routing.Skipped `json:"skipped"`
 	// EtcdError is why the agent cannot use etcd (its login refused,
-	// etcd unreachable at start, its read of the prefix refused); absent
-	// once it can.
+	// etcd unreachable at start or since, its read of the prefix
+	// refused); absent once it can.
 	EtcdError string `json:"etcd_error,omitempty"`
 	// StatusError is why the agent's status key is not published (so
 	// regionctl status and --wait-converged see its last status, or none):
@@ -390,6 +390,9 @@ func (s *Server) status(now time.Time) (Status, bool) {
 		Skipped: []routing.Skipped{}, StaleSeconds: -1, EtcdError: s.src.EtcdError(), StatusError: s.src.StatusError()}
 	if out.EtcdError == "" {
 		out.EtcdError = st.Refused // from the same snapshot as Connected
+	}
+	if out.EtcdError == "" && st.Unreachable != "" {
+		out.EtcdError = "etcd unreachable: " + st.Unreachable
 	}
 	if !st.SyncedAt.IsZero() {
 		out.SyncedAt = st.SyncedAt.UTC().Format(time.RFC3339Nano)
