@@ -47,6 +47,16 @@ func TestNotReadyWithoutPools(t *testing.T) {
 		!strings.Contains(body, "regionctl apply") {
 		t.Fatalf("/readyz synced with an empty prefix: %d %q, want 503 saying there are no pools", code, body)
 	}
+	// A NoRoute names its table, epoch 0 too, as a Decision does.
+	resp, err := h.http.Get("http://" + h.a.Addr() + "/v1/resolve?country=PL")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || !strings.Contains(string(b), `"revision":`) || !strings.Contains(string(b), `"epoch":0`) {
+		t.Fatalf("/v1/resolve with no pools: %d %s, want a NoRoute naming revision and epoch 0", resp.StatusCode, b)
+	}
 	waitFor(t, "the log naming --prefix", func() bool {
 		return strings.Contains(logs.String(), "the table read from etcd has no pools, so nothing routes: is --prefix right")
 	})

@@ -187,9 +187,10 @@ type errorBody struct {
 	Error   string   `json:"error"`
 	Country string   `json:"country,omitempty"`
 	Reasons []string `json:"reasons,omitempty"`
-	// Revision and Epoch name the table that found no route.
-	Revision int64 `json:"revision,omitempty"`
-	Epoch    int64 `json:"epoch,omitempty"`
+	// Revision and Epoch name the table that found no route; a NoRoute
+	// carries both, epoch 0 (nothing applied yet) too, as a Decision does.
+	Revision int64  `json:"revision,omitempty"`
+	Epoch    *int64 `json:"epoch,omitempty"`
 }
 
 // params parses r's query strictly: a pair that does not decode (a raw
@@ -327,7 +328,7 @@ func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request) {
 	if errors.Is(err, routing.ErrNoRoute) {
 		s.resolves.WithLabelValues("no_route").Inc()
 		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "no eligible pool", Country: d.Country, Reasons: d.Degraded,
-			Revision: d.Revision, Epoch: d.Epoch})
+			Revision: d.Revision, Epoch: &d.Epoch})
 		return
 	}
 	outcome := "ok"
