@@ -43,10 +43,11 @@ type Config struct {
 	// Diagnose, if set, names why etcd does not answer at the client's
 	// endpoints, as an operator would read it (the agent's is
 	// etcddiag.Check: "127.0.0.1:2379: connection refused"), or returns
-	// "" when each took the connection. It is called, bounded by ctx,
-	// when the connection is lost and when a list or a watch's creation
-	// times out without one, and its answer logged as endpoint_errors
-	// and kept as Status.Unreachable.
+	// "" when each took the connection. It is called, bounded by a ctx of
+	// RequestTimeout, in the mirror's goroutine, when the connection is
+	// lost and when a list or a watch's creation times out without one,
+	// and its answer logged as endpoint_errors and kept as
+	// Status.Unreachable.
 	Diagnose func(ctx context.Context) string
 	// AfterChange, if set, is called in the mirror's goroutine after it
 	// swapped in a table of new content, built from watch events or from a
@@ -91,7 +92,8 @@ type Status struct {
 	Refused string
 	// Unreachable says what the endpoints answered a plain dial
 	// (Config.Diagnose) the last time the mirror found itself without a
-	// connection to etcd, while it still has none; "" otherwise.
+	// connection to etcd, while it still has none; "" otherwise, and once
+	// a diagnosis found every endpoint taking the connection.
 	Unreachable string
 }
 
@@ -138,6 +140,10 @@ type Mirror struct {
 	precompiled <-chan *routing.Table
 	clusterID   uint64 // etcd cluster of the last list
 	watches     uint64 // watches opened, to give each its own stream
+	// downAt is when an attempt that failed found the client without a
+	// connection to etcd (noteDown), zero otherwise; a retry's wait ends
+	// once it is back (retryWait).
+	downAt time.Time
 	// otherRange: watch the prefix as [prefix+"\x00", end) rather than
 	// [prefix, end). Both hold the same keys (the bare prefix is no key of
 	// the state: lists and probes skip it too), but etcd's grpc-proxy keeps

@@ -62,6 +62,7 @@ func (m *Mirror) Run(ctx context.Context) error {
 				break
 			}
 			reason = ReasonListFailed
+			m.noteDown()
 			if PermissionDenied(err) {
 				m.refuse("list", err)
 			} else {

@@ -71,6 +71,7 @@ func (m *Mirror) follow(ctx context.Context, bo *backoff.Backoff, publish func()
 		}
 		why, s = m.serve(ctx, s)
 		s.cancel()
+		m.noteDown()
 		m.setConnected(false)
 		// A watch that lasted is a success: what failed before it (lists,
 		// opens) says nothing about the next attempts, which start over at
@@ -123,6 +124,7 @@ func (m *Mirror) open(ctx context.Context, publish func(), check bool) (*stream,
 	}
 	s.opened = time.Now()
 	s.heard = s.opened
+	m.downAt = time.Time{}
 	m.setConnected(true)
 	return s, ""
 }
@@ -236,6 +238,7 @@ func (m *Mirror) abandon(ctx context.Context, s *stream, chc <-chan clientv3.Wat
 	if s.ch == nil {
 		<-chc
 	}
+	m.noteDown()
 	if why != "" && !relists(why) {
 		m.metrics.openFailures.WithLabelValues(why).Inc()
 		attrs := []any{"reason", why, "applied_revision", m.applied}
@@ -344,20 +347,36 @@ func (m *Mirror) unreachable(ctx context.Context) []any {
 	if m.cfg.Diagnose == nil || m.transportReady() || ctx.Err() != nil {
 		return nil
 	}
-	if why := m.cfg.Diagnose(ctx); why != "" {
-		m.unreach.Store(&why)
-		return []any{"endpoint_errors", why}
+	dctx, cancel := context.WithTimeout(ctx, m.cfg.RequestTimeout)
+	defer cancel()
+	why := m.cfg.Diagnose(dctx)
+	if why == "" {
+		m.unreach.Store(nil) // each endpoint took the connection: what it said before is past
+		return nil
 	}
-	return nil
+	m.unreach.Store(&why)
+	return []any{"endpoint_errors", why}
+}
+
+// noteDown records, once, when an attempt that failed found the client
+// without a connection to etcd (Mirror.downAt).
+func (m *Mirror) noteDown() {
+	if m.downAt.IsZero() && !m.transportReady() {
+		m.downAt = time.Now()
+	}
 }
 
 // retryWait waits before the next attempt after a failure: bo's delay,
-// cut short once the client's connection, lost, is back (see
-// backoff.WaitConn). After a long outage the delay has grown to its cap
-// (30 s); a watch that waited it out left the agent that long behind an
-// etcd that was back.
+// cut short once the client's connection, lost (since downAt, or during
+// the wait) for backoff.MinOutage, is back (backoff.WaitConn). After a
+// long outage the delay has grown to its cap (30 s); a watch that waited
+// it out left the agent that long behind an etcd that was back. downAt is
+// spent: a next failure with the connection up waits its whole delay (an
+// etcd back without a leader yet is not retried in a loop).
 func (m *Mirror) retryWait(ctx context.Context, bo *backoff.Backoff) error {
-	return bo.WaitClient(ctx, m.cfg.Client)
+	err := bo.WaitClient(ctx, m.cfg.Client, m.downAt)
+	m.downAt = time.Time{}
+	return err
 }
 
 // requestProgress asks etcd to tell s's revision, unless the path to etcd

@@ -133,3 +133,20 @@ string and bytes agree: true
 		t.Fatalf("node said:\n%s\nwant:\n%s", out, want)
 	}
 }
+
+// TestNoRouteBodyCarriesEpochZero: NoRouteError's toJSON is the agent's
+// 503 body, which names its table's epoch, 0 (nothing applied yet) too.
+func TestNoRouteBodyCarriesEpochZero(t *testing.T) {
+	script := `
+import { NoRouteError } from './regiond.mjs';
+console.log(JSON.stringify(new NoRouteError('DE', ['no-route:DE'], 7, 0)));
+`
+	cmd := exec.Command(node(t), "--input-type=module", "-e", script)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, out)
+	}
+	if want := `{"error":"no eligible pool","country":"DE","reasons":["no-route:DE"],"revision":7,"epoch":0}` + "\n"; string(out) != want {
+		t.Fatalf("NoRouteError body %s, want the agent's %s", out, want)
+	}
+}

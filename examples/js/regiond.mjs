@@ -59,13 +59,13 @@ export class NoRouteError extends Error {
     this.epoch = epoch;
   }
 
-  /** The agent's 503 body (members the agent leaves out when empty are left out). */
+  /** The agent's 503 body (members the agent leaves out when empty are left out; epoch is always there, 0 too). */
   toJSON() {
     const b = { error: 'no eligible pool' };
     if (this.country) b.country = this.country;
     if (this.reasons.length) b.reasons = this.reasons;
     if (this.revision) b.revision = this.revision;
-    if (this.epoch) b.epoch = this.epoch;
+    b.epoch = this.epoch;
     return b;
   }
 }

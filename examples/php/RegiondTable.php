@@ -51,9 +51,10 @@ class NoRouteException extends \RuntimeException
 
     /**
      * The agent's NoRoute body: {"error","country","reasons","revision","epoch"},
-     * the members the agent leaves out when empty left out, as it does.
+     * the members the agent leaves out when empty left out, as it does
+     * (epoch is always there: 0 too).
      *
-     * @return array{error: string, country?: string, reasons?: list<string>, revision?: int|float, epoch?: int|float}
+     * @return array{error: string, country?: string, reasons?: list<string>, revision?: int|float, epoch: int|float}
      */
     public function toArray(): array
     {
@@ -67,9 +68,7 @@ class NoRouteException extends \RuntimeException
         if ($this->revision !== 0) {
             $b['revision'] = $this->revision;
         }
-        if ($this->epoch !== 0) {
-            $b['epoch'] = $this->epoch;
-        }
+        $b['epoch'] = $this->epoch;
         return $b;
     }
 }

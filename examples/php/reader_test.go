@@ -300,16 +300,13 @@ func check(t *testing.T, tab *routing.Table, now time.Time, ps []pair, got []php
 					want.Country, wantDeg, want.Revision, want.Epoch, g.Country, g.Reasons, g.Revision, g.Epoch)
 			default:
 				// The agent's 503 body (internal/api errorBody): empty
-				// members left out.
-				body := map[string]any{"error": "no eligible pool", "country": want.Country}
+				// members left out, but for epoch.
+				body := map[string]any{"error": "no eligible pool", "country": want.Country, "epoch": want.Epoch}
 				if len(wantDeg) > 0 {
 					body["reasons"] = wantDeg
 				}
 				if want.Revision != 0 {
 					body["revision"] = want.Revision
-				}
-				if want.Epoch != 0 {
-					body["epoch"] = want.Epoch
 				}
 				wantBody, _ := json.Marshal(body)
 				if g.Body == nil || !jsonEqual(*g.Body, wantBody) {
@@ -744,5 +741,19 @@ func TestExampleFrontDoor(t *testing.T) {
 		if err != nil || !strings.Contains(string(out), "https://edge-") {
 			t.Errorf("example.php with the viewer cookie %s: %v\n%s", cookie, err, out)
 		}
+	}
+}
+
+// TestNoRouteBodyCarriesEpochZero: NoRouteException's toArray is the
+// agent's 503 body, which names its table's epoch, 0 (nothing applied
+// yet) too.
+func TestNoRouteBodyCarriesEpochZero(t *testing.T) {
+	out, err := exec.Command(php(t), "-r", `require 'RegiondTable.php';
+echo json_encode((new \Regiond\NoRouteException('DE', ['no-route:DE'], 7, 0))->toArray());`).CombinedOutput()
+	if err != nil {
+		t.Fatalf("php: %v\n%s", err, out)
+	}
+	if want := `{"error":"no eligible pool","country":"DE","reasons":["no-route:DE"],"revision":7,"epoch":0}`; string(out) != want {
+		t.Fatalf("NoRouteException body %s, want the agent's %s", out, want)
 	}
 }

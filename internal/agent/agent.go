@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -101,24 +99,23 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A start that fails leaves no directory it made: one made by the
-	// wrong user (a start by hand as root, refused for the socket
-	// directory that systemd made the service's) would refuse the
-	// service's next start.
-	made := missingDirs(filepath.Dir(cfg.Snapshot), filepath.Dir(cfg.Socket))
+	// A start that fails leaves no directory it made (parents included):
+	// one made by the wrong user (a start by hand as root, refused for a
+	// port the service holds) would refuse the service's next start.
+	var made []safedir.Made
 	fail := func(err error) (*Agent, error) {
 		a.closeListeners()
-		for _, dir := range made {
-			os.Remove(dir) // only if empty: what someone put there stays
-		}
+		safedir.RemoveMade(made) // each only if empty: what someone put there stays
 		return nil, err
 	}
 	// Before the file is read: a table in a directory others can write
 	// may be forged.
 	if cfg.Snapshot != "" {
-		if err := a.ensureSnapshotDir(filepath.Dir(cfg.Snapshot)); err != nil {
+		m, err := a.makeSnapshotDir(filepath.Dir(cfg.Snapshot))
+		if err != nil {
 			return fail(fmt.Errorf("--snapshot %s: %w", cfg.Snapshot, err))
 		}
+		made = append(made, m...)
 		// The agent renames its files into place: a directory, a link or
 		// anything but a file there would fail every write, for ever,
 		// while /readyz said ready.
@@ -129,6 +126,13 @@ func New(cfg Config) (*Agent, error) {
 			}
 		}
 	}
+	if cfg.Socket != "" {
+		m, err := makeSocketDir(cfg.Socket)
+		if err != nil {
+			return fail(err)
+		}
+		made = append(made, m...)
+	}
 	a.loadSnapshot()
 	a.api = api.New(api.Config{Node: cfg.Node, MaxStale: cfg.MaxStale, MaxWaiting: maxWaiting,
 		Registerer: a.registry, Gatherer: prometheus.GathererFunc(a.gather), Logger: cfg.Logger}, source{a})
@@ -137,21 +141,6 @@ func New(cfg Config) (*Agent, error) {
 		return fail(err)
 	}
 	return a, nil
-}
-
-// missingDirs returns those of dirs that do not exist ("." and
-// duplicates left out).
-func missingDirs(dirs ...string) []string {
-	var missing []string
-	for _, d := range dirs {
-		if d == "." || slices.Contains(missing, d) {
-			continue
-		}
-		if _, err := os.Lstat(d); errors.Is(err, fs.ErrNotExist) {
-			missing = append(missing, d)
-		}
-	}
-	return missing
 }
 
 // source is what the API answers from: the mirror once it exists, the
@@ -228,11 +217,18 @@ func (a *Agent) fitToFDLimit() (int, error) {
 // or 0750 of --snapshot-group) and checks that it is the agent's own
 // (safedir.Check). The writer calls it too, when the directory is gone.
 func (a *Agent) ensureSnapshotDir(dir string) error {
+	_, err := a.makeSnapshotDir(dir)
+	return err
+}
+
+// makeSnapshotDir is ensureSnapshotDir, returning the directories it
+// created (safedir.EnsureMade).
+func (a *Agent) makeSnapshotDir(dir string) ([]safedir.Made, error) {
 	gid, err := a.cfg.snapshotGID()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return safedir.Ensure(dir, "snapshot directory", a.cfg.snapshotDirMode(), gid)
+	return safedir.EnsureMade(dir, "snapshot directory", a.cfg.snapshotDirMode(), gid)
 }
 
 // loadSnapshot reads the snapshot file, to serve it (marked stale) until

@@ -22,6 +22,17 @@ type unixSocket struct {
 	made os.FileInfo
 }
 
+// makeSocketDir makes the directory of the socket at path ready (created
+// 0750 if missing, then safedir.Check) and returns the directories it
+// created.
+func makeSocketDir(path string) ([]safedir.Made, error) {
+	made, err := safedir.EnsureMade(filepath.Dir(path), "socket directory", 0o750, safedir.NoGroup)
+	if err != nil {
+		return nil, fmt.Errorf("--socket %s: %w", path, err)
+	}
+	return made, nil
+}
+
 // listenUnix creates the API socket, mode 0660, in a directory that is
 // the agent's own (safedir: created 0750 if missing; not a symbolic link,
 // owned by the agent's user, writable by no one else). A socket file that
@@ -29,9 +40,8 @@ type unixSocket struct {
 // answers belongs to a running process (another agent with the same
 // --socket) and is refused, as is any other file.
 func listenUnix(path string) (*unixSocket, error) {
-	dir := filepath.Dir(path)
-	if err := safedir.Ensure(dir, "socket directory", 0o750, safedir.NoGroup); err != nil {
-		return nil, fmt.Errorf("--socket %s: %w", path, err)
+	if _, err := makeSocketDir(path); err != nil {
+		return nil, err
 	}
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode()&fs.ModeSocket == 0 {

@@ -306,6 +306,24 @@ func TestListenErrorsNameTheFlag(t *testing.T) {
 			t.Errorf("the failed start left %s behind (%v), which it made", dir, err)
 		}
 	}
+	// Nor the parents it made, nor one holding the other.
+	for _, tc := range []struct{ snapshot, socket, top string }{
+		{"a/b/c/table.json", "a/b/sock/regiond.sock", "a"},
+		{"r/table.json", "r/sock/regiond.sock", "r"},
+		{"s/sock/table.json", "s/regiond.sock", "s"},
+	} {
+		base := t.TempDir()
+		cfg := offlineConfig(base)
+		cfg.Listen = taken.Addr().String()
+		cfg.Snapshot, cfg.Socket = filepath.Join(base, tc.snapshot), filepath.Join(base, tc.socket)
+		if a, err := agent.New(cfg); err == nil {
+			stopOffline(t, a)
+			t.Fatal("started on a port in use")
+		}
+		if _, err := os.Lstat(filepath.Join(base, tc.top)); !os.IsNotExist(err) {
+			t.Errorf("--snapshot %s --socket %s: the failed start left %s behind (%v), which it made", tc.snapshot, tc.socket, tc.top, err)
+		}
+	}
 	cfg = offlineConfig(t.TempDir())
 	mkdir(t, filepath.Dir(cfg.Socket), 0o755)
 	if err := os.WriteFile(cfg.Socket, []byte("x"), 0o644); err != nil {

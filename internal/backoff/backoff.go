@@ -78,43 +78,56 @@ type Conn interface {
 	Connect()
 }
 
-// WaitConn sleeps for Next() as Wait does, but returns early once conn,
-// not ready at the start of the wait or at some point during it, is ready
-// again: a retry after etcd came back (or its proxy, or the network) need
-// not wait out a delay grown during the outage, up to Max. A failure with
-// the connection ready all along (a refusal, a timeout of a loaded etcd)
-// waits the whole delay. gRPC's own reconnect backoff, jittered, spreads
-// the retries of many clients after an outage. conn nil: Wait.
-func (b *Backoff) WaitConn(ctx context.Context, conn Conn) error {
+// MinOutage is how long a connection must have been down for WaitConn to
+// end its wait when it is back: one that drops and comes back at once (a
+// server closing connections as they open) is not an outage, and ending
+// each wait there would retry in a loop, the backoff gone.
+const MinOutage = time.Second
+
+// WaitConn sleeps for Next() as Wait does, but returns early once conn is
+// ready after an outage: not ready for at least MinOutage, counted from
+// downSince (when the caller found it not ready, as its attempt failed;
+// zero if it did not) or from when the wait finds it not ready. A retry
+// after etcd came back (or its proxy, or the network) need not wait out a
+// delay grown during the outage, up to Max. A failure with the connection
+// ready all along (a refusal, a timeout of a loaded etcd) waits the whole
+// delay, as does one whose connection only flapped. gRPC's jittered
+// redial spreads the retries of many clients after an outage. conn nil:
+// Wait.
+func (b *Backoff) WaitConn(ctx context.Context, conn Conn, downSince time.Time) error {
 	d := b.Next()
 	if conn == nil {
 		return Sleep(ctx, d)
 	}
 	wctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	st := conn.GetState()
-	down := st != connectivity.Ready
-	for {
-		if st == connectivity.Idle {
-			conn.Connect() // an idle channel waits for an RPC to connect
+	since := downSince // when the connection was last seen going down; zero while up
+	for st := conn.GetState(); ; {
+		switch {
+		case st != connectivity.Ready:
+			if since.IsZero() {
+				since = time.Now()
+			}
+			if st == connectivity.Idle {
+				conn.Connect() // an idle channel waits for an RPC to connect
+			}
+		case !since.IsZero() && time.Since(since) >= MinOutage:
+			return ctx.Err() // back after an outage
+		default:
+			since = time.Time{} // up, or back after a flap: wait on
 		}
 		if !conn.WaitForStateChange(wctx, st) {
 			return ctx.Err() // the delay passed (nil), or ctx ended
 		}
 		st = conn.GetState()
-		if st != connectivity.Ready {
-			down = true
-		} else if down {
-			return ctx.Err()
-		}
 	}
 }
 
 // WaitClient is WaitConn on cli's connection (a clientv3.Client), or Wait
 // when it has none.
-func (b *Backoff) WaitClient(ctx context.Context, cli interface{ ActiveConnection() *grpc.ClientConn }) error {
+func (b *Backoff) WaitClient(ctx context.Context, cli interface{ ActiveConnection() *grpc.ClientConn }, downSince time.Time) error {
 	if conn := cli.ActiveConnection(); conn != nil {
-		return b.WaitConn(ctx, conn)
+		return b.WaitConn(ctx, conn, downSince)
 	}
 	return b.Wait(ctx)
 }

@@ -87,23 +87,42 @@ func (c *conn) WaitForStateChange(ctx context.Context, from connectivity.State) 
 func (c *conn) Connect() { c.connects++ }
 
 // TestWaitConnEndsWhenTheConnectionIsBack: a wait of an hour ends once a
-// connection that was down is ready again; an idle one is asked to
-// connect. One ready all along waits the whole delay; a cancelled context
-// ends either wait with its error. (The mirror's reconnect after an outage,
-// over real etcd, is watch's TestWatchBackSoonAfterLongOutage.)
+// connection down for MinOutage is ready again (down since the caller's
+// note, or since the wait found it down); an idle one is asked to
+// connect. One ready all along, or back after a flap, waits on; a
+// cancelled context ends a wait with its error. (The mirror's reconnect
+// after an outage, over real etcd, is watch's
+// TestWatchBackSoonAfterLongOutage.)
 func TestWaitConnEndsWhenTheConnectionIsBack(t *testing.T) {
 	b := New(time.Hour, time.Hour)
-	c := &conn{states: []connectivity.State{connectivity.Ready, connectivity.TransientFailure, connectivity.Idle, connectivity.Connecting, connectivity.Ready}}
-	if err := b.WaitConn(context.Background(), c); err != nil {
-		t.Fatalf("WaitConn = %v, want nil once the connection is back", err)
+	c := &conn{states: []connectivity.State{connectivity.Ready, connectivity.TransientFailure, connectivity.Idle, connectivity.Connecting}}
+	if err := b.WaitConn(context.Background(), &slowConn{c, MinOutage + 100*time.Millisecond}, time.Time{}); err != nil {
+		t.Fatalf("WaitConn = %v, want nil once the connection is back after %v down", err, MinOutage)
 	}
 	if c.connects != 1 {
 		t.Fatalf("an idle connection was asked to connect %d times, want 1", c.connects)
 	}
+	// Back before the wait began, after the caller found it down: no wait.
+	long := time.Now().Add(-2 * MinOutage)
+	if err := b.WaitConn(context.Background(), &conn{states: []connectivity.State{connectivity.Ready}}, long); err != nil {
+		t.Fatalf("WaitConn on a connection back since the failure = %v, want nil at once", err)
+	}
+	// Ready all along, or back after flaps: the whole delay.
+	for name, states := range map[string][]connectivity.State{
+		"ready all along": {connectivity.Ready},
+		"flapping":        {connectivity.Ready, connectivity.TransientFailure, connectivity.Ready, connectivity.Idle, connectivity.Connecting, connectivity.Ready},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := New(time.Hour, time.Hour).WaitConn(ctx, &conn{states: states}, time.Time{})
+		cancel()
+		if err != context.DeadlineExceeded {
+			t.Errorf("WaitConn with the connection %s = %v, want it still waiting at its context's end", name, err)
+		}
+	}
 	b = New(50*time.Millisecond, 50*time.Millisecond)
 	b.Jitter = 0
 	start := time.Now()
-	if err := b.WaitConn(context.Background(), &conn{states: []connectivity.State{connectivity.Ready}}); err != nil {
+	if err := b.WaitConn(context.Background(), &conn{states: []connectivity.State{connectivity.Ready}}, time.Time{}); err != nil {
 		t.Fatalf("WaitConn with a ready connection = %v, want nil after the delay", err)
 	}
 	if waited := time.Since(start); waited < 50*time.Millisecond {
@@ -111,7 +130,23 @@ func TestWaitConnEndsWhenTheConnectionIsBack(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := New(time.Hour, time.Hour).WaitConn(ctx, &conn{states: []connectivity.State{connectivity.TransientFailure}}); err != context.Canceled {
+	if err := New(time.Hour, time.Hour).WaitConn(ctx, &conn{states: []connectivity.State{connectivity.TransientFailure}}, time.Time{}); err != context.Canceled {
 		t.Fatalf("WaitConn with a cancelled context = %v, want context.Canceled", err)
 	}
+}
+
+// slowConn is a conn whose last change (back to ready) comes after a
+// while: the outage before it lasts that long.
+type slowConn struct {
+	*conn
+	after time.Duration
+}
+
+func (c *slowConn) WaitForStateChange(ctx context.Context, from connectivity.State) bool {
+	if len(c.states) == 1 && from != connectivity.Ready {
+		time.Sleep(c.after)
+		c.states = []connectivity.State{connectivity.Ready}
+		return true
+	}
+	return c.conn.WaitForStateChange(ctx, from)
 }

@@ -92,14 +92,14 @@ type NoRoute struct {
 	Epoch    int64    `json:"epoch"`
 }
 
-// noRouteBody is the agent's 503 body (internal/api errorBody); a reader
-// may leave out revision and epoch.
+// noRouteBody is the agent's 503 body (internal/api errorBody): revision
+// and epoch name the table, epoch 0 too.
 type noRouteBody struct {
 	Error    string   `json:"error"`
 	Country  string   `json:"country,omitempty"`
 	Reasons  []string `json:"reasons,omitempty"`
 	Revision int64    `json:"revision,omitempty"`
-	Epoch    int64    `json:"epoch,omitempty"`
+	Epoch    *int64   `json:"epoch,omitempty"`
 }
 
 // IDChars are the characters of outcome indices 0..63 in SweepLine.IDs.
@@ -199,7 +199,7 @@ func decodeOutcome(o Outcome) (Answer, error) {
 		return Answer{}, fmt.Errorf("NoRoute body %s: %w", o.Body, err)
 	}
 	if b.Error != "no eligible pool" || b.Country != n.Country || !slices.Equal(b.Reasons, n.Reasons) ||
-		(b.Revision != 0 && b.Revision != n.Revision) || (b.Epoch != 0 && b.Epoch != n.Epoch) {
+		b.Revision != n.Revision || b.Epoch == nil || *b.Epoch != n.Epoch {
 		return Answer{}, fmt.Errorf("NoRoute body %s does not match its error %+v", o.Body, *n)
 	}
 	return Answer{NoRoute: true, D: routing.Decision{Country: n.Country, Degraded: n.Reasons, Revision: n.Revision, Epoch: n.Epoch}}, nil

@@ -32,40 +32,100 @@ const NoGroup = -1
 // umask). Then, created or not, it must pass Check. what names the
 // directory in errors ("snapshot directory").
 func Ensure(dir, what string, mode os.FileMode, gid int) error {
-	if mode.Perm()&0o022 != 0 {
-		return fmt.Errorf("%s %s: mode %#o would be writable by group or others", what, dir, mode.Perm())
-	}
-	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
-		if err := create(dir, mode, gid); err != nil {
-			return fmt.Errorf("create %s %s: %w", what, dir, err)
-		}
-	}
-	return Check(dir, what, gid)
+	_, err := EnsureMade(dir, what, mode, gid)
+	return err
 }
 
-// create makes dir, missing parents first, with mode and group gid. A
-// directory made by someone else meanwhile is left to Check.
-func create(dir string, mode os.FileMode, gid int) error {
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-		return err
+// Made is a directory EnsureMade created: its path and what it was just
+// after (RemoveMade removes it only while it is still that directory).
+type Made struct {
+	Path string
+	info os.FileInfo
+}
+
+// EnsureMade is Ensure, and also returns the directories it created,
+// parents first (not those made by others meanwhile), so that a caller
+// giving up later can remove them (RemoveMade). When it fails it removes
+// them itself.
+func EnsureMade(dir, what string, mode os.FileMode, gid int) ([]Made, error) {
+	if mode.Perm()&0o022 != 0 {
+		return nil, fmt.Errorf("%s %s: mode %#o would be writable by group or others", what, dir, mode.Perm())
 	}
-	if err := os.Mkdir(dir, mode.Perm()); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return nil
+	var made []Made
+	var err error
+	if _, lerr := os.Lstat(dir); errors.Is(lerr, fs.ErrNotExist) {
+		if made, err = create(dir, mode, gid); err != nil {
+			err = fmt.Errorf("create %s %s: %w", what, dir, err)
 		}
-		return err
+	}
+	if err == nil {
+		err = Check(dir, what, gid)
+	}
+	if err != nil {
+		RemoveMade(made)
+		return nil, err
+	}
+	return made, nil
+}
+
+// RemoveMade removes the directories made, deepest first, each only while
+// it is an empty directory, the one that was made (same device and inode);
+// what it cannot remove stays.
+func RemoveMade(made []Made) {
+	for i := len(made) - 1; i >= 0; i-- {
+		if fi, err := os.Lstat(made[i].Path); err == nil && fi.IsDir() && os.SameFile(fi, made[i].info) {
+			os.Remove(made[i].Path) // fails, harmlessly, if not empty
+		}
+	}
+}
+
+// create makes dir, missing parents first (0755 less the umask), with
+// mode and group gid, and returns the directories it made. A directory
+// made by someone else meanwhile is not among them, and is left to Check.
+func create(dir string, mode os.FileMode, gid int) ([]Made, error) {
+	var missing []string // dir's missing parents, deepest first
+	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
+		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		missing = append(missing, p)
+		if filepath.Dir(p) == p {
+			break
+		}
+	}
+	var made []Made
+	mkdir := func(p string, perm os.FileMode) (bool, error) {
+		if err := os.Mkdir(p, perm); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				return false, nil
+			}
+			return false, err
+		}
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return false, err
+		}
+		made = append(made, Made{Path: p, info: fi})
+		return true, nil
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		if _, err := mkdir(missing[i], 0o755); err != nil {
+			return made, err
+		}
+	}
+	mine, err := mkdir(dir, mode.Perm())
+	if err != nil || !mine {
+		return made, err
 	}
 	if gid != NoGroup {
 		if err := os.Lchown(dir, -1, gid); err != nil {
-			os.Remove(dir)
-			return fmt.Errorf("give it group %s (the agent's user must be a member of it): %w", groupName(gid), err)
+			return made, fmt.Errorf("give it group %s (the agent's user must be a member of it): %w", groupName(gid), err)
 		}
 	}
 	if err := os.Chmod(dir, mode.Perm()); err != nil {
-		os.Remove(dir)
-		return err
+		return made, err
 	}
-	return nil
+	return made, nil
 }
 
 // Check returns an error naming dir (as what), what is wrong and how to

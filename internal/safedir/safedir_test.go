@@ -3,6 +3,7 @@ package safedir
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -151,5 +152,62 @@ func TestRefusals(t *testing.T) {
 	}
 	if mode, _ := stat(t, filepath.Join(base, "all")); mode.Perm() != 0o777 {
 		t.Errorf("a refused directory's mode changed to %#o", mode.Perm())
+	}
+}
+
+// TestRemoveMadeRemovesOnlyWhatItMade: EnsureMade returns the directory
+// and the parents it made, not those that were there; RemoveMade removes
+// them deepest first, leaves one that is not empty, and leaves a file put
+// in its place meanwhile.
+func TestRemoveMadeRemovesOnlyWhatItMade(t *testing.T) {
+	base := t.TempDir()
+	dir := filepath.Join(base, "x", "y", "z")
+	made, err := EnsureMade(dir, "test directory", 0o755, NoGroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, m := range made {
+		paths = append(paths, m.Path)
+	}
+	if want := []string{filepath.Join(base, "x"), filepath.Join(base, "x", "y"), dir}; !slices.Equal(paths, want) {
+		t.Fatalf("made %v, want %v", paths, want)
+	}
+	if again, err := EnsureMade(dir, "test directory", 0o755, NoGroup); err != nil || len(again) != 0 {
+		t.Fatalf("EnsureMade of an existing directory: made %v, %v; want nothing made", again, err)
+	}
+	RemoveMade(made)
+	if _, err := os.Lstat(filepath.Join(base, "x")); !os.IsNotExist(err) {
+		t.Fatalf("after RemoveMade %s is still there (%v)", filepath.Join(base, "x"), err)
+	}
+
+	// Not empty: it stays, and so do its parents.
+	made, err = EnsureMade(dir, "test directory", 0o755, NoGroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "f"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	RemoveMade(made)
+	if _, err := os.Stat(filepath.Join(dir, "f")); err != nil {
+		t.Fatalf("RemoveMade removed a directory that was not empty: %v", err)
+	}
+	os.RemoveAll(filepath.Join(base, "x"))
+
+	// Replaced meanwhile by a file: it stays.
+	made, err = EnsureMade(dir, "test directory", 0o755, NoGroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	RemoveMade(made)
+	if _, err := os.Lstat(dir); err != nil {
+		t.Fatalf("RemoveMade removed a file someone put in the place of its directory: %v", err)
 	}
 }
