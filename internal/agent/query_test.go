@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/regiond/regiond/routing"
 )
@@ -106,6 +108,43 @@ func TestAPIErrorsAreJSON(t *testing.T) {
 	}
 	if code, _, b := h.rawGet("/ui", ""); code != http.StatusOK || !strings.Contains(string(b), "<html") {
 		t.Errorf("GET /ui (redirected to /ui/) = %d %.200s; want the status page", code, b)
+	}
+}
+
+// TestAnnouncedBodyDoesNotHoldTheConnection: a request announcing a body
+// it never sends (GET or POST, with a length or chunked) is answered at
+// once and its connection closed: the server used to wait for the body
+// after the answer, so a local user could hold every connection of the
+// TCP listener (and the socket's) for as long as they liked. The
+// connection ends within the read's 10 s bound (it was held for good).
+func TestAnnouncedBodyDoesNotHoldTheConnection(t *testing.T) {
+	h, _ := startExampleAgent(t)
+	for _, tc := range []struct{ req, status string }{
+		{"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 200000\r\n\r\n", "HTTP/1.1 400 "},
+		{"GET /v1/resolve?country=PL HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n", "HTTP/1.1 400 "},
+		{"POST /v1/resolve?country=PL HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 200000\r\n\r\n", "HTTP/1.1 405 "},
+	} {
+		c, err := net.Dial("tcp", h.a.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(c, tc.req); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		got, err := io.ReadAll(c) // up to the server's close
+		c.Close()
+		if err != nil {
+			t.Errorf("%q: the connection was not closed after the answer (%v); read %q", tc.req, err, got)
+			continue
+		}
+		if !strings.HasPrefix(string(got), tc.status) || !strings.Contains(string(got), "read-only (GET, HEAD)") {
+			t.Errorf("%q: answered %q; want %s… naming GET and HEAD", tc.req, got, tc.status)
+		}
+	}
+	// The listener still answers.
+	if code, _, b := h.rawGet("/healthz", ""); code != http.StatusOK {
+		t.Errorf("GET /healthz after = %d %s", code, b)
 	}
 }
 

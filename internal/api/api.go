@@ -145,9 +145,23 @@ func (s *Server) Handler(loopbackOnly bool) http.Handler {
 		// Every answer is live (a decision, the table, the status): no
 		// cache between a front door and the agent may keep one.
 		w.Header().Set("Cache-Control", "no-store")
+		hasBody := r.ContentLength != 0 || len(r.TransferEncoding) > 0
+		if hasBody {
+			// The API reads no body, but the server would wait for an
+			// announced one after the answer, to reuse the connection:
+			// a client announcing a body and sending none held its
+			// connection for good (a local user could take all of
+			// them). The connection is closed after the answer instead.
+			w.Header().Set("Connection", "close")
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
 			writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: "method " + r.Method + " not allowed; the API is read-only (GET, HEAD)"})
+			return
+		}
+		if hasBody {
+			writeJSON(w, http.StatusBadRequest, errorBody{Error: "a request body is not taken: the API is read-only (GET, HEAD)"})
 			return
 		}
 		if loopbackOnly && !IsLoopbackHost(r.Host) {

@@ -268,20 +268,24 @@ func (h *handler) handleWhatIf(w http.ResponseWriter, r *http.Request) {
 // parseDown reads ?down= (repeated or comma-separated) into pool ids of t.
 func parseDown(vals []string, t *routing.Table) ([]string, error) {
 	var down []string
+	seen := map[string]bool{}
 	for _, v := range vals {
 		for _, id := range strings.Split(v, ",") {
-			if id = strings.TrimSpace(id); id != "" && !slices.Contains(down, id) {
-				down = append(down, id)
+			if id = strings.TrimSpace(id); id == "" || seen[id] {
+				continue
 			}
+			// Each id is checked as it comes: a query of many ids costs
+			// no more than its length (a megabyte of ids took 20 s of
+			// CPU when they were checked for duplicates first).
+			if _, ok := t.Pool(id); !ok {
+				return nil, fmt.Errorf("down: no such pool %q (pools: %s)", id, strings.Join(t.PoolIDs(), ", "))
+			}
+			seen[id] = true
+			down = append(down, id)
 		}
 	}
 	if len(down) == 0 {
 		return nil, errors.New("down names no pool: ?down=eu-central,eu-west resolves every country with those pools down")
-	}
-	for _, id := range down {
-		if _, ok := t.Pool(id); !ok {
-			return nil, fmt.Errorf("down: no such pool %q (pools: %s)", id, strings.Join(t.PoolIDs(), ", "))
-		}
 	}
 	return down, nil
 }
