@@ -86,6 +86,7 @@ type app struct {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	stdout, stderr = termSafe{stdout}, termSafe{stderr}
 	a := &app{stdout: stdout, stderr: stderr, stdin: os.Stdin, getenv: getenv, args: args}
 	if r, ok := ctx.Value(stdinHook{}).(io.Reader); ok {
 		a.stdin = r

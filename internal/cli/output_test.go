@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"strings"
@@ -82,4 +83,50 @@ func mustRead(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestControlCharactersFromEtcdAreEscaped: values from etcd reach the
+// operator's terminal; regionctl writes their control characters escaped
+// (an ESC could rewrite the screen, OSC 52 the clipboard), in every
+// output: resolve's attrs, a write's diff, status's versions and node
+// names (the node is the key's, not what the value claims). JSON output
+// stays valid and decodes to the same values.
+func TestControlCharactersFromEtcdAreEscaped(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	bad := "v\x1b[31m\x1b]52;c;SGVsbG8=\x07\u009d\x7f"
+	route, _ := json.Marshal(map[string]any{"targets": []map[string]any{{"pool": "eu-central", "weight": 100}}, "attrs": map[string]string{"cdn": bad}})
+	if _, err := testClient.Put(context.Background(), e.ks.RoutingKey("routes/SE"), string(route)); err != nil {
+		t.Fatal(err)
+	}
+	status, _ := json.Marshal(map[string]any{"node": "n2", "revision": 1, "epoch": 1, "connected": true, "version": "v1" + bad})
+	if _, err := testClient.Put(context.Background(), e.ks.Agent("n1"), string(status)); err != nil {
+		t.Fatal(err)
+	}
+	raw := func(s string) bool { return strings.ContainsAny(s, "\x1b\x07\x7f\u009d") }
+	for _, args := range [][]string{
+		{"resolve", "SE", "--key", "k"},
+		{"route", "set", "SE", "--unset-attr", "cdn", "--dry-run"},
+		{"status"},
+		{"get", "routes"},
+	} {
+		r := e.run(args...)
+		if raw(r.stdout) || raw(r.stderr) {
+			t.Errorf("regionctl %s wrote a control character from etcd raw:\n%q\n%q", strings.Join(args, " "), r.stdout, r.stderr)
+		}
+		if args[0] != "get" && !strings.Contains(r.stdout+r.stderr, `\x1b[31m`) {
+			t.Errorf("regionctl %s: want the value shown escaped (\\x1b[31m):\n%s", strings.Join(args, " "), r)
+		}
+	}
+	if r := e.run("status"); !strings.Contains(r.stdout, "n1") || strings.Contains(r.stdout, "n2 ") {
+		t.Errorf("status names the node its value claims (n2), not its key's (n1):\n%s", r.stdout)
+	}
+	var got struct {
+		Routes map[string]struct{ Attrs map[string]string } `json:"routes"`
+	}
+	mustJSON(t, e.must(ExitOK, "get", "routes", "-o", "json").stdout, &got)
+	if got.Routes["SE"].Attrs["cdn"] != bad {
+		t.Errorf("get -o json: attr %q, want %q as stored", got.Routes["SE"].Attrs["cdn"], bad)
+	}
 }

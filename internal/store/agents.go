@@ -126,9 +126,9 @@ func agentInfo(key, node string, value []byte, want, readRev int64) AgentInfo {
 	if err := json.Unmarshal(value, &a.AgentStatus); err != nil {
 		a.Invalid = err.Error()
 	}
-	if a.Node == "" {
-		a.Node = node
-	}
+	// The node is the key's: the value is the agent's to write, and an
+	// agent (or whoever holds its role) could name another node in it.
+	a.Node = node
 	a.Lag = max(0, want-a.Revision)
 	if a.Invalid == "" && a.Revision > readRev {
 		a.Diverged = fmt.Sprintf("revision %d is past etcd's %d: the agent follows another history (a backup restored without --bump-revision, another cluster) until it relists",
