@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"crypto/x509"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/regiond/regiond/internal/keyspace"
@@ -11,7 +13,23 @@ import (
 func (a *Agent) mountUI() {
 	ks, _ := keyspace.New(a.cfg.Prefix) // validated by Config.Validate
 	a.api.Handle(ui.Prefix, ui.New(ui.Config{Table: source{a}.Table, Client: a.etcdClient, Keyspace: ks,
-		Node: a.cfg.Node, Version: a.cfg.Version, Snapshot: a.cfg.Snapshot, Logger: a.log}))
+		Node: a.cfg.Node, Version: a.cfg.Version, Snapshot: a.cfg.Snapshot, Logger: a.log, User: a.etcdUser()}))
+}
+
+// etcdUser is the agent's etcd user: its --user, else the common name of
+// its client certificate (etcd's user with --client-cert-auth), else "".
+func (a *Agent) etcdUser() string {
+	if a.cfg.Username != "" {
+		return a.cfg.Username
+	}
+	if a.cfg.TLS == nil || len(a.cfg.TLS.Certificates) == 0 || len(a.cfg.TLS.Certificates[0].Certificate) == 0 {
+		return ""
+	}
+	leaf, err := x509.ParseCertificate(a.cfg.TLS.Certificates[0].Certificate[0])
+	if err != nil {
+		return ""
+	}
+	return leaf.Subject.CommonName
 }
 
 // etcdClient returns the agent's etcd client, or nil before it has one.

@@ -195,7 +195,7 @@ func (h *handler) handleFleet(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, fleetBody{Error: "the agent has no etcd client (see /v1/status etcd_error)"})
 		return
 	}
-	st := store.New(cli, h.cfg.Keyspace, store.Options{RequestTimeout: h.cfg.RequestTimeout})
+	st := store.New(cli, h.cfg.Keyspace, store.Options{RequestTimeout: h.cfg.RequestTimeout, User: h.cfg.User})
 	f, err := st.Fleet(r.Context())
 	switch {
 	case err == nil:

@@ -43,6 +43,9 @@ type Config struct {
 	Node, Version string
 	// Snapshot is the snapshot file's path ("" when disabled).
 	Snapshot string
+	// User is the agent's etcd user (its --user, or its client
+	// certificate's CN), named in a refusal; "" for none.
+	User string
 	// RequestTimeout bounds each etcd read (default 3s).
 	RequestTimeout time.Duration
 	Logger         *slog.Logger

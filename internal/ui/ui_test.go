@@ -342,8 +342,8 @@ func TestFleetDeniedUnderLeastPrivilege(t *testing.T) {
 	if err := json.Unmarshal(b, &body); err != nil {
 		t.Fatal(err)
 	}
-	if code != http.StatusForbidden || !body.Denied || !strings.Contains(body.Error, root+"agents/") {
-		t.Fatalf("fleet under least privilege: %d %s; want 403, denied, naming %sagents/", code, b, root)
+	if code != http.StatusForbidden || !body.Denied || !strings.Contains(body.Error, root+"agents/") || !strings.Contains(body.Error, "for user agent ") {
+		t.Fatalf("fleet under least privilege: %d %s; want 403, denied, naming the user agent and %sagents/", code, b, root)
 	}
 	if code, _, b := n.get(t, http.MethodGet, "/ui/api/whatif?down=eu-central", ""); code != 200 {
 		t.Errorf("what-if under least privilege: %d %s", code, b)
