@@ -176,8 +176,16 @@ func checkHealthValue(key string, raw []byte) string {
 	if len(raw) > MaxValueSize {
 		return fmt.Sprintf("%s: value is %d bytes, larger than the %d-byte limit", key, len(raw), MaxValueSize)
 	}
-	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' || !validJSON(t) {
+	t := bytes.TrimSpace(raw)
+	ok, depth := false, 0
+	if len(t) > 0 && t[0] == '{' {
+		ok, depth = validJSONDepth(t)
+	}
+	if !ok {
 		return fmt.Sprintf("%s: value must be a JSON object, got %q", key, truncate(raw))
+	}
+	if depth > MaxValueDepth {
+		return fmt.Sprintf("%s: value is nested %d levels deep (objects and lists), more than the %d accepted", key, depth, MaxValueDepth)
 	}
 	return ""
 }

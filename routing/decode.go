@@ -121,7 +121,10 @@ func unmarshalUnknown(raw []byte, v any, shared bool) ([]string, Errors) {
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return nil, Errors{{Msg: fmt.Sprintf("value must be a JSON object, got %q", truncate(raw))}}
 	}
-	if validJSON(trimmed) {
+	if ok, depth := validJSONDepth(trimmed); ok {
+		if depth > MaxValueDepth {
+			return nil, Errors{{Msg: fmt.Sprintf("value is nested %d levels deep (objects and lists), more than the %d accepted", depth, MaxValueDepth)}}
+		}
 		return decodeJSONObject(trimmed, v, shared)
 	}
 	if err := json.Unmarshal(trimmed, new(json.RawMessage)); err != nil {

@@ -155,6 +155,27 @@ func TestDecodeValueOversizeIsPerValue(t *testing.T) {
 	}
 }
 
+// TestDecodeValueTooDeepIsRefused: a value nested more than MaxValueDepth
+// levels (an unknown field, kept and copied into the table JSON, where
+// PHP's json_decode gives up at 512 for every country) is refused, naming
+// the depth; MaxValueDepth levels are accepted. A health value too.
+func TestDecodeValueTooDeepIsRefused(t *testing.T) {
+	nest := func(levels int) string { // the pool's object is level 1
+		return `{"host":"h","residency":"eu","x":` + strings.Repeat("[", levels-1) + strings.Repeat("]", levels-1) + `}`
+	}
+	if _, err := DecodeValue("pools/p", []byte(nest(MaxValueDepth))); err != nil {
+		t.Fatalf("a value %d levels deep: %v", MaxValueDepth, err)
+	}
+	_, err := DecodeValue("pools/p", []byte(nest(MaxValueDepth+1)))
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("nested %d levels deep", MaxValueDepth+1)) {
+		t.Fatalf("a value %d levels deep: %v, want it refused naming the depth", MaxValueDepth+1, err)
+	}
+	health := `{"addr":"a","x":` + strings.Repeat("{\"a\":", MaxValueDepth) + "1" + strings.Repeat("}", MaxValueDepth) + `}`
+	if msg := checkHealthValue("health/p/i", []byte(health)); !strings.Contains(msg, "levels deep") {
+		t.Fatalf("a health value %d levels deep: %q, want it refused", MaxValueDepth+1, msg)
+	}
+}
+
 // TestUnknownFieldsKept: values are forward compatible. Fields this version
 // does not know survive a decode/encode round trip and change nothing else;
 // a field differing from a known one only by case is not taken for it.

@@ -8,16 +8,26 @@ package routing
 // faster than Valid's state machine, which took a third of the decoding of
 // a value (every value read from etcd is checked before it is split).
 func validJSON(b []byte) bool {
+	ok, _ := validJSONDepth(b)
+	return ok
+}
+
+// validJSONDepth is validJSON, also returning the deepest nesting of
+// objects and lists met (0 for a scalar).
+func validJSONDepth(b []byte) (bool, int) {
 	v := jsonValidator{b: b}
 	i, ok := v.value(v.ws(0), 0)
-	return ok && v.ws(i) == len(b)
+	return ok && v.ws(i) == len(b), v.deepest
 }
 
 // maxJSONDepth is encoding/json's limit on nesting.
 const maxJSONDepth = 10000
 
 // jsonValidator checks the JSON in b.
-type jsonValidator struct{ b []byte }
+type jsonValidator struct {
+	b       []byte
+	deepest int // the deepest nesting met
+}
 
 // ws returns the index of the first byte at or after i that is not
 // whitespace.
@@ -69,6 +79,7 @@ func (v *jsonValidator) object(i, depth int) (int, bool) {
 	if depth > maxJSONDepth {
 		return i, false
 	}
+	v.deepest = max(v.deepest, depth)
 	i = v.ws(i + 1)
 	if i < len(v.b) && v.b[i] == '}' {
 		return i + 1, true
@@ -114,6 +125,7 @@ func (v *jsonValidator) array(i, depth int) (int, bool) {
 	if depth > maxJSONDepth {
 		return i, false
 	}
+	v.deepest = max(v.deepest, depth)
 	i = v.ws(i + 1)
 	if i < len(v.b) && v.b[i] == ']' {
 		return i + 1, true

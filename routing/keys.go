@@ -47,6 +47,12 @@ const (
 // MaxValueSize is the largest value accepted for any key (64 KiB).
 const MaxValueSize = 64 << 10
 
+// MaxValueDepth is the deepest nesting of objects and lists accepted in a
+// value (the value's own object is 1). Unknown fields are kept and copied
+// into the table JSON, whose readers have limits of their own: PHP's
+// json_decode gives up at 512 levels, for every country at once.
+const MaxValueDepth = 64
+
 // Key is a parsed key of the routing prefix. ID is the pool id, route name,
 // override id or, for health keys, the pool id; Instance is set for health keys.
 type Key struct {
