@@ -55,6 +55,11 @@ func (a *app) runHistory(ctx context.Context, limit int64) error {
 	if err != nil {
 		return err
 	}
+	for _, r := range recs {
+		if r.Rewritten {
+			fmt.Fprintf(a.stderr, "regionctl: warning: the audit record of epoch %d was put again after its commit: it is not what that commit wrote (its revision %d is the rewrite's; \"rewritten\" in -o json)\n", r.Epoch, r.Revision)
+		}
+	}
 	return a.printer().print(recs, func(w io.Writer) {
 		row(w, "EPOCH", "AT", "USER", "KEYS", "REASON", "COMMAND")
 		for _, r := range recs {
@@ -71,6 +76,9 @@ func (a *app) runHistoryEpoch(ctx context.Context, epoch int64) error {
 	rec, err := st.AuditRecord(ctx, epoch)
 	if err != nil {
 		return err
+	}
+	if rec.Rewritten {
+		fmt.Fprintf(a.stderr, "regionctl: warning: the audit record of epoch %d was put again after its commit: it is not what that commit wrote (its revision %d is the rewrite's)\n", rec.Epoch, rec.Revision)
 	}
 	return a.printer().print(rec, func(w io.Writer) { printAudit(w, rec) })
 }

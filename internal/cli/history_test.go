@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"strings"
 	"testing"
 )
@@ -35,4 +36,44 @@ func TestHistoryTableKeepsItsRows(t *testing.T) {
 	if !strings.Contains(r.stdout, `"reason": "drain & reboot\nticket:\tOPS-1"`) {
 		t.Fatalf("history -o json: want the reason as written:\n%s", r.stdout)
 	}
+}
+
+// TestRewrittenAuditRecordIsNamed: an audit record put again after its
+// commit (the operator role can write audit/: etcd has no append-only) is
+// named as such by history (a warning, "rewritten" in -o json), and
+// rollback to its epoch refuses: its revision is the rewrite's, and would
+// restore the config of that moment instead of the epoch's.
+func TestRewrittenAuditRecordIsNamed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()                                                           // epoch 1
+	e.must(ExitOK, "pool", "drain", "eu-north")                        // 2
+	e.must(ExitOK, "route", "set", "PL", "--target", "eu-central=100") // 3
+	if r := e.must(ExitOK, "history"); strings.Contains(r.stderr, "put again") {
+		t.Fatalf("history of records written once warns:\n%s", r)
+	}
+	key := e.ks.Audit(2)
+	rec := e.get(key)
+	forged := strings.Replace(rec, `"pool drain`, `"pool drain (forged)`, 1)
+	if _, err := testClient.Put(context.Background(), key, forged); err != nil {
+		t.Fatal(err)
+	}
+	r := e.must(ExitOK, "history")
+	if !strings.Contains(r.stderr, "the audit record of epoch 2 was put again after its commit") || strings.Contains(r.stderr, "epoch 1 ") || strings.Contains(r.stderr, "epoch 3 ") {
+		t.Fatalf("history after epoch 2's record was rewritten: %s; want a warning naming epoch 2 alone", r)
+	}
+	var recs []struct {
+		Epoch     int64
+		Rewritten bool
+	}
+	mustJSON(t, e.must(ExitOK, "history", "-o", "json").stdout, &recs)
+	for _, x := range recs {
+		if x.Rewritten != (x.Epoch == 2) {
+			t.Errorf("history -o json: epoch %d rewritten %v", x.Epoch, x.Rewritten)
+		}
+	}
+	if r := e.run("rollback", "2", "--dry-run"); r.code != ExitRefused || !strings.Contains(r.stderr, "was put again after its commit") {
+		t.Fatalf("rollback to a rewritten record's epoch: %s; want a refusal naming the rewrite", r)
+	}
+	e.must(ExitOK, "rollback", "1", "--dry-run")
 }

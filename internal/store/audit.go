@@ -15,6 +15,12 @@ import (
 type AuditEntry struct {
 	routing.Audit
 	Revision int64 `json:"revision"`
+	// Rewritten says the record was put again after it was written (etcd's
+	// version of its key is past 1): regionctl writes each record once, in
+	// its commit, so this one is not what that commit wrote, and Revision
+	// is the rewrite's (the operator role can write audit/: etcd's RBAC
+	// has no append-only).
+	Rewritten bool `json:"rewritten,omitempty"`
 }
 
 // History returns the newest audit records, newest first; limit <= 0
@@ -33,7 +39,7 @@ func (s *Store) History(ctx context.Context, limit int64) ([]AuditEntry, error) 
 	}
 	out := make([]AuditEntry, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		e, err := s.decodeAudit(string(kv.Key), kv.Value, kv.ModRevision)
+		e, err := s.decodeAudit(string(kv.Key), kv.Value, kv.ModRevision, kv.Version)
 		if err != nil {
 			s.log.Warn("skip audit record", "key", string(kv.Key), "err", err)
 			continue
@@ -58,11 +64,11 @@ func (s *Store) AuditRecord(ctx context.Context, epoch int64) (AuditEntry, error
 		}
 		return AuditEntry{}, fmt.Errorf("audit record of epoch %d: %w (only the newest %d are kept)", epoch, ErrNotFound, s.opts.AuditKeep)
 	}
-	return s.decodeAudit(key, resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
+	return s.decodeAudit(key, resp.Kvs[0].Value, resp.Kvs[0].ModRevision, resp.Kvs[0].Version)
 }
 
-func (s *Store) decodeAudit(key string, value []byte, rev int64) (AuditEntry, error) {
-	e := AuditEntry{Revision: rev}
+func (s *Store) decodeAudit(key string, value []byte, rev, version int64) (AuditEntry, error) {
+	e := AuditEntry{Revision: rev, Rewritten: version > 1}
 	if err := json.Unmarshal(value, &e.Audit); err != nil {
 		return e, fmt.Errorf("decode audit record %s: %w", key, err)
 	}
@@ -84,6 +90,10 @@ func (s *Store) ConfigAt(ctx context.Context, epoch int64, cur *State) (*routing
 	rec, err := s.AuditRecord(ctx, epoch)
 	if err != nil {
 		return nil, err
+	}
+	if rec.Rewritten {
+		return nil, fmt.Errorf("the audit record of epoch %d was put again after its commit (at revision %d): its revision no longer names the commit, so epoch %d's config cannot be found from it; roll back to another epoch (regionctl history)",
+			epoch, rec.Revision, epoch)
 	}
 	old, err := s.LoadAt(ctx, rec.Revision)
 	if err == nil {
