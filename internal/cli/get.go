@@ -119,6 +119,10 @@ func (a *app) runGet(ctx context.Context, section string) error {
 	if cur.Epoch == 0 && len(cur.Config.Pools) == 0 && len(cur.Config.Routes) == 0 && len(cur.Overrides) == 0 && len(cur.Health) == 0 && len(cur.Skipped) == 0 {
 		fmt.Fprintf(a.stderr, "regionctl: nothing is stored under %s/routing/ (epoch 0): is --prefix right, and was a config applied? (a policy shown is the built-in default)\n", a.prefix)
 	}
+	if around := cur.WrittenAround(); len(around) > 0 {
+		fmt.Fprintf(a.stderr, "regionctl: warning: written after epoch %d's commit, so not by regionctl and with no audit record (etcdctl, or a script with the operator role?): %s\n",
+			cur.Epoch, strings.Join(around, ", "))
+	}
 	show := func(s string) bool { return section == "" || section == s }
 	out := getResult{Revision: cur.Revision, Epoch: cur.Epoch, instances: map[string]int{}, shown: show}
 	if show("policy") {

@@ -49,6 +49,28 @@ type State struct {
 	invalid    map[string][]byte // config keys whose values do not decode
 }
 
+// WrittenAround returns the config and boost keys (relative) put after
+// the epoch key's last commit: regionctl's writes put them in the commit's
+// own Txn, so these were written by another client (etcdctl, a script
+// with the operator role), without an audit record. Sorted; nil when the
+// epoch key does not exist.
+func (st *State) WrittenAround() []string {
+	if st.EpochModRevision == 0 {
+		return nil
+	}
+	var keys []string
+	for _, kv := range st.KVs {
+		if kv.ModRevision <= st.EpochModRevision {
+			continue
+		}
+		if k, err := routing.ParseKey(kv.Key); err == nil && (routing.IsConfigKey(kv.Key) || k.Kind == routing.KindOverride) {
+			keys = append(keys, kv.Key)
+		}
+	}
+	sort.Strings(keys)
+	return keys
+}
+
 // NewestChange is the newest mod revision of the routing prefix's keys as
 // read (the epoch key's included): what an agent must have applied to
 // serve this state. A key deleted since its last put leaves no trace here
