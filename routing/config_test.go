@@ -109,7 +109,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{name: "unknown policy field", yaml: "policy:\n  residency: {classes: {eu: [PL]}, unknown_class: eu}\n",
 			want: []string{"policy/residency: unknown_class: unknown field"}},
 		{name: "case variant of a field", yaml: "pools:\n  p: {Host: h, residency: eu}\n",
-			want: []string{"pools/p: Host: unknown field", "pools/p: host: must not be empty"}},
+			want: []string{`pools/p: Host: differs from the field "host" only by case; refused (a reader matching names without case would take it for "host")`}},
 		// A misspelt required field is named beside the check it fails.
 		{name: "misspelt required field", yaml: "pools:\n  p: {host: h, residncy: eu}\n",
 			want: []string{`pools/p: residency: must be a non-empty lower-case label (eu, us, apac, global…), got ""`, "pools/p: residncy: unknown field"}},

@@ -155,6 +155,24 @@ func TestDecodeValueOversizeIsPerValue(t *testing.T) {
 	}
 }
 
+// TestCaseTwinOfAKnownFieldIsRefused: a field differing from a known one
+// only by case is not kept as unknown (it was, and copied beside the known
+// one into the table JSON, where a reader matching names without case,
+// as Go's encoding/json does, took it: "HOST":"evil" for "host"); it is
+// refused, naming both, inside a target too.
+func TestCaseTwinOfAKnownFieldIsRefused(t *testing.T) {
+	for _, tc := range []struct{ key, raw, want string }{
+		{"pools/eu-central", `{"host":"h","residency":"eu","HOST":"evil"}`, `HOST: differs from the field "host" only by case`},
+		{"pools/eu-central", `{"host":"h","residency":"eu","Status":"down"}`, `Status: differs from the field "status" only by case`},
+		{"routes/PL", `{"targets":[{"pool":"a","weight":100,"Pool":"b"}]}`, `targets[0].Pool: differs from the field "pool" only by case`},
+	} {
+		_, err := DecodeValue(tc.key, []byte(tc.raw))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %s: %v, want it refused: %s", tc.key, tc.raw, err, tc.want)
+		}
+	}
+}
+
 // TestDecodeValueTooDeepIsRefused: a value nested more than MaxValueDepth
 // levels (an unknown field, kept and copied into the table JSON, where
 // PHP's json_decode gives up at 512 for every country) is refused, naming
@@ -202,9 +220,9 @@ func TestUnknownFieldsKept(t *testing.T) {
 		{name: "inside an override's target", key: "overrides/x",
 			raw:  `{"route":"KR","targets":[{"pool":"a","weight":100,"note":{"by":"ops"}}]}`,
 			want: `{"route":"KR","targets":[{"pool":"a","weight":100,"note":{"by":"ops"}}]}`},
-		{name: "case variants are unknown fields, not aliases", key: "pools/eu-central",
-			raw:  `{"host":"h","residency":"eu","HOST":"evil","Status":"down"}`,
-			want: `{"host":"h","residency":"eu","status":"active","HOST":"evil","Status":"down"}`},
+		{name: "other names are kept whatever their case", key: "pools/eu-central",
+			raw:  `{"host":"h","residency":"eu","Hostname":"x","FUTURE":1}`,
+			want: `{"host":"h","residency":"eu","status":"active","FUTURE":1,"Hostname":"x"}`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -235,11 +253,14 @@ func TestUnknownFieldsKept(t *testing.T) {
 // encoding/json (as inside a table file or a config clone).
 func TestTypesUnmarshalJSON(t *testing.T) {
 	var p Pool
-	if err := json.Unmarshal([]byte(`{"host":"h","residency":"eu","HOST":"x","x":1}`), &p); err != nil {
+	if err := json.Unmarshal([]byte(`{"host":"h","residency":"eu","Hostname":"x","x":1}`), &p); err != nil {
 		t.Fatal(err)
 	}
 	if p.Host != "h" || len(p.Extra) != 2 {
 		t.Errorf("got %#v", p)
+	}
+	if err := json.Unmarshal([]byte(`{"host":"h","residency":"eu","HOST":"x"}`), &p); err == nil {
+		t.Errorf("a case twin of host decoded: %#v", p)
 	}
 	var r Route
 	err := json.Unmarshal([]byte(`{"targets":[{"pool":"a","weight":"x"}]}`), &r)

@@ -72,6 +72,10 @@ func (d *refDecoder) object(raw []byte, v reflect.Value, path string) {
 			d.value(m[k], v.Field(i), joinPath(path, k))
 			continue
 		}
+		if twin := refCaseTwin(info, k); twin != "" { // a rule added since: a case twin of a known field is refused
+			d.errs.add("", joinPath(path, k), "differs from the field %q only by case; refused (a reader matching names without case would take it for %q)", twin, twin)
+			continue
+		}
 		if path != "" || info.extra < 0 { // the one rule changed since: nested unknown fields are kept and listed
 			d.unknown = append(d.unknown, joinPath(path, k))
 		}
@@ -84,6 +88,17 @@ func (d *refDecoder) object(raw []byte, v reflect.Value, path string) {
 		}
 		ev.SetMapIndex(reflect.ValueOf(k), reflect.ValueOf(canonicalRaw(m[k])))
 	}
+}
+
+// refCaseTwin returns the field of info that k differs from only by
+// case, or "".
+func refCaseTwin(info *structInfo, k string) string {
+	for name := range info.fields {
+		if name != k && strings.EqualFold(name, k) {
+			return name
+		}
+	}
+	return ""
 }
 
 // value decodes one JSON value into v; null leaves v at its zero value.

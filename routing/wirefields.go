@@ -1,6 +1,9 @@
 package routing
 
-import "strconv"
+import (
+	"strconv"
+	"strings"
+)
 
 // The wire codecs of the value types (jsondec.go decodes, effjson.go
 // encodes) run from one field list per type, below: a field of a stored
@@ -164,11 +167,29 @@ func decodeFields[T any](d *jsonDecoder, raw []byte, path string, v *T, fields [
 	for _, m := range d.members(buf[:0], raw, path) {
 		f := fieldNamed(fields, m.key)
 		if f == nil || f.dec == nil {
+			if twin := caseTwin(fields, m.key); twin != "" {
+				// Kept, it would be copied beside twin into the table
+				// JSON, where a reader matching names without case (Go's
+				// encoding/json) takes the later of the two: this one.
+				d.errs.add("", joinPath(path, m.key), "differs from the field %q only by case; refused (a reader matching names without case would take it for %q)", twin, twin)
+				continue
+			}
 			d.extra(extra, m, path)
 			continue
 		}
 		f.dec(d, m.raw, joinPath(path, m.key), v)
 	}
+}
+
+// caseTwin returns the name of the field that name differs from only by
+// case, or "".
+func caseTwin[T any](fields []wireField[T], name string) string {
+	for i := range fields {
+		if fields[i].name != name && strings.EqualFold(fields[i].name, name) {
+			return fields[i].name
+		}
+	}
+	return ""
 }
 
 func fieldNamed[T any](fields []wireField[T], name string) *wireField[T] {
