@@ -57,7 +57,7 @@ func (f *agentFlags) register(fs *pflag.FlagSet, dev bool) {
 	fs.DurationVar(&f.cfg.HealthGrace, "health-grace", d.HealthGrace, "a pool with health_check turns unhealthy this long after its last health key is gone")
 	fs.DurationVar(&f.cfg.MaxStale, "max-stale", d.MaxStale, "/readyz fails once the table has not been confirmed against etcd for this long")
 	fs.IntVar(&f.cfg.MaxBlockingQueries, "max-blocking-queries", d.MaxBlockingQueries,
-		"most blocking queries (min_revision) waiting at once; one more gets 429 with Retry-After")
+		"most blocking queries (min_revision) waiting at once, at most half of them over --listen; one more gets 429 with Retry-After")
 	fs.IntVar(&f.cfg.MaxConnections, "max-connections", d.MaxConnections,
 		"most open API connections per listener (lowered to fit the file descriptor limit); at the cap idle ones are closed, new ones wait")
 	fs.IntVar(&f.cfg.FDReserve, "fd-reserve", d.FDReserve,

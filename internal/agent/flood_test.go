@@ -84,8 +84,10 @@ func (f *flood) stop() {
 
 // TestBlockingQueryFloodIsBounded: a client floods the agent with blocking
 // queries that never end, on 80 connections, beyond both caps (8 waiting
-// queries, 16 connections per listener). The agent keeps at most 8
-// waiting and 16 connections open; every other query is refused with 429,
+// queries, 16 connections per listener). The agent keeps at most 4 of
+// them waiting (TCP's half of the cap: the socket's front doors keep the
+// other half, which a flood of 6 on the socket then fills) and 16
+// connections open; every other query is refused with 429,
 // Retry-After and a body naming the cap and its flag, and counted; plain
 // resolves on new connections still answer; the snapshot file still
 // follows changes.
@@ -102,16 +104,23 @@ func TestBlockingQueryFloodIsBounded(t *testing.T) {
 	h := runAgent(t, dir, cfg)
 	waitFor(t, "first table", func() bool { c, _ := h.resolve("DE", "k"); return c == 200 })
 
+	// Over TCP (open to every local user) at most half the cap waits: 4.
 	const n = 80
 	f := startFlood(t, "tcp", h.a.Addr(), n)
-	waitFor(t, "all but the waiting queries refused", func() bool { c, _, _ := f.refusals(); return c == n-8 })
+	waitFor(t, "all but TCP's half of the waiting queries refused", func() bool { c, _, _ := f.refusals(); return c == n-4 })
 	_, r, body := f.refusals()
-	if r.Header.Get("Retry-After") == "" || !strings.Contains(body, "--max-blocking-queries") || !strings.Contains(body, " 8 ") {
-		t.Fatalf("429 answer: Retry-After %q, body %q; want a Retry-After and a body naming the cap (8) and --max-blocking-queries",
+	if r.Header.Get("Retry-After") == "" || !strings.Contains(body, "--max-blocking-queries") || !strings.Contains(body, " 8 ") || !strings.Contains(body, "over TCP") {
+		t.Fatalf("429 answer: Retry-After %q, body %q; want a Retry-After and a body naming TCP's half of the cap (8) and --max-blocking-queries",
 			r.Header.Get("Retry-After"), body)
 	}
-	if got := counter(t, h, "regiond_api_blocking_queries_refused_total"); got != n-8 {
-		t.Fatalf("regiond_api_blocking_queries_refused_total = %v, want %d", got, n-8)
+	// The socket's front doors keep the other half.
+	sf := startFlood(t, "unix", cfg.Socket, 6)
+	waitFor(t, "the socket's queries beyond the cap refused", func() bool { c, _, _ := sf.refusals(); return c == 2 })
+	if _, _, body := sf.refusals(); strings.Contains(body, "over TCP") || !strings.Contains(body, "the cap of 8") {
+		t.Fatalf("429 answer on the socket: %q; want the whole cap (8) named", body)
+	}
+	if got := counter(t, h, "regiond_api_blocking_queries_refused_total"); got != n-4+2 {
+		t.Fatalf("regiond_api_blocking_queries_refused_total = %v, want %d", got, n-4+2)
 	}
 	if got := gauge(t, h, "regiond_api_blocking_queries_waiting"); got != 8 {
 		t.Fatalf("regiond_api_blocking_queries_waiting = %v, want 8 (the cap)", got)

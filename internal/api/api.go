@@ -4,6 +4,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -79,6 +80,10 @@ type Server struct {
 	mux      *http.ServeMux
 	paths    []string     // what the mux serves, for a 404's body
 	waiting  atomic.Int64 // blocking queries waiting for a newer table
+	// tcpWaiting are those of them asked over TCP (the loopback listener,
+	// open to every local user): at most half of MaxWaiting, so a local
+	// user filling it leaves the socket's front doors the other half.
+	tcpWaiting atomic.Int64
 }
 
 // Waiting returns how many blocking queries (min_revision) are waiting for
@@ -168,6 +173,9 @@ func (s *Server) Handler(loopbackOnly bool) http.Handler {
 			writeJSON(w, http.StatusForbidden, errorBody{Error: "host " + r.Host + " is not a loopback name; use 127.0.0.1 or localhost"})
 			return
 		}
+		if loopbackOnly {
+			r = r.WithContext(context.WithValue(r.Context(), overTCP{}, true))
+		}
 		s.mux.ServeHTTP(w, r)
 	})
 }
@@ -237,6 +245,18 @@ func params(w http.ResponseWriter, r *http.Request, takes ...string) (url.Values
 	return q, true
 }
 
+// overTCP marks, in a request's context, one that came over the loopback
+// TCP listener.
+type overTCP struct{}
+
+// refuseWait answers a blocking query with 429 and Retry-After, and
+// counts it.
+func (s *Server) refuseWait(w http.ResponseWriter, msg string) {
+	s.refused.Inc()
+	w.Header().Set("Retry-After", strconv.Itoa(int(RetryAfter/time.Second)))
+	writeJSON(w, http.StatusTooManyRequests, errorBody{Error: msg})
+}
+
 // tableFor returns the table a request is answered from. With
 // min_revision=N it waits (up to wait=, default DefaultWait, at most
 // MaxWait) until the table is current at revision N or later, and answers
@@ -267,13 +287,21 @@ func (s *Server) tableFor(w http.ResponseWriter, r *http.Request, q url.Values) 
 	if t := s.src.Table(); wait == 0 || t != nil && t.Revision() >= min {
 		return t, true // no wait: it takes no place among the waiting
 	}
+	tcp, _ := r.Context().Value(overTCP{}).(bool)
+	if tcp {
+		if s.tcpWaiting.Add(1) > int64(max(1, s.cfg.MaxWaiting/2)) {
+			s.tcpWaiting.Add(-1)
+			s.refuseWait(w, fmt.Sprintf("too many blocking queries over TCP: half the cap of %d (--max-blocking-queries) are waiting (the other half is the unix socket's); retry later, ask over the socket, or ask without min_revision for the current table",
+				s.cfg.MaxWaiting))
+			return nil, false
+		}
+		defer s.tcpWaiting.Add(-1)
+	}
 	if s.waiting.Add(1) > int64(s.cfg.MaxWaiting) {
 		s.waiting.Add(-1)
-		s.refused.Inc()
-		w.Header().Set("Retry-After", strconv.Itoa(int(RetryAfter/time.Second)))
-		writeJSON(w, http.StatusTooManyRequests, errorBody{Error: fmt.Sprintf(
+		s.refuseWait(w, fmt.Sprintf(
 			"too many blocking queries: the cap of %d (--max-blocking-queries) are waiting for a newer table; retry later, or ask without min_revision for the current table",
-			s.cfg.MaxWaiting)})
+			s.cfg.MaxWaiting))
 		return nil, false
 	}
 	defer s.waiting.Add(-1)
