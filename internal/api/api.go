@@ -156,9 +156,12 @@ func (s *Server) Handler(loopbackOnly bool) http.Handler {
 			// announced one after the answer, to reuse the connection:
 			// a client announcing a body and sending none held its
 			// connection for good (a local user could take all of
-			// them). The connection is closed after the answer instead.
+			// them). The connection is closed after the answer instead,
+			// a body actually sent read for up to a second first (closed
+			// with unread data, the connection would be reset under the
+			// answer).
 			w.Header().Set("Connection", "close")
-			_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(time.Second))
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -76,6 +77,38 @@ func TestRewrittenAuditRecordIsNamed(t *testing.T) {
 		t.Fatalf("rollback to a rewritten record's epoch: %s; want a refusal naming the rewrite", r)
 	}
 	e.must(ExitOK, "rollback", "1", "--dry-run")
+
+	// Deleted and put again (its version is 1 again): found by its
+	// revision, past the next epoch's record, or the epoch key's for the
+	// newest; and a record naming another epoch than its key's.
+	for _, tc := range []struct {
+		epoch int64
+		value func(string) string
+	}{
+		{1, func(v string) string { return v }},
+		{3, func(v string) string { return v }},
+		{1, func(v string) string { return strings.Replace(v, `"epoch":1`, `"epoch":7`, 1) }},
+	} {
+		e := newEnv(t)
+		e.seed()
+		e.must(ExitOK, "pool", "drain", "eu-north")
+		e.must(ExitOK, "route", "set", "PL", "--target", "eu-central=100")
+		key := e.ks.Audit(tc.epoch)
+		rec := e.get(key)
+		if _, err := testClient.Delete(context.Background(), key); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := testClient.Put(context.Background(), key, tc.value(rec)); err != nil {
+			t.Fatal(err)
+		}
+		r := e.must(ExitOK, "history")
+		if !strings.Contains(r.stderr, fmt.Sprintf("the audit record of epoch %d was put again", tc.epoch)) {
+			t.Errorf("history after epoch %d's record was deleted and put again: %s; want it named", tc.epoch, r)
+		}
+		if r := e.run("history", fmt.Sprint(tc.epoch)); !strings.Contains(r.stderr, "was put again") {
+			t.Errorf("history %d after its record was deleted and put again: %s; want it named", tc.epoch, r)
+		}
+	}
 }
 
 // TestGetNamesKeysWrittenAroundRegionctl: a config or boost key put after

@@ -31,9 +31,12 @@ func (t termSafe) Write(p []byte) (int, error) {
 		}
 		out = append(out, p[:i]...)
 		r, n := utf8.DecodeRune(p[i:])
-		if r < 0x20 {
+		switch {
+		case r < 0x20:
 			out = fmt.Appendf(out, `\x%02x`, r)
-		} else {
+		case r == utf8.RuneError && n == 1: // a lone byte of the C1 range
+			out = fmt.Appendf(out, `\x%02x`, p[i])
+		default:
 			out = fmt.Appendf(out, `\u%04x`, r)
 		}
 		p = p[i+n:]
@@ -46,7 +49,9 @@ func (t termSafe) Write(p []byte) (int, error) {
 }
 
 // firstControl returns the index of the first control character in p
-// other than newline and tab (ASCII, DEL, or C1 in UTF-8), or -1.
+// other than newline and tab (ASCII, DEL, C1 in UTF-8, or a byte of the C1
+// range that is no UTF-8: a terminal reading Latin-1 takes it for one),
+// or -1.
 func firstControl(p []byte) int {
 	for i := 0; i < len(p); i++ {
 		switch c := p[i]; {
@@ -54,6 +59,12 @@ func firstControl(p []byte) int {
 			return i
 		case c == 0xc2 && i+1 < len(p) && p[i+1] >= 0x80 && p[i+1] <= 0x9f:
 			return i
+		case c >= 0x80:
+			r, n := utf8.DecodeRune(p[i:])
+			if r == utf8.RuneError && n == 1 && c <= 0x9f {
+				return i
+			}
+			i += n - 1
 		}
 	}
 	return -1

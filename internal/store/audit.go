@@ -15,11 +15,13 @@ import (
 type AuditEntry struct {
 	routing.Audit
 	Revision int64 `json:"revision"`
-	// Rewritten says the record was put again after it was written (etcd's
-	// version of its key is past 1): regionctl writes each record once, in
-	// its commit, so this one is not what that commit wrote, and Revision
-	// is the rewrite's (the operator role can write audit/: etcd's RBAC
-	// has no append-only).
+	// Rewritten says the record is not what its commit wrote: put again
+	// since (etcd's version of its key is past 1), deleted and put again
+	// (its revision is past the next epoch's record, or past the epoch
+	// key's for the newest), or naming another epoch than its key.
+	// regionctl writes each record once, in its commit's Txn; the operator
+	// role can write audit/ (etcd's RBAC has no append-only). Revision is
+	// then the rewrite's.
 	Rewritten bool `json:"rewritten,omitempty"`
 }
 
@@ -46,7 +48,30 @@ func (s *Store) History(ctx context.Context, limit int64) ([]AuditEntry, error) 
 		}
 		out = append(out, e)
 	}
+	// Newest first: each record was committed before the next epoch's.
+	for i := 1; i < len(out); i++ {
+		if out[i].Revision > out[i-1].Revision {
+			out[i].Rewritten = true
+		}
+	}
+	if len(out) > 0 && !out[0].Rewritten {
+		out[0].Rewritten = s.pastItsCommit(ctx, out[0])
+	}
 	return out, nil
+}
+
+// pastItsCommit reports whether e's revision is past its commit's: past
+// the next epoch's record, or, for the current epoch, past the epoch key's
+// (a record deleted and put again; its version is 1 again). Reads that
+// fail say nothing.
+func (s *Store) pastItsCommit(ctx context.Context, e AuditEntry) bool {
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	if resp, err := s.cli.Get(rctx, s.ks.Audit(e.Epoch+1)); err == nil && len(resp.Kvs) > 0 {
+		return e.Revision > resp.Kvs[0].ModRevision
+	}
+	cur, modRev, err := s.epochAt(ctx, 0)
+	return err == nil && cur == e.Epoch && modRev > 0 && e.Revision > modRev
 }
 
 // AuditRecord returns the audit record of one epoch, or ErrNotFound.
@@ -64,7 +89,11 @@ func (s *Store) AuditRecord(ctx context.Context, epoch int64) (AuditEntry, error
 		}
 		return AuditEntry{}, fmt.Errorf("audit record of epoch %d: %w (only the newest %d are kept)", epoch, ErrNotFound, s.opts.AuditKeep)
 	}
-	return s.decodeAudit(key, resp.Kvs[0].Value, resp.Kvs[0].ModRevision, resp.Kvs[0].Version)
+	e, err := s.decodeAudit(key, resp.Kvs[0].Value, resp.Kvs[0].ModRevision, resp.Kvs[0].Version)
+	if err == nil && !e.Rewritten {
+		e.Rewritten = s.pastItsCommit(ctx, e)
+	}
+	return e, err
 }
 
 func (s *Store) decodeAudit(key string, value []byte, rev, version int64) (AuditEntry, error) {
@@ -72,7 +101,12 @@ func (s *Store) decodeAudit(key string, value []byte, rev, version int64) (Audit
 	if err := json.Unmarshal(value, &e.Audit); err != nil {
 		return e, fmt.Errorf("decode audit record %s: %w", key, err)
 	}
-	if n, err := s.ks.ParseAudit(key); err == nil && e.Epoch == 0 {
+	if n, err := s.ks.ParseAudit(key); err == nil {
+		// The epoch is the key's: a record naming another was not
+		// written by that epoch's commit.
+		if e.Epoch != 0 && e.Epoch != n {
+			e.Rewritten = true
+		}
 		e.Epoch = n
 	}
 	return e, nil
@@ -125,6 +159,10 @@ func (s *Store) undoTo(ctx context.Context, epoch int64, cur *State) (*routing.C
 		rec, err := s.AuditRecord(ctx, e)
 		if err != nil {
 			return nil, fmt.Errorf("rebuild config of epoch %d: %w", epoch, err)
+		}
+		if rec.Rewritten {
+			return nil, fmt.Errorf("rebuild config of epoch %d: the audit record of epoch %d was put again after its commit (at revision %d): its changes are not its commit's, so the config cannot be rebuilt through it",
+				epoch, e, rec.Revision)
 		}
 		for _, c := range rec.Changes {
 			if !routing.IsConfigKey(c.Key) {
