@@ -187,6 +187,13 @@ func checkHealthValue(key string, raw []byte) string {
 	if depth > MaxValueDepth {
 		return fmt.Sprintf("%s: value is nested %d levels deep (objects and lists), more than the %d accepted", key, depth, MaxValueDepth)
 	}
+	// The case-twin rule of the decoder (decodeFields), without decoding.
+	var buf [8]jsonMember
+	for _, m := range splitObjectInto(buf[:0], t, false) {
+		if twin := caseTwin(healthFields, m.key); twin != "" && fieldNamed(healthFields, m.key) == nil {
+			return fmt.Sprintf("%s: %s: differs from the field %q only by case; refused (a reader matching names without case would take it for %q)", key, m.key, twin, twin)
+		}
+	}
 	return ""
 }
 

@@ -192,6 +192,16 @@ func TestDecodeValueTooDeepIsRefused(t *testing.T) {
 	if msg := checkHealthValue("health/p/i", []byte(health)); !strings.Contains(msg, "levels deep") {
 		t.Fatalf("a health value %d levels deep: %q, want it refused", MaxValueDepth+1, msg)
 	}
+	// The agent's check of a health value (it does not decode them) and
+	// regionctl's decode refuse the same case twin.
+	twin := []byte(`{"addr":"a","ADDR":"b"}`)
+	_, err = DecodeValue("health/p/i", twin)
+	if msg := checkHealthValue("health/p/i", twin); err == nil || !strings.Contains(msg, `ADDR: differs from the field "addr" only by case`) {
+		t.Fatalf("a health value with a case twin: agent %q, regionctl %v; want both to refuse it", msg, err)
+	}
+	if msg := checkHealthValue("health/p/i", []byte(`{"addr":"a","pid":1}`)); msg != "" {
+		t.Fatalf("a health value with an unknown field: %q, want it accepted", msg)
+	}
 }
 
 // TestUnknownFieldsKept: values are forward compatible. Fields this version
