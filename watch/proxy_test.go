@@ -13,7 +13,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	grpcbackoff "google.golang.org/grpc/backoff"
 
 	"github.com/regiond/regiond/internal/backoff"
 	"github.com/regiond/regiond/internal/etcdproc"
@@ -393,10 +392,7 @@ func churnWatchers(t *testing.T, viaProxy, direct *clientv3.Client) {
 func TestWatchBackSoonAfterLongOutage(t *testing.T) {
 	_, p, direct, _ := proxyCluster(t)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{p.URL()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           grpcbackoff.Config{BaseDelay: time.Second, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
-			MinConnectTimeout: 5 * time.Second,
-		})}})
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(backoff.GRPCReconnect)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
-	grpcbackoff "google.golang.org/grpc/backoff"
 
 	"github.com/regiond/regiond/internal/backoff"
 	"github.com/regiond/regiond/internal/etcddiag"
@@ -143,14 +142,6 @@ func dialBackoff() *backoff.Backoff {
 	return b
 }
 
-// grpcReconnect is how gRPC redials a lost connection: 1 s growing to at
-// most 5 s (gRPC's default grows to 120 s, and clientv3 keeps it), so an
-// agent is back within seconds of an etcd that was away for minutes.
-var grpcReconnect = grpc.ConnectParams{
-	Backoff:           grpcbackoff.Config{BaseDelay: time.Second, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
-	MinConnectTimeout: 5 * time.Second,
-}
-
 // grpcWindow is the agent's gRPC flow-control window, per stream and per
 // connection, fixed. gRPC's default window grows by estimating the
 // bandwidth: after every response that arrives while no estimate is in
@@ -177,7 +168,7 @@ func (a *Agent) dial(ctx context.Context) *clientv3.Client {
 			DialTimeout: a.cfg.DialTimeout, DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 5 * time.Second,
 			Logger: zap.NewNop(), Context: ctx,
 			DialOptions: []grpc.DialOption{grpc.WithStaticStreamWindowSize(grpcWindow), grpc.WithStaticConnWindowSize(grpcWindow),
-				grpc.WithConnectParams(grpcReconnect)},
+				grpc.WithConnectParams(backoff.GRPCReconnect)},
 		})
 		if err == nil {
 			a.login.refused.Set(0)

@@ -1,11 +1,10 @@
 package agent
 
 import (
-	"crypto/x509"
-
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/regiond/regiond/internal/keyspace"
+	"github.com/regiond/regiond/internal/store"
 	"github.com/regiond/regiond/internal/ui"
 )
 
@@ -22,14 +21,10 @@ func (a *Agent) etcdUser() string {
 	if a.cfg.Username != "" {
 		return a.cfg.Username
 	}
-	if a.cfg.TLS == nil || len(a.cfg.TLS.Certificates) == 0 || len(a.cfg.TLS.Certificates[0].Certificate) == 0 {
+	if a.cfg.TLS == nil || len(a.cfg.TLS.Certificates) == 0 {
 		return ""
 	}
-	leaf, err := x509.ParseCertificate(a.cfg.TLS.Certificates[0].Certificate[0])
-	if err != nil {
-		return ""
-	}
-	return leaf.Subject.CommonName
+	return store.CertCN(a.cfg.TLS.Certificates[0])
 }
 
 // etcdClient returns the agent's etcd client, or nil before it has one.

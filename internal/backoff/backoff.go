@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
 )
 
@@ -69,6 +70,15 @@ func (b *Backoff) Reset() { b.cur = 0 }
 
 // Wait sleeps for Next() or until ctx is done, returning ctx.Err() then.
 func (b *Backoff) Wait(ctx context.Context) error { return Sleep(ctx, b.Next()) }
+
+// GRPCReconnect is how a long-lived client (the agent) has gRPC redial a
+// lost connection: 1 s growing to at most 5 s (gRPC's default grows to
+// 120 s, and clientv3 keeps it), so it is back within seconds of an etcd
+// that was away for minutes; WaitConn then ends the retry's wait.
+var GRPCReconnect = grpc.ConnectParams{
+	Backoff:           grpcbackoff.Config{BaseDelay: time.Second, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
+	MinConnectTimeout: 5 * time.Second,
+}
 
 // Conn is a client connection whose state can be followed: a
 // *grpc.ClientConn (clientv3's ActiveConnection).

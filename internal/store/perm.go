@@ -127,10 +127,19 @@ func CertUser(certFile, keyFile string) string {
 		return ""
 	}
 	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil || len(pair.Certificate) == 0 {
+	if err != nil {
 		return ""
 	}
-	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	return CertCN(pair)
+}
+
+// CertCN returns the common name of a loaded client certificate's leaf
+// (etcd's user with --client-cert-auth), or "".
+func CertCN(cert tls.Certificate) string {
+	if len(cert.Certificate) == 0 {
+		return ""
+	}
+	leaf, err := x509.ParseCertificate(cert.Certificate[0])
 	if err != nil {
 		return ""
 	}
