@@ -92,7 +92,7 @@ func Compile(revision int64, kvs []KV, prev *Table, opts CompileOptions) *Table 
 		// thousands of them must not slow a compile down.
 		if k, err := ParseKey(kv.Key); err == nil && k.Kind == KindHealth {
 			t.instances[k.ID]++
-			t.setInvalid(kv.Key, checkHealthValue(kv.Key, kv.Value))
+			t.setInvalid(kv.Key, kv.healthError())
 			continue
 		}
 		var d *decoded

@@ -1,6 +1,8 @@
 package routing
 
 import (
+	"bytes"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +26,60 @@ type KV struct {
 	ModRevision    int64
 	CreateRevision int64
 	Version        int64
+
+	// checked means Value is a health value's stand-in (see CheckHealth),
+	// and refused why the value it stands for was refused ("" if not).
+	checked bool
+	refused string
+}
+
+// healthStandIn stands for a health value that passed its check.
+var healthStandIn = []byte("{}")
+
+// CheckHealth returns kv as a mirror needs to keep it: a health key's
+// value checked now (see checkHealthValue) and replaced by a stand-in that
+// carries the verdict; any other key as it is. A table never reads a
+// health value past that check (the key alone is a live instance), and an
+// origin's role may write many large ones, which every agent would
+// otherwise hold. Compile and Update take a checked KV as they take the
+// value it stands for.
+func CheckHealth(kv KV) KV {
+	if kv.checked || !strings.HasPrefix(kv.Key, "health/") {
+		return kv
+	}
+	if k, err := ParseKey(kv.Key); err != nil || k.Kind != KindHealth {
+		return kv // a malformed key: refused by its name, value or not
+	}
+	kv.refused = checkHealthValue(kv.Key, kv.Value)
+	kv.checked, kv.Value = true, healthStandIn
+	if kv.refused != "" {
+		kv.Value = nil
+	}
+	return kv
+}
+
+// CheckHealthAll replaces each of kvs with CheckHealth's, in place, across
+// CPUs when there are many.
+func CheckHealthAll(kvs []KV) {
+	inParallel(len(kvs), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			kvs[i] = CheckHealth(kvs[i])
+		}
+	})
+}
+
+// healthError returns why kv's health value is refused, or "".
+func (kv *KV) healthError() string {
+	if kv.checked {
+		return kv.refused
+	}
+	return checkHealthValue(kv.Key, kv.Value)
+}
+
+// SameValue reports whether kv and o hold the same value, or stand-ins for
+// values with the same verdict (CheckHealth).
+func (kv KV) SameValue(o KV) bool {
+	return kv.checked == o.checked && kv.refused == o.refused && bytes.Equal(kv.Value, o.Value)
 }
 
 // Skipped names a key whose current value was refused, and why. The table

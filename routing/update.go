@@ -101,7 +101,7 @@ func (u *updater) apply(ev Event) {
 		}
 		msg := ""
 		if !ev.Deleted {
-			msg = checkHealthValue(ev.Key, ev.Value)
+			msg = ev.healthError()
 		}
 		u.setInvalid(ev.Key, msg)
 		return

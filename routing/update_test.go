@@ -98,7 +98,10 @@ func testUpdateEqualsCompile(t *testing.T, seed [2]uint64, steps int) {
 				del(pick(live))
 			}
 		},
-		func() { put(fmt.Sprintf("health/%s/bad", pick(pools)), []byte(`nope`)) }, // refused, still an instance
+		func() { // refused, still an instance
+			bad := []string{`nope`, `{"addr":"a","ADDR":"b"}`, `{"x":` + strings.Repeat("[", MaxValueDepth) + strings.Repeat("]", MaxValueDepth) + `}`}
+			put(fmt.Sprintf("health/%s/bad", pick(pools)), []byte(pick(bad)))
+		},
 		func() { // an override, one in two ending by the clock within 5s
 			expires := ""
 			if exp.IntN(2) == 0 {
@@ -179,7 +182,14 @@ func testUpdateEqualsCompile(t *testing.T, seed [2]uint64, steps int) {
 			}
 			full = Compile(ev.ModRevision, kvs(), full, opts())
 		}
-		next := Update(upd, rev, events, opts())
+		// The updated and the relisted sides take health values as the
+		// mirror keeps them (CheckHealth); the compiled side, raw.
+		checked := make([]Event, len(events))
+		for i, ev := range events {
+			checked[i] = ev
+			checked[i].KV = CheckHealth(ev.KV)
+		}
+		next := Update(upd, rev, checked, opts())
 		if next == nil {
 			t.Fatalf("step %d: Update refused a compiled table", step)
 		}
@@ -188,7 +198,7 @@ func testUpdateEqualsCompile(t *testing.T, seed [2]uint64, steps int) {
 		if rng.IntN(5) == 0 {
 			var all []KV
 			for _, k := range sortedKeys(store) {
-				all = append(all, store[k])
+				all = append(all, CheckHealth(store[k]))
 			}
 			o := opts()
 			o.Earlier = earlierGood(store, history)
@@ -212,6 +222,9 @@ func testUpdateEqualsCompile(t *testing.T, seed [2]uint64, steps int) {
 			}
 		}
 
+		if !reflect.DeepEqual(full.Skipped(), upd.Skipped()) {
+			t.Fatalf("step %d: skipped %v compiled, %v updated", step, full.Skipped(), upd.Skipped())
+		}
 		for _, p := range upd.pools.all() {
 			if p.HealthCheck && p.Instances == 0 && now.Before(p.since.Add(upd.grace)) {
 				graceWindows++

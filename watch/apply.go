@@ -130,7 +130,7 @@ func (m *Mirror) applyEvents(events []*clientv3.Event) (string, change) {
 			delete(m.state, rel)
 			m.pending = append(m.pending, routing.Event{KV: routing.KV{Key: rel, ModRevision: r}, Deleted: true})
 		} else {
-			kv := routing.KV{Key: rel, Value: ev.Kv.Value, ModRevision: r, CreateRevision: ev.Kv.CreateRevision, Version: ev.Kv.Version}
+			kv := routing.CheckHealth(routing.KV{Key: rel, Value: ev.Kv.Value, ModRevision: r, CreateRevision: ev.Kv.CreateRevision, Version: ev.Kv.Version})
 			m.state[rel] = kv
 			m.pending = append(m.pending, routing.Event{KV: kv, Created: !existed})
 		}

@@ -207,7 +207,7 @@ func sameState(a, b map[string]routing.KV) bool {
 	}
 	for k, kv := range a {
 		old, ok := b[k]
-		if !ok || old.ModRevision != kv.ModRevision || string(old.Value) != string(kv.Value) {
+		if !ok || old.ModRevision != kv.ModRevision || !old.SameValue(kv) {
 			return false
 		}
 	}
@@ -246,30 +246,34 @@ func (m *Mirror) publishList(ctx context.Context, rev int64, keep bool) {
 // leaving it out lets a watch take either of two ranges (see otherRange).
 func (m *Mirror) firstKey() string { return m.cfg.Prefix + "\x00" }
 
-// getAll reads every key of the prefix at one revision, in pages.
+// getAll reads every key of the prefix at one revision, in pages. Each
+// page's values are decoded, and its health values checked (see
+// routing.CheckHealth), while the next page is read.
 func (m *Mirror) getAll(ctx context.Context) ([]routing.KV, *routing.Decoded, int64, error) {
 	end := clientv3.GetPrefixRangeEnd(m.cfg.Prefix)
 	key, rev := m.firstKey(), int64(0)
-	var out []routing.KV
-	// Each page's values are decoded while the next page is read (those
-	// the current table already holds are not: the compile reuses them).
+	var all [][]routing.KV // the pages
+	n := 0
+	// Values the current table already holds are not decoded again: the
+	// compile reuses them.
 	var d *routing.Decoded
 	prev := m.Table()
-	pages := make(chan []routing.KV, 64)
-	decoded := make(chan struct{})
+	pages := make(chan []routing.KV, 64) // each the goroutine's alone until done
+	done := make(chan struct{})
 	var failed atomic.Bool // the list failed: the pages left need no decoding
 	go func() {
-		defer close(decoded)
+		defer close(done)
 		for page := range pages {
 			if !failed.Load() {
 				d.Decode(page, prev) // d is set before the first page is sent
+				routing.CheckHealthAll(page)
 			}
 		}
 	}()
-	defer func() {
+	finish := func() {
 		close(pages)
-		<-decoded
-	}()
+		<-done
+	}
 	for {
 		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(m.cfg.PageSize)}
 		if rev > 0 {
@@ -280,23 +284,32 @@ func (m *Mirror) getAll(ctx context.Context) ([]routing.KV, *routing.Decoded, in
 		cancel()
 		if err != nil {
 			failed.Store(true)
+			finish()
 			return nil, nil, 0, fmt.Errorf("watch: list %s from %q: %w", m.cfg.Prefix, key, err)
 		}
 		if rev == 0 {
 			rev, m.clusterID = resp.Header.Revision, resp.Header.ClusterId
-			// Count is the whole range's: one allocation for all pages.
-			n := max(int(resp.Count), len(resp.Kvs))
-			out, d = make([]routing.KV, 0, n), new(routing.Decoded)
+			d = new(routing.Decoded)
 		}
-		start := len(out)
-		for _, kv := range resp.Kvs {
-			out = append(out, routing.KV{Key: string(kv.Key[len(m.cfg.Prefix):]), Value: kv.Value,
-				ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision, Version: kv.Version})
+		page := make([]routing.KV, len(resp.Kvs))
+		for i, kv := range resp.Kvs {
+			page[i] = routing.KV{Key: string(kv.Key[len(m.cfg.Prefix):]), Value: kv.Value,
+				ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision, Version: kv.Version}
 		}
-		pages <- out[start:len(out):len(out)] // never written again (a later page may move out)
+		all, n = append(all, page), n+len(page)
+		pages <- page
 		if !resp.More || len(resp.Kvs) == 0 {
-			return out, d, rev, nil
+			break
 		}
 		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
+	finish()
+	if len(all) == 1 {
+		return all[0], d, rev, nil
+	}
+	out := make([]routing.KV, 0, n)
+	for _, page := range all {
+		out = append(out, page...)
+	}
+	return out, d, rev, nil
 }
