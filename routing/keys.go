@@ -1,8 +1,10 @@
 package routing
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // Kind is the kind of a key under <root>/routing/.
@@ -52,6 +54,30 @@ const MaxValueSize = 64 << 10
 // into the table JSON, whose readers have limits of their own: PHP's
 // json_decode gives up at 512 levels, for every country at once.
 const MaxValueDepth = 64
+
+// MaxKeyLen is the longest key (relative to <root>/routing/) a mirror
+// keeps as it is (see ShortKey). Every valid key is shorter: the longest,
+// a health key, is 7 + 63 + 1 + 128 bytes.
+const MaxKeyLen = 512
+
+// ShortKey returns rel as a string, or for a key longer than MaxKeyLen
+// (never a valid one) a stand-in of at most about 150 bytes naming it: its
+// first 64 bytes, its length and a digest of the whole key. The stand-in
+// is no valid key either, and two keys give the same one only if they are
+// equal. A role that may write under a prefix (an origin's, under its
+// pool's health/) may write keys of any length, which every agent would
+// otherwise hold, and name in its refusals.
+func ShortKey(rel []byte) string {
+	if len(rel) <= MaxKeyLen {
+		return string(rel)
+	}
+	sum := sha256.Sum256(rel)
+	head := rel[:64]
+	for len(head) > 0 && !utf8.Valid(head) {
+		head = head[:len(head)-1] // not a rune cut in two
+	}
+	return fmt.Sprintf("%s… (%d bytes, sha256 %x)", head, len(rel), sum[:16])
+}
 
 // Key is a parsed key of the routing prefix. ID is the pool id, route name,
 // override id or, for health keys, the pool id; Instance is set for health keys.

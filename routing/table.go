@@ -2,7 +2,6 @@ package routing
 
 import (
 	"bytes"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,8 +26,8 @@ type KV struct {
 	CreateRevision int64
 	Version        int64
 
-	// checked means Value is a health value's stand-in (see CheckHealth),
-	// and refused why the value it stands for was refused ("" if not).
+	// checked means Value is a stand-in (see Keep), and refused why the
+	// value it stands for was refused ("" if not).
 	checked bool
 	refused string
 }
@@ -36,34 +35,38 @@ type KV struct {
 // healthStandIn stands for a health value that passed its check.
 var healthStandIn = []byte("{}")
 
-// CheckHealth returns kv as a mirror needs to keep it: a health key's
-// value checked now (see checkHealthValue) and replaced by a stand-in that
-// carries the verdict; any other key as it is. A table never reads a
-// health value past that check (the key alone is a live instance), and an
-// origin's role may write many large ones, which every agent would
-// otherwise hold. Compile and Update take a checked KV as they take the
-// value it stands for.
-func CheckHealth(kv KV) KV {
-	if kv.checked || !strings.HasPrefix(kv.Key, "health/") {
+// Keep returns what a mirror needs to keep of kv. A health key's value is
+// checked now (see checkHealthValue) and replaced by a stand-in carrying
+// the verdict: a table never reads it past that check (the key alone is a
+// live instance). A key outside the grammar keeps no value: the key alone
+// is refused. Any other key is kept as it is. Compile and Update take a
+// kept KV as they take the KV it was made from. An origin's role may write
+// any number of large values under its pool's health/, which every agent
+// would otherwise hold.
+func Keep(kv KV) KV {
+	if kv.checked {
 		return kv
 	}
-	if k, err := ParseKey(kv.Key); err != nil || k.Kind != KindHealth {
-		return kv // a malformed key: refused by its name, value or not
-	}
-	kv.refused = checkHealthValue(kv.Key, kv.Value)
-	kv.checked, kv.Value = true, healthStandIn
-	if kv.refused != "" {
-		kv.Value = nil
+	k, err := ParseKey(kv.Key)
+	switch {
+	case err != nil:
+		kv.checked, kv.Value = true, nil
+	case k.Kind == KindHealth:
+		kv.refused = checkHealthValue(kv.Key, kv.Value)
+		kv.checked, kv.Value = true, healthStandIn
+		if kv.refused != "" {
+			kv.Value = nil
+		}
 	}
 	return kv
 }
 
-// CheckHealthAll replaces each of kvs with CheckHealth's, in place, across
-// CPUs when there are many.
-func CheckHealthAll(kvs []KV) {
+// KeepAll replaces each of kvs with Keep's, in place, across CPUs when
+// there are many.
+func KeepAll(kvs []KV) {
 	inParallel(len(kvs), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			kvs[i] = CheckHealth(kvs[i])
+			kvs[i] = Keep(kvs[i])
 		}
 	})
 }
@@ -77,7 +80,7 @@ func (kv *KV) healthError() string {
 }
 
 // SameValue reports whether kv and o hold the same value, or stand-ins for
-// values with the same verdict (CheckHealth).
+// values with the same verdict (Keep).
 func (kv KV) SameValue(o KV) bool {
 	return kv.checked == o.checked && kv.refused == o.refused && bytes.Equal(kv.Value, o.Value)
 }

@@ -183,11 +183,11 @@ func testUpdateEqualsCompile(t *testing.T, seed [2]uint64, steps int) {
 			full = Compile(ev.ModRevision, kvs(), full, opts())
 		}
 		// The updated and the relisted sides take health values as the
-		// mirror keeps them (CheckHealth); the compiled side, raw.
+		// mirror keeps them (Keep); the compiled side, raw.
 		checked := make([]Event, len(events))
 		for i, ev := range events {
 			checked[i] = ev
-			checked[i].KV = CheckHealth(ev.KV)
+			checked[i].KV = Keep(ev.KV)
 		}
 		next := Update(upd, rev, checked, opts())
 		if next == nil {
@@ -198,7 +198,7 @@ func testUpdateEqualsCompile(t *testing.T, seed [2]uint64, steps int) {
 		if rng.IntN(5) == 0 {
 			var all []KV
 			for _, k := range sortedKeys(store) {
-				all = append(all, CheckHealth(store[k]))
+				all = append(all, Keep(store[k]))
 			}
 			o := opts()
 			o.Earlier = earlierGood(store, history)

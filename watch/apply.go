@@ -123,14 +123,14 @@ func (m *Mirror) applyEvents(events []*clientv3.Event) (string, change) {
 			return ReasonOutOfOrder, unchanged
 		}
 		last = r
-		rel := string(ev.Kv.Key[len(m.cfg.Prefix):])
+		rel := routing.ShortKey(ev.Kv.Key[len(m.cfg.Prefix):])
 		m.uncompiled = true
 		_, existed := m.state[rel]
 		if ev.Type == clientv3.EventTypeDelete {
 			delete(m.state, rel)
 			m.pending = append(m.pending, routing.Event{KV: routing.KV{Key: rel, ModRevision: r}, Deleted: true})
 		} else {
-			kv := routing.CheckHealth(routing.KV{Key: rel, Value: ev.Kv.Value, ModRevision: r, CreateRevision: ev.Kv.CreateRevision, Version: ev.Kv.Version})
+			kv := routing.Keep(routing.KV{Key: rel, Value: ev.Kv.Value, ModRevision: r, CreateRevision: ev.Kv.CreateRevision, Version: ev.Kv.Version})
 			m.state[rel] = kv
 			m.pending = append(m.pending, routing.Event{KV: kv, Created: !existed})
 		}

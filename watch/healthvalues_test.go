@@ -30,13 +30,24 @@ func TestMirrorKeepsNoHealthValues(t *testing.T) {
 	if _, err := cli.Put(ctx, faultPrefix+"health/eu-west/big", big); err != nil {
 		t.Fatal(err)
 	}
-	last, err := cli.Put(ctx, faultPrefix+"health/eu-west/bad", notJSON)
+	// Keys outside the grammar: one with a large value, one 60 KB long.
+	longKey := "health/eu-west/" + strings.Repeat("k", 60<<10)
+	if _, err := cli.Put(ctx, faultPrefix+"health/eu-west/not an id", big); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, faultPrefix+"health/eu-west/bad", notJSON); err != nil {
+		t.Fatal(err)
+	}
+	// The newest write, which the check against etcd's keys (verify)
+	// compares.
+	last, err := cli.Put(ctx, faultPrefix+longKey, "{}")
 	if err != nil {
 		t.Fatal(err)
 	}
+	short := routing.ShortKey([]byte(longKey))
 	check := func(how string) {
 		t.Helper()
-		for _, k := range []string{"health/eu-west/big", "health/eu-west/bad"} {
+		for _, k := range []string{"health/eu-west/big", "health/eu-west/bad", "health/eu-west/not an id", short} {
 			kv, ok := m.state[k]
 			if !ok {
 				t.Fatalf("%s: %s not in the mirror's state", how, k)
@@ -49,14 +60,24 @@ func TestMirrorKeepsNoHealthValues(t *testing.T) {
 		if p.Instances != before+2 {
 			t.Errorf("%s: eu-west has %d live instances, want %d (a health key is live whatever its value)", how, p.Instances, before+2)
 		}
-		var why []string
-		for _, s := range m.Table().Skipped() {
-			if strings.HasPrefix(s.Key, "health/eu-west/") {
-				why = append(why, s.Key+": "+s.Error)
+		for k := range m.state {
+			if len(k) > 200 {
+				t.Errorf("%s: the mirror keeps a key of %d bytes, want the long key's stand-in (%d bytes)", how, len(k), len(short))
 			}
 		}
-		if len(why) != 1 || !strings.HasSuffix(why[0], "health/eu-west/bad: value is 204800 bytes, larger than the 65536-byte limit") {
-			t.Errorf("%s: skipped health keys %q, want health/eu-west/bad alone, refused by its size", how, why)
+		why := map[string]string{}
+		for _, s := range m.Table().Skipped() {
+			if strings.HasPrefix(s.Key, "health/eu-west/") {
+				why[s.Key] = s.Error
+			}
+		}
+		if len(why) != 3 || !strings.HasSuffix(why["health/eu-west/bad"], "health/eu-west/bad: value is 204800 bytes, larger than the 65536-byte limit") ||
+			!strings.Contains(why["health/eu-west/not an id"], "want health/<pool>/<instance>") ||
+			!strings.Contains(why[short], "want health/<pool>/<instance>") || len(why[short]) > 400 {
+			t.Errorf("%s: skipped health keys %q, want health/eu-west/bad (by its size), the key not an id and the long key's stand-in (by their names)", how, why)
+		}
+		if why := m.verify(ctx); why != "" {
+			t.Errorf("%s: the check of the state against etcd's keys: %s, want it passed", how, why)
 		}
 	}
 	// By the watch.
@@ -93,9 +114,33 @@ func TestMirrorKeepsNoHealthValues(t *testing.T) {
 	// A refused value replaced by another refused one at the same
 	// revision (a restored backup) is another state: its verdict differs.
 	other := m.state["health/eu-west/bad"]
-	same := routing.CheckHealth(routing.KV{Key: other.Key, Value: []byte(notJSON), ModRevision: other.ModRevision})
-	diff := routing.CheckHealth(routing.KV{Key: other.Key, Value: []byte("zz"), ModRevision: other.ModRevision})
+	same := routing.Keep(routing.KV{Key: other.Key, Value: []byte(notJSON), ModRevision: other.ModRevision})
+	diff := routing.Keep(routing.KV{Key: other.Key, Value: []byte("zz"), ModRevision: other.ModRevision})
 	if !same.SameValue(other) || diff.SameValue(other) {
 		t.Errorf("SameValue: the same refused value %v, another %v; want true, false", same.SameValue(other), diff.SameValue(other))
+	}
+	// The long key's delete reaches its stand-in.
+	del, err := cli.Delete(ctx, faultPrefix+longKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wch = cli.Watch(wctx, faultPrefix, clientv3.WithPrefix(), clientv3.WithRev(del.Header.Revision))
+	for m.applied < del.Header.Revision {
+		select {
+		case resp, ok := <-wch:
+			if why := m.drain(wch, resp, ok); why != "" {
+				t.Fatalf("drain: %s", why)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no watch response up to revision %d", del.Header.Revision)
+		}
+	}
+	if _, ok := m.state[short]; ok {
+		t.Error("the long key, deleted, is still in the mirror's state")
+	}
+	for _, s := range m.Table().Skipped() {
+		if s.Key == short {
+			t.Error("the long key, deleted, is still skipped")
+		}
 	}
 }

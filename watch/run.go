@@ -247,8 +247,8 @@ func (m *Mirror) publishList(ctx context.Context, rev int64, keep bool) {
 func (m *Mirror) firstKey() string { return m.cfg.Prefix + "\x00" }
 
 // getAll reads every key of the prefix at one revision, in pages. Each
-// page's values are decoded, and its health values checked (see
-// routing.CheckHealth), while the next page is read.
+// page's health values are checked (see routing.Keep) and its other values
+// decoded while the next page is read.
 func (m *Mirror) getAll(ctx context.Context) ([]routing.KV, *routing.Decoded, int64, error) {
 	end := clientv3.GetPrefixRangeEnd(m.cfg.Prefix)
 	key, rev := m.firstKey(), int64(0)
@@ -265,8 +265,8 @@ func (m *Mirror) getAll(ctx context.Context) ([]routing.KV, *routing.Decoded, in
 		defer close(done)
 		for page := range pages {
 			if !failed.Load() {
+				routing.KeepAll(page)
 				d.Decode(page, prev) // d is set before the first page is sent
-				routing.CheckHealthAll(page)
 			}
 		}
 	}()
@@ -293,7 +293,7 @@ func (m *Mirror) getAll(ctx context.Context) ([]routing.KV, *routing.Decoded, in
 		}
 		page := make([]routing.KV, len(resp.Kvs))
 		for i, kv := range resp.Kvs {
-			page[i] = routing.KV{Key: string(kv.Key[len(m.cfg.Prefix):]), Value: kv.Value,
+			page[i] = routing.KV{Key: routing.ShortKey(kv.Key[len(m.cfg.Prefix):]), Value: kv.Value,
 				ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision, Version: kv.Version}
 		}
 		all, n = append(all, page), n+len(page)

@@ -3,10 +3,11 @@ package watch
 import (
 	"context"
 	"errors"
-	"strings"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/regiond/regiond/routing"
 )
 
 // verify checks, when a watch is opened again after the last one ended,
@@ -69,7 +70,7 @@ func (m *Mirror) verify(ctx context.Context) string {
 	}
 	same := resp.Count == int64(len(m.state)) && len(resp.Kvs) == len(last)
 	for _, kv := range resp.Kvs {
-		st, ok := m.state[strings.TrimPrefix(string(kv.Key), m.cfg.Prefix)]
+		st, ok := m.state[routing.ShortKey(kv.Key[len(m.cfg.Prefix):])]
 		if !ok || !last[st.Key] || st.ModRevision != kv.ModRevision || st.CreateRevision != kv.CreateRevision || st.Version != kv.Version {
 			same = false
 		}

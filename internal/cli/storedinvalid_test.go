@@ -162,6 +162,14 @@ func TestInvalidStoredPool(t *testing.T) {
 		!strings.Contains(r.stderr, "remove it with etcdctl del "+e.ks.RoutingKey("pools/BAD")+" (regionctl get skipped lists it)") {
 		t.Errorf("pool rm of a key outside the grammar: %s", r)
 	}
+
+	// A key too long to print is named as the agents name it.
+	long := "health/eu-west/" + strings.Repeat("k", 4000)
+	e.putHandEdit(long, `{}`)
+	r = e.must(ExitOK, "get", "skipped")
+	if name := routing.ShortKey([]byte(long)); !strings.Contains(r.stdout, name) || len(r.stdout) > 2000 {
+		t.Errorf("get skipped with a key of %d bytes: want it named %q\n%s", len(long), name, r)
+	}
 }
 
 // TestInvalidStoredRoute: route set and route rm on a route key whose

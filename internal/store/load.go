@@ -173,6 +173,11 @@ func (st *State) add(rel string, kv *mvccpb.KeyValue) {
 	st.KVs = append(st.KVs, routing.KV{Key: rel, Value: kv.Value, ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision, Version: kv.Version})
 	k, err := routing.ParseKey(rel)
 	if err != nil {
+		// A key too long to print is named as the agents name it.
+		if name := routing.ShortKey([]byte(rel)); name != rel {
+			_, err = routing.ParseKey(name)
+			rel = name
+		}
 		st.skip(rel, err)
 		return
 	}

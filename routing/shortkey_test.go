@@ -1,0 +1,23 @@
+package routing
+
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// TestShortKey: a key longer than MaxKeyLen is named by a bounded stand-in
+// that tells keys apart and is no valid key; shorter ones are themselves.
+func TestShortKey(t *testing.T) {
+	if got := ShortKey([]byte("pools/eu-west")); got != "pools/eu-west" {
+		t.Errorf("ShortKey(pools/eu-west) = %q", got)
+	}
+	a := ShortKey([]byte("health/p/" + strings.Repeat("é", 400))) // a rune across byte 64
+	b := ShortKey([]byte("health/p/" + strings.Repeat("é", 399) + "e"))
+	if a == b || len(a) > 160 || !utf8.ValidString(a) || !strings.Contains(a, "(809 bytes, sha256 ") {
+		t.Errorf("stand-ins %q and %q: want them different, short, valid UTF-8 and naming the length", a, b)
+	}
+	if _, err := ParseKey(a); err == nil {
+		t.Errorf("the stand-in %q parses as a key", a)
+	}
+}
