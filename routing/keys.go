@@ -3,6 +3,7 @@ package routing
 import (
 	"crypto/sha256"
 	"fmt"
+	"regexp"
 	"strings"
 	"unicode/utf8"
 )
@@ -60,24 +61,28 @@ const MaxValueDepth = 64
 // a health key, is 7 + 63 + 1 + 128 bytes.
 const MaxKeyLen = 512
 
-// ShortKey returns rel as a string, or for a key longer than MaxKeyLen
-// (never a valid one) a stand-in of at most about 150 bytes naming it: its
-// first 64 bytes, its length and a digest of the whole key. The stand-in
-// is no valid key either, and two keys give the same one only if they are
-// equal. A role that may write under a prefix (an origin's, under its
-// pool's health/) may write keys of any length, which every agent would
-// otherwise hold, and name in its refusals.
+// ShortKey returns rel as a string, or a stand-in of at most about 150
+// bytes naming it, for a key longer than MaxKeyLen (never a valid one) or
+// one shaped like a stand-in: its first 64 bytes, its length and a digest
+// of the whole key. A stand-in is no valid key, and two keys give the same
+// name only if they are equal (or their digests collide): a key left as it
+// is never has a stand-in's shape. A role that may write under a prefix
+// (an origin's, under its pool's health/) may write keys of any length,
+// which every agent would otherwise hold, and name in its refusals.
 func ShortKey(rel []byte) string {
-	if len(rel) <= MaxKeyLen {
+	if len(rel) <= MaxKeyLen && !standInShape.Match(rel) {
 		return string(rel)
 	}
 	sum := sha256.Sum256(rel)
-	head := rel[:64]
+	head := rel[:min(len(rel), 64)]
 	for len(head) > 0 && !utf8.Valid(head) {
 		head = head[:len(head)-1] // not a rune cut in two
 	}
 	return fmt.Sprintf("%s… (%d bytes, sha256 %x)", head, len(rel), sum[:16])
 }
+
+// standInShape matches the end of a ShortKey stand-in.
+var standInShape = regexp.MustCompile(`… \([0-9]+ bytes, sha256 [0-9a-f]{32}\)$`)
 
 // Key is a parsed key of the routing prefix. ID is the pool id, route name,
 // override id or, for health keys, the pool id; Instance is set for health keys.

@@ -20,4 +20,11 @@ func TestShortKey(t *testing.T) {
 	if _, err := ParseKey(a); err == nil {
 		t.Errorf("the stand-in %q parses as a key", a)
 	}
+	// A key written as another key's stand-in gets a name of its own.
+	if again := ShortKey([]byte(a)); again == a || !strings.HasPrefix(again, a[:32]) {
+		t.Errorf("ShortKey of the stand-in %q = %q, want another stand-in", a, again)
+	}
+	if got := ShortKey([]byte("health/p/x… (12 bytes)")); got != "health/p/x… (12 bytes)" {
+		t.Errorf("a short key not shaped like a stand-in became %q", got)
+	}
 }

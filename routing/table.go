@@ -26,14 +26,17 @@ type KV struct {
 	CreateRevision int64
 	Version        int64
 
-	// checked means Value is a stand-in (see Keep), and refused why the
-	// value it stands for was refused ("" if not).
-	checked bool
-	refused string
+	// verdict, when not nil, means Value is a stand-in (see Keep), and
+	// tells why the value it stands for was refused ("" if it was not).
+	verdict *string
 }
 
-// healthStandIn stands for a health value that passed its check.
-var healthStandIn = []byte("{}")
+// healthStandIn stands for a health value that passed its check; passed
+// is its verdict.
+var (
+	healthStandIn = []byte("{}")
+	passed        = new(string)
+)
 
 // Keep returns what a mirror needs to keep of kv. A health key's value is
 // checked now (see checkHealthValue) and replaced by a stand-in carrying
@@ -44,18 +47,18 @@ var healthStandIn = []byte("{}")
 // any number of large values under its pool's health/, which every agent
 // would otherwise hold.
 func Keep(kv KV) KV {
-	if kv.checked {
+	if kv.verdict != nil {
 		return kv
 	}
 	k, err := ParseKey(kv.Key)
 	switch {
 	case err != nil:
-		kv.checked, kv.Value = true, nil
+		kv.verdict, kv.Value = passed, nil // refused by its key
 	case k.Kind == KindHealth:
-		kv.refused = checkHealthValue(kv.Key, kv.Value)
-		kv.checked, kv.Value = true, healthStandIn
-		if kv.refused != "" {
-			kv.Value = nil
+		if msg := checkHealthValue(kv.Key, kv.Value); msg != "" {
+			kv.verdict, kv.Value = &msg, nil
+		} else {
+			kv.verdict, kv.Value = passed, healthStandIn
 		}
 	}
 	return kv
@@ -73,8 +76,8 @@ func KeepAll(kvs []KV) {
 
 // healthError returns why kv's health value is refused, or "".
 func (kv *KV) healthError() string {
-	if kv.checked {
-		return kv.refused
+	if kv.verdict != nil {
+		return *kv.verdict
 	}
 	return checkHealthValue(kv.Key, kv.Value)
 }
@@ -82,7 +85,10 @@ func (kv *KV) healthError() string {
 // SameValue reports whether kv and o hold the same value, or stand-ins for
 // values with the same verdict (Keep).
 func (kv KV) SameValue(o KV) bool {
-	return kv.checked == o.checked && kv.refused == o.refused && bytes.Equal(kv.Value, o.Value)
+	if (kv.verdict == nil) != (o.verdict == nil) || kv.verdict != nil && *kv.verdict != *o.verdict {
+		return false
+	}
+	return bytes.Equal(kv.Value, o.Value)
 }
 
 // Skipped names a key whose current value was refused, and why. The table

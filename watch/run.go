@@ -252,8 +252,12 @@ func (m *Mirror) firstKey() string { return m.cfg.Prefix + "\x00" }
 func (m *Mirror) getAll(ctx context.Context) ([]routing.KV, *routing.Decoded, int64, error) {
 	end := clientv3.GetPrefixRangeEnd(m.cfg.Prefix)
 	key, rev := m.firstKey(), int64(0)
-	var all [][]routing.KV // the pages
-	n := 0
+	// The pages are consecutive parts of out, sized from the first page's
+	// count of the whole range; a page past it (etcd answered more keys at
+	// the revision than it counted) goes into more.
+	var out []routing.KV
+	var more [][]routing.KV
+	inOut := 0 // the KVs in out
 	// Values the current table already holds are not decoded again: the
 	// compile reuses them.
 	var d *routing.Decoded
@@ -289,14 +293,19 @@ func (m *Mirror) getAll(ctx context.Context) ([]routing.KV, *routing.Decoded, in
 		}
 		if rev == 0 {
 			rev, m.clusterID = resp.Header.Revision, resp.Header.ClusterId
-			d = new(routing.Decoded)
+			out, d = make([]routing.KV, max(int(resp.Count), len(resp.Kvs))), new(routing.Decoded)
 		}
-		page := make([]routing.KV, len(resp.Kvs))
+		var page []routing.KV
+		if k := inOut + len(resp.Kvs); k <= len(out) && len(more) == 0 {
+			page, inOut = out[inOut:k:k], k
+		} else {
+			page = make([]routing.KV, len(resp.Kvs))
+			more = append(more, page)
+		}
 		for i, kv := range resp.Kvs {
 			page[i] = routing.KV{Key: routing.ShortKey(kv.Key[len(m.cfg.Prefix):]), Value: kv.Value,
 				ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision, Version: kv.Version}
 		}
-		all, n = append(all, page), n+len(page)
 		pages <- page
 		if !resp.More || len(resp.Kvs) == 0 {
 			break
@@ -304,11 +313,8 @@ func (m *Mirror) getAll(ctx context.Context) ([]routing.KV, *routing.Decoded, in
 		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
 	finish()
-	if len(all) == 1 {
-		return all[0], d, rev, nil
-	}
-	out := make([]routing.KV, 0, n)
-	for _, page := range all {
+	out = out[:inOut]
+	for _, page := range more {
 		out = append(out, page...)
 	}
 	return out, d, rev, nil
