@@ -23,7 +23,7 @@ export const DEFAULT_INDEX_PATH = '/dev/shm/regiond/table.idx';
 
 /**
  * The decision for a raw country header and sticky key from the index file
- * at path, read synchronously (a few microseconds: see README.md).
+ * at path, read synchronously (tens of microseconds: see README.md).
  * opts.owner (the agent's uid: `id -u regiond`) refuses a file owned by
  * anyone else or writable by group or others (docs/snapshot-index.md,
  * trust). Throws NoRouteError, or TableError for a missing, malformed or

@@ -17,9 +17,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/regiond/regiond/internal/fleettest"
+	"github.com/regiond/regiond/internal/snapindex"
+	"github.com/regiond/regiond/routing"
 )
 
 // node returns the node binary; a missing or older than 18 node skips the
@@ -148,5 +152,76 @@ console.log(JSON.stringify(new NoRouteError('DE', ['no-route:DE'], 7, 0)));
 	}
 	if want := `{"error":"no eligible pool","country":"DE","reasons":["no-route:DE"],"revision":7,"epoch":0}` + "\n"; string(out) != want {
 		t.Fatalf("NoRouteError body %s, want the agent's %s", out, want)
+	}
+}
+
+// TestKVExportStaleAtItsValidUntil: a KV export's values carry the instant
+// the table changes by the clock alone (here a boost's expires_at), and
+// the JS reader marks its decisions stale-table from then on: nothing
+// rewrites the values when the boost ends, as the agent rewrites its file.
+func TestKVExportStaleAtItsValidUntil(t *testing.T) {
+	now := time.Now().UTC().Truncate(time.Second)
+	ends := now.Add(10 * time.Second)
+	vals, err := fleettest.Config(t).Values()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvs := []routing.KV{{Key: routing.EpochKey, Value: []byte("3"), ModRevision: 1}}
+	for k, v := range vals {
+		kvs = append(kvs, routing.KV{Key: k, Value: v, ModRevision: 2})
+	}
+	boost, _ := json.Marshal(routing.Override{Route: "KR", Targets: []routing.Target{{Pool: "kr-music", Weight: 100}}, ExpiresAt: ends.Format(time.RFC3339)})
+	kvs = append(kvs, routing.KV{Key: routing.OverrideKey("kr-1"), Value: boost, ModRevision: 3})
+	tab := routing.Compile(3, kvs, nil, routing.CompileOptions{Now: now, Start: now.Add(-time.Hour)})
+	vs, err := snapindex.KVValues(tab, routing.JSONHeader{WrittenAt: now, SyncedAt: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kr string
+	for _, v := range vs {
+		if v.Key == "KR" {
+			kr = string(v.Value)
+		}
+	}
+	if want := `"valid_until":"` + ends.Format(time.RFC3339Nano) + `"`; !strings.Contains(kr, want) {
+		t.Fatalf("KR's value %s: want %s", kr, want)
+	}
+	script := `
+import { decideEntry } from './regiond.mjs';
+const v = JSON.parse(process.argv[1]);
+const ends = Date.parse(v.valid_until);
+for (const now of [ends - 1, ends]) {
+  const d = decideEntry(v, v.country, v.entry, 'viewer-1', { maxAgeSeconds: 1e9, now });
+  console.log(d.pool + ' ' + JSON.stringify(d.degraded));
+}
+`
+	cmd := exec.Command(node(t), "--input-type=module", "-e", script, kr)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, out)
+	}
+	if want := "kr-music []\nkr-music [\"stale-table\"]\n"; string(out) != want {
+		t.Fatalf("decisions before and at valid_until:\n%s\nwant:\n%s", out, want)
+	}
+}
+
+// TestWorkerAnswers503WithoutAnExport: the example Worker answers a KV
+// namespace without the export (an upload that went to Wrangler's local
+// storage) with a 503 and Retry-After, naming the cause in its log, not
+// with an uncaught exception on every request.
+func TestWorkerAnswers503WithoutAnExport(t *testing.T) {
+	script := `
+import w from './worker/worker.mjs';
+const env = { REGIOND: { get: async () => null } };
+const r = await w.fetch(new Request('https://front.example/'), env);
+console.log(r.status + ' ' + r.headers.get('retry-after'));
+`
+	cmd := exec.Command(node(t), "--input-type=module", "-e", script)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, out)
+	}
+	if !strings.HasSuffix(string(out), "503 5\n") || !strings.Contains(string(out), "KV has no _unknown value") || !strings.Contains(string(out), "--remote") {
+		t.Fatalf("worker without an export:\n%s\nwant a logged TableError naming --remote, then 503 with Retry-After 5", out)
 	}
 }

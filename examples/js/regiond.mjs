@@ -137,7 +137,7 @@ function checkHeader(h, where) {
     if (!Number.isSafeInteger(h[k])) throw new TableError(`regiond: ${where}: ${k} is not an integer`);
   }
   if (h.stale !== undefined && typeof h.stale !== 'boolean') throw new TableError(`regiond: ${where}: stale is not a boolean`);
-  for (const k of ['written_at', 'synced_at']) {
+  for (const k of ['written_at', 'synced_at', 'valid_until']) {
     if (h[k] !== undefined && h[k] !== '' && Number.isNaN(parseTime(h[k]))) {
       throw new TableError(`regiond: ${where}: ${k} ${JSON.stringify(h[k])} is not an RFC 3339 time`);
     }
@@ -145,9 +145,10 @@ function checkHeader(h, where) {
 }
 
 /**
- * Whether a table header says stale: marked stale by the agent, or synced_at
- * (written_at when synced_at is absent or empty, as the PHP and Go readers
- * do) older than maxAgeSeconds; a header with neither is stale.
+ * Whether a table header says stale: marked stale by the agent, past its
+ * valid_until (a KV export's), or synced_at (written_at when synced_at is
+ * absent or empty, as the PHP and Go readers do) older than maxAgeSeconds;
+ * a header with neither is stale.
  */
 export function isStale(h, { maxAgeSeconds = DEFAULT_MAX_AGE, now = Date.now() } = {}) {
   // A max age that is not a positive number ("15m" through Number(), NaN)
@@ -156,6 +157,9 @@ export function isStale(h, { maxAgeSeconds = DEFAULT_MAX_AGE, now = Date.now() }
     throw new RangeError(`regiond: maxAgeSeconds ${String(maxAgeSeconds)}: want a positive number of seconds (e.g. 900)`);
   }
   if (h.stale === true) return true;
+  // A KV export's values change by the clock alone at valid_until (a
+  // boost's expiry, a health grace window's end), and nothing rewrites them.
+  if (h.valid_until !== undefined && h.valid_until !== '' && !(now < parseTime(h.valid_until))) return true;
   let t = parseTime(h.synced_at);
   if (Number.isNaN(t)) t = parseTime(h.written_at);
   return Number.isNaN(t) || now - t > maxAgeSeconds * 1000;
@@ -493,7 +497,7 @@ export async function kvEntry(kv, country) {
     k = UNKNOWN;
     v = await kv.get(UNKNOWN, { type: 'json' });
     if (v === null || v === undefined) {
-      throw new TableError(`regiond: KV has no ${UNKNOWN} value: upload regionctl export kv --format cloudflare`);
+      throw new TableError(`regiond: KV has no ${UNKNOWN} value: upload regionctl export kv --format cloudflare (wrangler kv bulk put FILE --binding NAME --remote: without --remote, Wrangler 4 writes to local storage)`);
     }
   }
   return valueEntry(v, `KV key ${k}`);

@@ -27,21 +27,26 @@ func (a *app) exportKVCmd() *cobra.Command {
 		Long: `export kv compiles the stored state as the agents do (pools, routes,
 policy, live boosts and health) and prints one KV value per country: a key
 for each ISO country code and one for _unknown, whose value is the JSON
-{"format":1,"revision","epoch","written_at","synced_at","stale","country",
-"entry"}, entry being the country's entry of the agent's table.idx (route,
-fallback_depth, affinity, candidates with merged attrs, degraded). An edge
-worker (examples/js) normalizes CF-IPCountry, reads that key, and reads
-_unknown when the key is missing.
+{"format":1,"revision","epoch","written_at","synced_at","valid_until",
+"stale","country","entry"}, entry being the country's entry of the agent's
+table.idx (route, fallback_depth, affinity, candidates with merged attrs,
+degraded). An edge worker (examples/js) normalizes CF-IPCountry, reads that
+key, and reads _unknown when the key is missing.
 
 --format cloudflare (the default) prints the array that
-"wrangler kv bulk put FILE" takes: [{"key":"PL","value":"<JSON string>"},…];
+"wrangler kv bulk put FILE --remote" takes: [{"key":"PL","value":"<JSON string>"},…]
+(Wrangler 4 writes to local storage without --remote);
 --format map prints one JSON object, key → value object. The output is
 always JSON (-o does not apply). --out writes FILE atomically instead of
 standard output. synced_at and written_at are the time of the read: a worker
 marks decisions stale-table once they are older than its max age (the JS
 library's default is 180 s; the example worker's REGIOND_MAX_AGE, 900 s),
-so re-export on every change or raise the worker's max age.`,
-		Example: `  regionctl export kv --out kv.json && wrangler kv bulk put kv.json --binding REGIOND
+and once valid_until has passed: the first instant the table changes by the
+clock alone (a boost's expires_at, a health grace window's end; absent when
+there is none). Re-export on a timer shorter than the max age, and after
+every change: a boost that ends and a pool whose heartbeats stop change
+decisions with no write through regionctl.`,
+		Example: `  regionctl export kv --out kv.json && wrangler kv bulk put kv.json --binding REGIOND --remote
   regionctl export kv --format map | jq '.PL.entry.candidates'`,
 		Args: exactArgs(0, "no arguments"),
 	}

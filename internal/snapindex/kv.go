@@ -72,6 +72,14 @@ func appendKVHeader(b []byte, t *routing.Table, h routing.JSONHeader) []byte {
 		b = h.SyncedAt.UTC().AppendFormat(b, time.RFC3339Nano)
 		b = append(b, '"')
 	}
+	if until := t.ValidUntil(); !until.IsZero() {
+		// The export changes by the clock alone then (a boost's expires_at,
+		// a health grace window's end): a worker marks its decisions
+		// stale-table from then on, as nothing rewrites its values.
+		b = append(b, `,"valid_until":"`...)
+		b = until.UTC().AppendFormat(b, time.RFC3339Nano)
+		b = append(b, '"')
+	}
 	b = append(b, `,"stale":`...)
 	return strconv.AppendBool(b, t.Stale())
 }

@@ -3,7 +3,7 @@
 // (binding REGIOND), and is the residency floor: a viewer with no eligible
 // pool (e.g. an EU viewer while every EU pool is down) gets a 503, never a
 // pool outside their class.
-import { decideFromKV, NoRouteError } from '../regiond.mjs';
+import { decideFromKV, NoRouteError, TableError } from '../regiond.mjs';
 
 const utf8 = new TextEncoder();
 
@@ -80,7 +80,11 @@ export default {
       if (err instanceof NoRouteError) {
         return Response.json(err.toJSON(), { status: 503, headers: { 'Retry-After': '5' } });
       }
-      throw err; // TableError: the export is missing or malformed
+      if (err instanceof TableError) { // the export is missing or malformed: say why in the log
+        console.error(err.message);
+        return new Response('no routing table\n', { status: 503, headers: { 'Retry-After': '5' } });
+      }
+      throw err;
     }
     const url = new URL(request.url);
     url.host = d.host.replace(/:443$/, '');
