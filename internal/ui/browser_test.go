@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -92,13 +93,23 @@ func waitJS(ctx context.Context, t *testing.T, what, expr string) {
 	}
 }
 
-// candidates is the "Pools (weight)" text of an effective entry.
+// candidates is the "Pools (weight)" text of an effective entry: each
+// candidate's weight, then, when the weights do not add up to 100 (a pool
+// drained or unhealthy), each one's share of the viewers.
 func candidates(e *routing.Effective) string {
-	var s []string
+	var s, share []string
+	sum := 0
 	for _, c := range e.Candidates {
 		s = append(s, fmt.Sprintf("%s=%d", c.Pool, c.Weight))
+		sum += c.Weight
 	}
-	return strings.Join(s, ", ")
+	if sum == 100 || sum == 0 {
+		return strings.Join(s, ", ")
+	}
+	for _, c := range e.Candidates {
+		share = append(share, fmt.Sprintf("%s %d%%", c.Pool, int(math.Round(100*float64(c.Weight)/float64(sum)))))
+	}
+	return strings.Join(s, ", ") + " (" + strings.Join(share, ", ") + " of viewers)"
 }
 
 // servingPool is the pool the map colors a country by: the candidate of
@@ -533,5 +544,48 @@ func (n *node) getJSON(t *testing.T, path string, v any) {
 	defer resp.Body.Close()
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		t.Fatalf("GET %s: %v", path, err)
+	}
+}
+
+// TestStatusPageFollowsTheClock: a boost whose expires_at passes while
+// its lease lives on (a leader election renews every lease) changes the
+// table with no new revision; the page shows the change all the same,
+// without a reload (it compared revisions only, and kept the boost for as
+// long as the lease lived). The banner says so at once when the agent
+// cannot be reached, and keeps saying it.
+func TestStatusPageFollowsTheClock(t *testing.T) {
+	n := startNode(t, nil)
+	ends := time.Now().Add(6 * time.Second).UTC().Format(time.RFC3339Nano)
+	if _, err := devetcd.NewTestClient(t, n.etcd).Put(context.Background(), root+"routing/overrides/kr-short",
+		`{"route":"KR","targets":[{"pool":"kr-music","weight":100}],"expires_at":"`+ends+`"}`); err != nil {
+		t.Fatal(err)
+	}
+	boosted := n.waitTable(t, func(tb *routing.Table) bool { return len(tb.Overrides()) == 1 })
+	ctx, scriptErrors := browser(t)
+	if err := chromedp.Do(ctx, chromedp.Navigate(n.url("/ui/"))); err != nil {
+		t.Fatalf("open the page: %v", err)
+	}
+	kr := `#countries tr[data-cc="KR"] td:nth-child(4)`
+	waitJS(ctx, t, "KR under the boost", fmt.Sprintf(`(document.querySelector(%q) || {}).textContent === "kr-music=100"`, kr))
+	ended := n.waitTable(t, func(tb *routing.Table) bool { return len(tb.Overrides()) == 0 })
+	t.Logf("revision %d with the boost, %d after its end", boosted.Revision(), ended.Revision())
+	want := candidates(ended.Effective("KR"))
+	waitJS(ctx, t, "KR after the boost's expires_at", fmt.Sprintf(`(document.querySelector(%q) || {}).textContent === %q`, kr, want))
+
+	// The agent gone: the banner says so and stays, and the facts below it
+	// are marked as of the last answer.
+	eval[int](ctx, t, `(window.fetch = () => Promise.reject(new Error("connection refused")), 1)`)
+	waitJS(ctx, t, "the agent-unreachable banner", `document.getElementById("banner").textContent.startsWith("Cannot reach the agent")`)
+	for range 3 {
+		time.Sleep(time.Second) // three of the page's one-second renders
+		if got := text(ctx, t, "#banner"); !strings.HasPrefix(got, "Cannot reach the agent") || eval[bool](ctx, t, `document.getElementById("banner").hidden`) {
+			t.Fatalf("the banner while the agent is unreachable: %q (hidden: %v)", got, eval[bool](ctx, t, `document.getElementById("banner").hidden`))
+		}
+	}
+	if !eval[bool](ctx, t, `document.getElementById("node-status").classList.contains("dated")`) {
+		t.Error("the node's facts are not marked dated while the agent is unreachable")
+	}
+	if errs := scriptErrors(); len(errs) > 0 {
+		t.Errorf("errors on the page's console:\n%s", strings.Join(errs, "\n"))
 	}
 }

@@ -5,7 +5,11 @@
 'use strict';
 (function () {
   const $ = (id) => document.getElementById(id);
-  const state = { table: null, rev: 0, status: null, node: null, renders: 0, fleetBusy: false, fleetTimer: 0 };
+  // agentError: why the last request to the agent failed ('' once one
+  // succeeds); it outranks what the last status said. statusAt: when the
+  // status was read (its stale_seconds grows from then).
+  const state = { table: null, rev: 0, sig: '', status: null, statusAt: 0, node: null, agentError: '',
+    renders: 0, fleetBusy: false, fleetTimer: 0, statusBusy: false };
   window.regiondUI = state; // for people poking at it (and the browser test)
 
   function el(tag, text, cls) {
@@ -58,13 +62,41 @@
   async function refreshStatus() {
     const [st, node] = await Promise.all([getJSON('../v1/status'), getJSON('api/node')]);
     state.status = st.body;
+    state.statusAt = Date.now();
     state.node = node.body;
+    renderStatus();
+  }
+
+  // The status on its own clock too: the table's blocking query may wait
+  // for seconds, and etcd lost or the agent gone must show at once.
+  async function pollStatus() {
+    if (state.statusBusy) return;
+    state.statusBusy = true;
+    try {
+      await refreshStatus();
+      if (state.agentError.startsWith('Cannot reach')) agentReached();
+    } catch (e) {
+      agentLost(e);
+    } finally {
+      state.statusBusy = false;
+    }
+  }
+  function agentLost(e) {
+    setLive(false, e);
+    state.agentError = 'Cannot reach the agent: ' + e.message + '; retrying. The facts below are as of ' +
+      (state.statusAt ? new Date(state.statusAt).toLocaleTimeString() : 'never') + '.';
+    renderStatus();
+  }
+  function agentReached() {
+    state.agentError = '';
+    setLive(true);
     renderStatus();
   }
 
   function renderStatus() {
     const st = state.status, node = state.node || {};
-    if (!st) return;
+    if (!st) { banner(state.agentError); return; }
+    $('node-status').classList.toggle('dated', !!state.agentError);
     $('node').textContent = st.node || node.node || '';
     document.title = 'regiond ' + (st.node || '') + ' · r' + st.revision;
     $('revision').textContent = st.revision;
@@ -75,7 +107,8 @@
     const s = $('synced');
     s.textContent = st.synced_at ? ago(st.synced_at) : 'never';
     s.title = st.synced_at || '';
-    s.className = st.stale_seconds < 0 || st.stale_seconds > 300 ? 'bad' : st.stale_seconds > 30 ? 'warn' : '';
+    const stale = st.stale_seconds < 0 ? -1 : st.stale_seconds + (Date.now() - state.statusAt) / 1000;
+    s.className = stale < 0 || stale > 300 ? 'bad' : stale > 30 ? 'warn' : '';
     const w = $('written'), snap = node.snapshot;
     if (!snap) { w.textContent = 'no snapshot file (--snapshot "")'; w.title = ''; }
     else if (snap.error) { w.textContent = 'unreadable'; w.title = snap.error; w.className = 'bad'; }
@@ -84,7 +117,7 @@
     sv.textContent = st.stale ? 'snapshot file, not yet synced with etcd' : 'table from etcd';
     sv.className = st.stale ? 'bad' : 'ok';
     $('version').textContent = node.version || '–';
-    banner(st.etcd_error ? 'etcd: ' + st.etcd_error
+    banner(state.agentError ? state.agentError : st.etcd_error ? 'etcd: ' + st.etcd_error
       : st.status_error ? 'status key not published (regionctl status shows this node\'s last status, or none): ' + st.status_error : '');
     const sk = st.skipped || [];
     $('skipped-box').hidden = sk.length === 0;
@@ -96,6 +129,14 @@
   function targets(e) {
     return (e.candidates || []).map((c) => c.pool + '=' + c.weight).join(', ');
   }
+  // shares says what part of the viewers each candidate gets: the weights
+  // left after drains and health need not add up to 100.
+  function shares(e) {
+    const cs = e.candidates || [];
+    const sum = cs.reduce((n, c) => n + c.weight, 0);
+    if (sum === 100 || sum === 0) return '';
+    return cs.map((c) => c.pool + ' ' + Math.round((100 * c.weight) / sum) + '%').join(', ');
+  }
   function hosts(e) {
     return [...new Set((e.candidates || []).map((c) => c.host))].join(', ');
   }
@@ -106,8 +147,11 @@
     const noRoute = !e.candidates || e.candidates.length === 0;
     const deg = e.degraded || [];
     const cls = [noRoute ? 'noroute' : deg.length ? 'degraded' : '', extraCls || ''].join(' ').trim();
+    const pools = el('td', noRoute ? 'none eligible' : targets(e));
+    const sh = noRoute ? '' : shares(e);
+    if (sh) pools.appendChild(el('span', ' (' + sh + ' of viewers)', 'share'));
     const tr = row([el('td', cc === '_unknown' ? 'unknown country' : cc, 'cc'), e.route || '–',
-      el('td', noRoute ? '–' : e.fallback_depth, 'num'), noRoute ? 'none eligible' : targets(e), hosts(e),
+      el('td', noRoute ? '–' : e.fallback_depth, 'num'), pools, hosts(e),
       el('td', deg.join(', '), 'reasons')], cls);
     tr.dataset.cc = cc;
     tr.dataset.search = [cc, e.route, targets(e), hosts(e), deg.join(' '), noRoute ? 'noroute no route' : ''].join(' ').toLowerCase();
@@ -291,8 +335,9 @@
       $('fleet-count').textContent = agents.length;
       const me = state.status && state.status.node;
       fill(table.tBodies[0], agents.map((a) => {
-        const lag = el('td', a.invalid ? 'invalid' : a.lag, 'num ' + (a.lag > 0 || a.invalid ? 'bad' : 'ok'));
-        if (a.invalid) lag.title = a.invalid;
+        const lag = el('td', a.invalid ? 'invalid' : a.diverged ? 'diverged' : a.lag,
+          'num ' + (a.lag > 0 || a.invalid || a.diverged ? 'bad' : 'ok'));
+        if (a.invalid || a.diverged) lag.title = a.invalid || ('another history than etcd\'s: ' + a.diverged);
         return row([el('td', a.node + (a.node === me ? ' (this node)' : '')), el('td', a.revision, 'num'), lag,
           el('td', a.epoch, 'num'), el('td', a.connected ? 'yes' : 'no', a.connected ? 'ok' : 'bad'),
           ago(a.synced_at), el('td', a.skipped || 0, 'num' + (a.skipped ? ' bad' : '')), a.version || '']);
@@ -373,17 +418,25 @@
     for (;;) {
       if (delay) await sleep(delay);
       try {
-        const q = state.table ? '?min_revision=' + (state.rev + 1) + '&wait=25s' : '';
+        // A short wait: a boost's expires_at and a health grace window's
+        // end change the table without a new revision, which the query
+        // does not wait for; the content tells.
+        const q = state.table ? '?min_revision=' + (state.rev + 1) + '&wait=5s' : '';
         const t = await getJSON('../v1/table' + q);
         if (t.status !== 200) {
           await refreshStatus().catch(() => {});
-          banner((t.body && t.body.error) || 'table: HTTP ' + t.status);
+          state.agentError = (t.body && t.body.error) || 'table: HTTP ' + t.status;
+          renderStatus();
           delay = 2000;
           continue;
         }
-        const changed = !state.table || t.body.revision !== state.table.revision;
-        state.table = t.body;
-        state.rev = t.body.revision;
+        const b = t.body;
+        const sig = JSON.stringify([b.revision, b.epoch, b.stale, b.effective, b.pools, b.overrides || null, b.skipped]);
+        const changed = sig !== state.sig;
+        state.sig = sig;
+        state.table = b;
+        state.rev = b.revision;
+        state.agentError = '';
         await refreshStatus();
         if (!state.fleetTimer) { // the fleet marks this node: after the first status
           refreshFleet();
@@ -397,8 +450,7 @@
         setLive(true);
         delay = 250; // during a burst of changes, at most ~4 renders a second
       } catch (e) {
-        setLive(false, e);
-        banner('Cannot reach the agent: ' + e.message + '; retrying.');
+        agentLost(e);
         delay = 2000;
       }
     }
@@ -410,6 +462,7 @@
     $('whatif-result').replaceChildren(el('p', 'what-if: ' + e.message, 'bad'));
   }));
   setInterval(tick, 1000);
+  setInterval(pollStatus, 2500);
   loadMap().catch((e) => console.warn('map: ' + e.message));
   follow();
 })();
