@@ -63,7 +63,8 @@ const (
 )
 
 // TestDecisionsMatchGo: through the KV export (a Workers KV namespace in
-// memory) and through the index file (sync and async reads), every header
+// memory) and through the index file (sync and async reads, and an
+// IndexReader's, which keeps the entries it read), every header
 // (AA..ZZ, junk, _unknown) without a key and × 1,000 keys decides as
 // routing.Resolve on every scenario of fleettest.Scenarios (drained, down,
 // unhealthy, boosted, NoRoute, stale), decision by decision (pool, host,
@@ -75,7 +76,7 @@ func TestDecisionsMatchGo(t *testing.T) {
 	node(t)
 	now := time.Now()
 	hs, ks := fleettest.Headers(), fleettest.Keys(sweepKeys)
-	modes := []string{"kv", "idx", "idx-async"}
+	modes := []string{"kv", "idx", "idx-async", "idx-cached"}
 	// run sweeps tab through every mode and compares them all with Go.
 	run := func(t *testing.T, tab *routing.Table, synced time.Time, maxAge int, withStale bool, ks []string) fleettest.Counts {
 		kv, idx := kvFile(t, tab, now, synced), indexFile(t, tab, now, synced)

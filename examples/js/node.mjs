@@ -6,9 +6,9 @@
 //     import { decideFromIndexFile } from './node.mjs';
 //     const d = decideFromIndexFile('/dev/shm/regiond/table.idx', req.headers['cf-ipcountry'], viewerId);
 
-import { openSync, readSync, closeSync, fstatSync, constants } from 'node:fs';
+import { openSync, readSync, closeSync, fstatSync, statSync, constants } from 'node:fs';
 import { open } from 'node:fs/promises';
-import { decideEntry, readIndexEntry, readIndexEntryAsync, TableError } from './regiond.mjs';
+import { countrySlot, decideEntry, readIndexEntry, readIndexEntryAsync, TableError } from './regiond.mjs';
 
 export * from './regiond.mjs';
 
@@ -71,6 +71,11 @@ function inFile(st, off, len) {
  * given, as decideFromIndexFile's opts.owner.
  */
 export function readIndexFile(path, country, owner) {
+  return readIndexFileStat(path, country, owner).read;
+}
+
+/** readIndexFile, and the stats of the file read. */
+function readIndexFileStat(path, country, owner) {
   let fd;
   try {
     fd = openSync(path, OPEN_FLAGS);
@@ -81,12 +86,84 @@ export function readIndexFile(path, country, owner) {
     const st = fstatSync(fd);
     const why = owner !== undefined && owner !== null ? untrusted(st, owner) : notRegular(st);
     if (why) throw new TableError(`regiond: snapshot index ${path} ${why}: refusing a table the agent may not have written`);
-    return readIndexEntry((off, len) => {
+    const read = readIndexEntry((off, len) => {
       const b = Buffer.allocUnsafe(inFile(st, off, len));
       return b.subarray(0, readSync(fd, b, 0, b.length, off));
     }, path, country);
+    return { read, st };
   } finally {
     closeSync(fd);
+  }
+}
+
+/** The identity of a file by its stats: another file, or this one changed, has another. */
+function fileSignature(st) {
+  return `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}:${st.ctimeMs}`;
+}
+
+/**
+ * IndexReader decides from the index file at path as decideFromIndexFile
+ * does, reading each country's entry once per file: a call stats the path
+ * (one system call) and answers from memory while the path names the same
+ * file (device, inode, size, modification and change times), so the agent
+ * renaming a new file in, or anyone changing this one, drops what was
+ * read. It keeps at most one entry per slot of the file. opts.owner, as
+ * decideFromIndexFile's, is checked on every call. decideFromIndexFile is
+ * the reference it is tested against (TestDecisionsMatchGo).
+ *
+ *     const reader = new IndexReader('/run/regiond/table.idx', { owner: 998 });
+ *     const d = reader.decide(req.headers['cf-ipcountry'], viewerId);
+ */
+export class IndexReader {
+  constructor(path, opts = {}) {
+    this.path = path;
+    this.owner = opts.owner;
+    this.sig = '';
+    this.entries = new Map(); // slot → {header, country, entry} of the file of sig
+  }
+
+  /** The {header, country, entry} of a raw country header (see readIndexFile). */
+  read(country) {
+    let st;
+    try {
+      st = statSync(this.path);
+    } catch (err) {
+      throw new TableError(`regiond: stat index ${this.path}: ${err.message}`, { cause: err });
+    }
+    const why = this.owner !== undefined && this.owner !== null ? untrusted(st, this.owner) : notRegular(st);
+    if (why) throw new TableError(`regiond: snapshot index ${this.path} ${why}: refusing a table the agent may not have written`);
+    const sig = fileSignature(st);
+    if (sig !== this.sig) {
+      this.sig = sig;
+      this.entries.clear();
+    }
+    const slot = countrySlot(country);
+    let r = this.entries.get(slot);
+    if (r === undefined) {
+      // The file opened may be newer than the one just stated: it is kept
+      // under its own signature.
+      const got = readIndexFileStat(this.path, country, this.owner);
+      const fsig = fileSignature(got.st);
+      if (fsig !== this.sig) {
+        this.sig = fsig;
+        this.entries.clear();
+      }
+      r = got.read;
+      this.entries.set(slot, r);
+    }
+    return r;
+  }
+
+  /**
+   * decideFromIndexFile's decision for a raw country header and sticky
+   * key; its attrs and degraded are the caller's own (not the cache's).
+   */
+  decide(country, key, opts) {
+    const { header, country: cc, entry } = this.read(country);
+    const d = decideEntry(header, cc, entry, key, opts);
+    d.attrs = { ...d.attrs };
+    d.degraded = [...d.degraded];
+    return d;
   }
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/regiond/regiond/internal/fleettest"
 	"github.com/regiond/regiond/internal/snapindex"
+	"github.com/regiond/regiond/routing"
 )
 
 // TestOwnerRefusesAFileTheAgentDidNotWrite: with opts.owner (the agent's
@@ -145,5 +146,107 @@ console.log(out.join('\n'));
 	want := fmt.Sprintf("TableError: regiond: %s: slot %d: entry at ", idx, pl)
 	if len(lines) != 2 || !strings.HasPrefix(lines[0], want) || !strings.HasPrefix(lines[1], want) || !strings.Contains(lines[0], "+4294967280 is past the end of the file") {
 		t.Fatalf("node said:\n%s\nwant two lines starting %q", out, want)
+	}
+}
+
+// TestIndexReaderFollowsTheFile: the caching IndexReader answers from the
+// file the path names now: after the agent renames another table in, its
+// decisions are the new file's, as decideFromIndexFile's; a file made
+// writable by others under it is refused on the next call (owner given),
+// and a missing one is a TableError naming the path.
+func TestIndexReaderFollowsTheFile(t *testing.T) {
+	node(t)
+	now := time.Now()
+	sc := fleettest.Scenarios(t, now)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "table.idx")
+	put := func(name string) {
+		t.Helper()
+		for _, s := range sc {
+			if s.Name != name {
+				continue
+			}
+			b, err := snapindex.Encode(nil, s.Table, routing.JSONHeader{WrittenAt: now, SyncedAt: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tmp := filepath.Join(dir, ".tmp")
+			if err := os.WriteFile(tmp, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(tmp, path); err != nil { // as the agent publishes
+				t.Fatal(err)
+			}
+			return
+		}
+		t.Fatalf("no scenario %s", name)
+	}
+	put("fleet")
+	script := `
+import { createInterface } from 'node:readline';
+import { IndexReader, decideFromIndexFile } from './node.mjs';
+const [path, owner] = process.argv.slice(1);
+const reader = new IndexReader(path, { owner: Number(owner) });
+const ccs = ['PL', 'DE', 'FR', 'US', 'KR', 'zz'];
+const show = (f) => { try { const d = f(); return d.pool + '/' + d.degraded.join('+'); } catch (e) { return e.name + ': ' + e.message; } };
+// One line of stdin per step: the Go side changes the file in between.
+for await (const _ of createInterface({ input: process.stdin })) {
+  const got = ccs.map((cc) => show(() => reader.decide(cc, 'viewer-7')));
+  const want = ccs.map((cc) => show(() => decideFromIndexFile(path, cc, 'viewer-7', { owner: Number(owner) })));
+  console.log(JSON.stringify({ got, want }));
+}
+`
+	cmd := exec.Command(node(t), "--input-type=module", "-e", script, path, strconv.Itoa(os.Getuid()))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = stdin.Close(); _ = cmd.Wait() }()
+	dec := json.NewDecoder(stdout)
+	step := func(what string) []string {
+		t.Helper()
+		same := what != "the file gone" // the reader names its stat, the reference its open
+		if _, err := stdin.Write([]byte("\n")); err != nil {
+			t.Fatal(err)
+		}
+		var r struct{ Got, Want []string }
+		if err := dec.Decode(&r); err != nil {
+			t.Fatalf("%s: %v\n%s", what, err, stderr.String())
+		}
+		if same && strings.Join(r.Got, " ") != strings.Join(r.Want, " ") {
+			t.Errorf("%s: the reader decides %v, decideFromIndexFile %v", what, r.Got, r.Want)
+		}
+		return r.Got
+	}
+	first := step("the fleet")
+	step("the fleet again (from memory)")
+	put("drained")
+	if drained := step("the drained table renamed in"); strings.Join(drained, " ") == strings.Join(first, " ") {
+		t.Fatalf("the drained table decides as the fleet did (%v): the test needs tables that differ", drained)
+	}
+	if err := os.Chmod(path, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range step("the file made writable by others") {
+		if !strings.Contains(g, "is writable by group or others") {
+			t.Errorf("a file writable by others: %s, want it refused", g)
+		}
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range step("the file gone") {
+		if !strings.HasPrefix(g, "TableError: regiond: stat index "+path) {
+			t.Errorf("no file: %s, want a TableError naming the path", g)
+		}
 	}
 }

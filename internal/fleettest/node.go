@@ -67,7 +67,7 @@ func JSDriver() string {
 const JSFullKeys = 20
 
 // SweepJS runs the JS driver's sweep of headers × (no key, keys) in mode
-// (kv, idx or idx-async) on file with max age maxAge seconds, in one node
+// (kv, idx, idx-async or idx-cached) on file with max age maxAge seconds, in one node
 // process, and decodes it.
 func SweepJS(t testing.TB, mode, file string, maxAge int, headers, keys []string) *Sweep {
 	t.Helper()

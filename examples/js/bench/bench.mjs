@@ -4,8 +4,8 @@
 // node bench.mjs table.idx kv.json [ROUNDS]).
 //
 // Prints one JSON object: {name: {median_ns, baseline, baseline_ns, ratio}}.
-import { openSync, closeSync, readFileSync } from 'node:fs';
-import { decideFromIndexFile, decideFromIndexFileAsync, decideFromValue, pickSticky, valueEntry } from '../node.mjs';
+import { openSync, closeSync, readFileSync, statSync } from 'node:fs';
+import { decideFromIndexFile, decideFromIndexFileAsync, decideFromValue, IndexReader, pickSticky, valueEntry } from '../node.mjs';
 import { hashTop53 } from '../xxh64.mjs';
 import { hashTop53BigInt } from './xxh64_bigint.mjs';
 
@@ -59,6 +59,13 @@ const fromIndexAsync = await medianAsync(5000, async (i) => {
   try { sink ^= (await decideFromIndexFileAsync(idx, countries[i % 10], keys[i & 1023])).revision; } catch (err) { if (err.name !== 'NoRouteError') throw err; }
 });
 report('index_decision_async', fromIndexAsync, 'index_decision_sync', fromIndex);
+// The caching IndexReader: a stat per call, entries read once per file,
+// against the sync reader and against the stat alone.
+const reader = new IndexReader(idx);
+const fromReader = median(20000, (i) => { sink ^= noRoute(() => reader.decide(countries[i % 10], keys[i & 1023]))?.revision ?? 0; });
+report('index_reader_decision', fromReader, 'index_decision_sync', fromIndex);
+const statOnly = median(20000, () => { sink ^= statSync(idx).size & 1; });
+report('index_reader_decision_vs_stat', fromReader, 'stat', statOnly);
 
 // A KV value in a Worker: decode (JSON.parse of the string, as KV's
 // {type: 'json'} does) and pick, against JSON.parse alone.

@@ -6,13 +6,14 @@
 //   node driver.mjs owner FILE UID    stdout: JSON [O sync, O async] of PL without a key, opts.owner = UID
 //   node driver.mjs cookie            stdin: JSON [hex of a cookie value's bytes]; stdout: JSON [[hex of the worker's key
 //                                     bytes given the value as Latin-1, and given it UTF-8 decoded as workerd does]]
-//   node driver.mjs sweep kv|idx|idx-async FILE MAXAGE
+//   node driver.mjs sweep kv|idx|idx-async|idx-cached FILE MAXAGE
 //       stdin: JSON {"headers": [hex], "keys": [hex], "full": N}
 //       stdout: one JSON line per header: {"outcomes": [O], "ids": "…"} (fleettest.SweepLine): the
 //       header's distinct outcomes and, one character per decision, the index of its outcome in
 //       fleettest.IDChars: ids[0] without a key, ids[1 + j] with key j. The decision without a
 //       key and those with the first N keys go through the whole path (decideFromKV,
-//       decideFromIndexFile, decideFromIndexFileAsync: a KV get or an index read each); the other
+//       decideFromIndexFile, decideFromIndexFileAsync, one IndexReader's decide: a KV get or an
+//       index read each, or the reader's stat and, once per slot, its read); the other
 //       keys through decideEntry on the header and entry that mode read once for the header.
 //       O is {"ok": true, "d": decision}, {"ok": false, "error": "NoRouteError", "noroute":
 //       {country, reasons, revision, epoch}, "body": toJSON(), "message"} or {"ok": false, "error",
@@ -22,8 +23,8 @@ import { readFileSync } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { xxh64Hex } from '../xxh64.mjs';
 import {
-  decideEntry, decideFromIndexFile, decideFromIndexFileAsync, decideFromKV, kvEntry, readIndexEntryAsync, readIndexFile,
-  stickyScore, TableError,
+  decideEntry, decideFromIndexFile, decideFromIndexFileAsync, decideFromKV, IndexReader, kvEntry, readIndexEntryAsync,
+  readIndexFile, stickyScore, TableError,
 } from '../node.mjs';
 
 const hex = (s) => Uint8Array.from(Buffer.from(s, 'hex'));
@@ -161,11 +162,13 @@ async function sweep(mode, file, maxAge) {
   const opts = { maxAgeSeconds: Number(maxAge) };
   const { headers, keys, full } = input();
   const kv = mode === 'kv' ? memoryKV(JSON.parse(readFileSync(file, 'utf8'))) : null;
+  const reader = mode === 'idx-cached' ? new IndexReader(file) : null;
   const whole = async (h, key) => {
     switch (mode) {
       case 'kv': return outcomeAsync(() => decideFromKV(kv, h, key, opts));
       case 'idx': return outcome(() => decideFromIndexFile(file, h, key, opts));
       case 'idx-async': return outcomeAsync(() => decideFromIndexFileAsync(file, h, key, opts));
+      case 'idx-cached': return outcome(() => reader.decide(h, key, opts));
     }
     throw new Error(`unknown mode ${mode}`);
   };
@@ -174,6 +177,7 @@ async function sweep(mode, file, maxAge) {
       case 'kv': return kvEntry(kv, h);
       case 'idx': return readIndexFile(file, h);
       case 'idx-async': return readIndexFileAsync(file, h);
+      case 'idx-cached': return reader.read(h);
     }
     throw new Error(`unknown mode ${mode}`);
   };
