@@ -86,16 +86,7 @@ func TestMirrorKeepsNoHealthValues(t *testing.T) {
 		}
 	}
 	// By the watch.
-	for m.applied < last.Header.Revision {
-		select {
-		case resp, ok := <-wch:
-			if why := m.drain(wch, resp, ok); why != "" {
-				t.Fatalf("drain: %s", why)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no watch response up to revision %d", last.Header.Revision)
-		}
-	}
+	drainUpTo(t, m, wch, last.Header.Revision)
 	check("watched")
 	// By a list, into a new mirror (a compile of the whole state).
 	m2, err := New(Config{Client: cli, Prefix: faultPrefix})
@@ -129,23 +120,28 @@ func TestMirrorKeepsNoHealthValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wch = cli.Watch(wctx, faultPrefix, clientv3.WithPrefix(), clientv3.WithRev(del.Header.Revision))
-	for m.applied < del.Header.Revision {
-		select {
-		case resp, ok := <-wch:
-			if why := m.drain(wch, resp, ok); why != "" {
-				t.Fatalf("drain: %s", why)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no watch response up to revision %d", del.Header.Revision)
-		}
-	}
+	drainUpTo(t, m, cli.Watch(wctx, faultPrefix, clientv3.WithPrefix(), clientv3.WithRev(del.Header.Revision)), del.Header.Revision)
 	if _, ok := m.state[short]; ok {
 		t.Error("the long key, deleted, is still in the mirror's state")
 	}
 	for _, s := range m.Table().Skipped() {
 		if s.Key == short {
 			t.Error("the long key, deleted, is still skipped")
+		}
+	}
+}
+
+// drainUpTo applies wch's responses to m until m has applied rev.
+func drainUpTo(t *testing.T, m *Mirror, wch clientv3.WatchChan, rev int64) {
+	t.Helper()
+	for m.applied < rev {
+		select {
+		case resp, ok := <-wch:
+			if why := m.drain(wch, resp, ok); why != "" {
+				t.Fatalf("drain: %s", why)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no watch response up to revision %d", rev)
 		}
 	}
 }
