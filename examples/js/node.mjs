@@ -8,7 +8,7 @@
 
 import { openSync, readSync, closeSync, fstatSync, statSync, constants } from 'node:fs';
 import { open } from 'node:fs/promises';
-import { countrySlot, decideEntry, readIndexEntry, readIndexEntryAsync, TableError } from './regiond.mjs';
+import { countrySlot, decideEntry, NoRouteError, readIndexEntry, readIndexEntryAsync, TableError } from './regiond.mjs';
 
 export * from './regiond.mjs';
 
@@ -156,11 +156,24 @@ export class IndexReader {
 
   /**
    * decideFromIndexFile's decision for a raw country header and sticky
-   * key; its attrs and degraded are the caller's own (not the cache's).
+   * key; its attrs and degraded (a NoRouteError's reasons) are the
+   * caller's own, not the cache's. opts as decideFromIndexFile's; an owner
+   * other than the reader's throws a TypeError.
    */
   decide(country, key, opts) {
+    // The owner is the reader's: one given here would otherwise be
+    // ignored, and the check with it.
+    if (opts?.owner !== undefined && opts.owner !== this.owner) {
+      throw new TypeError(`regiond: IndexReader.decide: owner ${JSON.stringify(opts.owner)} differs from the reader's ${JSON.stringify(this.owner)}: give it to new IndexReader(path, { owner })`);
+    }
     const { header, country: cc, entry } = this.read(country);
-    const d = decideEntry(header, cc, entry, key, opts);
+    let d;
+    try {
+      d = decideEntry(header, cc, entry, key, opts);
+    } catch (err) {
+      if (err instanceof NoRouteError) err.reasons = [...err.reasons];
+      throw err;
+    }
     d.attrs = { ...d.attrs };
     d.degraded = [...d.degraded];
     return d;

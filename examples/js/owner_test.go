@@ -250,3 +250,45 @@ for await (const _ of createInterface({ input: process.stdin })) {
 		}
 	}
 }
+
+// TestIndexReaderHandsOutCopies: what IndexReader.decide returns (a
+// decision's attrs and degraded, a NoRouteError's reasons) is the
+// caller's to change: the entries it keeps stay as read. An owner given to
+// decide, not to the reader, would be ignored: it throws instead.
+func TestIndexReaderHandsOutCopies(t *testing.T) {
+	node(t)
+	now := time.Now()
+	var idx string
+	for _, sc := range fleettest.Scenarios(t, now) {
+		if sc.Name == "down" {
+			idx = indexFile(t, sc.Table, now, now)
+		}
+	}
+	script := `
+import { IndexReader } from './node.mjs';
+const reader = new IndexReader(process.argv[1]);
+const out = [];
+const noRoute = () => { try { reader.decide('DE', 'viewer-7'); return 'routed'; } catch (e) { return e; } };
+const e1 = noRoute();
+out.push(e1.name + ' ' + e1.reasons.length);
+e1.reasons.push('changed-by-caller');
+out.push('reasons kept: ' + !noRoute().reasons.includes('changed-by-caller'));
+const d = reader.decide('US', 'viewer-7');
+d.attrs.changed = 'by-caller';
+d.degraded.push('changed-by-caller');
+const d2 = reader.decide('US', 'viewer-7');
+out.push('decision kept: ' + (d2.attrs.changed === undefined && !d2.degraded.includes('changed-by-caller')));
+try { reader.decide('US', 'viewer-7', { owner: 0 }); out.push('owner ignored'); } catch (e) { out.push(e.name + ': ' + e.message); }
+console.log(out.join('\n'));
+`
+	out, err := exec.Command(node(t), "--input-type=module", "-e", script, idx).CombinedOutput()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "NoRouteError ") || lines[0] == "NoRouteError 0" ||
+		lines[1] != "reasons kept: true" || lines[2] != "decision kept: true" ||
+		!strings.HasPrefix(lines[3], "TypeError: regiond: IndexReader.decide: owner 0 differs from the reader's undefined") {
+		t.Fatalf("IndexReader copies and owner:\n%s", out)
+	}
+}

@@ -21,9 +21,10 @@ const (
 
 // KVValue is one key of the KV export: a country code the table knows (an
 // index slot of KindCountry) or routing.Unknown, and its value, the JSON
-// object {"format":1,"revision","epoch","written_at","synced_at","stale",
-// "country","entry"} where entry is the country's index entry, byte for
-// byte. An edge worker normalizes the country header, reads that key, and
+// object {"format":1,"revision","epoch","written_at","synced_at",
+// "valid_until","stale","country","entry"} where entry is the country's
+// index entry, byte for byte, and valid_until (absent when there is none)
+// the table's ValidUntil. An edge worker normalizes the country header, reads that key, and
 // reads routing.Unknown when the key is missing.
 type KVValue struct {
 	Key   string

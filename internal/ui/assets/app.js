@@ -96,7 +96,7 @@
   function renderStatus() {
     const st = state.status, node = state.node || {};
     if (!st) { banner(state.agentError); return; }
-    $('node-status').classList.toggle('dated', !!state.agentError);
+    $('node-status').classList.toggle('dated', state.agentError.startsWith('Cannot reach'));
     $('node').textContent = st.node || node.node || '';
     document.title = 'regiond ' + (st.node || '') + ' · r' + st.revision;
     $('revision').textContent = st.revision;
@@ -433,7 +433,6 @@
         const b = t.body;
         const sig = JSON.stringify([b.revision, b.epoch, b.stale, b.effective, b.pools, b.overrides || null, b.skipped]);
         const changed = sig !== state.sig;
-        state.sig = sig;
         state.table = b;
         state.rev = b.revision;
         state.agentError = '';
@@ -447,6 +446,7 @@
           await refreshBoosts();
           refreshFleet(); // the agents' answers to the change
         }
+        state.sig = sig; // drawn: a failure before this draws it again next time
         setLive(true);
         delay = 250; // during a burst of changes, at most ~4 renders a second
       } catch (e) {
