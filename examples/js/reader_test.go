@@ -155,10 +155,11 @@ console.log(JSON.stringify(new NoRouteError('DE', ['no-route:DE'], 7, 0)));
 	}
 }
 
-// TestKVExportStaleAtItsValidUntil: a KV export's values carry the instant
-// the table changes by the clock alone (here a boost's expires_at), and
-// the JS reader marks its decisions stale-table from then on: nothing
-// rewrites the values when the boost ends, as the agent rewrites its file.
+// TestKVExportStaleAtItsValidUntil: a KV export's value carries the first
+// instant the table changes its entry by the clock alone (here KR's, at a
+// boost's expires_at; PL's none), and the JS reader marks its decisions
+// stale-table from then on: nothing rewrites the values when the boost
+// ends, as the agent rewrites its file (whose index carries none).
 func TestKVExportStaleAtItsValidUntil(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Second)
 	ends := now.Add(10 * time.Second)
@@ -177,14 +178,26 @@ func TestKVExportStaleAtItsValidUntil(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var kr string
+	var kr, pl string
 	for _, v := range vs {
-		if v.Key == "KR" {
+		switch v.Key {
+		case "KR":
 			kr = string(v.Value)
+		case "PL":
+			pl = string(v.Value)
 		}
 	}
 	if want := `"valid_until":"` + ends.Format(time.RFC3339Nano) + `"`; !strings.Contains(kr, want) {
 		t.Fatalf("KR's value %s: want %s", kr, want)
+	}
+	// PL's entry does not change when the KR boost ends: no valid_until.
+	// Nor has the agent's own index one: it rewrites its file then.
+	idx, err := snapindex.Encode(nil, tab, routing.JSONHeader{WrittenAt: now, SyncedAt: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(pl, "valid_until") || bytes.Contains(idx, []byte("valid_until")) {
+		t.Fatalf("PL's value %s, or the index, has a valid_until", pl)
 	}
 	script := `
 import { decideEntry } from './regiond.mjs';

@@ -21,6 +21,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"time"
 	"unicode/utf8"
 
 	"github.com/cespare/xxhash/v2"
@@ -241,9 +242,10 @@ func appendBlock(b []byte, t *routing.Table, h routing.JSONHeader) []byte {
 }
 
 // appendHeader appends the header JSON: the members a KV value carries
-// too (appendKVHeader), and the slot count.
+// too (appendKVHeader) but valid_until (the agent rewrites its file when
+// the clock changes the table), and the slot count.
 func appendHeader(b []byte, t *routing.Table, h routing.JSONHeader) []byte {
-	b = appendKVHeader(b, t, h)
+	b = appendKVHeader(b, t, h, time.Time{})
 	b = append(b, `,"slots":`...)
 	b = strconv.AppendInt(b, Slots, 10)
 	return append(b, '}')

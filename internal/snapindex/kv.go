@@ -24,7 +24,7 @@ const (
 // object {"format":1,"revision","epoch","written_at","synced_at",
 // "valid_until","stale","country","entry"} where entry is the country's
 // index entry, byte for byte, and valid_until (absent when there is none)
-// the table's ValidUntil. An edge worker normalizes the country header, reads that key, and
+// the first instant the table changes that entry by the clock alone. An edge worker normalizes the country header, reads that key, and
 // reads routing.Unknown when the key is missing.
 type KVValue struct {
 	Key   string
@@ -33,32 +33,78 @@ type KVValue struct {
 
 // KVValues returns the KV export of t with health evaluated at h.WrittenAt
 // (as Encode does): every country of routing.Countries() in order, then
-// routing.Unknown.
+// routing.Unknown. A value whose entry the table changes by the clock alone
+// (a boost's expires_at, a health grace window's end) carries the first
+// such instant as valid_until (see validUntil).
 func KVValues(t *routing.Table, h routing.JSONHeader) ([]KVValue, error) {
 	if t == nil {
 		return nil, fmt.Errorf("snapindex: kv values: no table")
 	}
 	t = t.At(h.WrittenAt)
-	head := appendKVHeader(nil, t, h)
 	cs := routing.Countries()
-	out := make([]KVValue, 0, len(cs)+1)
-	for id := range len(cs) + 1 {
+	entries := make([][]byte, len(cs)+1)
+	for id := range entries {
+		entries[id] = appendEntry(nil, entryOf(t, id))
+	}
+	until := validUntil(t, entries)
+	out := make([]KVValue, 0, len(entries))
+	for id, e := range entries {
 		key := routing.Unknown
 		if id < len(cs) {
 			key = cs[id]
 		}
-		b := append(bytes.Clone(head), `,"country":`...)
+		b := appendKVHeader(nil, t, h, until[id])
+		b = append(b, `,"country":`...)
 		b = strconv.AppendQuote(b, key) // codes and _unknown are plain ASCII
 		b = append(b, `,"entry":`...)
-		b = appendEntry(b, entryOf(t, id))
+		b = append(b, e...)
 		out = append(out, KVValue{Key: key, Value: append(b, '}')})
 	}
 	return out, nil
 }
 
+// maxClockSteps bounds the changes by the clock validUntil follows.
+const maxClockSteps = 64
+
+// validUntil returns, for each slot id, the first instant t changes its
+// entry (entries[id], t's) by the clock alone, or zero: it follows t's
+// changes by the clock (ValidUntil, At) and compares each slot's entry.
+// Past maxClockSteps, the slots not changed yet get the next change's
+// instant (it may change them).
+func validUntil(t *routing.Table, entries [][]byte) []time.Time {
+	until := make([]time.Time, len(entries))
+	left := len(entries)
+	var buf []byte
+	for step := 0; left > 0; step++ {
+		at := t.ValidUntil()
+		if at.IsZero() {
+			break
+		}
+		if step == maxClockSteps {
+			for id := range until {
+				if until[id].IsZero() {
+					until[id] = at
+				}
+			}
+			break
+		}
+		t = t.At(at)
+		for id, e := range entries {
+			if !until[id].IsZero() {
+				continue
+			}
+			if buf = appendEntry(buf[:0], entryOf(t, id)); !bytes.Equal(buf, e) {
+				until[id], left = at, left-1
+			}
+		}
+	}
+	return until
+}
+
 // appendKVHeader appends the members of a value before country (without
-// the closing brace): the index header's, without slots.
-func appendKVHeader(b []byte, t *routing.Table, h routing.JSONHeader) []byte {
+// the closing brace): the index header's, without slots, and valid_until
+// when not zero.
+func appendKVHeader(b []byte, t *routing.Table, h routing.JSONHeader, validUntil time.Time) []byte {
 	b = append(b, `{"format":`...)
 	b = strconv.AppendInt(b, Version, 10)
 	b = append(b, `,"revision":`...)
@@ -73,12 +119,11 @@ func appendKVHeader(b []byte, t *routing.Table, h routing.JSONHeader) []byte {
 		b = h.SyncedAt.UTC().AppendFormat(b, time.RFC3339Nano)
 		b = append(b, '"')
 	}
-	if until := t.ValidUntil(); !until.IsZero() {
-		// The export changes by the clock alone then (a boost's expires_at,
-		// a health grace window's end): a worker marks its decisions
-		// stale-table from then on, as nothing rewrites its values.
+	if !validUntil.IsZero() {
+		// The value changes by the clock alone then: a worker marks its
+		// decisions stale-table from then on, as nothing rewrites it.
 		b = append(b, `,"valid_until":"`...)
-		b = until.UTC().AppendFormat(b, time.RFC3339Nano)
+		b = validUntil.UTC().AppendFormat(b, time.RFC3339Nano)
 		b = append(b, '"')
 	}
 	b = append(b, `,"stale":`...)
