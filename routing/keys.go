@@ -70,7 +70,7 @@ const MaxKeyLen = 512
 // (an origin's, under its pool's health/) may write keys of any length,
 // which every agent would otherwise hold, and name in its refusals.
 func ShortKey(rel []byte) string {
-	if len(rel) <= MaxKeyLen && !standInShape.Match(rel) {
+	if len(rel) <= MaxKeyLen && (len(rel) == 0 || rel[len(rel)-1] != ')' || !standInShape.Match(rel)) {
 		return string(rel)
 	}
 	sum := sha256.Sum256(rel)

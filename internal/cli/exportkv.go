@@ -43,9 +43,10 @@ marks decisions stale-table once they are older than its max age (the JS
 library's default is 180 s; the example worker's REGIOND_MAX_AGE, 900 s),
 and once the value's valid_until has passed: the first instant the table
 changes that country's entry by the clock alone (a boost's expires_at, a
-health grace window's end; absent when there is none). Re-export on a timer shorter than the max age, and after
-every change: a boost that ends and a pool whose heartbeats stop change
-decisions with no write through regionctl.`,
+health grace window's end; absent when there is none). Re-export on a timer
+shorter than the max age, and after every change: a boost that ends and a
+pool whose heartbeats stop change decisions with no write through
+regionctl.`,
 		Example: `  regionctl export kv --out kv.json && wrangler kv bulk put kv.json --binding REGIOND --remote
   regionctl export kv --format map | jq '.PL.entry.candidates'`,
 		Args: exactArgs(0, "no arguments"),

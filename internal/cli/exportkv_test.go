@@ -19,14 +19,16 @@ import (
 
 // kvValue is a value of export kv, with its entry kept as bytes.
 type kvValue struct {
-	Format    int             `json:"format"`
-	Revision  int64           `json:"revision"`
-	Epoch     int64           `json:"epoch"`
-	WrittenAt string          `json:"written_at"`
-	SyncedAt  string          `json:"synced_at"`
-	Stale     bool            `json:"stale"`
-	Country   string          `json:"country"`
-	Entry     json.RawMessage `json:"entry"`
+	Format    int    `json:"format"`
+	Revision  int64  `json:"revision"`
+	Epoch     int64  `json:"epoch"`
+	WrittenAt string `json:"written_at"`
+	SyncedAt  string `json:"synced_at"`
+	// ValidUntil: the first instant the clock changes the entry.
+	ValidUntil string          `json:"valid_until"`
+	Stale      bool            `json:"stale"`
+	Country    string          `json:"country"`
+	Entry      json.RawMessage `json:"entry"`
 }
 
 // indexEntries compiles the test's stored state at rev as an agent does
@@ -111,6 +113,14 @@ func TestExportKV(t *testing.T) {
 	}
 	if v := vs["DE"]; bytes.Contains(v.Entry, []byte(`"pool":"eu-central"`)) || !bytes.Contains(v.Entry, []byte("pool-draining:eu-central")) {
 		t.Errorf("DE entry does not show the drain: %s", v.Entry)
+	}
+	// The boost ends by its expires_at, about an hour away: KR's value
+	// says so; DE's, which the boost does not change, has no valid_until.
+	if end, err := time.Parse(time.RFC3339Nano, vs["KR"].ValidUntil); err != nil || time.Until(end) < 50*time.Minute || time.Until(end) > 61*time.Minute {
+		t.Errorf("KR's valid_until %q (%v): want the boost's expires_at, about an hour away", vs["KR"].ValidUntil, err)
+	}
+	if u := vs["DE"].ValidUntil; u != "" {
+		t.Errorf("DE's valid_until %q: want none", u)
 	}
 
 	m := map[string]kvValue{}

@@ -24,8 +24,9 @@ const (
 // object {"format":1,"revision","epoch","written_at","synced_at",
 // "valid_until","stale","country","entry"} where entry is the country's
 // index entry, byte for byte, and valid_until (absent when there is none)
-// the first instant the table changes that entry by the clock alone. An edge worker normalizes the country header, reads that key, and
-// reads routing.Unknown when the key is missing.
+// the first instant the table changes that entry by the clock alone. An
+// edge worker normalizes the country header, reads that key, and reads
+// routing.Unknown when the key is missing.
 type KVValue struct {
 	Key   string
 	Value []byte
