@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -249,6 +250,22 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if nr := checkNoRoute(ctx, t, tb); len(nr) > 0 {
 		t.Fatalf("the example fleet leaves %v with no route: the test needs a fleet that routes every country", nr)
 	}
+	// A pool added (its name sorts first) recolours no country, and no two
+	// serving pools share a colour.
+	colors := legendColors(ctx, t)
+	regionctl(t, n, "pool", "set", "aa-new", "--host", "edge-new-1.example.net:443", "--residency", "eu", "--reason", "browser test")
+	added := n.waitTable(t, func(tb *routing.Table) bool { _, ok := tb.Pool("aa-new"); return ok })
+	waitJS(ctx, t, "the new pool on the page", fmt.Sprintf(`Number(document.body.dataset.revision) >= %d`, added.Revision()))
+	if got := legendColors(ctx, t); !maps.Equal(got, colors) {
+		t.Errorf("adding a pool recoloured the map: legend %v, before %v", got, colors)
+	}
+	seen := map[string]string{}
+	for pool, c := range colors {
+		if other, ok := seen[c]; ok {
+			t.Errorf("pools %s and %s share the colour %s", pool, other, c)
+		}
+		seen[c] = pool
+	}
 
 	// The boost, with its time left counting down from about an hour.
 	waitJS(ctx, t, "the boost's time left", `(document.querySelector("#boosts td.left") || {}).textContent.match(/^(59m|1h 0m)/)`)
@@ -259,6 +276,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if got := text(ctx, t, "#fleet tbody tr td:first-child"); got != "ui-test (this node)" {
 		t.Errorf("fleet row %q, want this node", got)
 	}
+	checkDivergedAgent(ctx, t, n)
 
 	// A drain made with regionctl shows up without a reload.
 	eval[int](ctx, t, `window.__sameDocument = 42`)
@@ -349,6 +367,53 @@ func TestStatusPageInBrowser(t *testing.T) {
 	screenshot(ctx, t, "status-page.png")
 	if errs := scriptErrors(); len(errs) > 0 {
 		t.Errorf("errors on the page's console:\n%s", strings.Join(errs, "\n"))
+	}
+}
+
+// legendColors is the map legend's colour of each pool it lists.
+func legendColors(ctx context.Context, t *testing.T) map[string]string {
+	t.Helper()
+	m := eval[map[string]string](ctx, t, `Object.fromEntries([...document.querySelectorAll("#map-legend .legend-item")].map(i => [i.dataset.pool, i.dataset.color]))`)
+	if len(m) < 3 {
+		t.Fatalf("the legend lists %v, want the example fleet's serving pools", m)
+	}
+	return m
+}
+
+// checkDivergedAgent stores the status of an agent ahead of etcd's
+// revision (one following a restored backup's history, as far as anyone
+// can tell) and checks that the fleet table marks it diverged, with why,
+// not green with lag 0; then removes it.
+func checkDivergedAgent(ctx context.Context, t *testing.T, n *node) {
+	t.Helper()
+	cli := devetcd.NewTestClient(t, n.etcd)
+	bg := context.Background()
+	resp, err := cli.Get(bg, root+"agents/ui-test")
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("this node's status key: %v (%d keys)", err, len(resp.Kvs))
+	}
+	var st map[string]any
+	if err := json.Unmarshal(resp.Kvs[0].Value, &st); err != nil {
+		t.Fatal(err)
+	}
+	st["revision"] = resp.Header.Revision + 1_000_000
+	v, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(bg, root+"agents/ghost", string(v)); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if _, err := cli.Delete(bg, root+"agents/ghost"); err != nil {
+			t.Error(err)
+		}
+	}()
+	waitJS(ctx, t, "the diverged agent", `[...document.querySelectorAll("#fleet tbody tr")].some(r => r.cells[0].textContent === "ghost")`)
+	got := eval[[]string](ctx, t, `(() => { const c = [...document.querySelectorAll("#fleet tbody tr")].find(r => r.cells[0].textContent === "ghost").cells[2];
+		return [c.textContent, c.className, c.title]; })()`)
+	if got[0] != "diverged" || !strings.Contains(got[1], "bad") || !strings.Contains(got[2], "another history") {
+		t.Errorf("the diverged agent's lag cell: %q (class %q, title %q); want diverged, bad, and why", got[0], got[1], got[2])
 	}
 }
 

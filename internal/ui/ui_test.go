@@ -7,10 +7,12 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -202,6 +204,71 @@ func TestMapCountryCodes(t *testing.T) {
 	if len(seen) < 170 {
 		t.Errorf("map has %d countries, want the 170-odd of Natural Earth's 1:110m", len(seen))
 	}
+}
+
+// The map's pool colours are told apart: every pair of the palette, the
+// no-route red and the no-entry grey are at least ΔE 25 apart in CIELAB
+// (CIE76; 2.3 is a just noticeable difference, ~10 reads as another colour
+// side by side, and the map puts small countries side by side).
+func TestPaletteColorsDiffer(t *testing.T) {
+	b, err := os.ReadFile("assets/app.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pal := regexp.MustCompile(`(?s)const palette = \[(.*?)\];`).FindSubmatch(b)
+	fixed := regexp.MustCompile(`const noRouteColor = '(#[0-9a-f]{6})', noEntryColor = '(#[0-9a-f]{6})'`).FindSubmatch(b)
+	if pal == nil || fixed == nil {
+		t.Fatal("app.js: no palette, noRouteColor or noEntryColor found")
+	}
+	colors := regexp.MustCompile(`'(#[0-9a-f]{6})'`).FindAllStringSubmatch(string(pal[1]), -1)
+	if len(colors) < 10 {
+		t.Fatalf("palette of %d colours, want at least 10 (pools beyond it share colours)", len(colors))
+	}
+	all := []string{string(fixed[1]), string(fixed[2])}
+	for _, c := range colors {
+		all = append(all, c[1])
+	}
+	for i, a := range all {
+		for _, b := range all[i+1:] {
+			if d := deltaE(a, b); d < 25 {
+				t.Errorf("colours %s and %s are ΔE %.1f apart, want at least 25", a, b, d)
+			}
+		}
+	}
+}
+
+// deltaE is the CIE76 colour difference of two sRGB colours #rrggbb: the
+// distance of their CIELAB coordinates (D65 white).
+func deltaE(a, b string) float64 {
+	x, y := cielab(a), cielab(b)
+	return math.Sqrt((x[0]-y[0])*(x[0]-y[0]) + (x[1]-y[1])*(x[1]-y[1]) + (x[2]-y[2])*(x[2]-y[2]))
+}
+
+// cielab is the CIELAB L*, a*, b* of an sRGB colour #rrggbb.
+func cielab(hex string) [3]float64 {
+	v, err := strconv.ParseUint(strings.TrimPrefix(hex, "#"), 16, 32)
+	if err != nil {
+		panic(err)
+	}
+	var c [3]float64
+	for i, shift := range []uint{16, 8, 0} {
+		x := float64(v>>shift&255) / 255
+		if x <= 0.04045 {
+			c[i] = x / 12.92
+		} else {
+			c[i] = math.Pow((x+0.055)/1.055, 2.4)
+		}
+	}
+	f := func(t float64) float64 {
+		if t > 216.0/24389 {
+			return math.Cbrt(t)
+		}
+		return (24389.0/27*t + 16) / 116
+	}
+	fx := f((0.4124*c[0] + 0.3576*c[1] + 0.1805*c[2]) / 0.95047)
+	fy := f(0.2126*c[0] + 0.7152*c[1] + 0.0722*c[2])
+	fz := f((0.0193*c[0] + 0.1192*c[1] + 0.9505*c[2]) / 1.08883)
+	return [3]float64{116*fy - 16, 500 * (fx - fy), 200 * (fy - fz)}
 }
 
 // The node endpoint names this agent and reads the snapshot file's header.

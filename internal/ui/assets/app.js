@@ -193,10 +193,14 @@
   // world/world-110m.json is a TopoJSON topology (world/NOTICE): arcs of
   // delta-encoded quantized points, and countries as rings of arc indices
   // (~i: arc i reversed), ids ISO 3166-1 alpha-2. Drawn equirectangular.
-  const palette = ['#4e79a7', '#f28e2b', '#59a14f', '#b07aa1', '#76b7b2', '#edc948', '#9c755f',
-    '#ff9da7', '#8cd17d', '#86bcb6', '#d4a6c8', '#a0cbe8', '#ffbe7d', '#bab0ac'];
+  // The palette's colours are told apart from each other and from the
+  // no-route red and the no-entry grey: CIELAB ΔE ≥ 25 for every pair
+  // (TestPaletteColorsDiffer).
+  const palette = ['#4e79a7', '#f28e2b', '#59a14f', '#e377c2', '#654522', '#dcd300',
+    '#17becf', '#ff9da7', '#c2b280', '#604e97', '#b3446c', '#8db600'];
   const noRouteColor = '#c62828', noEntryColor = '#d9dde3';
-  const map = { paths: {}, ready: false };
+  // colors: the colour each pool was given, kept for the page's life.
+  const map = { paths: {}, ready: false, colors: new Map() };
 
   function decodeArcs(topo) {
     const [sx, sy] = topo.transform.scale, [tx, ty] = topo.transform.translate;
@@ -254,15 +258,37 @@
     return best && best.pool;
   }
 
+  // assignColors gives each serving pool without one a colour of its own,
+  // the palette's first free one, and keeps it: a pool added, drained or
+  // removed recolours no other country. With every colour held, one held by
+  // a pool that serves nowhere now is taken back; past that, pools share a
+  // colour (each country's title names its pool).
+  function assignColors(serving) {
+    const held = () => new Set(map.colors.values());
+    for (const pool of [...serving].sort()) {
+      if (map.colors.has(pool)) continue;
+      let c = palette.find((x) => !held().has(x));
+      if (!c) {
+        const idle = [...map.colors.keys()].find((p) => !serving.has(p));
+        if (idle !== undefined) { c = map.colors.get(idle); map.colors.delete(idle); }
+      }
+      map.colors.set(pool, c || palette[map.colors.size % palette.length]);
+    }
+  }
+
   function renderMap() {
     if (!map.ready) return;
     const eff = state.table.effective || {};
-    const pools = Object.keys(state.table.pools || {}).sort();
-    const color = (id) => palette[Math.max(0, pools.indexOf(id)) % palette.length];
+    const serving = new Set();
+    for (const cc of Object.keys(map.paths)) {
+      const pool = eff[cc] && servingPool(eff[cc]);
+      if (pool) serving.add(pool);
+    }
+    assignColors(serving);
     const used = new Map();
     for (const cc of Object.keys(map.paths).sort()) {
       const e = eff[cc], pool = e && servingPool(e);
-      const fill = !e ? noEntryColor : pool ? color(pool) : noRouteColor;
+      const fill = !e ? noEntryColor : pool ? map.colors.get(pool) : noRouteColor;
       for (const p of map.paths[cc]) {
         p.setAttribute('fill', fill);
         p.dataset.pool = pool || '';
