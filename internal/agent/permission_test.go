@@ -179,18 +179,34 @@ func TestNoSpaceAlarmIsShownInStatus(t *testing.T) {
 	waitFor(t, "first table", func() bool { c, _ := h.resolve("DE", "k"); return c == 200 })
 	ctx := context.Background()
 	disarm := devetcd.RaiseNoSpaceAlarm(t, cli)
-	if _, err := cli.Delete(ctx, prefix+"routes/AT"); err != nil { // deletes pass the alarm
+	del, err := cli.Delete(ctx, prefix+"routes/AT") // deletes pass the alarm
+	if err != nil {
 		t.Fatal(err)
 	}
+	delRev := del.Header.Revision
 	var st api.Status
 	waitFor(t, "status_error", func() bool { h.get("/v1/status", &st); return st.StatusError != "" })
 	if !strings.Contains(st.StatusError, "database space exceeded") || !strings.Contains(st.StatusError, "NOSPACE alarm is raised") ||
 		!strings.Contains(st.StatusError, "etcdctl alarm disarm") {
 		t.Fatalf("/v1/status under NOSPACE: status_error %q; want the refusal and the way out", st.StatusError)
 	}
-	if code, d := h.resolve("AT", "k"); code != 200 || d.Pool == "" {
-		t.Fatalf("resolve AT under NOSPACE: %d %+v; want served (by _default, its route deleted)", code, d)
+	// The delete applies under the alarm: AT falls to the default route.
+	var d routing.Decision
+	waitFor(t, "AT by _default", func() bool { var code int; code, d = h.resolve("AT", "k"); return code == 200 && d.Revision >= delRev })
+	if d.Route != "_default" || d.Pool == "" {
+		t.Fatalf("resolve AT under NOSPACE, its route deleted at revision %d: %+v; want served by _default", delRev, d)
 	}
 	disarm()
 	waitFor(t, "status_error gone", func() bool { st = api.Status{}; h.get("/v1/status", &st); return st.StatusError == "" })
+	// Once a put succeeds the status key reports the delete.
+	waitFor(t, "the status key at the delete", func() bool {
+		resp, err := cli.Get(ctx, "/regiond/v1/agents/node-1")
+		if err != nil || len(resp.Kvs) != 1 {
+			return false
+		}
+		var as struct {
+			ChangeRevision int64 `json:"change_revision"`
+		}
+		return json.Unmarshal(resp.Kvs[0].Value, &as) == nil && as.ChangeRevision >= delRev
+	})
 }
