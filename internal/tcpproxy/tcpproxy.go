@@ -1,5 +1,6 @@
 // Package tcpproxy is a loopback TCP proxy that tests can sever and restore,
-// to cut an agent off from etcd without stopping etcd.
+// to cut an agent off from etcd without stopping etcd, or freeze and thaw,
+// to have the path between them go silent without closing anything.
 package tcpproxy
 
 import (
@@ -24,6 +25,9 @@ type Proxy struct {
 	conns   map[net.Conn]struct{}
 	wg      sync.WaitGroup
 	stopped bool
+	// open is closed while bytes flow; Freeze replaces it with one that
+	// Thaw closes.
+	open chan struct{}
 }
 
 // New starts a proxy on a free loopback port forwarding to target. The
@@ -50,7 +54,8 @@ func NewCopying(target string, copyUp func(dst io.Writer, src io.Reader)) (*Prox
 			return nil, fmt.Errorf("tcpproxy: listen: %w", err)
 		}
 	}
-	p := &Proxy{target: target, addr: ln.Addr().String(), copyUp: copyUp, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{target: target, addr: ln.Addr().String(), copyUp: copyUp, conns: map[net.Conn]struct{}{}, open: make(chan struct{})}
+	close(p.open)
 	p.serve(ln)
 	return p, nil
 }
@@ -93,7 +98,7 @@ func (p *Proxy) pipe(c net.Conn) {
 		return
 	}
 	done := make(chan struct{}, 2)
-	cp := func(dst, src net.Conn, copy func(io.Writer, io.Reader)) {
+	cp := func(dst gated, src net.Conn, copy func(io.Writer, io.Reader)) {
 		copy(dst, src)
 		dst.Close()
 		src.Close()
@@ -104,8 +109,8 @@ func (p *Proxy) pipe(c net.Conn) {
 	if copyUp == nil {
 		copyUp = plain
 	}
-	go cp(up, c, copyUp)
-	go cp(c, up, plain)
+	go cp(gated{p, up}, c, copyUp)
+	go cp(gated{p, c}, up, plain)
 	<-done
 	<-done
 	p.untrack(c, up)
@@ -131,11 +136,53 @@ func (p *Proxy) untrack(cs ...net.Conn) {
 	}
 }
 
-// Sever closes every open connection and stops accepting new ones until
-// Restore.
-func (p *Proxy) Sever() {
+// gated is one direction of a connection: each write waits while the
+// proxy is frozen.
+type gated struct {
+	p *Proxy
+	net.Conn
+}
+
+func (g gated) Write(b []byte) (int, error) {
+	g.p.mu.Lock()
+	open := g.p.open
+	g.p.mu.Unlock()
+	<-open
+	return g.Conn.Write(b)
+}
+
+// Freeze stops carrying bytes, in both directions, on every connection,
+// those accepted meanwhile too, without closing any: what a path that
+// drops every packet looks like to both ends (a dead switch, a firewall's
+// DROP), which only a timeout of theirs notices. What is sent meanwhile
+// is held, and delivered by Thaw, as TCP retransmits across a partition
+// that heals.
+func (p *Proxy) Freeze() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	select {
+	case <-p.open:
+		p.open = make(chan struct{})
+	default: // frozen already
+	}
+}
+
+// Thaw carries bytes again, those held first.
+func (p *Proxy) Thaw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.open:
+	default:
+		close(p.open)
+	}
+}
+
+// Sever closes every open connection and stops accepting new ones until
+// Restore. It thaws a frozen proxy: what it held is dropped with the
+// connections.
+func (p *Proxy) Sever() {
+	p.mu.Lock()
 	if p.ln != nil {
 		p.ln.Close()
 		p.ln = nil
@@ -143,6 +190,8 @@ func (p *Proxy) Sever() {
 	for c := range p.conns {
 		c.Close()
 	}
+	p.mu.Unlock()
+	p.Thaw()
 }
 
 // Restore accepts connections again on the same address.
