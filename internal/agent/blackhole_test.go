@@ -1,0 +1,80 @@
+package agent_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/regiond/regiond/internal/agent"
+	"github.com/regiond/regiond/internal/api"
+	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/tcpproxy"
+)
+
+// TestSilentPathIsNoticedAndFailedOver: the paths to both of the agent's
+// endpoints go silent with their connections open (a dead switch, a
+// firewall dropping packets: nothing is closed, nothing answers). The
+// agent must notice by its own timeouts, as configured in production
+// (gRPC keepalive: 10 s, then 5 s for the answer, found at the next 5 s
+// progress tick; the watch's silence probe: 15 s, then 5 s for its read,
+// 5 s for a new watch's creation): /v1/status says connected false while
+// it serves its last table. Then one path comes back and the other stays silent: the
+// agent follows etcd again through the live one, with the change made
+// meanwhile, and says connected. A connection that was closed (Sever) is
+// noticed at once; only this one needs the timeouts.
+func TestSilentPathIsNoticedAndFailedOver(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	var px [2]*tcpproxy.Proxy
+	for i := range px {
+		p, err := tcpproxy.New(strings.TrimPrefix(srv.Endpoints[0], "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		px[i] = p
+	}
+	dir := t.TempDir()
+	cfg := agent.DefaultConfig()
+	cfg.Endpoints, cfg.Node, cfg.Logger = []string{px[0].URL(), px[1].URL()}, "node-1", quietLogger()
+	cfg.Socket, cfg.Listen, cfg.Snapshot = "", "127.0.0.1:0", filepath.Join(dir, "shm", "table.json")
+	h := runAgent(t, dir, cfg)
+	waitFor(t, "first table", func() bool { c, _ := h.resolve("DE", "k"); return c == 200 })
+	_, before := h.resolve("DE", "k")
+
+	px[0].Freeze()
+	px[1].Freeze()
+	began := time.Now()
+	put, err := cli.Put(context.Background(), prefix+"routes/DE", `{"targets":[{"pool":"eu-north","weight":100}]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st api.Status
+	waitWithin(t, time.Minute, "connected false on silent paths", func() bool { st = api.Status{}; h.get("/v1/status", &st); return !st.Connected })
+	t.Logf("connected false %v after the paths went silent", time.Since(began).Round(time.Millisecond))
+	if code, d := h.resolve("DE", "k"); code != 200 || d.Pool != before.Pool || d.Revision >= put.Header.Revision {
+		t.Fatalf("DE with etcd out of reach: %d %+v; want the last table's %s", code, d, before.Pool)
+	}
+
+	px[1].Thaw() // px[0] stays silent until the test ends
+	began = time.Now()
+	waitWithin(t, time.Minute, "the change through the live path", func() bool {
+		code, d := h.resolve("DE", "k")
+		return code == 200 && d.Revision >= put.Header.Revision && d.Pool == "eu-north"
+	})
+	waitFor(t, "connected again", func() bool { st = api.Status{}; h.get("/v1/status", &st); return st.Connected })
+	t.Logf("the change served and connected %v after one path came back", time.Since(began).Round(time.Millisecond))
+}
+
+// waitWithin polls cond every 25 ms until it holds, failing the test after d.
+func waitWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(25 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+	}
+}
