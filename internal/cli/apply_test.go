@@ -232,7 +232,14 @@ func TestDiffRefusesWhatApplyRefuses(t *testing.T) {
 	if err := json.Unmarshal([]byte(d.stdout), &out); err != nil || d.code != ExitOK || !out.Valid {
 		t.Errorf("diff --force of the drain: exit %d, valid %v, want 0 and valid (%v)\n%s", d.code, out.Valid, err, d)
 	}
-	e.must(ExitOK, "apply", "-f", drain, "--force", "--dry-run")
+	// Forced, the diff and the dry run still name the countries left
+	// with no pool.
+	if !strings.Contains(out.Forced, "no eligible pool") || !strings.Contains(d.stderr, "regionctl: warning: forced (--force): ") {
+		t.Errorf("diff --force of the drain: forced %q; want the countries it leaves with no pool\n%s", out.Forced, d)
+	}
+	if a := e.must(ExitOK, "apply", "-f", drain, "--force", "--dry-run"); !strings.Contains(a.stderr, "no eligible pool") {
+		t.Errorf("apply --force --dry-run of the drain: %s; want the countries it leaves with no pool", a)
+	}
 }
 
 // TestUnknownFieldsSurviveExportAndApply: stored values may carry fields

@@ -57,6 +57,9 @@ type diffResult struct {
 	// Problems are the refusals' lines (REFUSED … on stderr), when not
 	// Valid.
 	Problems []string `json:"problems,omitempty"`
+	// Forced, with --force: the countries apply would leave with no
+	// eligible pool (see writeResult).
+	Forced string `json:"forced,omitempty"`
 }
 
 // problemLines are errs as the REFUSED lines print them.
@@ -94,11 +97,13 @@ func (a *app) runDiff(ctx context.Context, file string, prune, force, exitCode b
 		return err
 	}
 	plan := &store.Plan{Config: mergeConfig(cur.Config, cfg, prune), Prune: prune, Force: force}
-	chg, errs, err := a.st.Check(cur, plan) // what apply checks, no less
+	c, err := a.st.Check(cur, plan) // what apply checks, no less
 	if err != nil {
 		return err
 	}
-	out := diffResult{Epoch: cur.Epoch, Diff: diffLines(chg), Changes: chg, Valid: len(errs) == 0, Problems: problemLines(errs)}
+	chg, errs := c.Changes, c.Problems
+	a.warnForced(c.Forced)
+	out := diffResult{Epoch: cur.Epoch, Diff: diffLines(chg), Changes: chg, Valid: len(errs) == 0, Problems: problemLines(errs), Forced: c.Forced}
 	err = a.printer().print(out, func(w io.Writer) {
 		for _, l := range out.Diff {
 			fmt.Fprintln(w, l)

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -181,9 +182,33 @@ func TestRefusedVerbs(t *testing.T) {
 			t.Fatalf("refused drain (%s): %s; want the proposal on stderr, before the refusal, and nothing on stdout", extra, r)
 		}
 	}
-	// --force lets an operator drain the last EU pool on purpose.
-	r := e.must(ExitOK, "pool", "drain", "eu-central", "--force", "--reason", "maintenance, EU degraded knowingly")
-	if !strings.Contains(r.stdout, "pool eu-central: status active→draining") {
-		t.Fatalf("drain diff: %s", r)
+	// --force lets an operator drain the last EU pool on purpose, and
+	// still says, on stderr, what it does: in the dry run an operator
+	// checks before forcing, from REGIONCTL_FORCE too (a variable left
+	// set in a shell), and in the write.
+	forcedWarning := []string{"regionctl: warning: forced (--force): ", "no eligible pool", "pool-draining:eu-central"}
+	r := e.must(ExitOK, "pool", "drain", "eu-central", "--force", "--dry-run")
+	if !containsAll(r.stderr, forcedWarning) || !strings.Contains(r.stdout, "dry run") {
+		t.Fatalf("forced dry run: %s; want the countries left with no pool named", r)
+	}
+	e.env = map[string]string{"REGIONCTL_FORCE": "true"}
+	r = e.must(ExitOK, "pool", "drain", "eu-central", "--dry-run")
+	if !strings.Contains(r.stderr, "regionctl: warning: forced (REGIONCTL_FORCE set in the environment): ") || !strings.Contains(r.stderr, "no eligible pool") {
+		t.Fatalf("dry run forced by REGIONCTL_FORCE: %s; want the warning naming the variable", r)
+	}
+	e.env = nil
+	r = e.must(ExitOK, "pool", "drain", "eu-central", "--force", "--reason", "maintenance, EU degraded knowingly", "-o", "json")
+	var out struct{ Forced string }
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || !strings.Contains(out.Forced, "pool-draining:eu-central") ||
+		!containsAll(r.stderr, forcedWarning) {
+		t.Fatalf("forced drain: %s (%v); want the effect in stderr and in the JSON's forced", r, err)
+	}
+	if !strings.Contains(e.must(ExitOK, "get", "pools").stdout, "draining") {
+		t.Fatal("the forced drain is not in etcd")
+	}
+	// A forced write that leaves every country a pool says nothing.
+	r = e.must(ExitOK, "pool", "undrain", "eu-west", "--force", "--reason", "back")
+	if strings.Contains(r.stderr, "warning") {
+		t.Fatalf("a forced undrain warned: %s", r)
 	}
 }

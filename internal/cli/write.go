@@ -49,6 +49,9 @@ type writeResult struct {
 	Changes   []routing.Change `json:"changes"`
 	Converged *bool            `json:"converged,omitempty"`
 	Notes     []string         `json:"notes,omitempty"`
+	// Forced names the countries a --force write leaves with no eligible
+	// pool, which a write without it refuses.
+	Forced string `json:"forced,omitempty"`
 }
 
 // afterReadHook is a context key for tests: a func() run after each read
@@ -112,6 +115,7 @@ func (a *app) runWrite(ctx context.Context, w writeOpts, build buildFunc) error 
 	if err != nil {
 		return err
 	}
+	a.warnForced(res.Forced)
 	if res.DryRun {
 		return a.printWrite(writeResultOf(res))
 	}
@@ -122,6 +126,21 @@ func (a *app) runWrite(ctx context.Context, w writeOpts, build buildFunc) error 
 		hook()
 	}
 	return a.afterCommit(ctx, st, res, w)
+}
+
+// warnForced says on stderr, whatever the output format, what a forced
+// write does that one without --force refuses (forced: Result.Forced;
+// nothing when ""): --force, or a REGIONCTL_FORCE left set in the shell,
+// skips the refusal, not the news.
+func (a *app) warnForced(forced string) {
+	if forced == "" {
+		return
+	}
+	from := "--force"
+	if env, ok := a.envFlags["force"]; ok {
+		from = env + " set in the environment"
+	}
+	fmt.Fprintf(a.stderr, "regionctl: warning: forced (%s): %s\n", from, forced)
 }
 
 // writing makes a refused probe name what a write needs (a dry run only
@@ -210,7 +229,7 @@ func writeResultOf(res *store.Result) writeResult {
 		rev = res.State.NewestChange()
 	}
 	return writeResult{PrevEpoch: res.PrevEpoch, Epoch: res.Epoch, Revision: rev,
-		DryRun: res.DryRun, NoOp: res.NoOp, Changes: res.Changes, Diff: diffLines(res.Changes)}
+		DryRun: res.DryRun, NoOp: res.NoOp, Changes: res.Changes, Diff: diffLines(res.Changes), Forced: res.Forced}
 }
 
 func (a *app) printWrite(out writeResult) error {

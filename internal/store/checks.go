@@ -47,17 +47,18 @@ func checkOverrides(st *State, next *routing.Config, p *Plan, now time.Time) rou
 	return errs
 }
 
-// checkLostCountries refuses a change after which some country (or the
-// unknown country) that has an eligible pool now would have none, counting
+// lostCountries says which countries (the unknown country too) that have
+// an eligible pool now a change leaves with none, and why ("" for none);
+// a write refuses such a change unless forced. It counts
 // pool status, the boosts live at now, and health as far as a write can
 // know it: a pool with health_check and no live health key is unhealthy
 // (the agents hold it so once --health-grace has passed), before and
 // after alike, so turning on health_check for pools no heartbeat serves
 // yet is refused when it would leave countries without a pool.
-func checkLostCountries(st *State, next *routing.Config, p *Plan, now time.Time) routing.Errors {
+func lostCountries(st *State, next *routing.Config, p *Plan, now time.Time) string {
 	before, err := routing.CompileConfig(st.Config, st.OverrideMap(), routing.CompileOptions{Now: now, Down: checkedWithoutHealth(st, st.Config)})
 	if err != nil {
-		return nil
+		return ""
 	}
 	ovs := st.OverrideMap()
 	// The plan's boosts are written in one Txn, after every stored one:
@@ -76,7 +77,7 @@ func checkLostCountries(st *State, next *routing.Config, p *Plan, now time.Time)
 	unhealthy := checkedWithoutHealth(st, next)
 	after, err := routing.CompileConfig(next, ovs, routing.CompileOptions{Now: now, Down: unhealthy})
 	if err != nil {
-		return nil
+		return ""
 	}
 	isUnhealthy := map[string]bool{}
 	for _, id := range unhealthy {
@@ -102,10 +103,9 @@ func checkLostCountries(st *State, next *routing.Config, p *Plan, now time.Time)
 		}
 	}
 	if len(lost) == 0 {
-		return nil
+		return ""
 	}
-	return routing.Errors{{Key: "effect", Msg: fmt.Sprintf("%s would have no eligible pool (%s); re-run with --force to write anyway",
-		describeCountries(lost), strings.Join(reasonList, ", "))}}
+	return fmt.Sprintf("%s would have no eligible pool (%s)", describeCountries(lost), strings.Join(reasonList, ", "))
 }
 
 // checkedWithoutHealth returns the pools of cfg with health_check that

@@ -56,10 +56,12 @@ type op struct {
 }
 
 // prepare validates the proposed state and returns the key writes, sorted
-// by key. An empty result means the plan changes nothing.
-func (s *Store) prepare(st *State, p *Plan) ([]op, error) {
+// by key, and, for a plan with Force, the countries it leaves with no
+// eligible pool ("" for none: see lostCountries), which a write without
+// Force refuses. An empty result means the plan changes nothing.
+func (s *Store) prepare(st *State, p *Plan) ([]op, string, error) {
 	if st.epochErr != nil {
-		return nil, st.epochErr
+		return nil, "", st.epochErr
 	}
 	next := st.Config
 	var errs routing.Errors
@@ -74,22 +76,30 @@ func (s *Store) prepare(st *State, p *Plan) ([]op, error) {
 	errs = append(errs, checkOverrides(st, next, p, now)...)
 	ops, err := configOps(st, next, p.Config != nil, p.Prune, p.DeleteInvalid)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	ovOps, err := overrideOps(st, p)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	ops = append(ops, ovOps...)
-	if len(errs) == 0 && !p.Force && mayLoseCandidates(ops) {
-		errs = append(errs, checkLostCountries(st, next, p, now)...)
+	var forced string
+	if len(errs) == 0 && mayLoseCandidates(ops) {
+		// Forced or not, the effect is worked out: a forced write (and
+		// its dry run) says what it does rather than nothing.
+		switch lost := lostCountries(st, next, p, now); {
+		case lost != "" && p.Force:
+			forced = lost
+		case lost != "":
+			errs = append(errs, &routing.FieldError{Key: "effect", Msg: lost + "; re-run with --force to write anyway"})
+		}
 	}
 	sort.Slice(ops, func(i, j int) bool { return ops[i].rel < ops[j].rel })
 	if len(errs) > 0 {
 		errs.Sort()
-		return nil, &RefusedError{Errs: errs, Changes: changes(ops)}
+		return nil, "", &RefusedError{Errs: errs, Changes: changes(ops)}
 	}
-	return ops, nil
+	return ops, forced, nil
 }
 
 // configOps returns the puts and deletes that turn the stored config into
@@ -228,19 +238,30 @@ func rawJSON(b []byte) json.RawMessage {
 	return s
 }
 
+// Checked is what Check finds.
+type Checked struct {
+	// Changes are the keys p writes, relative to <root>/routing/, in order.
+	Changes []routing.Change
+	// Problems say why a write of p is refused (none: it is not).
+	Problems routing.Errors
+	// Forced, as Result.Forced: what p with Force does that a write
+	// without it refuses.
+	Forced string
+}
+
 // Check runs the checks a write of p runs (validation of the whole
 // state, live boosts, countries left with no eligible pool unless
 // p.Force) and writes nothing: the changes p makes and, when a write would
 // be refused, why. diff uses it, so that it refuses exactly what apply
 // refuses.
-func (s *Store) Check(st *State, p *Plan) ([]routing.Change, routing.Errors, error) {
-	ops, err := s.prepare(st, p)
+func (s *Store) Check(st *State, p *Plan) (Checked, error) {
+	ops, forced, err := s.prepare(st, p)
 	var re *RefusedError
 	switch {
 	case errors.As(err, &re):
-		return re.Changes, re.Errs, nil
+		return Checked{Changes: re.Changes, Problems: re.Errs}, nil
 	case err != nil:
-		return nil, nil, err
+		return Checked{}, err
 	}
-	return changes(ops), nil, nil
+	return Checked{Changes: changes(ops), Forced: forced}, nil
 }

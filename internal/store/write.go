@@ -43,7 +43,11 @@ type Result struct {
 	// NoOp: the state held what was asked, nothing to write; DryRun:
 	// asked to write nothing (set for a no-op too).
 	NoOp, DryRun bool
-	Attempts     int
+	// Forced, for a plan with Force, names the countries the write leaves
+	// with no eligible pool, and why: what a write without Force refuses
+	// ("" for none).
+	Forced   string
+	Attempts int
 	// State is the state the write was built on.
 	State *State
 }
@@ -82,11 +86,11 @@ func (s *Store) writeOnce(ctx context.Context, req WriteRequest) (*Result, error
 	if err != nil {
 		return nil, err
 	}
-	ops, err := s.prepare(st, plan)
+	ops, forced, err := s.prepare(st, plan)
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{PrevEpoch: st.Epoch, Epoch: st.Epoch, Revision: st.Revision, Changes: changes(ops), State: st}
+	res := &Result{PrevEpoch: st.Epoch, Epoch: st.Epoch, Revision: st.Revision, Changes: changes(ops), State: st, Forced: forced}
 	switch {
 	case len(ops) == 0:
 		res.NoOp, res.DryRun = true, req.DryRun
