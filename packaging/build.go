@@ -14,8 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/regiond/regiond/internal/version"
 )
 
 // options are the inputs of Build.
@@ -63,9 +61,18 @@ func Build(ctx context.Context, o options) (*Result, error) {
 	}
 	ver := o.version
 	if ver == "" {
-		ver = describe(ctx, repo)
+		if ver, err = describe(ctx, repo); err != nil {
+			return nil, err
+		}
 	}
-	res := &Result{Version: ver, DebVersion: debianVersion(ver, commitTime(ctx, repo)), Arch: debArch, Sizes: map[string]int64{}}
+	ct, haveCT := commitTime(ctx, repo)
+	debVer, err := debianVersion(ver, ct, haveCT)
+	if err != nil && o.version != "" {
+		return nil, fmt.Errorf("-version %q: %w", ver, err)
+	} else if err != nil {
+		return nil, fmt.Errorf("git describe --tags --always --dirty gave %q: %w; pass -version in one of those forms", ver, err)
+	}
+	res := &Result{Version: ver, DebVersion: debVer, Arch: debArch, Sizes: map[string]int64{}}
 	work, err := os.MkdirTemp("", "regiond-packaging-")
 	if err != nil {
 		return nil, fmt.Errorf("work directory: %w", err)
@@ -75,7 +82,10 @@ func Build(ctx context.Context, o options) (*Result, error) {
 	if err := st.binaries(ctx, res); err != nil {
 		return nil, err
 	}
-	mtime := commitTime(ctx, repo)
+	mtime := ct
+	if !haveCT {
+		mtime = time.Unix(0, 0).UTC()
+	}
 	if err := st.docs(ctx, mtime); err != nil {
 		return nil, err
 	}
@@ -111,47 +121,77 @@ func repoRoot(ctx context.Context, dir string) (string, error) {
 	return filepath.Dir(gomod), nil
 }
 
-// describe returns `git describe --tags --always --dirty` of repo, or,
-// without git or a checkout, the version from this program's build info.
-func describe(ctx context.Context, repo string) string {
+// describe returns `git describe --tags --always --dirty` of repo. It
+// fails, naming git's reason (no git, no .git in a source tarball, git's
+// "dubious ownership" of a checkout owned by another user), when git
+// cannot say: a package needs a version that sorts with the others, and a
+// made-up one ("dev", 0.0.0) would sort above every real untagged build,
+// so the user passes -version instead.
+func describe(ctx context.Context, repo string) (string, error) {
 	cmd := exec.CommandContext(ctx, "git", "-C", repo, "describe", "--tags", "--always", "--dirty")
-	if out, err := cmd.Output(); err == nil {
-		if v := strings.TrimSpace(string(out)); v != "" {
-			return v
-		}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	v := strings.TrimSpace(string(out))
+	if err == nil && v != "" {
+		return v, nil
 	}
-	return version.String()
+	why := strings.TrimSpace(stderr.String())
+	switch {
+	case errors.Is(err, exec.ErrNotFound):
+		why = "git is not installed"
+	case why == "" && err != nil:
+		why = err.Error()
+	case why == "":
+		why = "it printed nothing"
+	}
+	return "", fmt.Errorf("no version: git describe --tags --always --dirty in %s failed: %s; "+
+		"fix that, or pass the version to stamp with -version (e.g. -version v1.2.0, or -version v1.2.0-3-gabc1234 for a build after a tag)", repo, why)
 }
 
 // commitTime is the time of repo's HEAD commit (the files' mtime, so two
-// builds of one commit are alike), or the Unix epoch without git.
-func commitTime(ctx context.Context, repo string) time.Time {
+// builds of one commit are alike, and the order of untagged builds); ok
+// is false without git or a commit.
+func commitTime(ctx context.Context, repo string) (t time.Time, ok bool) {
 	out, err := exec.CommandContext(ctx, "git", "-C", repo, "log", "-1", "--format=%ct").Output()
 	if err == nil {
 		if s, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64); err == nil {
-			return time.Unix(s, 0).UTC()
+			return time.Unix(s, 0).UTC(), true
 		}
 	}
-	return time.Unix(0, 0).UTC()
+	return time.Time{}, false
 }
 
-// describeRE splits a git describe: tag (without "v"), an optional
-// pre-release part, commits since the tag, the commit, dirty.
-var describeRE = regexp.MustCompile(`^v?([0-9][0-9A-Za-z.]*)(?:-((?:rc|alpha|beta|pre)[0-9A-Za-z.]*))?(?:-([0-9]+)-g([0-9a-f]+))?(-dirty)?$`)
+// describeRE splits a git describe: the tag's numeric version (without
+// "v"), an optional pre-release part (any case), commits since the tag and
+// the commit, dirty.
+var describeRE = regexp.MustCompile(`^v?([0-9]+(?:\.[0-9]+)*)(?:-((?i:rc|alpha|beta|pre|dev)[0-9A-Za-z.]*))?(?:-([0-9]+)-g([0-9a-f]{4,40}))?(-dirty)?$`)
 
 // hashRE is a bare commit (git describe --always without a tag).
 var hashRE = regexp.MustCompile(`^([0-9a-f]{7,40})(-dirty)?$`)
 
+// versionForms is what debianVersion accepts, for its errors.
+const versionForms = "want a tag v1.2.0, a pre-release v1.2.0-rc1 (rc, alpha, beta, pre, dev; any case), " +
+	"a build after a tag v1.2.0-3-gabc1234, or a commit abc1234, each optionally -dirty"
+
 // debianVersion turns a git describe into a Debian version that sorts
-// the way releases do: v1.2.0 → 1.2.0, v1.2.0-rc1 → 1.2.0~rc1 (before
-// 1.2.0), v1.2.0-3-gabc1234 → 1.2.0+3.gabc1234 (after it), a commit
-// without a tag → 0.0.0+20261205071500.gabc1234 (its commit time ct
-// first, so untagged builds upgrade in the order they were committed, not
-// by their hashes), and "-dirty" → "+dirty" or ".dirty".
-func debianVersion(v string, ct time.Time) string {
+// the way releases do: v1.2.0 → 1.2.0, v1.2.0-rc1 or -RC1 → 1.2.0~rc1
+// and v1.2.0-dev → 1.2.0~dev (before 1.2.0), v1.2.0-3-gabc1234 →
+// 1.2.0+3.gabc1234 (after it), a dirty tree at the tag v1.2.0-dirty →
+// 1.2.0+0.dirty (after 1.2.0, before the commits after it), a later
+// dirty tree → 1.2.0+3.gabc1234.dirty, and a commit without a tag →
+// 0.0.0+20261205071500.gabc1234 (its commit time ct first, so untagged
+// builds upgrade in the order they were committed, not by their hashes;
+// haveCT false: no commit time known, an error). Anything else is an
+// error: no Debian version made of it would sort with the releases
+// ("1.2.0-1" or "dev" under 0.0.0+ would sort below every 1.x).
+func debianVersion(v string, ct time.Time, haveCT bool) (string, error) {
 	var base string
 	var plus []string
 	if m := hashRE.FindStringSubmatch(v); m != nil {
+		if !haveCT {
+			return "", fmt.Errorf("a bare commit sorts by its commit time, and git gave none here (pass a version based on a tag)")
+		}
 		base, plus = "0.0.0", []string{ct.UTC().Format("20060102150405"), "g" + m[1]}
 		if m[2] != "" {
 			plus = append(plus, "dirty")
@@ -159,29 +199,24 @@ func debianVersion(v string, ct time.Time) string {
 	} else if m := describeRE.FindStringSubmatch(v); m != nil {
 		base = m[1]
 		if m[2] != "" {
-			base += "~" + m[2]
+			base += "~" + strings.ToLower(m[2])
 		}
 		if m[3] != "" {
 			plus = append(plus, m[3], "g"+m[4])
 		}
 		if m[5] != "" {
+			if m[3] == "" {
+				plus = append(plus, "0") // at the tag: before its first commit
+			}
 			plus = append(plus, "dirty")
 		}
 	} else {
-		// Anything else (a module pseudo-version, "dev"): keep what Debian
-		// allows, after 0.0.0.
-		clean := strings.Map(func(r rune) rune {
-			if r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r == '.' {
-				return r
-			}
-			return '.'
-		}, v)
-		base, plus = "0.0.0", []string{strings.Trim(clean, ".")}
+		return "", errors.New("not a version that can be turned into a Debian version sorting with the releases: " + versionForms)
 	}
 	if len(plus) == 0 {
-		return base
+		return base, nil
 	}
-	return base + "+" + strings.Join(plus, ".")
+	return base + "+" + strings.Join(plus, "."), nil
 }
 
 // stage is the work directory of one package build.

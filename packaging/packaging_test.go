@@ -21,26 +21,44 @@ import (
 func TestDebianVersion(t *testing.T) {
 	ct := time.Date(2026, 12, 5, 7, 15, 0, 0, time.UTC)
 	for in, want := range map[string]string{
-		"v1.2.0":                   "1.2.0",
-		"1.2.0":                    "1.2.0",
-		"v1.2.0-rc1":               "1.2.0~rc1",
-		"v1.2.0-3-gabc1234":        "1.2.0+3.gabc1234",
-		"v1.2.0-3-gabc1234-dirty":  "1.2.0+3.gabc1234.dirty",
-		"v1.2.0-rc1-3-gabc1234":    "1.2.0~rc1+3.gabc1234",
-		"v1.2.0-dirty":             "1.2.0+dirty",
-		"308b6cd":                  "0.0.0+20261205071500.g308b6cd",
-		"308b6cd-dirty":            "0.0.0+20261205071500.g308b6cd.dirty",
-		"dev":                      "0.0.0+dev",
-		"v0.0.0-20260101-abcdef+x": "0.0.0+v0.0.0.20260101.abcdef.x",
+		"v1.2.0":                  "1.2.0",
+		"1.2.0":                   "1.2.0",
+		"v1.2.0-rc1":              "1.2.0~rc1",
+		"v1.2.0-RC1":              "1.2.0~rc1",
+		"v1.2.0-Beta.2":           "1.2.0~beta.2",
+		"v1.2.0-dev":              "1.2.0~dev",
+		"v1.2.0-3-gabc1234":       "1.2.0+3.gabc1234",
+		"v1.2.0-3-gabc1234-dirty": "1.2.0+3.gabc1234.dirty",
+		"v1.2.0-rc1-3-gabc1234":   "1.2.0~rc1+3.gabc1234",
+		"v1.2.0-dirty":            "1.2.0+0.dirty",
+		"v1.2.0-rc1-dirty":        "1.2.0~rc1+0.dirty",
+		"308b6cd":                 "0.0.0+20261205071500.g308b6cd",
+		"308b6cd-dirty":           "0.0.0+20261205071500.g308b6cd.dirty",
 	} {
-		if got := debianVersion(in, ct); got != want {
-			t.Errorf("debianVersion(%q) = %q, want %q", in, got, want)
+		if got, err := debianVersion(in, ct, true); err != nil || got != want {
+			t.Errorf("debianVersion(%q) = %q, %v; want %q", in, got, err, want)
 		}
+	}
+	// What would sort wrongly is refused, not put under 0.0.0+ (below
+	// every 1.x): a Debian-style revision, a made-up or foreign version, a
+	// letter in the release number, a commit whose time is unknown.
+	for _, in := range []string{"1.2.0-1", "dev", "", "v0.0.0-20260101120000-abcdef123456", "release-1.2",
+		"1.2.0rc1", "v1.2.0-foo", "v1.2.0-rc-1", "v1.2.0-3-gabc1234-dirty-x"} {
+		if got, err := debianVersion(in, ct, true); err == nil {
+			t.Errorf("debianVersion(%q) = %q, want an error", in, got)
+		} else if !strings.Contains(err.Error(), "v1.2.0-rc1") {
+			t.Errorf("debianVersion(%q): %v; want the error to name the forms accepted", in, err)
+		}
+	}
+	if got, err := debianVersion("308b6cd", time.Time{}, false); err == nil {
+		t.Errorf("debianVersion of a commit without its commit time = %q, want an error", got)
 	}
 }
 
-// Releases sort as Debian sorts them: a release candidate before the
-// release, commits after a tag after it.
+// Releases sort as Debian sorts them: a pre-release (any case, dev too)
+// before the release and after the releases before it, a dirty tree at a
+// tag after the tag and before the commits after it, commits after a tag
+// after it. Checked by dpkg itself.
 func TestDebianVersionsSort(t *testing.T) {
 	dpkg := testprog.Need(t, "dpkg", "apt-get install -y dpkg")
 	// Untagged commits sort by their commit time, not their hashes
@@ -50,10 +68,19 @@ func TestDebianVersionsSort(t *testing.T) {
 		describe string
 		ct       time.Time
 	}
-	order := []build{{"fff0123", t0}, {"0001234", t0.Add(time.Minute)}, {"v1.2.0-rc1", t0}, {"v1.2.0-rc1-3-gabc1234", t0},
-		{"v1.2.0", t0}, {"v1.2.0-3-gabc1234", t0}, {"v1.2.0-3-gabc1234-dirty", t0}, {"v1.10.0", t0}}
+	order := []build{{"fff0123", t0}, {"0001234", t0.Add(time.Minute)}, {"v1.1.0", t0}, {"v1.1.0-7-g1234567", t0},
+		{"v1.2.0-dev", t0}, {"v1.2.0-RC1", t0}, {"v1.2.0-rc1-3-gabc1234", t0}, {"v1.2.0-RC2", t0},
+		{"v1.2.0", t0}, {"v1.2.0-dirty", t0}, {"v1.2.0-3-gabc1234", t0}, {"v1.2.0-3-gabc1234-dirty", t0},
+		{"v1.2.0-4-gdef5678", t0}, {"v1.10.0", t0}}
 	for i := 1; i < len(order); i++ {
-		a, b := debianVersion(order[i-1].describe, order[i-1].ct), debianVersion(order[i].describe, order[i].ct)
+		a, err := debianVersion(order[i-1].describe, order[i-1].ct, true)
+		if err != nil {
+			t.Fatalf("debianVersion(%q): %v", order[i-1].describe, err)
+		}
+		b, err := debianVersion(order[i].describe, order[i].ct, true)
+		if err != nil {
+			t.Fatalf("debianVersion(%q): %v", order[i].describe, err)
+		}
 		if err := exec.Command(dpkg, "--compare-versions", a, "lt", b).Run(); err != nil {
 			t.Errorf("dpkg --compare-versions %s lt %s (from %s, %s): %v", a, b, order[i-1].describe, order[i].describe, err)
 		}
@@ -69,10 +96,41 @@ func TestDescribeIsGits(t *testing.T) {
 	}
 	want, err := exec.Command(git, "-C", repo, "describe", "--tags", "--always", "--dirty").Output()
 	if err != nil {
-		t.Skipf("not a git checkout (%v): describe falls back to the build info", err)
+		t.Skipf("not a git checkout (%v): TestDescribeFails covers it", err)
 	}
-	if got := describe(context.Background(), repo); got != strings.TrimSpace(string(want)) {
-		t.Fatalf("describe = %q, want git describe's %q", got, strings.TrimSpace(string(want)))
+	if got, err := describe(context.Background(), repo); err != nil || got != strings.TrimSpace(string(want)) {
+		t.Fatalf("describe = %q, %v; want git describe's %q", got, err, strings.TrimSpace(string(want)))
+	}
+}
+
+// Without a version from git (a source tarball, no .git) describe fails
+// naming git's reason and -version, and so does Build, which builds
+// nothing then; -version builds there. A bad -version is refused before
+// anything is built.
+func TestDescribeFails(t *testing.T) {
+	testprog.Need(t, "git", "apt-get install -y git")
+	tarball := t.TempDir() // a copy of the sources without .git
+	if err := os.WriteFile(filepath.Join(tarball, "go.mod"), []byte("module "+modulePath+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GIT_CEILING_DIRECTORIES", filepath.Dir(tarball)) // however the temp directory is placed
+	v, err := describe(context.Background(), tarball)
+	if err == nil {
+		t.Fatalf("describe outside a git checkout = %q, want an error", v)
+	}
+	for _, want := range []string{"not a git repository", "-version"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("describe outside a git checkout: %v; want it to say %q", err, want)
+		}
+	}
+	if _, err := Build(context.Background(), options{out: t.TempDir(), arch: "amd64", repo: tarball}); err == nil || !strings.Contains(err.Error(), "-version") {
+		t.Errorf("Build outside a git checkout without -version: %v; want describe's error", err)
+	}
+	for _, bad := range []string{"1.2.0-1", "dev"} {
+		_, err := Build(context.Background(), options{out: t.TempDir(), arch: "amd64", repo: tarball, version: bad})
+		if err == nil || !strings.Contains(err.Error(), `-version "`+bad+`"`) || !strings.Contains(err.Error(), "v1.2.0-rc1") {
+			t.Errorf("Build -version %s: %v; want a refusal naming it and the forms accepted", bad, err)
+		}
 	}
 }
 
