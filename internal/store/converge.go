@@ -21,9 +21,12 @@ const (
 )
 
 // WaitConverged returns once every live agent's status key says revision
-// rev or later and no skipped keys (an agent whose key disappears is dead
-// and no longer waited for), and at least one agent's does: with no live
-// agent, nothing confirms the write, and the wait ends on ctx. It learns the agents' progress from one watch on <root>/agents/
+// rev or later and no skipped keys, and at least one agent's does: with no
+// live agent, nothing confirms the write, and the wait ends on ctx. An
+// agent whose key disappears before it confirmed rev is waited for until
+// its key is back: stopped, or cut off from etcd (its lease ran out) while
+// it serves the old table on, nothing tells which; when ctx ends first it
+// is named in the error's Vanished. It learns the agents' progress from one watch on <root>/agents/
 // and one Get (see round), and returns on the event that completes the
 // set. It relists only when that watch ends (no leader, a closed stream);
 // a read that gets no answer is retried until ctx ends.
@@ -33,7 +36,7 @@ const (
 // (etcd unreachable, permission denied).
 func (s *Store) WaitConverged(ctx context.Context, rev int64) (Convergence, error) {
 	w := &convergeWait{s: s, rev: rev, start: time.Now(), agents: map[string]AgentInfo{}, behind: map[string]bool{},
-		skews: map[string]time.Duration{}}
+		vanished: map[string]AgentInfo{}, skews: map[string]time.Duration{}}
 	b := backoff.New(convergeRetryMin, convergeRetryMax)
 	for {
 		done, err := w.round(ctx)
@@ -78,13 +81,16 @@ type ClockSkew struct {
 
 // convergeWait is one WaitConverged: the agents as last seen.
 type convergeWait struct {
-	s       *Store
-	rev     int64
-	start   time.Time
-	agents  map[string]AgentInfo
-	behind  map[string]bool // the keys of agents before rev or with skipped keys
-	listed  bool            // agents holds a listing
-	lastErr error           // the error that ended the previous round
+	s      *Store
+	rev    int64
+	start  time.Time
+	agents map[string]AgentInfo
+	behind map[string]bool // the keys of agents before rev or with skipped keys
+	// vanished are the agents, by key, whose key was deleted while they
+	// were behind, as last seen; one whose key is put again is judged anew.
+	vanished map[string]AgentInfo
+	listed   bool  // agents holds a listing
+	lastErr  error // the error that ended the previous round
 	// skews are the clock differences past MaxClockSkew of the agents
 	// at rev, by key.
 	skews map[string]time.Duration
@@ -104,6 +110,10 @@ func (w *convergeWait) convergence() Convergence {
 	sort.Slice(c.Skews, func(i, j int) bool { return c.Skews[i].Node < c.Skews[j].Node })
 	return c
 }
+
+// listedHook is a context key for tests: a func() run once a round has
+// listed the agents, before it follows the watch.
+type listedHook struct{}
 
 // errWatchEnded marks a round ended by its watch: relist.
 var errWatchEnded = errors.New("watch ended")
@@ -142,6 +152,9 @@ func (w *convergeWait) round(ctx context.Context) (bool, error) {
 	for _, kv := range kvs {
 		w.put(string(kv.Key), kv.Value, listRev)
 	}
+	if hook, ok := ctx.Value(listedHook{}).(func()); ok {
+		hook()
+	}
 	if w.converged() {
 		return true, nil
 	}
@@ -153,8 +166,12 @@ func (w *convergeWait) round(ctx context.Context) (bool, error) {
 			switch {
 			case ev.Kv.ModRevision <= listRev: // in the listing already
 			case ev.Type == clientv3.EventTypeDelete:
-				delete(w.agents, string(ev.Kv.Key))
-				delete(w.behind, string(ev.Kv.Key))
+				key := string(ev.Kv.Key)
+				if w.behind[key] {
+					w.vanished[key] = w.agents[key]
+				}
+				delete(w.agents, key)
+				delete(w.behind, key)
 			default:
 				w.put(string(ev.Kv.Key), ev.Kv.Value, wr.Header.Revision)
 			}
@@ -215,6 +232,7 @@ func (w *convergeWait) put(key string, value []byte, readRev int64) {
 	a := agentInfo(key, strings.TrimPrefix(key, w.s.ks.AgentsPrefix()), value, w.rev, readRev)
 	a.checkEpoch(w.epoch, w.epochRev, w.epochReadRev)
 	w.agents[key] = a
+	delete(w.vanished, key)
 	if !a.Converged(0) {
 		w.behind[key] = true
 		return
@@ -234,9 +252,12 @@ func (w *convergeWait) put(key string, value []byte, readRev int64) {
 }
 
 // converged reports whether some agent was seen and every agent seen is
-// at rev or later and serves no refused value. With none, nothing
-// confirmed the write: the wait goes on (an agent may start meanwhile).
-func (w *convergeWait) converged() bool { return len(w.behind) == 0 && len(w.agents) > 0 }
+// at rev or later and serves no refused value, and none vanished behind.
+// With none, nothing confirmed the write: the wait goes on (an agent may
+// start meanwhile).
+func (w *convergeWait) converged() bool {
+	return len(w.behind) == 0 && len(w.vanished) == 0 && len(w.agents) > 0
+}
 
 // retryable tells the errors that another round may get past: a watch
 // that ended, a read that got no answer.
@@ -255,5 +276,9 @@ func (w *convergeWait) failed(cause error) error {
 		e.Lagging = append(e.Lagging, w.agents[key])
 	}
 	sort.Slice(e.Lagging, func(i, j int) bool { return e.Lagging[i].Node < e.Lagging[j].Node })
+	for _, a := range w.vanished {
+		e.Vanished = append(e.Vanished, a)
+	}
+	sort.Slice(e.Vanished, func(i, j int) bool { return e.Vanished[i].Node < e.Vanished[j].Node })
 	return e
 }

@@ -129,7 +129,8 @@ func TestWaitConvergedThroughOutage(t *testing.T) {
 
 // TestWaitConvergedLearnsFromWatch: the wait returns on the status put that
 // completes the set (including an agent that appears during the wait and
-// one whose key is deleted), and names the laggards when it times out.
+// one whose key is deleted after it confirmed the revision), and names the
+// laggards when it times out.
 func TestWaitConvergedLearnsFromWatch(t *testing.T) {
 	t.Parallel()
 	ctx, cli, s, cfg := storeEnv(t, Options{})
@@ -151,6 +152,7 @@ func TestWaitConvergedLearnsFromWatch(t *testing.T) {
 	go func() { _, err := s.WaitConverged(wctx, res.Revision); done <- err }()
 	putStatus(ctx, t, cli, s, "node-a", res.Revision)
 	putStatus(ctx, t, cli, s, "node-c", res.Revision-1) // a new agent, behind
+	putStatus(ctx, t, cli, s, "node-b", res.Revision)   // confirmed, then gone
 	if _, err := cli.Delete(ctx, s.Keyspace().Agent("node-b")); err != nil {
 		t.Fatal(err)
 	}
@@ -162,6 +164,46 @@ func TestWaitConvergedLearnsFromWatch(t *testing.T) {
 	putStatus(ctx, t, cli, s, "node-c", res.Revision+5)
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWaitConvergedWaitsForAVanishedLaggard: an agent behind the
+// revision whose status key disappears during the wait (its lease ran out:
+// cut off from etcd, it still serves the old table) is not dropped from
+// the wait: a wait that ends first names it in Vanished, and the wait
+// returns once its key is back at the revision.
+func TestWaitConvergedWaitsForAVanishedLaggard(t *testing.T) {
+	t.Parallel()
+	ctx, cli, s, cfg := storeEnv(t, Options{})
+	res := put(ctx, t, s, cfg)
+	putStatus(ctx, t, cli, s, "node-a", res.Revision-1)
+	putStatus(ctx, t, cli, s, "node-b", res.Revision-1)
+
+	listed := make(chan struct{}, 2)
+	hooked := context.WithValue(ctx, listedHook{}, func() { listed <- struct{}{} })
+	short, cancelShort := context.WithTimeout(hooked, 2*time.Second)
+	defer cancelShort()
+	long, cancelLong := context.WithTimeout(hooked, 30*time.Second)
+	defer cancelLong()
+	shortDone, longDone := make(chan error, 1), make(chan error, 1)
+	go func() { _, err := s.WaitConverged(short, res.Revision); shortDone <- err }()
+	go func() { _, err := s.WaitConverged(long, res.Revision); longDone <- err }()
+	waitSignal(t, listed)
+	waitSignal(t, listed) // both waits know node-b, behind
+
+	putStatus(ctx, t, cli, s, "node-a", res.Revision)
+	if _, err := cli.Delete(ctx, s.Keyspace().Agent("node-b")); err != nil {
+		t.Fatal(err)
+	}
+	err := <-shortDone
+	var nc *NotConvergedError
+	if !errors.As(err, &nc) || len(nc.Lagging) != 0 || len(nc.Vanished) != 1 || nc.Vanished[0].Node != "node-b" ||
+		!strings.Contains(err.Error(), "node-b@") || !strings.Contains(err.Error(), "status key disappeared") {
+		t.Fatalf("a wait ended with node-b's key gone while behind: %v; want it not converged, node-b named as vanished", err)
+	}
+	putStatus(ctx, t, cli, s, "node-b", res.Revision) // back, and current
+	if err := <-longDone; err != nil {
+		t.Fatalf("node-b back at the revision: %v", err)
 	}
 }
 

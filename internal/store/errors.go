@@ -111,6 +111,11 @@ type NotConvergedError struct {
 	// status key: nothing confirmed the write (a --prefix other than the
 	// agents', every agent down).
 	NoAgents string
+	// Vanished are the agents whose status key disappeared during the
+	// wait before they confirmed Revision, as last seen: stopped, or cut
+	// off from etcd (the key's lease ran out) and still serving what they
+	// had. The key of neither kind comes back; nothing tells them apart.
+	Vanished []AgentInfo
 }
 
 // Error names the lagging agents and what failed.
@@ -123,8 +128,10 @@ func (e *NotConvergedError) Error() string {
 	switch {
 	case e.Unknown:
 		msg += "the agents' status keys could not be read"
-	case e.NoAgents != "":
+	case e.NoAgents != "" && len(e.Vanished) == 0:
 		msg += fmt.Sprintf("no live agent under %s confirmed it: is --prefix the agents' --prefix, and are they running (regionctl status)?", e.NoAgents)
+	case len(e.Lagging) == 0:
+		msg += vanishedString(e.Vanished)
 	default:
 		// Agents a lag alone does not explain (an undecodable status key,
 		// another history, refused values) first: they are named even
@@ -159,6 +166,9 @@ func (e *NotConvergedError) Error() string {
 		if skipping {
 			msg += " (fix or delete those keys: regionctl validate names what is wrong with them)"
 		}
+		if len(e.Vanished) > 0 {
+			msg += "; " + vanishedString(e.Vanished)
+		}
 	}
 	if e.Err != nil {
 		msg += fmt.Sprintf(" (last error: %v)", e.Err)
@@ -168,6 +178,21 @@ func (e *NotConvergedError) Error() string {
 
 // Unwrap returns Err.
 func (e *NotConvergedError) Unwrap() error { return e.Err }
+
+// vanishedString names the agents whose status key disappeared during a
+// wait, and what that may mean.
+func vanishedString(vanished []AgentInfo) string {
+	names := make([]string, 0, min(len(vanished), maxNamedAgents+1))
+	for i, a := range vanished {
+		if i == maxNamedAgents {
+			names = append(names, fmt.Sprintf("and %d more", len(vanished)-i))
+			break
+		}
+		names = append(names, fmt.Sprintf("%s@%d", a.Node, a.Revision))
+	}
+	return fmt.Sprintf("%d agent(s) whose status key disappeared before they confirmed it: %s: stopped, or cut off from etcd and still serving their last table (check each node: curl its /v1/status, systemctl status regiond)",
+		len(vanished), strings.Join(names, "; "))
+}
 
 // skippedString is "2 key(s): policy/residency, routes/PL", with "(N
 // served alike)" when some are (they do not count against convergence)
