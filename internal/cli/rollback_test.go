@@ -20,19 +20,26 @@ func TestRollback(t *testing.T) {
 	e.must(ExitOK, "route", "set", "SK", "--target", "eu-east=100")                                   // 4
 	e.must(ExitOK, "route", "rm", "CZ")                                                               // 5
 	e.must(ExitOK, "boost", "JP", "--target", "kr-music=100", "--ttl", "1h", "--id", "jp")            // 6
-	e.must(ExitOK, "pool", "drain", "eu-north")                                                       // 7
+	e.must(ExitOK, "pool", "drain", "eu-north", "--reason", "sto link down")                          // 7
 	if strings.Contains(e.must(ExitOK, "export").stdout, "CZ:") {
 		t.Fatal("CZ still exported after route rm")
 	}
 
+	// rollback 2 undoes 3 to 7, another operator's drain among them: it
+	// says so, naming each, in the dry run and the write.
+	undoes := []string{"regionctl: warning: rollback to epoch 2 restores its whole config: it undoes the 5 epochs written since, not only 3: ",
+		"3 (pool set eu-east", "7 (pool drain eu-north --reason 'sto link down' by ", `"sto link down")`}
 	dry := e.must(ExitOK, "rollback", "2", "--dry-run")
 	for _, want := range []string{"SK: removed", "pool eu-east: removed", "CZ: added", "pool eu-north: status draining→active"} {
 		if !strings.Contains(dry.stdout, want) {
 			t.Errorf("rollback --dry-run: missing %q in %s", want, dry)
 		}
 	}
+	if !containsAll(dry.stderr, undoes) {
+		t.Errorf("rollback --dry-run: want the later epochs named, %q, in %s", undoes, dry)
+	}
 	r := e.must(ExitOK, "rollback", "2", "--reason", "undo the SK experiment")
-	if !strings.Contains(r.stdout, "epoch 7 → 8") {
+	if !strings.Contains(r.stdout, "epoch 7 → 8") || !containsAll(r.stderr, undoes) {
 		t.Fatalf("rollback: %s", r)
 	}
 	if got := e.must(ExitOK, "export").stdout; got != atTwo {
@@ -44,8 +51,14 @@ func TestRollback(t *testing.T) {
 	if rec := e.audit(8); rec.Command != "rollback 2 --reason 'undo the SK experiment'" || rec.Reason != "undo the SK experiment" {
 		t.Fatalf("audit of the rollback: %+v", rec)
 	}
+	// Undoing the newest epoch only says nothing more.
+	e.must(ExitOK, "route", "set", "PL", "--target", "eu-central=50", "--target", "eu-west=50") // 9
+	if r := e.must(ExitOK, "rollback", "8", "--dry-run"); strings.Contains(r.stderr, "warning") {
+		t.Errorf("rollback of the newest epoch warned: %s", r)
+	}
 	// Rolling back to the epoch we are at again is a no-op.
-	if r := e.must(ExitOK, "rollback", "8"); !strings.Contains(r.stdout, "no changes") {
+	e.must(ExitOK, "rollback", "8")
+	if r := e.must(ExitOK, "rollback", "10"); !strings.Contains(r.stdout, "no changes") {
 		t.Fatalf("rollback to the current epoch: %s", r)
 	}
 	e.must(ExitRefused, "rollback", "99")
