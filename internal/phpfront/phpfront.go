@@ -15,12 +15,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -48,6 +50,11 @@ type Config struct {
 	// OpenBasedir enables the pool's commented-out open_basedir (the
 	// script's and the snapshot's directories).
 	OpenBasedir bool
+	// Defines are php-fpm's -d options ("apc.enabled=0").
+	Defines []string
+	// Params are more fastcgi_param lines of the nginx server (name to
+	// value).
+	Params map[string]string
 }
 
 // Server is a running nginx and php-fpm.
@@ -124,6 +131,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	args := []string{"--nodaemonize", "--fpm-config", fpmConf}
+	for _, d := range cfg.Defines {
+		args = append(args, "-d", d)
+	}
 	if os.Geteuid() == 0 {
 		args = append(args, "--allow-to-run-as-root")
 	}
@@ -167,6 +177,13 @@ func (s *Server) waitReady(ctx context.Context, path string) error {
 		}
 	}
 }
+
+// Dir returns Config.Dir: the configurations and the logs (fpm.log,
+// nginx-error.log).
+func (s *Server) Dir() string { return s.dir }
+
+// FPMPid returns the process id of php-fpm's master.
+func (s *Server) FPMPid() int { return s.fpm.Process.Pid }
 
 // Logs returns the servers' output and error logs, for a failure message.
 func (s *Server) Logs() string {
@@ -264,8 +281,20 @@ func render(cfg Config, port int) (fpmConf, ngxConf string, err error) {
 	if err := os.WriteFile(fpmConf, []byte(fpm), 0o644); err != nil {
 		return "", "", fmt.Errorf("phpfront: %w", err)
 	}
+	serverText := paths.Replace(string(server))
+	if len(cfg.Params) > 0 {
+		const pass = "        fastcgi_pass regiond_front;"
+		if !strings.Contains(serverText, pass) {
+			return "", "", errors.New("phpfront: nginx-front.conf has no fastcgi_pass line to add parameters before")
+		}
+		var lines strings.Builder
+		for _, name := range slices.Sorted(maps.Keys(cfg.Params)) {
+			fmt.Fprintf(&lines, "        fastcgi_param %s %q;\n", name, cfg.Params[name])
+		}
+		serverText = strings.Replace(serverText, pass, lines.String()+pass, 1)
+	}
 	serverConf := filepath.Join(cfg.Dir, "nginx-front.conf")
-	if err := os.WriteFile(serverConf, []byte(paths.Replace(string(server))), 0o644); err != nil {
+	if err := os.WriteFile(serverConf, []byte(serverText), 0o644); err != nil {
 		return "", "", fmt.Errorf("phpfront: %w", err)
 	}
 	userLine := ""
