@@ -5,7 +5,7 @@
 // is unchanged. Under php-fpm each request opens the agent's per-country
 // index (table.idx beside the snapshot) and reads one entry: see
 // nginx-front.conf and php-fpm-front.conf. Every answer names the table
-// revision it used (X-Regiond-Revision).
+// revision it used (X-Regiond-Revision), and none may be cached: see below.
 
 declare(strict_types=1);
 
@@ -14,6 +14,14 @@ require __DIR__ . '/RegiondTable.php';
 use Regiond\NoRouteException;
 use Regiond\RegiondTable;
 use Regiond\TableException;
+
+// Every answer is one viewer's, for one country and one table: no CDN or
+// browser may keep it. Without this a CDN caches a 302 for a cacheable path
+// (Cloudflare does for .mp4, keyed without CF-IPCountry) and gives one
+// viewer's edge to every viewer at that PoP, and a drain reaches viewers
+// only when the cached copy expires. The agent's /v1/resolve says no-store
+// too.
+header('Cache-Control: private, no-store');
 
 $country = $_SERVER['HTTP_CF_IPCOUNTRY'] ?? '';
 // Any stable per-viewer id; null = weighted random. A client can send
@@ -37,12 +45,14 @@ try {
     echo json_encode($e->toArray(), JSON_UNESCAPED_SLASHES), "\n";
     exit;
 } catch (TableException $e) {
-    // No usable snapshot on this node (agent not running?). Log and fail
-    // closed; a front door may instead ask the agent's socket.
+    // The table cannot be read: no snapshot (agent not running?), a
+    // permission or owner refusal, an unknown owner user... The log line
+    // names the cause; the body claims none. Fail closed; a front door may
+    // instead ask the agent's socket.
     error_log($e->getMessage());
     http_response_code(503);
     header('Content-Type: text/plain');
-    echo "routing unavailable: no regiond snapshot\n";
+    echo "routing unavailable: the regiond table cannot be read\n";
     exit;
 }
 

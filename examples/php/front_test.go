@@ -1,0 +1,130 @@
+package php_test
+
+// Tests of the front door's answers under a real php-fpm behind a real
+// nginx (the example configurations, internal/phpfront): what a CDN may
+// cache, what a viewer is told.
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/regiond/regiond/internal/atomicfile"
+	"github.com/regiond/regiond/internal/phpfront"
+	"github.com/regiond/regiond/internal/snapindex"
+	snap "github.com/regiond/regiond/internal/snapshot"
+	"github.com/regiond/regiond/routing"
+)
+
+// writeSnapshotAt replaces the snapshot at path and its index, as the
+// agent does.
+func writeSnapshotAt(t *testing.T, path string, tab *routing.Table) {
+	t.Helper()
+	h := routing.JSONHeader{WrittenAt: time.Now(), SyncedAt: time.Now()}
+	js, err := tab.JSONWith(nil, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := snapindex.Encode(nil, tab, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := atomicfile.WriteFile(path, js, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := atomicfile.WriteFile(snap.IndexPath(path), idx, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startFront serves example.php (or cfg.Script) for snapshot under php-fpm
+// and nginx, stopped at the test's end.
+func startFront(t *testing.T, cfg phpfront.Config) *phpfront.Server {
+	t.Helper()
+	fpm, ngx := frontServers(t)
+	cfg.PHPFPM, cfg.Nginx, cfg.Dir = fpm, ngx, t.TempDir()
+	if cfg.Script == "" {
+		script, err := filepath.Abs("example.php")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Script = script
+	}
+	s, err := phpfront.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// get requests path with CF-IPCountry country, never following a redirect.
+func get(t *testing.T, s *phpfront.Server, path, country string, timeout time.Duration) (*http.Response, string) {
+	t.Helper()
+	hc := &http.Client{Timeout: timeout, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	req, _ := http.NewRequest(http.MethodGet, s.URL+path, nil)
+	if country != "" {
+		req.Header.Set("CF-IPCountry", country)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v\n%s", path, err, s.Logs())
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: body: %v", path, err)
+	}
+	return resp, string(body)
+}
+
+// TestFrontDoorAnswersAreNotCached: the 302 and both 503s (no eligible
+// pool; a table that cannot be read) of example.php under php-fpm and nginx
+// say Cache-Control: private, no-store, so no CDN gives one viewer's
+// redirect to others or keeps a drained edge. The unreadable table's body
+// names no cause; the NoRoute body is the agent's.
+func TestFrontDoorAnswersAreNotCached(t *testing.T) {
+	now := time.Now()
+	snapshot := filepath.Join(t.TempDir(), "table.json")
+	writeSnapshotAt(t, snapshot, compile(t, fleet(t), routing.CompileOptions{Now: now}))
+	s := startFront(t, phpfront.Config{Snapshot: snapshot, Children: 1, Defines: []string{"sys_temp_dir=" + t.TempDir()}})
+	const want = "private, no-store"
+	check := func(what string, resp *http.Response, status int) {
+		t.Helper()
+		if resp.StatusCode != status {
+			t.Errorf("%s: status %d, want %d", what, resp.StatusCode, status)
+		}
+		if got := resp.Header.Values("Cache-Control"); len(got) != 1 || got[0] != want {
+			t.Errorf("%s: Cache-Control %q, want %q", what, got, want)
+		}
+	}
+
+	resp, _ := get(t, s, "/watch/1.mp4", "PL", 10*time.Second)
+	check("302", resp, http.StatusFound)
+	if !strings.HasPrefix(resp.Header.Get("Location"), "https://edge-") {
+		t.Errorf("302: Location %q, want an edge", resp.Header.Get("Location"))
+	}
+
+	writeSnapshotAt(t, snapshot, compile(t, fleet(t), routing.CompileOptions{Now: now, Down: []string{"eu-central", "eu-west", "eu-north"}}))
+	resp, body := get(t, s, "/watch/1.mp4", "DE", 10*time.Second)
+	check("NoRoute 503", resp, http.StatusServiceUnavailable)
+	if !strings.HasPrefix(body, `{"error":"no eligible pool","country":"DE","reasons":[`) || !strings.Contains(body, `"pool-down:eu-central"`) {
+		t.Errorf("NoRoute 503 body %q, want the agent's", body)
+	}
+
+	for _, f := range []string{snapshot, snap.IndexPath(snapshot)} {
+		if err := os.Remove(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, body = get(t, s, "/watch/1.mp4", "DE", 10*time.Second)
+	check("unreadable table's 503", resp, http.StatusServiceUnavailable)
+	if want := "routing unavailable: the regiond table cannot be read\n"; body != want {
+		t.Errorf("unreadable table's 503 body %q, want %q", body, want)
+	}
+}
