@@ -10,10 +10,12 @@
 declare(strict_types=1);
 
 require __DIR__ . '/RegiondTable.php';
+require __DIR__ . '/ThrottledLog.php';
 
 use Regiond\NoRouteException;
 use Regiond\RegiondTable;
 use Regiond\TableException;
+use Regiond\ThrottledLog;
 
 // Every answer is one viewer's, for one country and one table: no CDN or
 // browser may keep it. Without this a CDN caches a 302 for a cacheable path
@@ -47,9 +49,11 @@ try {
 } catch (TableException $e) {
     // The table cannot be read: no snapshot (agent not running?), a
     // permission or owner refusal, an unknown owner user... The log line
-    // names the cause; the body claims none. Fail closed; a front door may
-    // instead ask the agent's socket.
-    error_log($e->getMessage());
+    // names the cause (at most one line per message every 10 s, counting
+    // the rest: a failing front door fails every request); the body claims
+    // none. Fail closed; a front door may instead ask the agent's socket.
+    // fastcgi_param REGIOND_LOG_EVERY: other seconds between two lines.
+    ThrottledLog::error($e->getMessage(), (int) ($_SERVER['REGIOND_LOG_EVERY'] ?? ThrottledLog::EVERY));
     http_response_code(503);
     header('Content-Type: text/plain');
     echo "routing unavailable: the regiond table cannot be read\n";
