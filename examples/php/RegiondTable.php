@@ -191,7 +191,10 @@ final class RegiondTable
             // the deployer's, as the PHP code beside it is). The JSON's too:
             // the index is beside it.
             clearstatcache(true, $idx);
-            $real = realpath($idx);
+            // @: outside open_basedir realpath() warns (and fails); the
+            // directory check below then throws, naming the directory and
+            // the restriction.
+            $real = @realpath($idx);
             self::checkDir(dirname($real !== false ? $real : $idx), $uid);
         }
         $fh = @fopen($idx, 'rb');
