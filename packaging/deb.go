@@ -24,6 +24,16 @@ var assets embed.FS
 // unitDir is where the units go (merged /usr: /lib is /usr/lib).
 const unitDir = "/usr/lib/systemd/system/"
 
+// templateDir holds the settings files' templates. Every node edits its
+// /etc/regiond/regiond.env, and the templates' comments change often: as
+// conffiles, nearly every upgrade would stop at dpkg's prompt (an
+// unattended one fails there, the package unpacked, postinst not run, the
+// old agent running a deleted binary). So the package ships no conffile;
+// postinst copies a template to /etc/regiond/ (0600 root:root) only when
+// the file is absent, and postrm purge removes it. Not under
+// /usr/share/doc/, which minimal images leave out (dpkg path-exclude).
+const templateDir = "/usr/share/regiond/"
+
 // docsDir is the contract and monitoringDir the example alert rules and
 // dashboard, shipped under /usr/share/doc/regiond/ (see addDocs).
 const (
@@ -46,8 +56,10 @@ func (s *stage) packageInfo(res *Result, mtime time.Time) (*nfpm.Info, error) {
 	c.file(filepath.Join(s.dir, "bin", "regionctl"), "/usr/bin/regionctl", 0o755)
 	c.file(filepath.Join(s.dir, "systemd", "regiond.service"), unitDir+"regiond.service", 0o644)
 	c.file(filepath.Join(s.dir, "systemd", "regiond-heartbeat@.service"), unitDir+"regiond-heartbeat@.service", 0o644)
-	c.conffile(filepath.Join(s.dir, "etc", "regiond.env"), "/etc/regiond/regiond.env", 0o600)
-	c.conffile(filepath.Join(s.dir, "etc", "heartbeat.env"), "/etc/regiond/heartbeat.env", 0o600)
+	// Not conffiles: templates postinst copies to /etc/regiond/ when absent
+	// (templateDir).
+	c.file(filepath.Join(s.dir, "etc", "regiond.env"), templateDir+"regiond.env", 0o644)
+	c.file(filepath.Join(s.dir, "etc", "heartbeat.env"), templateDir+"heartbeat.env", 0o644)
 	c.dir("/etc/regiond", 0o755)
 	c.dir("/etc/regiond/heartbeat", 0o755)
 	for _, name := range []string{"regiond", "regionctl"} {
@@ -119,11 +131,6 @@ func (c *contents) add(src, dst, typ string, mode os.FileMode) {
 }
 
 func (c *contents) file(src, dst string, mode os.FileMode) { c.add(src, dst, files.TypeFile, mode) }
-
-// conffile is a file dpkg keeps when the administrator changed it.
-func (c *contents) conffile(src, dst string, mode os.FileMode) {
-	c.add(src, dst, files.TypeConfigNoReplace, mode)
-}
 
 func (c *contents) dir(dst string, mode os.FileMode) { c.add("", dst, files.TypeDir, mode|os.ModeDir) }
 

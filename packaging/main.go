@@ -6,18 +6,19 @@
 // The package holds the production binaries (/usr/bin/regiond built with
 // -tags nodev, without the embedded etcd of `regiond dev`, and
 // /usr/bin/regionctl), the systemd units of systemd/, the commented
-// settings files of etc/ (conffiles), man pages and bash, zsh and fish
-// completions generated from the binaries' own command trees (cmddocs),
-// the example alert rules and dashboard, and the maintainer scripts of
-// scripts/ (postinst creates the regiond system user). The version comes
-// from `git describe --tags --always --dirty`, or from -version, which a
-// build without git's answer (a source tarball, git's "dubious ownership")
-// must give: it fails rather than make one up. The binaries report it
-// (`regiond --version`, `regionctl version`); the package's Debian version
-// is derived from it (v1.2.0-3-gabc1234 → 1.2.0+3.gabc1234, see
-// debianVersion), and a version that would not sort with the releases is
-// refused. Debian's own tools are not needed: the archive is written with
-// nfpm.
+// settings files of etc/ (templates in /usr/share/regiond/, which postinst
+// copies to /etc/regiond/ when absent: no conffiles), man pages and bash,
+// zsh and fish completions generated from the binaries' own command trees
+// (cmddocs), the example alert rules and dashboard, and the maintainer
+// scripts of scripts/ (postinst creates the regiond system user and the
+// settings files). The version comes from `git describe --tags --always
+// --dirty`, or from -version, which a build without git's answer (a source
+// tarball, git's "dubious ownership") must give: it fails rather than make
+// one up. The binaries report it (`regiond --version`, `regionctl
+// version`); the package's Debian version is derived from it
+// (v1.2.0-3-gabc1234 → 1.2.0+3.gabc1234, see debianVersion), and a version
+// that would not sort with the releases is refused. Debian's own tools are
+// not needed: the archive is written with nfpm.
 package main
 
 import (

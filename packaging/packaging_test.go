@@ -202,24 +202,28 @@ func TestPackageName(t *testing.T) {
 			t.Errorf("control fields lack %q:\n%s", want, out)
 		}
 	}
-	conf := debMember(t, res.Path, "conffiles")
-	if conf != "/etc/regiond/heartbeat.env\n/etc/regiond/regiond.env\n" {
-		t.Errorf("conffiles = %q, want both settings files", conf)
+	// No conffiles: the settings files every node edits would stop nearly
+	// every unattended upgrade at dpkg's prompt (postinst makes them).
+	if conf, ok := debMember(t, res.Path, "conffiles"); ok && strings.TrimSpace(conf) != "" {
+		t.Errorf("conffiles = %q, want none", conf)
 	}
 }
 
-// debMember returns a file of the package's control archive.
-func debMember(t *testing.T, deb, name string) string {
+// debMember returns a file of the package's control archive, and whether
+// it is there.
+func debMember(t *testing.T, deb, name string) (string, bool) {
 	t.Helper()
 	dir := t.TempDir()
 	if out, err := exec.Command("dpkg-deb", "-e", deb, dir).CombinedOutput(); err != nil {
 		t.Fatalf("dpkg-deb -e: %v: %s", err, out)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, name))
-	if err != nil {
+	if os.IsNotExist(err) {
+		return "", false
+	} else if err != nil {
 		t.Fatalf("control member %s: %v", name, err)
 	}
-	return string(b)
+	return string(b), true
 }
 
 func TestPackageLayout(t *testing.T) {
@@ -234,8 +238,8 @@ func TestPackageLayout(t *testing.T) {
 		"usr/lib/systemd/system/regiond-heartbeat@.service":                      0o644,
 		"etc/regiond":                                                            0o755 | os.ModeDir,
 		"etc/regiond/heartbeat":                                                  0o755 | os.ModeDir,
-		"etc/regiond/regiond.env":                                                0o600,
-		"etc/regiond/heartbeat.env":                                              0o600,
+		"usr/share/regiond/regiond.env":                                          0o644,
+		"usr/share/regiond/heartbeat.env":                                        0o644,
 		"usr/share/bash-completion/completions/regiond":                          0o644,
 		"usr/share/bash-completion/completions/regionctl":                        0o644,
 		"usr/share/zsh/vendor-completions/_regiond":                              0o644,
@@ -265,9 +269,15 @@ func TestPackageLayout(t *testing.T) {
 			t.Errorf("/%s: owned by %d:%d, want root:root", path, st.Uid, st.Gid)
 		}
 	}
-	env, err := os.ReadFile(filepath.Join(root, "etc/regiond/regiond.env"))
+	// The settings files are templates postinst copies (scripts_test.go).
+	for _, name := range []string{"regiond.env", "heartbeat.env"} {
+		if _, err := os.Lstat(filepath.Join(root, "etc/regiond", name)); err == nil {
+			t.Errorf("the package ships /etc/regiond/%s: postinst makes it from /usr/share/regiond/", name)
+		}
+	}
+	env, err := os.ReadFile(filepath.Join(root, "usr/share/regiond/regiond.env"))
 	if err != nil || !strings.Contains(string(env), "\nREGIOND_ARGS=") || !strings.Contains(string(env), "# ") {
-		t.Errorf("regiond.env lacks a commented REGIOND_ARGS setting (%v):\n%s", err, env)
+		t.Errorf("the regiond.env template lacks a commented REGIOND_ARGS setting (%v):\n%s", err, env)
 	}
 }
 

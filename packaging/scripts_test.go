@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -18,10 +19,63 @@ func fakeBin(t *testing.T, dir, name string, code int) {
 	}
 }
 
-// runPostinst runs the packaged postinst with getent answering exists
-// and adduser, addgroup and systemctl replaced by loggers (a test must not
-// add users to this machine), and returns the commands it ran.
-func runPostinst(t *testing.T, userExists bool, args ...string) []string {
+// fakeSystemctl writes a systemctl stand-in into dir that logs its
+// arguments to dir/calls, answers each is-active with the next of states
+// (the last one repeated; exit 0 only for "active", as systemctl does) and
+// try-restart with exit code tryRestart.
+func fakeSystemctl(t *testing.T, dir string, tryRestart int, states ...string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, "states"), []byte(strings.Join(states, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := `#!/bin/sh
+echo "systemctl $*" >> DIR/calls
+case "$1" in
+is-active)
+	state=$(head -n 1 DIR/states)
+	if [ "$(wc -l < DIR/states)" -gt 1 ]; then sed -i 1d DIR/states; fi
+	[ "$2" = --quiet ] || echo "$state"
+	[ "$state" = active ]
+	exit $?
+	;;
+try-restart) exit CODE ;;
+esac
+exit 0
+`
+	script = strings.ReplaceAll(script, "DIR", dir)
+	script = strings.ReplaceAll(script, "CODE", string(rune('0'+tryRestart)))
+	if err := os.WriteFile(filepath.Join(dir, "systemctl"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// scriptRoot returns a DPKG_ROOT as dpkg leaves it before postinst: the
+// package's templates in /usr/share/regiond/, an empty /etc/regiond/.
+func scriptRoot(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	for _, d := range []string{"usr/share/regiond", "etc/regiond/heartbeat"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"regiond.env", "heartbeat.env"} {
+		b, err := os.ReadFile(filepath.Join("etc", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, "usr/share/regiond", name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+// scriptBin returns a directory of stand-ins for getent (answering
+// userExists), adduser, addgroup and systemctl (a test must not add users
+// to this machine nor touch its units), and chown when the test is not
+// root (the scripts run as root).
+func scriptBin(t *testing.T, userExists bool) string {
 	t.Helper()
 	bin := t.TempDir()
 	code := 2 // getent's "not found"
@@ -29,22 +83,51 @@ func runPostinst(t *testing.T, userExists bool, args ...string) []string {
 		code = 0
 	}
 	fakeBin(t, bin, "getent", code)
-	for _, name := range []string{"adduser", "addgroup", "systemctl"} {
+	for _, name := range []string{"adduser", "addgroup"} {
 		fakeBin(t, bin, name, 0)
 	}
-	cmd := exec.Command("sh", append([]string{"scripts/postinst"}, args...)...)
-	cmd.Env = append(os.Environ(), "PATH="+bin+":/usr/bin:/bin")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("postinst %v: %v: %s", args, err, out)
+	fakeSystemctl(t, bin, 0, "inactive")
+	if os.Geteuid() != 0 {
+		fakeBin(t, bin, "chown", 0)
 	}
+	return bin
+}
+
+// runScript runs a packaged maintainer script with DPKG_ROOT=root and
+// bin's stand-ins first in PATH, and returns its output (stderr's: the
+// scripts print nothing else).
+func runScript(t *testing.T, root, bin, script string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("sh", append([]string{filepath.Join("scripts", script)}, args...)...)
+	cmd.Env = append(os.Environ(), "PATH="+bin+":/usr/bin:/bin", "DPKG_ROOT="+root)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %v: %v: %s", script, args, err, out)
+	}
+	return string(out)
+}
+
+// calls returns the commands the stand-ins in bin logged, systemctl's
+// left out unless withSystemctl.
+func calls(t *testing.T, bin string, withSystemctl bool) []string {
+	t.Helper()
 	b, _ := os.ReadFile(filepath.Join(bin, "calls"))
-	var calls []string
+	var out []string
 	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		if l != "" && !strings.HasPrefix(l, "systemctl") {
-			calls = append(calls, l)
+		if l != "" && (withSystemctl || !strings.HasPrefix(l, "systemctl")) && !strings.HasPrefix(l, "chown") {
+			out = append(out, l)
 		}
 	}
-	return calls
+	return out
+}
+
+// runPostinst runs the packaged postinst in a fresh root and returns the
+// commands it ran but systemctl's.
+func runPostinst(t *testing.T, userExists bool, args ...string) []string {
+	t.Helper()
+	bin := scriptBin(t, userExists)
+	runScript(t, scriptRoot(t), bin, "postinst", args...)
+	return calls(t, bin, false)
 }
 
 // postinst creates the regiond system user and group once: a second
@@ -62,6 +145,68 @@ func TestPostinstCreatesUserOnce(t *testing.T) {
 	}
 	if calls := runPostinst(t, false, "abort-upgrade", "1.3.0"); len(calls) != 0 {
 		t.Errorf("abort-upgrade ran %q, want nothing", calls)
+	}
+}
+
+// checkSettingsFile fails unless root's /etc/regiond/name is a regular
+// file, mode 0600, owned by root (when the test runs as root), holding want.
+func checkSettingsFile(t *testing.T, root, name, want string) {
+	t.Helper()
+	p := filepath.Join(root, "etc/regiond", name)
+	fi, err := os.Lstat(p)
+	if err != nil {
+		t.Errorf("/etc/regiond/%s: %v", name, err)
+		return
+	}
+	if fi.Mode() != 0o600 {
+		t.Errorf("/etc/regiond/%s: mode %v, want 0600", name, fi.Mode())
+	}
+	if st := fi.Sys().(*syscall.Stat_t); os.Geteuid() == 0 && (st.Uid != 0 || st.Gid != 0) {
+		t.Errorf("/etc/regiond/%s: owned by %d:%d, want root:root", name, st.Uid, st.Gid)
+	}
+	if b, _ := os.ReadFile(p); string(b) != want {
+		t.Errorf("/etc/regiond/%s holds %q, want %q", name, b, want)
+	}
+}
+
+// postinst configure makes each settings file missing from /etc/regiond/
+// from its template (0600 root:root, whatever the umask), and leaves one
+// that is there as it is: an upgrade never changes what the node set, and
+// asks nothing.
+func TestPostinstInstallsSettingsOnce(t *testing.T) {
+	root, bin := scriptRoot(t), scriptBin(t, true)
+	tmpl := map[string]string{}
+	for _, name := range []string{"regiond.env", "heartbeat.env"} {
+		b, err := os.ReadFile(filepath.Join("etc", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl[name] = string(b)
+	}
+	runScript(t, root, bin, "postinst", "abort-upgrade", "1.3.0")
+	if _, err := os.Lstat(filepath.Join(root, "etc/regiond/regiond.env")); err == nil {
+		t.Error("postinst abort-upgrade made /etc/regiond/regiond.env")
+	}
+	old := syscall.Umask(0) // the script sets its own
+	runScript(t, root, bin, "postinst", "configure", "")
+	syscall.Umask(old)
+	for name, want := range tmpl {
+		checkSettingsFile(t, root, name, want)
+	}
+	edited := "REGIOND_ARGS=\"--endpoints=https://etcd-1:2379\"\n"
+	if err := os.WriteFile(filepath.Join(root, "etc/regiond/regiond.env"), []byte(edited), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(root, "etc/regiond/heartbeat.env")); err != nil {
+		t.Fatal(err)
+	}
+	if out := runScript(t, root, bin, "postinst", "configure", "1.3.0"); out != "" {
+		t.Errorf("postinst configure (upgrade) printed %q, want nothing", out)
+	}
+	checkSettingsFile(t, root, "regiond.env", edited)
+	checkSettingsFile(t, root, "heartbeat.env", tmpl["heartbeat.env"])
+	if left, _ := filepath.Glob(filepath.Join(root, "etc/regiond/*.regiond-new")); len(left) != 0 {
+		t.Errorf("postinst left %v", left)
 	}
 }
 
@@ -95,24 +240,16 @@ func TestPostrmPurgeForgetsEnablement(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(run, "table.json"), []byte("{}"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	bin := t.TempDir()
-	fakeBin(t, bin, "systemctl", 0)
-	postrm := func(arg string) {
-		cmd := exec.Command("sh", "scripts/postrm", arg)
-		cmd.Env = append(os.Environ(), "PATH="+bin+":/usr/bin:/bin", "DPKG_ROOT="+root)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("postrm %s: %v: %s", arg, err, out)
-		}
-	}
+	bin := scriptBin(t, true)
 	exists := func(p string) bool { _, err := os.Lstat(p); return err == nil }
 
-	postrm("remove")
+	runScript(t, root, bin, "postrm", "remove")
 	for _, name := range ours {
 		if !exists(filepath.Join(wants, name)) {
 			t.Errorf("postrm remove dropped %s's enablement", name)
 		}
 	}
-	postrm("purge")
+	runScript(t, root, bin, "postrm", "purge")
 	for _, name := range ours {
 		if exists(filepath.Join(wants, name)) {
 			t.Errorf("postrm purge kept %s enabled", name)
@@ -123,5 +260,49 @@ func TestPostrmPurgeForgetsEnablement(t *testing.T) {
 	}
 	if exists(run) {
 		t.Error("postrm purge kept /run/regiond")
+	}
+}
+
+// postrm purge removes the settings files postinst made (no conffiles:
+// dpkg does not) and what dpkg left of them, and /etc/regiond/ once empty;
+// the administrator's own files there (a heartbeat instance's, the keys)
+// stay, and so does the directory then. remove keeps everything.
+func TestPostrmPurgeRemovesSettings(t *testing.T) {
+	bin := scriptBin(t, true)
+	exists := func(p string) bool { _, err := os.Lstat(p); return err == nil }
+	for _, own := range []string{"", "heartbeat/fra-1a.env", "tls/node-key.pem"} {
+		root := scriptRoot(t)
+		runScript(t, root, bin, "postinst", "configure", "")
+		etc := filepath.Join(root, "etc/regiond")
+		ours := []string{"regiond.env", "heartbeat.env", "regiond.env.dpkg-new", "heartbeat.env.dpkg-old"}
+		for _, name := range append(ours[2:], own) {
+			if name == "" {
+				continue
+			}
+			if err := os.MkdirAll(filepath.Dir(filepath.Join(etc, name)), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(etc, name), []byte("x"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		runScript(t, root, bin, "postrm", "remove")
+		for _, name := range ours {
+			if !exists(filepath.Join(etc, name)) {
+				t.Errorf("postrm remove removed /etc/regiond/%s", name)
+			}
+		}
+		runScript(t, root, bin, "postrm", "purge")
+		for _, name := range ours {
+			if exists(filepath.Join(etc, name)) {
+				t.Errorf("postrm purge kept /etc/regiond/%s", name)
+			}
+		}
+		if own == "" && exists(etc) {
+			t.Error("postrm purge kept the empty /etc/regiond")
+		}
+		if own != "" && !exists(filepath.Join(etc, own)) {
+			t.Errorf("postrm purge removed the administrator's /etc/regiond/%s", own)
+		}
 	}
 }
