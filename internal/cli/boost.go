@@ -91,7 +91,10 @@ func (a *app) runBoost(ctx context.Context, route, id, ttlFlag string, targetSpe
 	// of its own read before the write.
 	w.notes = []string{fmt.Sprintf("boost %s lasts %s: until its expires_at above, or its lease's end if that comes first", id, ttl)}
 	warned := false // a retried build warns once
+	var idle string
+	w.warning = func() string { return idle }
 	return a.runWrite(ctx, w, func(_ context.Context, cur *store.State) (*store.Plan, error) {
+		idle = idleTargets(cur, route, targets)
 		if _, ok := cur.Overrides[id]; ok {
 			return nil, refusef(routing.OverrideKey(id), "boost already exists; extend or cancel it")
 		}
@@ -106,6 +109,24 @@ func (a *app) runBoost(ctx context.Context, route, id, ttlFlag string, targetSpe
 		}
 		return &store.Plan{PutOverrides: []store.OverridePut{{ID: id, Override: ov, TTL: ttl}}}, nil
 	})
+}
+
+// idleTargets says, when some of a boost's targets are pools that are not
+// active in cur (draining or down), which, and what that does (""
+// otherwise): the boost is written, but no viewer goes to them while they
+// are, and it takes effect if they are undrained before it ends.
+func idleTargets(cur *store.State, route string, targets []routing.Target) string {
+	var idle []string
+	for _, t := range targets {
+		if p, ok := cur.Config.Pools[t.Pool]; ok && p.Status != routing.StatusActive {
+			idle = append(idle, t.Pool+" ("+p.Status+")")
+		}
+	}
+	if len(idle) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("the boost of %s targets %s: no viewer goes there while that lasts (the route's other candidates serve them, see regionctl resolve %s), and the boost takes effect if it ends before the boost does",
+		route, strings.Join(idle, ", "), route)
 }
 
 // liveBoostsOf lists the ids of route's boosts in cur that are still live

@@ -356,7 +356,7 @@ routes:
   _default: {targets: [{pool: eu-1, weight: 100}]}
   KR: {targets: [{pool: kr-b, weight: 100}]}
 `))
-	if r := e.must(ExitOK, "boost", "KR", "--target", "kr-b=100", "--ttl", "1h", "--id", "kr-z"); strings.Contains(r.stderr, "warning") {
+	if r := e.must(ExitOK, "boost", "KR", "--target", "kr-b=100", "--ttl", "1h", "--id", "kr-z"); len(otherWarnings(r.stderr)) > 0 {
 		t.Fatalf("the route's first boost: %s; want no warning", r)
 	}
 	// The second is written, with a warning naming the boost it overrides.
@@ -374,4 +374,30 @@ routes:
 	// Cancelled, the other boost serves KR (kr-b): the drain passes.
 	e.must(ExitOK, "boost", "cancel", "kr-a")
 	e.must(ExitOK, "pool", "drain", "kr-a")
+}
+
+// TestBoostAndRouteWarnWhenTheyDoNothing: a boost whose target is a
+// draining pool, and a route's new targets under a live boost that sets
+// them, are written, but serve no viewer as asked: each says so, naming
+// the pool or the boost; a boost of an active pool, and a change of a
+// boosted route's attrs alone, say nothing of it.
+func TestBoostAndRouteWarnWhenTheyDoNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	e.must(ExitOK, "pool", "drain", "eu-north", "--reason", "sto down")
+	r := e.must(ExitOK, "boost", "SE", "--target", "eu-north=100", "--ttl", "10m", "--id", "se-b")
+	if !strings.Contains(r.stderr, "regionctl: warning: the boost of SE targets eu-north (draining): no viewer goes there") {
+		t.Errorf("a boost of a draining pool: %s; want a warning naming it", r)
+	}
+	if r := e.must(ExitOK, "boost", "PL", "--target", "eu-west=100", "--ttl", "10m", "--id", "pl-b"); len(otherWarnings(r.stderr)) > 0 {
+		t.Errorf("a boost of an active pool: %s; want no warning", r)
+	}
+	r = e.must(ExitOK, "route", "set", "PL", "--target", "eu-central=100", "--reason", "move PL")
+	if !strings.Contains(r.stderr, "regionctl: warning: route PL has live boost(s) that set its targets (pl-b): its new targets take effect only when they end") {
+		t.Errorf("route set of a boosted route's targets: %s; want a warning naming the boost", r)
+	}
+	if r := e.must(ExitOK, "route", "set", "PL", "--attr", "lang=pl", "--reason", "attrs only"); len(otherWarnings(r.stderr)) > 0 {
+		t.Errorf("route set of a boosted route's attrs: %s; want no warning", r)
+	}
 }

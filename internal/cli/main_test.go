@@ -108,6 +108,21 @@ func (e *tenv) runCtx(ctx context.Context, args ...string) result {
 	return result{code: code, stdout: out.String(), stderr: errb.String()}
 }
 
+// noAgentsWarning starts the warning of a write to a prefix with no live
+// agent, which most tests' prefixes are.
+const noAgentsWarning = "regionctl: warning: no live agent under "
+
+// otherWarnings returns the warning lines of stderr but noAgentsWarning's.
+func otherWarnings(stderr string) []string {
+	var out []string
+	for _, l := range strings.Split(stderr, "\n") {
+		if strings.Contains(l, "warning") && !strings.HasPrefix(l, noAgentsWarning) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
 // must runs regionctl and fails the test unless it exits with code.
 func (e *tenv) must(code int, args ...string) result {
 	e.t.Helper()

@@ -2,7 +2,9 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -86,7 +88,13 @@ func (a *app) runRouteSet(ctx context.Context, cmd *cobra.Command, name string, 
 		}
 		return changed(field)
 	}
+	var boosted string
+	w.warning = func() string { return boosted }
 	return a.runWrite(ctx, w, configPlanWith(func(cur *store.State, cfg *routing.Config) error {
+		boosted = ""
+		if given("targets") {
+			boosted = boostedTargets(cur, name, time.Now())
+		}
 		r, exists := cfg.Routes[name]
 		if !exists {
 			if bad := invalidAt(cur, routing.RouteKey(name)); bad != nil {
@@ -141,4 +149,21 @@ is removed too.`,
 		}))
 	})
 	return cmd
+}
+
+// boostedTargets says, when live boosts of route in cur set its targets,
+// that a change of the route's own targets does not take effect while
+// they live ("" otherwise): the newest boost's targets win.
+func boostedTargets(cur *store.State, route string, now time.Time) string {
+	var ids []string
+	for _, id := range liveBoostsOf(cur, route, now) {
+		if len(cur.Overrides[id].Override.Targets) > 0 {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("route %s has live boost(s) that set its targets (%s): its new targets take effect only when they end (regionctl boost cancel ID ends one now)",
+		route, strings.Join(ids, ", "))
 }

@@ -565,3 +565,23 @@ func TestInterruptedWaitSaysSo(t *testing.T) {
 		t.Fatalf("an interrupted wait: %s", r)
 	}
 }
+
+// TestWriteWithNoAgentWarns: a write under a prefix with no live agent (a
+// mistyped --prefix, or a fleet whose agents have not started) says that
+// nothing serves it; with an agent live, it does not.
+func TestWriteWithNoAgentWarns(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.must(ExitOK, "apply", "-f", exampleConfig, "--reason", "seed")
+	if !strings.Contains(r.stderr, noAgentsWarning+e.ks.AgentsPrefix()+": nothing serves this change yet") {
+		t.Fatalf("a write with no agent: %s; want the warning naming %s", r, e.ks.AgentsPrefix())
+	}
+	if r := e.must(ExitOK, "pool", "drain", "eu-north", "--dry-run"); strings.Contains(r.stderr, noAgentsWarning) {
+		t.Fatalf("a dry run warned of no agent: %s", r)
+	}
+	rev, _ := e.fingerprint()
+	e.putAgent("node-a", rev, grantLease(t))
+	if r := e.must(ExitOK, "pool", "drain", "eu-north"); strings.Contains(r.stderr, noAgentsWarning) {
+		t.Fatalf("a write with an agent live warned of none: %s", r)
+	}
+}

@@ -167,6 +167,8 @@ func (a *app) afterCommit(ctx context.Context, st *store.Store, res *store.Resul
 	var waitErr error
 	if w.wait > 0 {
 		waitErr = a.waitConverged(ctx, st, res.Revision, w.wait, &out, true)
+	} else {
+		a.warnNoAgents(ctx, st)
 	}
 	var printErr error
 	if err := a.printWrite(out); err != nil {
@@ -176,6 +178,18 @@ func (a *app) afterCommit(ctx context.Context, st *store.Store, res *store.Resul
 		return &committedError{prevEpoch: res.PrevEpoch, epoch: res.Epoch, revision: res.Revision, err: err}
 	}
 	return nil
+}
+
+// warnNoAgents warns when no live agent's status key is under the
+// prefix written to: nothing serves the write (a mistyped --prefix or
+// REGIONCTL_PREFIX makes every drain a silent no-op; a new fleet's first
+// apply, before its agents start, is told so too). A count that cannot be
+// read says nothing (the role may not read agents/).
+func (a *app) warnNoAgents(ctx context.Context, st *store.Store) {
+	if n, err := st.LiveAgents(ctx); err == nil && n == 0 {
+		fmt.Fprintf(a.stderr, "regionctl: warning: no live agent under %s: nothing serves this change yet (is --prefix the agents' --prefix, and are they running? regionctl status)\n",
+			st.Keyspace().AgentsPrefix())
+	}
 }
 
 // afterNoOp prints a write that found nothing to change: what it asked

@@ -98,6 +98,19 @@ func (a *AgentInfo) checkEpoch(epoch, epochRev, readRev int64) {
 		a.Epoch, a.Revision, epoch, epochRev)
 }
 
+// LiveAgents counts the live agents' status keys under <root>/agents/
+// (one keys-only count).
+func (s *Store) LiveAgents(ctx context.Context) (int64, error) {
+	prefix := s.ks.AgentsPrefix()
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(rctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, s.permErr("count the agents' status keys "+prefix, err, s.roles.ReadNeed(prefix))
+	}
+	return resp.Count, nil
+}
+
 // epochAt reads the epoch at rev (0: current) and the epoch key's mod
 // revision; 0 for both when the key is absent, and an epoch of 0 when it
 // does not hold a number (Load reports that).
