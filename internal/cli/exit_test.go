@@ -155,7 +155,7 @@ func TestExitConflict(t *testing.T) {
 	}
 	ctx := context.WithValue(context.Background(), afterReadHook{}, hook)
 	r := e.runCtx(ctx, "pool", "set", "eu-central", "--attr", "mine=1")
-	if r.code != ExitConflict || !strings.Contains(r.stderr, "config changed concurrently (epoch 1 → 2); re-run") {
+	if r.code != ExitConflict || !strings.Contains(r.stderr, "config changed concurrently (epoch 1 → 2); re-run (it builds on the new state: regionctl history 2 shows what changed)") {
 		t.Fatalf("want exit 3, got %s", r)
 	}
 	bumped.Store(0)

@@ -37,7 +37,12 @@ func (e *ConflictError) Error() string {
 	if e.Key != "" && e.Epoch == e.Now {
 		return fmt.Sprintf("%s changed concurrently (expired or replaced); re-run", e.Key)
 	}
-	return fmt.Sprintf("config changed concurrently (epoch %d → %d); re-run", e.Epoch, e.Now)
+	if e.Now < e.Epoch {
+		// One etcd's epoch never goes back: two reads were answered by
+		// different clusters, or histories (a backup restored meanwhile).
+		return fmt.Sprintf("the epoch went back (%d → %d) between the read and the write: the endpoints answer from different etcd clusters or histories (check --endpoints: etcdctl endpoint status -w table shows each one's cluster ID); nothing written, and a re-run may meet the same", e.Epoch, e.Now)
+	}
+	return fmt.Sprintf("config changed concurrently (epoch %d → %d); re-run (it builds on the new state: regionctl history %d shows what changed)", e.Epoch, e.Now, e.Now)
 }
 
 // RefusedError means the proposed state breaks an invariant; nothing was

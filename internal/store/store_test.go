@@ -139,7 +139,7 @@ func TestConflictAndRetry(t *testing.T) {
 	}}
 	_, err := s.Write(ctx, req)
 	var ce *ConflictError
-	if !errors.As(err, &ce) || ce.Epoch != 1 || ce.Now != 2 || err.Error() != "config changed concurrently (epoch 1 → 2); re-run" {
+	if !errors.As(err, &ce) || ce.Epoch != 1 || ce.Now != 2 || err.Error() != "config changed concurrently (epoch 1 → 2); re-run (it builds on the new state: regionctl history 2 shows what changed)" {
 		t.Fatalf("want a conflict 1 → 2, got %v", err)
 	}
 	builds.Store(0)
@@ -308,5 +308,16 @@ func TestConfigAtNamesAHandEditItCannotUndo(t *testing.T) {
 	}
 	if _, err := s.ConfigAt(ctx, 3, cur); err != nil { // its own revision: nothing rebuilt
 		t.Fatalf("ConfigAt(3): %v", err)
+	}
+}
+
+// TestConflictWithTheEpochGoingBack: one etcd's epoch never goes back, so
+// a conflict that finds an older epoch than the read's says the endpoints
+// answer from different clusters or histories, not "re-run".
+func TestConflictWithTheEpochGoingBack(t *testing.T) {
+	msg := (&ConflictError{Epoch: 16, Now: 15}).Error()
+	if !strings.Contains(msg, "the epoch went back (16 → 15)") || !strings.Contains(msg, "different etcd clusters or histories") ||
+		strings.Contains(msg, "; re-run") {
+		t.Fatalf("conflict 16 → 15: %q", msg)
 	}
 }
