@@ -210,6 +210,93 @@ func TestPostinstInstallsSettingsOnce(t *testing.T) {
 	}
 }
 
+// postinst warns, and does not fail, about an etcd key under /etc/regiond/
+// that its group or others can read (the front doors' user is in group
+// regiond), and about nothing else.
+func TestPostinstWarnsAboutReadableKeys(t *testing.T) {
+	root, bin := scriptRoot(t), scriptBin(t, true)
+	tls := filepath.Join(root, "etc/regiond/tls")
+	if err := os.MkdirAll(tls, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, mode := range map[string]os.FileMode{
+		"node-key.pem": 0o640, "origin-key.pem": 0o400, "key.pem": 0o604, "node.pem": 0o644, "ca.pem": 0o644, "old-key.pem.bak": 0o644,
+	} {
+		p := filepath.Join(tls, name)
+		if err := os.WriteFile(p, []byte("x"), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := runScript(t, root, bin, "postinst", "configure", "1.3.0")
+	for _, key := range []string{"/etc/regiond/tls/node-key.pem", "/etc/regiond/tls/key.pem"} {
+		if !strings.Contains(out, "warning: "+key+" is readable by its group or by others (mode 6") ||
+			!strings.Contains(out, "chmod 0400 '"+key+"'") {
+			t.Errorf("postinst does not warn about %s:\n%s", key, out)
+		}
+	}
+	if !strings.Contains(out, "join group regiond") {
+		t.Errorf("the warning does not say why (group regiond):\n%s", out)
+	}
+	for _, name := range []string{"origin-key.pem", "node.pem", "ca.pem", "old-key.pem.bak"} {
+		if strings.Contains(out, "/"+name) {
+			t.Errorf("postinst warns about %s:\n%s", name, out)
+		}
+	}
+	if strings.Contains(out, root) {
+		t.Errorf("the warning names the files under DPKG_ROOT's path, not the node's:\n%s", out)
+	}
+}
+
+// An upgrade restarts a running agent; when the restart fails, or the new
+// agent is not running 2 s later, postinst says so on stderr, naming
+// journalctl -u regiond, and the upgrade still succeeds. A first install
+// restarts nothing, and an agent that was not running is not checked.
+func TestPostinstWarnsOnFailedRestart(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		args       []string
+		tryRestart int
+		states     []string
+		warn       string // "" for none
+		restarted  bool
+	}{
+		{"restarted", []string{"configure", "1.3.0"}, 0, []string{"active", "active"}, "", true},
+		{"restart fails", []string{"configure", "1.3.0"}, 1, []string{"active", "failed"}, "its restart on the new binary failed", true},
+		{"dies after start", []string{"configure", "1.3.0"}, 0, []string{"active", "activating"}, "not running 2 s after its start", true},
+		{"crash loop before, still", []string{"configure", "1.3.0"}, 0, []string{"activating", "activating"}, "not running 2 s after its start", true},
+		{"not running", []string{"configure", "1.3.0"}, 0, []string{"inactive"}, "", true},
+		{"first install", []string{"configure", ""}, 0, []string{"inactive"}, "", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			root, bin := scriptRoot(t), scriptBin(t, true)
+			if err := os.MkdirAll(filepath.Join(root, "run/systemd/system"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			fakeSystemctl(t, bin, c.tryRestart, c.states...)
+			out := runScript(t, root, bin, "postinst", c.args...)
+			ran := strings.Join(calls(t, bin, true), "\n")
+			if got := strings.Contains(ran, "systemctl try-restart regiond.service"); got != c.restarted {
+				t.Errorf("try-restart run: %v, want %v; ran:\n%s", got, c.restarted, ran)
+			}
+			if c.warn == "" {
+				if out != "" {
+					t.Errorf("postinst printed %q, want nothing", out)
+				}
+				return
+			}
+			for _, want := range []string{"warning", c.warn, "journalctl -u regiond"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("postinst printed %q; want it to say %q", out, want)
+				}
+			}
+		})
+	}
+}
+
 // Every maintainer script is valid POSIX sh (dash, Debian's /bin/sh).
 func TestScriptsParse(t *testing.T) {
 	for _, s := range []string{"postinst", "prerm", "postrm"} {
