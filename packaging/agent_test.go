@@ -27,7 +27,8 @@ const serviceUID = 65534
 // makes (owned by that user, mode 0755: RuntimeDirectory=regiond,
 // RuntimeDirectoryMode=0755), which the agent accepts; it serves the API
 // and the status page there, the socket mode 0660, and stops cleanly on
-// SIGTERM. It needs root (to run the agent as that user): without it, it
+// SIGTERM, leaving the snapshot's copy in its state directory
+// (StateDirectory=regiond). It needs root (to run the agent as that user): without it, it
 // skips, or fails under CI=true.
 func TestPackagedAgentInRuntimeDirectory(t *testing.T) {
 	if testing.Short() {
@@ -70,6 +71,21 @@ func TestPackagedAgentInRuntimeDirectory(t *testing.T) {
 	if err := os.Chown(run, serviceUID, serviceUID); err != nil {
 		t.Fatal(err)
 	}
+	// /var/lib/regiond as systemd makes it (StateDirectory=regiond).
+	state := filepath.Join(base, "state")
+	stateMode, err := strconv.ParseUint(unit["Service.StateDirectoryMode"], 8, 32)
+	if err != nil {
+		t.Fatalf("StateDirectoryMode %q: %v", unit["Service.StateDirectoryMode"], err)
+	}
+	if err := os.Mkdir(state, os.FileMode(stateMode)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(state, os.FileMode(stateMode)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(state, serviceUID, serviceUID); err != nil {
+		t.Fatal(err)
+	}
 	port, err := freeport.Get()
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +93,7 @@ func TestPackagedAgentInRuntimeDirectory(t *testing.T) {
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	// The unit's own command line, its /run/regiond here, and the settings
 	// an operator would put in REGIOND_ARGS.
-	args := strings.Fields(strings.ReplaceAll(unit["Service.ExecStart"], "/run/regiond/", run+"/"))
+	args := strings.Fields(strings.NewReplacer("/run/regiond/", run+"/", "/var/lib/regiond/", state+"/").Replace(unit["Service.ExecStart"]))
 	if args[len(args)-1] != "$REGIOND_ARGS" {
 		t.Fatalf("ExecStart %q does not end with $REGIOND_ARGS", unit["Service.ExecStart"])
 	}
@@ -159,5 +175,11 @@ func TestPackagedAgentInRuntimeDirectory(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Error("regiond did not stop within 15s of SIGTERM")
+	}
+	// At its stop the agent left the snapshot's copy in its state
+	// directory, its own, for a start after a reboot.
+	fi, err := os.Lstat(filepath.Join(state, "table.json"))
+	if err != nil || fi.Mode() != 0o600 || fi.Sys().(*syscall.Stat_t).Uid != serviceUID {
+		t.Errorf("the snapshot's copy after SIGTERM: %v %v; want a file 0600 owned by the service user", fi, err)
 	}
 }

@@ -307,13 +307,16 @@ func TestScriptsParse(t *testing.T) {
 }
 
 // postrm purge forgets the units' enablement (the dangling symlinks of
-// regiond and of every heartbeat instance, nothing else's) and the
-// runtime directory; remove keeps both (the enablement is configuration).
+// regiond and of every heartbeat instance, nothing else's), the runtime
+// directory and the state directory (the snapshot's copy); remove keeps
+// them all (the enablement is configuration; the copy serves after a
+// reinstall).
 func TestPostrmPurgeForgetsEnablement(t *testing.T) {
 	root := t.TempDir()
 	wants := filepath.Join(root, "etc", "systemd", "system", "multi-user.target.wants")
 	run := filepath.Join(root, "run", "regiond")
-	for _, d := range []string{wants, run} {
+	state := filepath.Join(root, "var", "lib", "regiond")
+	for _, d := range []string{wants, run, state} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -324,8 +327,10 @@ func TestPostrmPurgeForgetsEnablement(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(run, "table.json"), []byte("{}"), 0o644); err != nil {
-		t.Fatal(err)
+	for _, d := range []string{run, state} {
+		if err := os.WriteFile(filepath.Join(d, "table.json"), []byte("{}"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	bin := scriptBin(t, true)
 	exists := func(p string) bool { _, err := os.Lstat(p); return err == nil }
@@ -335,6 +340,9 @@ func TestPostrmPurgeForgetsEnablement(t *testing.T) {
 		if !exists(filepath.Join(wants, name)) {
 			t.Errorf("postrm remove dropped %s's enablement", name)
 		}
+	}
+	if !exists(filepath.Join(state, "table.json")) {
+		t.Error("postrm remove dropped the snapshot's copy")
 	}
 	runScript(t, root, bin, "postrm", "purge")
 	for _, name := range ours {
@@ -347,6 +355,9 @@ func TestPostrmPurgeForgetsEnablement(t *testing.T) {
 	}
 	if exists(run) {
 		t.Error("postrm purge kept /run/regiond")
+	}
+	if exists(state) {
+		t.Error("postrm purge kept /var/lib/regiond")
 	}
 }
 

@@ -172,8 +172,9 @@ func TestUnitSettings(t *testing.T) {
 	agent := unitSettings(t, "systemd/regiond.service")
 	want := map[string]string{
 		"Service.RuntimeDirectory": "regiond", "Service.RuntimeDirectoryMode": "0755",
+		"Service.StateDirectory": "regiond", "Service.StateDirectoryMode": "0755",
 		"Service.EnvironmentFile": "/etc/regiond/regiond.env",
-		"Service.ExecStart":       "/usr/bin/regiond --socket=/run/regiond/regiond.sock --snapshot=/run/regiond/table.json $REGIOND_ARGS",
+		"Service.ExecStart":       "/usr/bin/regiond --socket=/run/regiond/regiond.sock --snapshot=/run/regiond/table.json --snapshot-copy=/var/lib/regiond/table.json $REGIOND_ARGS",
 	}
 	hb := unitSettings(t, "systemd/regiond-heartbeat@.service")
 	wantHB := map[string]string{

@@ -51,6 +51,8 @@ func (f *agentFlags) register(fs *pflag.FlagSet, dev bool) {
 			"snapshot file for front doors in other languages (\"\" disables); its directory must be the agent's own (created 0755 if missing)")
 		fs.StringVar(&f.cfg.SnapshotGroup, "snapshot-group", "",
 			"group (name or gid) the front doors reading the snapshot run as, e.g. www-data: its directory is created 0750 of that group, and must have it")
+		fs.StringVar(&f.cfg.SnapshotCopy, "snapshot-copy", "",
+			"copy of the snapshot on persistent disk (e.g. /var/lib/regiond/table.json), refreshed every minute and at shutdown, written to --snapshot at start when that file is missing (after a reboot), so front doors serve the last table, stale, even if etcd does not answer at boot")
 	}
 	fs.StringVar(&f.cfg.Prefix, "prefix", d.Prefix, "root prefix of regiond's keys in etcd")
 	fs.StringVar(&f.cfg.Node, "node", d.Node, "this node's name in <prefix>/agents/")

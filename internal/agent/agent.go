@@ -126,6 +126,11 @@ func New(cfg Config) (*Agent, error) {
 			}
 		}
 	}
+	m, err := a.makeSnapshotCopyDir()
+	if err != nil {
+		return fail(fmt.Errorf("--snapshot-copy %s: %w", cfg.SnapshotCopy, err))
+	}
+	made = append(made, m...)
 	if cfg.Socket != "" {
 		m, err := makeSocketDir(cfg.Socket)
 		if err != nil {
@@ -241,6 +246,9 @@ func (a *Agent) loadSnapshot() {
 		return
 	}
 	b, err := atomicfile.ReadFile(a.cfg.Snapshot)
+	if errors.Is(err, os.ErrNotExist) && a.restoreSnapshotCopy() {
+		return
+	}
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
 			a.log.Warn("snapshot file not loaded", "path", a.cfg.Snapshot, "err", err)
@@ -324,6 +332,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// without its connection and staleness gauges.
 	offline := a.registerOfflineGauges()
 	g.Go(func() error { return a.runEtcd(gctx, offline) })
+	g.Go(func() error { a.keepSnapshotCopy(gctx); return nil })
 	for _, s := range []struct {
 		ln       *connLimit
 		loopback bool

@@ -47,6 +47,14 @@ type Config struct {
 	// created 0750 of that group, and must have it. Empty: it is created
 	// 0755, of the agent's group.
 	SnapshotGroup string
+	// SnapshotCopy is a copy of the snapshot file on persistent disk ("":
+	// none), refreshed every minute when it changed and at shutdown, and
+	// loaded at start when the snapshot file is missing (a reboot empties
+	// /run and /dev/shm): the front doors get the last table, marked by
+	// its synced_at, even when etcd does not answer at boot. Its
+	// directory must be the agent's own; the agent creates it when
+	// missing.
+	SnapshotCopy string
 	// HealthGrace is the health grace window.
 	HealthGrace time.Duration
 	// MaxStale: /readyz fails once the table is older than this.
