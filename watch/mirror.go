@@ -93,9 +93,15 @@ type Status struct {
 	// Unreachable says what the endpoints answered a plain dial
 	// (Config.Diagnose) the last time the mirror found itself without a
 	// connection to etcd, while it still has none; "" otherwise, and once
-	// a diagnosis found every endpoint taking the connection.
+	// a diagnosis found every endpoint taking the connection. While
+	// disconnected with a connection up, after etcd said it has no
+	// leader (a quorum of members down), it says that (noLeaderMsg).
 	Unreachable string
 }
+
+// noLeaderMsg is Status.Unreachable while the member the client reaches
+// has no leader: the connection is up, so no dial says anything.
+const noLeaderMsg = "the etcd member answering has no leader: a quorum of members is down or cut off from it (etcdctl endpoint status -w table)"
 
 // Mirror keeps a routing.Table equal to the routing prefix of etcd.
 type Mirror struct {
@@ -110,11 +116,13 @@ type Mirror struct {
 	connected atomic.Bool
 	refused   atomic.Pointer[string] // see Status.Refused
 	unreach   atomic.Pointer[string] // see Status.Unreachable
-	syncedAt  atomic.Int64           // unix nanoseconds
-	changeRev atomic.Int64           // see Status.ChangeRevision
-	eventRev  atomic.Int64           // see Status.EventRevision
-	ready     chan struct{}
-	readyOnce sync.Once
+	// leaderless: etcd said no leader since the mirror was last connected.
+	leaderless atomic.Bool
+	syncedAt   atomic.Int64 // unix nanoseconds
+	changeRev  atomic.Int64 // see Status.ChangeRevision
+	eventRev   atomic.Int64 // see Status.EventRevision
+	ready      chan struct{}
+	readyOnce  sync.Once
 
 	chMu    sync.Mutex
 	changed chan struct{}
@@ -225,6 +233,8 @@ func (m *Mirror) Status() Status {
 	}
 	if u := m.unreach.Load(); u != nil && !s.Connected && !m.transportReady() {
 		s.Unreachable = *u
+	} else if !s.Connected && m.leaderless.Load() {
+		s.Unreachable = noLeaderMsg
 	}
 	if t := m.Table(); t != nil {
 		s.Revision, s.Epoch = t.Revision(), t.Epoch()
@@ -294,6 +304,7 @@ func (m *Mirror) setConnected(c bool) {
 	if c {
 		m.refused.Store(nil)
 		m.unreach.Store(nil)
+		m.leaderless.Store(false)
 	}
 	if m.connected.Swap(c) != c {
 		m.log.Info("watch connection", "connected", c)

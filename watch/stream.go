@@ -279,6 +279,7 @@ func (m *Mirror) watchError(resp clientv3.WatchResponse) string {
 	}
 	m.log.Warn("watch error", "err", err)
 	if errors.Is(err, rpctypes.ErrNoLeader) {
+		m.leaderless.Store(true)
 		return ReasonNoLeader
 	}
 	return ReasonError
