@@ -271,7 +271,11 @@ func ValidateOverride(cfg *Config, id string, o Override) Errors {
 	}
 	errs = append(errs, checkValue(key, &o, o.normalize)...)
 	if _, ok := cfg.Routes[o.Route]; !ok {
-		errs.add(key, "route", "route %s does not exist", o.Route)
+		if up := lookalikeCountry(o.Route); up != "" {
+			errs.add(key, "route", "route %s does not exist (country codes are upper case: %s)", o.Route, up)
+		} else {
+			errs.add(key, "route", "route %s does not exist", o.Route)
+		}
 	}
 	pol := cfg.ResidencyOrDefault()
 	pol.normalize() // a nil class list means the built-in eu class

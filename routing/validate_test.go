@@ -239,6 +239,8 @@ func TestValidateOverride(t *testing.T) {
 		{name: "valid attrs only", id: "x1", o: Override{Route: "eu-general", Attrs: map[string]string{"banner": "on"}}},
 		{name: "missing route", id: "x1", o: Override{Route: "KR", Targets: tg("eu-west", 100)},
 			want: []string{"overrides/x1: route: route KR does not exist"}},
+		{name: "lower-case country", id: "x1", o: Override{Route: "pl", Targets: tg("eu-west", 100)},
+			want: []string{"overrides/x1: route: route pl does not exist (country codes are upper case: PL)"}},
 		{name: "dangling pool", id: "x1", o: Override{Route: "PL", Targets: tg("eu-wes", 100)},
 			want: []string{"overrides/x1: targets[0].pool: pool eu-wes does not exist"}},
 		{name: "residency", id: "x1", o: Override{Route: "PL", Targets: tg("us-east", 100)},

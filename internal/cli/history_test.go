@@ -17,6 +17,15 @@ func TestHistoryOfAnEpochNotYetWritten(t *testing.T) {
 	if r.code == ExitOK || !strings.Contains(r.stderr, "the current epoch is 1") || strings.Contains(r.stderr, "only the newest") {
 		t.Fatalf("history 999 at epoch 1: %s; want a refusal naming the current epoch", r)
 	}
+	// The next epoch is what an "outcome unknown" write names: not
+	// committed, safe to run again.
+	r = e.run("history", "2")
+	if r.code == ExitOK || !strings.Contains(r.stderr, "epoch 2 is not committed (the current epoch is 1); a write whose outcome was unknown did not apply, and may be run again") {
+		t.Fatalf("history 2 at epoch 1: %s; want it named not committed", r)
+	}
+	if r := e.run("status", "--max-lag", "-5"); r.code != ExitUsage || !strings.Contains(r.stderr, "--max-lag -5: want 0 or more") {
+		t.Fatalf("status --max-lag -5: %s; want a usage error", r)
+	}
 }
 
 // TestHistoryTableKeepsItsRows: a --reason of several lines, or with a

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -142,7 +143,7 @@ func (a *app) runPoolStatus(ctx context.Context, id, status string, w writeOpts)
 				"pool rm "+id)
 		}
 		if !ok {
-			return refusef(routing.PoolKey(id), "pool does not exist")
+			return refusef(routing.PoolKey(id), "pool does not exist%s", poolHint(cfg, id))
 		}
 		p.Status = status
 		cfg.Pools[id] = p
@@ -334,4 +335,25 @@ func liveHealthKeys(cur *store.State, pool string) int {
 		}
 	}
 	return n
+}
+
+// poolHint helps with a pool id that names no pool of cfg: "; did you mean
+// X?" for ids within two edits, else the pools there are (the first ten).
+func poolHint(cfg *routing.Config, id string) string {
+	ids := slices.Sorted(maps.Keys(cfg.Pools))
+	var near []string
+	for _, p := range ids {
+		if editDistance(strings.ToLower(id), p) <= 2 {
+			near = append(near, p)
+		}
+	}
+	switch {
+	case len(near) > 0:
+		return "; did you mean " + strings.Join(near, " or ") + "?"
+	case len(ids) == 0:
+		return " (no pool is stored)"
+	case len(ids) > 10:
+		return fmt.Sprintf(" (pools: %s and %d more; regionctl get pools)", strings.Join(ids[:10], ", "), len(ids)-10)
+	}
+	return " (pools: " + strings.Join(ids, ", ") + ")"
 }

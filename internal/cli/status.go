@@ -43,6 +43,9 @@ converged.`,
 	}
 	cmd.Flags().Int64Var(&maxLag, "max-lag", -1, "exit 5 when an agent lags more than N revisions, serves refused values or follows another history, or none is live (-1: never)")
 	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, _ []string) error {
+		if maxLag < -1 {
+			return usagef("--max-lag %d: want 0 or more revisions (or -1, the default: never exit 5)", maxLag)
+		}
 		return a.runStatus(ctx, maxLag)
 	})
 	return cmd

@@ -84,7 +84,11 @@ func (s *Store) AuditRecord(ctx context.Context, epoch int64) (AuditEntry, error
 		return AuditEntry{}, s.permErr(fmt.Sprintf("read the audit record of epoch %d (%s)", epoch, key), err, s.roles.ReadNeed(key))
 	}
 	if len(resp.Kvs) == 0 {
-		if cur, _, err := s.epochAt(ctx, 0); err == nil && epoch > cur {
+		if cur, _, err := s.epochAt(ctx, 0); err == nil && epoch == cur+1 {
+			// What regionctl names after a write whose outcome it could
+			// not learn: that write did not commit, or not yet.
+			return AuditEntry{}, fmt.Errorf("audit record of epoch %d: %w: epoch %d is not committed (the current epoch is %d); a write whose outcome was unknown did not apply, and may be run again", epoch, ErrNotFound, epoch, cur)
+		} else if err == nil && epoch > cur {
 			return AuditEntry{}, fmt.Errorf("audit record of epoch %d: %w (the current epoch is %d)", epoch, ErrNotFound, cur)
 		}
 		return AuditEntry{}, fmt.Errorf("audit record of epoch %d: %w (only the newest %d are kept)", epoch, ErrNotFound, s.opts.AuditKeep)
