@@ -146,6 +146,18 @@ func (w *convergeWait) round(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	w.epochReadRev = listRev
+	// A laggard of the last listing whose key is gone from this one
+	// vanished while the watch was down (a relist follows the very
+	// trouble that lets leases end: no leader, a lost connection).
+	listed := make(map[string]bool, len(kvs))
+	for _, kv := range kvs {
+		listed[string(kv.Key)] = true
+	}
+	for key := range w.behind {
+		if !listed[key] {
+			w.vanished[key] = w.agents[key]
+		}
+	}
 	clear(w.agents)
 	clear(w.behind)
 	w.listed = true

@@ -207,6 +207,54 @@ func TestWaitConvergedWaitsForAVanishedLaggard(t *testing.T) {
 	}
 }
 
+// TestWaitConvergedVanishedAcrossARelist: a laggard whose key disappears
+// while the wait's watch is down (the trouble that ends watches lets
+// leases end too), its delete compacted away, is missing from the relist:
+// it vanished, it is not forgotten.
+func TestWaitConvergedVanishedAcrossARelist(t *testing.T) {
+	t.Parallel()
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	s := newStore(t, cli, Options{})
+	ctx := context.Background()
+	res := put(ctx, t, s, exampleConfig(t))
+	putStatus(ctx, t, cli, s, "node-a", res.Revision-1)
+	putStatus(ctx, t, cli, s, "node-b", res.Revision-1)
+
+	pcli, proxy := proxiedClient(t, srv)
+	ws := New(pcli, s.Keyspace(), Options{RequestTimeout: 300 * time.Millisecond})
+	listed := make(chan struct{}, 8)
+	wctx, cancel := context.WithTimeout(context.WithValue(ctx, listedHook{}, func() { listed <- struct{}{} }), 5*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := ws.WaitConverged(wctx, res.Revision); done <- err }()
+	waitSignal(t, listed)
+
+	proxy.Sever()
+	if _, err := cli.Delete(ctx, s.Keyspace().Agent("node-b")); err != nil {
+		t.Fatal(err)
+	}
+	putStatus(ctx, t, cli, s, "node-a", res.Revision)
+	// Compacted past the watch's revision: its resume fails, and the
+	// wait relists (without that, clientv3 would resume the watch and
+	// deliver the delete).
+	last, err := cli.Get(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Compact(ctx, last.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+	if err := proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	err = <-done
+	var nc *NotConvergedError
+	if !errors.As(err, &nc) || len(nc.Vanished) != 1 || nc.Vanished[0].Node != "node-b" || len(nc.Lagging) != 0 {
+		t.Fatalf("node-b deleted while the wait's watch was down: %v; want not converged, node-b vanished", err)
+	}
+}
+
 // TestWaitConvergedRefused: a user that may not read agents/ gets a
 // *NotConvergedError whose Err is a *PermissionError naming the watch and
 // the roles that may read it, not a retry until the deadline.
