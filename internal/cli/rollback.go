@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/regiond/regiond/internal/store"
+	"github.com/regiond/regiond/routing"
 )
 
 func (a *app) rollbackCmd() *cobra.Command {
@@ -58,27 +59,38 @@ func (a *app) runRollback(ctx context.Context, epoch int64, w writeOpts) error {
 	})
 }
 
-// maxNamedEpochs is how many later epochs a rollback's warning names.
-const maxNamedEpochs = 10
+// maxNamedEpochs is how many later epochs a rollback's warning names;
+// maxReadEpochs how many audit records it reads to find them.
+const (
+	maxNamedEpochs = 10
+	maxReadEpochs  = 1000
+)
 
-// laterEpochs says, when a rollback to epoch from cur undoes more than
-// the epoch after it, which epochs it undoes (their audit records: who,
+// laterEpochs says, when a rollback to epoch from cur undoes the config
+// changes of more than one later epoch, which (their audit records: who,
 // what, why), or "": "rollback 41" reads like "undo 42", and it also
-// undoes 43, another operator's drain. A read that fails names the epochs
-// only.
+// undoes 43, another operator's drain. Epochs that changed only boosts
+// are not undone (rollback leaves boosts alone) and not counted. A read
+// that fails names the epochs only.
 func laterEpochs(ctx context.Context, st *store.Store, epoch, cur int64) string {
 	n := cur - epoch
 	if n < 2 {
 		return ""
 	}
-	recs, err := st.History(ctx, min(n, maxNamedEpochs))
+	recs, err := st.History(ctx, min(n, maxReadEpochs))
+	if err != nil {
+		return fmt.Sprintf("rollback to epoch %d restores its whole config: it undoes every config change of epochs %d to %d, not only %d's (regionctl history; to undo one change only, make the opposite change)",
+			epoch, epoch+1, cur, epoch+1)
+	}
 	var named []string
-	if err == nil {
-		for i := len(recs) - 1; i >= 0; i-- {
-			r := recs[i]
-			if r.Epoch <= epoch {
-				continue
-			}
+	undone := 0
+	for i := len(recs) - 1; i >= 0; i-- {
+		r := recs[i]
+		if r.Epoch <= epoch || !changesConfig(r.Changes) {
+			continue
+		}
+		undone++
+		if len(named) < maxNamedEpochs {
 			who := r.User
 			if r.Host != "" {
 				who += "@" + r.Host
@@ -86,11 +98,27 @@ func laterEpochs(ctx context.Context, st *store.Store, epoch, cur int64) string 
 			named = append(named, fmt.Sprintf("%d (%s by %s: %q)", r.Epoch, r.Command, who, r.Reason))
 		}
 	}
-	if len(named) == 0 {
-		named = []string{fmt.Sprintf("%d to %d", epoch+1, cur)}
-	} else if more := n - int64(len(named)); more > 0 {
-		named = append([]string{fmt.Sprintf("%d older", more)}, named...)
+	if undone < 2 && n <= maxReadEpochs {
+		return ""
 	}
-	return fmt.Sprintf("rollback to epoch %d restores its whole config: it undoes the %d epochs written since, not only %d: %s (regionctl history; to undo one change only, make the opposite change)",
-		epoch, n, epoch+1, strings.Join(named, ", "))
+	if more := undone - len(named); more > 0 {
+		named = append(named, fmt.Sprintf("and %d more", more))
+	}
+	count := fmt.Sprint(undone)
+	if n > maxReadEpochs {
+		count = "at least " + count
+	}
+	return fmt.Sprintf("rollback to epoch %d restores its whole config: it undoes the config changes of %s later epochs, not only the first: %s (boosts are kept; regionctl history; to undo one change only, make the opposite change)",
+		epoch, count, strings.Join(named, ", "))
+}
+
+// changesConfig reports whether an audit record's changes touch the config
+// (pools, routes, policy), not only boosts.
+func changesConfig(changes []routing.Change) bool {
+	for _, c := range changes {
+		if !strings.HasPrefix(c.Key, routing.OverrideKey("")) {
+			return true
+		}
+	}
+	return false
 }

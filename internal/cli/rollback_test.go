@@ -25,18 +25,19 @@ func TestRollback(t *testing.T) {
 		t.Fatal("CZ still exported after route rm")
 	}
 
-	// rollback 2 undoes 3 to 7, another operator's drain among them: it
-	// says so, naming each, in the dry run and the write.
-	undoes := []string{"regionctl: warning: rollback to epoch 2 restores its whole config: it undoes the 5 epochs written since, not only 3: ",
-		"3 (pool set eu-east", "7 (pool drain eu-north --reason 'sto link down' by ", `"sto link down")`}
+	// rollback 2 undoes the config changes of 3, 4, 5 and 7, another
+	// operator's drain among them (6, a boost, it leaves alone): it says
+	// so, naming each, in the dry run and the write.
+	undoes := []string{"regionctl: warning: rollback to epoch 2 restores its whole config: it undoes the config changes of 4 later epochs, not only the first: ",
+		"3 (pool set eu-east", "5 (route rm CZ", "7 (pool drain eu-north --reason 'sto link down' by ", `"sto link down")`, "boosts are kept"}
 	dry := e.must(ExitOK, "rollback", "2", "--dry-run")
 	for _, want := range []string{"SK: removed", "pool eu-east: removed", "CZ: added", "pool eu-north: status draining→active"} {
 		if !strings.Contains(dry.stdout, want) {
 			t.Errorf("rollback --dry-run: missing %q in %s", want, dry)
 		}
 	}
-	if !containsAll(dry.stderr, undoes) {
-		t.Errorf("rollback --dry-run: want the later epochs named, %q, in %s", undoes, dry)
+	if !containsAll(dry.stderr, undoes) || strings.Contains(dry.stderr, "6 (boost") {
+		t.Errorf("rollback --dry-run: want the later epochs that changed the config named, %q, and not the boost's, in %s", undoes, dry)
 	}
 	r := e.must(ExitOK, "rollback", "2", "--reason", "undo the SK experiment")
 	if !strings.Contains(r.stdout, "epoch 7 → 8") || !containsAll(r.stderr, undoes) {
@@ -51,15 +52,27 @@ func TestRollback(t *testing.T) {
 	if rec := e.audit(8); rec.Command != "rollback 2 --reason 'undo the SK experiment'" || rec.Reason != "undo the SK experiment" {
 		t.Fatalf("audit of the rollback: %+v", rec)
 	}
-	// Undoing the newest epoch only says nothing more.
+	// Undoing one config change, a boost after it, says nothing more.
 	e.must(ExitOK, "route", "set", "PL", "--target", "eu-central=50", "--target", "eu-west=50") // 9
-	if r := e.must(ExitOK, "rollback", "8", "--dry-run"); strings.Contains(r.stderr, "warning") {
-		t.Errorf("rollback of the newest epoch warned: %s", r)
+	e.must(ExitOK, "boost", "JP", "--target", "kr-music=100", "--ttl", "1h", "--id", "jp2")     // 10
+	if r := e.must(ExitOK, "rollback", "8", "--dry-run"); len(otherWarnings(r.stderr)) > 0 {
+		t.Errorf("rollback of one config change: %s; want no warning", r)
 	}
-	// Rolling back to the epoch we are at again is a no-op.
-	e.must(ExitOK, "rollback", "8")
-	if r := e.must(ExitOK, "rollback", "10"); !strings.Contains(r.stdout, "no changes") {
+	e.must(ExitOK, "rollback", "8") // 11
+	// Rolling back to the epoch we are at again is a no-op, and so is one
+	// to before boosts alone: nothing to warn of.
+	if r := e.must(ExitOK, "rollback", "11"); !strings.Contains(r.stdout, "no changes") {
 		t.Fatalf("rollback to the current epoch: %s", r)
+	}
+	e.must(ExitOK, "boost", "cancel", "jp2") // 12
+	e.must(ExitOK, "boost", "cancel", "jp")  // 13
+	if r := e.must(ExitOK, "rollback", "11", "--dry-run"); !strings.Contains(r.stdout, "no changes") || len(otherWarnings(r.stderr)) > 0 {
+		t.Fatalf("rollback over boosts alone: %s; want no changes, no warning", r)
+	}
+	e.must(ExitOK, "pool", "drain", "eu-west", "--force")   // 14
+	e.must(ExitOK, "pool", "undrain", "eu-west", "--force") // 15: back as at 13
+	if r := e.must(ExitOK, "rollback", "13", "--dry-run"); !strings.Contains(r.stdout, "no changes") || len(otherWarnings(r.stderr)) > 0 {
+		t.Fatalf("rollback over changes undone since: %s; want no changes, no warning", r)
 	}
 	e.must(ExitRefused, "rollback", "99")
 	e.must(ExitUsage, "rollback", "two")

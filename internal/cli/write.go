@@ -25,8 +25,9 @@ type writeOpts struct {
 	retry  int
 	force  bool
 	notes  []string // printed after the diff of a real write
-	// warning, if set, is called once the write is made (or dry-run):
-	// what it returns, if not "", is a warning on stderr.
+	// warning, if set, is called once the write is made (or dry-run), not
+	// for one that changes nothing: what it returns, if not "", is a
+	// warning on stderr.
 	warning func() string
 }
 
@@ -119,7 +120,7 @@ func (a *app) runWrite(ctx context.Context, w writeOpts, build buildFunc) error 
 		return err
 	}
 	a.warnForced(res.Forced)
-	if w.warning != nil {
+	if w.warning != nil && !res.NoOp {
 		if msg := w.warning(); msg != "" {
 			fmt.Fprintf(a.stderr, "regionctl: warning: %s\n", msg)
 		}
