@@ -8,9 +8,10 @@
 // properties are reset after each one), so the count lives outside the
 // request: in APCu when it is enabled (shared by the pool's children: one
 // line per window for the whole pool), else in a small file per php-fpm
-// child in sys_get_temp_dir() (one line per window per child). When neither
-// can be used (no APCu, and open_basedir excludes the temp directory), every
-// message is logged, as error_log() alone would.
+// child in a directory of the user's own under sys_get_temp_dir() (one line
+// per window per child). When neither can be used (no APCu, and
+// open_basedir excludes the temp directory, or the directory there is not
+// this user's), one message in SAMPLE is logged.
 
 declare(strict_types=1);
 
@@ -20,6 +21,9 @@ final class ThrottledLog
 {
     /** Default seconds between two lines of one message. */
     public const EVERY = 10;
+
+    /** With no state to count in, one message in SAMPLE is logged. */
+    public const SAMPLE = 100;
 
     /**
      * Logs $message with error_log() unless the same message was logged less
@@ -66,7 +70,9 @@ final class ThrottledLog
     {
         $fh = self::stateFile();
         if ($fh === null) {
-            return 0; // nowhere to count: log it
+            // Nowhere to count that this user owns: log one in SAMPLE,
+            // not every one (a flood is what this class prevents).
+            return random_int(1, self::SAMPLE) === 1 ? 0 : null;
         }
         $state = json_decode((string) stream_get_contents($fh), true);
         $state = is_array($state) ? $state : [];
@@ -98,30 +104,49 @@ final class ThrottledLog
     }
 
     /**
-     * Opens this process's state file, sys_get_temp_dir()/regiond-front-log.PID,
-     * for reading and writing, or returns null. An existing path is used only
-     * when it is a regular file with one link, the very file opened (so a
-     * symbolic or hard link another local user put there in a shared /tmp
-     * cannot make this process write elsewhere).
+     * Opens this process's state file for reading and writing, or returns
+     * null: regiond-front-log.PID in a directory of this user's own,
+     * sys_get_temp_dir()/regiond-front-log-EUID (0700, created if missing).
+     * The directory must be a directory, not a link, owned by this user and
+     * writable by no one else, so no other local user can plant or replace
+     * the file in a shared /tmp; the file must then be a regular file of
+     * this user's, with one link, not writable by others, the very file
+     * opened. Without the posix extension (no euid to check), none.
      *
      * @return resource|null
      */
     private static function stateFile()
     {
-        $path = rtrim(sys_get_temp_dir(), '/') . '/regiond-front-log.' . getmypid();
-        $fh = @fopen($path, 'x+'); // O_CREAT|O_EXCL: never through a link
-        if ($fh !== false) {
-            return $fh;
+        if (!function_exists('posix_geteuid')) {
+            return null;
         }
-        $fh = @fopen($path, 'r+');
+        $uid = posix_geteuid();
+        $dir = rtrim(sys_get_temp_dir(), '/') . '/regiond-front-log-' . $uid;
+        $old = umask(0o077);
+        try {
+            @mkdir($dir, 0o700);
+            clearstatcache(true, $dir);
+            $d = @lstat($dir);
+            if ($d === false || ($d['mode'] & 0o170000) !== 0o040000 || $d['uid'] !== $uid || ($d['mode'] & 0o077) !== 0) {
+                return null;
+            }
+            $path = $dir . '/regiond-front-log.' . getmypid();
+            $fh = @fopen($path, 'x+'); // O_CREAT|O_EXCL: never through a link
+            if ($fh !== false) {
+                return $fh;
+            }
+            $fh = @fopen($path, 'r+');
+        } finally {
+            umask($old);
+        }
         if ($fh === false) {
             return null;
         }
         $st = fstat($fh);
         clearstatcache(true, $path);
         $lst = @lstat($path);
-        if ($st === false || $lst === false || ($lst['mode'] & 0o170000) !== 0o100000
-            || $st['dev'] !== $lst['dev'] || $st['ino'] !== $lst['ino'] || $st['nlink'] !== 1) {
+        if ($st === false || $lst === false || ($lst['mode'] & 0o170000) !== 0o100000 || $st['uid'] !== $uid
+            || ($st['mode'] & 0o022) !== 0 || $st['dev'] !== $lst['dev'] || $st['ino'] !== $lst['ino'] || $st['nlink'] !== 1) {
             fclose($fh);
             return null;
         }

@@ -4,6 +4,7 @@ package php_test
 // in the CLI.
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -115,7 +116,7 @@ func TestFrontDoorLogsFailuresRarely(t *testing.T) {
 			if !strings.Contains(ls[len(ls)-1], "more of this message not logged") {
 				t.Errorf("the line after the burst %q does not say how many were left out", ls[len(ls)-1])
 			}
-			files, _ := filepath.Glob(filepath.Join(tmp, "regiond-front-log.*"))
+			files, _ := filepath.Glob(filepath.Join(tmp, "regiond-front-log-*", "regiond-front-log.*"))
 			if apcu && len(files) != 0 {
 				t.Errorf("with APCu, state files %v: want the count in APCu", files)
 			}
@@ -127,39 +128,92 @@ func TestFrontDoorLogsFailuresRarely(t *testing.T) {
 }
 
 // TestThrottledLogStateFile: without APCu (the CLI's default) the count is
-// kept in sys_get_temp_dir()/regiond-front-log.PID: three failures in one
-// process log one line. A link another user put in that path is never
-// written through: then every message is logged, and the link's target is
-// untouched.
+// kept in sys_get_temp_dir()/regiond-front-log-EUID/regiond-front-log.PID,
+// the directory 0700: three failures in one process log one line. A state
+// directory that is not this user's own (writable by others; another
+// user's) is not used, nor is a link at the file's path: a count planted
+// there (a timestamp kept fresh would silence the log) and a link's target
+// are left untouched, and messages are then sampled, not all logged.
 func TestThrottledLogStateFile(t *testing.T) {
 	bin := php(t)
 	code := `require 'ThrottledLog.php';
-$path = sys_get_temp_dir() . '/regiond-front-log.' . getmypid();
-if ($argv[1] !== '') { symlink($argv[1], $path); }
-for ($i = 0; $i < 3; $i++) { \Regiond\ThrottledLog::error('regiond: test failure'); }`
-	for _, link := range []bool{false, true} {
-		tmp := t.TempDir()
-		target := ""
-		if link {
-			target = filepath.Join(t.TempDir(), "precious")
-			if err := os.WriteFile(target, []byte("keep\n"), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		cmd := exec.Command(bin, "-d", "apc.enable_cli=0", "-d", "sys_temp_dir="+tmp, "-d", "log_errors=1", "-d", "error_log=",
-			"-r", code, "--", target)
+for ($i = 0; $i < 3; $i++) { \Regiond\ThrottledLog::error('regiond: test failure'); }
+echo "pid=", getmypid(), "\n";`
+	run := func(tmp string) string {
+		t.Helper()
+		cmd := exec.Command(bin, "-d", "apc.enable_cli=0", "-d", "sys_temp_dir="+tmp, "-d", "log_errors=1", "-d", "error_log=", "-r", code)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("php: %v\n%s", err, out)
 		}
-		lines := strings.Count(string(out), "regiond: test failure")
-		if want := map[bool]int{false: 1, true: 3}[link]; lines != want {
-			t.Errorf("link %v: %d lines of 3 failures, want %d:\n%s", link, lines, want, out)
+		if strings.Contains(string(out), "Warning") {
+			t.Errorf("php warned:\n%s", out)
 		}
-		if link {
-			if b, _ := os.ReadFile(target); string(b) != "keep\n" {
-				t.Errorf("the link's target was written: %q", b)
+		return string(out)
+	}
+	uid := os.Geteuid()
+	stateDir := func(tmp string) string { return filepath.Join(tmp, fmt.Sprintf("regiond-front-log-%d", uid)) }
+
+	tmp := t.TempDir()
+	if out := run(tmp); strings.Count(out, "regiond: test failure") != 1 {
+		t.Errorf("3 failures in one process: want 1 line:\n%s", out)
+	}
+	if fi, err := os.Lstat(stateDir(tmp)); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+		t.Errorf("the state directory: %v %v; want a directory 0700", fi, err)
+	}
+
+	// Planted: a state directory writable by others, with every pid's
+	// file holding a fresh count; and, as root, one of another user.
+	planted := `{"planted":[1,0]}`
+	cases := map[string]func(dir string){"writable by others": func(dir string) { os.Chmod(dir, 0o777) }}
+	if uid == 0 {
+		cases["another user's"] = func(dir string) { os.Chown(dir, 65534, 65534) }
+	}
+	for name, spoil := range cases {
+		tmp := t.TempDir()
+		dir := stateDir(tmp)
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		// The pid is not known before the run: plant the next ones.
+		var files []string
+		for pid := range 64 {
+			f := filepath.Join(dir, fmt.Sprintf("regiond-front-log.%d", os.Getpid()+pid))
+			if err := os.WriteFile(f, []byte(planted), 0o666); err != nil {
+				t.Fatal(err)
+			}
+			files = append(files, f)
+		}
+		spoil(dir)
+		run(tmp)
+		for _, f := range files {
+			if b, _ := os.ReadFile(f); string(b) != planted {
+				t.Errorf("%s: the state directory was used: %s holds %q", name, f, b)
 			}
 		}
+		if entries, _ := os.ReadDir(dir); len(entries) != len(files) {
+			t.Errorf("%s: the state directory was used: %d files in it, %d planted", name, len(entries), len(files))
+		}
+	}
+
+	// A link at the state file's path, in the user's own directory: not
+	// written through.
+	tmp = t.TempDir()
+	target := filepath.Join(t.TempDir(), "precious")
+	if err := os.WriteFile(target, []byte("keep\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(stateDir(tmp), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	code = `require 'ThrottledLog.php';
+symlink($argv[1], sys_get_temp_dir() . '/regiond-front-log-' . posix_geteuid() . '/regiond-front-log.' . getmypid());
+for ($i = 0; $i < 3; $i++) { \Regiond\ThrottledLog::error('regiond: test failure'); }`
+	cmd := exec.Command(bin, "-d", "apc.enable_cli=0", "-d", "sys_temp_dir="+tmp, "-d", "log_errors=1", "-d", "error_log=", "-r", code, "--", target)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("php: %v\n%s", err, out)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "keep\n" {
+		t.Errorf("the link's target was written: %q", b)
 	}
 }
