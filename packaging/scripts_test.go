@@ -208,6 +208,27 @@ func TestPostinstInstallsSettingsOnce(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(root, "etc/regiond/*.regiond-new")); len(left) != 0 {
 		t.Errorf("postinst left %v", left)
 	}
+
+	// A link left at the temp name (an interrupted run) is not followed:
+	// its target keeps its bytes and mode, the file is the template.
+	precious := filepath.Join(t.TempDir(), "precious")
+	if err := os.WriteFile(precious, []byte("keep\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(root, "etc/regiond/heartbeat.env")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(precious, filepath.Join(root, "etc/regiond/heartbeat.env.regiond-new")); err != nil {
+		t.Fatal(err)
+	}
+	runScript(t, root, bin, "postinst", "configure", "1.3.0")
+	checkSettingsFile(t, root, "heartbeat.env", tmpl["heartbeat.env"])
+	if b, err := os.ReadFile(precious); err != nil || string(b) != "keep\n" {
+		t.Errorf("the link's target: %q %v; want it untouched", b, err)
+	}
+	if fi, err := os.Stat(precious); err != nil || fi.Mode().Perm() != 0o644 {
+		t.Errorf("the link's target's mode: %v %v; want 0644 as it was", fi, err)
+	}
 }
 
 // postinst warns, and does not fail, about an etcd key under /etc/regiond/
