@@ -156,7 +156,9 @@ func (g gated) Write(b []byte) (int, error) {
 // drops every packet looks like to both ends (a dead switch, a firewall's
 // DROP), which only a timeout of theirs notices. What is sent meanwhile
 // is held, and delivered by Thaw, as TCP retransmits across a partition
-// that heals.
+// that heals. One difference: a new connection still completes its TCP
+// handshake with the proxy (then carries nothing), where on a real
+// dropped path the SYN is lost and the dial itself times out.
 func (p *Proxy) Freeze() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
