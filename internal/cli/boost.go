@@ -39,7 +39,7 @@ the clocks of regionctl's and the agents' hosts in sync (NTP).`,
 		Args: exactArgs(1, "a route name"),
 	}
 	f := cmd.Flags()
-	f.StringArrayVar(&targets, "target", nil, "POOL=WEIGHT (repeatable; replaces the route's targets)")
+	f.StringArrayVar(&targets, "target", nil, "POOL=WEIGHT (repeatable, or comma-separated: a=60,b=40; replaces the route's targets)")
 	f.StringArrayVar(&attrs, "attr", nil, "attribute KEY=VALUE merged over the route's (repeatable)")
 	f.StringVar(&ttl, "ttl", "", "life of the boost (e.g. 6h, 30m)")
 	f.StringVar(&id, "id", "", "boost id (default: ROUTE-<time>-<random>)")
@@ -61,7 +61,10 @@ func parseTTL(s string) (time.Duration, error) {
 		return 0, usagef("--ttl is required (e.g. --ttl 6h)")
 	}
 	d, err := time.ParseDuration(s)
-	if err != nil || d < time.Second {
+	switch {
+	case err != nil: // not a duration, or past Go's 2562047h
+		return 0, usagef("--ttl %q: not a duration from 1s to 2562047h (e.g. 6h, 30m)", s)
+	case d < time.Second:
 		return 0, usagef("--ttl %q: want a duration of at least 1s (e.g. 6h, 30m)", s)
 	}
 	return d, nil

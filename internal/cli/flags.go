@@ -10,13 +10,17 @@ import (
 // parseTargets parses POOL=WEIGHT arguments.
 func parseTargets(specs []string) ([]routing.Target, error) {
 	out := make([]routing.Target, 0, len(specs))
-	for _, s := range specs {
-		pool, w, ok := strings.Cut(s, "=")
-		n, err := strconv.Atoi(w)
-		if !ok || pool == "" || err != nil {
-			return nil, usagef("--target %q: want POOL=WEIGHT (e.g. eu-central=70)", s)
+	for _, spec := range specs {
+		// Pool ids hold no comma: "a=60,b=40" is two targets, as
+		// --down a,b is two pools.
+		for _, s := range strings.Split(spec, ",") {
+			pool, w, ok := strings.Cut(s, "=")
+			n, err := strconv.Atoi(w)
+			if !ok || pool == "" || err != nil {
+				return nil, usagef("--target %q: want POOL=WEIGHT (e.g. eu-central=70), repeated or comma-separated", spec)
+			}
+			out = append(out, routing.Target{Pool: pool, Weight: n})
 		}
-		out = append(out, routing.Target{Pool: pool, Weight: n})
 	}
 	return out, nil
 }

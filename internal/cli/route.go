@@ -50,7 +50,7 @@ give --target and every other field it holds, or remove it with route rm.`,
 		Args: exactArgs(1, "a route name"),
 	}
 	f := cmd.Flags()
-	f.StringArrayVar(&o.targets, "target", nil, "POOL=WEIGHT (repeatable; replaces the target list)")
+	f.StringArrayVar(&o.targets, "target", nil, "POOL=WEIGHT (repeatable, or comma-separated: a=60,b=40; replaces the target list)")
 	f.StringSliceVar(&o.fallback, "fallback", nil, "route names tried next, in order (replaces the list; not with --no-fallback)")
 	f.BoolVar(&o.noFallback, "no-fallback", false, "clear the fallback list (not with --fallback)")
 	f.StringVar(&o.affinity, "affinity", "", "sticky or random")
