@@ -3,9 +3,10 @@
 // front of some agents, and ten or more regiond agent processes, write a
 // random history of thousands of operations while injecting faults (a
 // compaction every 200 ms, the leader killed and restarted, a member
-// partitioned, the proxy restarted, agents killed with SIGKILL and
-// restarted, agents' connections cut), and check that every agent serves
-// exactly what etcd holds:
+// partitioned, held until it says it has no leader, the proxy restarted,
+// agents killed with SIGKILL and restarted, agents' connections cut), and
+// check that every agent serves exactly what etcd holds (and that the
+// compactions overtook some agent's watch: the run fails otherwise):
 //
 //   - at checkpoints and at the end, every agent's table JSON equals a
 //     fresh compile of etcd's state at the agent's revision (byte for

@@ -39,6 +39,25 @@ func (f *fleet) injectFaultsUntil(done <-chan struct{}) {
 	}
 }
 
+// awaitLeaderless waits until partitioned member i says it has no leader
+// (raft's election timeout without a word from the others), failing the
+// test after 10 s: a partition held only until then would test nothing,
+// since watches there end (WithRequireLeader) only once it has none.
+func (f *fleet) awaitLeaderless(i int) {
+	f.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := f.c.MemberStatus(context.Background(), i)
+		if err == nil && st.Leader == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("partition of member %d: 10s later it still reports a leader (%v, %v)", i, st, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // inject runs one fault and heals it.
 func (f *fleet) inject(kind string) {
 	hold := func(lo, hi int) { time.Sleep(time.Duration(lo+f.rng.IntN(hi-lo)) * time.Millisecond) }
@@ -50,6 +69,7 @@ func (f *fleet) inject(kind string) {
 	case "partition":
 		i := f.rng.IntN(len(f.c.Members))
 		f.c.Partition(i)
+		f.awaitLeaderless(i) // the fault has taken effect: a watch there ends (no leader)
 		hold(1000, 3000)
 		f.c.Heal(i)
 	case "restart-proxy":
@@ -155,6 +175,12 @@ func (f *fleet) report(ctx context.Context, w *writer, took time.Duration) {
 	f.t.Logf("faults: %s", formatCounts(f.faults))
 	f.t.Logf("agents' relists since their last start, by reason: %s", formatCounts(resyncs))
 	f.t.Logf("agents' watch reopens (no list) since their last start, by reason: %s", formatCounts(reopens))
+	// The compactions every 200 ms overtake the watches of agents cut off
+	// for 0.3-3 s: had none relisted for it, the run tested no
+	// compaction past a watch (tens do in a run).
+	if f.compactions.Load() == 0 || resyncs["compacted"] == 0 {
+		f.t.Errorf("%d compactions, %v relists for compaction: the run never compacted past an agent's watch", f.compactions.Load(), resyncs["compacted"])
+	}
 	f.t.Logf("checked: %d decisions (%d NoRoute), %d tables, %d agent starts; max lag at a sample %d revisions",
 		f.chk.resolves.Load(), f.chk.noRoutes.Load(), f.chk.tables.Load(), f.chk.restarts.Load(), f.chk.maxLag.Load())
 }
