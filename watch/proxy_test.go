@@ -319,9 +319,14 @@ func TestServerProgressThroughProxy(t *testing.T) {
 // new watchers of the same range to it: they are created, then hear
 // nothing, ever. Here other clients keep watching the range through the
 // proxy (a new watch every few milliseconds, each closed after the next is
-// open), as a fleet's other agents do, so the mirror's watch after its
-// relist lands in the dead broadcast. Its silence probe must see etcd ahead
-// of it and get out by watching the other range, and then serve changes.
+// open), as a fleet's other agents do, meant to put the mirror's watch
+// after its relist into the dead broadcast, where its silence probe must
+// see etcd ahead of it and get out by watching the other range. On etcd
+// 3.7.3 it does not get there (stop 35: 0 runs of 6; a watch "from now"
+// does, one from a revision, as the mirror's, joins a live broadcast): the
+// test checks that the mirror relists after the compaction through the
+// proxy and then serves every change, and logs whether the dead broadcast
+// was met; the range switch has no test that reaches it.
 func TestProxyDeadBroadcast(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-member etcd cluster and its grpc-proxy")
