@@ -91,18 +91,7 @@ func restoredBackup(t *testing.T, mode int) {
 	}
 	start()
 
-	proxy, err := tcpproxy.New(strings.TrimPrefix(srv.Endpoints[0], "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{proxy.URL()}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	reg := prometheus.NewRegistry()
-	m := startMirror(t, cli, watch.Config{Registerer: reg})
+	proxy, m, reg := mirrorBehindProxy(t, srv.Endpoints[0])
 
 	direct := devetcd.NewTestClient(t, srv)
 	late := put(t, direct, "pools/late", `{"host":"late.example.net","residency":"eu","status":"active"}`) // after the backup
@@ -195,18 +184,7 @@ func TestAnotherClusterUnderTheMirrorRelists(t *testing.T) {
 	stopFirst, firstCli, firstID := start()
 	onlyFirst := put(t, firstCli, "pools/only-first", `{"host":"first.example.net","residency":"eu","status":"active"}`)
 
-	proxy, err := tcpproxy.New(strings.TrimPrefix(url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{proxy.URL()}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	reg := prometheus.NewRegistry()
-	m := startMirror(t, cli, watch.Config{Registerer: reg})
+	proxy, m, reg := mirrorBehindProxy(t, url)
 	waitUntil(t, m, "the first cluster's pool", func(tb *routing.Table) bool { _, ok := tb.Pool("only-first"); return ok })
 
 	proxy.Sever()
@@ -244,4 +222,22 @@ func TestAnotherClusterUnderTheMirrorRelists(t *testing.T) {
 	if got := testutil.ToFloat64(metric(t, reg, "regiond_watch_revision_regressions_total")); got != 0 {
 		t.Errorf("revision_regressions_total %v, want 0 (two clusters' revisions are not compared)", got)
 	}
+}
+
+// mirrorBehindProxy runs a mirror, with its own metrics registry, whose
+// client reaches the etcd at url through a tcpproxy the test can sever.
+func mirrorBehindProxy(t *testing.T, url string) (*tcpproxy.Proxy, *watch.Mirror, *prometheus.Registry) {
+	t.Helper()
+	proxy, err := tcpproxy.New(strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{proxy.URL()}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	reg := prometheus.NewRegistry()
+	return proxy, startMirror(t, cli, watch.Config{Registerer: reg}), reg
 }

@@ -13,10 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/regiond/regiond/internal/atomicfile"
 	"github.com/regiond/regiond/internal/phpfront"
-	"github.com/regiond/regiond/internal/snapindex"
-	snap "github.com/regiond/regiond/internal/snapshot"
 	"github.com/regiond/regiond/internal/testprog"
 	"github.com/regiond/regiond/routing"
 )
@@ -57,24 +54,7 @@ func TestFrontDoorUnderFPM(t *testing.T) {
 	tab, next := genTables(t, now)
 	snapDir := shmTempDir(t)
 	snapshot := filepath.Join(snapDir, "table.json")
-	var enc snapindex.Encoder
-	write := func(tab *routing.Table) {
-		h := routing.JSONHeader{WrittenAt: time.Now(), SyncedAt: time.Now()}
-		js, err := tab.JSONWith(nil, h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		idx, err := enc.Encode(nil, tab, h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := atomicfile.WriteFile(snapshot, js, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := atomicfile.WriteFile(snap.IndexPath(snapshot), idx, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(tab *routing.Table) { writeSnapshotAt(t, snapshot, tab) }
 	write(tab)
 	script, err := filepath.Abs("example.php")
 	if err != nil {

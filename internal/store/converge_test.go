@@ -85,18 +85,29 @@ func proxiedClient(t *testing.T, srv *devetcd.Server) (*clientv3.Client, *tcppro
 	return cli, p
 }
 
+// laggingFleet starts an etcd of the test's own with the example config
+// written, and a status key for each node one revision behind it.
+func laggingFleet(t *testing.T, nodes ...string) (*devetcd.Server, *clientv3.Client, *Store, *Result) {
+	t.Helper()
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	s := newStore(t, cli, Options{})
+	ctx := context.Background()
+	res := put(ctx, t, s, exampleConfig(t))
+	for _, n := range nodes {
+		putStatus(ctx, t, cli, s, n, res.Revision-1)
+	}
+	return srv, cli, s, res
+}
+
 // TestWaitConvergedThroughOutage: with etcd cut off, WaitConverged keeps
 // trying until its deadline and then says the agents could not be read
 // and why; when etcd comes back within the deadline it returns once the
 // agents are current, instead of failing on the first read.
 func TestWaitConvergedThroughOutage(t *testing.T) {
 	t.Parallel()
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	s := newStore(t, cli, Options{})
+	srv, cli, s, res := laggingFleet(t, "node-a")
 	ctx := context.Background()
-	res := put(ctx, t, s, exampleConfig(t))
-	putStatus(ctx, t, cli, s, "node-a", res.Revision-1)
 
 	pcli, proxy := proxiedClient(t, srv)
 	retrying := &signalHandler{msg: "wait converged: retrying", ch: make(chan struct{}, 1)}
@@ -213,13 +224,8 @@ func TestWaitConvergedWaitsForAVanishedLaggard(t *testing.T) {
 // it vanished, it is not forgotten.
 func TestWaitConvergedVanishedAcrossARelist(t *testing.T) {
 	t.Parallel()
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	s := newStore(t, cli, Options{})
+	srv, cli, s, res := laggingFleet(t, "node-a", "node-b")
 	ctx := context.Background()
-	res := put(ctx, t, s, exampleConfig(t))
-	putStatus(ctx, t, cli, s, "node-a", res.Revision-1)
-	putStatus(ctx, t, cli, s, "node-b", res.Revision-1)
 
 	pcli, proxy := proxiedClient(t, srv)
 	ws := New(pcli, s.Keyspace(), Options{RequestTimeout: 300 * time.Millisecond})
