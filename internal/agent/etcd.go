@@ -17,6 +17,7 @@ import (
 	"github.com/regiond/regiond/internal/etcddiag"
 	"github.com/regiond/regiond/internal/keyspace"
 	"github.com/regiond/regiond/internal/snapshot"
+	"github.com/regiond/regiond/internal/store"
 	"github.com/regiond/regiond/routing"
 	"github.com/regiond/regiond/watch"
 )
@@ -244,6 +245,10 @@ func (a *Agent) dialFailed(ctx context.Context, err error, wait time.Duration) {
 	if loginRefused(err) {
 		msg = fmt.Sprintf("etcd refused the login of user %q at %v: %v; check the user's password ($REGIOND_PASSWORD) and that the user exists in etcd",
 			a.cfg.Username, a.cfg.Endpoints, err)
+		if store.NoPasswordUser(err) {
+			msg = fmt.Sprintf("etcd refused the login of user %q at %v: the user has no password in etcd, it logs in by its client certificate (whose common name is the user): remove --user and $REGIOND_PASSWORD, keep --cert and --key (%v)",
+				a.cfg.Username, a.cfg.Endpoints, err)
+		}
 		a.login.refused.Set(1)
 		a.login.refusals.Inc()
 		a.log.Error("etcd refused the agent's login; serving the last table (stale) and retrying", "user", a.cfg.Username,
@@ -268,7 +273,8 @@ func (a *Agent) dialFailed(ctx context.Context, err error, wait time.Duration) {
 // loginRefused reports whether err is etcd refusing the credentials.
 func loginRefused(err error) bool {
 	return errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrGRPCAuthFailed) ||
-		errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrGRPCPermissionDenied)
+		errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrGRPCPermissionDenied) ||
+		store.NoPasswordUser(err)
 }
 
 // loginMetrics say whether the agent has reached etcd, and count the

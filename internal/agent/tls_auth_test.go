@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/regiond/regiond/internal/agent"
 	"github.com/regiond/regiond/internal/api"
@@ -201,5 +202,35 @@ func TestRefusedLoginServesSnapshotAndRetries(t *testing.T) {
 	if st.EtcdError != "" || st.Stale || gauge(t, h2, "regiond_agent_etcd_login_refused") != 0 {
 		t.Fatalf("status after the sync: %+v, login refused gauge %v; want no etcd_error, not stale, gauge 0", st,
 			gauge(t, h2, "regiond_agent_etcd_login_refused"))
+	}
+}
+
+// TestLoginOfANoPasswordUser: an agent given --user and a password for a
+// user made without one (regionctl auth apply's users log in by their
+// certificates) counts a refused login and says what to do, not "etcd
+// unreachable" (etcd's error has code Unknown).
+func TestLoginOfANoPasswordUser(t *testing.T) {
+	sec := devetcd.NewTestSecure(t, "/regiond/v1/")
+	srv, certs, a := sec.Server, sec.Certs, sec.Auth
+	root, err := srv.ClientAs("root", a.RootPassword)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	if _, err := root.UserAddWithOptions(context.Background(), "certonly", "", &clientv3.UserAddOptions{NoPassword: true}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg := tlsAgentConfig(t, dir, srv, certs)
+	cfg.Username, cfg.Password = "certonly", "x"
+	h := runAgent(t, dir, cfg)
+	var st api.Status
+	waitFor(t, "the refusal in /v1/status", func() bool { h.get("/v1/status", &st); return st.EtcdError != "" })
+	if !strings.Contains(st.EtcdError, "the user has no password in etcd, it logs in by its client certificate") ||
+		!strings.Contains(st.EtcdError, "remove --user and $REGIOND_PASSWORD") {
+		t.Fatalf("etcd_error for a no-password user given a password: %q", st.EtcdError)
+	}
+	if g := gauge(t, h, "regiond_agent_etcd_login_refused"); g != 1 {
+		t.Fatalf("regiond_agent_etcd_login_refused = %v, want 1", g)
 	}
 }

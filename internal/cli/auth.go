@@ -118,7 +118,9 @@ their password. --dry-run prints the changes and makes none.
 
 ` + authLong,
 		Example: `  regionctl --user root auth apply --operator alice --viewer grafana --agent edge-fra-1 --origin eu-central
-  regionctl --user root auth apply --agent edge-fra-1 --dry-run`,
+  regionctl --user root auth apply --agent edge-fra-1 --dry-run
+  # client certificates (users without passwords): root's certificate, no --user
+  regionctl --cacert ca.pem --cert root.pem --key root-key.pem auth apply --agent edge-fra-1`,
 		Args: exactArgs(0, "no arguments (roles and users are flags)"),
 	}
 	addAuthFlags(cmd, &o)

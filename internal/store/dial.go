@@ -77,8 +77,8 @@ func Dial(ctx context.Context, c DialConfig) (*clientv3.Client, error) {
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
-		if errors.Is(err, rpctypes.ErrAuthFailed) {
-			return nil, &AuthError{User: c.Username, Endpoints: c.Endpoints, Err: err}
+		if errors.Is(err, rpctypes.ErrAuthFailed) || NoPasswordUser(err) {
+			return nil, &AuthError{User: c.Username, Endpoints: c.Endpoints, Err: err, NoPassword: NoPasswordUser(err)}
 		}
 		if isUnreachable(err) {
 			return nil, unreachable(err)
@@ -114,12 +114,27 @@ type AuthError struct {
 	User      string
 	Endpoints []string
 	Err       error
+	// NoPassword: the user has no password in etcd (made to log in by
+	// its client certificate), and one was given.
+	NoPassword bool
 }
 
 // Error names the user, the endpoints and what to check.
 func (e *AuthError) Error() string {
+	if e.NoPassword {
+		return fmt.Sprintf("authentication failed for user %s at %s: the user has no password in etcd, it logs in by its client certificate (whose common name is the user): leave out --user (and REGIONCTL_PASSWORD) and give --cert and --key (%v)",
+			e.User, strings.Join(e.Endpoints, ","), e.Err)
+	}
 	return fmt.Sprintf("authentication failed for user %s at %s: %v (check --user and its password)",
 		e.User, strings.Join(e.Endpoints, ","), e.Err)
+}
+
+// NoPasswordUser reports whether err is etcd refusing a password for a
+// user made without one (etcdctl user add --no-password, regionctl auth
+// apply's users): such a user logs in by its client certificate. etcd
+// sends it with code Unknown, so only its text tells.
+func NoPasswordUser(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "password was given for no password user")
 }
 
 // user is the etcd user of the connection: Username, else the common

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/keyspace"
@@ -76,5 +77,33 @@ func TestDialTLSAndAuth(t *testing.T) {
 		if !typed || errors.As(err, &ue) || !errors.Is(err, tc.is) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want an error wrapping %v with %q", tc.name, err, tc.is, tc.want)
 		}
+	}
+}
+
+// TestDialNoPasswordUser: a user made without a password (it logs in by
+// its client certificate, as regionctl auth apply's users do) given a
+// password is an *AuthError that says so and what to do, not "check the
+// password" (etcd's own text, code Unknown, said only that a password was
+// given).
+func TestDialNoPasswordUser(t *testing.T) {
+	t.Parallel()
+	certs := devetcd.NewTestCerts(t)
+	srv := devetcd.NewTestTLS(t, certs)
+	devetcd.EnableTestAuth(t, srv, "/regiond/v1/")
+	root, err := srv.ClientAs("root", devetcd.TestRootPassword)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	ctx := context.Background()
+	if _, err := root.UserAddWithOptions(ctx, "certonly", "", &clientv3.UserAddOptions{NoPassword: true}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Dial(ctx, DialConfig{Endpoints: srv.Endpoints, CACert: certs.CAFile, Cert: certs.ClientCertFile,
+		Key: certs.ClientKeyFile, Username: "certonly", Password: "x", ProbeKey: "/regiond/v1/routing/epoch"})
+	var ae *AuthError
+	if !errors.As(err, &ae) || !ae.NoPassword || !strings.Contains(err.Error(), "the user has no password in etcd, it logs in by its client certificate") ||
+		!strings.Contains(err.Error(), "leave out --user") {
+		t.Fatalf("a password for a no-password user: %v; want an *AuthError saying to log in by the certificate", err)
 	}
 }
