@@ -23,6 +23,10 @@ type Config struct {
 	Client *clientv3.Client
 	// Prefix is the watched prefix, "<root>/routing/"; it must end in '/'.
 	Prefix string
+	// User is the client's etcd user (its login, or its client
+	// certificate's common name), named when etcd refuses it the prefix;
+	// "" when it has none.
+	User string
 	// Logger receives the mirror's logs; nil means slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the mirror's metrics; nil means none.
@@ -315,7 +319,11 @@ func (m *Mirror) setConnected(c bool) {
 // list, watch or check) of the prefix: Status.Refused until a list or a
 // watch is answered again.
 func (m *Mirror) refuse(what string, err error) {
-	msg := fmt.Sprintf("etcd refuses the %s of %s (permission denied): check that the role of the client's etcd user (the agent's --user) may read the prefix", what, m.cfg.Prefix)
+	who := "to etcd user " + m.cfg.User + ": check that its role may read the prefix (regionctl auth roles shows the agents')"
+	if m.cfg.User == "" {
+		who = "to a client with no etcd user: with auth on, give --user, or --cert with a certificate whose common name is an etcd user"
+	}
+	msg := fmt.Sprintf("etcd refuses the %s of %s (permission denied) %s", what, m.cfg.Prefix, who)
 	m.refused.Store(&msg)
 	m.log.Error(msg+"; keeping the last good table and retrying", "prefix", m.cfg.Prefix, "err", err)
 }

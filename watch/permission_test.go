@@ -31,7 +31,7 @@ func TestWatchRefusedForPermission(t *testing.T) {
 	t.Cleanup(func() { cli.Close() })
 	reg := prometheus.NewRegistry()
 	logs := &logbuf.Buffer{}
-	m := startMirror(t, cli, watch.Config{Registerer: reg, Logger: debugLogger(logs), RequestTimeout: 5 * time.Second})
+	m := startMirror(t, cli, watch.Config{Registerer: reg, Logger: debugLogger(logs), RequestTimeout: 5 * time.Second, User: a.User})
 	defer func() {
 		if t.Failed() {
 			t.Logf("mirror log:\n%s\n%s", logs, counters(t, reg))
@@ -66,8 +66,8 @@ func TestWatchRefusedForPermission(t *testing.T) {
 	if tb := m.Table(); tb == nil || tb.Revision() != before.Revision() || tb.Stale() != before.Stale() {
 		t.Error("the table changed while etcd refused the watch: want the last good one kept")
 	}
-	if r := m.Status().Refused; !strings.Contains(r, "permission denied") || !strings.Contains(r, a.Prefix) {
-		t.Errorf("Status().Refused %q while etcd refuses the watch: want the refusal, naming the prefix", r)
+	if r := m.Status().Refused; !strings.Contains(r, "permission denied") || !strings.Contains(r, a.Prefix) || !strings.Contains(r, "to etcd user "+a.User+":") {
+		t.Errorf("Status().Refused %q while etcd refuses the watch: want the refusal, naming the prefix and the user", r)
 	}
 
 	e.SetAccess(t, true)

@@ -39,7 +39,7 @@ func (a *Agent) runEtcd(ctx context.Context, offline []prometheus.Collector) err
 	w := a.newSnapshotWriter()
 	pub := newPublisher(cli, ks.Agent(a.cfg.Node), a)
 	mcfg := watch.Config{Client: cli, Prefix: ks.Routing(), Logger: a.log, Registerer: a.registry,
-		HealthGrace: a.cfg.HealthGrace, ProgressInterval: a.cfg.ProgressInterval, AfterChange: afterChange(w, pub),
+		HealthGrace: a.cfg.HealthGrace, ProgressInterval: a.cfg.ProgressInterval, AfterChange: afterChange(w, pub), User: a.etcdUser(),
 		Diagnose: func(ctx context.Context) string {
 			return etcddiag.Describe(etcddiag.Check(ctx, a.cfg.Endpoints, a.cfg.TLS))
 		}}

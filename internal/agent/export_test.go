@@ -37,3 +37,6 @@ const (
 	StatusSpacing      = statusSpacing
 	StatusQuietSpacing = statusQuietSpacing
 )
+
+// EtcdUser is a's etcd user, as its status page names it.
+func EtcdUser(a *Agent) string { return a.etcdUser() }

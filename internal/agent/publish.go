@@ -75,13 +75,16 @@ type publisher struct {
 	owned          bool
 	conflicts      int
 	conflictsTotal prometheus.Counter
+	// user is the agent's etcd user ("" for none), named when etcd
+	// refuses the status key to it.
+	user string
 }
 
 // newPublisher returns the publisher of a's status at key. It is made
 // before the mirror, whose AfterChange calls its changed; run is given
 // the mirror to publish the status of.
 func newPublisher(cli *clientv3.Client, key string, a *Agent) *publisher {
-	return &publisher{cli: cli, key: key, node: a.cfg.Node, version: a.cfg.Version, ttl: a.cfg.StatusTTL,
+	return &publisher{cli: cli, key: key, node: a.cfg.Node, user: a.etcdUser(), version: a.cfg.Version, ttl: a.cfg.StatusTTL,
 		log: a.log.With("component", "status"), clock: a.statusClock, kick: make(chan struct{}, 1),
 		quietSpacing: cmp.Or(a.statusQuietSpacing, statusQuietSpacing),
 		beforePut:    a.beforeStatusPut, failures: a.statusPutFailures, conflictsTotal: a.nodeConflicts}
@@ -162,7 +165,7 @@ func (p *publisher) run(ctx context.Context, m *watch.Mirror) {
 			p.failed++
 			p.failures.Inc()
 			p.setErr("no lease for the status key", err)
-			p.log.Log(ctx, firstAt(p.failed, slog.LevelWarn), "agent status: no lease for the status key; retrying (logged again at debug level)", withHint([]any{"err", err, "failures", p.failed}, err)...)
+			p.log.Log(ctx, firstAt(p.failed, slog.LevelWarn), "agent status: no lease for the status key; retrying (logged again at debug level)", p.withHint([]any{"err", err, "failures", p.failed}, err)...)
 			if bo.Wait(ctx) != nil {
 				return
 			}
@@ -336,7 +339,7 @@ func (p *publisher) put(ctx context.Context, sess *concurrency.Session, st routi
 			// failure is a warning, the rest are for debugging, until
 			// a put succeeds again.
 			p.setErr("put "+p.key, err)
-			p.log.Log(ctx, firstAt(p.failed, slog.LevelWarn), "agent status: put failed; retried at the next check or refresh (logged again at debug level)", withHint([]any{"key", p.key, "err", err, "failures", p.failed}, err)...)
+			p.log.Log(ctx, firstAt(p.failed, slog.LevelWarn), "agent status: put failed; retried at the next check or refresh (logged again at debug level)", p.withHint([]any{"key", p.key, "err", err, "failures", p.failed}, err)...)
 		}
 		return false
 	}
@@ -351,10 +354,29 @@ func (p *publisher) put(ctx context.Context, sess *concurrency.Session, st routi
 // setErr records why the status key is not published.
 func (p *publisher) setErr(what string, err error) {
 	msg := what + ": " + err.Error()
-	if h := etcddiag.Hint(err); h != "" {
+	if h := p.hint(err); h != "" {
 		msg += " (" + h + ")"
 	}
 	p.lastErr.Store(&msg)
+}
+
+// hint says what to do about err, a failed lease or put of the status
+// key, or "": etcddiag's hint, or, for a refusal, whose role lacks the
+// key (an agent whose --node is not the NODE its role was made for has
+// every read it needs and no status: it drops out of regionctl status).
+func (p *publisher) hint(err error) string {
+	if h := etcddiag.Hint(err); h != "" {
+		return h
+	}
+	if !watch.PermissionDenied(err) {
+		return ""
+	}
+	user := p.user
+	if user == "" {
+		user = "(no user: set --user, or --cert with a certificate whose CN is an etcd user)"
+	}
+	return fmt.Sprintf("etcd user %s may not write %s: its role must be made for this --node, %s (regionctl auth apply --agent %s makes role regiond-agent-%s with readwrite on that key); is --node right?",
+		user, p.key, p.node, p.node, p.node)
 }
 
 // statusError says why the status key is not published, or "".
@@ -416,10 +438,10 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// withHint appends etcddiag's hint for err to a log line's attributes,
+// withHint appends the hint for err (hint) to a log line's attributes,
 // when it has one (an empty hint="" says nothing).
-func withHint(attrs []any, err error) []any {
-	if h := etcddiag.Hint(err); h != "" {
+func (p *publisher) withHint(attrs []any, err error) []any {
+	if h := p.hint(err); h != "" {
 		return append(attrs, "hint", h)
 	}
 	return attrs

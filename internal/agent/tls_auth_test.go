@@ -234,3 +234,67 @@ func TestLoginOfANoPasswordUser(t *testing.T) {
 		t.Fatalf("regiond_agent_etcd_login_refused = %v, want 1", g)
 	}
 }
+
+// TestEtcdUserOfACertificate: an agent that logs in by its client
+// certificate (no --user) knows its etcd user, the certificate's CN, with
+// its TLS config as etcd's transport makes it (the certificate handed out
+// by GetClientCertificate, not in Certificates): the status page named it
+// "without a user".
+func TestEtcdUserOfACertificate(t *testing.T) {
+	certs := devetcd.NewTestCerts(t)
+	srv := devetcd.NewTestTLS(t, certs)
+	dir := t.TempDir()
+	a, err := agent.New(tlsAgentConfig(t, dir, srv, certs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := agent.EtcdUser(a); got != devetcd.TestClientCN {
+		t.Fatalf("etcd user of an agent with a client certificate: %q, want its CN %q", got, devetcd.TestClientCN)
+	}
+}
+
+// TestStatusRefusedNamesTheNode: an agent whose role was made for another
+// node (its --node left to the host name) reads and serves, but etcd
+// refuses its status key; /v1/status says so, naming the user, the key
+// and --node, not only "permission denied".
+func TestStatusRefusedNamesTheNode(t *testing.T) {
+	sec := devetcd.NewTestSecure(t, "/regiond/v1/")
+	srv, certs, a := sec.Server, sec.Certs, sec.Auth
+	loadExample(t, sec.Client)
+	root, err := srv.ClientAs("root", a.RootPassword)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	ctx := context.Background()
+	read, rw := clientv3.PermissionType(clientv3.PermRead), clientv3.PermissionType(clientv3.PermReadWrite)
+	for i, step := range []func() error{
+		func() error { _, err := root.RoleAdd(ctx, "agent-right"); return err },
+		func() error {
+			_, err := root.RoleGrantPermission(ctx, "agent-right", prefix, clientv3.GetPrefixRangeEnd(prefix), read)
+			return err
+		},
+		func() error {
+			_, err := root.RoleGrantPermission(ctx, "agent-right", "/regiond/v1/agents/node-right", "", rw)
+			return err
+		},
+		func() error { _, err := root.UserAdd(ctx, "agentx", "agentx-secret"); return err },
+		func() error { _, err := root.UserGrantRole(ctx, "agentx", "agent-right"); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+	}
+	dir := t.TempDir()
+	cfg := tlsAgentConfig(t, dir, srv, certs)
+	cfg.Username, cfg.Password, cfg.Node = "agentx", "agentx-secret", "node-wrong"
+	h := runAgent(t, dir, cfg)
+	waitFor(t, "first table", func() bool { c, _ := h.resolve("PL", "k"); return c == 200 })
+	var st api.Status
+	waitFor(t, "status_error", func() bool { h.get("/v1/status", &st); return st.StatusError != "" })
+	for _, want := range []string{"permission denied", "etcd user agentx may not write /regiond/v1/agents/node-wrong", "this --node, node-wrong", "is --node right?"} {
+		if !strings.Contains(st.StatusError, want) {
+			t.Fatalf("status_error %q; want %q in it", st.StatusError, want)
+		}
+	}
+}

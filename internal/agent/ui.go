@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"crypto/tls"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/regiond/regiond/internal/keyspace"
@@ -21,10 +23,19 @@ func (a *Agent) etcdUser() string {
 	if a.cfg.Username != "" {
 		return a.cfg.Username
 	}
-	if a.cfg.TLS == nil || len(a.cfg.TLS.Certificates) == 0 {
+	switch {
+	case a.cfg.TLS == nil:
 		return ""
+	case len(a.cfg.TLS.Certificates) > 0:
+		return store.CertCN(a.cfg.TLS.Certificates[0])
+	case a.cfg.TLS.GetClientCertificate != nil:
+		// etcd's transport hands the certificate out this way (it
+		// reloads it from its files), not in Certificates.
+		if c, err := a.cfg.TLS.GetClientCertificate(&tls.CertificateRequestInfo{}); err == nil && c != nil {
+			return store.CertCN(*c)
+		}
 	}
-	return store.CertCN(a.cfg.TLS.Certificates[0])
+	return ""
 }
 
 // etcdClient returns the agent's etcd client, or nil before it has one.

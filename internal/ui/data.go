@@ -202,7 +202,7 @@ func (h *handler) handleFleet(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, fleetBody{Fleet: f})
 	case permissionDenied(err):
 		writeJSON(w, http.StatusForbidden, fleetBody{Denied: true, Error: fmt.Sprintf(
-			"this agent's etcd role may not read %s (least privilege): %v; grant it read on that prefix to see the fleet here, or use regionctl status",
+			"this agent's etcd role may not read %s (least privilege, as regionctl auth apply makes it; a grant there would be refused by its next run): %v; regionctl status shows the fleet",
 			h.cfg.Keyspace.AgentsPrefix(), err)})
 	default:
 		writeJSON(w, http.StatusBadGateway, fleetBody{Error: "read the fleet: " + err.Error()})
