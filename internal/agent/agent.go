@@ -88,7 +88,10 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger, registry: prometheus.NewRegistry(), mirrorSet: make(chan struct{}),
 		statusClock: realClock}
-	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "regiond", Name: "build_info",
+			Help:        "1, labelled with the agent's version (as in its status key): a node left on an old binary shows.",
+			ConstLabels: prometheus.Labels{"version": cfg.Version}}, func() float64 { return 1 }))
 	a.conns, a.login = newConnVecs(a.registry), newLoginMetrics(a.registry)
 	a.statusPutFailures = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "regiond", Subsystem: "agent", Name: "status_put_failures_total",
 		Help: "Puts of the agent's status key that failed (etcd away, or the role lacks readwrite on <prefix>/agents/<node>); retried at the next check (a second) for a change, at the next refresh (a minute) otherwise."})
