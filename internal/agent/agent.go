@@ -74,6 +74,14 @@ type Agent struct {
 	// nodeConflicts the puts that found another agent's lease on it.
 	statusPutFailures prometheus.Counter
 	nodeConflicts     prometheus.Counter
+	// copyErrors counts failed writes (and a failed restore) of the
+	// snapshot's copy (--snapshot-copy); copyLastWrite is when it was last
+	// written.
+	copyErrors    prometheus.Counter
+	copyLastWrite prometheus.Gauge
+	// copyEvery is how often the copy is refreshed (snapshotCopyEvery;
+	// tests shorten it).
+	copyEvery time.Duration
 }
 
 // New validates cfg, loads the snapshot file if there is one, and opens the
@@ -97,7 +105,11 @@ func New(cfg Config) (*Agent, error) {
 		Help: "Puts of the agent's status key that failed (etcd away, or the role lacks readwrite on <prefix>/agents/<node>); retried at the next check (a second) for a change, at the next refresh (a minute) otherwise."})
 	a.nodeConflicts = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "regiond", Subsystem: "agent", Name: "node_conflicts_total",
 		Help: "Puts of the status key that found it under another agent's lease: another agent runs with the same --node."})
-	a.registry.MustRegister(a.statusPutFailures, a.nodeConflicts)
+	a.copyErrors = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "regiond", Subsystem: "snapshot", Name: "copy_errors_total",
+		Help: "Failed writes of the snapshot's copy on disk (--snapshot-copy), and a start that found the copy but could not write the snapshot files from it."})
+	a.copyLastWrite = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "regiond", Subsystem: "snapshot", Name: "copy_last_write_timestamp_seconds",
+		Help: "Unix time of the last write of the snapshot's copy on disk (--snapshot-copy); 0 before the first."})
+	a.registry.MustRegister(a.statusPutFailures, a.nodeConflicts, a.copyErrors, a.copyLastWrite)
 	maxWaiting, err := a.fitToFDLimit()
 	if err != nil {
 		return nil, err

@@ -40,3 +40,6 @@ const (
 
 // EtcdUser is a's etcd user, as its status page names it.
 func EtcdUser(a *Agent) string { return a.etcdUser() }
+
+// SetSnapshotCopyEvery sets how often a's snapshot copy is refreshed.
+func SetSnapshotCopyEvery(a *Agent, d time.Duration) { a.copyEvery = d }

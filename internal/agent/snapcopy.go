@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"os"
@@ -62,6 +63,7 @@ func (a *Agent) restoreSnapshotCopy() bool {
 		}
 		o.Close()
 		if err != nil {
+			a.copyErrors.Inc()
 			a.log.Error("snapshot files not written from the copy; serving it on the API only", "path", a.cfg.Snapshot, "err", err)
 			break
 		}
@@ -79,7 +81,7 @@ func (a *Agent) keepSnapshotCopy(ctx context.Context) {
 		return
 	}
 	var last []byte
-	tick := time.NewTicker(snapshotCopyEvery)
+	tick := time.NewTicker(cmp.Or(a.copyEvery, snapshotCopyEvery))
 	defer tick.Stop()
 	for {
 		select {
@@ -101,8 +103,10 @@ func (a *Agent) copySnapshot(last []byte) []byte {
 		return last
 	}
 	if err := atomicfile.WriteFile(a.cfg.SnapshotCopy, b, 0o600); err != nil {
+		a.copyErrors.Inc()
 		a.log.Warn("snapshot copy not written", "path", a.cfg.SnapshotCopy, "err", err)
 		return last
 	}
+	a.copyLastWrite.SetToCurrentTime()
 	return b
 }

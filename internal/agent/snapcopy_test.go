@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/regiond/regiond/internal/agent"
 	"github.com/regiond/regiond/internal/api"
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/snapshot"
@@ -68,5 +70,38 @@ func TestSnapshotCopySurvivesAReboot(t *testing.T) {
 	h.get("/v1/status", &st)
 	if st.Connected || st.Revision != rev {
 		t.Fatalf("status after the reboot: %+v; want disconnected at the copy's revision %d", st, rev)
+	}
+}
+
+// TestSnapshotCopyMetrics: the copy's last write time is exported while
+// the agent runs, and a copy that cannot be written (a directory at its
+// path) is counted in regiond_snapshot_copy_errors_total, for an alert: a
+// reboot would find an old table, or none.
+func TestSnapshotCopyMetrics(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	loadExample(t, devetcd.NewTestClient(t, srv))
+	for _, broken := range []bool{false, true} {
+		dir := t.TempDir()
+		cfg := offlineConfig(dir)
+		cfg.Endpoints = srv.Endpoints
+		cfg.SnapshotCopy = filepath.Join(dir, "state", "table.json")
+		if broken {
+			if err := os.MkdirAll(filepath.Join(cfg.SnapshotCopy, "x"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h := runAgent(t, dir, cfg, func(a *agent.Agent) { agent.SetSnapshotCopyEvery(a, 100*time.Millisecond) })
+		if broken {
+			waitFor(t, "a failed copy counted", func() bool { return counter(t, h, "regiond_snapshot_copy_errors_total") >= 1 })
+			if g := gauge(t, h, "regiond_snapshot_copy_last_write_timestamp_seconds"); g != 0 {
+				t.Errorf("copy_last_write_timestamp_seconds %v with every copy failing, want 0", g)
+			}
+		} else {
+			waitFor(t, "the copy written", func() bool { return gauge(t, h, "regiond_snapshot_copy_last_write_timestamp_seconds") > 0 })
+			if n := counter(t, h, "regiond_snapshot_copy_errors_total"); n != 0 {
+				t.Errorf("copy_errors_total %v, want 0", n)
+			}
+		}
+		h.stop()
 	}
 }
