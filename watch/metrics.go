@@ -18,6 +18,7 @@ type metrics struct {
 	openFailures   *prometheus.CounterVec
 	probes         *prometheus.CounterVec
 	skipped        prometheus.Gauge
+	skippedAlike   prometheus.Gauge
 	regressions    prometheus.Counter
 	clusterChanges prometheus.Counter
 	swaps          prometheus.Counter
@@ -46,6 +47,8 @@ func newMetrics(m *Mirror, reg prometheus.Registerer) *metrics {
 			Name: "silence_probes_total", Help: "Linearizable reads after three progress intervals of silence, by result."}, []string{"result"}),
 		skipped: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "skipped_keys", Help: "Keys whose current value was refused (last good value kept)."}),
+		skippedAlike: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "skipped_keys_served_alike", Help: "Of skipped_keys, those every agent serves alike whatever it saw before (a health key with a bad value counts as live; a key outside the grammar counts nowhere): nothing to fix for convergence."}),
 		regressions: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "revision_regressions_total", Help: "Lists whose revision was below the applied one, and reopened watches that found etcd holding another history at the applied revision (restored backup?)."}),
 		listSeconds: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
@@ -71,7 +74,7 @@ func newMetrics(m *Mirror, reg prometheus.Registerer) *metrics {
 		mt.probes.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(mt.revision, mt.epoch, mt.events, mt.dropped, mt.resyncs, mt.reopens, mt.openFailures, mt.probes, mt.skipped, mt.regressions, mt.clusterChanges, mt.swaps, mt.listSeconds, mt.apply,
+		reg.MustRegister(mt.revision, mt.epoch, mt.events, mt.dropped, mt.resyncs, mt.reopens, mt.openFailures, mt.probes, mt.skipped, mt.skippedAlike, mt.regressions, mt.clusterChanges, mt.swaps, mt.listSeconds, mt.apply,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 				Name: "seconds_since_sync", Help: "Seconds since the table was last confirmed current against etcd (-1: never)."},
 				func() float64 {
@@ -103,6 +106,27 @@ func newMetrics(m *Mirror, reg prometheus.Registerer) *metrics {
 func (mt *metrics) observeTable(t *routing.Table) {
 	mt.revision.Set(float64(t.Revision()))
 	mt.epoch.Set(float64(t.Epoch()))
-	mt.skipped.Set(float64(len(t.Skipped())))
+	n, alike := skippedCounts(t.Skipped())
+	mt.skipped.Set(float64(n))
+	mt.skippedAlike.Set(float64(alike))
 	mt.swaps.Inc()
+}
+
+// skippedCounts counts the distinct keys of sk (a key can be reported
+// twice: its value, and a reference to it), and those every agent serves
+// alike (routing.ServedAlike).
+func skippedCounts(sk []routing.Skipped) (n, alike int) {
+	if len(sk) == 0 {
+		return 0, 0
+	}
+	seen := make(map[string]bool, len(sk))
+	for _, s := range sk {
+		if !seen[s.Key] {
+			seen[s.Key] = true
+			if routing.ServedAlike(s.Key) {
+				alike++
+			}
+		}
+	}
+	return len(seen), alike
 }

@@ -216,6 +216,18 @@ func TestInvalidValueShowsInStatusAndMetrics(t *testing.T) {
 	if got := gauge(t, h, "regiond_watch_skipped_keys"); got != 1 {
 		t.Fatalf("regiond_watch_skipped_keys = %v, want 1", got)
 	}
+	if got := gauge(t, h, "regiond_watch_skipped_keys_served_alike"); got != 0 {
+		t.Fatalf("regiond_watch_skipped_keys_served_alike = %v, want 0 (a pool is served from its last good value)", got)
+	}
+	// A health key with a bad value is served alike by every agent (a
+	// live instance whatever its value): counted, and counted alike.
+	if _, err := cli.Put(context.Background(), prefix+"health/eu-west/ams-1", `not json`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "two skipped keys", func() bool { return gauge(t, h, "regiond_watch_skipped_keys") == 2 })
+	if got := gauge(t, h, "regiond_watch_skipped_keys_served_alike"); got != 1 {
+		t.Fatalf("regiond_watch_skipped_keys_served_alike = %v, want 1 (the health key)", got)
+	}
 	if problems, err := testutil.GatherAndLint(h.a.Registry()); err != nil || len(problems) > 0 {
 		t.Fatalf("metrics lint: %v %v", problems, err)
 	}
