@@ -99,7 +99,10 @@ func New(cfg Config) (*Agent, error) {
 	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "regiond", Name: "build_info",
 			Help:        "1, labelled with the agent's version (as in its status key): a node left on an old binary shows.",
-			ConstLabels: prometheus.Labels{"version": cfg.Version}}, func() float64 { return 1 }))
+			ConstLabels: prometheus.Labels{"version": cfg.Version}}, func() float64 { return 1 }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "regiond", Subsystem: "table", Name: "no_route_countries",
+			Help: "Countries (the unknown country too) the served table gives no eligible pool: their viewers get NoRoute (503)."},
+			func() float64 { return float64(noRouteCountries(source{a}.Table())) }))
 	a.conns, a.login = newConnVecs(a.registry), newLoginMetrics(a.registry)
 	a.statusPutFailures = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "regiond", Subsystem: "agent", Name: "status_put_failures_total",
 		Help: "Puts of the agent's status key that failed (etcd away, or the role lacks readwrite on <prefix>/agents/<node>); retried at the next check (a second) for a change, at the next refresh (a minute) otherwise."})
@@ -409,3 +412,24 @@ func fileKind(m os.FileMode) string {
 	}
 	return "special file"
 }
+
+// noRouteCountries counts the countries, the unknown one included, that t
+// (nil: none) gives no eligible pool. Read at each scrape, off the change
+// path.
+func noRouteCountries(t *routing.Table) int {
+	if t == nil {
+		return 0
+	}
+	noRoute := func(cc string) int {
+		if e := t.Effective(cc); e != nil && len(e.Candidates) == 0 {
+			return 1
+		}
+		return 0
+	}
+	n := noRoute(routing.Unknown)
+	for _, cc := range routing.Countries() {
+		n += noRoute(cc)
+	}
+	return n
+}
+

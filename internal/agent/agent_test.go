@@ -326,3 +326,37 @@ func contains(xs []string, s string) bool {
 	}
 	return false
 }
+
+// TestNoRouteCountriesGauge: regiond_table_no_route_countries counts the
+// countries the served table gives no eligible pool (their viewers get
+// 503): none for the example fleet; with eu-central and eu-west drained,
+// as many as resolve NoRoute.
+func TestNoRouteCountriesGauge(t *testing.T) {
+	h, cli := startExampleAgent(t)
+	if g := gauge(t, h, "regiond_table_no_route_countries"); g != 0 {
+		t.Fatalf("no_route_countries %v for the example fleet, want 0", g)
+	}
+	for _, id := range []string{"eu-central", "eu-west"} {
+		if _, err := cli.Put(context.Background(), prefix+"pools/"+id, `{"host":"`+id+`.example.net:443","residency":"eu","status":"draining"}`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "both drains served", func() bool {
+		tb := h.a.Mirror().Table()
+		a, _ := tb.Pool("eu-central")
+		b, _ := tb.Pool("eu-west")
+		return a.Status == routing.StatusDraining && b.Status == routing.StatusDraining
+	})
+	want := 0
+	for _, cc := range append(append([]string(nil), routing.Countries()...), routing.Unknown) {
+		if code, _ := h.resolve(cc, "k"); code == http.StatusServiceUnavailable {
+			want++
+		}
+	}
+	if want == 0 {
+		t.Fatal("no country without a route with eu-central and eu-west drained: the test needs some")
+	}
+	if g := gauge(t, h, "regiond_table_no_route_countries"); int(g) != want {
+		t.Fatalf("no_route_countries %v, want %d (the countries /v1/resolve answers 503)", g, want)
+	}
+}
