@@ -432,4 +432,3 @@ func noRouteCountries(t *routing.Table) int {
 	}
 	return n
 }
-
