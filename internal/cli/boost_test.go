@@ -377,10 +377,11 @@ routes:
 }
 
 // TestBoostAndRouteWarnWhenTheyDoNothing: a boost whose target is a
-// draining pool, and a route's new targets under a live boost that sets
-// them, are written, but serve no viewer as asked: each says so, naming
-// the pool or the boost; a boost of an active pool, and a change of a
-// boosted route's attrs alone, say nothing of it.
+// draining pool, a route's new targets under a live boost that sets them,
+// and a drain of a pool a live boost targets, are written, but serve no
+// viewer as asked: each says so, naming the pool or the boost; a boost of
+// an active pool, a change of a boosted route's attrs alone, and an
+// undrain say nothing of it.
 func TestBoostAndRouteWarnWhenTheyDoNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -399,5 +400,13 @@ func TestBoostAndRouteWarnWhenTheyDoNothing(t *testing.T) {
 	}
 	if r := e.must(ExitOK, "route", "set", "PL", "--attr", "lang=pl", "--reason", "attrs only"); len(otherWarnings(r.stderr)) > 0 {
 		t.Errorf("route set of a boosted route's attrs: %s; want no warning", r)
+	}
+	// The other order: draining a pool a live boost targets says so.
+	r = e.must(ExitOK, "pool", "drain", "eu-west", "--force", "--reason", "ams down")
+	if !strings.Contains(r.stderr, "regionctl: warning: pool eu-west is a target of live boost(s) pl-b (route PL): while it is out") {
+		t.Errorf("drain of a boosted pool: %s; want a warning naming the boost", r)
+	}
+	if r := e.must(ExitOK, "pool", "undrain", "eu-west", "--reason", "back"); strings.Contains(r.stderr, "target of live boost") {
+		t.Errorf("undrain of a boosted pool warned: %s", r)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
@@ -135,7 +136,13 @@ func (a *app) poolStatusCmd(verb, status string) *cobra.Command {
 }
 
 func (a *app) runPoolStatus(ctx context.Context, id, status string, w writeOpts) error {
+	var boosted string
+	w.warning = func() string { return boosted }
 	return a.runWrite(ctx, w, configPlanWith(func(cur *store.State, cfg *routing.Config) error {
+		boosted = ""
+		if status != routing.StatusActive {
+			boosted = boostsOfPool(cur, id, time.Now())
+		}
 		p, ok := cfg.Pools[id]
 		if bad := invalidAt(cur, routing.PoolKey(id)); !ok && bad != nil {
 			return bad.refusal(fmt.Sprintf("pool %s cannot change it: replace it whole with regionctl pool set %s giving %s",
@@ -356,4 +363,29 @@ func poolHint(cfg *routing.Config, id string) string {
 		return fmt.Sprintf(" (pools: %s and %d more; regionctl get pools)", strings.Join(ids[:10], ", "), len(ids)-10)
 	}
 	return " (pools: " + strings.Join(ids, ", ") + ")"
+}
+
+// boostsOfPool says, when live boosts in cur target pool id, which, and
+// what draining it does to them ("" otherwise): a boost's targets replace
+// its route's, so its viewers go to the route's fallback chain while the
+// pool is out (regionctl boost warns of the reverse order).
+func boostsOfPool(cur *store.State, id string, now time.Time) string {
+	var named []string
+	for _, bid := range cur.OverrideIDs() { // sorted
+		ov := cur.Overrides[bid].Override
+		if ov.Expired(now) {
+			continue
+		}
+		for _, t := range ov.Targets {
+			if t.Pool == id {
+				named = append(named, fmt.Sprintf("%s (route %s)", bid, ov.Route))
+				break
+			}
+		}
+	}
+	if len(named) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("pool %s is a target of live boost(s) %s: while it is out, their viewers go to the boost's other targets or the route's fallback chain (regionctl resolve ROUTE shows where; regionctl boost cancel ID ends one)",
+		id, strings.Join(named, ", "))
 }
