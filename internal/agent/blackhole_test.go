@@ -20,10 +20,10 @@ import (
 // (gRPC keepalive: 10 s, then 5 s for the answer, found at the next 5 s
 // progress tick; the watch's silence probe: 15 s, then 5 s for its read,
 // 5 s for a new watch's creation): /v1/status says connected false while
-// it serves its last table. Then one path comes back and the other stays silent: the
-// agent follows etcd again through the live one, with the change made
-// meanwhile, and says connected. A connection that was closed (Sever) is
-// noticed at once; only this one needs the timeouts.
+// it serves its last table. Then one path comes back and the other stays
+// silent: the agent follows etcd again through the live one, with the
+// change made meanwhile, and says connected. A connection that was closed
+// (Sever) is noticed at once; only this one needs the timeouts.
 func TestSilentPathIsNoticedAndFailedOver(t *testing.T) {
 	srv := devetcd.NewTest(t)
 	cli := devetcd.NewTestClient(t, srv)
