@@ -24,7 +24,9 @@ const (
 // etcd's revision and the watch is kept. If it did (the watch is stuck) or
 // the probe failed, a new watch is created from applied+1 before the old
 // one is dropped, so Connected stays true across a healthy reopen, and
-// history replays what the old one missed. It returns the watch to follow,
+// history replays what the old one missed; a failed probe (no answer)
+// sets Connected false at once, until the new watch's creation is
+// answered. It returns the watch to follow,
 // or nil and why none is left.
 func (m *Mirror) silent(ctx context.Context, s *stream) (*stream, string) {
 	res, rev := m.probe(s)
@@ -54,6 +56,13 @@ func (m *Mirror) silent(ctx context.Context, s *stream) (*stream, string) {
 		// silent for good, as long as any of its watchers is left. A watch
 		// of the other range is served by another broadcast.
 		m.otherRange = !m.otherRange
+	}
+	if res == probeFailed {
+		// Silent for three progress intervals, and a read got no answer
+		// within RequestTimeout: the path to etcd is down (a dropped
+		// path keeps its connection up). Say so now, not only once a new
+		// watch's creation has timed out as well.
+		m.setConnected(false)
 	}
 	// The probe found the prefix changed, or could not tell: the etcd that
 	// answers may hold another history (see verify).
