@@ -84,16 +84,21 @@ func (h *harness) get(path string, v any) int {
 	return resp.StatusCode
 }
 
-// waitFor polls cond (bounded) until it holds.
+// waitFor polls cond until it holds, failing the test after 30 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for i := 0; i < 600; i++ {
-		if cond() {
-			return
+	waitWithin(t, 30*time.Second, what, cond)
+}
+
+// waitWithin polls cond every 25 ms until it holds, failing the test after d
+// (a hang guard, not a timing assertion).
+func waitWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(25 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s (%v)", what, d)
 		}
-		time.Sleep(25 * time.Millisecond)
 	}
-	t.Fatalf("timed out waiting for %s", what)
 }
 
 func (h *harness) resolve(cc, key string) (int, routing.Decision) {

@@ -68,13 +68,3 @@ func TestSilentPathIsNoticedAndFailedOver(t *testing.T) {
 	waitFor(t, "connected again", func() bool { st = api.Status{}; h.get("/v1/status", &st); return st.Connected })
 	t.Logf("the change served and connected %v after one path came back", time.Since(began).Round(time.Millisecond))
 }
-
-// waitWithin polls cond every 25 ms until it holds, failing the test after d.
-func waitWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(d); !cond(); time.Sleep(25 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-	}
-}

@@ -1,9 +1,9 @@
 package agent
 
 import (
-	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"os"
 	"path/filepath"
@@ -42,12 +42,14 @@ func (a *Agent) restoreSnapshotCopy() bool {
 	b, err := atomicfile.ReadFile(a.cfg.SnapshotCopy)
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
+			a.copyErrors.Inc()
 			a.log.Warn("snapshot copy not loaded", "path", a.cfg.SnapshotCopy, "err", err)
 		}
 		return false
 	}
 	t, h, err := routing.LoadTableJSONHeader(b)
 	if err != nil {
+		a.copyErrors.Inc()
 		a.log.Warn("snapshot copy not loaded: does not decode", "path", a.cfg.SnapshotCopy, "err", err)
 		return false
 	}
@@ -80,7 +82,7 @@ func (a *Agent) keepSnapshotCopy(ctx context.Context) {
 	if a.cfg.SnapshotCopy == "" || a.cfg.Snapshot == "" {
 		return
 	}
-	var last []byte
+	var last [sha256.Size]byte
 	tick := time.NewTicker(cmp.Or(a.copyEvery, snapshotCopyEvery))
 	defer tick.Stop()
 	for {
@@ -95,11 +97,17 @@ func (a *Agent) keepSnapshotCopy(ctx context.Context) {
 }
 
 // copySnapshot writes the snapshot file's bytes to the copy, durably,
-// unless they are last; it returns what the copy holds (last when the
-// file could not be read or the copy written).
-func (a *Agent) copySnapshot(last []byte) []byte {
+// unless their digest is last (the copy's: a digest, not the bytes, is
+// kept between copies, so the agent holds no second table); it returns
+// the copy's digest (last when the file could not be read or the copy
+// written).
+func (a *Agent) copySnapshot(last [sha256.Size]byte) [sha256.Size]byte {
 	b, err := atomicfile.ReadFile(a.cfg.Snapshot)
-	if err != nil || bytes.Equal(b, last) {
+	if err != nil {
+		return last
+	}
+	sum := sha256.Sum256(b)
+	if sum == last {
 		return last
 	}
 	if err := atomicfile.WriteFile(a.cfg.SnapshotCopy, b, 0o600); err != nil {
@@ -108,5 +116,5 @@ func (a *Agent) copySnapshot(last []byte) []byte {
 		return last
 	}
 	a.copyLastWrite.SetToCurrentTime()
-	return b
+	return sum
 }

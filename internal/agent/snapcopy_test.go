@@ -104,4 +104,22 @@ func TestSnapshotCopyMetrics(t *testing.T) {
 		}
 		h.stop()
 	}
+	// A copy that does not decode, at a start without a snapshot file:
+	// nothing is served from it, and it is counted.
+	dir := t.TempDir()
+	cfg := offlineConfig(dir)
+	cfg.SnapshotCopy = filepath.Join(dir, "state", "table.json")
+	if err := os.MkdirAll(filepath.Dir(cfg.SnapshotCopy), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg.SnapshotCopy, []byte(`{"not":"a table"`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := runAgent(t, dir, cfg)
+	if n := counter(t, h, "regiond_snapshot_copy_errors_total"); n != 1 {
+		t.Errorf("copy_errors_total %v after a copy that does not decode, want 1", n)
+	}
+	if code, _ := h.resolve("PL", "k"); code == 200 {
+		t.Error("a table served from a copy that does not decode")
+	}
 }
