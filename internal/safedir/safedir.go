@@ -55,7 +55,7 @@ func EnsureMade(dir, what string, mode os.FileMode, gid int) ([]Made, error) {
 	var err error
 	if _, lerr := os.Lstat(dir); errors.Is(lerr, fs.ErrNotExist) {
 		if made, err = create(dir, mode, gid); err != nil {
-			err = fmt.Errorf("create %s %s: %w", what, dir, err)
+			err = fmt.Errorf("create %s %s: %w%s", what, dir, err, createHint(dir, mode, err))
 		}
 	}
 	if err == nil {
@@ -165,6 +165,31 @@ func Check(dir, what string, gid int) error {
 			what, dir, groupName(int(st.Gid)), groupName(gid), strconv.Itoa(gid), dir)
 	}
 	return nil
+}
+
+// createHint is what to do when creating dir failed with err because the
+// agent's user may not write the parent it was making it in: "" for any
+// other failure.
+func createHint(dir string, mode os.FileMode, err error) string {
+	var pe *fs.PathError
+	if !errors.Is(err, fs.ErrPermission) || !errors.As(err, &pe) {
+		return ""
+	}
+	parent := filepath.Dir(pe.Path)
+	owner := ""
+	if fi, err := os.Stat(parent); err == nil {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			owner = fmt.Sprintf(" (owned by %s, mode %#o)", userName(int(st.Uid)), fi.Mode().Perm())
+		}
+	}
+	name := strconv.Itoa(os.Geteuid())
+	if u, err := user.LookupId(name); err == nil {
+		name = u.Username
+	}
+	return fmt.Sprintf(": the agent's user %s may not create directories in %s%s; "+
+		"create %s for it (install -d -o %s -m %#o %s; under systemd, RuntimeDirectory= makes one in /run, StateDirectory= one in /var/lib) "+
+		"or choose a path in a directory that user owns",
+		userName(os.Geteuid()), parent, owner, dir, name, mode.Perm(), dir)
 }
 
 // writers names who the write bits of perm (0o022) let in.

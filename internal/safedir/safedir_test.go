@@ -2,6 +2,7 @@ package safedir
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -209,5 +210,74 @@ func TestRemoveMadeRemovesOnlyWhatItMade(t *testing.T) {
 	RemoveMade(made)
 	if _, err := os.Lstat(dir); err != nil {
 		t.Fatalf("RemoveMade removed a file someone put in the place of its directory: %v", err)
+	}
+}
+
+// TestCreateRefusedNamesFix: a directory the agent's user may not create
+// (its parent is not the user's) is refused with what to do: the parent,
+// its owner, and the command that makes the directory for the user. As
+// root (who may create anything) the test runs itself as another user.
+func TestCreateRefusedNamesFix(t *testing.T) {
+	if dir := os.Getenv("SAFEDIR_TEST_CREATE"); dir != "" {
+		_, err := EnsureMade(dir, "socket directory", 0o750, NoGroup)
+		if err == nil {
+			os.Stdout.WriteString("created")
+			return
+		}
+		os.Stdout.WriteString(err.Error())
+		return
+	}
+	base := t.TempDir()
+	parent := filepath.Join(base, "run")
+	if err := os.Mkdir(parent, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(parent, "regiond")
+	var msg string
+	if os.Geteuid() != 0 {
+		_, err := EnsureMade(want, "socket directory", 0o750, NoGroup)
+		if err == nil {
+			t.Fatalf("created %s in a parent of mode 0555", want)
+		}
+		msg = err.Error()
+	} else {
+		// Another user needs the test binary and the path to it.
+		exe, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		bin := filepath.Join(base, "safedir.test")
+		data, err := os.ReadFile(exe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(bin, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for d := base; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+			if err := os.Chmod(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cmd := exec.Command(bin, "-test.run=^TestCreateRefusedNamesFix$")
+		cmd.Env = append(os.Environ(), "SAFEDIR_TEST_CREATE="+want)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: otherUID, Gid: otherGID}}
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("running as uid %d: %v: %s", otherUID, err, out)
+		}
+		msg = strings.TrimSuffix(string(out), "PASS\n")
+	}
+	for _, w := range []string{
+		"create socket directory " + want, "permission denied",
+		"may not create directories in " + parent, "mode 0555",
+		"install -d -o ", "-m 0750 " + want, "RuntimeDirectory=",
+	} {
+		if !strings.Contains(msg, w) {
+			t.Errorf("error %q does not say %q", msg, w)
+		}
+	}
+	if _, err := os.Lstat(want); err == nil {
+		t.Errorf("%s was created", want)
 	}
 }
