@@ -102,7 +102,10 @@ func New(cfg Config) (*Agent, error) {
 			ConstLabels: prometheus.Labels{"version": cfg.Version}}, func() float64 { return 1 }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "regiond", Subsystem: "table", Name: "no_route_countries",
 			Help: "Countries (the unknown country too) the served table gives no eligible pool: their viewers get NoRoute (503)."},
-			func() float64 { return float64(noRouteCountries(source{a}.Table())) }))
+			func() float64 { return float64(noRouteCountries(source{a}.Table())) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "regiond", Subsystem: "table", Name: "boosts_without_eligible_target",
+			Help: "Live boosts (overrides setting targets) none of whose targets any viewer of the boosted route may be sent to (drained, down, unhealthy, other residency): their viewers go down the fallback chain until the boost ends."},
+			func() float64 { return float64(boostsWithoutEligibleTarget(source{a}.Table())) }))
 	a.conns, a.login = newConnVecs(a.registry), newLoginMetrics(a.registry)
 	a.statusPutFailures = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "regiond", Subsystem: "agent", Name: "status_put_failures_total",
 		Help: "Puts of the agent's status key that failed (etcd away, or the role lacks readwrite on <prefix>/agents/<node>); retried at the next check (a second) for a change, at the next refresh (a minute) otherwise."})
@@ -411,6 +414,16 @@ func fileKind(m os.FileMode) string {
 		return "device"
 	}
 	return "special file"
+}
+
+// boostsWithoutEligibleTarget counts the live boosts of t (nil: none)
+// that serve no viewer (routing.Table.BoostsWithoutEligibleTarget). Read
+// at each scrape, off the change path.
+func boostsWithoutEligibleTarget(t *routing.Table) int {
+	if t == nil {
+		return 0
+	}
+	return len(t.BoostsWithoutEligibleTarget())
 }
 
 // noRouteCountries counts the countries, the unknown one included, that t

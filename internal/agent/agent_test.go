@@ -365,3 +365,28 @@ func TestNoRouteCountriesGauge(t *testing.T) {
 		t.Fatalf("no_route_countries %v, want %d (the countries /v1/resolve answers 503)", g, want)
 	}
 }
+
+// TestBoostsWithoutEligibleTargetGauge: regiond_table_boosts_without_eligible_target
+// is 0 for a boost that serves, 1 for a boost of DE (class eu) to us-east
+// alone, which residency forbids: DE's viewers stay on its own chain.
+func TestBoostsWithoutEligibleTargetGauge(t *testing.T) {
+	h, cli := startExampleAgent(t)
+	put := func(id, pool string) {
+		t.Helper()
+		if _, err := cli.Put(context.Background(), prefix+"overrides/"+id, `{"route":"DE","targets":[{"pool":"`+pool+`","weight":100}]}`); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "boost "+id+" served", func() bool { return h.a.Mirror().Table().Overrides()[id] != nil })
+	}
+	put("good", "eu-west")
+	if g := gauge(t, h, "regiond_table_boosts_without_eligible_target"); g != 0 {
+		t.Fatalf("boosts_without_eligible_target %v for a boost of DE to eu-west, want 0", g)
+	}
+	put("us", "us-east")
+	if code, d := h.resolve("DE", "k"); code != http.StatusOK || !strings.HasPrefix(d.Pool, "eu-") || d.FallbackDepth == 0 {
+		t.Fatalf("DE under a boost to us-east: %d %+v, want an EU pool down the fallback chain", code, d)
+	}
+	if g := gauge(t, h, "regiond_table_boosts_without_eligible_target"); g != 1 {
+		t.Fatalf("boosts_without_eligible_target %v with DE boosted to us-east, want 1", g)
+	}
+}

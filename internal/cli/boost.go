@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -158,7 +159,11 @@ func (a *app) boostLsCmd() *cobra.Command {
 		Long: `boost ls lists the boost keys: each with the remaining TTL of its lease and
 its expires_at, marked (expired) once that has passed (the agents no longer
 apply it; an etcd leader election renewed its lease, which keeps the key
-until it ends or boost cancel deletes it). -o json gives "expired" too.`,
+until it ends or boost cancel deletes it). -o json gives "expired" too.
+A boost that serves no viewer (every target drained, down, unhealthy or of
+another residency class for every viewer of its route, who go down the
+fallback chain past it) is named in a warning on stderr and marked
+"serves_no_viewer" in -o json.`,
 		Example: "  regionctl boost ls\n  regionctl boost ls -o json",
 		Args:    exactArgs(0, "no arguments"),
 	}
@@ -178,6 +183,11 @@ type boostInfo struct {
 	// Expired: its expires_at has passed; the agents no longer apply it,
 	// though its lease (an election renewed it) keeps the key.
 	Expired bool `json:"expired"`
+	// ServesNoViewer: it is the boost in force on its route, and none of
+	// its targets is eligible for any viewer of that route (drained, down,
+	// unhealthy, another residency class), as the agents would find now
+	// (regiond_table_boosts_without_eligible_target counts them).
+	ServesNoViewer bool `json:"serves_no_viewer"`
 }
 
 func (a *app) runBoostLs(ctx context.Context) error {
@@ -189,10 +199,19 @@ func (a *app) runBoostLs(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	now := time.Now()
+	// As the agents' table would find the boosts now (their health grace
+	// windows over, as resolve does).
+	idle := routing.Compile(cur.Revision, cur.KVs, nil, routing.CompileOptions{Now: now, Start: now.Add(-routing.DefaultHealthGrace)}).
+		BoostsWithoutEligibleTarget()
 	out := []boostInfo{}
 	for _, id := range cur.OverrideIDs() {
 		lo := cur.Overrides[id]
-		bi := boostInfo{LiveOverride: lo, ID: id, Expired: lo.Override.Expired(time.Now())}
+		bi := boostInfo{LiveOverride: lo, ID: id, Expired: lo.Override.Expired(now), ServesNoViewer: slices.Contains(idle, id)}
+		if bi.ServesNoViewer {
+			fmt.Fprintf(a.stderr, "regionctl: warning: boost %s serves no viewer: none of its targets (%s) is eligible for a viewer of route %s (drained, down, unhealthy, or another residency class), who go down the fallback chain past it; regionctl resolve CC names why\n",
+				id, targetList(lo.Override.Targets), lo.Override.Route)
+		}
 		if ttl, ok := ttls[id]; ok {
 			secs := int64(ttl / time.Second)
 			bi.TTLSeconds = &secs

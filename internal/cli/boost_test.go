@@ -410,3 +410,32 @@ func TestBoostAndRouteWarnWhenTheyDoNothing(t *testing.T) {
 		t.Errorf("undrain of a boosted pool warned: %s", r)
 	}
 }
+
+// TestBoostLsMarksBoostServingNoViewer: a boost whose pool is drained
+// after it was written serves no viewer of its route (they go down the
+// fallback chain past it): boost ls says so on stderr, naming it, and
+// marks it in -o json; before the drain it says nothing.
+func TestBoostLsMarksBoostServingNoViewer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	e.must(ExitOK, "boost", "DE", "--target", "eu-west=100", "--ttl", "1h", "--id", "de-west")
+	ls := e.must(ExitOK, "boost", "ls")
+	var b []boostInfo
+	mustJSON(t, e.must(ExitOK, "boost", "ls", "-o", "json").stdout, &b)
+	if strings.Contains(ls.stderr, "serves no viewer") || len(b) != 1 || b[0].ServesNoViewer {
+		t.Fatalf("boost ls of a boost that serves: %s %+v", ls, b)
+	}
+	e.must(ExitOK, "pool", "drain", "eu-west", "--reason", "test")
+	if got := e.resolvePool("DE", "viewer-1"); got == "eu-west" || got == "" {
+		t.Fatalf("DE with the boost's only pool drained: %q", got)
+	}
+	ls = e.must(ExitOK, "boost", "ls")
+	if !strings.Contains(ls.stderr, "warning: boost de-west serves no viewer: none of its targets (eu-west 100) is eligible for a viewer of route DE") {
+		t.Fatalf("boost ls with the boost's pool drained: %s", ls)
+	}
+	mustJSON(t, e.must(ExitOK, "boost", "ls", "-o", "json").stdout, &b)
+	if len(b) != 1 || !b[0].ServesNoViewer {
+		t.Fatalf("boost ls -o json with the boost's pool drained: %+v", b)
+	}
+}
