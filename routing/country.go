@@ -82,11 +82,14 @@ func EEA() []string { return slices.Clone(eea) }
 
 var eea = strings.Fields(eeaCodes)
 
-// ResidencyGaps names the parts of the EU with codes of their own
-// (Réunion RE, Åland AX, …) that r puts in no class while their member
-// state is in one: their viewers may then be sent to any pool, although
-// the member state's law applies there. One line per code, sorted; none
-// for the built-in default.
+// ResidencyGaps names what of the EEA r leaves in no class while it puts
+// some of the EEA in one (a class copied short, a member state dropped
+// from it): the member states in no class, in one line naming the
+// classes that hold the others; and, one line per code, the parts of the
+// EU with codes of their own (Réunion RE, Åland AX, …) in no class while
+// their member state is in one. Their viewers may be sent to pools of any
+// residency, although the GDPR applies there. Sorted; none for the
+// built-in default, nor for a policy that puts no EEA country in a class.
 func ResidencyGaps(r Residency) []string {
 	classOf := map[string]string{} // the first class by name, for a country in two
 	for _, name := range slices.Sorted(maps.Keys(r.Classes)) {
@@ -97,6 +100,27 @@ func ResidencyGaps(r Residency) []string {
 		}
 	}
 	var out []string
+	var missing []string
+	holders := map[string]bool{}
+	for _, cc := range eea {
+		if _, territory := euTerritories[cc]; territory {
+			continue
+		}
+		if c, ok := classOf[cc]; ok {
+			holders[c] = true
+		} else {
+			missing = append(missing, cc)
+		}
+	}
+	if len(missing) > 0 && len(holders) > 0 {
+		slices.Sort(missing)
+		held := "class " + strings.Join(slices.Sorted(maps.Keys(holders)), ", ") + " holds"
+		if len(holders) > 1 {
+			held = "classes " + strings.Join(slices.Sorted(maps.Keys(holders)), ", ") + " hold"
+		}
+		out = append(out, fmt.Sprintf("%d of the %d EEA member states are in no class (%s) while %s the others: their viewers may be sent to pools of any residency; add them (the built-in policy's class eu holds the EEA and the EU's territories: docs/keys-and-values.md)",
+			len(missing), len(eea)-len(euTerritories), strings.Join(missing, ", "), held))
+	}
 	for _, t := range slices.Sorted(maps.Keys(euTerritories)) {
 		state := euTerritories[t]
 		if c, ok := classOf[state]; ok && classOf[t] == "" {

@@ -275,10 +275,30 @@ func TestResidencyGaps(t *testing.T) {
 		!strings.HasPrefix(g[5], "RE (part of FR) is in no class while FR is in class eu: its viewers may be sent to any pool; add RE to class eu") {
 		t.Errorf("the EEA without its territories: %q", g)
 	}
-	if g := ResidencyGaps(Residency{Classes: map[string][]string{"eu": {"DE"}, "apac": {"KR"}}}); g != nil {
-		t.Errorf("neither FR nor FI in a class: %v", g)
+	if g := ResidencyGaps(Residency{Classes: map[string][]string{"apac": {"KR", "JP"}}}); g != nil {
+		t.Errorf("no EEA country in a class: %v", g)
 	}
-	if g := ResidencyGaps(Residency{Classes: map[string][]string{"eu": {"FR"}, "fr-dom": {"RE", "GP", "MQ", "GF", "YT", "MF"}}}); g != nil {
-		t.Errorf("territories in a class of their own: %v", g)
+	all := strings.Fields("AT BE BG HR CY CZ DK EE FI FR DE GR HU IE IT LV LT LU MT NL PL PT RO SK SI ES SE IS LI NO AX GF GP MF MQ RE YT")
+	if g := ResidencyGaps(Residency{Classes: map[string][]string{"eu": append(slices.Clone(all[:9]), "AX"), "fr": {"FR", "RE", "GP", "MQ", "GF", "YT", "MF"}, "rest": all[10:30]}}); g != nil {
+		t.Errorf("the EEA across classes, territories with their state: %v", g)
+	}
+	// A class copied short (the docs' "eu: [AT, BE, …]" without the
+	// "…"), a member state dropped from the full class: one line naming
+	// the states left out and the class holding the others.
+	for _, tc := range []struct {
+		classes map[string][]string
+		want    string
+	}{
+		{map[string][]string{"eu": {"AT", "BE"}, "apac": {"KR"}},
+			"28 of the 30 EEA member states are in no class (BG, CY, CZ, DE, DK, EE, ES, FI, FR, GR, HR, HU, IE, IS, IT, LI, LT, LU, LV, MT, NL, NO, PL, PT, RO, SE, SI, SK) while class eu holds the others: their viewers may be sent to pools of any residency"},
+		{map[string][]string{"eu": slices.DeleteFunc(slices.Clone(all), func(cc string) bool { return cc == "SE" })},
+			"1 of the 30 EEA member states are in no class (SE) while class eu holds the others"},
+		{map[string][]string{"eu": all[:15], "eea-north": all[15:26]},
+			"4 of the 30 EEA member states are in no class (IS, LI, NO, SE) while classes eea-north, eu hold the others"},
+	} {
+		g := ResidencyGaps(Residency{Classes: tc.classes})
+		if len(g) == 0 || !strings.HasPrefix(g[0], tc.want) {
+			t.Errorf("%v: %q, want a first line %q", tc.classes, g, tc.want)
+		}
 	}
 }
