@@ -66,6 +66,8 @@ type tenv struct {
 	prefix string
 	ks     keyspace.Space
 	env    map[string]string
+	// endpoints, when set, replace the shared test server's.
+	endpoints []string
 }
 
 var nonAlnum = regexp.MustCompile(`[^A-Za-z0-9]+`)
@@ -99,7 +101,11 @@ func (e *tenv) run(args ...string) result {
 func (e *tenv) runCtx(ctx context.Context, args ...string) result {
 	// Generous timeouts: the tests share a machine that may be busy; the
 	// default timeouts are tested in TestExitUnreachable.
-	full := append([]string{"--endpoints", strings.Join(testServer.Endpoints, ","), "--prefix", e.prefix,
+	eps := testServer.Endpoints
+	if e.endpoints != nil {
+		eps = e.endpoints
+	}
+	full := append([]string{"--endpoints", strings.Join(eps, ","), "--prefix", e.prefix,
 		"--dial-timeout", "10s", "--command-timeout", "20s"}, args...)
 	var out, errb bytes.Buffer
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)

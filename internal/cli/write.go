@@ -120,6 +120,9 @@ func (a *app) runWrite(ctx context.Context, w writeOpts, build buildFunc) error 
 		return err
 	}
 	a.warnForced(res.Forced)
+	if res.Limits != "" {
+		fmt.Fprintf(a.stderr, "regionctl: warning: this commit would hold %s: a cluster at those defaults refuses it (raise them on every member, or apply in parts: apply without --prune keeps what a file does not name)\n", res.Limits)
+	}
 	if w.warning != nil && !res.NoOp {
 		if msg := w.warning(); msg != "" {
 			fmt.Fprintf(a.stderr, "regionctl: warning: %s\n", msg)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -13,6 +14,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/regiond/regiond/routing"
 )
@@ -74,6 +77,8 @@ func (s *Store) runTxn(ctx context.Context, st *State, ops []op, t *txnPlan) (in
 	switch {
 	case err != nil && isPermissionDenied(err):
 		return 0, s.writeErr(fmt.Sprintf("commit epoch %d", t.epoch), err, s.roles.CommitNeeds()...)
+	case err != nil && tooLarge(err):
+		return 0, fmt.Errorf("commit epoch %d: refused, nothing written: %w (%s)", t.epoch, err, t.limitHint())
 	case err != nil && notApplied(err):
 		return 0, s.rpcErr(fmt.Sprintf("commit epoch %d: refused by etcd, nothing written", t.epoch), err)
 	case err != nil:
@@ -82,6 +87,71 @@ func (s *Store) runTxn(ctx context.Context, st *State, ops []op, t *txnPlan) (in
 		return 0, s.guardFailed(ctx, st, ops, t, resp)
 	}
 	return resp.Header.Revision, nil
+}
+
+// etcd's defaults for the size of one transaction: --max-txn-ops and
+// --max-request-bytes; and the client's own limit on a request it sends.
+const (
+	defaultMaxTxnOps       = 128
+	defaultMaxRequestBytes = 1536 * 1024
+	clientMaxSendBytes     = 2 * 1024 * 1024
+)
+
+// ops is the operation count etcd checks against --max-txn-ops: that of
+// the Txn's longest list.
+func (t *txnPlan) ops() int { return max(len(t.cmps), len(t.then)) }
+
+// bytes is the Txn request's encoded size.
+func (t *txnPlan) bytes() int {
+	r := &pb.TxnRequest{}
+	for i := range t.cmps {
+		r.Compare = append(r.Compare, t.cmps[i].GetCompare())
+	}
+	for _, o := range t.then {
+		r.Success = append(r.Success, opRequest(o))
+	}
+	return proto.Size(r)
+}
+
+// opRequest encodes a put or a delete of the Txn as etcd receives it
+// (only its size is used).
+func opRequest(o clientv3.Op) *pb.RequestOp {
+	if o.IsPut() {
+		return &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: o.KeyBytes(), Value: o.ValueBytes()}}}
+	}
+	return &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: o.KeyBytes(), RangeEnd: o.RangeBytes()}}}
+}
+
+// overDefaults names the limits at their etcd defaults the Txn would
+// exceed, "" for none.
+func (t *txnPlan) overDefaults() string {
+	var over []string
+	if n := t.ops(); n > defaultMaxTxnOps {
+		over = append(over, fmt.Sprintf("%d operations in one transaction, over etcd's default --max-txn-ops (%d)", n, defaultMaxTxnOps))
+	}
+	if n := t.bytes(); n > defaultMaxRequestBytes {
+		over = append(over, fmt.Sprintf("%d bytes in one request, over etcd's default --max-request-bytes (%d)", n, defaultMaxRequestBytes))
+	}
+	return strings.Join(over, "; ")
+}
+
+// limitHint says what a Txn refused for its size was, and what to do.
+func (t *txnPlan) limitHint() string {
+	return fmt.Sprintf("the commit holds %d operations and %d bytes; etcd refuses more than its --max-txn-ops operations (default %d) "+
+		"or --max-request-bytes (default %d), and regionctl sends at most %d bytes: raise the cluster's limits on every member, "+
+		"or apply the config in parts (apply without --prune keeps what a file does not name: pools first, then routes); a re-run as it is fails alike",
+		t.ops(), t.bytes(), defaultMaxTxnOps, defaultMaxRequestBytes, clientMaxSendBytes)
+}
+
+// tooLarge reports whether err refuses a Txn for its size: etcd's
+// "too many operations" or "request is too large", or the client's own
+// refusal to send a message over its limit (nothing was sent).
+func tooLarge(err error) bool {
+	if errors.Is(err, rpctypes.ErrTooManyOps) || errors.Is(err, rpctypes.ErrGRPCTooManyOps) ||
+		errors.Is(err, rpctypes.ErrRequestTooLarge) || errors.Is(err, rpctypes.ErrGRPCRequestTooLarge) {
+		return true
+	}
+	return status.Code(err) == codes.ResourceExhausted && strings.Contains(err.Error(), "trying to send message larger than max")
 }
 
 // opFirstAuditFrom gets the first key under the audit prefix at or after

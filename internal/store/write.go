@@ -48,6 +48,11 @@ type Result struct {
 	// ("" for none).
 	Forced   string
 	Attempts int
+	// Limits, for a dry run, names the etcd limits its commit would pass
+	// at their defaults (a cluster may have raised them): etcd refuses a
+	// Txn of more than --max-txn-ops operations (128) or one request of
+	// more than --max-request-bytes (1.5 MiB). "" when within both.
+	Limits string
 	// State is the state the write was built on.
 	State *State
 }
@@ -103,6 +108,9 @@ func (s *Store) writeOnce(ctx context.Context, req WriteRequest) (*Result, error
 			return nil, err
 		}
 		res.DryRun, res.Epoch = true, st.Epoch+1
+		if t, err := s.buildTxn(st, ops, nil, req, res.Changes); err == nil {
+			res.Limits = t.overDefaults()
+		}
 		return res, nil
 	}
 	rev, err := s.commit(ctx, st, ops, req, res.Changes)
