@@ -75,16 +75,65 @@ function isSpace(c) {
 }
 
 /**
- * The slot of a raw country header, as Go's routing.Resolve normalizes it:
- * ASCII spaces (' ', \t, \r, \n) trimmed, upper-cased; two ASCII letters
- * give 26*a+b ("AA" = 0 … "ZZ" = 675), anything else 676 (_unknown).
- * Whether the code is an assigned country is the index's (or KV's) to say.
+ * The ISO 3166-1 alpha-2 codes officially assigned (249), in alphabetical
+ * order: Go's routing.Countries() (TestCountriesMatchGo checks they are
+ * equal). A KV export has one key for each, and one for _unknown.
+ */
+export const COUNTRIES = Object.freeze(('AD AE AF AG AI AL AM AO AQ AR AS AT AU AW AX AZ ' +
+  'BA BB BD BE BF BG BH BI BJ BL BM BN BO BQ BR BS BT BV BW BY BZ ' +
+  'CA CC CD CF CG CH CI CK CL CM CN CO CR CU CV CW CX CY CZ ' +
+  'DE DJ DK DM DO DZ ' +
+  'EC EE EG EH ER ES ET ' +
+  'FI FJ FK FM FO FR ' +
+  'GA GB GD GE GF GG GH GI GL GM GN GP GQ GR GS GT GU GW GY ' +
+  'HK HM HN HR HT HU ' +
+  'ID IE IL IM IN IO IQ IR IS IT ' +
+  'JE JM JO JP ' +
+  'KE KG KH KI KM KN KP KR KW KY KZ ' +
+  'LA LB LC LI LK LR LS LT LU LV LY ' +
+  'MA MC MD ME MF MG MH MK ML MM MN MO MP MQ MR MS MT MU MV MW MX MY MZ ' +
+  'NA NC NE NF NG NI NL NO NP NR NU NZ ' +
+  'OM ' +
+  'PA PE PF PG PH PK PL PM PN PR PS PT PW PY ' +
+  'QA ' +
+  'RE RO RS RU RW ' +
+  'SA SB SC SD SE SG SH SI SJ SK SL SM SN SO SR SS ST SV SX SY SZ ' +
+  'TC TD TF TG TH TJ TK TL TM TN TO TR TT TV TW TZ ' +
+  'UA UG UM US UY UZ ' +
+  'VA VC VE VG VI VN VU ' +
+  'WF WS ' +
+  'YE YT ' +
+  'ZA ZM ZW').split(' '));
+
+// assigned[slot] is 1 for the slot of an assigned code.
+const assigned = new Uint8Array(SLOTS);
+for (const c of COUNTRIES) assigned[(c.charCodeAt(0) - 65) * 26 + (c.charCodeAt(1) - 65)] = 1;
+
+/**
+ * Whether code is an assigned ISO 3166-1 alpha-2 code in upper case (Go's
+ * routing.IsCountry).
+ * @param {string} code
+ */
+export function isCountry(code) {
+  if (typeof code !== 'string' || code.length !== 2 || !/^[A-Z]{2}$/.test(code)) return false;
+  return assigned[(code.charCodeAt(0) - 65) * 26 + (code.charCodeAt(1) - 65)] === 1;
+}
+
+/**
+ * The slot of a raw country header, as Go's routing.Resolve normalizes the
+ * value Go's Header.Get gives: the text before the first comma (Node's
+ * http and the Fetch API join a repeated header as "US, DE"; Go takes the
+ * first one), ASCII spaces (' ', \t, \r, \n) trimmed, upper-cased; two
+ * ASCII letters give 26*a+b ("AA" = 0 … "ZZ" = 675), anything else 676
+ * (_unknown). Whether the code is an assigned country is the index's (or
+ * KV's) to say.
  * @param {string|null|undefined} raw
  * @returns {number}
  */
 export function countrySlot(raw) {
   if (typeof raw !== 'string') return SLOTS - 1;
-  let i = 0, j = raw.length;
+  let i = 0, j = raw.indexOf(',');
+  if (j < 0) j = raw.length;
   while (i < j && isSpace(raw.charCodeAt(i))) i++;
   while (j > i && isSpace(raw.charCodeAt(j - 1))) j--;
   if (j - i !== 2) return SLOTS - 1;
@@ -104,12 +153,14 @@ export function slotCode(slot) {
 }
 
 /**
- * The KV key to fetch first for a raw country header: its normalized code
- * (two upper-case letters, assigned or not) or _unknown.
+ * The KV key of a raw country header, as Go's routing.NormalizeCountry
+ * (after countrySlot): an assigned code, or _unknown for anything else
+ * (empty, invalid, reserved or unassigned: "XX", "EU", "T1").
  * @param {string|null|undefined} raw
  */
 export function countryKey(raw) {
-  return slotCode(countrySlot(raw));
+  const slot = countrySlot(raw);
+  return assigned[slot] === 1 ? slotCode(slot) : UNKNOWN;
 }
 
 /**
@@ -484,23 +535,30 @@ export function decideFromValue(value, key, opts = {}, name = 'KV value') {
   return decideEntry(header, country, entry, key, opts);
 }
 
+// upload says how to put the whole export into a namespace.
+const upload = 'upload the whole of regionctl export kv --format cloudflare (wrangler kv bulk put FILE --binding NAME --remote: without --remote, Wrangler 4 writes to local storage)';
+
 /**
  * The {header, country, entry} for a raw country header from a KV
  * namespace holding the export (a Workers KV binding: get(key, {type:
- * 'json'}) → value or null): the country's key, then _unknown when it is
- * missing.
+ * 'json'}) → value or null): the value of its key (countryKey: an
+ * assigned code, or _unknown for anything else). A missing value is a
+ * TableError, for an assigned code too: _unknown follows
+ * unknown_country_class, which need not be the country's residency class
+ * (a DE viewer sent to a US pool), so a country whose key is missing (an
+ * upload cut short, a key deleted) is not routed as _unknown. A value
+ * whose country is not its key's is a TableError too.
  */
 export async function kvEntry(kv, country) {
-  let k = countryKey(country);
-  let v = k === UNKNOWN ? null : await kv.get(k, { type: 'json' });
+  const k = countryKey(country);
+  const v = await kv.get(k, { type: 'json' });
   if (v === null || v === undefined) {
-    k = UNKNOWN;
-    v = await kv.get(UNKNOWN, { type: 'json' });
-    if (v === null || v === undefined) {
-      throw new TableError(`regiond: KV has no ${UNKNOWN} value: upload regionctl export kv --format cloudflare (wrangler kv bulk put FILE --binding NAME --remote: without --remote, Wrangler 4 writes to local storage)`);
-    }
+    if (k === UNKNOWN) throw new TableError(`regiond: KV has no ${UNKNOWN} value: ${upload}`);
+    throw new TableError(`regiond: KV has no value for ${k}, an assigned country: not routed as ${UNKNOWN}, whose residency class may not be ${k}'s; ${upload}`);
   }
-  return valueEntry(v, `KV key ${k}`);
+  const e = valueEntry(v, `KV key ${k}`);
+  if (e.country !== k) throw new TableError(`regiond: KV key ${k} holds the value of ${JSON.stringify(e.country)}: ${upload}`);
+  return e;
 }
 
 /** The decision for a raw country header and sticky key from a KV namespace (see kvEntry). */

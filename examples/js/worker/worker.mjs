@@ -66,21 +66,49 @@ export function cookieBytes(raw, utf8Decoded = headersAreUTF8) {
   return out.subarray(0, n);
 }
 
+/** The max age of the values when REGIOND_MAX_AGE is unset, in seconds. */
+export const DEFAULT_MAX_AGE = 900;
+
+/**
+ * The max age in seconds of REGIOND_MAX_AGE (a string from [vars], or a
+ * number), unset meaning DEFAULT_MAX_AGE: {seconds} or, for anything but
+ * a positive number of seconds ("15m", "", "0"), {error}. The library
+ * would throw a RangeError for it on every request (an uncaught exception:
+ * Cloudflare's error 1101), not staleness switched off.
+ */
+export function maxAgeOf(raw) {
+  if (raw === undefined || raw === null) return { seconds: DEFAULT_MAX_AGE };
+  const n = typeof raw === 'number' ? raw : typeof raw === 'string' && raw.trim() !== '' ? Number(raw) : NaN;
+  if (!(n > 0) || !Number.isFinite(n)) {
+    return { error: `regiond worker: REGIOND_MAX_AGE ${JSON.stringify(raw)} is not a positive number of seconds (e.g. 900, not "15m"): every request is answered 503 until it is fixed` };
+  }
+  return { seconds: n };
+}
+
+// maxAge is maxAgeOf(raw) for the last raw seen: checked once, not per request.
+let maxAge = { raw: undefined, of: maxAgeOf(undefined) };
+
 export default {
   async fetch(request, env) {
+    if (maxAge.raw !== env.REGIOND_MAX_AGE) maxAge = { raw: env.REGIOND_MAX_AGE, of: maxAgeOf(env.REGIOND_MAX_AGE) };
+    if (maxAge.of.error) { // a misconfigured worker routes no one: say why in the log
+      console.error(maxAge.of.error);
+      return new Response('routing misconfigured\n', { status: 503, headers: { 'Retry-After': '5' } });
+    }
     // The viewer cookie's bytes, as PHP's $_COOKIE gives them.
     const raw = request.headers.get('Cookie')?.match(/(?:^|;\s*)viewer=([^;]+)/)?.[1] ?? '';
     const viewer = raw === '' ? '' : cookieBytes(raw);
     let d;
     try {
+      // CF-IPCountry repeated reads as "US, DE": the first is taken, as Go does.
       d = await decideFromKV(env.REGIOND, request.headers.get('CF-IPCountry'), viewer, {
-        maxAgeSeconds: Number(env.REGIOND_MAX_AGE ?? 900),
+        maxAgeSeconds: maxAge.of.seconds,
       });
     } catch (err) {
       if (err instanceof NoRouteError) {
         return Response.json(err.toJSON(), { status: 503, headers: { 'Retry-After': '5' } });
       }
-      if (err instanceof TableError) { // the export is missing or malformed: say why in the log
+      if (err instanceof TableError) { // the export is missing, incomplete or malformed: say why in the log
         console.error(err.message);
         return new Response('no routing table\n', { status: 503, headers: { 'Retry-After': '5' } });
       }
