@@ -105,7 +105,7 @@ func decodeStrict(errs *Errors, rel string, raw []byte) (Value, bool) {
 			// A misspelt field ("residncy") is often why a check fails
 			// (residency missing): name it too.
 			for _, k := range unknownFields(rel, raw) {
-				errs.add(rel, k, "unknown field")
+				errs.add(rel, k, "%s", unknownFieldMsg(rel, k))
 			}
 		} else {
 			// A key error (bad id or name) already names the key.
@@ -125,7 +125,7 @@ func decodeStrict(errs *Errors, rel string, raw []byte) (Value, bool) {
 	unknown = append(unknown, sortedKeys(extra)...)
 	if len(unknown) > 0 {
 		for _, k := range unknown {
-			errs.add(rel, k, "unknown field")
+			errs.add(rel, k, "%s", unknownFieldMsg(rel, k))
 		}
 		return nil, false
 	}

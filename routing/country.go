@@ -150,6 +150,29 @@ func Warnings(cfg *Config) []string {
 	return out
 }
 
+// notAssigned names the codes often taken for countries that are not
+// assigned ISO 3166-1 alpha-2 codes, with the code meant.
+var notAssigned = map[string]string{
+	"UK": "the United Kingdom's code is GB",
+	"EL": "Greece's code is GR; EL is the EU's abbreviation",
+	"EU": "EU is not a country: list the member states, or leave policy/residency out for the built-in class eu",
+	"XK": "XK (Kosovo) is user-assigned, not an ISO code: a CDN's XK header resolves as " + Unknown,
+}
+
+// CountryHint is what to say of s, refused as a country code: " (did you
+// mean AT? codes are upper case)", " (the United Kingdom's code is GB)";
+// "" when there is nothing to add.
+func CountryHint(s string) string {
+	up := strings.ToUpper(s)
+	if h, ok := notAssigned[up]; ok {
+		return " (" + h + ")"
+	}
+	if up != s && IsCountry(up) {
+		return " (did you mean " + up + "? codes are upper case)"
+	}
+	return ""
+}
+
 // IsCountry reports whether s is an assigned ISO 3166-1 alpha-2 code in
 // upper case.
 func IsCountry(s string) bool { return countryID(s) >= 0 }

@@ -360,7 +360,7 @@ func (p *Residency) normalize() Errors {
 		for i, cc := range ccs {
 			field := fmt.Sprintf("classes.%s[%d]", class, i)
 			if !IsCountry(cc) {
-				errs.add("", field, "%q is not an ISO 3166-1 alpha-2 code in upper case", cc)
+				errs.add("", field, "%q is not an ISO 3166-1 alpha-2 code in upper case%s", cc, CountryHint(cc))
 			} else if prev, dup := owner[cc]; dup && prev != class {
 				errs.add("", field, "%s is already in class %s", cc, prev)
 			}
@@ -401,4 +401,38 @@ func EncodeValue(v Value) ([]byte, error) {
 		return []byte(strconv.FormatInt(n, 10)), nil
 	}
 	return json.Marshal(v)
+}
+
+// typeMessage says that a value of the wrong type was found where want
+// was expected, in words that fit a YAML file as well as a stored JSON
+// value: what was found, its text for a number or a string, and how to
+// write it when only the quotes are wrong.
+func typeMessage(want string, raw []byte) string {
+	switch kind := jsonKind(raw); kind {
+	case "number":
+		msg := fmt.Sprintf("expected %s, got the number %s", want, truncate(raw))
+		if want == "a string" {
+			msg += fmt.Sprintf(` (quote it: "%s")`, truncate(raw))
+		}
+		return msg
+	case "string":
+		msg := fmt.Sprintf("expected %s, got the string %s", want, truncate(raw))
+		if s := string(raw[1 : len(raw)-1]); want == "an integer" && isDigits(s) ||
+			want == "true or false" && (s == "true" || s == "false") {
+			msg += " (write it without quotes)"
+		}
+		return msg
+	case "object", "list":
+		return fmt.Sprintf("expected %s, got %s %s", want, article(kind), kind)
+	default:
+		return fmt.Sprintf("expected %s, got %s", want, truncate(raw))
+	}
+}
+
+// article is "an" before "object", else "a".
+func article(noun string) string {
+	if noun == "object" {
+		return "an"
+	}
+	return "a"
 }

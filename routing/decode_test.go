@@ -64,41 +64,41 @@ func TestDecodeValueErrors(t *testing.T) {
 	}{
 		// Wrong types are named by key and full field path.
 		{name: "weight as string", key: "routes/PL", raw: `{"targets":[{"pool":"a","weight":50},{"pool":"b","weight":"50"}]}`,
-			want: "routes/PL: targets[1].weight: expected an integer, got JSON string"},
+			want: `routes/PL: targets[1].weight: expected an integer, got the string "50" (write it without quotes)`},
 		{name: "weight as fraction", key: "routes/PL", raw: `{"targets":[{"pool":"a","weight":50.5},{"pool":"b","weight":49.5}]}`,
-			want: "routes/PL: targets[0].weight: expected an integer, got JSON number 50.5\nroutes/PL: targets[1].weight: expected an integer, got JSON number 49.5"},
+			want: "routes/PL: targets[0].weight: expected an integer, got the number 50.5\nroutes/PL: targets[1].weight: expected an integer, got the number 49.5"},
 		{name: "weight overflowing int64", key: "routes/PL", raw: `{"targets":[{"pool":"a","weight":99999999999999999999}]}`,
-			want: "routes/PL: targets[0].weight: expected an integer, got JSON number 99999999999999999999"},
+			want: "routes/PL: targets[0].weight: expected an integer, got the number 99999999999999999999"},
 		{name: "weight out of range", key: "routes/PL", raw: `{"targets":[{"pool":"a","weight":-30},{"pool":"b","weight":130}]}`,
 			want: "routes/PL: targets[0].weight: must be 0..100, got -30\nroutes/PL: targets[1].weight: must be 0..100, got 130"},
 		{name: "weights not summing to 100", key: "routes/PL", raw: `{"targets":[{"pool":"a","weight":60},{"pool":"b","weight":30}]}`,
 			want: "routes/PL: targets: weights must sum to 100, got 90"},
 		{name: "targets not a list", key: "routes/PL", raw: `{"targets":{"pool":"a","weight":100}}`,
-			want: "routes/PL: targets: expected a list, got JSON object"},
+			want: "routes/PL: targets: expected a list, got an object"},
 		{name: "target not an object", key: "routes/PL", raw: `{"targets":["eu-central"]}`,
-			want: "routes/PL: targets[0]: expected an object, got JSON string"},
+			want: `routes/PL: targets[0]: expected an object, got the string "eu-central"`},
 		{name: "fallback not a list", key: "routes/PL", raw: `{"fallback":"_default"}`,
-			want: "routes/PL: fallback: expected a list, got JSON string"},
+			want: `routes/PL: fallback: expected a list, got the string "_default"`},
 		{name: "attr value not a string", key: "routes/PL", raw: `{"attrs":{"cron_minutes":15}}`,
-			want: "routes/PL: attrs.cron_minutes: expected a string, got JSON number 15"},
+			want: "routes/PL: attrs.cron_minutes: expected a string, got the number 15 (quote it: \"15\")"},
 		{name: "bad affinity", key: "routes/PL", raw: `{"affinity":"roundrobin"}`,
 			want: `routes/PL: affinity: must be sticky or random, got "roundrobin"`},
 		{name: "health_check not a bool", key: "pools/eu-central", raw: `{"host":"h","residency":"eu","health_check":"yes"}`,
-			want: "pools/eu-central: health_check: expected true or false, got JSON string"},
+			want: `pools/eu-central: health_check: expected true or false, got the string "yes"`},
 		{name: "host not a string", key: "pools/eu-central", raw: `{"host":443,"residency":"eu"}`,
-			want: "pools/eu-central: host: expected a string, got JSON number 443"},
+			want: `pools/eu-central: host: expected a string, got the number 443 (quote it: "443")`},
 		{name: "bad status and residency together", key: "pools/eu-central", raw: `{"host":"h","residency":"EU","status":"up"}`,
 			want: "pools/eu-central: status: must be active, draining or down, got \"up\"\npools/eu-central: residency: must be a non-empty lower-case label (eu, us, apac, global…), got \"EU\""},
 		{name: "classes not an object", key: "policy/residency", raw: `{"classes":["PL"]}`,
-			want: "policy/residency: classes: expected an object, got JSON list"},
+			want: "policy/residency: classes: expected an object, got a list"},
 		{name: "class member not a country", key: "policy/residency", raw: `{"classes":{"eu":["PL","Norway"]}}`,
 			want: `policy/residency: classes.eu[1]: "Norway" is not an ISO 3166-1 alpha-2 code in upper case`},
 		{name: "override route not a string", key: "overrides/x", raw: `{"route":7,"targets":[{"pool":"a","weight":100}]}`,
-			want: "overrides/x: route: expected a string, got JSON number 7"},
+			want: `overrides/x: route: expected a string, got the number 7 (quote it: "7")`},
 		{name: "override without effect", key: "overrides/x", raw: `{"route":"KR"}`,
 			want: "overrides/x: an override must set targets or attrs"},
 		{name: "health addr not a string", key: "health/eu-central/i-1", raw: `{"addr":["10.0.0.1"]}`,
-			want: "health/eu-central/i-1: addr: expected a string, got JSON list"},
+			want: "health/eu-central/i-1: addr: expected a string, got a list"},
 		// Whole-value problems.
 		{name: "not JSON", key: "routes/PL", raw: `targets: []`,
 			want: `routes/PL: value must be a JSON object, got "targets: []"`},
@@ -274,7 +274,7 @@ func TestTypesUnmarshalJSON(t *testing.T) {
 	}
 	var r Route
 	err := json.Unmarshal([]byte(`{"targets":[{"pool":"a","weight":"x"}]}`), &r)
-	if err == nil || err.Error() != "targets[0].weight: expected an integer, got JSON string" {
+	if err == nil || err.Error() != `targets[0].weight: expected an integer, got the string "x"` {
 		t.Errorf("error: %v", err)
 	}
 	// Decoding into a used value starts afresh.

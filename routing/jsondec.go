@@ -229,11 +229,7 @@ func jsonKind(raw []byte) string {
 }
 
 func (d *jsonDecoder) typeErr(path, want string, raw []byte) {
-	got := "JSON " + jsonKind(raw)
-	if got == "JSON number" {
-		got += " " + truncate(raw)
-	}
-	d.errs.add("", path, "expected %s, got %s", want, got)
+	d.errs.add("", path, "%s", typeMessage(want, raw))
 }
 
 // canonicalRaw returns raw compacted and HTML-escaped, as json.Marshal

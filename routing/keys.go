@@ -171,7 +171,7 @@ func ParseKey(rel string) (Key, error) {
 		if ValidRouteName(rest) {
 			return Key{Kind: KindRoute, ID: rest}, nil
 		}
-		return Key{}, fmt.Errorf("key %q: invalid route name %q (want an ISO 3166-1 alpha-2 code in upper case, _default, or a lower-case group name)", rel, rest)
+		return Key{}, fmt.Errorf("key %q: invalid route name %q (want an ISO 3166-1 alpha-2 code in upper case, _default, or a lower-case group name)%s", rel, rest, CountryHint(rest))
 	case "policy":
 		if rest == "residency" {
 			return Key{Kind: KindPolicy, ID: rest}, nil

@@ -52,11 +52,7 @@ func refDecodeJSONObject(raw []byte, v any) (unknown []string, errs Errors) {
 // jsonKind names the JSON type of a value by its first byte.
 
 func (d *refDecoder) typeErr(path, want string, raw []byte) {
-	got := "JSON " + jsonKind(raw)
-	if got == "JSON number" {
-		got += " " + truncate(raw)
-	}
-	d.errs.add("", path, "expected %s, got %s", want, got)
+	d.errs.add("", path, "%s", typeMessage(want, raw))
 }
 
 // object decodes a JSON object into the struct v.

@@ -35,7 +35,7 @@ func Validate(cfg *Config) Errors {
 	for _, name := range sortedKeys(cfg.Routes) {
 		r := cfg.Routes[name]
 		if !ValidRouteName(name) {
-			errs.add(RouteKey(name), "", "invalid route name (want an ISO 3166-1 alpha-2 code in upper case, _default, or a lower-case group name)")
+			errs.add(RouteKey(name), "", "invalid route name (want an ISO 3166-1 alpha-2 code in upper case, _default, or a lower-case group name)%s", CountryHint(name))
 		} else if cc := lookalikeCountry(name); cc != "" {
 			errs.add(RouteKey(name), "", "group name %q spells the country %s: country routes are upper case (routes/%s)", name, cc, cc)
 		}

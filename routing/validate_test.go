@@ -122,9 +122,9 @@ func TestValidate(t *testing.T) {
 			want: []string{"policy/residency: classes.nordic[0]: NO is already in class eu", "policy/residency: classes.nordic[1]: SE is already in class eu"}},
 		{name: "policy bad country codes", change: func(c *Config) { c.Policy.Residency.Classes["eu"] = []string{"PL", "pl", "XX", "EU", "Poland"} },
 			want: []string{
-				`policy/residency: classes.eu[1]: "pl" is not an ISO 3166-1 alpha-2 code in upper case`,
+				`policy/residency: classes.eu[1]: "pl" is not an ISO 3166-1 alpha-2 code in upper case (did you mean PL? codes are upper case)`,
 				`policy/residency: classes.eu[2]: "XX" is not an ISO 3166-1 alpha-2 code in upper case`,
-				`policy/residency: classes.eu[3]: "EU" is not an ISO 3166-1 alpha-2 code in upper case`,
+				`policy/residency: classes.eu[3]: "EU" is not an ISO 3166-1 alpha-2 code in upper case (EU is not a country: list the member states, or leave policy/residency out for the built-in class eu)`,
 				`policy/residency: classes.eu[4]: "Poland" is not an ISO 3166-1 alpha-2 code in upper case`,
 			}},
 		{name: "policy bad class names", change: func(c *Config) {
@@ -300,5 +300,25 @@ func TestResidencyGaps(t *testing.T) {
 		if len(g) == 0 || !strings.HasPrefix(g[0], tc.want) {
 			t.Errorf("%v: %q, want a first line %q", tc.classes, g, tc.want)
 		}
+	}
+}
+
+// TestCountryHints: a refused country code says which code was meant.
+func TestCountryHints(t *testing.T) {
+	for in, want := range map[string]string{
+		"at": " (did you mean AT? codes are upper case)",
+		"UK": " (the United Kingdom's code is GB)",
+		"uk": " (the United Kingdom's code is GB)",
+		"EL": " (Greece's code is GR; EL is the EU's abbreviation)",
+		"XX": "",
+		"DE": "",
+	} {
+		if got := CountryHint(in); got != want {
+			t.Errorf("CountryHint(%q) = %q, want %q", in, got, want)
+		}
+	}
+	_, err := ParseKey("routes/UK")
+	if err == nil || !strings.HasSuffix(err.Error(), "(the United Kingdom's code is GB)") {
+		t.Errorf("routes/UK: %v", err)
 	}
 }

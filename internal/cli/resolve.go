@@ -59,7 +59,7 @@ func (a *app) runResolve(ctx context.Context, country string, o resolveOpts) err
 	if routing.NormalizeCountry(country) == routing.Unknown && country != routing.Unknown {
 		// As the agents do with such a header; said, since a typo
 		// ("Poland", "UK") would otherwise look like an answer for it.
-		fmt.Fprintf(a.stderr, "regionctl: %q is not an assigned ISO 3166-1 alpha-2 country code: resolved as %s, as the agents resolve such a header\n", country, routing.Unknown)
+		fmt.Fprintf(a.stderr, "regionctl: %q is not an assigned ISO 3166-1 alpha-2 country code%s: resolved as %s, as the agents resolve such a header\n", country, routing.CountryHint(country), routing.Unknown)
 	}
 	ex := t.Explain(country, o.key, now)
 	return a.printer().print(ex, func(w io.Writer) { printExplain(w, ex, o.key == "") })
