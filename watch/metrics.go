@@ -46,7 +46,7 @@ func newMetrics(m *Mirror, reg prometheus.Registerer) *metrics {
 		probes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "silence_probes_total", Help: "Linearizable reads after three progress intervals of silence, by result."}, []string{"result"}),
 		skipped: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
-			Name: "skipped_keys", Help: "Keys whose current value was refused (last good value kept)."}),
+			Name: "skipped_keys", Help: "Distinct keys whose current value was refused: the last good value is kept, except for those counted in skipped_keys_served_alike."}),
 		skippedAlike: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "skipped_keys_served_alike", Help: "Of skipped_keys, those every agent serves alike whatever it saw before (a health key with a bad value counts as live; a key outside the grammar counts nowhere): nothing to fix for convergence."}),
 		regressions: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
