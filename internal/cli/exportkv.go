@@ -30,8 +30,10 @@ for each ISO country code and one for _unknown, whose value is the JSON
 {"format":1,"revision","epoch","written_at","synced_at","valid_until",
 "stale","country","entry"}, entry being the country's entry of the agent's
 table.idx (route, fallback_depth, affinity, candidates with merged attrs,
-degraded). An edge worker (examples/js) normalizes CF-IPCountry, reads that
-key, and reads _unknown when the key is missing.
+degraded). An edge worker (examples/js) normalizes CF-IPCountry and reads
+that key: _unknown for a value that is not an assigned code; an assigned
+code whose key is missing is an error (503), never _unknown's value, so
+upload the whole export.
 
 --format cloudflare (the default) prints the array that
 "wrangler kv bulk put FILE --remote" takes: [{"key":"PL","value":"<JSON string>"},…]
