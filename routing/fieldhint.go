@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+
+	"github.com/regiond/regiond/internal/didyoumean"
 )
 
 // unknownFieldMsg is the error of an unknown field at path ("residncy",
@@ -64,7 +66,7 @@ func nearestField(rel, path string) string {
 		if tag == "" {
 			continue
 		}
-		if d := editDistance(strings.ToLower(name), tag); d < bestD {
+		if d := didyoumean.Distance(strings.ToLower(name), tag); d < bestD {
 			best, bestD = tag, d
 		}
 	}
@@ -91,25 +93,4 @@ func jsonName(f reflect.StructField) string {
 		return f.Name
 	}
 	return tag
-}
-
-// editDistance is the Levenshtein distance between a and b (bytes).
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

@@ -3,12 +3,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,7 +38,10 @@ func newDevCommand() *cobra.Command {
 		Long: `regiond dev starts an embedded etcd (data in --data-dir), loads --config into it
 when the store is empty (as one audited regionctl-style write, epoch 1), and runs
 the agent with the API on --listen, a unix socket and a snapshot file in
---data-dir. Ctrl-C stops everything cleanly; the data survives for the next run.`,
+--data-dir. Ctrl-C stops everything cleanly; the data survives for the next run,
+so a --config edited since is not loaded (it says so): apply it with
+  go run ./cmd/regionctl --endpoints=<--client-url> apply -f FILE
+or start afresh with another --data-dir.`,
 		Example: `  go run ./cmd/regiond dev
   curl '127.0.0.1:7420/v1/resolve?country=PL&key=viewer-42'`,
 		Args:          cobra.NoArgs,
@@ -50,7 +56,7 @@ the agent with the API on --listen, a unix socket and a snapshot file in
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:7420", "loopback address of the API")
 	fs.StringVar(&f.config, "config", "examples/routing.yaml", "config loaded when the store is empty")
 	fs.StringVar(&f.snapshot, "snapshot", "", "snapshot file (default <data-dir>/table.json)")
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	cmd.SetFlagErrorFunc(flagError)
 	return cmd
 }
 
@@ -109,9 +115,11 @@ func runDev(ctx context.Context, f *devFlags, cmd *cobra.Command) error {
 		return abandon(fmt.Errorf("%w (is another etcd or regiond dev using %s? pick another with --client-url)", err, f.clientURL))
 	}
 	defer srv.Close()
-	if err := seedConfig(ctx, srv, cfg.Prefix, f.config, seed, readErr, cmd); err != nil {
+	inForce, err := seedConfig(ctx, srv, dataDir, cfg.Prefix, f.config, seed, readErr, cmd)
+	if err != nil {
 		return abandon(err)
 	}
+	country, pool := tryTargets(inForce)
 	out := cmd.OutOrStdout()
 	fmt.Fprintf(out, `
 regiond dev is running (Ctrl-C stops it).
@@ -120,14 +128,15 @@ regiond dev is running (Ctrl-C stops it).
   snapshot:  %s
 
 Try:
-  curl '%s/v1/resolve?country=PL&key=viewer-42'
-  curl '%s/v1/resolve?country=KR&explain=1'
-  curl -H 'CF-IPCountry: de' '%s/v1/resolve'
-  curl '%s/v1/status'
-  go run ./cmd/regionctl --endpoints=%s pool drain eu-central --reason "kernel upgrade"
+  curl '%[6]s/v1/resolve?country=%[7]s&key=viewer-42'
+  curl '%[6]s/v1/resolve?country=%[7]s&explain=1'
+  curl -H 'CF-IPCountry: %[8]s' '%[6]s/v1/resolve'
+  curl '%[6]s/v1/status'
+  go run ./cmd/regionctl --endpoints=%[1]s pool drain %[9]s --reason "kernel upgrade"
+  go run ./cmd/regionctl --endpoints=%[1]s apply -f %[10]s   (after editing it)
 
 `, f.clientURL, f.clientURL, a.Addr(), cfg.Socket, cfg.Snapshot,
-		"http://"+a.Addr(), "http://"+a.Addr(), "http://"+a.Addr(), "http://"+a.Addr(), f.clientURL)
+		"http://"+a.Addr(), country, strings.ToLower(country), pool, f.config)
 	return a.Run(ctx)
 }
 
@@ -150,31 +159,44 @@ func readSeedConfig(path string) (*routing.Config, error) {
 }
 
 // seedConfig writes the config (read from path: cfg, or readErr) into an
-// empty store as one audited write; a store that already holds a config is
-// left alone.
-func seedConfig(ctx context.Context, srv *devetcd.Server, prefix, path string, cfg *routing.Config, readErr error, cmd *cobra.Command) error {
+// empty store as one audited write, and returns the config in force; a
+// store that already holds a config is left alone, saying whether the file
+// differs from it and how to apply it.
+func seedConfig(ctx context.Context, srv *devetcd.Server, dataDir, prefix, path string, cfg *routing.Config, readErr error, cmd *cobra.Command) (*routing.Config, error) {
 	cli, err := srv.Client()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer cli.Close()
 	ks, err := keyspace.New(prefix)
 	if err != nil {
-		return usageError{err}
+		return nil, usageError{err}
 	}
 	st := store.New(cli, ks, store.Options{Endpoints: srv.Endpoints})
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	cur, err := st.Load(lctx)
 	if err != nil {
-		return fmt.Errorf("read the dev store: %w", err)
+		return nil, fmt.Errorf("read the dev store: %w", err)
 	}
 	if len(cur.Config.Pools) > 0 || len(cur.Config.Routes) > 0 {
-		fmt.Fprintf(cmd.OutOrStdout(), "store already holds a config (epoch %d); not loading %s\n", cur.Epoch, path)
-		return nil
+		out := cmd.OutOrStdout()
+		switch {
+		case cfg == nil:
+			fmt.Fprintf(out, "store already holds a config (epoch %d); not loading %s\n", cur.Epoch, path)
+		case sameConfig(cfg, cur.Config):
+			fmt.Fprintf(out, "store already holds the config of %s (epoch %d)\n", path, cur.Epoch)
+		default:
+			fmt.Fprintf(out, "store already holds a config (epoch %d) that differs from %s; not loading it (--config seeds an empty store only).\n"+
+				"  see the difference: go run ./cmd/regionctl --endpoints=%s diff -f %s\n"+
+				"  apply it:           go run ./cmd/regionctl --endpoints=%s apply -f %s\n"+
+				"  or start afresh with another --data-dir (or remove %s)\n",
+				cur.Epoch, path, srv.Endpoints[0], path, srv.Endpoints[0], path, dataDir)
+		}
+		return cur.Config, nil
 	}
 	if readErr != nil {
-		return readErr
+		return nil, readErr
 	}
 	host, _ := os.Hostname()
 	_, err = st.Write(lctx, store.WriteRequest{
@@ -183,8 +205,42 @@ func seedConfig(ctx context.Context, srv *devetcd.Server, prefix, path string, c
 		Build: func(context.Context, *store.State) (*store.Plan, error) { return &store.Plan{Config: cfg}, nil },
 	})
 	if err != nil {
-		return fmt.Errorf("load %s into the dev store:\n%s", path, strings.TrimSpace(err.Error()))
+		return nil, fmt.Errorf("load %s into the dev store:\n%s", path, strings.TrimSpace(err.Error()))
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "loaded %s into the empty store (epoch 1)\n", path)
-	return nil
+	return cfg, nil
+}
+
+// sameConfig reports whether a and b store the same values.
+func sameConfig(a, b *routing.Config) bool {
+	av, aerr := a.Values()
+	bv, berr := b.Values()
+	return aerr == nil && berr == nil && maps.EqualFunc(av, bv, bytes.Equal)
+}
+
+// tryTargets picks, from the config in force, what the start banner's
+// examples use: a country with a route of its own (PL when it has one)
+// and a pool to drain (one PL's route targets, else the first).
+func tryTargets(cfg *routing.Config) (country, pool string) {
+	country, pool = "PL", "eu-central"
+	if cfg == nil {
+		return country, pool
+	}
+	if _, ok := cfg.Routes[country]; !ok {
+		for _, name := range slices.Sorted(maps.Keys(cfg.Routes)) {
+			if routing.IsCountry(name) {
+				country = name
+				break
+			}
+		}
+	}
+	if r, ok := cfg.Routes[country]; ok && len(r.Targets) > 0 {
+		return country, r.Targets[0].Pool
+	}
+	if _, ok := cfg.Pools[pool]; !ok {
+		if ids := slices.Sorted(maps.Keys(cfg.Pools)); len(ids) > 0 {
+			pool = ids[0]
+		}
+	}
+	return country, pool
 }

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/regiond/regiond/routing"
 )
 
 // TestDevRunsAndStopsOnInterrupt runs the README's run command as an
@@ -23,10 +25,26 @@ func TestDevRunsAndStopsOnInterrupt(t *testing.T) {
 	bin := buildRegiond(t, "dev")
 	data := t.TempDir()
 	etcdURL, listen := "http://"+freeAddr(t), freeAddr(t)
-	for run := 1; run <= 2; run++ {
+	example, err := os.ReadFile("../../examples/routing.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := filepath.Join(t.TempDir(), "edited.yaml")
+	pl := "PL: {targets: [{pool: eu-central, weight: 70}, {pool: eu-west, weight: 30}]"
+	if !bytes.Contains(example, []byte(pl)) {
+		t.Fatalf("examples/routing.yaml has no %q to edit", pl)
+	}
+	if err := os.WriteFile(edited, bytes.Replace(example, []byte(pl), []byte("PL: {targets: [{pool: eu-west, weight: 60}, {pool: eu-central, weight: 40}]"), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for run := 1; run <= 3; run++ {
 		var out bytes.Buffer
+		config := "../../examples/routing.yaml"
+		if run == 3 { // edited since: not loaded, and said how to apply it
+			config = edited
+		}
 		cmd := exec.Command(bin, "dev", "--data-dir", data, "--client-url", etcdURL, "--listen", listen,
-			"--config", "../../examples/routing.yaml", "--log-level", "warn")
+			"--config", config, "--log-level", "warn")
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -71,12 +89,19 @@ func TestDevRunsAndStopsOnInterrupt(t *testing.T) {
 			<-waitErr // the output is complete once Wait returned
 			t.Fatalf("run %d: regiond dev still running 20s after Ctrl-C\n%s", run, out.String())
 		}
-		want := "loaded ../../examples/routing.yaml into the empty store"
-		if run == 2 {
-			want = "store already holds a config (epoch 1)"
+		want := []string{"loaded ../../examples/routing.yaml into the empty store", "pool drain eu-central"}
+		switch run {
+		case 2:
+			want = []string{"store already holds the config of ../../examples/routing.yaml (epoch 1)"}
+		case 3:
+			want = []string{"store already holds a config (epoch 1) that differs from " + edited + "; not loading it",
+				"regionctl --endpoints=" + etcdURL + " diff -f " + edited, "regionctl --endpoints=" + etcdURL + " apply -f " + edited,
+				"another --data-dir (or remove " + data + ")"}
 		}
-		if !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "curl '") {
-			t.Fatalf("run %d output lacks %q or the hints:\n%s", run, want, out.String())
+		for _, w := range append(want, "curl '", "country=PL&key=viewer-42") {
+			if !strings.Contains(out.String(), w) {
+				t.Fatalf("run %d output lacks %q:\n%s", run, w, out.String())
+			}
 		}
 		if run == 1 && !strings.Contains(out.String(), "regiond: SIGHUP ignored: regiond has nothing to reload") {
 			t.Fatalf("SIGHUP not said:\n%s", out.String())
@@ -159,5 +184,24 @@ func TestDevEtcdPortInUseLeavesNoSocket(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(data, "regiond.sock")); !os.IsNotExist(err) {
 		t.Fatalf("socket left in --data-dir (%v)\n%s", err, out)
+	}
+}
+
+// TestTryTargetsFollowTheConfig: the start banner's examples use a
+// country and a pool of the config in force, not the example fleet's.
+func TestTryTargetsFollowTheConfig(t *testing.T) {
+	cfg, err := routing.ParseConfig([]byte(`
+pools:
+  us-iad: {host: iad.example.net, residency: us, status: active}
+  apac-sin: {host: sin.example.net, residency: apac, status: active}
+routes:
+  _default: {targets: [{pool: us-iad, weight: 100}]}
+  JP: {targets: [{pool: apac-sin, weight: 100}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cc, pool := tryTargets(cfg); cc != "JP" || pool != "apac-sin" {
+		t.Errorf("tryTargets: %s %s, want JP apac-sin", cc, pool)
 	}
 }

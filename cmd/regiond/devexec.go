@@ -3,10 +3,13 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -20,19 +23,19 @@ const modulePath = "github.com/regiond/regiond"
 // has it: the embedded etcd server is linked only with -tags dev, so the
 // binary operators run (go build ./cmd/regiond) is smaller and lighter. From
 // a source checkout with the Go toolchain (`go run ./cmd/regiond dev`, the
-// README's command) it replaces itself with
-// `go run -tags dev github.com/regiond/regiond/cmd/regiond dev ARGS…`, which
-// Go's build cache makes quick after the first time; elsewhere it says how to
-// get dev mode.
+// README's command) it builds that binary (`go build -tags dev`, into the
+// user's cache directory; Go's build cache makes it quick after the first
+// time) and replaces itself with it, `regiond dev ARGS…`; elsewhere it says
+// how to get dev mode.
 func newDevCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "dev",
 		Short: "Run a single-node dev setup: embedded etcd, the example config, the API on 127.0.0.1:7420",
 		Long: `Run a single-node dev setup: embedded etcd, the example config, the API on
 127.0.0.1:7420. This build leaves the embedded etcd out (production builds
-should not carry it), so from a source checkout it runs
-  go run -tags dev ./cmd/regiond dev ARGS…
-in its place (see that build's --help: go run -tags dev ./cmd/regiond dev --help).`,
+should not carry it), so from a source checkout it builds
+  go build -tags dev ./cmd/regiond
+(into the user's cache directory) and runs its dev ARGS… in its place (see that build's --help: go run -tags dev ./cmd/regiond dev --help).`,
 		Example:            "  go run ./cmd/regiond dev\n  curl '127.0.0.1:7420/v1/resolve?country=PL&key=viewer-42'",
 		DisableFlagParsing: true,
 		SilenceUsage:       true,
@@ -49,15 +52,43 @@ func execDev(args []string) error {
 	if err != nil {
 		return usageError{errors.New("this regiond build has no embedded etcd and there is no go command to build one: run `go run ./cmd/regiond dev` from a source checkout of " + modulePath)}
 	}
-	out, err := exec.Command(goBin, "list", "-m").Output()
-	if mod := strings.TrimSpace(string(out)); err != nil || mod != modulePath {
+	out, err := exec.Command(goBin, "list", "-m", "-f", "{{.Path}} {{.Dir}}").Output()
+	mod, dir, _ := strings.Cut(strings.TrimSpace(string(out)), " ")
+	if err != nil || mod != modulePath {
 		return usageError{fmt.Errorf("this regiond build has no embedded etcd, and %s is not inside a checkout of %s (go list -m: %q): run `go run ./cmd/regiond dev` from the checkout", cwd(), modulePath, mod)}
 	}
-	argv := append([]string{"go", "run", "-tags", "dev", modulePath + "/cmd/regiond", "dev"}, args...)
-	if err := syscall.Exec(goBin, argv, os.Environ()); err != nil {
-		return fmt.Errorf("regiond dev: exec %s: %w", goBin, err)
+	// Built, then run in this process's place (not by go run, which
+	// reports the program's exit code as its own 1 and prints "exit
+	// status N"): one binary per checkout, kept in the user's cache; the
+	// go command's build cache makes a build with nothing changed quick.
+	bin, err := devBinary(dir)
+	if err != nil {
+		return err
+	}
+	build := exec.Command(goBin, "build", "-tags", "dev", "-o", bin, modulePath+"/cmd/regiond")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("build the dev binary (go build -tags dev -o %s ./cmd/regiond): %w", bin, err)
+	}
+	if err := syscall.Exec(bin, append([]string{os.Args[0], "dev"}, args...), os.Environ()); err != nil {
+		return fmt.Errorf("regiond dev: exec %s: %w", bin, err)
 	}
 	return nil // not reached
+}
+
+// devBinary is where the dev build of the checkout at dir goes: in the
+// user's cache directory, named after dir.
+func devBinary(dir string) (string, error) {
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	sum := sha256.Sum256([]byte(dir))
+	d := filepath.Join(cache, "regiond-dev")
+	if err := os.MkdirAll(d, 0o700); err != nil {
+		return "", fmt.Errorf("regiond dev: %w", err)
+	}
+	return filepath.Join(d, "regiond-"+hex.EncodeToString(sum[:6])), nil
 }
 
 func cwd() string {

@@ -14,6 +14,7 @@ import (
 	"github.com/regiond/regiond/internal/agent"
 	"github.com/regiond/regiond/internal/cmddocs"
 	"github.com/regiond/regiond/internal/etcddiag"
+	"github.com/regiond/regiond/internal/flagerr"
 	"github.com/regiond/regiond/internal/version"
 )
 
@@ -158,12 +159,21 @@ snapshot file, marked stale).`,
 		},
 	}
 	f.register(cmd.Flags(), false)
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	cmd.SetFlagErrorFunc(flagError)
 	cmd.AddCommand(newDevCommand())
 	cmd.Version = version.String()
 	cmd.SetVersionTemplate("regiond {{.Version}}\n")
 	cmddocs.Register(cmd)
 	return cmd
+}
+
+// flagError is cobra's FlagErrorFunc: every flag error is a usage error
+// (exit 2), and an unknown flag close to one the command has names it.
+func flagError(cmd *cobra.Command, err error) error {
+	if near := flagerr.Near(cmd, err); len(near) > 0 {
+		return usageError{fmt.Errorf("%w; did you mean %s?", err, strings.Join(near, " or "))}
+	}
+	return usageError{err}
 }
 
 // noArgs refuses arguments as a usage error (exit 2): regiond takes flags

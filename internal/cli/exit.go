@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/regiond/regiond/internal/flagerr"
 	"github.com/regiond/regiond/internal/store"
 	"github.com/regiond/regiond/routing"
 )
@@ -199,44 +199,9 @@ func (a *app) usagePath() string {
 // and an unknown flag close to one the command has (or inherits) names
 // it, as a mistyped command does.
 func flagError(cmd *cobra.Command, err error) error {
-	name, ok := strings.CutPrefix(err.Error(), "unknown flag: --")
-	if !ok {
-		return usageError{err}
-	}
-	var near []string
-	seen := map[string]bool{}
-	visit := func(f *pflag.Flag) {
-		if !f.Hidden && !seen[f.Name] && editDistance(name, f.Name) <= 2 {
-			seen[f.Name] = true
-			near = append(near, "--"+f.Name)
-		}
-	}
-	cmd.Flags().VisitAll(visit)
-	cmd.InheritedFlags().VisitAll(visit)
+	near := flagerr.Near(cmd, err)
 	if len(near) == 0 {
 		return usageError{err}
 	}
-	slices.Sort(near)
 	return usagef("%v; did you mean %s?", err, strings.Join(near, " or "))
-}
-
-// editDistance is the Levenshtein distance of a and b (bytes).
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

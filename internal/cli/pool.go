@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/regiond/regiond/internal/didyoumean"
 	"github.com/regiond/regiond/internal/store"
 	"github.com/regiond/regiond/routing"
 )
@@ -350,7 +351,7 @@ func poolHint(cfg *routing.Config, id string) string {
 	ids := slices.Sorted(maps.Keys(cfg.Pools))
 	var near []string
 	for _, p := range ids {
-		if editDistance(strings.ToLower(id), p) <= 2 {
+		if didyoumean.Distance(strings.ToLower(id), p) <= 2 {
 			near = append(near, p)
 		}
 	}
