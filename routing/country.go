@@ -133,9 +133,10 @@ func ResidencyGaps(r Residency) []string {
 
 // Warnings names what in cfg is valid but likely not what its author
 // meant, one line each: the parts of the EU its policy leaves in no class
-// (ResidencyGaps), and fallbacks on _default, which only a chain naming
+// (ResidencyGaps), fallbacks on _default, which only a chain naming
 // _default follows (a country without a route of its own, and the unknown
-// country, use _default's targets alone).
+// country, use _default's targets alone), and fallbacks that residency
+// keeps from ever serving a country whose chain holds them.
 func Warnings(cfg *Config) []string {
 	var out []string
 	if r := cfg.Policy.Residency; r != nil {
@@ -146,6 +147,48 @@ func Warnings(cfg *Config) []string {
 	if d, ok := cfg.Routes[DefaultRoute]; ok && len(d.Fallback) > 0 {
 		out = append(out, fmt.Sprintf("routes/_default: fallback %s is followed only by chains that name _default; countries without a route of their own, and the unknown country, use _default's targets alone",
 			strings.Join(d.Fallback, ", ")))
+	}
+	return append(out, fallbacksNeverServing(cfg)...)
+}
+
+// fallbacksNeverServing names, for each country route whose country has a
+// residency class, the fallbacks of its chain (other than _default) none
+// of whose pools is of that class: residency passes over every target, so
+// the fallback never serves the country (it reads as a safety net that
+// is not there).
+func fallbacksNeverServing(cfg *Config) []string {
+	pol := cfg.ResidencyOrDefault()
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(cfg.Routes)) {
+		class, ok := classFor(pol, name)
+		if !ok || class == "" {
+			continue
+		}
+		seen := map[string]bool{name: true}
+		var walk func(r Route)
+		walk = func(r Route) {
+			for _, f := range r.Fallback {
+				fr, ok := cfg.Routes[f]
+				if seen[f] || f == DefaultRoute || !ok {
+					continue
+				}
+				seen[f] = true
+				var pools []string
+				serves := false
+				for _, tg := range fr.Targets {
+					pools = append(pools, tg.Pool)
+					if p, ok := cfg.Pools[tg.Pool]; ok && p.Residency == class {
+						serves = true
+					}
+				}
+				if !serves && len(pools) > 0 {
+					out = append(out, fmt.Sprintf("routes/%s: fallback %s can never serve %s (class %s): none of its pools (%s) is of class %s",
+						name, f, name, class, strings.Join(pools, ", "), class))
+				}
+				walk(fr)
+			}
+		}
+		walk(cfg.Routes[name])
 	}
 	return out
 }

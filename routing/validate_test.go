@@ -322,3 +322,31 @@ func TestCountryHints(t *testing.T) {
 		t.Errorf("routes/UK: %v", err)
 	}
 }
+
+// TestWarningsNameFallbacksNeverServing: a fallback of a country's chain
+// with no pool of the country's class is named (residency passes over all
+// of it); _default, countries in no class and fallbacks with such a pool
+// are not.
+func TestWarningsNameFallbacksNeverServing(t *testing.T) {
+	cfg, err := ParseConfig([]byte(`
+pools:
+  eu-fra: {host: fra.example.net, residency: eu, status: active}
+  us-iad: {host: iad.example.net, residency: us, status: active}
+routes:
+  _default: {targets: [{pool: us-iad, weight: 100}]}
+  americas: {targets: [{pool: us-iad, weight: 100}], fallback: [mixed]}
+  mixed: {targets: [{pool: us-iad, weight: 50}, {pool: eu-fra, weight: 50}]}
+  PL: {targets: [{pool: eu-fra, weight: 100}], fallback: [americas, _default]}
+  US: {targets: [{pool: us-iad, weight: 100}], fallback: [americas]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"routes/PL: fallback americas can never serve PL (class eu): none of its pools (us-iad) is of class eu"}
+	if got := Warnings(cfg); !slices.Equal(got, want) {
+		t.Errorf("Warnings: %q, want %q", got, want)
+	}
+	if got := Warnings(exampleConfig(t)); len(got) != 0 {
+		t.Errorf("the example fleet: %q", got)
+	}
+}
