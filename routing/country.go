@@ -143,6 +143,15 @@ func Warnings(cfg *Config) []string {
 		for _, g := range ResidencyGaps(*r) {
 			out = append(out, "policy/residency: "+g)
 		}
+		for _, class := range slices.Sorted(maps.Keys(r.Classes)) {
+			seen := map[string]bool{}
+			for _, cc := range r.Classes[class] {
+				if seen[cc] {
+					out = append(out, fmt.Sprintf("policy/residency: %s is listed twice in class %s", cc, class))
+				}
+				seen[cc] = true
+			}
+		}
 	}
 	if d, ok := cfg.Routes[DefaultRoute]; ok && len(d.Fallback) > 0 {
 		out = append(out, fmt.Sprintf("routes/_default: fallback %s is followed only by chains that name _default; countries without a route of their own, and the unknown country, use _default's targets alone",

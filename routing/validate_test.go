@@ -342,6 +342,26 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
+	dup, err := ParseConfig([]byte(`
+policy:
+  residency:
+    classes:
+      eu: [AT, BE, BG, HR, CY, CZ, DK, EE, FI, FR, DE, GR, HU, IE, IT, LV, LT, LU, MT, NL, PL, PT, RO, SK, SI, ES, SE, IS, LI, NO, AX, GF, GP, MF, MQ, RE, YT, DE]
+    unknown_country_class: eu
+pools:
+  eu-fra: {host: fra.example.net, residency: eu, status: active}
+routes:
+  _default: {targets: [{pool: eu-fra, weight: 100}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := Warnings(dup), []string{"policy/residency: DE is listed twice in class eu"}; !slices.Equal(got, want) {
+		t.Errorf("Warnings of a class listing DE twice: %q, want %q", got, want)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 	want := []string{"routes/PL: fallback americas can never serve PL (class eu): none of its pools (us-iad) is of class eu"}
 	if got := Warnings(cfg); !slices.Equal(got, want) {
 		t.Errorf("Warnings: %q, want %q", got, want)
