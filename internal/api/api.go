@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -76,10 +77,14 @@ type Server struct {
 	log      *slog.Logger
 	resolves *prometheus.CounterVec
 	degraded *prometheus.CounterVec
-	refused  prometheus.Counter
-	mux      *http.ServeMux
-	paths    []string     // what the mux serves, for a 404's body
-	waiting  atomic.Int64 // blocking queries waiting for a newer table
+	// unknownCountry counts decisions for the unknown country, by cause:
+	// no country given, or one that is not a known code.
+	unknownCountry *prometheus.CounterVec
+	etags          etagCache
+	refused        prometheus.Counter
+	mux            *http.ServeMux
+	paths          []string     // what the mux serves, for a 404's body
+	waiting        atomic.Int64 // blocking queries waiting for a newer table
 	// tcpWaiting are those of them asked over TCP (the loopback listener,
 	// open to every local user): at most half of MaxWaiting, so a local
 	// user filling it leaves the socket's front doors the other half.
@@ -122,8 +127,15 @@ func New(cfg Config, src Source) *Server {
 	limit := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "regiond", Subsystem: "api",
 		Name: "blocking_queries_limit", Help: "The most blocking queries that may wait at once (--max-blocking-queries)."})
 	limit.Set(float64(cfg.MaxWaiting))
+	s.unknownCountry = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "regiond", Subsystem: "api",
+		Name: "resolves_unknown_country_total",
+		Help: "Resolve requests answered for the unknown country (_unknown), by cause: missing (no country parameter or an empty one, and no CF-IPCountry header or an empty one), unrecognized (a value that is not a known country code)."},
+		[]string{"cause"})
+	for _, c := range []string{causeMissing, causeUnrecognized} {
+		s.unknownCountry.WithLabelValues(c) // both series exist from the start, at 0
+	}
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(s.resolves, s.degraded, waiting, s.refused, limit)
+		cfg.Registerer.MustRegister(s.resolves, s.degraded, waiting, s.refused, limit, s.unknownCountry)
 	}
 	s.mux = http.NewServeMux()
 	s.Handle("/v1/resolve", http.HandlerFunc(s.handleResolve))
@@ -137,8 +149,8 @@ func New(cfg Config, src Source) *Server {
 	// Any other path: a JSON 404 (as every other API error) naming what
 	// is served, not the mux's plain-text "404 page not found".
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusNotFound, errorBody{Error: fmt.Sprintf("no such endpoint %s; this agent serves %s",
-			r.URL.Path, strings.Join(s.paths, ", "))})
+		writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("no such endpoint %s; this agent serves %s",
+			r.URL.Path, strings.Join(s.paths, ", ")))
 	})
 	return s
 }
@@ -165,15 +177,23 @@ func (s *Server) Handler(loopbackOnly bool) http.Handler {
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
-			writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: "method " + r.Method + " not allowed; the API is read-only (GET, HEAD)"})
+			writeError(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed, "method "+r.Method+" not allowed; the API is read-only (GET, HEAD)")
 			return
 		}
 		if hasBody {
-			writeJSON(w, http.StatusBadRequest, errorBody{Error: "a request body is not taken: the API is read-only (GET, HEAD)"})
+			writeError(w, http.StatusBadRequest, CodeBodyNotAllowed, "a request body is not taken: the API is read-only (GET, HEAD)")
 			return
 		}
 		if loopbackOnly && !IsLoopbackHost(r.Host) {
-			writeJSON(w, http.StatusForbidden, errorBody{Error: "host " + r.Host + " is not a loopback name; use 127.0.0.1 or localhost"})
+			writeError(w, http.StatusForbidden, CodeForbiddenHost, fmt.Sprintf("host %q is not a loopback name; use 127.0.0.1 or localhost", r.Host))
+			return
+		}
+		// A path that is not clean (//v1/resolve, /v1/./table) is a JSON
+		// 404 naming the clean one: the mux would redirect it with an
+		// HTML body, which a front door following no redirect, or
+		// decoding the error, cannot read.
+		if p := r.URL.Path; p != "" && p != cleanPath(p) {
+			writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("path %q is not clean (an empty, . or .. segment); ask for %s", p, cleanPath(p)))
 			return
 		}
 		if loopbackOnly {
@@ -208,14 +228,20 @@ func IsLoopbackHost(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-type errorBody struct {
-	Error   string   `json:"error"`
-	Country string   `json:"country,omitempty"`
-	Reasons []string `json:"reasons,omitempty"`
-	// Revision and Epoch name the table that found no route; a NoRoute
-	// carries both, epoch 0 (nothing applied yet) too, as a Decision does.
-	Revision int64  `json:"revision,omitempty"`
-	Epoch    *int64 `json:"epoch,omitempty"`
+// cleanPath is p as the mux would redirect it: path.Clean, keeping a
+// trailing slash.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
 }
 
 // params parses r's query strictly: a pair that does not decode (a raw
@@ -226,8 +252,8 @@ type errorBody struct {
 func params(w http.ResponseWriter, r *http.Request, takes ...string) (url.Values, bool) {
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf(
-			"malformed query %q: %v; percent-encode each value (%%25 for a literal %%) and separate parameters with &", r.URL.RawQuery, err)})
+		writeError(w, http.StatusBadRequest, CodeMalformedQuery, fmt.Sprintf(
+			"malformed query %q: %v; percent-encode each value (%%25 for a literal %%) and separate parameters with &", r.URL.RawQuery, err))
 		return nil, false
 	}
 	for _, name := range slices.Sorted(maps.Keys(q)) { // the first bad one, always the same
@@ -237,11 +263,11 @@ func params(w http.ResponseWriter, r *http.Request, takes ...string) (url.Values
 			if len(takes) > 0 {
 				takesText = strings.Join(takes, ", ")
 			}
-			writeJSON(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("unknown parameter %q: %s takes %s", name, r.URL.Path, takesText)})
+			writeError(w, http.StatusBadRequest, CodeUnknownParam, fmt.Sprintf("unknown parameter %q: %s takes %s", name, r.URL.Path, takesText))
 			return nil, false
 		}
 		if len(vs) > 1 {
-			writeJSON(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("parameter %q given %d times; give it once", name, len(vs))})
+			writeError(w, http.StatusBadRequest, CodeRepeatedParam, fmt.Sprintf("parameter %q given %d times; give it once", name, len(vs)))
 			return nil, false
 		}
 	}
@@ -257,38 +283,81 @@ type overTCP struct{}
 func (s *Server) refuseWait(w http.ResponseWriter, msg string) {
 	s.refused.Inc()
 	w.Header().Set("Retry-After", strconv.Itoa(int(RetryAfter/time.Second)))
-	writeJSON(w, http.StatusTooManyRequests, errorBody{Error: msg})
+	writeError(w, http.StatusTooManyRequests, CodeTooManyWaiting, msg)
 }
 
-// tableFor returns the table a request is answered from. With
-// min_revision=N it waits (up to wait=, default DefaultWait, at most
-// MaxWait) until the table is current at revision N or later, and answers
-// with the table it has when the wait ends (its revision tells which), as
-// Consul's blocking queries do: a client that just wrote at revision N
-// reads its write without polling. It writes a 400 and returns false for
-// malformed parameters, and a 429 when MaxWaiting queries wait already.
-func (s *Server) tableFor(w http.ResponseWriter, r *http.Request, q url.Values) (*routing.Table, bool) {
-	if !q.Has("min_revision") {
+// How a blocking query's wait ended, in the header X-Regiond-Wait.
+const (
+	// WaitMet: the table answering meets the query's condition (current
+	// at min_revision; for /v1/table with If-None-Match, an ETag that
+	// matches none given).
+	WaitMet = "met"
+	// WaitTimeout: the wait ended first (wait= passed, the client left or
+	// the agent stops); the table the agent has answers, or 304, or 503
+	// no_table.
+	WaitTimeout = "timeout"
+)
+
+// Headers of every answer from a table (/v1/resolve, /v1/table).
+const (
+	// HeaderRevision is the revision the answering table is current at.
+	HeaderRevision = "X-Regiond-Revision"
+	// HeaderSyncedAt is when that table was last confirmed current
+	// against etcd (RFC 3339, UTC), /v1/status's synced_at; absent when
+	// it never was.
+	HeaderSyncedAt = "X-Regiond-Synced-At"
+	// HeaderWait says how a blocking query's wait ended (WaitMet,
+	// WaitTimeout), on every answer to a request with min_revision or
+	// wait.
+	HeaderWait = "X-Regiond-Wait"
+)
+
+// tableFor returns the table a request is answered from, and how its
+// wait ended ("" when none was asked). With min_revision=N it waits (up
+// to wait=, default DefaultWait, at most MaxWait) until the table is
+// current at revision N or later, and answers with the table it has when
+// the wait ends (its revision tells which), as Consul's blocking queries
+// do: a client that just wrote at revision N reads its write without
+// polling. With inm (/v1/table's If-None-Match) and wait=, it also waits
+// until the table's ETag matches none of inm: a change feed, woken by a
+// table changed by the clock alone too. It writes a 400 and returns false
+// for malformed parameters, and a 429 when MaxWaiting queries wait
+// already.
+func (s *Server) tableFor(w http.ResponseWriter, r *http.Request, q url.Values, inm string) (*routing.Table, string, bool) {
+	if !q.Has("min_revision") && (!q.Has("wait") || inm == "") {
 		if q.Has("wait") {
-			writeJSON(w, http.StatusBadRequest, errorBody{Error: "wait needs min_revision: ?min_revision=N&wait=5s waits until the table is current at revision N"})
-			return nil, false
+			msg := "wait needs min_revision: ?min_revision=N&wait=5s waits until the table is current at revision N"
+			if r.URL.Path == "/v1/table" {
+				msg = "wait needs min_revision or If-None-Match: ?min_revision=N&wait=5s waits until the table is current at revision N; with If-None-Match: <ETag>, ?wait=5m waits until the table's ETag differs"
+			}
+			writeError(w, http.StatusBadRequest, CodeBadParam, msg)
+			return nil, "", false
 		}
-		return s.src.Table(), true
+		return s.src.Table(), "", true
 	}
-	min, err := strconv.ParseInt(q.Get("min_revision"), 10, 64)
-	if err != nil || min < 0 {
-		writeJSON(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("min_revision %q is not a non-negative integer (an etcd revision)", q.Get("min_revision"))})
-		return nil, false
+	var min int64
+	if q.Has("min_revision") {
+		var err error
+		if min, err = strconv.ParseInt(q.Get("min_revision"), 10, 64); err != nil || min < 0 {
+			writeError(w, http.StatusBadRequest, CodeBadParam, fmt.Sprintf("min_revision %q is not a non-negative integer (an etcd revision)", q.Get("min_revision")))
+			return nil, "", false
+		}
 	}
 	wait := DefaultWait
 	if q.Has("wait") {
+		var err error
 		if wait, err = time.ParseDuration(q.Get("wait")); err != nil || wait < 0 || wait > MaxWait {
-			writeJSON(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("wait %q is not a duration between 0s and %v (e.g. 500ms, 5s)", q.Get("wait"), MaxWait)})
-			return nil, false
+			writeError(w, http.StatusBadRequest, CodeBadParam, fmt.Sprintf("wait %q is not a duration between 0s and %v (e.g. 500ms, 5s)", q.Get("wait"), MaxWait))
+			return nil, "", false
 		}
 	}
-	if t := s.src.Table(); wait == 0 || t != nil && t.Revision() >= min {
-		return t, true // no wait: it takes no place among the waiting
+	met := func(t *routing.Table, now time.Time) bool {
+		return t != nil && t.Revision() >= min && (inm == "" || !matchesETag(inm, s.etags.of(t, now)))
+	}
+	if t := s.src.Table(); met(t, time.Now()) {
+		return t, WaitMet, true // no wait: it takes no place among the waiting
+	} else if wait == 0 {
+		return t, WaitTimeout, true
 	}
 	tcp, _ := r.Context().Value(overTCP{}).(bool)
 	if tcp {
@@ -296,7 +365,7 @@ func (s *Server) tableFor(w http.ResponseWriter, r *http.Request, q url.Values) 
 			s.tcpWaiting.Add(-1)
 			s.refuseWait(w, fmt.Sprintf("too many blocking queries over TCP: half the cap of %d (--max-blocking-queries) are waiting (the other half is the unix socket's); retry later, ask over the socket, or ask without min_revision for the current table",
 				s.cfg.MaxWaiting))
-			return nil, false
+			return nil, "", false
 		}
 		defer s.tcpWaiting.Add(-1)
 	}
@@ -305,25 +374,74 @@ func (s *Server) tableFor(w http.ResponseWriter, r *http.Request, q url.Values) 
 		s.refuseWait(w, fmt.Sprintf(
 			"too many blocking queries: the cap of %d (--max-blocking-queries) are waiting for a newer table; retry later, or ask without min_revision for the current table",
 			s.cfg.MaxWaiting))
-		return nil, false
+		return nil, "", false
 	}
 	defer s.waiting.Add(-1)
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
+	// clock wakes an If-None-Match wait when the table changes by the
+	// clock alone (the mirror swaps in the rebuilt table then too, which
+	// Changed tells; this does not depend on it).
+	clock := time.NewTimer(time.Hour)
+	clock.Stop()
+	defer clock.Stop()
 	for {
 		changed := s.src.Changed()
-		t := s.src.Table()
-		if t != nil && t.Revision() >= min {
-			return t, true
+		t, now := s.src.Table(), time.Now()
+		if met(t, now) {
+			return t, WaitMet, true
+		}
+		var wake <-chan time.Time
+		if t != nil && inm != "" {
+			if until := t.At(now).ValidUntil(); !until.IsZero() {
+				clock.Reset(max(until.Sub(now), 0))
+				wake = clock.C
+			}
 		}
 		select {
 		case <-changed:
+		case <-wake:
 		case <-timer.C:
-			return s.src.Table(), true
+			return s.src.Table(), WaitTimeout, true
 		case <-r.Context().Done():
-			return s.src.Table(), true
+			return s.src.Table(), WaitTimeout, true
 		}
+		clock.Stop()
 	}
+}
+
+// tableHeaders sets the headers of an answer from t at now: its ETag,
+// revision and when it was last confirmed current against etcd. It
+// returns the ETag and that time (zero when never).
+func (s *Server) tableHeaders(w http.ResponseWriter, t *routing.Table, now time.Time) (string, time.Time) {
+	h := w.Header()
+	tag := s.etags.of(t, now)
+	h.Set("ETag", tag)
+	h.Set(HeaderRevision, strconv.FormatInt(t.Revision(), 10))
+	synced := s.src.Status().SyncedAt
+	if !synced.IsZero() {
+		h.Set(HeaderSyncedAt, synced.UTC().Format(time.RFC3339Nano))
+	}
+	return tag, synced
+}
+
+// Causes of a decision for the unknown country
+// (regiond_api_resolves_unknown_country_total).
+const (
+	causeMissing      = "missing"
+	causeUnrecognized = "unrecognized"
+)
+
+// explainBody is the answer of explain=1: the Explanation, with the
+// revision and epoch of the table that explained it (a NoRoute carries
+// them, and an explanation that found no route had only its decision's),
+// and for no route the error and code of a NoRoute.
+type explainBody struct {
+	Error string `json:"error,omitempty"`
+	Code  string `json:"code,omitempty"`
+	routing.Explanation
+	Revision int64 `json:"revision"`
+	Epoch    int64 `json:"epoch"`
 }
 
 func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request) {
@@ -337,30 +455,36 @@ func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request) {
 	case "1", "true":
 		explain = true
 	default:
-		writeJSON(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("explain=%s: want 1 or true (0 or false: a plain decision)", v)})
+		writeError(w, http.StatusBadRequest, CodeBadParam, fmt.Sprintf("explain=%s: want 1 or true (0 or false: a plain decision)", v))
 		return
 	}
-	t, ok := s.tableFor(w, r, q)
+	t, waited, ok := s.tableFor(w, r, q, "")
 	if !ok {
 		return
+	}
+	if waited != "" {
+		w.Header().Set(HeaderWait, waited)
 	}
 	if t == nil {
 		if !explain { // an explain is a diagnostic, not a decision: not counted
 			s.resolves.WithLabelValues("no_table").Inc()
 		}
-		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "no routing table loaded yet"})
+		writeNoTable(w)
 		return
 	}
+	// An empty country= is no country: the header's, as when absent (a
+	// front door building ?country=$var&… with $var empty meant none).
 	country := q.Get("country")
-	if !q.Has("country") {
+	if country == "" {
 		country = r.Header.Get("CF-IPCountry")
 	}
 	key, now := q.Get("key"), time.Now()
+	s.tableHeaders(w, t, now)
 	if explain {
-		ex := t.Explain(country, key, now)
+		ex := explainBody{Explanation: t.Explain(country, key, now), Revision: t.Revision(), Epoch: t.Epoch()}
 		status := http.StatusOK
 		if ex.NoRoute {
-			status = http.StatusServiceUnavailable
+			status, ex.Error, ex.Code = http.StatusServiceUnavailable, "no eligible pool", CodeNoRoute
 		}
 		writeJSON(w, status, ex)
 		return
@@ -370,9 +494,16 @@ func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request) {
 		code, _, _ := strings.Cut(reason, ":")
 		s.degraded.WithLabelValues(code).Inc()
 	}
+	if d.Country == routing.Unknown {
+		cause := causeUnrecognized
+		if strings.TrimSpace(country) == "" {
+			cause = causeMissing
+		}
+		s.unknownCountry.WithLabelValues(cause).Inc()
+	}
 	if errors.Is(err, routing.ErrNoRoute) {
 		s.resolves.WithLabelValues("no_route").Inc()
-		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "no eligible pool", Country: d.Country, Reasons: d.Degraded,
+		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "no eligible pool", Code: CodeNoRoute, Country: d.Country, Reasons: d.Degraded,
 			Revision: d.Revision, Epoch: &d.Epoch})
 		return
 	}
@@ -389,17 +520,27 @@ func (s *Server) handleTable(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	t, ok := s.tableFor(w, r, q)
+	inm := r.Header.Get("If-None-Match")
+	t, waited, ok := s.tableFor(w, r, q, inm)
 	if !ok {
 		return
 	}
+	if waited != "" {
+		w.Header().Set(HeaderWait, waited)
+	}
 	if t == nil {
-		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "no routing table loaded yet"})
+		writeNoTable(w)
 		return
 	}
-	b, err := t.JSONWith(nil, routing.JSONHeader{WrittenAt: time.Now(), SyncedAt: s.src.Status().SyncedAt})
+	now := time.Now()
+	tag, synced := s.tableHeaders(w, t, now)
+	if inm != "" && matchesETag(inm, tag) {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	b, err := t.JSONWith(nil, routing.JSONHeader{WrittenAt: now, SyncedAt: synced})
 	if err != nil {
-		writeJSON(w, http.StatusInternalServerError, errorBody{Error: "render table: " + err.Error()})
+		writeError(w, http.StatusInternalServerError, CodeInternal, "render table: "+err.Error())
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -487,7 +628,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	if err := enc.Encode(v); err != nil {
 		status = http.StatusInternalServerError
 		b.Reset()
-		b.WriteString(`{"error":"encode response"}` + "\n")
+		b.WriteString(`{"error":"encode response","code":"internal"}` + "\n")
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

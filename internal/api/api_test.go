@@ -59,9 +59,9 @@ func TestIsLoopbackHost(t *testing.T) {
 func TestWriteJSONWritesCharactersAsTheyAre(t *testing.T) {
 	rec := httptest.NewRecorder()
 	msg := "explain=<b>&x: want 1 or true"
-	writeJSON(rec, http.StatusBadRequest, errorBody{Error: msg})
+	writeError(rec, http.StatusBadRequest, CodeBadParam, msg)
 	body := rec.Body.String()
-	if want := `{"error":"explain=<b>&x: want 1 or true"}` + "\n"; body != want {
+	if want := `{"error":"explain=<b>&x: want 1 or true","code":"bad_param"}` + "\n"; body != want {
 		t.Fatalf("body %q, want %q", body, want)
 	}
 	if rec.Code != http.StatusBadRequest || rec.Header().Get("Content-Type") != "application/json" {
