@@ -150,7 +150,7 @@ console.log(JSON.stringify(new NoRouteError('DE', ['no-route:DE'], 7, 0)));
 	if err != nil {
 		t.Fatalf("node: %v\n%s", err, out)
 	}
-	if want := `{"error":"no eligible pool","country":"DE","reasons":["no-route:DE"],"revision":7,"epoch":0}` + "\n"; string(out) != want {
+	if want := `{"error":"no eligible pool","code":"no_route","country":"DE","reasons":["no-route:DE"],"revision":7,"epoch":0}` + "\n"; string(out) != want {
 		t.Fatalf("NoRouteError body %s, want the agent's %s", out, want)
 	}
 }

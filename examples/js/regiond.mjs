@@ -61,7 +61,7 @@ export class NoRouteError extends Error {
 
   /** The agent's 503 body (members the agent leaves out when empty are left out; epoch is always there, 0 too). */
   toJSON() {
-    const b = { error: 'no eligible pool' };
+    const b = { error: 'no eligible pool', code: 'no_route' };
     if (this.country) b.country = this.country;
     if (this.reasons.length) b.reasons = this.reasons;
     if (this.revision) b.revision = this.revision;

@@ -54,11 +54,11 @@ class NoRouteException extends \RuntimeException
      * the members the agent leaves out when empty left out, as it does
      * (epoch is always there: 0 too).
      *
-     * @return array{error: string, country?: string, reasons?: list<string>, revision?: int|float, epoch: int|float}
+     * @return array{error: string, code: string, country?: string, reasons?: list<string>, revision?: int|float, epoch: int|float}
      */
     public function toArray(): array
     {
-        $b = ['error' => 'no eligible pool'];
+        $b = ['error' => 'no eligible pool', 'code' => 'no_route'];
         if ($this->country !== '') {
             $b['country'] = $this->country;
         }

@@ -113,7 +113,7 @@ func TestFrontDoorAnswersAreNotCached(t *testing.T) {
 	writeSnapshotAt(t, snapshot, compile(t, fleet(t), routing.CompileOptions{Now: now, Down: []string{"eu-central", "eu-west", "eu-north"}}))
 	resp, body := get(t, s, "/watch/1.mp4", "DE", 10*time.Second)
 	check("NoRoute 503", resp, http.StatusServiceUnavailable)
-	if !strings.HasPrefix(body, `{"error":"no eligible pool","country":"DE","reasons":[`) || !strings.Contains(body, `"pool-down:eu-central"`) {
+	if !strings.HasPrefix(body, `{"error":"no eligible pool","code":"no_route","country":"DE","reasons":[`) || !strings.Contains(body, `"pool-down:eu-central"`) {
 		t.Errorf("NoRoute 503 body %q, want the agent's", body)
 	}
 

@@ -301,7 +301,7 @@ func check(t *testing.T, tab *routing.Table, now time.Time, ps []pair, got []php
 			default:
 				// The agent's 503 body (internal/api errorBody): empty
 				// members left out, but for epoch.
-				body := map[string]any{"error": "no eligible pool", "country": want.Country, "epoch": want.Epoch}
+				body := map[string]any{"error": "no eligible pool", "code": "no_route", "country": want.Country, "epoch": want.Epoch}
 				if len(wantDeg) > 0 {
 					body["reasons"] = wantDeg
 				}
@@ -756,7 +756,7 @@ echo json_encode((new \Regiond\NoRouteException('DE', ['no-route:DE'], 7, 0))->t
 	if err != nil {
 		t.Fatalf("php: %v\n%s", err, out)
 	}
-	if want := `{"error":"no eligible pool","country":"DE","reasons":["no-route:DE"],"revision":7,"epoch":0}`; string(out) != want {
+	if want := `{"error":"no eligible pool","code":"no_route","country":"DE","reasons":["no-route:DE"],"revision":7,"epoch":0}`; string(out) != want {
 		t.Fatalf("NoRouteException body %s, want the agent's %s", out, want)
 	}
 }

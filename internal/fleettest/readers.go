@@ -96,6 +96,7 @@ type NoRoute struct {
 // and epoch name the table, epoch 0 too.
 type noRouteBody struct {
 	Error    string   `json:"error"`
+	Code     string   `json:"code"`
 	Country  string   `json:"country,omitempty"`
 	Reasons  []string `json:"reasons,omitempty"`
 	Revision int64    `json:"revision,omitempty"`
@@ -198,7 +199,7 @@ func decodeOutcome(o Outcome) (Answer, error) {
 	if err := dec.Decode(&b); err != nil {
 		return Answer{}, fmt.Errorf("NoRoute body %s: %w", o.Body, err)
 	}
-	if b.Error != "no eligible pool" || b.Country != n.Country || !slices.Equal(b.Reasons, n.Reasons) ||
+	if b.Error != "no eligible pool" || b.Code != "no_route" || b.Country != n.Country || !slices.Equal(b.Reasons, n.Reasons) ||
 		b.Revision != n.Revision || b.Epoch == nil || *b.Epoch != n.Epoch {
 		return Answer{}, fmt.Errorf("NoRoute body %s does not match its error %+v", o.Body, *n)
 	}

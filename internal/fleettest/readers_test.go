@@ -32,7 +32,7 @@ func goSweep(t *testing.T, tab *routing.Table, now time.Time, headers, keys []st
 			if !ok {
 				o := Outcome{OK: true}
 				if err != nil {
-					body, _ := json.Marshal(noRouteBody{"no eligible pool", d.Country, d.Degraded, d.Revision, &d.Epoch})
+					body, _ := json.Marshal(noRouteBody{"no eligible pool", "no_route", d.Country, d.Degraded, d.Revision, &d.Epoch})
 					o = Outcome{Error: "NoRoute", NoRoute: &NoRoute{d.Country, d.Degraded, d.Revision, d.Epoch}, Body: body}
 				} else if o.D, err = json.Marshal(d); err != nil {
 					t.Fatal(err)
