@@ -11,7 +11,31 @@ type Explanation struct {
 	NoRoute  bool        `json:"no_route,omitempty"`
 	Reasons  []string    `json:"reasons,omitempty"`
 	Routes   []RouteStep `json:"routes"`
+	// Pick is how the decision's pool was chosen among the winning
+	// route's candidates; nil with no route.
+	Pick *Pick `json:"pick,omitempty"`
 }
+
+// Pick is how a decision chose among the candidates of its route.
+type Pick struct {
+	// Affinity is the winning route's: sticky or random.
+	Affinity string `json:"affinity"`
+	// Method is "only" (one candidate), "sticky" (the key's rendezvous
+	// scores: the lowest wins, the same pool for the same key while the
+	// candidates stay) or "random" (weighted random: no key, or affinity
+	// random; it differs request by request).
+	Method string `json:"method"`
+	// Scores holds, for "sticky", each candidate's score for the key
+	// (StickyScore; docs/resolution.md, step 5).
+	Scores map[string]float64 `json:"scores,omitempty"`
+}
+
+// The methods of a Pick.
+const (
+	PickMethodOnly   = "only"
+	PickMethodSticky = "sticky"
+	PickMethodRandom = "random"
+)
 
 // RouteStep is one route of the chain as considered by Explain.
 type RouteStep struct {
@@ -55,6 +79,7 @@ func (t *Table) Explain(country, key string, now time.Time) Explanation {
 	e := newReader(t, now).walk(own, ex.Class, st)
 	if n := len(st.steps); n > 0 && len(e.Candidates) > 0 {
 		st.steps[n-1].Chosen = true
+		ex.Pick = pickOf(e, key)
 	}
 	ex.Routes = append(ex.Routes, st.steps...)
 	return ex
@@ -80,4 +105,19 @@ func (x *explainTracer) target(tg Target, why Reason) {
 	}
 	s := &x.steps[len(x.steps)-1]
 	s.Pools = append(s.Pools, ps)
+}
+
+// pickOf says how pick chose among e's candidates for key.
+func pickOf(e *Effective, key string) *Pick {
+	p := &Pick{Affinity: e.Affinity, Method: PickMethodRandom}
+	switch {
+	case len(e.Candidates) == 1:
+		p.Method = PickMethodOnly
+	case key != "" && e.Affinity != AffinityRandom:
+		p.Method, p.Scores = PickMethodSticky, make(map[string]float64, len(e.Candidates))
+		for _, c := range e.Candidates {
+			p.Scores[c.Pool] = StickyScore(key, c.Pool, c.Weight)
+		}
+	}
+	return p
 }

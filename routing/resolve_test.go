@@ -641,3 +641,36 @@ func TestResolveConcurrent(t *testing.T) {
 		t.Errorf("DE between rebuilds resolves to %+v, want NoRoute (fra unhealthy, iad not eu)", d)
 	}
 }
+
+// TestExplainShowsThePick: the explanation says how its decision's pool
+// was chosen: by the key's sticky scores (the decision's pool has the
+// lowest), at random without a key, or as the only candidate.
+func TestExplainShowsThePick(t *testing.T) {
+	tbl := compileCfg(t, exampleConfig(t), CompileOptions{Now: t0})
+	for _, key := range []string{"viewer-1", "viewer-2", "abc", "ąę"} {
+		ex := tbl.Explain("PL", key, t0)
+		p := ex.Pick
+		if p == nil || p.Method != PickMethodSticky || p.Affinity != AffinitySticky || len(p.Scores) < 2 {
+			t.Fatalf("PL %q: pick %+v, want sticky scores of its candidates", key, p)
+		}
+		best := ""
+		for pool, s := range p.Scores {
+			if best == "" || s < p.Scores[best] {
+				best = pool
+			}
+		}
+		if best != ex.Decision.Pool {
+			t.Errorf("PL %q: lowest score %s (%v), decision %s", key, best, p.Scores, ex.Decision.Pool)
+		}
+	}
+	if p := tbl.Explain("PL", "", t0).Pick; p == nil || p.Method != PickMethodRandom || p.Scores != nil {
+		t.Errorf("PL without a key: pick %+v, want random", p)
+	}
+	if p := tbl.Explain("DE", "k", t0).Pick; p == nil || p.Method != PickMethodOnly {
+		t.Errorf("DE (one target): pick %+v, want only", p)
+	}
+	down := compileCfg(t, exampleConfig(t), CompileOptions{Now: t0, Down: []string{"eu-central", "eu-west", "eu-north"}})
+	if ex := down.Explain("DE", "k", t0); !ex.NoRoute || ex.Pick != nil {
+		t.Errorf("DE with no route: %+v, want no pick", ex)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -40,6 +41,10 @@ func TestOutputFormats(t *testing.T) {
 	const random = "(no --key: a weighted random pick among the eligible pools"
 	if r := e.must(ExitOK, "resolve", "PL", "-f", exampleConfig); !strings.Contains(r.stdout, random) {
 		t.Errorf("resolve PL without --key: %s; want the random pick said", r)
+	}
+	// With a key, the sticky scores that chose the pool.
+	if r := e.must(ExitOK, "resolve", "PL", "-f", exampleConfig, "--key", "v1"); !regexp.MustCompile(`pick: sticky, by the key's rendezvous scores \(lowest wins\): eu-central [0-9.e-]+, eu-west [0-9.e-]+\n`).MatchString(r.stdout) {
+		t.Errorf("resolve PL --key v1: %s; want the sticky scores", r)
 	}
 	for _, args := range [][]string{{"resolve", "PL", "-f", exampleConfig, "--key", "v1"}, {"resolve", "PL", "-f", exampleConfig, "--down", "eu-central"}} {
 		if r := e.must(ExitOK, args...); strings.Contains(r.stdout, random) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -96,8 +98,18 @@ func printExplain(w io.Writer, ex routing.Explanation, keyless bool) {
 		if len(d.Degraded) > 0 {
 			fmt.Fprintf(w, "degraded: %s\n", strings.Join(d.Degraded, ", "))
 		}
-		if keyless && eligibleChosen(ex) > 1 {
+		switch p := ex.Pick; {
+		case p == nil || p.Method == routing.PickMethodOnly:
+		case p.Method == routing.PickMethodSticky:
+			scores := make([]string, 0, len(p.Scores))
+			for _, pool := range slices.Sorted(maps.Keys(p.Scores)) {
+				scores = append(scores, fmt.Sprintf("%s %.4g", pool, p.Scores[pool]))
+			}
+			fmt.Fprintf(w, "pick: sticky, by the key's rendezvous scores (lowest wins): %s\n", strings.Join(scores, ", "))
+		case keyless:
 			fmt.Fprintln(w, "(no --key: a weighted random pick among the eligible pools, which differs run by run; --key K gives a viewer's pool)")
+		default:
+			fmt.Fprintln(w, "pick: random (the route's affinity): a weighted random pick among the eligible pools, whatever the key")
 		}
 	}
 	fmt.Fprintln(w)
@@ -117,20 +129,4 @@ func printExplain(w io.Writer, ex routing.Explanation, keyless bool) {
 			row(w, route, r.Depth, p.Pool, p.Weight, p.Eligible, orDash(p.Reason))
 		}
 	}
-}
-
-// eligibleChosen counts the eligible pools of the chosen route.
-func eligibleChosen(ex routing.Explanation) int {
-	n := 0
-	for _, r := range ex.Routes {
-		if !r.Chosen {
-			continue
-		}
-		for _, p := range r.Pools {
-			if p.Eligible {
-				n++
-			}
-		}
-	}
-	return n
 }
