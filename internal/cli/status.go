@@ -17,7 +17,7 @@ import (
 func (a *app) statusCmd() *cobra.Command {
 	var maxLag int64
 	cmd := &cobra.Command{
-		Use:   "status [--max-lag N]",
+		Use:   "status [--max-lag N] [--expect-agents N]",
 		Short: "Show which revision every live agent serves",
 		Long: `status lists the live agents (from <root>/agents/), after a summary (how
 many are converged, as --max-lag 0 counts, and how many run each version:
@@ -36,22 +36,31 @@ without skipped_alike past the ten keys it names), when an agent follows
 another history (its revision past etcd's, or another epoch than etcd's: a
 restored backup, until it relists), and when no agent is live (is --prefix
 the agents' --prefix?). --wait-converged counts the same agents as not
-converged.`,
+converged. Only live agents have a status key: one stopped, or cut off from
+etcd long enough for its key's lease to end (while its node's front doors
+read its last table), is not listed; --expect-agents N (the fleet's size)
+exits 5 when fewer than N are live (within --max-lag, when given), as it
+makes --wait-converged wait for N.`,
 		Example: `  regionctl status
   regionctl status --max-lag 0 -o json`,
 		Args: exactArgs(0, "no arguments"),
 	}
 	cmd.Flags().Int64Var(&maxLag, "max-lag", -1, "exit 5 when an agent lags more than N revisions, serves refused values or follows another history, or none is live (-1: never)")
+	var expect int
+	cmd.Flags().IntVar(&expect, "expect-agents", 0, "exit 5 when fewer than N agents are live (the fleet's size; set REGIONCTL_EXPECT_AGENTS per fleet), and with --max-lag, when fewer than N are within it")
 	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, _ []string) error {
 		if maxLag < -1 {
 			return usagef("--max-lag %d: want 0 or more revisions (or -1, the default: never exit 5)", maxLag)
 		}
-		return a.runStatus(ctx, maxLag)
+		if expect < 0 {
+			return usagef("--expect-agents %d: want the fleet's number of agents (0, the default: no check)", expect)
+		}
+		return a.runStatus(ctx, maxLag, expect)
 	})
 	return cmd
 }
 
-func (a *app) runStatus(ctx context.Context, maxLag int64) error {
+func (a *app) runStatus(ctx context.Context, maxLag int64, expect int) error {
 	st, err := a.store(ctx)
 	if err != nil {
 		return err
@@ -71,13 +80,20 @@ func (a *app) runStatus(ctx context.Context, maxLag int64) error {
 		return err
 	}
 	if maxLag < 0 {
+		if live := len(fleet.Agents); live < expect {
+			return &store.NotConvergedError{Revision: fleet.RoutingRevision, Expected: expect, Confirmed: live}
+		}
 		return nil
 	}
-	if lag := fleet.Unconverged(maxLag); len(lag) > 0 {
-		return &store.NotConvergedError{Revision: fleet.RoutingRevision, Lagging: lag}
-	}
-	if len(fleet.Agents) == 0 { // nothing serves the routing state
+	lag := fleet.Unconverged(maxLag)
+	within := len(fleet.Agents) - len(lag)
+	switch {
+	case len(lag) > 0:
+		return &store.NotConvergedError{Revision: fleet.RoutingRevision, Lagging: lag, Expected: expect, Confirmed: within}
+	case len(fleet.Agents) == 0: // nothing serves the routing state
 		return &store.NotConvergedError{Revision: fleet.RoutingRevision, NoAgents: st.Keyspace().AgentsPrefix()}
+	case within < expect:
+		return &store.NotConvergedError{Revision: fleet.RoutingRevision, Expected: expect, Confirmed: within}
 	}
 	return nil
 }

@@ -585,3 +585,50 @@ func TestWriteWithNoAgentWarns(t *testing.T) {
 		t.Fatalf("a write with an agent live warned of none: %s", r)
 	}
 }
+
+// TestExpectAgents: an agent whose status key expired before a wait
+// began is unknown to it, unless the wait expects the fleet's size:
+// --expect-agents 3 (or REGIONCTL_EXPECT_AGENTS) with two live agents
+// exits 5 saying how many confirmed and what the others may be doing, and
+// status --expect-agents does too; once the third agent is back and
+// reports, the wait is converged.
+func TestExpectAgents(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	lease := grantLease(t)
+	rev, _ := e.fingerprint()
+	e.putAgent("node-a", rev, lease)
+	e.putAgent("node-b", rev, lease)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e.agentSim(ctx, 100*time.Millisecond, lease, "node-a", "node-b")
+
+	short := "2 of the 3 agents expected (--expect-agents) confirmed it"
+	r := e.must(ExitNotConverged, "pool", "set", "eu-central", "--attr", "x=1", "--wait-converged=2s", "--expect-agents", "3")
+	if !strings.Contains(r.stderr, short) || !strings.Contains(r.stderr, "cut off from etcd and serving their last table") {
+		t.Fatalf("--expect-agents 3 with two live agents: %s", r)
+	}
+	e.env["REGIONCTL_EXPECT_AGENTS"] = "3"
+	if r := e.must(ExitNotConverged, "pool", "set", "eu-central", "--attr", "x=2", "--wait-converged=2s"); !strings.Contains(r.stderr, short) {
+		t.Fatalf("REGIONCTL_EXPECT_AGENTS=3 with two live agents: %s", r)
+	}
+	if r := e.must(ExitNotConverged, "status"); !strings.Contains(r.stderr, "2 of the 3 agents expected") {
+		t.Fatalf("status with REGIONCTL_EXPECT_AGENTS=3 and two live agents: %s", r)
+	}
+	if r := e.must(ExitNotConverged, "status", "--max-lag", "0"); !strings.Contains(r.stderr, "2 of the 3 agents expected") {
+		t.Fatalf("status --max-lag 0 with REGIONCTL_EXPECT_AGENTS=3 and two live agents: %s", r)
+	}
+	e.must(ExitOK, "status", "--expect-agents", "2")
+	e.must(ExitUsage, "status", "--expect-agents", "-1")
+
+	// node-c comes back during the wait and reports: converged.
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		rev, _ := e.fingerprint()
+		e.putAgent("node-c", rev, lease)
+	}()
+	if r := e.must(ExitOK, "pool", "set", "eu-central", "--attr", "x=3", "--wait-converged=20s"); !strings.Contains(r.stdout, "converged") {
+		t.Fatalf("--expect-agents 3 once node-c is back: %s", r)
+	}
+}

@@ -22,6 +22,7 @@ type writeOpts struct {
 	reason string
 	dryRun bool
 	wait   time.Duration
+	expect int // --expect-agents
 	retry  int
 	force  bool
 	notes  []string // printed after the diff of a real write
@@ -38,6 +39,7 @@ func addWriteFlags(cmd *cobra.Command, w *writeOpts) {
 	f.DurationVar(&w.wait, "wait-converged", 0, "after writing, wait until every live agent, and at least one, serves the new revision (bare flag: "+
 		defaultConvergeWait.String()+"); exit 5 if it does not in time (no live agent: at the deadline) or the wait fails: the write stays committed. With nothing to write, it waits for the state's newest change")
 	f.Lookup("wait-converged").NoOptDefVal = defaultConvergeWait.String()
+	f.IntVar(&w.expect, "expect-agents", 0, "with --wait-converged, also wait until at least N live agents confirm it (the fleet's size: an agent whose status key expired before the wait is otherwise unknown to it; set REGIONCTL_EXPECT_AGENTS per fleet)")
 	f.IntVar(&w.retry, "retry", 0, "on a concurrent change, re-read and retry up to N times")
 	f.BoolVar(&w.force, "force", false, "write even if some country would be left with no eligible pool")
 }
@@ -95,6 +97,9 @@ func (a *app) runWrite(ctx context.Context, w writeOpts, build buildFunc) error 
 	}
 	if w.retry < 0 {
 		return usagef("--retry %d: want 0 (the default: no retry) or more", w.retry)
+	}
+	if w.expect < 0 {
+		return usagef("--expect-agents %d: want the fleet's number of agents (0, the default: any number, at least one)", w.expect)
 	}
 	a.writing(w)
 	st, err := a.store(ctx)
@@ -170,7 +175,7 @@ func (a *app) afterCommit(ctx context.Context, st *store.Store, res *store.Resul
 	out.Notes = w.notes
 	var waitErr error
 	if w.wait > 0 {
-		waitErr = a.waitConverged(ctx, st, res.Revision, w.wait, &out, true)
+		waitErr = a.waitConverged(ctx, st, res.Revision, w.wait, w.expect, &out, true)
 	} else {
 		a.warnNoAgents(ctx, st)
 	}
@@ -212,7 +217,7 @@ func (a *app) afterNoOp(ctx context.Context, st *store.Store, res *store.Result,
 		// status keys before the wait began (synced_at refreshed once a
 		// minute), not for this write, so their times say nothing of
 		// their clocks.
-		if err := a.waitConverged(ctx, st, out.Revision, w.wait, &out, false); err != nil {
+		if err := a.waitConverged(ctx, st, out.Revision, w.wait, w.expect, &out, false); err != nil {
 			waitErr = fmt.Errorf("nothing to write (etcd holds what was asked; the state's newest change is at revision %d), but %w", out.Revision, err)
 		}
 	}
@@ -223,10 +228,10 @@ func (a *app) afterNoOp(ctx context.Context, st *store.Store, res *store.Result,
 // records the outcome in out and, with skews, warns about each agent
 // whose clock is off this host's (judged by status puts for a write
 // committed as the wait began).
-func (a *app) waitConverged(ctx context.Context, st *store.Store, rev int64, wait time.Duration, out *writeResult, skews bool) error {
+func (a *app) waitConverged(ctx context.Context, st *store.Store, rev int64, wait time.Duration, expect int, out *writeResult, skews bool) error {
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	conv, err := st.WaitConverged(wctx, rev)
+	conv, err := st.WaitConvergedExpecting(wctx, rev, expect)
 	if err != nil && errors.Is(ctx.Err(), context.Canceled) { // a signal, not the timeout
 		err = fmt.Errorf("interrupted: %w", err)
 	}

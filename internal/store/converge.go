@@ -35,8 +35,18 @@ const (
 // laggards, and its Err says what failed when a read could not be made
 // (etcd unreachable, permission denied).
 func (s *Store) WaitConverged(ctx context.Context, rev int64) (Convergence, error) {
+	return s.WaitConvergedExpecting(ctx, rev, 0)
+}
+
+// WaitConvergedExpecting is WaitConverged that also waits until at least
+// expect live agents have confirmed rev (0: any number, at least one):
+// the fleet's size, so that an agent whose status key had expired before
+// the wait began (stopped, or cut off from etcd and serving its last table,
+// which its node's front doors read) is not taken for one that never
+// existed. Fewer at the deadline is a *NotConvergedError with Expected set.
+func (s *Store) WaitConvergedExpecting(ctx context.Context, rev int64, expect int) (Convergence, error) {
 	w := &convergeWait{s: s, rev: rev, start: time.Now(), agents: map[string]AgentInfo{}, behind: map[string]bool{},
-		vanished: map[string]AgentInfo{}, skews: map[string]time.Duration{}}
+		vanished: map[string]AgentInfo{}, skews: map[string]time.Duration{}, expect: expect}
 	b := backoff.New(convergeRetryMin, convergeRetryMax)
 	for {
 		done, err := w.round(ctx)
@@ -97,6 +107,9 @@ type convergeWait struct {
 	// epoch and epochRev are the epoch key's value and mod revision as of
 	// epochReadRev, the round's listing.
 	epoch, epochRev, epochReadRev int64
+	// expect is how many live agents must confirm rev (0: any, at least
+	// one).
+	expect int
 }
 
 // convergence returns what the wait saw.
@@ -268,7 +281,7 @@ func (w *convergeWait) put(key string, value []byte, readRev int64) {
 // With none, nothing confirmed the write: the wait goes on (an agent may
 // start meanwhile).
 func (w *convergeWait) converged() bool {
-	return len(w.behind) == 0 && len(w.vanished) == 0 && len(w.agents) > 0
+	return len(w.behind) == 0 && len(w.vanished) == 0 && len(w.agents) > 0 && len(w.agents) >= w.expect
 }
 
 // retryable tells the errors that another round may get past: a watch
@@ -281,6 +294,9 @@ func (w *convergeWait) retryable(err error) bool {
 // failed returns the *NotConvergedError of the wait, with cause.
 func (w *convergeWait) failed(cause error) error {
 	e := &NotConvergedError{Revision: w.rev, Waited: time.Since(w.start), Err: cause, Unknown: !w.listed}
+	if w.listed && w.expect > 0 {
+		e.Expected, e.Confirmed = w.expect, len(w.agents)-len(w.behind)
+	}
 	if w.listed && len(w.agents) == 0 {
 		e.NoAgents = w.s.ks.AgentsPrefix()
 	}

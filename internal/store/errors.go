@@ -121,6 +121,19 @@ type NotConvergedError struct {
 	// off from etcd (the key's lease ran out) and still serving what they
 	// had. The key of neither kind comes back; nothing tells them apart.
 	Vanished []AgentInfo
+	// Expected, when set, is how many live agents were to confirm
+	// Revision (--expect-agents), and Confirmed how many did.
+	Expected, Confirmed int
+}
+
+// shortfall says that fewer agents than expected confirmed the revision
+// ("" when enough did, or none was expected).
+func (e *NotConvergedError) shortfall() string {
+	if e.Expected == 0 || e.Confirmed >= e.Expected {
+		return ""
+	}
+	return fmt.Sprintf("%d of the %d agents expected (--expect-agents) confirmed it: the status keys of the others are gone (stopped, or cut off from etcd and serving their last table, as their front doors read it; regionctl status lists the live ones)",
+		e.Confirmed, e.Expected)
 }
 
 // Error names the lagging agents and what failed.
@@ -135,8 +148,13 @@ func (e *NotConvergedError) Error() string {
 		msg += "the agents' status keys could not be read"
 	case e.NoAgents != "" && len(e.Vanished) == 0:
 		msg += fmt.Sprintf("no live agent under %s confirmed it: is --prefix the agents' --prefix, and are they running (regionctl status)?", e.NoAgents)
+	case len(e.Lagging) == 0 && len(e.Vanished) == 0:
+		msg += e.shortfall()
 	case len(e.Lagging) == 0:
 		msg += vanishedString(e.Vanished)
+		if s := e.shortfall(); s != "" {
+			msg += "; " + s
+		}
 	default:
 		// Agents a lag alone does not explain (an undecodable status key,
 		// another history, refused values) first: they are named even
@@ -173,6 +191,9 @@ func (e *NotConvergedError) Error() string {
 		}
 		if len(e.Vanished) > 0 {
 			msg += "; " + vanishedString(e.Vanished)
+		}
+		if s := e.shortfall(); s != "" {
+			msg += "; " + s
 		}
 	}
 	if e.Err != nil {
