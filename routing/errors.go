@@ -11,6 +11,12 @@ import (
 // viewer anywhere on the route chain.
 var ErrNoRoute = errors.New("routing: no eligible pool")
 
+// ErrNoTable is returned by Resolve called on a nil *Table: a mirror's
+// Table before its first sync (watch.Mirror.WaitReady). Unlike ErrNoRoute
+// it is no decision: a front door may answer from elsewhere (a snapshot
+// file) or 503, never as if the viewer had no route.
+var ErrNoTable = errors.New("routing: no table yet")
+
 // FieldError is one problem with one field of one value, named by its key
 // relative to <root>/routing/ ("routes/PL") and its field path
 // ("targets[1].weight").

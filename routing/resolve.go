@@ -7,6 +7,9 @@ import (
 )
 
 // Decision is where one viewer is sent (docs/resolution.md, Decision).
+// Its Attrs and Degraded are the table's own, shared by every decision of
+// the same entry: copy them before changing them (maps.Clone,
+// slices.Clone).
 type Decision struct {
 	Country       string            `json:"country"`
 	Route         string            `json:"route"`
@@ -31,8 +34,11 @@ func Resolve(t *Table, country, key string, now time.Time) (Decision, error) {
 // Degraded. An EU viewer is never given a non-EU pool. Resolve does not
 // allocate (but in the moment between an override's expiry and the
 // table built without it); the returned Attrs and Degraded are shared and
-// must not be modified.
+// must not be modified. On a nil table it returns ErrNoTable.
 func (t *Table) Resolve(country, key string, now time.Time) (Decision, error) {
+	if t == nil { // a mirror's Table before its first sync
+		return Decision{Country: NormalizeCountry(country)}, ErrNoTable
+	}
 	if t.overrideEnded(now) {
 		t = t.At(now)
 	}

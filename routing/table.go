@@ -121,7 +121,13 @@ type PoolState struct {
 
 // Table is an immutable compiled routing table: everything needed to resolve
 // a viewer without I/O. A Table is safe for concurrent use; it is never
-// changed after Compile returns it.
+// changed after Compile returns it. Nothing it returns may be modified
+// either (a Decision's Attrs and Degraded, an Effective, a PoolState, a
+// Route, the maps and slices of Overrides, Skipped, PoolIDs): they are
+// shared with the tables built from it, so a change would corrupt every
+// later answer. Copy what you change (maps.Clone).
+//
+// The rest of this comment is about its insides.
 //
 // It is three parts: the state it was built from (tableState), what it
 // answers (answers: the classes and effective entries), and how it is kept
@@ -235,24 +241,26 @@ func (t *Table) Epoch() int64 { return t.epoch }
 // not been confirmed against etcd.
 func (t *Table) Stale() bool { return t.stale }
 
-// Skipped returns the keys whose current value was refused.
+// Skipped returns the keys whose current value was refused (shared: do
+// not modify).
 func (t *Table) Skipped() []Skipped { return t.skipped }
 
 // Policy returns the residency policy in force.
 func (t *Table) Policy() Residency { return t.policy }
 
-// Pool returns the state of a pool.
+// Pool returns the state of a pool (shared: do not modify).
 func (t *Table) Pool(id string) (*PoolState, bool) {
 	return t.pools.get(id)
 }
 
-// PoolIDs returns the pool ids in order.
+// PoolIDs returns the pool ids in order (shared: do not modify).
 func (t *Table) PoolIDs() []string { return t.pools.keys() }
 
 // NumPools returns the number of pools in the table.
 func (t *Table) NumPools() int { return t.pools.len() }
 
-// Route returns a route with its live overrides applied.
+// Route returns a route with its live overrides applied (shared: do not
+// modify).
 func (t *Table) Route(name string) (*Route, bool) {
 	r, ok := t.routes[name]
 	return r, ok
@@ -262,7 +270,7 @@ func (t *Table) Route(name string) (*Route, bool) {
 func (t *Table) RouteNames() []string { return sortedKeys(t.routes) }
 
 // Overrides returns the live overrides by id: those whose expires_at had
-// not passed when the table was built.
+// not passed when the table was built (shared: do not modify).
 func (t *Table) Overrides() map[string]*Override { return t.overrides }
 
 // ValidUntil returns the first instant at which the table changes by the

@@ -7,13 +7,25 @@
 // revision. Every change compiles a new table (last good value per key) and
 // swaps it in; readers never lock.
 //
-// A Go router can embed it in-process:
+// A Go router can embed it in-process (Example is a whole program):
 //
 //	m, err := watch.New(watch.Config{Client: cli, Prefix: "/regiond/v1/routing/"})
 //	if err != nil { … }
-//	go m.Run(ctx)
+//	go func() { done <- m.Run(ctx) }()
 //	if err := m.WaitReady(ctx); err != nil { … }
 //	d, err := m.Table().Resolve(r.Header.Get("CF-IPCountry"), r.URL.Query().Get("key"), time.Now())
+//
+// The contract of an embedding: every method of a Mirror is safe from any
+// goroutine, but Run runs once at a time (a second returns an error).
+// Call Table for each request and never keep the table: a kept table
+// serves its old state. Table is nil before the first sync, and Resolve on
+// it returns routing.ErrNoTable (routing.ErrNoRoute is a decision: a
+// residency rule or drained pools, never to be answered past). Nothing a
+// table returns may be modified (routing.Table). One Mirror per
+// Registerer: give each of several its own label
+// (prometheus.WrapRegistererWith). Config.NewBackoff is for this module's
+// tests (its type is internal): leave it nil. Refused values are logged
+// (a warning naming the key and why) as the metrics count them.
 //
 // # Relist or reopen
 //

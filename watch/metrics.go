@@ -26,7 +26,7 @@ type metrics struct {
 	apply          prometheus.Summary
 }
 
-func newMetrics(m *Mirror, reg prometheus.Registerer) *metrics {
+func newMetrics(m *Mirror, reg prometheus.Registerer) (*metrics, error) {
 	const ns, sub = "regiond", "watch"
 	mt := &metrics{
 		revision: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
@@ -74,7 +74,7 @@ func newMetrics(m *Mirror, reg prometheus.Registerer) *metrics {
 		mt.probes.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(mt.revision, mt.epoch, mt.events, mt.dropped, mt.resyncs, mt.reopens, mt.openFailures, mt.probes, mt.skipped, mt.skippedAlike, mt.regressions, mt.clusterChanges, mt.swaps, mt.listSeconds, mt.apply,
+		for _, c := range []prometheus.Collector{mt.revision, mt.epoch, mt.events, mt.dropped, mt.resyncs, mt.reopens, mt.openFailures, mt.probes, mt.skipped, mt.skippedAlike, mt.regressions, mt.clusterChanges, mt.swaps, mt.listSeconds, mt.apply,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 				Name: "seconds_since_sync", Help: "Seconds since the table was last confirmed current against etcd (-1: never)."},
 				func() float64 {
@@ -98,9 +98,13 @@ func newMetrics(m *Mirror, reg prometheus.Registerer) *metrics {
 						return 1
 					}
 					return 0
-				}))
+				})} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
 	}
-	return mt
+	return mt, nil
 }
 
 func (mt *metrics) observeTable(t *routing.Table) {

@@ -164,6 +164,11 @@ type Mirror struct {
 	// progressIgnored: progress requests go unanswered on this path (etcd's
 	// grpc-proxy drops them), so none are sent until a notification comes.
 	progressIgnored bool
+	// skippedLogged holds the refusal last logged of each key the table
+	// skips (guarded by swapMu).
+	skippedLogged map[string]string
+	// running is set while Run runs: one Run at a time.
+	running atomic.Bool
 }
 
 // New returns a mirror; call Run to start it.
@@ -200,12 +205,23 @@ func New(cfg Config) (*Mirror, error) {
 		changed: make(chan struct{}),
 		state:   map[string]routing.KV{},
 	}
-	m.metrics = newMetrics(m, cfg.Registerer)
+	mt, err := newMetrics(m, cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("watch: register metrics: %w (one Mirror per Registerer; for several, give each its own label: prometheus.WrapRegistererWith(prometheus.Labels{\"mirror\": NAME}, reg))", err)
+	}
+	m.metrics = mt
 	return m, nil
 }
 
 // Table returns the current table, or nil before the first list (and
-// without a seed). It never blocks.
+// without a seed). It never blocks, and is safe to call from any
+// goroutine. Call it for each request rather than keeping the table: a
+// table kept across swaps serves its old state, and, once one of its
+// boosts has reached its expires_at or a health grace window has ended,
+// rebuilds what it answers at each call (the mirror swaps in a table
+// rebuilt once). What a table returns (a Decision's Attrs and Degraded,
+// pools, routes, entries) is shared with later tables and must not be
+// modified.
 func (m *Mirror) Table() *routing.Table { return m.table.Load() }
 
 // Ready is closed once the mirror has listed etcd at least once.
@@ -258,7 +274,11 @@ func (m *Mirror) Status() Status {
 // first list replaces it. syncedAt is when that table was last confirmed
 // current against etcd: the agent passes the file's synced_at (its
 // written_at for a file that has none), so SyncedAt, and the staleness
-// measured from it, survive a restart. It must be called before Run.
+// measured from it, survive a restart. It must be called before Run. A
+// table loaded from a file carries no last good values: a key refused in
+// etcd when the first list comes is served from etcd's history, when it
+// still holds a good value (docs/keys-and-values.md, "The limit"), not
+// from the seed.
 func (m *Mirror) Seed(t *routing.Table, syncedAt time.Time) {
 	m.swapMu.Lock()
 	defer m.swapMu.Unlock()
@@ -281,6 +301,33 @@ func (m *Mirror) store(t *routing.Table) {
 func (m *Mirror) swapIn(t *routing.Table) {
 	m.table.Store(t)
 	m.metrics.observeTable(t)
+	m.logSkipped(t.Skipped())
+}
+
+// logSkipped logs each key the table newly skips (a refused value: the
+// last good one serves, if any), once per refusal, and each key no longer
+// skipped. Callers hold swapMu.
+func (m *Mirror) logSkipped(sk []routing.Skipped) {
+	if len(sk) == 0 && len(m.skippedLogged) == 0 {
+		return
+	}
+	now := make(map[string]string, len(sk))
+	for _, s := range sk {
+		if _, ok := now[s.Key]; ok {
+			continue // the first reason of a key reported twice
+		}
+		now[s.Key] = s.Error
+		if m.skippedLogged[s.Key] != s.Error {
+			m.log.Warn("value refused; its last good value serves, if it had one", "key", s.Key, "err", s.Error,
+				"served_alike", routing.ServedAlike(s.Key))
+		}
+	}
+	for key := range m.skippedLogged {
+		if _, ok := now[key]; !ok {
+			m.log.Info("value no longer refused", "key", key)
+		}
+	}
+	m.skippedLogged = now
 }
 
 // announce tells of a table of new content that recompile swapped in:

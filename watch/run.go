@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -46,8 +47,13 @@ func relists(reason string) bool {
 
 // Run lists and watches until ctx is done; it then returns nil. Errors on
 // the way are logged, counted and retried; the last good table keeps
-// serving meanwhile.
+// serving meanwhile. One Run at a time: a second while one runs returns
+// an error at once (Run may be called again once it has returned).
 func (m *Mirror) Run(ctx context.Context) error {
+	if !m.running.CompareAndSwap(false, true) {
+		return errors.New("watch: Run is already running on this Mirror")
+	}
+	defer m.running.Store(false)
 	hctx, stopHealth := context.WithCancel(ctx)
 	healthDone := make(chan struct{})
 	go func() { defer close(healthDone); m.clockLoop(hctx) }()
