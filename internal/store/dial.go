@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/regiond/regiond/internal/backoff"
 	"github.com/regiond/regiond/internal/etcddiag"
 )
 
@@ -73,7 +74,10 @@ func Dial(ctx context.Context, c DialConfig) (*clientv3.Client, error) {
 		Username:    c.Username,
 		Password:    c.Password,
 		Logger:      zap.NewNop(),
-		DialOptions: c.DialOptions,
+		// A heartbeat lives for months: after an etcd outage of minutes,
+		// gRPC's own redial delay (up to 120 s) would keep it away from an
+		// etcd that answers, its pool's health keys expiring meanwhile.
+		DialOptions: append([]grpc.DialOption{grpc.WithConnectParams(backoff.GRPCReconnect)}, c.DialOptions...),
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
