@@ -283,7 +283,8 @@ func TestExplain(t *testing.T) {
 		`"attrs":{"shard":"eu-1","x":"y"},"revision":3,"epoch":0,"fallback_depth":2,"degraded":["pool-down:mad","no-route:eu-missing"]},` +
 		`"routes":[{"route":"ES","depth":0,"exists":true,"overrides":["o1"],"chosen":false,"pools":[{"pool":"mad","weight":100,"eligible":false,"reason":"pool-down:mad"}]},` +
 		`{"route":"eu-missing","depth":1,"exists":false,"chosen":false,"pools":[]},` +
-		`{"route":"eu-general","depth":2,"exists":true,"chosen":true,"pools":[{"pool":"fra","weight":100,"eligible":true}]}]}`
+		`{"route":"eu-general","depth":2,"exists":true,"chosen":true,"pools":[{"pool":"fra","weight":100,"eligible":true}]}],` +
+		`"pick":{"affinity":"sticky","method":"only"}}`
 	if string(got) != want {
 		t.Errorf("Explain:\n got  %s\n want %s", got, want)
 	}
