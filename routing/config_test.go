@@ -131,8 +131,14 @@ func TestParseConfigErrors(t *testing.T) {
 				"routes/PL: targets: weights must sum to 100, got 130",
 				"routes/PL: targets[0].weight: must be 0..100, got 130",
 			}},
+		// go-yaml names the line of the collection it was parsing counted
+		// from 0: said from 1, with its text.
 		{name: "malformed YAML", yaml: "pools:\n  p: {host: h\n",
-			want: []string{"parse config: yaml: line 1: did not find expected ',' or '}'"}},
+			want: []string{`parse config: yaml: did not find expected ',' or '}', at line 2: "  p: {host: h" or below (a {…} or […] not closed, or two items without a comma between them)`}},
+		{name: "missing comma", yaml: "routes:\n  PL: {targets: [{pool: p, weight: 100}]}\n  DE: {targets: [{pool: p weight: 100}]}\n",
+			want: []string{`parse config: yaml: did not find expected ',' or '}', at line 3: "  DE: {targets: [{pool: p weight: 100}]}" or below (a {…} or […] not closed, or two items without a comma between them)`}},
+		{name: "list item among keys", yaml: "pools:\n  p: {host: h}\n- q\n",
+			want: []string{`parse config: yaml: did not find expected key, at line 3: "- q" or below (a line indented wrong, or a list item where a key belongs)`}},
 		{name: "attr value not a string", yaml: "routes:\n  PL: {attrs: {cron_minutes: 15}}\n",
 			want: []string{"routes/PL: attrs.cron_minutes: expected a string, got the number 15 (quote it: \"15\")"}},
 		{name: "tab indentation", yaml: "pools:\n\tp: {}\n",

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"strconv"
+	"strings"
 
 	yaml "go.yaml.in/yaml/v3"
 )
@@ -20,7 +22,7 @@ func yamlToJSON(data []byte) ([]byte, error) {
 		if errors.Is(err, io.EOF) {
 			return []byte("null"), nil
 		}
-		return nil, err
+		return nil, parserError(err, data)
 	}
 	var next yaml.Node
 	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
@@ -40,6 +42,37 @@ func yamlToJSON(data []byte) ([]byte, error) {
 }
 
 const maxYAMLDepth = 64
+
+// yamlParserErr matches go-yaml's parser errors, which name the line of
+// the collection they were parsing counted from 0 (its scanner errors,
+// "found …", "mapping values are not allowed …", count from 1).
+var yamlParserErr = regexp.MustCompile(`^yaml: line (\d+): (did not find expected (.*))$`)
+
+// parserError rewrites a go-yaml parser error to name its line counted
+// from 1 (the line of the collection it was parsing, or of the token it
+// met: the problem is there or below), with that line's text and what
+// usually is wrong; other errors are returned as they are.
+func parserError(err error, data []byte) error {
+	m := yamlParserErr.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	n, _ := strconv.Atoi(m[1])
+	n++
+	hint := "a line indented wrong, or a list item where a key belongs"
+	switch m[3] {
+	case "',' or '}'", "',' or ']'":
+		hint = "a {…} or […] not closed, or two items without a comma between them"
+	case "'-' indicator":
+		hint = "a list item without its '- ', or a line indented wrong"
+	}
+	lines := strings.Split(string(data), "\n")
+	text := ""
+	if n >= 1 && n <= len(lines) {
+		text = fmt.Sprintf(": %q", strings.TrimRight(lines[n-1], "\r"))
+	}
+	return fmt.Errorf("yaml: %s, at line %d%s or below (%s)", m[2], n, text, hint)
+}
 
 func nodeToJSON(n *yaml.Node, depth int) (any, error) {
 	if depth > maxYAMLDepth {
