@@ -158,8 +158,9 @@ func unitSettings(t *testing.T, path string) map[string]string {
 // The units carry the settings the agent and the operators rely on: the
 // service user, the runtime directory the agent accepts for its socket and
 // snapshot (its own, 0755: not writable by group or others), the
-// hardening, restarts with a growing delay and a start limit (of every
-// exit status), and the settings files.
+// hardening, restarts with a growing delay (of every exit status), a
+// start limit for the agent and none for the heartbeat, and the settings
+// files.
 func TestUnitSettings(t *testing.T) {
 	hardening := map[string]string{
 		"Service.NoNewPrivileges": "yes", "Service.ProtectSystem": "strict", "Service.ProtectHome": "yes",
@@ -167,7 +168,6 @@ func TestUnitSettings(t *testing.T) {
 		"Service.RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6",
 		"Service.Restart":                 "always", "Service.RestartSec": "2s", "Service.User": "regiond",
 		"Service.RestartSteps": "5", "Service.RestartMaxDelaySec": "60s",
-		"Unit.StartLimitIntervalSec": "300", "Unit.StartLimitBurst": "10",
 	}
 	agent := unitSettings(t, "systemd/regiond.service")
 	want := map[string]string{
@@ -175,12 +175,19 @@ func TestUnitSettings(t *testing.T) {
 		"Service.StateDirectory": "regiond", "Service.StateDirectoryMode": "0755",
 		"Service.EnvironmentFile": "/etc/regiond/regiond.env",
 		"Service.ExecStart":       "/usr/bin/regiond --socket=/run/regiond/regiond.sock --snapshot=/run/regiond/table.json --snapshot-copy=/var/lib/regiond/table.json $REGIOND_ARGS",
+		// A crash loop fails the unit and RegiondDown fires (the agent
+		// retries etcd itself: a restart is a crash or a bad setting).
+		"Unit.StartLimitIntervalSec": "300", "Unit.StartLimitBurst": "10",
 	}
 	hb := unitSettings(t, "systemd/regiond-heartbeat@.service")
 	wantHB := map[string]string{
 		"Service.ExecStart":       "/usr/bin/regionctl heartbeat ${REGIOND_POOL} --instance=%i $REGIONCTL_ARGS",
 		"Service.KillSignal":      "SIGTERM",
 		"Service.EnvironmentFile": "/etc/regiond/heartbeat.env\n/etc/regiond/heartbeat/%i.env",
+		// No start limit: an exit 1 that lasts (a pool not created yet,
+		// the key held under another lease) must not fail the unit for
+		// good, leaving the pool without this instance.
+		"Unit.StartLimitIntervalSec": "0",
 	}
 	for name, c := range map[string]struct{ got, want map[string]string }{
 		"regiond.service": {agent, want}, "regiond-heartbeat@.service": {hb, wantHB}} {

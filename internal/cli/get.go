@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/regiond/regiond/internal/store"
 	"github.com/regiond/regiond/routing"
@@ -50,10 +51,19 @@ type getResult struct {
 	Boosts        map[string]store.LiveOverride `json:"boosts,omitempty"`
 	Health        map[string]routing.Health     `json:"health,omitempty"`
 	Skipped       []routing.Skipped             `json:"skipped,omitempty"`
-	instances     map[string]int
+	// instances counts each pool's live health keys, whatever their
+	// values (as the agents count them).
+	instances map[string]int
+	// healthTTLs are the health keys' leases' remaining lives by relative
+	// key, for the table; a key absent from it has no lease. Nil: not
+	// read.
+	healthTTLs map[string]time.Duration
 	// boostTTLs are the boosts' leases' remaining lives, for the table
 	// (boost ls -o json has them as ttl_seconds).
 	boostTTLs map[string]time.Duration
+	// pools are the stored pools, for the health table's notes (Pools is
+	// set only when the pools are shown).
+	pools map[string]routing.Pool
 	// shown are the sections asked for: in JSON and YAML each is present,
 	// {} or [] when empty (a script's jq '.health[]' works on none), and
 	// the others absent.
@@ -145,14 +155,21 @@ func (a *app) runGet(ctx context.Context, section string) error {
 	}
 	if show("health") {
 		out.Health = cur.Health
+		if a.output == "table" {
+			if out.healthTTLs, err = a.healthTTLs(ctx, cur); err != nil {
+				return err
+			}
+		}
 	}
 	if show("skipped") {
 		out.Skipped = cur.Skipped
 	}
-	for k := range cur.Health {
-		key, _ := routing.ParseKey(k)
-		out.instances[key.ID]++
+	for _, kv := range cur.KVs {
+		if key, err := routing.ParseKey(kv.Key); err == nil && key.Kind == routing.KindHealth {
+			out.instances[key.ID]++
+		}
 	}
+	out.pools = cur.Config.Pools
 	return a.printer().print(out, func(w io.Writer) { printGet(w, out, show) })
 }
 
@@ -170,10 +187,7 @@ func printGet(w io.Writer, r getResult, show func(string) bool) {
 	}
 	if show("health") {
 		fmt.Fprintln(w)
-		row(w, "HEALTH KEY", "ADDR", "SINCE")
-		for _, k := range sortedKeys(r.Health) {
-			row(w, k, r.Health[k].Addr, orDash(r.Health[k].Since))
-		}
+		printHealth(w, r)
 	}
 	if show("policy") && r.Policy != nil {
 		fmt.Fprintln(w)
@@ -193,6 +207,70 @@ func printGet(w io.Writer, r getResult, show func(string) bool) {
 			row(w, s.Key, strings.ReplaceAll(s.Error, "\n", "; "))
 		}
 	}
+}
+
+// printHealth prints the health keys, each with its lease's remaining
+// life and a note when its pool does not exist or has no health_check
+// (the key changes nothing), then a line for each health-checked pool
+// with no live instance (the table has no row for it).
+func printHealth(w io.Writer, r getResult) {
+	row(w, "HEALTH KEY", "ADDR", "SINCE", "TTL", "NOTE")
+	for _, k := range sortedKeys(r.Health) {
+		ttl := "-"
+		if d, ok := r.healthTTLs[k]; ok {
+			ttl = d.String()
+			if d == 0 {
+				ttl = "ended"
+			}
+		} else if r.healthTTLs != nil {
+			ttl = "no lease"
+		}
+		note := "-"
+		key, _ := routing.ParseKey(k)
+		if p, ok := r.pools[key.ID]; !ok {
+			note = "no such pool"
+		} else if !p.HealthCheck {
+			note = "pool without health_check"
+		}
+		row(w, k, r.Health[k].Addr, orDash(r.Health[k].Since), ttl, note)
+	}
+	for _, id := range sortedKeys(r.pools) {
+		if r.pools[id].HealthCheck && r.instances[id] == 0 {
+			fmt.Fprintf(w, "(pool %s: health_check on, 0 live instances: down for the agents once their grace window ends; start its heartbeats, or drain it)\n", id)
+		}
+	}
+}
+
+// healthTTLs reads the leases of the health keys at cur's revision and
+// each lease's remaining life (one request per lease), by relative key; a
+// key without a lease is absent.
+func (a *app) healthTTLs(ctx context.Context, cur *store.State) (map[string]time.Duration, error) {
+	ks := a.st.Keyspace()
+	prefix := ks.RoutingKey("health/")
+	rctx, cancel := context.WithTimeout(ctx, a.commandTimeout)
+	// Not WithKeysOnly: etcd 3.7 answers it from its index, with no
+	// lease.
+	resp, err := a.st.Client().Get(rctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(cur.Revision))
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("read the leases of the health keys %s: %w", prefix, err)
+	}
+	ttls, byLease := map[string]time.Duration{}, map[int64]time.Duration{}
+	for _, kv := range resp.Kvs {
+		if kv.Lease == 0 {
+			continue
+		}
+		ttl, ok := byLease[kv.Lease]
+		if !ok {
+			if ttl, err = a.st.TTL(ctx, kv.Lease); err != nil {
+				return nil, err
+			}
+			byLease[kv.Lease] = ttl
+		}
+		rel, _ := ks.Rel(string(kv.Key))
+		ttls[rel] = ttl
+	}
+	return ttls, nil
 }
 
 func printPools(w io.Writer, r getResult) {

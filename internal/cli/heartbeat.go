@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/regiond/regiond/internal/backoff"
 	"github.com/regiond/regiond/internal/keyspace"
@@ -38,11 +41,26 @@ put back once that one is gone. To take the instance out, stop this
 process or drain the pool.
 Heartbeats are liveness, not config: they bump no epoch.
 
+At start, a key held under another live lease with another --addr exits
+1 naming that lease and addr, writing nothing: two origins run with one
+--instance, or this instance restarted with a new --addr and its old
+lease ends within its TTL. Held with the same --addr (this instance
+restarted after a crash, its old lease alive for up to a TTL) it is
+taken over.
+
+It reads <root>/routing/pools/POOL where it may: a pool that does not
+exist exits 1 naming the nearest ids; a pool without health_check is
+warned about (its health keys change nothing). A refused read (the
+origin's role reads no pool) skips that check.
+
+--ttl above 60s is warned about: a killed origin counts as live that long.
+etcd grants at least its minimum lease TTL (2s at its default election
+timeout); the line "alive under lease" gives the TTL granted.
+
 With etcd authentication on, heartbeat needs nothing but readwrite on
 <root>/routing/health/POOL/ (the role regiond-origin-POOL of regionctl auth
-roles --origin POOL). It reads no other key, so it does not check that POOL
-exists: regionctl get pools does. A refused write exits 1 naming the key
-and the role.`,
+roles --origin POOL). A refused write exits 1 naming the key and the role,
+and asks whether POOL is the pool's id.`,
 		Example: `  regionctl heartbeat eu-central --instance fra-1a --addr 10.0.0.12:443 --ttl 10s`,
 		Args:    exactArgs(1, "a pool id"),
 	}
@@ -72,6 +90,10 @@ func (a *app) runHeartbeat(ctx context.Context, pool string, o heartbeatOpts) er
 	if o.ttl < time.Second {
 		return usagef("--ttl %s: want at least 1s", o.ttl)
 	}
+	if o.ttl > maxQuietTTL {
+		fmt.Fprintf(a.stderr, "regionctl: warning: --ttl %s: an origin killed (SIGKILL, a crash, its host down) still counts as live for up to %s, the agents sending viewers to it meanwhile; a stop (SIGTERM) removes the key at once whatever the TTL. Use %s or less (default 10s)\n",
+			o.ttl, o.ttl, maxQuietTTL)
+	}
 	// The heartbeat touches its own key alone: probing the epoch or
 	// reading the state would need more than the origin's role.
 	rel := routing.HealthKey(pool, o.instance)
@@ -79,13 +101,91 @@ func (a *app) runHeartbeat(ctx context.Context, pool string, o heartbeatOpts) er
 	a.probeNeeds = func(r store.Roles) []store.Grant { return []store.Grant{r.WriteNeed(r.Keyspace().RoutingKey(rel))} }
 	st, err := a.heartbeatStore(ctx)
 	if st == nil {
+		return a.heartbeatPermHint(err, pool)
+	}
+	if err := a.checkHeartbeatPool(ctx, st, pool); err != nil {
 		return err
 	}
 	key := st.Keyspace().RoutingKey(rel)
-	return st.Heartbeat(ctx, store.HeartbeatConfig{Pool: pool, Instance: o.instance, Addr: o.addr, TTL: o.ttl,
-		OnUp: func(lease int64) {
-			fmt.Fprintf(a.stdout, "heartbeat: %s alive under lease %x (ttl %s)\n", key, lease, o.ttl)
+	err = st.Heartbeat(ctx, store.HeartbeatConfig{Pool: pool, Instance: o.instance, Addr: o.addr, TTL: o.ttl,
+		OnUp: func(lease int64, granted time.Duration) {
+			fmt.Fprintf(a.stdout, "heartbeat: %s alive under lease %x (ttl %s%s)\n", key, lease, granted, grantedNote(o.ttl, granted))
 		}})
+	return a.heartbeatPermHint(err, pool)
+}
+
+// maxQuietTTL is the largest --ttl heartbeat takes without a warning.
+const maxQuietTTL = 60 * time.Second
+
+// grantedNote explains a granted TTL other than the one asked for.
+func grantedNote(asked, granted time.Duration) string {
+	if granted == asked {
+		return ""
+	}
+	if granted > asked {
+		return fmt.Sprintf(", granted by etcd for --ttl %s: its minimum lease TTL", asked)
+	}
+	return fmt.Sprintf(", granted by etcd for --ttl %s", asked)
+}
+
+// heartbeatPermHint adds to a refused heartbeat (its put, or the dial's
+// read of its key) the question an origin's role raises: a pool id typo
+// is refused by permission alone, since the role covers one pool.
+func (a *app) heartbeatPermHint(err error, pool string) error {
+	var pe *store.PermissionError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	ks, kerr := keyspace.New(a.prefix)
+	if kerr != nil {
+		return err
+	}
+	role := store.NewRoles(ks, a.rolePrefix).Origin(pool).Name
+	return fmt.Errorf("%w; is %s the pool's id? the role %s covers only its own pool's health keys (regionctl get pools, as an operator or viewer, lists the ids)",
+		err, pool, role)
+}
+
+// checkHeartbeatPool reads the pool's key, when the user may: a pool that
+// does not exist is refused (its health keys would count for nothing),
+// naming the nearest ids; a pool without health_check is warned about. A
+// refused read (the origin's role reads no pool) skips the check, as any
+// other failed read does, with a warning.
+func (a *app) checkHeartbeatPool(ctx context.Context, st *store.Store, pool string) error {
+	ks := st.Keyspace()
+	key := ks.RoutingKey(routing.PoolKey(pool))
+	rctx, cancel := context.WithTimeout(ctx, a.commandTimeout)
+	defer cancel()
+	resp, err := st.Client().Get(rctx, key)
+	if err != nil {
+		if !errors.Is(err, rpctypes.ErrPermissionDenied) && ctx.Err() == nil {
+			fmt.Fprintf(a.stderr, "regionctl: warning: cannot check that pool %s exists (read %s: %v); heartbeat goes on\n", pool, key, err)
+		}
+		return nil
+	}
+	if len(resp.Kvs) == 0 {
+		cfg := &routing.Config{Pools: map[string]routing.Pool{}}
+		hint := ""
+		prefix := ks.RoutingKey(routing.PoolKey(""))
+		if all, err := st.Client().Get(rctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly()); err == nil {
+			for _, kv := range all.Kvs {
+				cfg.Pools[strings.TrimPrefix(string(kv.Key), prefix)] = routing.Pool{}
+			}
+			hint = poolHint(cfg, pool)
+		}
+		sep := ". "
+		if strings.HasSuffix(hint, "?") {
+			sep = " "
+		}
+		return fmt.Errorf("heartbeat: no pool %s (%s does not exist): its health keys would count for nothing; nothing written%s%s"+
+			"Fix POOL (REGIOND_POOL in /etc/regiond/heartbeat/INSTANCE.env under systemd), or create the pool first (regionctl pool set %s --host … --residency …, or apply)",
+			pool, key, hint, sep, pool)
+	}
+	v, err := routing.DecodeValue(routing.PoolKey(pool), resp.Kvs[0].Value)
+	if p, ok := v.(*routing.Pool); err == nil && ok && !p.HealthCheck {
+		fmt.Fprintf(a.stderr, "regionctl: warning: pool %s has no health_check: the agents count it up whatever its health keys say, so this heartbeat changes nothing until it is turned on (regionctl pool set %s --health-check, once its heartbeats run)\n",
+			pool, pool)
+	}
+	return nil
 }
 
 // heartbeatStore dials etcd for the heartbeat, retrying with backoff

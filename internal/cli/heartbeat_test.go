@@ -188,6 +188,11 @@ func TestHeartbeatWaitsForEtcd(t *testing.T) {
 	}
 	url := fmt.Sprintf("http://127.0.0.1:%d", port)
 	const prefix = "/hbwait"
+	// The pool exists when the heartbeat first reaches etcd (else it
+	// exits 1: no such pool): stored beforehand by the same member,
+	// listening elsewhere, in the data directory it restarts from.
+	dir := t.TempDir()
+	seedEtcd(t, dir, prefix+"/routing/"+routing.PoolKey("eu-central"), `{"host":"edge-fra-1.example.net:443","residency":"eu","status":"active","health_check":true}`)
 	start := func(instance string) (*exec.Cmd, *logbuf.Buffer) {
 		cmd := exec.Command(bin, "--endpoints", url, "--dial-timeout", "300ms", "--prefix", prefix,
 			"heartbeat", "eu-central", "--instance", instance, "--addr", "10.0.0.1:443", "--ttl", "2s")
@@ -213,7 +218,7 @@ func TestHeartbeatWaitsForEtcd(t *testing.T) {
 		t.Fatalf("SIGTERM while waiting for etcd: %v, want exit 0\n%s", err, stoppedOut)
 	}
 
-	srv, err := devetcd.Start(context.Background(), devetcd.Config{Dir: t.TempDir(), ClientURL: url})
+	srv, err := devetcd.Start(context.Background(), devetcd.Config{Dir: dir, ClientURL: url, PeerURL: seedPeerURL(dir)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,11 +247,47 @@ func TestHeartbeatWaitsForEtcd(t *testing.T) {
 	}
 }
 
+// seedEtcd starts an etcd member with data directory dir on a free client
+// port, puts key=value and stops it; seedPeerURL(dir) is its peer URL, to
+// restart it from dir elsewhere.
+func seedEtcd(t *testing.T, dir, key, value string) {
+	t.Helper()
+	peer, err := freeport.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peer)
+	if err := os.WriteFile(filepath.Join(dir, "peer-url"), []byte(peerURL), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := devetcd.Start(context.Background(), devetcd.Config{Dir: dir, PeerURL: peerURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	cli, err := srv.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	if _, err := cli.Put(context.Background(), key, value); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// seedPeerURL is the peer URL seedEtcd gave the member in dir.
+func seedPeerURL(dir string) string {
+	b, _ := os.ReadFile(filepath.Join(dir, "peer-url"))
+	return string(b)
+}
+
 // TestHeartbeatPutsItsKeyBack: a running heartbeat keeps its key, not
 // only its lease. A delete by hand is undone under the same lease, and a
-// second heartbeat with the same --instance is named as a conflict; when
-// that one stops (revoking its lease, so the key goes), the first puts the
-// key back. Before, the key stayed gone while the process ran on: a live
+// second heartbeat with the same --instance (and --addr: a different one
+// is refused at its start, TestHeartbeatRefusesAnotherAddrsKey) is named
+// as a conflict; when that one stops (revoking its lease, so the key
+// goes), the first puts the key back, saying the other one's stop deleted
+// it. Before, the key stayed gone while the process ran on: a live
 // origin looked dead to every agent.
 func TestHeartbeatPutsItsKeyBack(t *testing.T) {
 	t.Parallel()
@@ -267,7 +308,7 @@ func TestHeartbeatPutsItsKeyBack(t *testing.T) {
 		t.Fatalf("the deleted key was not put back under lease %x:\n%s", lease, firstOut)
 	}
 	if _, ok := waitFor(5*time.Second, func() bool {
-		return strings.Contains(firstOut.String(), "the marker was deleted while this heartbeat runs; put it back under its lease")
+		return strings.Contains(firstOut.String(), "the marker was deleted by someone else (a hand edit such as etcdctl del, or another heartbeat with the same --instance stopping) while this heartbeat runs; put it back under its lease")
 	}); !ok { // logged just after the put
 		t.Fatalf("the put back is not logged:\n%s", firstOut)
 	}
@@ -307,6 +348,19 @@ func TestHeartbeatPutsItsKeyBack(t *testing.T) {
 	}
 	if _, ok := waitFor(5*time.Second, func() bool { return e.healthLease("fra-keep") == lease }); !ok {
 		t.Fatalf("the key was not put back under lease %x once the second heartbeat stopped (now %x):\n%s", lease, e.healthLease("fra-keep"), firstOut)
+	}
+	// Said as it is: the other heartbeat's stop deleted it (it said "the
+	// marker was deleted while this heartbeat runs", as of a hand's del).
+	if _, ok := waitFor(5*time.Second, func() bool {
+		return strings.Contains(firstOut.String(), "the marker was deleted by someone else (the other heartbeat with the same --instance, whose lease held it, stopped or died; or a hand edit) while this heartbeat runs; put it back under its lease") &&
+			strings.Contains(firstOut.String(), fmt.Sprintf("other_lease=%x", other))
+	}); !ok {
+		t.Fatalf("the put back after the other heartbeat's stop is not logged as such:\n%s", firstOut)
+	}
+	// The second, with the same --addr, took the key over at its start
+	// (as a restarted instance does) and said so.
+	if !strings.Contains(secondOut.String(), "took over the marker from another lease with the same --addr") {
+		t.Fatalf("the takeover is not logged:\n%s", secondOut)
 	}
 	if err := first.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

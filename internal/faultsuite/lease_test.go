@@ -33,6 +33,10 @@ func TestHeartbeatKeyGoesAcrossLeaderKill(t *testing.T) {
 	c := etcdproc.Start(t, etcdproc.Config{Members: 3, Args: []string{"--unsafe-no-fsync"}})
 	cli := c.Client(t)
 	key := "/lease/routing/health/eu-a/i1"
+	// The heartbeat exits 1 for a pool that is not stored.
+	if _, err := cli.Put(context.Background(), "/lease/routing/pools/eu-a", `{"host":"edge-a.example.net:443","residency":"eu","status":"active","health_check":true}`); err != nil {
+		t.Fatal(err)
+	}
 	ctl := gobuild.Binary(t, "./cmd/regionctl")
 	var out bytes.Buffer
 	hb := exec.Command(ctl, "--endpoints="+strings.Join(c.Endpoints(), ","), "--prefix=/lease",

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
@@ -19,8 +20,50 @@ type HeartbeatConfig struct {
 	Pool, Instance, Addr string
 	// TTL is the lease TTL: how long the marker outlives a killed process.
 	TTL time.Duration
-	// OnUp, if set, is called each time the marker is (re)written.
-	OnUp func(lease int64)
+	// OnUp, if set, is called each time the marker is (re)written, with
+	// its lease and the TTL etcd granted that lease: etcd raises a TTL
+	// below its minimum (1.5 election timeouts, rounded up: 2 s at the
+	// default 1 s), so it may exceed TTL.
+	OnUp func(lease int64, granted time.Duration)
+}
+
+// HeartbeatTakenError means a starting heartbeat found its marker held
+// under another live lease with another address: another process keeps
+// the same pool and instance (two origins started with one --instance),
+// or this instance was restarted with a new address while its old lease
+// lives on. Nothing was written; the lease granted for it was revoked.
+type HeartbeatTakenError struct {
+	// Key is the marker's full etcd key; Instance its instance id.
+	Key, Instance string
+	// Addr is this heartbeat's address, OtherAddr the one in the marker
+	// ("" when its value holds none).
+	Addr, OtherAddr string
+	// OtherLease is the lease holding the marker; OtherTTL its remaining
+	// life and OtherGranted its granted TTL (0 when they could not be
+	// read).
+	OtherLease             int64
+	OtherTTL, OtherGranted time.Duration
+}
+
+// Error names the key, the other lease and address, the likely causes and
+// what to do about each.
+func (e *HeartbeatTakenError) Error() string {
+	other := "no addr"
+	if e.OtherAddr != "" {
+		other = "addr " + e.OtherAddr
+	}
+	ends := "within its TTL"
+	if e.OtherTTL > 0 {
+		ends = fmt.Sprintf("within %s", e.OtherTTL)
+		if e.OtherGranted > 0 {
+			ends += fmt.Sprintf(" (what remains of its %s TTL)", e.OtherGranted)
+		}
+	}
+	return fmt.Sprintf("%s is held by live lease %x with %s, not this heartbeat's %s; nothing written. "+
+		"Either two origins run with --instance %s (give each its own: --instance must be unique within the pool), "+
+		"or this instance restarted with a new --addr and its old heartbeat's lease ends %s: then start it again after that "+
+		"(under systemd it is restarted until it takes the key)",
+		e.Key, e.OtherLease, other, e.Addr, e.Instance, ends)
 }
 
 // Heartbeat keeps <root>/routing/health/<pool>/<instance> alive under a
@@ -29,6 +72,14 @@ type HeartbeatConfig struct {
 // TTL), it grants a new one and writes the marker again. It needs nothing
 // but readwrite on <root>/routing/health/<pool>/ (Roles.Origin); a
 // refused put is a *PermissionError, returned at once.
+//
+// Its first put is a Txn: a marker held under another live lease is taken
+// over only when it holds the same address (this instance restarted after
+// a crash, its old lease alive for up to a TTL); with another address it
+// returns a *HeartbeatTakenError and writes nothing. A marker put without
+// a lease is taken over. After a lost lease the marker is put whatever
+// holds it (logged as an error when another heartbeat's, with another
+// address, did).
 func (s *Store) Heartbeat(ctx context.Context, c HeartbeatConfig) error {
 	rel := routing.HealthKey(c.Pool, c.Instance)
 	if _, err := routing.ParseKey(rel); err != nil {
@@ -40,10 +91,13 @@ func (s *Store) Heartbeat(ctx context.Context, c HeartbeatConfig) error {
 	}
 	ttl := max(1, int((c.TTL+time.Second-1)/time.Second))
 	bo := backoff.New(200*time.Millisecond, 5*time.Second)
-	for {
-		sess, err := s.heartbeatSession(ctx, ttl, s.ks.RoutingKey(rel), string(val))
-		var pe *PermissionError
-		if errors.As(err, &pe) {
+	for first := true; ; first = false {
+		sess, granted, err := s.heartbeatSession(ctx, ttl, c, s.ks.RoutingKey(rel), string(val), first)
+		var (
+			pe    *PermissionError
+			taken *HeartbeatTakenError
+		)
+		if errors.As(err, &pe) || errors.As(err, &taken) {
 			return fmt.Errorf("heartbeat: %w", err) // a retry cannot fix it
 		}
 		if err != nil {
@@ -57,9 +111,9 @@ func (s *Store) Heartbeat(ctx context.Context, c HeartbeatConfig) error {
 			continue
 		}
 		bo.Reset()
-		s.log.Info("heartbeat up", "key", rel, "lease", fmt.Sprintf("%x", int64(sess.Lease())), "ttl_s", ttl)
+		s.log.Info("heartbeat up", "key", rel, "lease", fmt.Sprintf("%x", int64(sess.Lease())), "ttl_s", int64(granted/time.Second))
 		if c.OnUp != nil {
-			c.OnUp(int64(sess.Lease()))
+			c.OnUp(int64(sess.Lease()), granted)
 		}
 		s.keepMarker(ctx, sess, rel, string(val))
 		select {
@@ -157,12 +211,19 @@ func (s *Store) ensureMarker(ctx context.Context, lease clientv3.LeaseID, rel, k
 			if !txn.Succeeded {
 				continue // changed meanwhile: read what is there
 			}
-			what := "deleted"
-			if len(resp.Kvs) > 0 {
+			what := "deleted by someone else (a hand edit such as etcdctl del, or another heartbeat with the same --instance stopping)"
+			attrs := []any{"key", rel, "lease", fmt.Sprintf("%x", int64(lease))}
+			switch {
+			case len(resp.Kvs) > 0:
 				what = "put without a lease (it would outlive this process)"
+			case *warned != noLease:
+				// Held by another lease until now: its heartbeat
+				// stopped (revoking it) or died, or a hand deleted it.
+				what = "deleted by someone else (the other heartbeat with the same --instance, whose lease held it, stopped or died; or a hand edit)"
+				attrs = append(attrs, "other_lease", fmt.Sprintf("%x", int64(*warned)))
 			}
 			s.log.Warn("heartbeat: the marker was "+what+" while this heartbeat runs; put it back under its lease (stop the heartbeat, or drain the pool, to take the instance out)",
-				"key", rel, "lease", fmt.Sprintf("%x", int64(lease)))
+				attrs...)
 			*warned = noLease
 			return txn.Header.Revision, nil
 		case clientv3.LeaseID(resp.Kvs[0].Lease) != lease:
@@ -197,23 +258,82 @@ func (s *Store) nextMarkerEvent(ctx context.Context, key string, rev int64) erro
 
 // heartbeatSession grants a lease, keeps it alive in a session that
 // outlives ctx (so Close can still revoke after a signal) and puts the
-// marker under it.
-func (s *Store) heartbeatSession(ctx context.Context, ttl int, key, val string) (*concurrency.Session, error) {
+// marker under it; it returns the TTL etcd granted. The put is a Txn on
+// the key's absence; a key found present is taken over (a Txn on its mod
+// revision) when it has no lease, is under a lease with the same address,
+// or this is not the first session (the lease was lost: the key is put
+// back whatever holds it). Else the lease is revoked and a
+// *HeartbeatTakenError returned.
+func (s *Store) heartbeatSession(ctx context.Context, ttl int, c HeartbeatConfig, key, val string, first bool) (*concurrency.Session, time.Duration, error) {
 	rctx, cancel := s.reqCtx(ctx)
 	defer cancel()
 	grant, err := s.cli.Grant(rctx, int64(ttl))
 	if err != nil {
-		return nil, s.rpcErr("grant lease", err)
+		return nil, 0, s.rpcErr("grant lease", err)
 	}
-	sess, err := concurrency.NewSession(s.cli, concurrency.WithTTL(ttl), concurrency.WithLease(grant.ID),
+	granted := time.Duration(grant.TTL) * time.Second
+	sess, err := concurrency.NewSession(s.cli, concurrency.WithTTL(max(ttl, int(grant.TTL))), concurrency.WithLease(grant.ID),
 		concurrency.WithContext(context.WithoutCancel(ctx)))
 	if err != nil {
 		s.revoke(ctx, grant.ID)
-		return nil, s.rpcErr("keep lease alive", err)
+		return nil, 0, s.rpcErr("keep lease alive", err)
 	}
-	if _, err := s.cli.Put(rctx, key, val, clientv3.WithLease(sess.Lease())); err != nil {
-		sess.Close()
-		return nil, s.writeErr("put "+key, err, s.roles.WriteNeed(key))
+	fail := func(err error) (*concurrency.Session, time.Duration, error) {
+		sess.Orphan()
+		s.revoke(ctx, sess.Lease())
+		return nil, 0, err
 	}
-	return sess, nil
+	put := clientv3.OpPut(key, val, clientv3.WithLease(sess.Lease()))
+	absent := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
+	guard, took := absent, (*mvccpb.KeyValue)(nil) // took: the key the guard would take over
+	for {
+		txn, err := s.cli.Txn(rctx).If(guard).Then(put).Else(clientv3.OpGet(key)).Commit()
+		if err != nil {
+			return fail(s.writeErr("put "+key, err, s.roles.WriteNeed(key)))
+		}
+		if txn.Succeeded {
+			if took != nil {
+				s.logTakeover(key, c.Addr, sess.Lease(), took)
+			}
+			return sess, granted, nil
+		}
+		kvs := txn.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 { // deleted meanwhile
+			guard, took = absent, nil
+			continue
+		}
+		kv := kvs[0]
+		if addr := markerAddr(kv.Value); first && kv.Lease != 0 && addr != c.Addr {
+			taken := &HeartbeatTakenError{Key: key, Instance: c.Instance, Addr: c.Addr, OtherAddr: addr, OtherLease: kv.Lease}
+			if ttl, err := s.cli.TimeToLive(rctx, clientv3.LeaseID(kv.Lease)); err == nil && ttl.TTL > 0 {
+				taken.OtherTTL, taken.OtherGranted = time.Duration(ttl.TTL)*time.Second, time.Duration(ttl.GrantedTTL)*time.Second
+			}
+			return fail(taken)
+		}
+		guard, took = clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision), kv
+	}
+}
+
+// markerAddr is the addr of a marker's value; "" when it does not decode.
+func markerAddr(value []byte) string {
+	var h routing.Health
+	if json.Unmarshal(value, &h) != nil {
+		return ""
+	}
+	return h.Addr
+}
+
+// logTakeover logs a marker taken over from another holder (kv, as it
+// was) under lease.
+func (s *Store) logTakeover(key, addr string, lease clientv3.LeaseID, kv *mvccpb.KeyValue) {
+	other := markerAddr(kv.Value)
+	attrs := []any{"key", key, "lease", fmt.Sprintf("%x", int64(lease)), "other_lease", fmt.Sprintf("%x", kv.Lease), "other_addr", other}
+	switch {
+	case kv.Lease == 0:
+		s.log.Warn("heartbeat: took over the marker, put without a lease (it would outlive this process)", attrs...)
+	case other == addr:
+		s.log.Warn("heartbeat: took over the marker from another lease with the same --addr (this instance restarted; its old lease ends within its TTL)", attrs...)
+	default:
+		s.log.Error("heartbeat: after losing its lease, took the marker from another lease with another --addr: another heartbeat runs with the same --instance (--instance must be unique within the pool)", attrs...)
+	}
 }

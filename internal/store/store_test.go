@@ -253,7 +253,7 @@ func TestHeartbeatRevokesOnStop(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- s.Heartbeat(ctx, HeartbeatConfig{Pool: "eu-central", Instance: "i-1", Addr: "10.0.0.1:443", TTL: 2 * time.Second,
-			OnUp: func(l int64) { up <- l }})
+			OnUp: func(l int64, _ time.Duration) { up <- l }})
 	}()
 	<-up
 	key := s.Keyspace().RoutingKey(routing.HealthKey("eu-central", "i-1"))
