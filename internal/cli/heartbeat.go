@@ -119,10 +119,13 @@ const maxQuietTTL = 60 * time.Second
 
 // grantedNote explains a granted TTL other than the one asked for.
 func grantedNote(asked, granted time.Duration) string {
-	if granted == asked {
+	whole := (asked + time.Second - 1).Truncate(time.Second) // leases have whole seconds
+	switch {
+	case granted == asked:
 		return ""
-	}
-	if granted > asked {
+	case granted == whole:
+		return fmt.Sprintf(", --ttl %s rounded up to whole seconds", asked)
+	case granted > whole:
 		return fmt.Sprintf(", granted by etcd for --ttl %s: its minimum lease TTL", asked)
 	}
 	return fmt.Sprintf(", granted by etcd for --ttl %s", asked)

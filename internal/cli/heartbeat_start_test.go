@@ -295,3 +295,22 @@ func TestGetHealth(t *testing.T) {
 		t.Fatalf("get health: %s; want us-east alone named with 0 live instances", r)
 	}
 }
+
+// TestHeartbeatGrantedNote: the "alive under lease" line says why the TTL
+// granted differs from --ttl: leases have whole seconds, and etcd raises
+// a TTL below its minimum.
+func TestHeartbeatGrantedNote(t *testing.T) {
+	for _, c := range []struct {
+		asked, granted time.Duration
+		want           string
+	}{
+		{10 * time.Second, 10 * time.Second, ""},
+		{1500 * time.Millisecond, 2 * time.Second, ", --ttl 1.5s rounded up to whole seconds"},
+		{time.Second, 2 * time.Second, ", granted by etcd for --ttl 1s: its minimum lease TTL"},
+		{1100 * time.Millisecond, 3 * time.Second, ", granted by etcd for --ttl 1.1s: its minimum lease TTL"},
+	} {
+		if got := grantedNote(c.asked, c.granted); got != c.want {
+			t.Errorf("grantedNote(%s, %s) = %q, want %q", c.asked, c.granted, got, c.want)
+		}
+	}
+}
