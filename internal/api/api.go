@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -632,7 +633,28 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	w.Write(b.Bytes())
+	w.Write(escapeControls(b.Bytes()))
+}
+
+// escapeControls returns js (JSON) with DEL and the C1 controls (U+0080 to
+// U+009F), which encoding/json writes raw, as \u escapes: the same JSON,
+// but a value from etcd holding one (a key name an origin wrote) no longer
+// drives the terminal of whoever curls the API. js itself when it holds
+// none.
+func escapeControls(js []byte) []byte {
+	i := bytes.IndexFunc(js, func(r rune) bool { return r == 0x7f || r >= 0x80 && r <= 0x9f })
+	if i < 0 {
+		return js
+	}
+	out := make([]byte, 0, len(js)+16)
+	for _, r := range string(js) {
+		if r == 0x7f || r >= 0x80 && r <= 0x9f {
+			out = fmt.Appendf(out, `\u%04x`, r)
+		} else {
+			out = utf8.AppendRune(out, r)
+		}
+	}
+	return out
 }
 
 func writeText(w http.ResponseWriter, status int, s string) {

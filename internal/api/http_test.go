@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -528,5 +529,33 @@ func TestErrorCodesAreDocumented(t *testing.T) {
 	}
 	for c := range documented {
 		t.Errorf("docs/agent.md documents code %q, which the API does not send", c)
+	}
+}
+
+// TestJSONEscapesC1Controls: DEL and the C1 controls, which
+// encoding/json writes raw, reach the API's JSON only escaped: a key an
+// origin named with U+009B (a terminal's CSI) no longer drives the
+// terminal of whoever curls /v1/status.
+func TestJSONEscapesC1Controls(t *testing.T) {
+	h := startAPI(t, Config{}, false)
+	key := "health/eu-central/x\u009b2J"
+	resp, err := h.cli.Put(context.Background(), prefix+key, `{"addr":`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for h.m.Table().Revision() < resp.Header.Revision && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	a := h.get("/v1/status")
+	var st struct {
+		SkippedKeys []routing.Skipped `json:"skipped"`
+	}
+	a.decode(t, &st)
+	if len(st.SkippedKeys) == 0 || st.SkippedKeys[0].Key != key {
+		t.Fatalf("/v1/status skipped %+v, want %q\n%s", st.SkippedKeys, key, a.body)
+	}
+	if bytes.ContainsAny(a.body, "\u009b\u007f") || !bytes.Contains(a.body, []byte(`x\u009b2J`)) {
+		t.Fatalf("/v1/status: the key's U+009B raw, or not escaped:\n%s", a.body)
 	}
 }

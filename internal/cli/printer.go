@@ -37,7 +37,7 @@ func (p printer) print(v any, table func(w io.Writer)) error {
 		_, err := p.w.Write(b.Bytes())
 		return err
 	case "yaml":
-		b, err := yaml.Marshal(v)
+		b, err := yamlOf(v)
 		if err != nil {
 			return fmt.Errorf("encode YAML output: %w", err)
 		}
@@ -47,6 +47,49 @@ func (p printer) print(v any, table func(w io.Writer)) error {
 	tw := tabwriter.NewWriter(p.w, 0, 4, 2, ' ', 0)
 	table(tw)
 	return tw.Flush()
+}
+
+// yamlOf encodes v as YAML. The YAML encoder refuses a string holding a
+// control character (a value from etcd: a health key's addr, a reason),
+// which failed the whole output: such characters are written escaped, as
+// termSafe writes them (\x1b), in the text of the string.
+func yamlOf(v any) ([]byte, error) {
+	js, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	if firstControl(js) < 0 && !bytes.Contains(js, []byte(`\u00`)) {
+		return yaml.JSONToYAML(js)
+	}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.UseNumber()
+	var doc any
+	if err := dec.Decode(&doc); err != nil {
+		return nil, err
+	}
+	return yaml.Marshal(escapeStrings(doc))
+}
+
+// escapeStrings returns v (decoded JSON) with its strings, map keys
+// included, escaped as termSafe escapes text.
+func escapeStrings(v any) any {
+	switch x := v.(type) {
+	case string:
+		var b bytes.Buffer
+		termSafe{&b}.Write([]byte(x))
+		return b.String()
+	case []any:
+		for i := range x {
+			x[i] = escapeStrings(x[i])
+		}
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[escapeStrings(k).(string)] = escapeStrings(e)
+		}
+		return out
+	}
+	return v
 }
 
 // row writes one tab-separated table row. A cell with a control

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -13,7 +14,10 @@ import (
 // regionctl itself writes none but newline and tab. ASCII controls become
 // \x1b (raw ones never appear in JSON or YAML output: both escape them),
 // DEL and the C1 controls \u007f and \u0085, which JSON reads as the same
-// characters (encoding/json writes them raw).
+// characters (encoding/json writes them raw). So are Unicode's format
+// characters (category Cf: right-to-left overrides U+202E, zero-width
+// spaces U+200B, …), which make what a terminal shows differ from what is
+// stored.
 type termSafe struct{ w io.Writer }
 
 // Write writes p escaped; it reports len(p) on success.
@@ -61,7 +65,7 @@ func firstControl(p []byte) int {
 			return i
 		case c >= 0x80:
 			r, n := utf8.DecodeRune(p[i:])
-			if r == utf8.RuneError && n == 1 && c <= 0x9f {
+			if r == utf8.RuneError && n == 1 && c <= 0x9f || unicode.Is(unicode.Cf, r) {
 				return i
 			}
 			i += n - 1

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -15,6 +16,7 @@ func TestTermSafe(t *testing.T) {
 		{"a\x1b[31mb\r\x07", `a\x1b[31mb\x0d\x07`},
 		{"del\x7f c1\u0085 osc\u009d", `del\u007f c1\u0085 osc\u009d`},
 		{"lone \x9b byte, valid \xc3\xa9", `lone \x9b byte, valid é`},
+		{"shard=eu-3\u202e\u200b", `shard=eu-3\u202e\u200b`}, // format characters: a right-to-left override, a zero-width space
 	} {
 		var b bytes.Buffer
 		n, err := termSafe{&b}.Write([]byte(tc.in))
@@ -30,5 +32,25 @@ func TestTermSafe(t *testing.T) {
 	var out map[string]string
 	if err := json.Unmarshal(b.Bytes(), &out); err != nil || out["v"] != "x\x7f\u0085y" {
 		t.Errorf("JSON through termSafe: %s → %q, %v; want the same value", b.Bytes(), out["v"], err)
+	}
+}
+
+// TestYAMLOutputEscapesControls: a value from etcd holding a control
+// character (a health key's addr an origin wrote) is written escaped in
+// -o yaml, as in the table output: the YAML encoder refused it, and the
+// whole output failed.
+func TestYAMLOutputEscapesControls(t *testing.T) {
+	var b bytes.Buffer
+	err := printer{format: "yaml", w: termSafe{&b}}.print(map[string]any{"addr": "\x1b]52;c;ZXZpbA==\x07", "count": 3, "k\x1b": []string{"ok", "\u202e"}}, nil)
+	if err != nil {
+		t.Fatalf("yaml of a value with control characters: %v", err)
+	}
+	for _, want := range []string{`addr: \x1b]52;c;ZXZpbA==\x07`, "count: 3", `k\x1b:`, `- \u202e`} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("yaml output lacks %q:\n%s", want, b.String())
+		}
+	}
+	if firstControl(b.Bytes()) >= 0 {
+		t.Errorf("a control character reached the output:\n%q", b.String())
 	}
 }

@@ -246,6 +246,19 @@ func (h *handler) handleWhatIf(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, errorBody{Error: err.Error()})
 		return
 	}
+	key := strings.Join(slices.Sorted(slices.Values(down)), ",")
+	if last := h.whatIfLast.Load(); last != nil && last.t == t && last.down == key {
+		writeRaw(w, http.StatusOK, last.body)
+		return
+	}
+	select {
+	case h.whatIfBusy <- struct{}{}:
+		defer func() { <-h.whatIfBusy }()
+	default:
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusTooManyRequests, errorBody{Error: "another what-if is being computed (one at a time: each resolves every country); retry in a second"})
+		return
+	}
 	now := time.Now()
 	wt := t.WithDown(down, now)
 	body := whatIfBody{Revision: t.Revision(), Epoch: t.Epoch(), Down: down, Effective: map[string]*routing.Effective{},
@@ -262,7 +275,22 @@ func (h *handler) handleWhatIf(w http.ResponseWriter, r *http.Request) {
 			body.Changed = append(body.Changed, cc)
 		}
 	}
-	writeJSON(w, http.StatusOK, body)
+	out, err := json.Marshal(body)
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, errorBody{Error: "encode response"})
+		return
+	}
+	out = append(out, '\n')
+	h.whatIfLast.Store(&whatIfAnswer{t: t, down: key, body: out})
+	writeRaw(w, http.StatusOK, out)
+}
+
+// whatIfAnswer is a what-if answered: for table t, with the pools of down
+// (sorted, comma-separated) down, the JSON body.
+type whatIfAnswer struct {
+	t    *routing.Table
+	down string
+	body []byte
 }
 
 // parseDown reads ?down= (repeated or comma-separated) into pool ids of t.

@@ -20,6 +20,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -64,6 +65,13 @@ type handler struct {
 	log    *slog.Logger
 	mux    *http.ServeMux
 	static http.Handler
+	// whatIfBusy holds a token while a what-if is computed: one at a
+	// time, so that requests for it (a CPU's work each: every country
+	// resolved) cannot take the agent's CPUs from the front doors.
+	whatIfBusy chan struct{}
+	// whatIfLast is the last what-if answered, reused while its table
+	// serves and the same pools are asked down.
+	whatIfLast atomic.Pointer[whatIfAnswer]
 }
 
 // New returns the handler of everything under Prefix.
@@ -82,7 +90,7 @@ func New(cfg Config) http.Handler {
 	}
 	sub, _ := fs.Sub(assets, "assets")
 	h := &handler{cfg: cfg, log: cfg.Logger.With("component", "ui"), mux: http.NewServeMux(),
-		static: http.StripPrefix(Prefix, http.FileServerFS(sub))}
+		static: http.StripPrefix(Prefix, http.FileServerFS(sub)), whatIfBusy: make(chan struct{}, 1)}
 	h.mux.HandleFunc(Prefix+"api/node", h.handleNode)
 	h.mux.HandleFunc(Prefix+"api/boosts", h.handleBoosts)
 	h.mux.HandleFunc(Prefix+"api/fleet", h.handleFleet)
@@ -112,7 +120,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	if err != nil {
 		status, b = http.StatusInternalServerError, []byte(`{"error":"encode response"}`)
 	}
+	writeRaw(w, status, append(b, '\n'))
+}
+
+// writeRaw answers body, a JSON document and its newline.
+func writeRaw(w http.ResponseWriter, status int, body []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
+	w.Write(body)
 }
