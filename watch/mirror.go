@@ -107,6 +107,17 @@ type Status struct {
 // has no leader: the connection is up, so no dial says anything.
 const noLeaderMsg = "the etcd member answering has no leader: a quorum of members is down or cut off from it (etcdctl endpoint status -w table)"
 
+// Why the mirror is not connected while its connection to etcd is up
+// (Status.Unreachable): a silent path, as a member without a leader
+// behind etcd's grpc-proxy is (the proxy does not pass "no leader" on),
+// and a new watch that is never created, as behind a grpc-proxy with
+// authentication on whose shared upstream watch was opened without a
+// token (by a watcher from before `etcdctl auth enable`).
+const (
+	silentReadsMsg    = "etcd takes the connection but answers no read within the request timeout: the member may have lost its leader (behind a grpc-proxy, which does not pass \"no leader\" on: check the proxy's members, etcdctl endpoint status -w table) or be overloaded"
+	uncreatedWatchMsg = "etcd takes the connection but does not answer the creation of a watch within the request timeout: behind etcd's grpc-proxy with authentication on, a watcher without a token (connected before auth was enabled) blocks every new watch: restart the proxy; else the member may have lost its leader or be overloaded"
+)
+
 // Mirror keeps a routing.Table equal to the routing prefix of etcd.
 type Mirror struct {
 	cfg     Config
@@ -122,11 +133,14 @@ type Mirror struct {
 	unreach   atomic.Pointer[string] // see Status.Unreachable
 	// leaderless: etcd said no leader since the mirror was last connected.
 	leaderless atomic.Bool
-	syncedAt   atomic.Int64 // unix nanoseconds
-	changeRev  atomic.Int64 // see Status.ChangeRevision
-	eventRev   atomic.Int64 // see Status.EventRevision
-	ready      chan struct{}
-	readyOnce  sync.Once
+	// stalled, since the mirror was last connected, says why with the
+	// connection up (silentReadsMsg, uncreatedWatchMsg); nil otherwise.
+	stalled   atomic.Pointer[string]
+	syncedAt  atomic.Int64 // unix nanoseconds
+	changeRev atomic.Int64 // see Status.ChangeRevision
+	eventRev  atomic.Int64 // see Status.EventRevision
+	ready     chan struct{}
+	readyOnce sync.Once
 
 	chMu    sync.Mutex
 	changed chan struct{}
@@ -255,6 +269,8 @@ func (m *Mirror) Status() Status {
 		s.Unreachable = *u
 	} else if !s.Connected && m.leaderless.Load() {
 		s.Unreachable = noLeaderMsg
+	} else if st := m.stalled.Load(); st != nil && !s.Connected {
+		s.Unreachable = *st
 	}
 	if t := m.Table(); t != nil {
 		s.Revision, s.Epoch = t.Revision(), t.Epoch()
@@ -356,6 +372,7 @@ func (m *Mirror) setConnected(c bool) {
 		m.refused.Store(nil)
 		m.unreach.Store(nil)
 		m.leaderless.Store(false)
+		m.stalled.Store(nil)
 	}
 	if m.connected.Swap(c) != c {
 		m.log.Info("watch connection", "connected", c)
@@ -373,4 +390,12 @@ func (m *Mirror) refuse(what string, err error) {
 	msg := fmt.Sprintf("etcd refuses the %s of %s (permission denied) %s", what, m.cfg.Prefix, who)
 	m.refused.Store(&msg)
 	m.log.Error(msg+"; keeping the last good table and retrying", "prefix", m.cfg.Prefix, "err", err)
+}
+
+// noteStalled records why the mirror is not following etcd although its
+// connection is up (msg: silentReadsMsg, uncreatedWatchMsg), for Status.
+func (m *Mirror) noteStalled(msg string) {
+	if m.transportReady() {
+		m.stalled.Store(&msg)
+	}
 }

@@ -63,6 +63,7 @@ func (m *Mirror) silent(ctx context.Context, s *stream) (*stream, string) {
 		// path keeps its connection up). Say so now, not only once a new
 		// watch's creation has timed out as well.
 		m.setConnected(false)
+		m.noteStalled(silentReadsMsg)
 	}
 	// The probe found the prefix changed, or could not tell: the etcd that
 	// answers may hold another history (see verify).

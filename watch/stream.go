@@ -244,6 +244,7 @@ func (m *Mirror) abandon(ctx context.Context, s *stream, chc <-chan clientv3.Wat
 		attrs := []any{"reason", why, "applied_revision", m.applied}
 		if why == createTimeout {
 			attrs = append(attrs, m.unreachable(ctx)...)
+			m.noteStalled(uncreatedWatchMsg)
 		}
 		m.log.Warn("watch not created", attrs...)
 	}
