@@ -1,12 +1,14 @@
 // The Node reader of the agent's snapshot index (table.idx): each call opens
 // the file once, reads the header, its country's slot and entry from that one
 // descriptor with positioned reads, and closes it, so a decision never mixes
-// two tables and always uses the file the agent renamed in last.
+// two tables and always uses the file the agent renamed in last. The file
+// must be the agent's: owned by opts.owner (default 'regiond', the package's
+// user) and writable by no one else.
 //
 //     import { decideFromIndexFile } from './node.mjs';
-//     const d = decideFromIndexFile('/dev/shm/regiond/table.idx', req.headers['cf-ipcountry'], viewerId);
+//     const d = decideFromIndexFile('/run/regiond/table.idx', req.headers['cf-ipcountry'], viewerId);
 
-import { openSync, readSync, closeSync, fstatSync, statSync, constants } from 'node:fs';
+import { openSync, readSync, closeSync, fstatSync, statSync, readFileSync, constants } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { countrySlot, decideEntry, NoRouteError, readIndexEntry, readIndexEntryAsync, TableError } from './regiond.mjs';
 
@@ -22,12 +24,72 @@ const OPEN_FLAGS = constants.O_RDONLY | constants.O_NONBLOCK;
 export const DEFAULT_INDEX_PATH = '/dev/shm/regiond/table.idx';
 
 /**
+ * The agent's user the readers check the index's owner against when
+ * opts.owner is not given (undefined or null): the Debian package's, whose
+ * unit runs the agent as user regiond.
+ */
+export const DEFAULT_OWNER = 'regiond';
+
+/** File where user names are looked up (Node has no getpwnam). */
+const PASSWD = '/etc/passwd';
+
+/** Uids of owners given by name, for the process's life (a found name only). */
+const uids = new Map();
+
+/** What to pass instead of an owner that is not the agent's user. */
+const OWNER_HINT = "name the user the agent runs as, { owner: 'USER' } or its uid ({ owner: 998 }; under `regiond dev` your own), " +
+  "or { owner: '' } to read an index of any owner (unsafe where other local users could make the snapshot's directory first, as in /dev/shm)";
+
+/**
+ * The uid an owner option names, or null for '' (no check): undefined and
+ * null are DEFAULT_OWNER; a non-negative integer, or a string of digits, a
+ * uid; another string a user name, looked up in /etc/passwd once per
+ * process. A name not found there (a user of a directory service, sssd or
+ * LDAP; a container whose /etc/passwd lacks the host's users) or any other
+ * value throws a TableError saying what to pass.
+ */
+export function ownerUid(owner) {
+  owner ??= DEFAULT_OWNER;
+  if (owner === '') return null;
+  if (Number.isInteger(owner) && owner >= 0) return owner;
+  if (typeof owner !== 'string') {
+    let shown;
+    try {
+      shown = typeof owner === 'number' ? String(owner) : JSON.stringify(owner) ?? String(owner);
+    } catch {
+      shown = typeof owner; // a BigInt, a cyclic object
+    }
+    throw new TableError(`regiond: owner ${shown}: want the agent's user, a name or a non-negative integer uid; ${OWNER_HINT}`);
+  }
+  if (/^[0-9]+$/.test(owner)) return Number(owner);
+  const known = uids.get(owner);
+  if (known !== undefined) return known;
+  const which = owner === DEFAULT_OWNER ? `owner '${owner}' (the default: the package's agent user)` : `owner '${owner}'`;
+  let passwd;
+  try {
+    passwd = readFileSync(PASSWD, 'utf8');
+  } catch (err) {
+    throw new TableError(`regiond: ${which}: cannot look the user up (${err.message}); ${OWNER_HINT}`, { cause: err });
+  }
+  for (const line of passwd.split('\n')) {
+    const f = line.split(':');
+    if (f[0] === owner && f.length >= 3 && /^[0-9]+$/.test(f[2])) {
+      const uid = Number(f[2]);
+      uids.set(owner, uid);
+      return uid;
+    }
+  }
+  throw new TableError(`regiond: ${which}: no such user in ${PASSWD}; ${OWNER_HINT}`);
+}
+
+/**
  * The decision for a raw country header and sticky key from the index file
  * at path, read synchronously (tens of microseconds: see README.md).
- * opts.owner (the agent's uid: `id -u regiond`) refuses a file owned by
- * anyone else or writable by group or others (docs/snapshot-index.md,
- * trust). Throws NoRouteError, or TableError for a missing, malformed or
- * refused file.
+ * opts.owner, the agent's user (a name or a uid; default 'regiond'),
+ * refuses a file owned by anyone else or writable by group or others
+ * (docs/snapshot-index.md, trust); '' reads a file of any owner (unsafe on
+ * a shared host). Throws NoRouteError, or TableError for a missing,
+ * malformed or refused file, or an owner that names no user.
  */
 export function decideFromIndexFile(path, country, key, opts) {
   const { header, country: cc, entry } = readIndexFile(path, country, opts?.owner);
@@ -40,18 +102,25 @@ function notRegular(st) {
 }
 
 /**
- * Why a file with stats st is not the agent's (uid owner), or '': it must
- * be owned by owner and writable by no one else. An owner that is not a
- * uid (a user name: Node cannot look one up) throws a TableError.
+ * Why a file with stats st is not the agent's (owner, as opts.owner: by
+ * default 'regiond'), or '': it must be a regular file owned by that user
+ * and writable by no one else; with owner '', any regular file is. The
+ * reason ends the reader's message: it says the file is refused (and, for
+ * another owner, what to pass). An owner that names no user throws a
+ * TableError (ownerUid).
  */
 export function untrusted(st, owner) {
-  if (!Number.isInteger(owner) || owner < 0) {
-    throw new TableError(`regiond: owner must be the agent's uid, a non-negative integer (id -u regiond), got ${JSON.stringify(owner)}`);
-  }
+  const uid = ownerUid(owner);
+  const refusing = ': refusing a table the agent may not have written';
   const why = notRegular(st);
-  if (why) return why;
-  if (st.uid !== owner) return `is owned by uid ${st.uid}, not the agent's uid ${owner}`;
-  if ((st.mode & 0o022) !== 0) return `is writable by group or others (mode ${(st.mode & 0o7777).toString(8).padStart(4, '0')})`;
+  if (why) return why + refusing;
+  if (uid === null) return '';
+  if (st.uid !== uid) {
+    const o = owner ?? DEFAULT_OWNER;
+    const name = typeof o === 'string' && !/^[0-9]+$/.test(o) ? ` (owner '${o}')` : '';
+    return `is owned by uid ${st.uid}, not the agent's uid ${uid}${name}${refusing}; ${OWNER_HINT}`;
+  }
+  if ((st.mode & 0o022) !== 0) return `is writable by group or others (mode ${(st.mode & 0o7777).toString(8).padStart(4, '0')})${refusing}`;
   return '';
 }
 
@@ -67,8 +136,8 @@ function inFile(st, off, len) {
 
 /**
  * The {header, country, entry} of a raw country header from the index file
- * at path (see readIndexEntry), read through one descriptor; owner, when
- * given, as decideFromIndexFile's opts.owner.
+ * at path (see readIndexEntry), read through one descriptor; owner as
+ * decideFromIndexFile's opts.owner (by default 'regiond').
  */
 export function readIndexFile(path, country, owner) {
   return readIndexFileStat(path, country, owner).read;
@@ -76,6 +145,7 @@ export function readIndexFile(path, country, owner) {
 
 /** readIndexFile, and the stats of the file read. */
 function readIndexFileStat(path, country, owner) {
+  ownerUid(owner); // an owner that names no user: before the open
   let fd;
   try {
     fd = openSync(path, OPEN_FLAGS);
@@ -84,8 +154,8 @@ function readIndexFileStat(path, country, owner) {
   }
   try {
     const st = fstatSync(fd);
-    const why = owner !== undefined && owner !== null ? untrusted(st, owner) : notRegular(st);
-    if (why) throw new TableError(`regiond: snapshot index ${path} ${why}: refusing a table the agent may not have written`);
+    const why = untrusted(st, owner);
+    if (why) throw new TableError(`regiond: snapshot index ${path} ${why}`);
     const read = readIndexEntry((off, len) => {
       const b = Buffer.allocUnsafe(inFile(st, off, len));
       return b.subarray(0, readSync(fd, b, 0, b.length, off));
@@ -108,30 +178,32 @@ function fileSignature(st) {
  * file (device, inode, size, modification and change times), so the agent
  * renaming a new file in, or anyone changing this one, drops what was
  * read. It keeps at most one entry per slot of the file. opts.owner, as
- * decideFromIndexFile's, is checked on every call. decideFromIndexFile is
- * the reference it is tested against (TestDecisionsMatchGo).
+ * decideFromIndexFile's (by default 'regiond'), is checked on every call
+ * (a name is looked up at the first). decideFromIndexFile is the reference
+ * it is tested against (TestDecisionsMatchGo).
  *
- *     const reader = new IndexReader('/run/regiond/table.idx', { owner: 998 });
+ *     const reader = new IndexReader('/run/regiond/table.idx', { owner: 'regiond' });
  *     const d = reader.decide(req.headers['cf-ipcountry'], viewerId);
  */
 export class IndexReader {
   constructor(path, opts = {}) {
     this.path = path;
-    this.owner = opts.owner;
+    this.owner = opts.owner ?? DEFAULT_OWNER;
     this.sig = '';
     this.entries = new Map(); // slot → {header, country, entry} of the file of sig
   }
 
   /** The {header, country, entry} of a raw country header (see readIndexFile). */
   read(country) {
+    ownerUid(this.owner); // an owner that names no user: before the stat
     let st;
     try {
       st = statSync(this.path);
     } catch (err) {
       throw new TableError(`regiond: stat index ${this.path}: ${err.message}`, { cause: err });
     }
-    const why = this.owner !== undefined && this.owner !== null ? untrusted(st, this.owner) : notRegular(st);
-    if (why) throw new TableError(`regiond: snapshot index ${this.path} ${why}: refusing a table the agent may not have written`);
+    const why = untrusted(st, this.owner);
+    if (why) throw new TableError(`regiond: snapshot index ${this.path} ${why}`);
     const sig = fileSignature(st);
     if (sig !== this.sig) {
       this.sig = sig;
@@ -163,7 +235,7 @@ export class IndexReader {
   decide(country, key, opts) {
     // The owner is the reader's: one given here would otherwise be
     // ignored, and the check with it.
-    if (opts?.owner !== undefined && opts.owner !== this.owner) {
+    if (opts?.owner !== undefined && (opts.owner ?? DEFAULT_OWNER) !== this.owner) {
       throw new TypeError(`regiond: IndexReader.decide: owner ${JSON.stringify(opts.owner)} differs from the reader's ${JSON.stringify(this.owner)}: give it to new IndexReader(path, { owner })`);
     }
     const { header, country: cc, entry } = this.read(country);
@@ -182,6 +254,7 @@ export class IndexReader {
 
 /** decideFromIndexFile with node:fs/promises (one FileHandle per call). */
 export async function decideFromIndexFileAsync(path, country, key, opts) {
+  ownerUid(opts?.owner); // an owner that names no user: before the open (a name's lookup is synchronous, once)
   let fh;
   try {
     fh = await open(path, OPEN_FLAGS);
@@ -190,8 +263,8 @@ export async function decideFromIndexFileAsync(path, country, key, opts) {
   }
   try {
     const st = await fh.stat();
-    const why = opts?.owner !== undefined && opts?.owner !== null ? untrusted(st, opts.owner) : notRegular(st);
-    if (why) throw new TableError(`regiond: snapshot index ${path} ${why}: refusing a table the agent may not have written`);
+    const why = untrusted(st, opts?.owner);
+    if (why) throw new TableError(`regiond: snapshot index ${path} ${why}`);
     const { header, country: cc, entry } = await readIndexEntryAsync(async (off, len) => {
       const b = Buffer.allocUnsafe(inFile(st, off, len));
       const { bytesRead } = await fh.read(b, 0, b.length, off);

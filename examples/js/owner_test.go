@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -19,53 +20,209 @@ import (
 	"github.com/regiond/regiond/routing"
 )
 
+// ownerOutcome is one reader path's outcome in the driver's owner mode.
+type ownerOutcome struct {
+	OK      bool   `json:"ok"`
+	Message string `json:"message"`
+	D       struct {
+		Host string `json:"host"`
+	} `json:"d"`
+}
+
+// runOwner runs the driver's owner mode on idx (PL without a key through
+// decideFromIndexFile, decideFromIndexFileAsync and an IndexReader) with
+// opts.owner = owner, or none given for nil.
+func runOwner(t *testing.T, idx string, owner *string) []ownerOutcome {
+	t.Helper()
+	args := []string{"owner", idx}
+	if owner != nil {
+		args = append(args, *owner)
+	}
+	var out []ownerOutcome
+	if err := json.Unmarshal(runNode(t, nil, args...), &out); err != nil || len(out) != 3 {
+		t.Fatalf("driver %v: %v %v", args, out, err)
+	}
+	return out
+}
+
 // TestOwnerRefusesAFileTheAgentDidNotWrite: with opts.owner (the agent's
-// uid), both Node index paths refuse an index owned by another uid or
-// writable by group or others, naming the file and what is wrong, and
-// decide from the agent's own file; an owner given by name (not a uid) is
-// refused saying so.
+// user, by uid or by name), the three Node index paths refuse an index
+// owned by another uid or writable by group or others, naming the file,
+// what is wrong and what to pass, and decide from the agent's own file; a
+// name that is no user is refused saying what to pass, before the file
+// is opened. An empty owner (the opt-out) reads a file of any owner.
 func TestOwnerRefusesAFileTheAgentDidNotWrite(t *testing.T) {
 	node(t)
 	now := time.Now()
 	idx := indexFile(t, fleettest.Scenarios(t, now)[0].Table, now, now)
-	me, other := os.Getuid(), os.Getuid()+1
-	type outcome struct {
-		OK      bool   `json:"ok"`
-		Message string `json:"message"`
+	me, other := strconv.Itoa(os.Getuid()), strconv.Itoa(os.Getuid()+1)
+	owners := []string{me, ""}
+	if u, err := user.Current(); err == nil {
+		owners = append(owners, u.Username) // looked up in /etc/passwd
 	}
-	run := func(uid int) []outcome {
-		t.Helper()
-		var out []outcome
-		if err := json.Unmarshal(runNode(t, nil, "owner", idx, strconv.Itoa(uid)), &out); err != nil || len(out) != 2 {
-			t.Fatalf("driver owner: %v %v", out, err)
-		}
-		return out
-	}
-	for i, o := range run(me) {
-		if !o.OK {
-			t.Errorf("path %d: the agent's own file refused: %s", i, o.Message)
+	for _, owner := range owners {
+		for i, o := range runOwner(t, idx, &owner) {
+			if !o.OK {
+				t.Errorf("owner %q, path %d: the agent's own file refused: %s", owner, i, o.Message)
+			}
 		}
 	}
-	for i, o := range run(other) {
-		if o.OK || !strings.Contains(o.Message, idx) || !strings.Contains(o.Message, "is owned by uid "+strconv.Itoa(me)+", not the agent's uid "+strconv.Itoa(other)) {
-			t.Errorf("path %d: a file of another uid: %+v, want refused naming the file and owner", i, o)
+	for i, o := range runOwner(t, idx, &other) {
+		if o.OK || !strings.Contains(o.Message, idx) || !strings.Contains(o.Message, "is owned by uid "+me+", not the agent's uid "+other+": refusing") ||
+			!strings.Contains(o.Message, "{ owner: 'USER' }") || !strings.Contains(o.Message, "{ owner: '' } to read an index of any owner (unsafe") {
+			t.Errorf("path %d: a file of another uid: %+v, want refused naming the file, its owner and what to pass", i, o)
 		}
 	}
-	var named []outcome
-	if err := json.Unmarshal(runNode(t, nil, "owner", idx, "regiond"), &named); err != nil || len(named) != 2 {
-		t.Fatalf("driver owner by name: %v %v", named, err)
+	nobody := "nobody" // uid 65534 on Debian
+	if u, err := user.Lookup(nobody); err == nil && u.Uid != me {
+		for i, o := range runOwner(t, idx, &nobody) {
+			if want := "is owned by uid " + me + ", not the agent's uid " + u.Uid + " (owner 'nobody')"; o.OK || !strings.Contains(o.Message, want) {
+				t.Errorf("path %d: a file not of the owner named: %+v, want %q", i, o, want)
+			}
+		}
 	}
-	for i, o := range named {
-		if o.OK || !strings.Contains(o.Message, `owner must be the agent's uid`) || !strings.Contains(o.Message, `"regiond"`) {
-			t.Errorf("path %d: an owner given by name: %+v, want refused saying a uid is needed", i, o)
+	missing := filepath.Join(t.TempDir(), "table.idx")
+	for _, idx := range []string{idx, missing} {
+		unknown := "no-such-user-regiond-test"
+		for i, o := range runOwner(t, idx, &unknown) {
+			if o.OK || !strings.HasPrefix(o.Message, "regiond: owner 'no-such-user-regiond-test': no such user in /etc/passwd; name the user the agent runs as") {
+				t.Errorf("%s, path %d: an unknown owner name: %+v, want a TableError naming the owner, whether or not the file exists", idx, i, o)
+			}
 		}
 	}
 	if err := os.Chmod(idx, 0o646); err != nil {
 		t.Fatal(err)
 	}
-	for i, o := range run(me) {
+	for i, o := range runOwner(t, idx, &me) {
 		if o.OK || !strings.Contains(o.Message, "writable by group or others (mode 0646)") {
 			t.Errorf("path %d: a file writable by others: %+v, want refused naming the mode", i, o)
+		}
+	}
+	none := ""
+	for i, o := range runOwner(t, idx, &none) {
+		if !o.OK {
+			t.Errorf("path %d: a file writable by others, owner '': %s, want it read (no check)", i, o.Message)
+		}
+	}
+}
+
+// defaultOwnerRefusal is what the readers say, given no owner (the
+// default, regiond), of an index owned by uid fileUID: no such user on a
+// host without one (this test machine), else not the agent's uid.
+func defaultOwnerRefusal(t *testing.T, fileUID int) string {
+	t.Helper()
+	u, err := user.Lookup("regiond")
+	if err != nil {
+		return "regiond: owner 'regiond' (the default: the package's agent user): no such user in /etc/passwd; name the user the agent runs as, { owner: 'USER' }"
+	}
+	if u.Uid == strconv.Itoa(fileUID) {
+		t.Skip("the index is owned by user regiond: the default owner would read it")
+	}
+	return "is owned by uid " + strconv.Itoa(fileUID) + ", not the agent's uid " + u.Uid + " (owner 'regiond'): refusing a table the agent may not have written; name the user the agent runs as"
+}
+
+// TestForgedTableRefusedByDefault: a local user (uid 4242) who made the
+// snapshot's directory before the agent (in /dev/shm, which anyone may
+// write) and put an index there sending German viewers to a US edge: the
+// three Node paths without an owner (the default: the package's user,
+// regiond) refuse it, saying what to pass, and so do they naming the
+// agent's user (here root, by uid and by name); the agent's own index, of
+// the user named, is read. Only an empty owner (the opt-out) reads the
+// forged index. Run as root (to chown).
+func TestForgedTableRefusedByDefault(t *testing.T) {
+	node(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the forged index is chowned to another uid")
+	}
+	now := time.Now()
+	const yaml = "pools:\n" +
+		"  eu-central: {host: edge-fra-1.example.net:443, residency: eu, status: active}\n" +
+		"  us-east: {host: edge-iad-1.example.net:443, residency: us, status: active}\n" +
+		"routes:\n" +
+		"  DE: {targets: [{pool: eu-central, weight: 100}]}\n" +
+		"  PL: {targets: [{pool: eu-central, weight: 100}]}\n" +
+		"  _default: {targets: [{pool: us-east, weight: 100}]}\n"
+	table := func(y string) *routing.Table {
+		t.Helper()
+		cfg, err := routing.ParseConfig([]byte(y))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tab, err := routing.CompileConfig(cfg, nil, routing.CompileOptions{Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tab
+	}
+	shm := "/dev/shm"
+	if fi, err := os.Stat(shm); err != nil || !fi.IsDir() {
+		shm = ""
+	}
+	base, err := os.MkdirTemp(shm, "regiond-js-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	dir := filepath.Join(base, "regiond") // as the agent would have made it: /dev/shm/regiond
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	idx := filepath.Join(dir, "table.idx")
+	write := func(tab *routing.Table) {
+		t.Helper()
+		b, err := snapindex.Encode(nil, tab, routing.JSONHeader{WrittenAt: now, SyncedAt: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(idx, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	str := func(s string) *string { return &s }
+
+	// The agent's index, owned by the user named (root): read.
+	write(table(yaml))
+	for _, owner := range []string{"0", "root"} {
+		for i, o := range runOwner(t, idx, &owner) {
+			if !o.OK || o.D.Host != "edge-fra-1.example.net:443" {
+				t.Errorf("owner %s, path %d: the agent's own index: %+v, want the EU edge", owner, i, o)
+			}
+		}
+	}
+	for i, o := range runOwner(t, idx, nil) {
+		if want := defaultOwnerRefusal(t, 0); o.OK || !strings.Contains(o.Message, want) {
+			t.Errorf("path %d: the test's index (uid 0), no owner given: %+v, want refused: %q", i, o, want)
+		}
+	}
+
+	// Mallory's: her directory and index.
+	const mallory = 4242
+	write(table(strings.Replace(yaml, "edge-fra-1.example.net", "edge-iad-9.example.net", 1)))
+	for _, f := range []string{dir, idx} {
+		if err := os.Chown(f, mallory, mallory); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, o := range runOwner(t, idx, nil) {
+		if want := defaultOwnerRefusal(t, mallory); o.OK || !strings.Contains(o.Message, want) {
+			t.Errorf("path %d: a forged index of uid %d, no owner given: %+v, want refused: %q", i, mallory, o, want)
+		}
+	}
+	for _, owner := range []string{"0", "root"} {
+		want := fmt.Sprintf("regiond: snapshot index %s is owned by uid %d, not the agent's uid 0", idx, mallory)
+		if owner == "root" {
+			want += " (owner 'root')"
+		}
+		want += ": refusing a table the agent may not have written; name the user the agent runs as"
+		for i, o := range runOwner(t, idx, &owner) {
+			if o.OK || !strings.HasPrefix(o.Message, want) {
+				t.Errorf("owner %s, path %d: a forged index: %+v, want %q", owner, i, o, want)
+			}
+		}
+	}
+	for i, o := range runOwner(t, idx, str("")) {
+		if !o.OK || o.D.Host != "edge-iad-9.example.net:443" {
+			t.Errorf("path %d: the forged index with owner '' (no check): %+v, want its US edge (what the opt-out reads)", i, o)
 		}
 	}
 }
@@ -73,31 +230,24 @@ func TestOwnerRefusesAFileTheAgentDidNotWrite(t *testing.T) {
 // TestFIFOBlocksNoReader: a FIFO in the index's place (another user's, in
 // a directory they made first) is opened without blocking (O_NONBLOCK: it
 // blocked the event loop until a writer came), and refused as no regular
-// file, with the owner given or not.
+// file, with the owner given or the check opted out of.
 func TestFIFOBlocksNoReader(t *testing.T) {
 	node(t)
 	idx := filepath.Join(t.TempDir(), "table.idx")
 	if err := syscall.Mkfifo(idx, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	type outcome struct {
-		OK      bool   `json:"ok"`
-		Message string `json:"message"`
-	}
 	for _, owner := range []string{strconv.Itoa(os.Getuid()), ""} {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		args := []string{filepath.Join("testdata", "driver.mjs"), "owner", idx}
-		if owner != "" {
-			args = append(args, owner)
-		}
+		args := []string{filepath.Join("testdata", "driver.mjs"), "owner", idx, owner}
 		out, err := exec.CommandContext(ctx, node(t), args...).Output()
 		blocked := ctx.Err() != nil
 		cancel()
 		if blocked {
 			t.Fatalf("owner %q: the reader blocked on a FIFO (killed after 20 s)", owner)
 		}
-		var got []outcome
-		if err != nil || json.Unmarshal(out, &got) != nil || len(got) != 2 {
+		var got []ownerOutcome
+		if err != nil || json.Unmarshal(out, &got) != nil || len(got) != 3 {
 			t.Fatalf("owner %q: driver: %v: %s", owner, err, out)
 		}
 		for i, o := range got {
@@ -134,8 +284,8 @@ func TestForgedSlotLengthIsATableError(t *testing.T) {
 	script := `
 import { readIndexFile, decideFromIndexFileAsync } from './node.mjs';
 const out = [];
-try { readIndexFile(process.argv[1], 'PL'); out.push('read'); } catch (e) { out.push(e.name + ': ' + e.message); }
-try { await decideFromIndexFileAsync(process.argv[1], 'PL', ''); out.push('read'); } catch (e) { out.push(e.name + ': ' + e.message); }
+try { readIndexFile(process.argv[1], 'PL', process.getuid()); out.push('read'); } catch (e) { out.push(e.name + ': ' + e.message); }
+try { await decideFromIndexFileAsync(process.argv[1], 'PL', '', { owner: process.getuid() }); out.push('read'); } catch (e) { out.push(e.name + ': ' + e.message); }
 console.log(out.join('\n'));
 `
 	out, err := exec.Command(node(t), "--input-type=module", "-e", script, idx).CombinedOutput()
@@ -254,7 +404,9 @@ for await (const _ of createInterface({ input: process.stdin })) {
 // TestIndexReaderHandsOutCopies: what IndexReader.decide returns (a
 // decision's attrs and degraded, a NoRouteError's reasons) is the
 // caller's to change: the entries it keeps stay as read. An owner given to
-// decide, not to the reader, would be ignored: it throws instead.
+// decide, not to the reader, would be ignored: it throws instead; as does
+// an owner given to decide for a reader made without one (the default,
+// regiond).
 func TestIndexReaderHandsOutCopies(t *testing.T) {
 	node(t)
 	now := time.Now()
@@ -266,7 +418,7 @@ func TestIndexReaderHandsOutCopies(t *testing.T) {
 	}
 	script := `
 import { IndexReader } from './node.mjs';
-const reader = new IndexReader(process.argv[1]);
+const reader = new IndexReader(process.argv[1], { owner: process.getuid() });
 const out = [];
 const noRoute = () => { try { reader.decide('DE', 'viewer-7'); return 'routed'; } catch (e) { return e; } };
 const e1 = noRoute();
@@ -278,7 +430,8 @@ d.attrs.changed = 'by-caller';
 d.degraded.push('changed-by-caller');
 const d2 = reader.decide('US', 'viewer-7');
 out.push('decision kept: ' + (d2.attrs.changed === undefined && !d2.degraded.includes('changed-by-caller')));
-try { reader.decide('US', 'viewer-7', { owner: 0 }); out.push('owner ignored'); } catch (e) { out.push(e.name + ': ' + e.message); }
+try { reader.decide('US', 'viewer-7', { owner: 4242 }); out.push('owner ignored'); } catch (e) { out.push(e.name + ': ' + e.message); }
+try { new IndexReader(process.argv[1]).decide('US', 'viewer-7', { owner: 4242 }); out.push('owner ignored'); } catch (e) { out.push(e.name + ': ' + e.message); }
 console.log(out.join('\n'));
 `
 	out, err := exec.Command(node(t), "--input-type=module", "-e", script, idx).CombinedOutput()
@@ -286,9 +439,10 @@ console.log(out.join('\n'));
 		t.Fatalf("node: %v\n%s", err, out)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) != 4 || !strings.HasPrefix(lines[0], "NoRouteError ") || lines[0] == "NoRouteError 0" ||
+	if len(lines) != 5 || !strings.HasPrefix(lines[0], "NoRouteError ") || lines[0] == "NoRouteError 0" ||
 		lines[1] != "reasons kept: true" || lines[2] != "decision kept: true" ||
-		!strings.HasPrefix(lines[3], "TypeError: regiond: IndexReader.decide: owner 0 differs from the reader's undefined") {
+		!strings.HasPrefix(lines[3], "TypeError: regiond: IndexReader.decide: owner 4242 differs from the reader's "+strconv.Itoa(os.Getuid())) ||
+		!strings.HasPrefix(lines[4], `TypeError: regiond: IndexReader.decide: owner 4242 differs from the reader's "regiond"`) {
 		t.Fatalf("IndexReader copies and owner:\n%s", out)
 	}
 }

@@ -332,8 +332,8 @@ func TestRepeatedCountryHeaderTakesTheFirst(t *testing.T) {
 	server := `
 import { createServer } from 'node:http';
 import { decideFromIndexFile, IndexReader } from './node.mjs';
-const reader = new IndexReader(process.argv[1]);
-const opts = { maxAgeSeconds: 1 << 30 };
+const opts = { maxAgeSeconds: 1 << 30, owner: process.getuid() };
+const reader = new IndexReader(process.argv[1], opts);
 const srv = createServer((req, res) => {
   const h = req.headers['cf-ipcountry'];
   const out = [];

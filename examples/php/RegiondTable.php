@@ -84,6 +84,13 @@ final class RegiondTable
 {
     public const DEFAULT_PATH = '/dev/shm/regiond/table.json';
 
+    /**
+     * The agent's user load() checks the snapshot's owner against when
+     * none is given: the Debian package's (its unit runs the agent as
+     * user regiond).
+     */
+    public const DEFAULT_OWNER = 'regiond';
+
     /** Index format versions this reader knows (docs/snapshot-index.md). */
     public const INDEX_VERSIONS = [1];
     private const INDEX_MAGIC = 'RGIX';
@@ -161,29 +168,35 @@ final class RegiondTable
      * every decision's degraded list carries `stale-table`, even while the
      * agent keeps rewriting the file.
      *
-     * $owner (the agent's user: a uid, or a name such as 'regiond', looked
-     * up once per request: pass the uid where user lookups go to a
-     * directory service) makes the reader refuse a file the agent cannot
-     * have written: one owned by another user, or writable by group or
-     * others. Give it wherever another local user could create the
-     * snapshot's directory first (the default /dev/shm/regiond is in a
-     * world-writable directory): the agent then refuses to start, but a
-     * forged table would stay in place for the front doors. It costs one
-     * fstat per request.
+     * $owner is the agent's user: a uid, or a name, looked up once per
+     * request (pass the uid where user lookups go to a directory service).
+     * The reader refuses a file the agent cannot have written: one owned by
+     * another user, or writable by group or others, or in a directory owned
+     * by neither that user nor root, or writable by group or others. By
+     * default (omitted, or null) it is the package's agent user,
+     * DEFAULT_OWNER ('regiond'); name another where the agent runs as
+     * another user (your own under `regiond dev`). A user that does not
+     * exist is a TableException saying what to pass. '' reads a file of any
+     * owner: unsafe wherever another local user could create the snapshot's
+     * directory first (the agent's default /dev/shm/regiond is in a
+     * world-writable directory; the agent then refuses to start, but a
+     * forged table would stay in place for the front doors). The check
+     * costs one fstat and one stat per request.
      *
      * @throws TableException
      */
     public static function load(
         string $path = self::DEFAULT_PATH,
         float $maxAgeSeconds = self::DEFAULT_MAX_AGE,
-        int|string|null $owner = null,
+        int|string|null $owner = self::DEFAULT_OWNER,
     ): self {
         // NaN compares false (staleness off), INF never turns stale, 0
         // or less always is: none is a max age, as the JS reader holds.
         if (is_nan($maxAgeSeconds) || is_infinite($maxAgeSeconds) || $maxAgeSeconds <= 0) {
             throw new \ValueError("regiond: max age {$maxAgeSeconds}: want a positive number of seconds (e.g. 180)");
         }
-        $uid = $owner === null ? null : self::ownerUid($owner);
+        $owner ??= self::DEFAULT_OWNER;
+        $uid = $owner === '' ? null : self::ownerUid($owner);
         $idx = str_ends_with($path, '.idx') ? $path : self::indexPath($path);
         if ($uid !== null) {
             // The directory the file is in, a symlink's target's (a link to
@@ -195,17 +208,16 @@ final class RegiondTable
             // directory check below then throws, naming the directory and
             // the restriction.
             $real = @realpath($idx);
-            self::checkDir(dirname($real !== false ? $real : $idx), $uid);
+            self::checkDir(dirname($real !== false ? $real : $idx), $uid, $owner);
         }
         $fh = @fopen($idx, 'rb');
         $idxWhy = $fh === false ? self::lastError() : '';
         if ($fh !== false) {
             if ($uid !== null) {
                 $st = fstat($fh);
-                if ($st === false || ($why = self::untrusted($st, $uid)) !== null) {
+                if ($st === false || ($why = self::untrusted($st, $uid, $owner)) !== null) {
                     fclose($fh);
-                    throw new TableException("regiond: snapshot index {$idx} " . ($why ?? 'cannot be checked (fstat failed)')
-                        . ': refusing a table the agent may not have written');
+                    throw new TableException("regiond: snapshot index {$idx} " . ($why ?? 'cannot be checked (fstat failed): refusing a table the agent may not have written'));
                 }
             }
             return self::openIndex($path, $idx, $fh, $maxAgeSeconds);
@@ -214,7 +226,7 @@ final class RegiondTable
         if ($idx === $path || file_exists($idx)) {
             throw new TableException("regiond: cannot open snapshot index {$idx}: {$idxWhy}");
         }
-        return self::loadJSON($path, $maxAgeSeconds, $uid, $idxWhy === '' ? '' : " (nor the index {$idx}: {$idxWhy})");
+        return self::loadJSON($path, $maxAgeSeconds, $uid, $owner, $idxWhy === '' ? '' : " (nor the index {$idx}: {$idxWhy})");
     }
 
     /** The message of PHP's last error (a failed fopen's: "No such file or directory", an open_basedir refusal), or "unknown error". */
@@ -245,43 +257,63 @@ final class RegiondTable
     private static function ownerUid(int|string $owner): int
     {
         if (is_int($owner)) {
+            if ($owner < 0) {
+                throw new TableException("regiond: owner {$owner}: a uid is not negative; " . self::ownerHint());
+            }
             return $owner;
         }
-        if ($owner !== '' && strspn($owner, '0123456789') === strlen($owner)) { // not ctype_digit: ctype may be missing
+        if (strspn($owner, '0123456789') === strlen($owner)) { // not ctype_digit: ctype may be missing; '' is no owner, not here
             return (int) $owner;
         }
         if (isset(self::$uids[$owner])) {
             return self::$uids[$owner];
         }
+        $which = $owner === self::DEFAULT_OWNER ? "owner '{$owner}' (the default: the package's agent user)" : "owner '{$owner}'";
         if (!function_exists('posix_getpwnam')) {
-            throw new TableException("regiond: owner '{$owner}' given by name needs PHP's posix extension; pass its uid (id -u {$owner})");
+            throw new TableException("regiond: {$which} given by name needs PHP's posix extension; pass its uid (owner: `id -u {$owner}`), " . self::ownerHint());
         }
         $pw = posix_getpwnam($owner);
         if ($pw === false) {
-            throw new TableException("regiond: owner '{$owner}': no such user");
+            throw new TableException("regiond: {$which}: no such user on this host; " . self::ownerHint());
         }
         return self::$uids[$owner] = $pw['uid'];
     }
 
+    /** What to pass instead of an owner that is not the agent's user. */
+    private static function ownerHint(): string
+    {
+        return "name the user the agent runs as, load(\$path, owner: 'USER') (or its uid; under `regiond dev` your own user), "
+            . "or owner: '' to read a snapshot of any owner (unsafe where other local users could make the snapshot's directory first, as in /dev/shm)";
+    }
+
     /**
      * Why a snapshot file with stat $st is not to be trusted as the agent's
-     * (owner $uid), or null: it must be owned by $uid and writable by no
-     * one else (group or others).
+     * (owner $owner, uid $uid), or null: it must be a regular file owned by
+     * $uid and writable by no one else (group or others). The reason ends
+     * the message: it says the file is refused (and, for another owner,
+     * what to pass).
      *
      * @param array<int|string, int> $st
      */
-    private static function untrusted(array $st, int $uid): ?string
+    private static function untrusted(array $st, int $uid, int|string $owner): ?string
     {
+        $refusing = ': refusing a table the agent may not have written';
         if (($st['mode'] & 0o170000) !== 0o100000) {
-            return sprintf('is not a regular file (mode %06o)', $st['mode']);
+            return sprintf('is not a regular file (mode %06o)', $st['mode']) . $refusing;
         }
         if ($st['uid'] !== $uid) {
-            return "is owned by uid {$st['uid']}, not the agent's uid {$uid}";
+            return "is owned by uid {$st['uid']}, not the agent's uid {$uid}" . self::ownerName($owner, $uid) . $refusing . '; ' . self::ownerHint();
         }
         if (($st['mode'] & 0o022) !== 0) {
-            return sprintf('is writable by group or others (mode %04o)', $st['mode'] & 0o7777);
+            return sprintf('is writable by group or others (mode %04o)', $st['mode'] & 0o7777) . $refusing;
         }
         return null;
+    }
+
+    /** " (owner 'regiond')" for an owner given by name, '' for a uid. */
+    private static function ownerName(int|string $owner, int $uid): string
+    {
+        return is_string($owner) && $owner !== (string) $uid ? " (owner '{$owner}')" : '';
     }
 
     /**
@@ -294,7 +326,7 @@ final class RegiondTable
      *
      * @throws TableException
      */
-    private static function checkDir(string $dir, int $uid): void
+    private static function checkDir(string $dir, int $uid, int|string $owner): void
     {
         clearstatcache(true, $dir);
         $st = @stat($dir);
@@ -302,7 +334,8 @@ final class RegiondTable
             throw new TableException("regiond: cannot stat snapshot directory {$dir}: " . self::lastError());
         }
         if ($st['uid'] !== $uid && $st['uid'] !== 0) {
-            throw new TableException("regiond: snapshot directory {$dir} is owned by uid {$st['uid']}, not the agent's uid {$uid} nor root: refusing a table the agent may not have written");
+            throw new TableException("regiond: snapshot directory {$dir} is owned by uid {$st['uid']}, not the agent's uid {$uid}"
+                . self::ownerName($owner, $uid) . ' nor root: refusing a table the agent may not have written; ' . self::ownerHint());
         }
         if (($st['mode'] & 0o022) !== 0) {
             throw new TableException(sprintf(
@@ -393,7 +426,7 @@ final class RegiondTable
      *
      * @throws TableException
      */
-    private static function loadJSON(string $path, float $maxAgeSeconds, ?int $uid = null, string $also = ''): self
+    private static function loadJSON(string $path, float $maxAgeSeconds, ?int $uid, int|string $owner, string $also = ''): self
     {
         // One descriptor for all of it: the owner check, the cache's
         // signature and the bytes read are of the same file, so a path
@@ -408,8 +441,8 @@ final class RegiondTable
             if ($st === false) {
                 throw new TableException("regiond: cannot stat snapshot {$path}");
             }
-            if ($uid !== null && ($why = self::untrusted($st, $uid)) !== null) {
-                throw new TableException("regiond: snapshot {$path} {$why}: refusing a table the agent may not have written");
+            if ($uid !== null && ($why = self::untrusted($st, $uid, $owner)) !== null) {
+                throw new TableException("regiond: snapshot {$path} {$why}");
             }
             $c = self::$cache[$path] ?? null;
             if ($c === null || $c['sig'] !== self::signature($st) || $c['racy']) {

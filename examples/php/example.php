@@ -31,9 +31,15 @@ $country = $_SERVER['HTTP_CF_IPCOUNTRY'] ?? '';
 $viewer = is_string($_COOKIE['viewer'] ?? null) ? $_COOKIE['viewer'] : null;
 // fastcgi_param REGIOND_SNAPSHOT (nginx), or the environment (CLI).
 $snapshot = $_SERVER['REGIOND_SNAPSHOT'] ?? (getenv('REGIOND_SNAPSHOT') ?: RegiondTable::DEFAULT_PATH);
-// fastcgi_param REGIOND_OWNER: the agent's user; a snapshot file of anyone
-// else's (a local user who made the directory first) is refused.
-$owner = $_SERVER['REGIOND_OWNER'] ?? (getenv('REGIOND_OWNER') ?: null);
+// fastcgi_param REGIOND_OWNER: the agent's user (a name or a uid), by
+// default the package's, regiond: a snapshot of anyone else's (a local user
+// who made the directory first) is refused. Name your own user for an agent
+// you run yourself (regiond dev). An empty value reads a snapshot of any
+// owner: unsafe where other local users could make the directory first.
+$owner = $_SERVER['REGIOND_OWNER'] ?? getenv('REGIOND_OWNER');
+if (!is_string($owner)) {
+    $owner = RegiondTable::DEFAULT_OWNER;
+}
 
 try {
     $d = RegiondTable::load($snapshot, owner: $owner)->resolve($country, $viewer);

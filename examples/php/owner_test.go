@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/regiond/regiond/internal/snapindex"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -21,8 +22,8 @@ import (
 // (load()'s owner, by uid or by name), the reader refuses a snapshot owned
 // by another user and one writable by group or others, through the index
 // and through the full JSON, with an error naming the file and what is
-// wrong; the agent's own file loads. Without an owner every file loads, as
-// before.
+// wrong; the agent's own file loads. With an empty owner (the opt-out) every file
+// loads, as every file did before the owner was checked by default.
 func TestReaderRefusesAFileTheAgentDidNotWrite(t *testing.T) {
 	php(t)
 	t.Parallel()
@@ -40,37 +41,40 @@ func TestReaderRefusesAFileTheAgentDidNotWrite(t *testing.T) {
 		if withIndex {
 			file = filepath.Join(filepath.Dir(path), "table.idx")
 		}
-		meta := func(owner ...string) phpTimes {
+		meta := func(owner string) phpTimes {
 			t.Helper()
 			var m phpTimes
-			args := append([]string{"meta", path, "180"}, owner...)
-			if err := json.Unmarshal(runPHP(t, nil, args...), &m); err != nil {
+			if err := json.Unmarshal(runPHP(t, nil, "meta", path, "180", owner), &m); err != nil {
 				t.Fatal(err)
 			}
 			return m
 		}
 		what := map[bool]string{true: "index", false: "JSON"}[withIndex]
-		owners := [][]string{nil, {me}}
+		owners := []string{me, ""}
 		if name != "" {
-			owners = append(owners, []string{name})
+			owners = append(owners, name)
 		}
 		for _, owner := range owners {
-			if m := meta(owner...); m.Error != "" {
-				t.Errorf("%s: owner %v (the file's, or none): %s, want it loaded", what, owner, m.Error)
+			if m := meta(owner); m.Error != "" {
+				t.Errorf("%s: owner %q (the file's, or '' for any): %s, want it loaded", what, owner, m.Error)
 			}
 		}
 		// Another owner: root's directory (t.TempDir as root) passes the
 		// directory's check and the file is refused; another user's
-		// directory is refused first.
+		// directory is refused first. Either way the error says what to
+		// pass.
 		if os.Getuid() == 0 {
-			if m := meta(other); !strings.Contains(m.Error, file) || !strings.Contains(m.Error, "is owned by uid "+me+", not the agent's uid "+other) {
+			if m := meta(other); !strings.Contains(m.Error, file) || !strings.Contains(m.Error, "is owned by uid "+me+", not the agent's uid "+other+": refusing") {
 				t.Errorf("%s: owner %s (not the file's): error %q, want the file named and its owner", what, other, m.Error)
 			}
 		} else if m := meta(other); !strings.Contains(m.Error, "snapshot directory "+filepath.Dir(file)+" is owned by uid "+me+", not the agent's uid "+other+" nor root") {
 			t.Errorf("%s: owner %s (not the directory's): error %q, want the directory named and its owner", what, other, m.Error)
 		}
-		if m := meta("no-such-user-regiond-test"); !strings.Contains(m.Error, "no such user") {
-			t.Errorf("%s: an unknown owner name: error %q, want no such user", what, m.Error)
+		if m := meta(other); !strings.Contains(m.Error, "load($path, owner: 'USER')") || !strings.Contains(m.Error, "owner: '' to read a snapshot of any owner (unsafe") {
+			t.Errorf("%s: owner %s (not the file's): error %q, want it to say what to pass", what, other, m.Error)
+		}
+		if m := meta("no-such-user-regiond-test"); !strings.Contains(m.Error, "owner 'no-such-user-regiond-test': no such user on this host; name the user the agent runs as") {
+			t.Errorf("%s: an unknown owner name: error %q, want no such user and what to pass", what, m.Error)
 		}
 		if err := os.Chmod(file, 0o664); err != nil {
 			t.Fatal(err)
@@ -78,8 +82,136 @@ func TestReaderRefusesAFileTheAgentDidNotWrite(t *testing.T) {
 		if m := meta(me); !strings.Contains(m.Error, file) || !strings.Contains(m.Error, "writable by group or others (mode 0664)") {
 			t.Errorf("%s: a group-writable file: error %q, want it refused naming the mode", what, m.Error)
 		}
-		if m := meta(); m.Error != "" {
-			t.Errorf("%s: without an owner a group-writable file is refused: %s (want it loaded, as before)", what, m.Error)
+		if m := meta(""); m.Error != "" {
+			t.Errorf("%s: with owner '' a group-writable file is refused: %s (want it loaded: no check)", what, m.Error)
+		}
+	}
+}
+
+// defaultOwnerRefusal is what load() without an owner (the default,
+// regiond) says of a table in dir owned by uid fileUID: no such user on a
+// host without one (this test machine), else not the agent's uid.
+func defaultOwnerRefusal(t *testing.T, dir string, fileUID int) string {
+	t.Helper()
+	u, err := user.Lookup("regiond")
+	if err != nil {
+		return "regiond: owner 'regiond' (the default: the package's agent user): no such user on this host; name the user the agent runs as, load($path, owner: 'USER')"
+	}
+	if u.Uid == strconv.Itoa(fileUID) {
+		t.Skip("the test's files are owned by user regiond: the default owner would read them")
+	}
+	if fileUID == 0 {
+		return ", not the agent's uid " + u.Uid + " (owner 'regiond'): refusing a table the agent may not have written"
+	}
+	return "snapshot directory " + dir + " is owned by uid " + strconv.Itoa(fileUID) + ", not the agent's uid " + u.Uid + " (owner 'regiond') nor root"
+}
+
+// TestReaderRefusesAForgedTableByDefault: a local user (uid 4242) who made
+// the snapshot's directory before the agent (in /dev/shm, which anyone may
+// write) and put a table there sending German viewers to a US edge: load()
+// without an owner (the default: the package's user, regiond) refuses it,
+// saying what to pass, through the index and through the JSON, and so does
+// load() naming the agent's user (here root); the agent's own table (a
+// directory and files of the user named) loads. Only an empty owner (the
+// opt-out) reads the forged table. Run as root (to chown).
+func TestReaderRefusesAForgedTableByDefault(t *testing.T) {
+	bin := php(t)
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the forged table is chowned to another uid")
+	}
+	now := time.Now()
+	// The forged fleet: the EU pool's host is in the US.
+	const yaml = "pools:\n" +
+		"  eu-central: {host: edge-fra-1.example.net:443, residency: eu, status: active}\n" +
+		"  us-east: {host: edge-iad-1.example.net:443, residency: us, status: active}\n" +
+		"routes:\n" +
+		"  DE: {targets: [{pool: eu-central, weight: 100}]}\n" +
+		"  _default: {targets: [{pool: us-east, weight: 100}]}\n"
+	agentCfg, err := routing.ParseConfig([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	forgedCfg, err := routing.ParseConfig([]byte(strings.Replace(yaml, "edge-fra-1.example.net", "edge-iad-9.example.net", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const mallory = 4242
+	// host loads path with owner ("-": none given) and resolves a German
+	// viewer: the host, or the error.
+	host := func(path, owner string) string {
+		t.Helper()
+		script := `require 'RegiondTable.php';
+try {
+    $t = $argv[2] === '-' ? \Regiond\RegiondTable::load($argv[1]) : \Regiond\RegiondTable::load($argv[1], owner: $argv[2]);
+    echo $t->resolve('DE', 'viewer-1')['host'];
+} catch (\Regiond\TableException $e) { echo 'error: ', $e->getMessage(); }`
+		out, err := exec.Command(bin, "-r", script, "--", path, owner).CombinedOutput()
+		if err != nil {
+			t.Fatalf("php: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	for _, withIndex := range []bool{true, false} {
+		what := map[bool]string{true: "index", false: "JSON"}[withIndex]
+		// The directory as the agent would have made it: /dev/shm/regiond.
+		dir := filepath.Join(shmTempDir(t), "regiond")
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, "table.json")
+		write := func(cfg *routing.Config) {
+			t.Helper()
+			tab := compile(t, cfg, routing.CompileOptions{Now: now})
+			h := routing.JSONHeader{WrittenAt: now, SyncedAt: now}
+			js, err := tab.JSONWith(nil, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, js, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if withIndex {
+				idx, err := snapindex.Encode(nil, tab, h)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(dir, "table.idx"), idx, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		// The agent's table, owned by the user named: it loads.
+		write(agentCfg)
+		if got := host(path, "0"); got != "edge-fra-1.example.net:443" {
+			t.Fatalf("%s: the agent's own table (owner 0): %q, want the EU edge", what, got)
+		}
+		if got := host(path, "-"); !strings.Contains(got, defaultOwnerRefusal(t, dir, 0)) {
+			t.Errorf("%s: the test's table, owned by uid 0, without an owner: %q, want refused: %q", what, got, defaultOwnerRefusal(t, dir, 0))
+		}
+
+		// Mallory's: her directory and files.
+		write(forgedCfg)
+		for _, f := range []string{dir, path, filepath.Join(dir, "table.idx")} {
+			if err := os.Chown(f, mallory, mallory); err != nil && !(os.IsNotExist(err) && !withIndex) {
+				t.Fatal(err)
+			}
+		}
+		if got := host(path, "-"); !strings.HasPrefix(got, "error: ") || !strings.Contains(got, defaultOwnerRefusal(t, dir, mallory)) {
+			t.Errorf("%s: a forged table in a directory of uid %d, without an owner: %q, want refused: %q", what, mallory, got, defaultOwnerRefusal(t, dir, mallory))
+		}
+		for _, owner := range []string{"0", "root"} {
+			want := fmt.Sprintf("error: regiond: snapshot directory %s is owned by uid %d, not the agent's uid 0", dir, mallory)
+			if owner == "root" {
+				want += " (owner 'root')"
+			}
+			want += " nor root: refusing a table the agent may not have written; name the user the agent runs as"
+			if got := host(path, owner); !strings.HasPrefix(got, want) {
+				t.Errorf("%s: a forged table, owner %s: %q, want %q", what, owner, got, want)
+			}
+		}
+		if got := host(path, ""); got != "edge-iad-9.example.net:443" {
+			t.Errorf("%s: the forged table with owner '' (no check): %q, want its US edge (what the opt-out reads)", what, got)
 		}
 	}
 }

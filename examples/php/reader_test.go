@@ -701,23 +701,39 @@ func TestReaderCache(t *testing.T) {
 }
 
 // TestExampleFrontDoor runs example.php as the CLI would see a request
-// with CF-IPCountry, against a routable and a NoRoute table.
+// with CF-IPCountry, against a routable and a NoRoute table, with
+// REGIOND_OWNER the test's uid (the tables are its own). Without
+// REGIOND_OWNER it checks the owner against the package's user,
+// regiond, and refuses the test's table; an empty REGIOND_OWNER (the
+// opt-out) reads it.
 func TestExampleFrontDoor(t *testing.T) {
 	bin := php(t)
 	t.Parallel()
 	now := time.Now()
 	tmp := t.TempDir() // the failure log's state file (no APCu in the CLI)
-	run := func(path, country string) string {
+	me := "REGIOND_OWNER=" + strconv.Itoa(os.Geteuid())
+	runAs := func(path, country string, env ...string) string {
 		t.Helper()
 		cmd := exec.Command(bin, "-d", "sys_temp_dir="+tmp, "example.php")
 		cmd.Env = append(os.Environ(), "REGIOND_SNAPSHOT="+path, "HTTP_CF_IPCOUNTRY="+country, "REQUEST_URI=/watch/42")
+		// Without REGIOND_OWNER in env: none, whatever the test's environment holds.
+		cmd.Env = slices.DeleteFunc(cmd.Env, func(e string) bool { return strings.HasPrefix(e, "REGIOND_OWNER=") })
+		cmd.Env = append(cmd.Env, env...)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("php example.php (country %q): %v\n%s", country, err, out)
 		}
 		return string(out)
 	}
+	run := func(path, country string) string { t.Helper(); return runAs(path, country, me) }
 	ok := writeTable(t, compile(t, fleet(t), routing.CompileOptions{Now: now}), now)
+	if out := runAs(ok, "PL"); !strings.Contains(out, defaultOwnerRefusal(t, filepath.Dir(ok), os.Geteuid())) ||
+		!strings.Contains(out, "routing unavailable: the regiond table cannot be read\n") || strings.Contains(out, "https://edge-") {
+		t.Errorf("example.php without REGIOND_OWNER, on a table of uid %d: %q, want the 503 and the log line: %q", os.Geteuid(), out, defaultOwnerRefusal(t, filepath.Dir(ok), os.Geteuid()))
+	}
+	if out := runAs(ok, "PL", "REGIOND_OWNER="); !strings.Contains(out, "https://edge-") {
+		t.Errorf("example.php with an empty REGIOND_OWNER (no check): %q, want a redirect to an edge", out)
+	}
 	if out := run(ok, " pl "); !strings.Contains(out, "https://edge-") || !strings.Contains(out, "/watch/42") {
 		t.Errorf("example.php for PL: %q, want a redirect to an edge", out)
 	}
@@ -739,7 +755,7 @@ func TestExampleFrontDoor(t *testing.T) {
 			t.Fatal(err)
 		}
 		cmd := exec.Command(bin, "-d", "sys_temp_dir="+tmp, "-d", "auto_prepend_file="+prep, "example.php")
-		cmd.Env = append(os.Environ(), "REGIOND_SNAPSHOT="+ok, "HTTP_CF_IPCOUNTRY=PL", "REQUEST_URI=/watch/42")
+		cmd.Env = append(os.Environ(), "REGIOND_SNAPSHOT="+ok, "HTTP_CF_IPCOUNTRY=PL", "REQUEST_URI=/watch/42", me)
 		out, err := cmd.CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "https://edge-") {
 			t.Errorf("example.php with the viewer cookie %s: %v\n%s", cookie, err, out)

@@ -100,7 +100,7 @@ func TestReaderRefusesAMaxAgeThatIsNone(t *testing.T) {
 	path := writeTable(t, compile(t, fleet(t), routing.CompileOptions{Now: now}), now)
 	script := `require 'RegiondTable.php';
 foreach ([NAN, INF, 0.0, -5.0, 900.0] as $m) {
-    try { \Regiond\RegiondTable::load($argv[1], $m); echo "loaded {$m}\n"; }
+    try { \Regiond\RegiondTable::load($argv[1], $m, posix_geteuid()); echo "loaded {$m}\n"; }
     catch (\ValueError $e) { echo $e->getMessage(), "\n"; }
 }`
 	out, err := exec.Command(php(t), "-r", script, path).CombinedOutput()

@@ -3,7 +3,9 @@
 //
 //   node driver.mjs xxh               stdin: JSON [{"hex": data, "seed": "decimal"}]; stdout: JSON [hex hash]
 //   node driver.mjs score             stdin: JSON [{"key": hex, "pool": s, "weight": n}]; stdout: JSON [score]
-//   node driver.mjs owner FILE UID    stdout: JSON [O sync, O async] of PL without a key, opts.owner = UID
+//   node driver.mjs owner FILE [OWNER] stdout: JSON [O sync, O async, O IndexReader] of PL without a key,
+//                                     opts.owner = OWNER (a uid when all digits, else a name; "" reads any
+//                                     owner's), absent: none given (the readers' default, 'regiond')
 //   node driver.mjs cookie            stdin: JSON [hex of a cookie value's bytes]; stdout: JSON [[hex of the worker's key
 //                                     bytes given the value as Latin-1, and given it UTF-8 decoded as workerd does]]
 //   node driver.mjs sweep kv|idx|idx-async|idx-cached FILE MAXAGE
@@ -15,6 +17,7 @@
 //       decideFromIndexFile, decideFromIndexFileAsync, one IndexReader's decide: a KV get or an
 //       index read each, or the reader's stat and, once per slot, its read); the other
 //       keys through decideEntry on the header and entry that mode read once for the header.
+//       The index modes name this process's uid as opts.owner (the test's files are its own).
 //       O is {"ok": true, "d": decision}, {"ok": false, "error": "NoRouteError", "noroute":
 //       {country, reasons, revision, epoch}, "body": toJSON(), "message"} or {"ok": false, "error",
 //       "message"}. kv reads FILE as `regionctl export kv --format cloudflare` output into an
@@ -159,10 +162,11 @@ class Outcomes {
 }
 
 async function sweep(mode, file, maxAge) {
-  const opts = { maxAgeSeconds: Number(maxAge) };
+  const owner = process.getuid();
+  const opts = { maxAgeSeconds: Number(maxAge), owner };
   const { headers, keys, full } = input();
   const kv = mode === 'kv' ? memoryKV(JSON.parse(readFileSync(file, 'utf8'))) : null;
-  const reader = mode === 'idx-cached' ? new IndexReader(file) : null;
+  const reader = mode === 'idx-cached' ? new IndexReader(file, { owner }) : null;
   const whole = async (h, key) => {
     switch (mode) {
       case 'kv': return outcomeAsync(() => decideFromKV(kv, h, key, opts));
@@ -175,7 +179,7 @@ async function sweep(mode, file, maxAge) {
   const entryOf = (h) => {
     switch (mode) {
       case 'kv': return kvEntry(kv, h);
-      case 'idx': return readIndexFile(file, h);
+      case 'idx': return readIndexFile(file, h, owner);
       case 'idx-async': return readIndexFileAsync(file, h);
       case 'idx-cached': return reader.read(h);
     }
@@ -212,12 +216,13 @@ switch (mode) {
   case 'sweep':
     await sweep(...args);
     break;
-  case 'owner': { // FILE UID: PL without a key through both index paths, with opts.owner = UID
-    const [file, uid] = args;
-    const opts = { owner: /^[0-9]+$/.test(uid) ? Number(uid) : uid };
+  case 'owner': { // FILE [OWNER]: PL without a key through the three index paths, with opts.owner = OWNER
+    const [file, owner] = args;
+    const opts = owner === undefined ? {} : { owner: /^[0-9]+$/.test(owner) ? Number(owner) : owner };
     process.stdout.write(JSON.stringify([
       outcome(() => decideFromIndexFile(file, 'PL', '', opts)),
       await outcomeAsync(() => decideFromIndexFileAsync(file, 'PL', '', opts)),
+      outcome(() => new IndexReader(file, opts).decide('PL', '')),
     ]));
     break;
   }

@@ -17,7 +17,11 @@
 //   php driver.php meta TABLE MAXAGE [OWNER]
 //       Prints {"revision","epoch","stale","written_at","synced_at"} (Unix
 //       seconds) of the table, or {"error"} when it does not load; OWNER (a
-//       uid or a user name) is load()'s owner.
+//       uid or a user name; "" reads any owner's) is load()'s owner, "-"
+//       load()'s default, absent this process's uid (the test's files are its own).
+//
+// Every other mode loads with this process's uid as the owner, as a front
+// door names the agent's user: the tests write their tables as themselves.
 //   php driver.php scores < triples
 //       triples: "HEXKEY HEXPOOL WEIGHT". Prints "H53 SCOREBITS" per line,
 //       SCOREBITS being the IEEE-754 bits of the score as 16 hex digits.
@@ -71,6 +75,9 @@ function unhex(string $s): string
     return $b;
 }
 
+// ME is this process's uid: the owner of the tables the tests write.
+define('ME', posix_geteuid());
+
 // IDS are the characters of outcome indices 0..63 (fleettest.IDChars).
 const IDS = '0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-_';
 
@@ -81,7 +88,7 @@ function out(mixed $v): void
 
 switch ($mode) {
     case 'resolve':
-        $t = RegiondTable::load($argv[2], (float) $argv[3]);
+        $t = RegiondTable::load($argv[2], (float) $argv[3], ME);
         out(['revision' => $t->revision(), 'epoch' => $t->epoch(), 'stale' => $t->isStale(), 'index' => $t->fromIndex()]);
         foreach (lines() as [$hc, $hk]) {
             try {
@@ -96,7 +103,7 @@ switch ($mode) {
         break;
 
     case 'sweep':
-        $t = RegiondTable::load($argv[2], (float) $argv[3]);
+        $t = RegiondTable::load($argv[2], (float) $argv[3], ME);
         out(['revision' => $t->revision(), 'epoch' => $t->epoch(), 'stale' => $t->isStale(), 'index' => $t->fromIndex()]);
         $in = json_decode((string) stream_get_contents(STDIN), true, 512, JSON_THROW_ON_ERROR);
         $keys = array_map('unhex', $in['keys']);
@@ -134,7 +141,8 @@ switch ($mode) {
 
     case 'meta':
         try {
-            $t = RegiondTable::load($argv[2], (float) $argv[3], $argv[4] ?? null);
+            $owner = $argv[4] ?? ME;
+            $t = $owner === '-' ? RegiondTable::load($argv[2], (float) $argv[3]) : RegiondTable::load($argv[2], (float) $argv[3], $owner);
             out(['revision' => $t->revision(), 'epoch' => $t->epoch(), 'stale' => $t->isStale(),
                 'written_at' => $t->writtenAt(), 'synced_at' => $t->syncedAt()]);
         } catch (TableException $e) {
@@ -180,7 +188,7 @@ switch ($mode) {
                 $stopping = file_exists($stop);
             }
             try {
-                $t = RegiondTable::load($idx);
+                $t = RegiondTable::load($idx, owner: ME);
                 $rev = $t->revision();
                 foreach (['PL', 'XX'] as $cc) {
                     $d = $t->resolve($cc, 'viewer-' . ($i % 97));
@@ -224,7 +232,7 @@ switch ($mode) {
         $res = [];
         $rev = static function () use ($path): int|string {
             try {
-                return RegiondTable::load($path)->revision();
+                return RegiondTable::load($path, owner: ME)->revision();
             } catch (TableException $e) {
                 return 'error: ' . $e->getMessage();
             }
