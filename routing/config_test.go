@@ -137,6 +137,8 @@ func TestParseConfigErrors(t *testing.T) {
 			want: []string{`parse config: yaml: did not find expected ',' or '}', at line 2: "  p: {host: h" or below (a {…} or […] not closed, or two items without a comma between them)`}},
 		{name: "missing comma", yaml: "routes:\n  PL: {targets: [{pool: p, weight: 100}]}\n  DE: {targets: [{pool: p weight: 100}]}\n",
 			want: []string{`parse config: yaml: did not find expected ',' or '}', at line 3: "  DE: {targets: [{pool: p weight: 100}]}" or below (a {…} or […] not closed, or two items without a comma between them)`}},
+		{name: "scanner error, counted from 1 already", yaml: "pools:\n  a:\n    host: x\nroutes:\n  PL: |x\n    y\n",
+			want: []string{"parse config: yaml: line 5: did not find expected comment or line break"}},
 		{name: "list item among keys", yaml: "pools:\n  p: {host: h}\n- q\n",
 			want: []string{`parse config: yaml: did not find expected key, at line 3: "- q" or below (a line indented wrong, or a list item where a key belongs)`}},
 		{name: "attr value not a string", yaml: "routes:\n  PL: {attrs: {cron_minutes: 15}}\n",

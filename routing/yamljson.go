@@ -45,8 +45,10 @@ const maxYAMLDepth = 64
 
 // yamlParserErr matches go-yaml's parser errors, which name the line of
 // the collection they were parsing counted from 0 (its scanner errors,
-// "found …", "mapping values are not allowed …", count from 1).
-var yamlParserErr = regexp.MustCompile(`^yaml: line (\d+): (did not find expected (.*))$`)
+// "found …", "mapping values are not allowed …", and the scanner's own
+// "did not find expected comment or line break" and the like, count from
+// 1 and are left as they are).
+var yamlParserErr = regexp.MustCompile(`^yaml: line (\d+): (did not find expected (key|node content|'-' indicator|',' or '\]'|',' or '\}'|<document start>))$`)
 
 // parserError rewrites a go-yaml parser error to name its line counted
 // from 1 (the line of the collection it was parsing, or of the token it

@@ -34,6 +34,19 @@ func TestEmbedderMisuseIsRefused(t *testing.T) {
 	if _, err := watch.New(watch.Config{Client: cli, Prefix: prefix, Registerer: reg}); err == nil || !strings.Contains(err.Error(), "WrapRegistererWith") {
 		t.Fatalf("a second Mirror on one Registerer: %v, want an error naming WrapRegistererWith", err)
 	}
+	// A registration that fails part way leaves nothing registered: the
+	// next New on the same Registerer is not refused for the first
+	// collectors of the failed one.
+	partial := prometheus.NewRegistry()
+	squatter := prometheus.NewGauge(prometheus.GaugeOpts{Name: "regiond_watch_connected", Help: "1 while a created watch follows etcd."})
+	partial.MustRegister(squatter)
+	if _, err := watch.New(watch.Config{Client: cli, Prefix: prefix, Registerer: partial}); err == nil {
+		t.Fatal("New on a Registerer holding one of its metric names: no error")
+	}
+	partial.Unregister(squatter)
+	if _, err := watch.New(watch.Config{Client: cli, Prefix: prefix, Registerer: partial}); err != nil {
+		t.Fatalf("New after a failed registration was undone: %v", err)
+	}
 	two := prometheus.NewRegistry()
 	for _, name := range []string{"a", "b"} {
 		if _, err := watch.New(watch.Config{Client: cli, Prefix: prefix, Registerer: prometheus.WrapRegistererWith(prometheus.Labels{"mirror": name}, two)}); err != nil {

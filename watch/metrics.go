@@ -74,6 +74,7 @@ func newMetrics(m *Mirror, reg prometheus.Registerer) (*metrics, error) {
 		mt.probes.WithLabelValues(r)
 	}
 	if reg != nil {
+		var registered []prometheus.Collector // unregistered again if one fails
 		for _, c := range []prometheus.Collector{mt.revision, mt.epoch, mt.events, mt.dropped, mt.resyncs, mt.reopens, mt.openFailures, mt.probes, mt.skipped, mt.skippedAlike, mt.regressions, mt.clusterChanges, mt.swaps, mt.listSeconds, mt.apply,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 				Name: "seconds_since_sync", Help: "Seconds since the table was last confirmed current against etcd (-1: never)."},
@@ -100,8 +101,12 @@ func newMetrics(m *Mirror, reg prometheus.Registerer) (*metrics, error) {
 					return 0
 				})} {
 			if err := reg.Register(c); err != nil {
+				for _, done := range registered {
+					reg.Unregister(done)
+				}
 				return nil, err
 			}
+			registered = append(registered, c)
 		}
 	}
 	return mt, nil

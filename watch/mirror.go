@@ -269,8 +269,8 @@ func (m *Mirror) Status() Status {
 		s.Unreachable = *u
 	} else if !s.Connected && m.leaderless.Load() {
 		s.Unreachable = noLeaderMsg
-	} else if st := m.stalled.Load(); st != nil && !s.Connected {
-		s.Unreachable = *st
+	} else if st := m.stalled.Load(); st != nil && !s.Connected && m.transportReady() {
+		s.Unreachable = *st // said only while it holds: the connection up
 	}
 	if t := m.Table(); t != nil {
 		s.Revision, s.Epoch = t.Revision(), t.Epoch()

@@ -14,6 +14,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/regiond/regiond/internal/safedir"
 )
 
 // modulePath is this module's path: `regiond dev` re-runs it with -tags dev.
@@ -85,7 +87,9 @@ func devBinary(dir string) (string, error) {
 	}
 	sum := sha256.Sum256([]byte(dir))
 	d := filepath.Join(cache, "regiond-dev")
-	if err := os.MkdirAll(d, 0o700); err != nil {
+	// Its own, writable by no one else: the binary built there is run
+	// (in a shared /tmp, another user could make the directory first).
+	if err := safedir.Ensure(d, "dev build directory", 0o700, safedir.NoGroup); err != nil {
 		return "", fmt.Errorf("regiond dev: %w", err)
 	}
 	return filepath.Join(d, "regiond-"+hex.EncodeToString(sum[:6])), nil

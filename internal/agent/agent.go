@@ -347,8 +347,9 @@ func (a *Agent) gather() ([]*dto.MetricFamily, error) {
 // key revoked, etcd client closed. It returns an error when a listener
 // fails; etcd unreachable or refusing the agent's login is retried, with
 // the last table served meanwhile.
-// maxHeaderBytes caps an API request's line and headers (431 above).
-const maxHeaderBytes = 64 << 10
+// maxHeaderBytes caps an API request's line and headers (431 above): Go's
+// server allows 4 KiB past it, so 64 KiB in all.
+const maxHeaderBytes = 60 << 10
 
 func (a *Agent) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)

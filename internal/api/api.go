@@ -352,6 +352,12 @@ func (s *Server) tableFor(w http.ResponseWriter, r *http.Request, q url.Values, 
 			return nil, "", false
 		}
 	}
+	if strings.TrimSpace(inm) == "*" && q.Has("wait") {
+		// "*" matches every table: the wait could only end at its
+		// deadline, holding a place among the waiting.
+		writeError(w, http.StatusBadRequest, CodeBadParam, "If-None-Match: * with wait: * matches every table, so the wait would never end before its deadline; send the ETag of the table you have")
+		return nil, "", false
+	}
 	met := func(t *routing.Table, now time.Time) bool {
 		return t != nil && t.Revision() >= min && (inm == "" || !matchesETag(inm, s.etags.of(t, now)))
 	}

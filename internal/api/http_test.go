@@ -328,6 +328,8 @@ func TestErrorsCarryACode(t *testing.T) {
 		{"GET", "/v1/table?wait=5s", nil, 400, CodeBadParam, "wait needs min_revision or If-None-Match"},
 		// If-None-Match does not make /v1/resolve wait.
 		{"GET", "/v1/resolve?wait=5s", []string{"If-None-Match", "*"}, 400, CodeBadParam, "wait needs min_revision"},
+		// "*" matches every table: a wait on it could only time out.
+		{"GET", "/v1/table?wait=5s", []string{"If-None-Match", "*"}, 400, CodeBadParam, "If-None-Match: * with wait"},
 	} {
 		req, err := http.NewRequest(tc.method, h.url, nil)
 		if err != nil {

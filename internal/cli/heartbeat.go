@@ -94,8 +94,10 @@ func (a *app) runHeartbeat(ctx context.Context, pool string, o heartbeatOpts) er
 		fmt.Fprintf(a.stderr, "regionctl: warning: --ttl %s: an origin killed (SIGKILL, a crash, its host down) still counts as live for up to %s, the agents sending viewers to it meanwhile; a stop (SIGTERM) removes the key at once whatever the TTL. Use %s or less (default 10s)\n",
 			o.ttl, o.ttl, maxQuietTTL)
 	}
-	// The heartbeat touches its own key alone: probing the epoch or
-	// reading the state would need more than the origin's role.
+	// The heartbeat writes its own key alone, and probes it: probing the
+	// epoch or reading the state would need more than the origin's role
+	// (its read of pools/POOL, to check the pool, is skipped when
+	// refused).
 	rel := routing.HealthKey(pool, o.instance)
 	a.probe = func(ks keyspace.Space) string { return ks.RoutingKey(rel) }
 	a.probeNeeds = func(r store.Roles) []store.Grant { return []store.Grant{r.WriteNeed(r.Keyspace().RoutingKey(rel))} }

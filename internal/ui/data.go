@@ -246,7 +246,8 @@ func (h *handler) handleWhatIf(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, errorBody{Error: err.Error()})
 		return
 	}
-	key := strings.Join(slices.Sorted(slices.Values(down)), ",")
+	slices.Sort(down) // the same answer, and the same cache entry, in any order
+	key := strings.Join(down, ",")
 	if last := h.whatIfLast.Load(); last != nil && last.t == t && last.down == key {
 		writeRaw(w, http.StatusOK, last.body)
 		return
