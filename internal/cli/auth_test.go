@@ -361,42 +361,60 @@ func viewerJobs(t *testing.T, e *rbacEnv) {
 	}
 }
 
+// originHeartbeat is `regionctl heartbeat eu-central --instance fra-1`
+// run as the origin's user, until stop.
+type originHeartbeat struct {
+	key       string
+	out, errb bytes.Buffer
+	cancel    context.CancelFunc
+	done      chan int
+	present   func() bool // the key exists, under a lease
+}
+
+// startOriginHeartbeat starts the origin's heartbeat and waits (bounded)
+// until its health key is there; it fails the test otherwise.
+func (e *rbacEnv) startOriginHeartbeat(t *testing.T) *originHeartbeat {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &originHeartbeat{key: e.ks.RoutingKey(routing.HealthKey("eu-central", "fra-1")), cancel: cancel, done: make(chan int, 1)}
+	t.Cleanup(cancel)
+	go func() {
+		args := append(e.flags(rbacOrigin), "heartbeat", "eu-central", "--instance", "fra-1", "--addr", "10.0.0.1:443", "--ttl", "5s")
+		h.done <- run(ctx, args, &h.out, &h.errb, func(string) string { return "" })
+	}()
+	h.present = func() bool {
+		resp, err := e.root.Get(context.Background(), h.key)
+		return err == nil && len(resp.Kvs) == 1 && resp.Kvs[0].Lease != 0
+	}
+	if _, ok := waitFor(10*time.Second, h.present); !ok {
+		h.stop()
+		t.Fatalf("origin heartbeat wrote no health key:\n%s%s", h.out.String(), h.errb.String())
+	}
+	return h
+}
+
+// stop ends the heartbeat (as a SIGTERM does) and returns its exit code.
+func (h *originHeartbeat) stop() int {
+	h.cancel()
+	return <-h.done
+}
+
 // originJobs: an origin keeps its pool's health key alive, and the key
 // goes when the heartbeat stops.
 func originJobs(t *testing.T, e *rbacEnv) {
 	t.Helper()
-	key := e.ks.RoutingKey(routing.HealthKey("eu-central", "fra-1"))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan result, 1)
-	var out, errb bytes.Buffer
-	go func() {
-		args := append(e.flags(rbacOrigin), "heartbeat", "eu-central", "--instance", "fra-1", "--addr", "10.0.0.1:443", "--ttl", "5s")
-		code := run(ctx, args, &out, &errb, func(string) string { return "" })
-		done <- result{code: code}
-	}()
-	present := func() bool {
-		resp, err := e.root.Get(context.Background(), key)
-		return err == nil && len(resp.Kvs) == 1 && resp.Kvs[0].Lease != 0
-	}
-	if _, ok := waitFor(10*time.Second, present); !ok {
-		cancel()
-		<-done
-		t.Fatalf("origin heartbeat wrote no health key:\n%s%s", out.String(), errb.String())
-	}
+	h := e.startOriginHeartbeat(t)
 	// Deleted by root while it runs: the origin's role alone reads,
 	// watches and puts it back.
-	if _, err := e.root.Delete(context.Background(), key); err != nil {
+	if _, err := e.root.Delete(context.Background(), h.key); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := waitFor(10*time.Second, present); !ok {
-		cancel()
-		<-done
-		t.Fatalf("origin heartbeat did not put its deleted key back:\n%s%s", out.String(), errb.String())
+	if _, ok := waitFor(10*time.Second, h.present); !ok {
+		h.stop()
+		t.Fatalf("origin heartbeat did not put its deleted key back:\n%s%s", h.out.String(), h.errb.String())
 	}
-	cancel()
-	if r := <-done; r.code != ExitOK || present() || strings.Contains(errb.String(), "cannot follow the marker") {
-		t.Fatalf("origin heartbeat stopped: exit %d, key present %v:\n%s%s", r.code, present(), out.String(), errb.String())
+	if code := h.stop(); code != ExitOK || h.present() || strings.Contains(h.errb.String(), "cannot follow the marker") {
+		t.Fatalf("origin heartbeat stopped: exit %d, key present %v:\n%s%s", code, h.present(), h.out.String(), h.errb.String())
 	}
 }
 
