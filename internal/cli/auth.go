@@ -49,7 +49,8 @@ production they authenticate with client certificates. Run etcd with
 whose common name (CN) is the user's name; etcd takes the CN of a verified
 client certificate as the user of every request that carries no password
 login. With --passwords, apply gives each user it adds a generated password,
-printed once.
+printed once: what agents behind etcd's grpc-proxy log in with (etcd sees the
+proxy's certificate, not theirs).
 
 Role names start with --role-prefix (regiond-): give each deployment
 (--prefix) in one etcd its own.

@@ -40,6 +40,13 @@ func (e *rbacEnv) runRBACAgent(t *testing.T, logs *logbuf.Buffer) (*agent.Agent,
 		}
 		cfg.TLS = tc
 	}
+	return startAgent(t, cfg)
+}
+
+// startAgent runs a real agent (in-process) of cfg until the returned stop
+// (or the test's end) is called.
+func startAgent(t *testing.T, cfg agent.Config) (*agent.Agent, func()) {
+	t.Helper()
 	a, err := agent.New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -5,16 +5,24 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
+	"github.com/regiond/regiond/internal/agent"
 	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/etcdproc"
+	"github.com/regiond/regiond/internal/freeport"
+	"github.com/regiond/regiond/internal/logbuf"
 	"github.com/regiond/regiond/internal/testprog"
 )
 
@@ -107,5 +115,83 @@ func TestCertificateRecipe(t *testing.T) {
 	}
 	if r := as("regiond-agent-node-1", "pool", "drain", "eu-central", "--reason", "not mine"); r.code != ExitRefused || !strings.Contains(r.stderr, "permission denied") {
 		t.Fatalf("a drain with the agent's certificate: %s; want it refused", r)
+	}
+	behindTheProxy(t, dir, srv.Endpoints, as)
+}
+
+// behindTheProxy follows the docs past the recipe, for an agent behind
+// etcd's grpc-proxy: auth apply --passwords gives its new user a password;
+// the proxy runs with the recipe's certificates (its own without a CN to
+// etcd, proxy-1's to its clients, which must present one of the CA's); the
+// agent, its certificate for the proxy and its password for etcd, syncs,
+// follows an operator's write and confirms it (its status key put through
+// the proxy under its own role). A client of the proxy without a login is
+// refused everything, and a proxy given a certificate with a CN to dial
+// etcd with refuses to start.
+func behindTheProxy(t *testing.T, dir string, etcd []string, as func(user string, args ...string) result) {
+	f := func(name string) string { return filepath.Join(dir, name) }
+	const user = "regiond-agent-node-2"
+	r := as("root", "auth", "apply", "--agent", "node-2", "--passwords")
+	m := regexp.MustCompile(`password of user ` + user + `: (\S+)`).FindStringSubmatch(r.stdout)
+	if r.code != ExitOK || m == nil {
+		t.Fatalf("auth apply --agent node-2 --passwords: %s; want the new user's password", r)
+	}
+	dial := func(name string) *tls.Config {
+		tc, err := devetcd.ClientCert{CN: name, CertFile: f(name + ".pem"), KeyFile: f(name + "-key.pem")}.TLSConfig(f("ca.pem"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tc
+	}
+	p := etcdproc.StartProxyTo(t, etcd, etcdproc.ProxyConfig{AuthOn: true, TLS: &etcdproc.ProxyTLS{
+		CAFile: f("ca.pem"), CertFile: f("proxy-1.pem"), KeyFile: f("proxy-1-key.pem"),
+		UpstreamCertFile: f("grpc-proxy.pem"), UpstreamKeyFile: f("grpc-proxy-key.pem"), Dial: dial(user)}})
+
+	var logs logbuf.Buffer
+	cfg := agent.DefaultConfig()
+	cfg.Endpoints, cfg.Prefix, cfg.Node = []string{p.URL()}, "/recipe/v1", "node-2"
+	cfg.Socket, cfg.Listen = "", "127.0.0.1:0"
+	cfg.Snapshot = filepath.Join(t.TempDir(), "shm", "table.json")
+	cfg.TLS, cfg.Username, cfg.Password = dial(user), user, m[1]
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	a, _ := startAgent(t, cfg)
+	if _, ok := waitFor(20*time.Second, func() bool {
+		code, d, err := agentResolve(a, "DE")
+		return err == nil && code == 200 && d.Pool == "eu-central"
+	}); !ok {
+		t.Fatalf("the agent behind the proxy did not sync (DE to eu-central):\n%s", logs.String())
+	}
+	r = as("alice", "pool", "drain", "eu-central", "--reason", "behind the proxy", "--wait-converged=20s", "--expect-agents=1", "-o", "json")
+	var w writeResult
+	if r.code != ExitOK || json.Unmarshal([]byte(r.stdout), &w) != nil || w.Converged == nil || !*w.Converged {
+		t.Fatalf("a drain waiting for the agent behind the proxy: %s\n%s", r, logs.String())
+	}
+	if code, d, err := agentResolve(a, "DE"); err != nil || code != 200 || d.Pool == "eu-central" || d.Revision < w.Revision {
+		t.Fatalf("after the drain converged the agent serves %d %+v (%v), want another pool at revision %d", code, d, err, w.Revision)
+	}
+	if l := strings.ToLower(logs.String()); strings.Contains(l, "permission denied") {
+		t.Fatalf("the agent behind the proxy met a refusal:\n%s", logs.String())
+	}
+
+	anon, err := clientv3.New(clientv3.Config{Endpoints: []string{p.URL()}, DialTimeout: 5 * time.Second, TLS: dial("alice"), Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anon.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := anon.Get(ctx, "/recipe/v1/", clientv3.WithPrefix()); err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("a read through the proxy without a login (alice's certificate only): %v; want permission denied", err)
+	}
+
+	port, err := freeport.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, etcdproc.Binary(t), "grpc-proxy", "start", "--endpoints="+strings.Join(etcd, ","),
+		"--cacert="+f("ca.pem"), "--cert="+f("root.pem"), "--key="+f("root-key.pem"),
+		fmt.Sprintf("--listen-addr=127.0.0.1:%d", port), "--data-dir="+filepath.Join(t.TempDir(), "proxy"))
+	if out, err := cmd.CombinedOutput(); err == nil || ctx.Err() != nil || !strings.Contains(string(out), "non empty Common Name") {
+		t.Fatalf("a grpc-proxy dialing etcd with root's certificate: %v; want it to refuse to start, naming the CN:\n%s", err, out)
 	}
 }

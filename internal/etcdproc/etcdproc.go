@@ -49,7 +49,9 @@
 //	p.Kill(); p.Start()                          // SIGKILL: connections reset, no goodbye
 //
 // The proxy dials the members' client URLs directly (no peer router on that
-// path). It is stopped when the test ends, before the cluster; its log
+// path). StartProxyTo starts one in front of any etcd (an embedded one
+// serving TLS, say), with ProxyConfig.TLS for a fleet of client
+// certificates: TLS on both sides, as docs/operations.md starts it. It is stopped when the test ends, before the cluster; its log
 // (every run, appended) is printed if the test failed.
 //
 // # Lifetime

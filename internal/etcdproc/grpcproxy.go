@@ -1,6 +1,7 @@
 package etcdproc
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -33,6 +34,28 @@ type ProxyConfig struct {
 	// health check (an anonymous read and watch) fails; the proxy is
 	// taken as serving once its HTTP endpoint answers at all.
 	AuthOn bool
+	// TLS, when set, makes the proxy serve TLS to its clients and dial
+	// etcd with TLS (StartProxyTo; a Cluster's members serve plain HTTP).
+	TLS *ProxyTLS
+}
+
+// ProxyTLS are the TLS files of a grpc-proxy in a fleet that uses client
+// certificates, as docs/operations.md starts it.
+type ProxyTLS struct {
+	// CAFile verifies etcd's certificates (--cacert) and the proxy's
+	// clients' (--trusted-ca-file: a client must present one it signed).
+	CAFile string
+	// CertFile and KeyFile are what the proxy serves its clients
+	// (--cert-file, --key-file).
+	CertFile, KeyFile string
+	// UpstreamCertFile and UpstreamKeyFile are the proxy's client
+	// certificate to etcd (--cert, --key); etcd's grpc-proxy refuses one
+	// with a common name.
+	UpstreamCertFile, UpstreamKeyFile string
+	// Dial is a client's TLS configuration of the proxy (trusting CAFile,
+	// presenting a client certificate): for the wait until it serves and
+	// for Client.
+	Dial *tls.Config
 }
 
 // Proxy is an etcd gRPC proxy (`etcd grpc-proxy start`, from the same etcd
@@ -49,7 +72,8 @@ type Proxy struct {
 	bin     string
 	args    []string
 	timeout time.Duration
-	authOn  bool // see ProxyConfig.AuthOn
+	authOn  bool        // see ProxyConfig.AuthOn
+	dial    *tls.Config // ProxyTLS.Dial; nil for plain HTTP
 
 	mu  sync.Mutex
 	run *proxyRun // nil while stopped
@@ -69,16 +93,41 @@ var proxyCount atomic.Int64 // proxies started by this test process, for their n
 // (/proxy/health). It is stopped when the test ends, before the cluster.
 func (c *Cluster) StartProxy(t testing.TB, cfg ProxyConfig) *Proxy {
 	t.Helper()
-	if cfg.ReadyTimeout <= 0 {
-		cfg.ReadyTimeout = 30 * time.Second
-	}
 	var eps []string
 	for _, u := range c.Endpoints(cfg.Members...) {
 		eps = append(eps, strings.TrimPrefix(u, "http://"))
 	}
+	return startProxy(t, eps, c.dir, cfg)
+}
+
+// StartProxyTo starts a grpc-proxy in front of the etcd at endpoints
+// ("host:port", or URLs) on a free loopback port, its data and log in
+// t.TempDir(), and waits until it serves as StartProxy does; cfg.Members
+// is ignored. It is stopped when the test ends.
+func StartProxyTo(t testing.TB, endpoints []string, cfg ProxyConfig) *Proxy {
+	t.Helper()
+	var eps []string
+	for _, u := range endpoints {
+		u = strings.TrimPrefix(u, "http://")
+		eps = append(eps, strings.TrimPrefix(u, "https://"))
+	}
+	return startProxy(t, eps, t.TempDir(), cfg)
+}
+
+func startProxy(t testing.TB, eps []string, dir string, cfg ProxyConfig) *Proxy {
+	t.Helper()
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = 30 * time.Second
+	}
 	name := fmt.Sprintf("proxy%d", proxyCount.Add(1)-1)
-	p := &Proxy{t: t, bin: Binary(t), timeout: cfg.ReadyTimeout, authOn: cfg.AuthOn, LogPath: filepath.Join(c.dir, name+".log")}
-	dataDir := filepath.Join(c.dir, name)
+	p := &Proxy{t: t, bin: Binary(t), timeout: cfg.ReadyTimeout, authOn: cfg.AuthOn, LogPath: filepath.Join(dir, name+".log")}
+	var tlsArgs []string
+	if x := cfg.TLS; x != nil {
+		p.dial = x.Dial
+		tlsArgs = []string{"--cacert=" + x.CAFile, "--cert=" + x.UpstreamCertFile, "--key=" + x.UpstreamKeyFile,
+			"--cert-file=" + x.CertFile, "--key-file=" + x.KeyFile, "--trusted-ca-file=" + x.CAFile}
+	}
+	dataDir := filepath.Join(dir, name)
 	t.Cleanup(func() {
 		p.Stop()
 		if t.Failed() {
@@ -91,12 +140,12 @@ func (c *Cluster) StartProxy(t testing.TB, cfg ProxyConfig) *Proxy {
 			t.Fatalf("etcdproc: %v", err)
 		}
 		p.Addr = fmt.Sprintf("127.0.0.1:%d", port)
-		p.args = append([]string{"grpc-proxy", "start",
+		p.args = append(append([]string{"grpc-proxy", "start",
 			"--endpoints=" + strings.Join(eps, ","),
 			"--listen-addr=" + p.Addr,
 			"--advertise-client-url=" + p.Addr, // enables /proxy/health (a client of the proxy itself)
 			"--data-dir=" + dataDir,
-		}, cfg.Args...)
+		}, tlsArgs...), cfg.Args...)
 		err = p.start()
 		if err == nil {
 			return p
@@ -110,13 +159,19 @@ func (c *Cluster) StartProxy(t testing.TB, cfg ProxyConfig) *Proxy {
 	}
 }
 
-// URL returns the proxy's client URL, "http://127.0.0.1:port".
-func (p *Proxy) URL() string { return "http://" + p.Addr }
+// URL returns the proxy's client URL, "http://127.0.0.1:port", or
+// "https://…" when it serves TLS.
+func (p *Proxy) URL() string {
+	if p.dial != nil {
+		return "https://" + p.Addr
+	}
+	return "http://" + p.Addr
+}
 
 // Client returns a client of the proxy alone, closed when the test ends.
 func (p *Proxy) Client(t testing.TB) *clientv3.Client {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{p.URL()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{p.URL()}, DialTimeout: 5 * time.Second, TLS: p.dial, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatalf("etcdproc: client of the proxy at %s: %v", p.Addr, err)
 	}
@@ -190,7 +245,7 @@ func (p *Proxy) start() error {
 // through the proxy worked), the process exits, or the ready timeout.
 func (p *Proxy) waitServing(r *proxyRun) error {
 	deadline := time.Now().Add(p.timeout)
-	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil}}
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil, TLSClientConfig: p.dial}}
 	defer hc.CloseIdleConnections()
 	for {
 		select {
