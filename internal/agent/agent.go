@@ -343,14 +343,14 @@ func (a *Agent) gather() ([]*dto.MetricFamily, error) {
 	return a.registry.Gather()
 }
 
-// Run serves until ctx is done, then shuts down: listeners closed, status
-// key revoked, etcd client closed. It returns an error when a listener
-// fails; etcd unreachable or refusing the agent's login is retried, with
-// the last table served meanwhile.
 // maxHeaderBytes caps an API request's line and headers (431 above): Go's
 // server allows 4 KiB past it, so 64 KiB in all.
 const maxHeaderBytes = 60 << 10
 
+// Run serves until ctx is done, then shuts down: listeners closed, status
+// key revoked, etcd client closed. It returns an error when a listener
+// fails; etcd unreachable or refusing the agent's login is retried, with
+// the last table served meanwhile.
 func (a *Agent) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	// Registered before the API serves: a scrape never finds the agent
