@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -100,6 +101,35 @@ func TestPackagedAgentInRuntimeDirectory(t *testing.T) {
 	args = append(args[1:len(args)-1], "--endpoints="+strings.Join(srv.Endpoints, ","), "--listen="+addr, "--node=pkg-test")
 	cmd := exec.Command(filepath.Join(root, "usr/bin/regiond"), args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: serviceUID, Gid: serviceUID}}
+	// Type=notify: systemd's notify socket, which any user may write to.
+	if unit["Service.Type"] != "notify" || unit["Service.NotifyAccess"] != "main" {
+		t.Fatalf("Type=%s NotifyAccess=%s; want notify and main: the agent says READY=1 itself", unit["Service.Type"], unit["Service.NotifyAccess"])
+	}
+	notifyPath := filepath.Join(base, "notify")
+	notify, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notifyPath, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer notify.Close()
+	if err := os.Chmod(notifyPath, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	notified := func(what string) string {
+		t.Helper()
+		notify.SetReadDeadline(time.Now().Add(15 * time.Second))
+		b := make([]byte, 4096)
+		for {
+			n, err := notify.Read(b)
+			if err != nil {
+				logText, _ := os.ReadFile(filepath.Join(base, "regiond.log"))
+				t.Fatalf("no %s on the notify socket: %v\n%s", what, err, logText)
+			}
+			if m := string(b[:n]); strings.HasPrefix(m, what) {
+				return m
+			}
+		}
+	}
+	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+notifyPath)
 	logs, err := os.Create(filepath.Join(base, "regiond.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -116,6 +146,8 @@ func TestPackagedAgentInRuntimeDirectory(t *testing.T) {
 			<-exited
 		}
 	}()
+	// systemd takes the unit as started at READY=1: the API answers then.
+	notified("READY=1")
 	client := &http.Client{Timeout: 5 * time.Second}
 	get := func(path string) (int, string) {
 		resp, err := client.Get("http://" + addr + path)
@@ -125,6 +157,9 @@ func TestPackagedAgentInRuntimeDirectory(t *testing.T) {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("/v1/status"); code != 200 {
+		t.Fatalf("GET /v1/status after READY=1: %d", code)
 	}
 	ready := false
 	for i := 0; i < 400 && !ready; i++ {
@@ -168,6 +203,7 @@ func TestPackagedAgentInRuntimeDirectory(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
+	notified("STOPPING=1")
 	select {
 	case err := <-exited:
 		if err != nil {

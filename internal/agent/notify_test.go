@@ -1,0 +1,125 @@
+package agent_test
+
+import (
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/regiond/regiond/internal/agent"
+	"github.com/regiond/regiond/internal/api"
+	"github.com/regiond/regiond/internal/devetcd"
+)
+
+// notifySocket is a datagram socket as systemd's $NOTIFY_SOCKET, whose
+// datagrams the returned channel carries.
+func notifySocket(t *testing.T) (string, <-chan string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "notify")
+	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	got := make(chan string, 64)
+	go func() {
+		b := make([]byte, 4096)
+		for {
+			n, err := c.Read(b)
+			if err != nil {
+				close(got)
+				return
+			}
+			got <- string(b[:n])
+		}
+	}()
+	return path, got
+}
+
+// nextNotification waits (bounded) for a datagram that satisfies ok and
+// returns it, failing the test naming what it waited for and what came.
+func nextNotification(t *testing.T, got <-chan string, what string, ok func(string) bool) string {
+	t.Helper()
+	var seen []string
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case m, open := <-got:
+			if !open {
+				t.Fatalf("notify socket closed waiting for %s; got %q", what, seen)
+			}
+			if ok(m) {
+				return m
+			}
+			seen = append(seen, m)
+		case <-deadline:
+			t.Fatalf("no notification %s within 30s; got %q", what, seen)
+		}
+	}
+}
+
+// TestNotifiesSystemd: under a unit of Type=notify the agent says READY=1
+// once its API answers, then keeps systemd's one-line status of what it
+// serves: the epoch and revision it follows, and when etcd goes away, the
+// time it last confirmed them and why; at the end, STOPPING=1.
+func TestNotifiesSystemd(t *testing.T) {
+	srv, err := devetcd.Start(t.Context(), devetcd.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var closeOnce sync.Once
+	stopEtcd := func() { closeOnce.Do(srv.Close) }
+	t.Cleanup(stopEtcd)
+	cli, err := srv.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev := loadExample(t, cli)
+	cli.Close()
+	path, got := notifySocket(t)
+	dir := t.TempDir()
+	cfg := offlineConfig(dir)
+	cfg.Endpoints, cfg.DialTimeout, cfg.StatusTTL, cfg.NotifySocket = srv.Endpoints, time.Second, 2*time.Second, path
+	h := runAgent(t, dir, cfg)
+
+	ready := nextNotification(t, got, "READY=1", func(m string) bool { return strings.Contains(m, "READY=1") })
+	var st api.Status
+	if code := h.get("/v1/status", &st); code != 200 { // answered: the listeners were up at READY=1
+		t.Fatalf("/v1/status after READY=1: %d", code)
+	}
+	if !strings.Contains(ready, "\nSTATUS=") {
+		t.Fatalf("READY=1 without a status: %q", ready)
+	}
+	following := nextNotification(t, got, "the status of the table followed", func(m string) bool {
+		return strings.HasPrefix(m, "STATUS=serving epoch ") && strings.HasSuffix(m, ", following etcd")
+	})
+	var epoch, revision int64
+	if _, err := fmt.Sscanf(following, "STATUS=serving epoch %d (revision %d), following etcd", &epoch, &revision); err != nil || revision < rev {
+		t.Fatalf("status %q (%v): want the revision of the loaded example, %d or later", following, err, rev)
+	}
+
+	url := srv.Endpoints[0]
+	stopEtcd()
+	away := nextNotification(t, got, "the status once etcd is away", func(m string) bool {
+		return strings.Contains(m, ", last confirmed by etcd ") && strings.Contains(m, "etcd unreachable: "+url)
+	})
+	if !strings.HasPrefix(away, "STATUS=serving epoch ") || strings.Contains(away, "\n") {
+		t.Fatalf("status with etcd away: %q; want one line naming what is served", away)
+	}
+
+	h.stop()
+	nextNotification(t, got, "STOPPING=1", func(m string) bool { return strings.HasPrefix(m, "STOPPING=1\nSTATUS=stopping") })
+}
+
+// TestNotifySocketRefused: a $NOTIFY_SOCKET systemd would not give (a
+// relative path) stops the agent at start, naming it.
+func TestNotifySocketRefused(t *testing.T) {
+	cfg := offlineConfig(t.TempDir())
+	cfg.NotifySocket = "notify.sock"
+	if _, err := agent.New(cfg); err == nil || !strings.Contains(err.Error(), "NOTIFY_SOCKET \"notify.sock\"") {
+		t.Fatalf("New with NOTIFY_SOCKET notify.sock: %v; want refused, naming it", err)
+	}
+}
