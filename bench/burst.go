@@ -10,10 +10,14 @@ import (
 
 // BurstRun is one burst of puts issued as fast as the client can.
 type BurstRun struct {
-	Puts    int `json:"puts"`
+	// Puts is the number of puts in the burst (-burst).
+	Puts int `json:"puts"`
+	// Workers is the number of concurrent putters, one country route each
+	// (-burst-workers).
 	Workers int `json:"workers"`
 	// DurationMS is from the first put to the ack of the last one.
 	DurationMS float64 `json:"duration_ms"`
+	// PutsPerSec is Puts over that duration: the rate the client achieved.
 	PutsPerSec float64 `json:"puts_per_sec"`
 	// LastAckToFileMS is from the ack of the last put to the snapshot file
 	// holding its revision (or a later one).
@@ -23,9 +27,10 @@ type BurstRun struct {
 	// LastAckToFileMS minus this is the snapshot writer's share.
 	LastAckToTableMS float64 `json:"last_ack_to_table_ms"`
 	// Rewrites is how many times the file was replaced from the first put
-	// until it showed the last one, counted by inotify; RewritesMetric is
-	// the change of regiond_snapshot_writes_total over the burst.
-	Rewrites       int `json:"rewrites"`
+	// until it showed the last one, counted by inotify.
+	Rewrites int `json:"rewrites"`
+	// RewritesMetric is the change of regiond_snapshot_writes_total over
+	// the burst.
 	RewritesMetric int `json:"rewrites_metric"`
 	// TableSwaps is the change of regiond_watch_table_swaps_total: how many
 	// tables the agent compiled and swapped in for the burst.

@@ -11,17 +11,27 @@ import (
 // FleetReport is the fleet phase (issue 9): many agent processes on a
 // 3-member cluster, some through etcd's grpc-proxy.
 type FleetReport struct {
-	Agents   int `json:"agents"`
+	// Agents is the number of agent processes started (-fleet-agents).
+	Agents int `json:"agents"`
+	// ViaProxy is how many of them reach etcd through the grpc-proxy
+	// only (-fleet-via-proxy).
 	ViaProxy int `json:"agents_via_proxy"`
-	Members  int `json:"members"`
+	// Members is the number of etcd members in the cluster (3).
+	Members int `json:"members"`
 	// Topology says which endpoint each kind of client has.
 	Topology string `json:"topology"`
 	// StartSeconds is how long starting every agent (in batches, each
 	// ready before the next) took.
-	StartSeconds float64        `json:"start_seconds"`
-	Change       *FleetChange   `json:"change,omitempty"`
-	Idle         *FleetIdle     `json:"idle,omitempty"`
-	Converge     *FleetConverge `json:"wait_converged,omitempty"`
+	StartSeconds float64 `json:"start_seconds"`
+	// Change is part 1, change → every agent serving it; nil when skipped
+	// (-fleet-changes 0).
+	Change *FleetChange `json:"change,omitempty"`
+	// Idle is parts 2 and 3, the idle span; nil when skipped
+	// (-fleet-idle 0).
+	Idle *FleetIdle `json:"idle,omitempty"`
+	// Converge is part 4, the --wait-converged writes; nil when skipped
+	// (-fleet-converge-writes 0).
+	Converge *FleetConverge `json:"wait_converged,omitempty"`
 	// Targets are issue 9's, also in the report's targets.
 	Targets []Target `json:"-"`
 }
@@ -29,33 +39,44 @@ type FleetReport struct {
 // FleetChange is change → every agent serving it, beside the fan-out
 // floor, over isolated changes.
 type FleetChange struct {
-	Changes int     `json:"changes"`
-	LeadMS  float64 `json:"query_lead_ms"`
+	// Changes is the number of measured changes (the warm-up ones not
+	// counted).
+	Changes int `json:"changes"`
+	// LeadMS is how long before each Put the blocking queries were sent
+	// (-fleet-lead), in ms.
+	LeadMS float64 `json:"query_lead_ms"`
 	// QueriesWaitingAtPut is how many agents had the blocking query
 	// waiting when the first (warm-up) Put was sent.
 	QueriesWaitingAtPut int `json:"queries_waiting_at_put"`
 	// All is just before the Put → the last agent answering its blocking
-	// /v1/resolve with the change; Floor is the same → the last of the
-	// bench's plain watchers having the event.
-	All   Dist `json:"all_agents"`
+	// /v1/resolve with the change.
+	All Dist `json:"all_agents"`
+	// Floor is just before the Put → the last of the bench's plain
+	// watchers having the event.
 	Floor Dist `json:"floor_all_watchers"`
-	// RatioP50 and RatioP99 are All / Floor.
+	// RatioP50 is All.P50 / Floor.P50 (0 when Floor.P50 is 0).
 	RatioP50 float64 `json:"ratio_p50"`
+	// RatioP99 is All.P99 / Floor.P99 (0 when Floor.P50 is 0).
 	RatioP99 float64 `json:"ratio_p99"`
-	// The same, for the last of the proxied and of the direct ones.
-	AllProxied   Dist `json:"all_agents_via_proxy"`
-	AllDirect    Dist `json:"all_agents_direct"`
+	// AllProxied is All for the last of the proxied agents.
+	AllProxied Dist `json:"all_agents_via_proxy"`
+	// AllDirect is All for the last of the direct agents.
+	AllDirect Dist `json:"all_agents_direct"`
+	// FloorProxied is Floor for the last of the watchers through the proxy.
 	FloorProxied Dist `json:"floor_via_proxy"`
-	FloorDirect  Dist `json:"floor_direct"`
-	// EachAgent and EachWatcher are every single delivery.
-	EachAgent   Dist `json:"each_agent"`
+	// FloorDirect is Floor for the last of the watchers on a member.
+	FloorDirect Dist `json:"floor_direct"`
+	// EachAgent is every single agent's answer, Put → answer.
+	EachAgent Dist `json:"each_agent"`
+	// EachWatcher is every single watcher's event, Put → event.
 	EachWatcher Dist `json:"each_watcher"`
 	// Status is the Put → the last agent's status key reporting the
-	// change (what --wait-converged waits for); StatusMissed counts the
-	// changes whose status keys did not all report it within
-	// -fleet-status-wait.
-	Status        Dist    `json:"status_keys"`
-	StatusMissed  int     `json:"status_missed"`
+	// change (what --wait-converged waits for).
+	Status Dist `json:"status_keys"`
+	// StatusMissed counts the changes whose status keys did not all
+	// report it within -fleet-status-wait (left out of Status).
+	StatusMissed int `json:"status_missed"`
+	// ForeignCPUPct: see LatencyRun.
 	ForeignCPUPct float64 `json:"foreign_cpu_pct"`
 	// Error is why the changes stopped before -fleet-changes, if they did.
 	Error string `json:"error,omitempty"`
@@ -63,22 +84,32 @@ type FleetChange struct {
 
 // FleetIdle is what the idle fleet did over the idle span.
 type FleetIdle struct {
-	Seconds       float64 `json:"seconds"`
+	// Seconds is the idle span's length, between the two reads of etcd's
+	// counters.
+	Seconds float64 `json:"seconds"`
+	// SampleSeconds is the interval of the connected samples
+	// (-fleet-sample), in seconds.
 	SampleSeconds float64 `json:"sample_interval_seconds"`
 	// Relists is the increase of regiond_watch_resyncs_total summed over
 	// agents, by reason.
-	Relists        map[string]float64 `json:"relists_by_reason"`
-	RelistsTotal   float64            `json:"relists"`
-	AgentsRelisted int                `json:"agents_relisted"`
+	Relists map[string]float64 `json:"relists_by_reason"`
+	// RelistsTotal is Relists summed over the reasons (target 0).
+	RelistsTotal float64 `json:"relists"`
+	// AgentsRelisted counts the agents that relisted at least once.
+	AgentsRelisted int `json:"agents_relisted"`
 	// ConnectedSamples are readings of regiond_watch_connected (one per
-	// agent per sample); DisconnectedSamples those that were not 1.
-	ConnectedSamples    int `json:"connected_samples"`
+	// agent per sample).
+	ConnectedSamples int `json:"connected_samples"`
+	// DisconnectedSamples counts those that were not 1 (target 0).
 	DisconnectedSamples int `json:"disconnected_samples"`
-	AgentsDisconnected  int `json:"agents_disconnected"`
+	// AgentsDisconnected counts the agents with a disconnected sample.
+	AgentsDisconnected int `json:"agents_disconnected"`
 	// StatusPuts counts the agents' status key puts (and deletes).
-	StatusPuts    int           `json:"status_puts"`
-	Requests      FleetRequests `json:"etcd_requests"`
-	ForeignCPUPct float64       `json:"foreign_cpu_pct"`
+	StatusPuts int `json:"status_puts"`
+	// Requests are the etcd requests of the idle span.
+	Requests FleetRequests `json:"etcd_requests"`
+	// ForeignCPUPct: see LatencyRun.
+	ForeignCPUPct float64 `json:"foreign_cpu_pct"`
 }
 
 // FleetRequests are the idle span's gRPC requests, per agent per second,
@@ -89,32 +120,49 @@ type FleetIdle struct {
 type FleetRequests struct {
 	// FirstHopPerAgentPerSec is what the agents sent: the direct agents'
 	// messages at their members plus the proxied agents' at the proxy,
-	// divided by every agent. FirstHopRPCsPerAgentPerS counts RPCs
-	// started instead (a stream once).
-	FirstHopPerAgentPerSec   float64 `json:"first_hop_msgs_per_agent_per_sec"`
+	// divided by every agent (target ≤ 1).
+	FirstHopPerAgentPerSec float64 `json:"first_hop_msgs_per_agent_per_sec"`
+	// FirstHopRPCsPerAgentPerS is the same in RPCs started (a stream once).
 	FirstHopRPCsPerAgentPerS float64 `json:"first_hop_rpcs_per_agent_per_sec"`
-	DirectPerAgentPerSec     float64 `json:"direct_msgs_per_direct_agent_per_sec"`
-	ProxiedPerAgentPerSec    float64 `json:"proxied_msgs_per_proxied_agent_per_sec"`
+	// DirectPerAgentPerSec is the messages at the direct agents' members
+	// divided by the direct agents (0 with none).
+	DirectPerAgentPerSec float64 `json:"direct_msgs_per_direct_agent_per_sec"`
+	// ProxiedPerAgentPerSec is the messages at the proxy divided by the
+	// proxied agents (0 with none).
+	ProxiedPerAgentPerSec float64 `json:"proxied_msgs_per_proxied_agent_per_sec"`
 	// ClusterPerAgentPerSec is what the members received (the direct
 	// agents' and what the proxy forwarded), divided by every agent.
 	ClusterPerAgentPerSec float64 `json:"cluster_msgs_per_agent_per_sec"`
 	// ProxyUpstreamPerSec is what the proxy sent on to its member.
-	ProxyUpstreamPerSec float64      `json:"proxy_upstream_msgs_per_sec"`
-	BackgroundPerSec    float64      `json:"background_msgs_per_sec"`
-	ByMethod            []MethodRate `json:"by_method"`
+	ProxyUpstreamPerSec float64 `json:"proxy_upstream_msgs_per_sec"`
+	// BackgroundPerSec is the background subtracted: messages per second
+	// at every member and the proxy before any agent ran (not per agent).
+	BackgroundPerSec float64 `json:"background_msgs_per_sec"`
+	// ByMethod are the rates by hop and method, in hop order, the largest
+	// first; shares below 0.0005 per agent per second are left out.
+	ByMethod []MethodRate `json:"by_method"`
 }
 
 // MethodRate is one gRPC method's share, per agent of the fleet.
 type MethodRate struct {
-	Hop                string  `json:"hop"`
-	Method             string  `json:"method"`
+	// Hop says whose counters: the direct agents' members, the proxy
+	// (proxied agents), or the proxy's upstream member.
+	Hop string `json:"hop"`
+	// Method is the gRPC service and method ("etcdserverpb.Watch/Watch").
+	Method string `json:"method"`
+	// MsgsPerAgentPerSec is the messages received per second, divided by
+	// every agent of the fleet.
 	MsgsPerAgentPerSec float64 `json:"msgs_per_agent_per_sec"`
+	// RPCsPerAgentPerSec is the same in RPCs started.
 	RPCsPerAgentPerSec float64 `json:"rpcs_per_agent_per_sec"`
 }
 
 // FleetConverge is `regionctl … --wait-converged` writes back to back.
 type FleetConverge struct {
+	// Agents is the number of agents kept running for the writes
+	// (-fleet-converge-agents).
 	Agents int `json:"agents"`
+	// Writes is the number of regionctl writes made.
 	Writes int `json:"writes"`
 	// CommitToExit is the bench's watch of the epoch key seeing the
 	// write's commit → the regionctl process exited.
@@ -129,12 +177,21 @@ type FleetConverge struct {
 	// commit → its watch seeing the last ack (see echoFloor).
 	EchoFloor Dist `json:"echo_floor"`
 	// StatusRatioP50 is CommitToStatus.P50 / EchoFloor.P50.
-	StatusRatioP50 float64        `json:"status_ratio_p50"`
-	StartToCommit  Dist           `json:"start_to_commit"`
-	StartToExit    Dist           `json:"start_to_exit"`
-	StatusMissed   int            `json:"status_missed"`
-	ExitCodes      map[string]int `json:"exit_codes"`
-	ForeignCPUPct  float64        `json:"foreign_cpu_pct"`
+	StatusRatioP50 float64 `json:"status_ratio_p50"`
+	// StartToCommit is regionctl's process start → the bench's watch
+	// seeing the commit (dial, read, validate, Txn).
+	StartToCommit Dist `json:"start_to_commit"`
+	// StartToExit is regionctl's process start → its exit.
+	StartToExit Dist `json:"start_to_exit"`
+	// StatusMissed counts the writes whose status keys were not all seen
+	// reporting them within 1 s of regionctl's exit (left out of
+	// CommitToStatus).
+	StatusMissed int `json:"status_missed"`
+	// ExitCodes counts the writes by regionctl's exit code, in decimal
+	// (every one should be "0"; 5 is a timeout).
+	ExitCodes map[string]int `json:"exit_codes"`
+	// ForeignCPUPct: see LatencyRun.
+	ForeignCPUPct float64 `json:"foreign_cpu_pct"`
 	// Error is why the writes stopped before -fleet-converge-writes, if
 	// they did.
 	Error string `json:"error,omitempty"`

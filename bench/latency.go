@@ -42,8 +42,9 @@ type LatencyRun struct {
 	// polling load on the CPUs.
 	Blocking Dist `json:"blocking"`
 	// FloorBlockingPhase is the floor measured on the same puts as
-	// Blocking; BlockingMinusFloor is, per put, Blocking − that floor.
+	// Blocking.
 	FloorBlockingPhase Dist `json:"floor_blocking_phase"`
+	// BlockingMinusFloor is, per put, Blocking − that floor.
 	BlockingMinusFloor Dist `json:"blocking_minus_floor"`
 	// Ack is the put's own round trip.
 	Ack Dist `json:"ack"`

@@ -8,62 +8,106 @@ import (
 // Report is the bench's output; the top-level figures are medians over
 // the runs, whose details follow.
 type Report struct {
-	CPUs      int    `json:"cpus"`
+	// CPUs is the machine's logical CPUs (runtime.NumCPU).
+	CPUs int `json:"cpus"`
+	// GoVersion is the Go version the bench was built with.
 	GoVersion string `json:"go_version"`
 	// Agent names the regiond build measured: its VCS revision, with
 	// "+dirty" when the work tree had uncommitted changes.
 	Agent string `json:"agent_build"`
 	// ExampleRSSMiB is the agent's VmHWM once synced with the example
-	// fleet, before the latency runs: its baseline footprint; of it,
-	// ExampleFileMiB are pages of the executable (RssFile).
-	ExampleRSSMiB  float64    `json:"example_fleet_peak_rss_mib"`
-	ExampleFileMiB float64    `json:"example_fleet_rss_file_mib"`
-	EtcdVersion    string     `json:"etcd_version"`
-	EtcdDataDir    string     `json:"etcd_data_dir"`
-	SnapshotDir    string     `json:"snapshot_dir"`
-	FileWatch      string     `json:"file_watch"`
-	FileBytes      int        `json:"file_bytes"`
-	Runs           int        `json:"runs"`
-	Puts           int        `json:"puts_per_phase"`
-	GapMS          [2]float64 `json:"gap_ms"`
+	// fleet, before the latency runs: its baseline footprint.
+	ExampleRSSMiB float64 `json:"example_fleet_peak_rss_mib"`
+	// ExampleFileMiB is the part of it that is pages of the executable
+	// (RssFile).
+	ExampleFileMiB float64 `json:"example_fleet_rss_file_mib"`
+	// EtcdVersion is what the etcd binary's --version says.
+	EtcdVersion string `json:"etcd_version"`
+	// EtcdDataDir is the work directory, which holds etcd's data (its
+	// WAL fsyncs go to that disk).
+	EtcdDataDir string `json:"etcd_data_dir"`
+	// SnapshotDir is the directory of the agents' snapshot files (under
+	// /dev/shm when there is one).
+	SnapshotDir string `json:"snapshot_dir"`
+	// FileWatch is how the bench sees the file replaced: "inotify", or
+	// "poll-100us" where there is none.
+	FileWatch string `json:"file_watch"`
+	// FileBytes is the size of the example fleet's snapshot file after
+	// the latency and burst runs; 0 with -no-snapshot.
+	FileBytes int `json:"file_bytes"`
+	// Runs is the number of runs of every measurement (-runs).
+	Runs int `json:"runs"`
+	// Puts is the number of isolated puts per phase per run (-puts).
+	Puts int `json:"puts_per_phase"`
+	// GapMS is the least and the most time between isolated puts, in ms
+	// (-gap-min, -gap-max).
+	GapMS [2]float64 `json:"gap_ms"`
 	// ForeignCPU is the median and the largest share of all CPUs used by
 	// other processes during a run: above ~10% the figures are noise.
 	ForeignCPU [2]float64 `json:"foreign_cpu_pct_median_max"`
 
-	Floor             Dist    `json:"floor"`
-	File              Dist    `json:"file"`
-	FileMinusFloor    Dist    `json:"file_minus_floor_paired"`
-	FileEvent         Dist    `json:"file_event"`
-	Resolve           Dist    `json:"resolve"`
-	FloorResolvePhase Dist    `json:"floor_resolve_phase"`
-	ResolveMinusFloor Dist    `json:"resolve_minus_floor_paired"`
-	Blocking          Dist    `json:"blocking"`
-	FloorBlocking     Dist    `json:"floor_blocking_phase"`
-	BlockingMinus     Dist    `json:"blocking_minus_floor_paired"`
-	Ack               Dist    `json:"put_ack"`
-	PollsPerPut       float64 `json:"polls_per_put"`
-	Anomalies         int     `json:"anomalies"`
+	// Floor is LatencyRun.Floor, each percentile the median over the
+	// runs (N their sum); so are the Dists below, each of its namesake.
+	Floor Dist `json:"floor"`
+	// File is LatencyRun.File over the runs.
+	File Dist `json:"file"`
+	// FileMinusFloor is LatencyRun.FileMinusFloor over the runs.
+	FileMinusFloor Dist `json:"file_minus_floor_paired"`
+	// FileEvent is LatencyRun.FileEvent over the runs.
+	FileEvent Dist `json:"file_event"`
+	// Resolve is LatencyRun.Resolve over the runs.
+	Resolve Dist `json:"resolve"`
+	// FloorResolvePhase is LatencyRun.FloorResolvePhase over the runs.
+	FloorResolvePhase Dist `json:"floor_resolve_phase"`
+	// ResolveMinusFloor is LatencyRun.ResolveMinusFloor over the runs.
+	ResolveMinusFloor Dist `json:"resolve_minus_floor_paired"`
+	// Blocking is LatencyRun.Blocking over the runs.
+	Blocking Dist `json:"blocking"`
+	// FloorBlocking is LatencyRun.FloorBlockingPhase over the runs.
+	FloorBlocking Dist `json:"floor_blocking_phase"`
+	// BlockingMinus is LatencyRun.BlockingMinusFloor over the runs.
+	BlockingMinus Dist `json:"blocking_minus_floor_paired"`
+	// Ack is LatencyRun.Ack over the runs.
+	Ack Dist `json:"put_ack"`
+	// PollsPerPut is the median over the runs of LatencyRun.PollsPerPut.
+	PollsPerPut float64 `json:"polls_per_put"`
+	// Anomalies is LatencyRun.Anomalies summed over the runs.
+	Anomalies int `json:"anomalies"`
 
+	// Burst is the burst phase, its measured figures the medians over
+	// the runs; nil when it did not run.
 	Burst *BurstRun `json:"burst,omitempty"`
-	Sync  *SyncRun  `json:"sync,omitempty"`
+	// Sync is the initial-sync phase, its timings and memory the medians
+	// over the runs; nil when it did not run.
+	Sync *SyncRun `json:"sync,omitempty"`
 	// Fleet is the fleet phase (-phases fleet); its targets are in
 	// Targets, named "fleet: …".
 	Fleet *FleetReport `json:"fleet,omitempty"`
 
+	// Targets are the goals checked against the medians, fleet's too.
 	Targets []Target `json:"targets"`
 
+	// LatencyRuns are the latency phase's runs, in order.
 	LatencyRuns []LatencyRun `json:"latency_runs,omitempty"`
-	BurstRuns   []BurstRun   `json:"burst_runs,omitempty"`
-	SyncRuns    []SyncRun    `json:"sync_runs,omitempty"`
+	// BurstRuns are the burst phase's runs, in order.
+	BurstRuns []BurstRun `json:"burst_runs,omitempty"`
+	// SyncRuns are the initial-sync phase's runs, in order.
+	SyncRuns []SyncRun `json:"sync_runs,omitempty"`
 }
 
 // Target is one goal of issue 3, checked against the medians.
 type Target struct {
-	Name  string  `json:"name"`
+	// Name says what is measured ("burst: last ack → file").
+	Name string `json:"name"`
+	// Value is the figure, from the medians, in Unit.
 	Value float64 `json:"value"`
+	// Limit is the most Value may be, in Unit.
 	Limit float64 `json:"limit"`
-	Unit  string  `json:"unit"`
-	Met   bool    `json:"met"`
+	// Unit is Value's and Limit's unit ("ms", "×", "MiB"; empty for a
+	// count).
+	Unit string `json:"unit"`
+	// Met reports whether the target was met: Value ≤ Limit.
+	Met bool `json:"met"`
 	// PerRun is the same figure in each run: how far the machine's noise
 	// moves it.
 	PerRun []float64 `json:"per_run,omitempty"`

@@ -8,10 +8,15 @@ import (
 
 // Dist is the distribution of one latency, in milliseconds.
 type Dist struct {
-	N   int     `json:"n"`
+	// N is the number of samples; 0 leaves the rest 0.
+	N int `json:"n"`
+	// P50 is the median, nearest rank, in ms.
 	P50 float64 `json:"p50_ms"`
+	// P90 is the 90th percentile, nearest rank, in ms.
 	P90 float64 `json:"p90_ms"`
+	// P99 is the 99th percentile, nearest rank, in ms.
 	P99 float64 `json:"p99_ms"`
+	// Max is the largest sample, in ms.
 	Max float64 `json:"max_ms"`
 }
 

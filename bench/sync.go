@@ -14,6 +14,7 @@ import (
 // SyncRun is one start of a fresh agent (no snapshot file to seed from)
 // against a store of many keys.
 type SyncRun struct {
+	// Keys is the number of keys under the store's routing prefix.
 	Keys int `json:"keys"`
 	// ListMS is regiond_watch_last_list_duration_seconds: the paged Get,
 	// the compile and the swap of the first table.
@@ -27,13 +28,14 @@ type SyncRun struct {
 	// StartToFileMS is from starting the process to the snapshot file
 	// holding the store's revision.
 	StartToFileMS float64 `json:"start_to_file_ms"`
-	// PeakRSSMiB is VmHWM of the agent once synced and the file written;
-	// RSSMiB is VmRSS then.
+	// PeakRSSMiB is VmHWM of the agent once synced and the file written.
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
-	RSSMiB     float64 `json:"rss_mib"`
-	// AnonMiB and FileMiB split RSSMiB: anonymous memory (Go heap,
-	// stacks) and pages of the executable mapped from the page cache.
+	// RSSMiB is VmRSS then.
+	RSSMiB float64 `json:"rss_mib"`
+	// AnonMiB is RSSMiB's anonymous memory (Go heap, stacks).
 	AnonMiB float64 `json:"rss_anon_mib"`
+	// FileMiB is RSSMiB's pages of the executable mapped from the page
+	// cache.
 	FileMiB float64 `json:"rss_file_mib"`
 	// FileBytes is the size of the snapshot file.
 	FileBytes int `json:"file_bytes"`

@@ -14,13 +14,18 @@ import (
 // apply -f` reads and `regionctl export` writes. Overrides, health markers
 // and the epoch are not part of it.
 type Config struct {
-	Policy PolicySection    `json:"policy"`
-	Pools  map[string]Pool  `json:"pools"`
+	// Policy holds the policy keys (the residency policy).
+	Policy PolicySection `json:"policy"`
+	// Pools are the pools, keyed by pool id.
+	Pools map[string]Pool `json:"pools"`
+	// Routes are the routes, keyed by route name.
 	Routes map[string]Route `json:"routes"`
 }
 
 // PolicySection holds the policy keys of a config file.
 type PolicySection struct {
+	// Residency is the residency policy; nil when none is set (the
+	// built-in one applies: DefaultResidency).
 	Residency *Residency `json:"residency,omitempty"`
 }
 

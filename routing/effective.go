@@ -11,12 +11,23 @@ import (
 // the attrs of the route chain and the reasons the answer is degraded. An
 // empty Candidates list means NoRoute, and Degraded then holds the reasons.
 type Effective struct {
-	Route         string            `json:"route"`
-	FallbackDepth int               `json:"fallback_depth"`
-	Affinity      string            `json:"affinity"`
-	Candidates    []Candidate       `json:"candidates"`
-	Attrs         map[string]string `json:"attrs"`
-	Degraded      []string          `json:"degraded"`
+	// Route is the winning route's name; empty with no route.
+	Route string `json:"route"`
+	// FallbackDepth is the winning route's position in the chain: 0 is
+	// the country's own route.
+	FallbackDepth int `json:"fallback_depth"`
+	// Affinity is the winning route's, AffinitySticky or AffinityRandom;
+	// empty with no route.
+	Affinity string `json:"affinity"`
+	// Candidates are the winning route's targets with an eligible pool and
+	// a weight above 0, sorted by pool id; empty means NoRoute.
+	Candidates []Candidate `json:"candidates"`
+	// Attrs are the attrs of the routes of the chain, from the winner back
+	// to the country's own route, which wins a key; not the pools'.
+	Attrs map[string]string `json:"attrs"`
+	// Degraded lists the reason codes of what was passed over, in the
+	// order met and each once (docs/resolution.md, Reason codes).
+	Degraded []string `json:"degraded"`
 	// js is the entry's JSON, encoded once when the entry is built; entries
 	// equal to the previous table's are reused with their encoding.
 	js []byte
@@ -29,9 +40,12 @@ type Effective struct {
 
 // Candidate is an eligible pool of an Effective entry.
 type Candidate struct {
-	Pool   string `json:"pool"`
-	Host   string `json:"host"`
-	Weight int    `json:"weight"`
+	// Pool is the pool's id.
+	Pool string `json:"pool"`
+	// Host is the pool's host, where the viewer is sent.
+	Host string `json:"host"`
+	// Weight is the target's weight in the route, 1..100.
+	Weight int `json:"weight"`
 	// attrs is the pool's attrs overlaid by Effective.Attrs.
 	attrs map[string]string
 	// pad is the pool id padded for the sticky hash (see poolPad).

@@ -21,9 +21,14 @@ var ErrNoTable = errors.New("routing: no table yet")
 // relative to <root>/routing/ ("routes/PL") and its field path
 // ("targets[1].weight").
 type FieldError struct {
-	Key   string
+	// Key is the value's key relative to <root>/routing/; empty for a
+	// problem of no one key.
+	Key string
+	// Field is the field's path in the value; empty for the value (or
+	// the key) as a whole.
 	Field string
-	Msg   string
+	// Msg says what is wrong.
+	Msg string
 }
 
 // Error returns "routes/PL: targets[1].weight: must be 0..100, got 130".

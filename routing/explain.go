@@ -5,12 +5,22 @@ import "time"
 // Explanation is Resolve with its working shown: every route and pool
 // considered, and why each was passed over.
 type Explanation struct {
-	Country  string      `json:"country"`
-	Class    string      `json:"class"`
-	Decision *Decision   `json:"decision,omitempty"`
-	NoRoute  bool        `json:"no_route,omitempty"`
-	Reasons  []string    `json:"reasons,omitempty"`
-	Routes   []RouteStep `json:"routes"`
+	// Country is the normalized country; Unknown ("_unknown") for the
+	// unknown country.
+	Country string `json:"country"`
+	// Class is the country's residency class; empty for a country in no
+	// class.
+	Class string `json:"class"`
+	// Decision is Resolve's answer; nil with no route.
+	Decision *Decision `json:"decision,omitempty"`
+	// NoRoute is true when no route of the chain has a candidate.
+	NoRoute bool `json:"no_route,omitempty"`
+	// Reasons are the NoRoute's reason codes; empty with a Decision
+	// (whose Degraded holds them).
+	Reasons []string `json:"reasons,omitempty"`
+	// Routes are the routes of the chain in the order tried, up to and
+	// including the winning one.
+	Routes []RouteStep `json:"routes"`
 	// Pick is how the decision's pool was chosen among the winning
 	// route's candidates; nil with no route.
 	Pick *Pick `json:"pick,omitempty"`
@@ -39,21 +49,35 @@ const (
 
 // RouteStep is one route of the chain as considered by Explain.
 type RouteStep struct {
-	Route     string     `json:"route"`
-	Depth     int        `json:"depth"`
-	Exists    bool       `json:"exists"`
-	Overrides []string   `json:"overrides,omitempty"`
-	Chosen    bool       `json:"chosen"`
-	Pools     []PoolStep `json:"pools"`
+	// Route is the route's name.
+	Route string `json:"route"`
+	// Depth is the route's position in the chain: 0 is the country's own
+	// route (the unknown country's _default).
+	Depth int `json:"depth"`
+	// Exists is false for a name the table has no route for (passed over).
+	Exists bool `json:"exists"`
+	// Overrides are the ids of the live boosts applied to the route,
+	// oldest first (the last one's targets are in force).
+	Overrides []string `json:"overrides,omitempty"`
+	// Chosen is true for the winning route, the last step.
+	Chosen bool `json:"chosen"`
+	// Pools are the route's targets as judged, in the route's order.
+	Pools []PoolStep `json:"pools"`
 }
 
 // PoolStep is one target of a route as considered by Explain. Reason is
 // empty for an eligible pool.
 type PoolStep struct {
-	Pool     string `json:"pool"`
-	Weight   int    `json:"weight"`
-	Eligible bool   `json:"eligible"`
-	Reason   string `json:"reason,omitempty"`
+	// Pool is the target's pool id.
+	Pool string `json:"pool"`
+	// Weight is the target's weight.
+	Weight int `json:"weight"`
+	// Eligible is true when the target is a candidate: its pool eligible
+	// for the viewer and its weight above 0.
+	Eligible bool `json:"eligible"`
+	// Reason is why it is not: a reason code with the pool
+	// ("pool-down:eu-central"), or "weight-0".
+	Reason string `json:"reason,omitempty"`
 }
 
 // Explain resolves like Resolve and reports every route and pool it

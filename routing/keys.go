@@ -87,8 +87,12 @@ var standInShape = regexp.MustCompile(`… \([0-9]+ bytes, sha256 [0-9a-f]{32}\)
 // Key is a parsed key of the routing prefix. ID is the pool id, route name,
 // override id or, for health keys, the pool id; Instance is set for health keys.
 type Key struct {
-	Kind     Kind
-	ID       string
+	// Kind is the kind of key.
+	Kind Kind
+	// ID is the key's name: "residency" for the policy, empty for the
+	// epoch.
+	ID string
+	// Instance is a health key's instance id; empty for other kinds.
 	Instance string
 }
 

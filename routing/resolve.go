@@ -11,15 +11,28 @@ import (
 // the same entry: copy them before changing them (maps.Clone,
 // slices.Clone).
 type Decision struct {
-	Country       string            `json:"country"`
-	Route         string            `json:"route"`
-	Pool          string            `json:"pool"`
-	Host          string            `json:"host"`
-	Attrs         map[string]string `json:"attrs"`
-	Revision      int64             `json:"revision"`
-	Epoch         int64             `json:"epoch"`
-	FallbackDepth int               `json:"fallback_depth"`
-	Degraded      []string          `json:"degraded"`
+	// Country is the normalized country; Unknown ("_unknown") for the
+	// unknown country.
+	Country string `json:"country"`
+	// Route is the winning route's name; empty with no route.
+	Route string `json:"route"`
+	// Pool is the id of the pool picked; empty with no route.
+	Pool string `json:"pool"`
+	// Host is the picked pool's host, where the viewer is sent.
+	Host string `json:"host"`
+	// Attrs are the pool's attrs overlaid by the route chain's.
+	Attrs map[string]string `json:"attrs"`
+	// Revision is the etcd revision of the table that decided.
+	Revision int64 `json:"revision"`
+	// Epoch is the routing epoch of the table that decided (0 before any
+	// config was applied).
+	Epoch int64 `json:"epoch"`
+	// FallbackDepth is the winning route's position in the chain: 0 is
+	// the country's own route.
+	FallbackDepth int `json:"fallback_depth"`
+	// Degraded lists the reason codes of what was passed over, in the
+	// order met; with ErrNoRoute, why no pool is eligible.
+	Degraded []string `json:"degraded"`
 }
 
 // Resolve is t.Resolve(country, key, now).

@@ -20,11 +20,18 @@ const DefaultHealthGrace = 5 * time.Second
 // must never change those bytes afterwards (etcd's client gives each value
 // its own).
 type KV struct {
-	Key            string
-	Value          []byte
-	ModRevision    int64
+	// Key is the key relative to <root>/routing/.
+	Key string
+	// Value is the stored value as etcd holds it (JSON for a valid key).
+	Value []byte
+	// ModRevision is the revision of the key's last put: of several live
+	// boosts of one route, the one with the newest wins.
+	ModRevision int64
+	// CreateRevision is the revision that created this incarnation of the
+	// key.
 	CreateRevision int64
-	Version        int64
+	// Version is the number of puts to this incarnation of the key.
+	Version int64
 
 	// verdict, when not nil, means Value is a stand-in (see Keep), and
 	// tells why the value it stands for was refused ("" if it was not).
@@ -95,7 +102,10 @@ func (kv KV) SameValue(o KV) bool {
 // keeps the key's last good value of the same incarnation (see
 // CompileOptions.Earlier), if it had one.
 type Skipped struct {
-	Key   string `json:"key"`
+	// Key is the key relative to <root>/routing/.
+	Key string `json:"key"`
+	// Error says why the value is refused (or the boost not applied),
+	// naming the key and the field.
 	Error string `json:"error"`
 }
 

@@ -31,39 +31,71 @@ type Extra map[string]json.RawMessage
 // Pool is an edge pool, origin or catalog shard that viewers can be sent to.
 // Stored at <root>/routing/pools/<id>.
 type Pool struct {
-	Host        string            `json:"host"`
-	Region      string            `json:"region,omitempty"`
-	Residency   string            `json:"residency"`
-	Status      string            `json:"status"`
-	HealthCheck bool              `json:"health_check,omitempty"`
-	Attrs       map[string]string `json:"attrs,omitempty"`
-	Extra       Extra             `json:"-"`
+	// Host is where viewers of the pool are sent: a name or an IP, with an
+	// optional port ("edge-fra-1.example.net:443"). Never empty.
+	Host string `json:"host"`
+	// Region is a label for operators ("eu-central"); routing does not
+	// read it. Empty when not set.
+	Region string `json:"region,omitempty"`
+	// Residency is the pool's residency class ("eu"): the pool serves
+	// viewers of that class and of countries in no class.
+	Residency string `json:"residency"`
+	// Status is StatusActive, StatusDraining or StatusDown; only an active
+	// pool is a candidate. Empty decodes as active.
+	Status string `json:"status"`
+	// HealthCheck makes the pool eligible only while it has a live health
+	// key (or within the grace window after its last one went).
+	HealthCheck bool `json:"health_check,omitempty"`
+	// Attrs are free-form strings given to the front door with each
+	// decision for the pool, overlaid by the route chain's attrs.
+	Attrs map[string]string `json:"attrs,omitempty"`
+	// Extra holds the stored value's fields this version does not know.
+	Extra Extra `json:"-"`
 }
 
 // Target is one weighted pool of a route.
 type Target struct {
-	Pool   string `json:"pool"`
-	Weight int    `json:"weight"`
-	Extra  Extra  `json:"-"`
+	// Pool is the id of the pool the target sends viewers to.
+	Pool string `json:"pool"`
+	// Weight is the target's share of its route's viewers, 0..100 (the
+	// weights of a route sum to 100); a target of weight 0 is never picked.
+	Weight int `json:"weight"`
+	// Extra holds the stored target's fields this version does not know.
+	Extra Extra `json:"-"`
 }
 
 // Route maps a country, a named group or _default to weighted pools.
 // Stored at <root>/routing/routes/<name>.
 type Route struct {
-	Targets  []Target          `json:"targets,omitempty"`
-	Fallback []string          `json:"fallback,omitempty"`
-	Affinity string            `json:"affinity,omitempty"`
-	Attrs    map[string]string `json:"attrs,omitempty"`
-	Extra    Extra             `json:"-"`
+	// Targets are the weighted pools the route sends viewers to; empty for
+	// a route that only falls back.
+	Targets []Target `json:"targets,omitempty"`
+	// Fallback names the routes tried next, in order, when no target of
+	// this one has an eligible pool.
+	Fallback []string `json:"fallback,omitempty"`
+	// Affinity is AffinitySticky (the same key gets the same pool) or
+	// AffinityRandom; empty decodes as sticky.
+	Affinity string `json:"affinity,omitempty"`
+	// Attrs are merged into the attrs of the decisions whose chain passes
+	// the route up to the winner; the country's own route wins a key.
+	Attrs map[string]string `json:"attrs,omitempty"`
+	// Extra holds the stored value's fields this version does not know.
+	Extra Extra `json:"-"`
 }
 
 // Residency is the data-residency policy: which countries belong to which
 // class, and the class of viewers whose country is unknown.
 // Stored at <root>/routing/policy/residency.
 type Residency struct {
-	Classes             map[string][]string `json:"classes"`
-	UnknownCountryClass string              `json:"unknown_country_class"`
-	Extra               Extra               `json:"-"`
+	// Classes maps each class name ("eu") to its countries, upper-case ISO
+	// codes, each in one class at most. Nil decodes as the built-in eu
+	// class (DefaultResidency).
+	Classes map[string][]string `json:"classes"`
+	// UnknownCountryClass is the class of viewers whose country is
+	// unknown; empty decodes as "eu" (fail closed).
+	UnknownCountryClass string `json:"unknown_country_class"`
+	// Extra holds the stored value's fields this version does not know.
+	Extra Extra `json:"-"`
 }
 
 // Override is a temporary boost: it replaces the targets and/or merges the
@@ -71,18 +103,28 @@ type Residency struct {
 // whichever comes first.
 // Stored at <root>/routing/overrides/<id>.
 type Override struct {
-	Route   string            `json:"route"`
-	Targets []Target          `json:"targets,omitempty"`
-	Attrs   map[string]string `json:"attrs,omitempty"`
-	Reason  string            `json:"reason,omitempty"`
-	Author  string            `json:"author,omitempty"`
+	// Route names the route the boost applies to; a boost of a route that
+	// does not exist is not applied.
+	Route string `json:"route"`
+	// Targets, when not empty, replace the route's targets.
+	Targets []Target `json:"targets,omitempty"`
+	// Attrs are merged over the route's attrs (of several live boosts of
+	// one route, the newest wins a key).
+	Attrs map[string]string `json:"attrs,omitempty"`
+	// Reason is the operator's note on why (boost --reason); shown by
+	// boost ls, not read by routing.
+	Reason string `json:"reason,omitempty"`
+	// Author is the user regionctl wrote the boost as (its --user, the
+	// client certificate's common name, or the OS user).
+	Author string `json:"author,omitempty"`
 	// ExpiresAt (RFC 3339) is when the boost ends by the agents' clocks:
 	// regionctl writes the lease's grant plus its TTL. A table stops
 	// applying the override then, although etcd may keep the lease alive
 	// longer (a leader election renews every lease to its full TTL).
 	// Empty: the lease alone ends it.
 	ExpiresAt string `json:"expires_at,omitempty"`
-	Extra     Extra  `json:"-"`
+	// Extra holds the stored value's fields this version does not know.
+	Extra Extra `json:"-"`
 }
 
 // Expiry returns ExpiresAt as a time; zero when it is empty or does not
@@ -107,39 +149,68 @@ func (o *Override) Expired(now time.Time) bool {
 // Health is a live-instance marker of a pool, bound to a lease.
 // Stored at <root>/routing/health/<pool>/<instance>.
 type Health struct {
-	Addr  string `json:"addr"`
+	// Addr is the instance's address as its heartbeat was given it
+	// (--addr). Informational: the key alone makes a live instance.
+	Addr string `json:"addr"`
+	// Since (RFC 3339 UTC, seconds) is when the heartbeat started;
+	// informational, empty when not written.
 	Since string `json:"since,omitempty"`
-	Extra Extra  `json:"-"`
+	// Extra holds the stored value's fields this version does not know.
+	Extra Extra `json:"-"`
 }
 
 // Change is one key of an audit record.
 type Change struct {
-	Key    string          `json:"key"`
-	Op     string          `json:"op"`
+	// Key is the key written, relative to <root>/routing/ ("pools/eu-central").
+	Key string `json:"key"`
+	// Op is "put" or "delete".
+	Op string `json:"op"`
+	// Before is the key's value before the write: JSON null when absent,
+	// a JSON string when the stored value was not JSON.
 	Before json.RawMessage `json:"before"`
-	After  json.RawMessage `json:"after"`
+	// After is the key's value after the write; JSON null for a delete.
+	After json.RawMessage `json:"after"`
 }
 
 // Audit is the record regionctl writes at <root>/audit/<epoch> in the same
 // transaction as the change it describes.
 type Audit struct {
-	Epoch   int64    `json:"epoch"`
-	At      string   `json:"at"`
-	User    string   `json:"user"`
-	Host    string   `json:"host"`
-	Reason  string   `json:"reason"`
-	Command string   `json:"command"`
+	// Epoch is the epoch the write set (the previous one plus 1); the
+	// record's key holds it too.
+	Epoch int64 `json:"epoch"`
+	// At (RFC 3339 UTC, seconds) is when regionctl built the write.
+	At string `json:"at"`
+	// User is regionctl's --user, else its client certificate's common
+	// name, else the OS user.
+	User string `json:"user"`
+	// Host is the host name of the machine regionctl ran on.
+	Host string `json:"host"`
+	// Reason is the operator's --reason for the write.
+	Reason string `json:"reason"`
+	// Command is the verb and its arguments as typed, without the
+	// connection flags, quoted so it can be run again.
+	Command string `json:"command"`
+	// Changes are the keys the write put or deleted.
 	Changes []Change `json:"changes"`
 }
 
 // AgentStatus is what an agent publishes at <root>/agents/<node>.
 type AgentStatus struct {
-	Node      string `json:"node"`
-	Revision  int64  `json:"revision"`
-	Epoch     int64  `json:"epoch"`
-	SyncedAt  string `json:"synced_at"`
-	Connected bool   `json:"connected"`
-	Version   string `json:"version"`
+	// Node is the agent's --node, the last element of its key.
+	Node string `json:"node"`
+	// Revision is the etcd revision the agent's table is known to be
+	// current at.
+	Revision int64 `json:"revision"`
+	// Epoch is the routing epoch of the agent's table.
+	Epoch int64 `json:"epoch"`
+	// SyncedAt (RFC 3339 UTC, seconds) is when the table was last
+	// confirmed current against etcd; empty when never.
+	SyncedAt string `json:"synced_at"`
+	// Connected reports whether a watch of etcd was following the prefix
+	// when the status was put.
+	Connected bool `json:"connected"`
+	// Version is the agent binary's version.
+	Version string `json:"version"`
 	// ChangeRevision is the revision of the newest routing event (a put
 	// or a delete) the agent applied from its watch since it started;
 	// absent before the first. regionctl status takes the newest of them
@@ -147,15 +218,16 @@ type AgentStatus struct {
 	// leaves no key.
 	ChangeRevision int64 `json:"change_revision,omitempty"`
 	// Skipped counts the keys whose current value the agent refused (it
-	// serves their last good value, or nothing); SkippedKeys names the
-	// first MaxStatusSkippedKeys of them: those it may serve otherwise
-	// than another agent first, then those it serves alike (ServedAlike),
-	// each sorted. SkippedAlike counts the latter. An agent with skipped
+	// serves their last good value, or nothing). An agent with skipped
 	// keys not served alike is not converged: it may serve what no other
 	// agent does.
-	Skipped      int      `json:"skipped,omitempty"`
-	SkippedKeys  []string `json:"skipped_keys,omitempty"`
-	SkippedAlike int      `json:"skipped_alike,omitempty"`
+	Skipped int `json:"skipped,omitempty"`
+	// SkippedKeys names the first MaxStatusSkippedKeys of them: those it
+	// may serve otherwise than another agent first, then those it serves
+	// alike (ServedAlike), each sorted.
+	SkippedKeys []string `json:"skipped_keys,omitempty"`
+	// SkippedAlike counts the skipped keys every agent serves alike.
+	SkippedAlike int `json:"skipped_alike,omitempty"`
 }
 
 // MaxStatusSkippedKeys bounds AgentStatus.SkippedKeys.

@@ -288,7 +288,9 @@ func ValidateOverride(cfg *Config, id string, o Override) Errors {
 // of several overrides of one route, the newest wins (ties: the larger id,
 // as for keys written in one transaction).
 type StoredOverride struct {
-	Override    Override
+	// Override is the boost's value.
+	Override Override
+	// ModRevision is the etcd revision the boost was last written at.
 	ModRevision int64
 }
 

@@ -58,11 +58,12 @@ type Config struct {
 	// MaxWaiting caps the blocking queries waiting at once; one more is
 	// refused with 429 and Retry-After. Default DefaultMaxWaiting.
 	MaxWaiting int
-	// Registerer receives the API's metrics; Gatherer is served on
-	// /metrics. Either may be nil.
+	// Registerer receives the API's metrics; nil registers none.
 	Registerer prometheus.Registerer
-	Gatherer   prometheus.Gatherer
-	Logger     *slog.Logger
+	// Gatherer is served on /metrics; nil serves no /metrics.
+	Gatherer prometheus.Gatherer
+	// Logger receives the API's logs; nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // DefaultMaxWaiting is the default cap of blocking queries waiting at once.
@@ -557,14 +558,25 @@ func (s *Server) handleTable(w http.ResponseWriter, r *http.Request) {
 
 // Status is the body of /v1/status.
 type Status struct {
-	Node         string            `json:"node"`
-	Revision     int64             `json:"revision"`
-	Epoch        int64             `json:"epoch"`
-	Connected    bool              `json:"connected"`
-	SyncedAt     string            `json:"synced_at"`
-	StaleSeconds float64           `json:"stale_seconds"`
-	Stale        bool              `json:"stale"`
-	Skipped      []routing.Skipped `json:"skipped"`
+	// Node is the agent's node name (Config.Node).
+	Node string `json:"node"`
+	// Revision is the etcd revision the table is known to be current at.
+	Revision int64 `json:"revision"`
+	// Epoch is the config epoch of the table.
+	Epoch int64 `json:"epoch"`
+	// Connected is true while a watch of etcd follows the prefix.
+	Connected bool `json:"connected"`
+	// SyncedAt (RFC 3339 UTC, nanoseconds) is when the table was last
+	// confirmed current against etcd; empty when never.
+	SyncedAt string `json:"synced_at"`
+	// StaleSeconds is how long ago SyncedAt was, in seconds; -1 when never.
+	StaleSeconds float64 `json:"stale_seconds"`
+	// Stale is true while the table served is the snapshot file's read at
+	// start, not yet confirmed by etcd; not about age.
+	Stale bool `json:"stale"`
+	// Skipped are the keys whose values the table refuses; empty, not
+	// null, when none.
+	Skipped []routing.Skipped `json:"skipped"`
 	// EtcdError is why the agent cannot use etcd (its login refused,
 	// etcd unreachable at start or since, its read of the prefix
 	// refused); absent once it can.

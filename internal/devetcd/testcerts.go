@@ -150,7 +150,9 @@ func (c *TestCerts) nextSerial() int64 {
 type ClientCert struct {
 	// CN is the certificate's common name: the etcd user it
 	// authenticates as, with authentication on.
-	CN                string
+	CN string
+	// CertFile and KeyFile are the PEM files of the certificate and its
+	// key, in TestCerts.Dir.
 	CertFile, KeyFile string
 }
 

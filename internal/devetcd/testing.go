@@ -103,9 +103,14 @@ func enableTestAuth(t testing.TB, srv *Server, a Auth) Auth {
 // Secure is an embedded etcd serving TLS (client certificates required)
 // with authentication on, and a client logged in as TestUser.
 type Secure struct {
+	// Server is the etcd, serving TLS (NewTestTLS).
 	Server *Server
-	Certs  *TestCerts
-	Auth   Auth
+	// Certs is the test CA that signed the server's certificate; it
+	// issues client certificates (IssueClient).
+	Certs *TestCerts
+	// Auth names its users (EnableTestAuth): TestUser has readwrite on
+	// the prefix.
+	Auth Auth
 	// Client is TestUser's client, closed when the test ends.
 	Client *clientv3.Client
 }
@@ -130,11 +135,14 @@ func NewTestSecure(t testing.TB, prefix string) Secure {
 // clients connect again: how a test makes a client's watch be created
 // anew after its role changed.
 type AuthBehindProxy struct {
+	// Server is the etcd, reached directly or through Proxy.
 	Server *Server
 	// Auth is the test user's (EnableTestAuth): readwrite on Prefix.
 	Auth Auth
 	// Root is a client of user root, straight to etcd.
-	Root  *clientv3.Client
+	Root *clientv3.Client
+	// Proxy is the TCP proxy to Server that the clients under test dial
+	// (Proxy.URL), cut with Sever.
 	Proxy *tcpproxy.Proxy
 }
 

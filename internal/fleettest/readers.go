@@ -76,20 +76,34 @@ func Keys(n int) []string {
 // Decision, or NoRoute with its fields and the reader's 503 body, or any
 // other error.
 type Outcome struct {
-	OK      bool            `json:"ok"`
-	D       json.RawMessage `json:"d,omitempty"`
-	NoRoute *NoRoute        `json:"noroute,omitempty"`
-	Body    json.RawMessage `json:"body,omitempty"`
-	Error   string          `json:"error,omitempty"`
-	Message string          `json:"message,omitempty"`
+	// OK is true for a Decision, false for any error.
+	OK bool `json:"ok"`
+	// D is the reader's Decision JSON; set when OK.
+	D json.RawMessage `json:"d,omitempty"`
+	// NoRoute holds the NoRoute error's fields; nil for a Decision or
+	// another error.
+	NoRoute *NoRoute `json:"noroute,omitempty"`
+	// Body is the 503 body the reader renders for its NoRoute.
+	Body json.RawMessage `json:"body,omitempty"`
+	// Error is the error's class or name ("NoRouteException",
+	// "NoRouteError"); empty when OK.
+	Error string `json:"error,omitempty"`
+	// Message is the error's message.
+	Message string `json:"message,omitempty"`
 }
 
 // NoRoute is what a reader's NoRoute error carries.
 type NoRoute struct {
-	Country  string   `json:"country"`
-	Reasons  []string `json:"reasons"`
-	Revision int64    `json:"revision"`
-	Epoch    int64    `json:"epoch"`
+	// Country is the normalized country (routing.Unknown for the unknown
+	// country).
+	Country string `json:"country"`
+	// Reasons are the NoRoute's reason codes (stale-table included when
+	// the reader judged the table stale).
+	Reasons []string `json:"reasons"`
+	// Revision is the etcd revision of the table that found no route.
+	Revision int64 `json:"revision"`
+	// Epoch is that table's config epoch (0 before any config).
+	Epoch int64 `json:"epoch"`
 }
 
 // noRouteBody is the agent's 503 body (internal/api errorBody): revision
@@ -120,15 +134,19 @@ var idIndex = func() (m [256]int8) {
 // distinct outcomes and, one character of IDChars per decision, the index
 // of its outcome: IDs[0] without a sticky key, IDs[1+j] with key j.
 type SweepLine struct {
+	// Outcomes are the header's distinct outcomes.
 	Outcomes []Outcome `json:"outcomes"`
-	IDs      string    `json:"ids"`
+	// IDs holds, for each decision, the IDChars character of its outcome's
+	// index in Outcomes.
+	IDs string `json:"ids"`
 }
 
 // Answer is one reader's decoded outcome.
 type Answer struct {
 	// D is the decision; for NoRoute its Country, Degraded (the reasons),
 	// Revision and Epoch.
-	D       routing.Decision
+	D routing.Decision
+	// NoRoute is true when the reader found no route.
 	NoRoute bool
 	// Err is any other error (a reader bug in a sweep).
 	Err string
@@ -154,8 +172,10 @@ func (a *Answer) String() string {
 // Sweep is one reader's answers to headers × (no key, keys).
 type Sweep struct {
 	// Reader names the reader and path in messages ("PHP index", "JS kv").
-	Reader  string
+	Reader string
+	// Headers are the raw country headers swept, in order (Headers()).
 	Headers []string
+	// Keys are the sticky keys swept, in order (Keys(n)).
 	Keys    []string
 	answers []Answer
 	ids     [][]int32 // [header][1+key] into answers
@@ -265,8 +285,12 @@ func ReadSweep(reader string, out []byte, headers, keys []string) (*Sweep, error
 // Expect is Go's side of a sweep: routing.Resolve on Table at Now;
 // WithStale adds the stale-table a reader adds for an old synced_at.
 type Expect struct {
-	Table     *routing.Table
-	Now       time.Time
+	// Table is the table the readers' files were written from.
+	Table *routing.Table
+	// Now is the time Go resolves at (health, boosts' expiry).
+	Now time.Time
+	// WithStale adds stale-table to each of Go's decisions, as a reader
+	// does when the file's synced_at is older than its max age.
 	WithStale bool
 }
 
@@ -347,6 +371,8 @@ func (x Expect) attrs(e *routing.Effective, pool string) map[string]string {
 
 // Counts tallies the decisions a comparison made.
 type Counts struct {
+	// Decisions counts every decision compared; Sticky, Random and NoRoute
+	// count those of each kind (Go's pick by key, a random pick, no route).
 	Decisions, Sticky, Random, NoRoute int
 }
 

@@ -13,7 +13,10 @@ import (
 // Scenario is a table built from the example fleet with some pools
 // drained, down, unhealthy or boosted, for cross-checks of readers.
 type Scenario struct {
-	Name  string
+	// Name is the scenario's name: fleet, drained, down, unhealthy,
+	// boosted or stale.
+	Name string
+	// Table is the scenario's table.
 	Table *routing.Table
 }
 

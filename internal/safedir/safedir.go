@@ -39,6 +39,7 @@ func Ensure(dir, what string, mode os.FileMode, gid int) error {
 // Made is a directory EnsureMade created: its path and what it was just
 // after (RemoveMade removes it only while it is still that directory).
 type Made struct {
+	// Path is the directory's path.
 	Path string
 	info os.FileInfo
 }

@@ -28,7 +28,9 @@ const (
 // edge worker normalizes the country header, reads that key, and reads
 // routing.Unknown when the key is missing.
 type KVValue struct {
-	Key   string
+	// Key is the country code, or routing.Unknown.
+	Key string
+	// Value is the JSON object described above.
 	Value []byte
 }
 

@@ -22,37 +22,60 @@ var ErrVersion = errors.New("snapindex: unknown format version")
 
 // Header is the header of an index file.
 type Header struct {
-	Format    int       `json:"format"`
-	Revision  int64     `json:"revision"`
-	Epoch     int64     `json:"epoch"`
+	// Format is the format version, Version (the binary prefix's too).
+	Format int `json:"format"`
+	// Revision is the etcd revision of the table.
+	Revision int64 `json:"revision"`
+	// Epoch is the config epoch of the table.
+	Epoch int64 `json:"epoch"`
+	// WrittenAt is when the agent wrote the file; pool health is evaluated
+	// at this instant.
 	WrittenAt time.Time `json:"written_at"`
 	// SyncedAt is zero when the member is absent or empty (never synced).
 	SyncedAt time.Time `json:"-"`
-	Stale    bool      `json:"stale"`
-	Slots    int       `json:"slots"`
+	// Stale says the table is the agent's snapshot, not yet confirmed
+	// against etcd.
+	Stale bool `json:"stale"`
+	// Slots is the number of slots, always Slots (677).
+	Slots int `json:"slots"`
 }
 
 // Candidate is a candidate of an entry, with its merged attrs.
 type Candidate struct {
-	Pool   string            `json:"pool"`
-	Host   string            `json:"host"`
-	Weight int               `json:"weight"`
-	Attrs  map[string]string `json:"attrs"`
+	// Pool is the pool's id.
+	Pool string `json:"pool"`
+	// Host is the pool's host, where the viewer is sent.
+	Host string `json:"host"`
+	// Weight is the target's weight in the route.
+	Weight int `json:"weight"`
+	// Attrs are the pool's attrs overlaid by the route chain's and live
+	// boosts' attrs: a Decision's Attrs.
+	Attrs map[string]string `json:"attrs"`
 }
 
 // Entry is the entry JSON of a country.
 type Entry struct {
-	Route         string      `json:"route"`
-	FallbackDepth int         `json:"fallback_depth"`
-	Affinity      string      `json:"affinity"`
-	Candidates    []Candidate `json:"candidates"`
-	Degraded      []string    `json:"degraded"`
+	// Route is the winning route's name; empty with no route.
+	Route string `json:"route"`
+	// FallbackDepth is the winning route's position in the chain (0: the
+	// country's own route; 0 too with no route).
+	FallbackDepth int `json:"fallback_depth"`
+	// Affinity is "sticky" or "random"; empty means sticky.
+	Affinity string `json:"affinity"`
+	// Candidates are the table entry's candidates, in its order; empty
+	// means NoRoute.
+	Candidates []Candidate `json:"candidates"`
+	// Degraded lists the reason codes of what was passed over: with no
+	// candidate, why there is none.
+	Degraded []string `json:"degraded"`
 	// cands is Candidates for routing.PickSticky.
 	cands []routing.Candidate
 }
 
 // Slot is one slot of the slot table.
 type Slot struct {
+	// Offset and Length locate the entry's JSON in the file (bytes from
+	// its start); Kind is KindCountry or KindUnknown.
 	Offset, Length, Kind uint32
 }
 
@@ -60,6 +83,7 @@ type Slot struct {
 // reference reader of the format, used by tests and tools; it holds the
 // whole file, unlike a front door's reader, which reads one entry.
 type Index struct {
+	// Header is the file's header JSON, parsed.
 	Header Header
 	// MaxAge, when positive, makes Resolve add stale-table when the
 	// header's synced_at (written_at when absent) is older than MaxAge.
@@ -204,8 +228,11 @@ func parseHeader(b []byte) (Header, error) {
 // (docs/snapshot-index.md). Times are Unix nanoseconds; SyncedAt is 0
 // unless Flags has BlockSynced.
 type Block struct {
-	Flags               uint32
-	Revision, Epoch     int64
+	// Flags holds BlockStale and BlockSynced.
+	Flags uint32
+	// Revision and Epoch are the header's.
+	Revision, Epoch int64
+	// WrittenAt and SyncedAt are the header's times, in Unix nanoseconds.
 	WrittenAt, SyncedAt int64
 }
 

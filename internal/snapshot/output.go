@@ -61,7 +61,10 @@ func (o *TableJSON) Close() { o.file.Close() }
 // PlainJSON is the reference Output the fast path is tested against: the
 // whole table JSON rendered into one buffer (routing.Table.JSONWith) and
 // written with atomicfile.WriteFile.
-type PlainJSON struct{ Path string }
+type PlainJSON struct {
+	// Path is the file written, replaced atomically.
+	Path string
+}
 
 // Write implements Output.
 func (o PlainJSON) Write(t *routing.Table, h routing.JSONHeader, _ bool) error {

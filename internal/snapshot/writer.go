@@ -43,7 +43,10 @@ type Source interface {
 
 // Config configures a Writer. Path and Source are required.
 type Config struct {
-	Path   string
+	// Path is the table JSON file's path (--snapshot); the index is
+	// written beside it, at IndexPath(Path).
+	Path string
+	// Source is the mirror whose table is written.
 	Source Source
 	// Budget is the share of one CPU the rewrites may take, sustained:
 	// once Burst is spent, after a write that took d the next one starts
@@ -75,8 +78,10 @@ type Config struct {
 	// File is the table the file at Path holds when the writer starts
 	// (the agent loaded it), or nil: if it has pools, a table without
 	// pools is not written over it (see Writer).
-	File       *routing.Table
-	Logger     *slog.Logger
+	File *routing.Table
+	// Logger receives the writer's logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the writer's metrics; nil registers none.
 	Registerer prometheus.Registerer
 }
 

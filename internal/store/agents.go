@@ -41,9 +41,12 @@ type Fleet struct {
 	// change_revision a live agent reports (at most Revision): a delete
 	// leaves no key, but the agents that applied it say so. What an
 	// agent must have applied to be current.
-	RoutingRevision int64       `json:"routing_revision"`
-	Epoch           int64       `json:"epoch"`
-	Agents          []AgentInfo `json:"agents"`
+	RoutingRevision int64 `json:"routing_revision"`
+	// Epoch is the routing epoch at Revision; 0 when the epoch key is
+	// absent or holds no number.
+	Epoch int64 `json:"epoch"`
+	// Agents are the live agents' status keys, in key order.
+	Agents []AgentInfo `json:"agents"`
 }
 
 // Fleet reads the agents' status keys, the newest routing change (see

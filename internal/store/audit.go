@@ -14,6 +14,8 @@ import (
 // AuditEntry is an audit record with the revision of the Txn that wrote it.
 type AuditEntry struct {
 	routing.Audit
+	// Revision is the mod revision of the record's key: the revision of
+	// the Txn that wrote it (of the rewrite's when Rewritten).
 	Revision int64 `json:"revision"`
 	// Rewritten says the record is not what its commit wrote: put again
 	// since (etcd's version of its key is past 1), deleted and put again

@@ -29,9 +29,16 @@ const (
 
 // AuthStep is one change of etcd's roles and users.
 type AuthStep struct {
-	Op    string `json:"op"`
-	Role  string `json:"role,omitempty"`
-	User  string `json:"user,omitempty"`
+	// Op is the change, one of the Op constants (OpRoleAdd…), named as
+	// etcdctl's command.
+	Op string `json:"op"`
+	// Role is the role added, granted or revoked a permission, or granted
+	// to or revoked from User; empty for a user add.
+	Role string `json:"role,omitempty"`
+	// User is the user added, or granted or revoked Role; empty for the
+	// role steps.
+	User string `json:"user,omitempty"`
+	// Grant is the permission of a role grant or revoke; nil otherwise.
 	Grant *Grant `json:"grant,omitempty"`
 	// Password, on a user add, gives the user a generated password;
 	// without it the user has none (--no-password): it authenticates with

@@ -84,6 +84,7 @@ type Convergence struct {
 
 // ClockSkew is one agent's clock against this host's.
 type ClockSkew struct {
+	// Node is the agent's node name (its status key's node).
 	Node string
 	// Ahead is how far the agent's clock is ahead (negative: behind).
 	Ahead time.Duration

@@ -28,11 +28,17 @@ var ErrDialConfig = errors.New("bad connection settings")
 
 // DialConfig says how to reach etcd.
 type DialConfig struct {
-	Endpoints   []string
+	// Endpoints are etcd's client URLs (--endpoints); a bare host:port
+	// gets http://, or https:// with TLS.
+	Endpoints []string
+	// DialTimeout bounds the first contact and the probe; 0 means
+	// DefaultDialTimeout.
 	DialTimeout time.Duration
 	// CACert, Cert and Key are PEM files; CACert alone enables TLS with a
 	// private CA, Cert and Key add a client certificate.
-	CACert, Cert, Key  string
+	CACert, Cert, Key string
+	// Username and Password log in to etcd; with Username empty the client
+	// certificate's common name is the user (or there is none).
 	Username, Password string
 	// ProbeKey is read (linearizably) once with DialTimeout so that an
 	// unreachable cluster, or one without a leader, is reported at once.
@@ -115,9 +121,12 @@ func Dial(ctx context.Context, c DialConfig) (*clientv3.Client, error) {
 // AuthError means etcd refused to log the user in: a wrong user or
 // password. (A user that lacks a permission gets a *PermissionError.)
 type AuthError struct {
-	User      string
+	// User is the etcd user refused (DialConfig.Username).
+	User string
+	// Endpoints are the endpoints dialled, as given.
 	Endpoints []string
-	Err       error
+	// Err is the client's error.
+	Err error
 	// NoPassword: the user has no password in etcd (made to log in by
 	// its client certificate), and one was given.
 	NoPassword bool

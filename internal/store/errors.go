@@ -48,6 +48,7 @@ func (e *ConflictError) Error() string {
 // RefusedError means the proposed state breaks an invariant; nothing was
 // written. Errs lists every problem, each naming its key and field.
 type RefusedError struct {
+	// Errs are the problems found, sorted.
 	Errs routing.Errors
 	// Changes are the writes that were proposed (and not made).
 	Changes []routing.Change
@@ -60,8 +61,10 @@ func (e *RefusedError) Error() string {
 
 // UnreachableError means etcd did not answer; Endpoints are those tried.
 type UnreachableError struct {
+	// Endpoints are the endpoints tried, as given.
 	Endpoints []string
-	Err       error
+	// Err is the error of the request that got no answer.
+	Err error
 	// Why is what each endpoint's own dial found (etcddiag.Why): a
 	// refused connection, a certificate, TLS against plaintext; "" when
 	// every endpoint took the connection.
@@ -100,8 +103,10 @@ const maxNamedAgents = 10
 // time or serve refused values (skipped keys), or their status could not
 // be read.
 type NotConvergedError struct {
+	// Revision is the revision the agents were to reach (the write's).
 	Revision int64
-	Waited   time.Duration
+	// Waited is how long the wait lasted.
+	Waited time.Duration
 	// Lagging are the agents not converged: behind Revision, of another
 	// history, or serving refused values (AgentInfo.ServesRefused).
 	Lagging []AgentInfo
@@ -287,14 +292,16 @@ func isUnreachable(err error) bool {
 // Nothing was written, since the write would overwrite the audit trail,
 // and a retry cannot fix it: the operator must restore the epoch key.
 type EpochResetError struct {
+	// EpochKey is the epoch key's full etcd key.
 	EpochKey string
 	// Epoch is the epoch the key holds (0 when it is absent: Missing).
-	Epoch   int64
+	Epoch int64
+	// Missing is set when the epoch key does not exist.
 	Missing bool
-	// AuditKey is the newest key under the audit prefix; Newest is its
-	// epoch (0 when it is not an audit record).
+	// AuditKey is the newest key under the audit prefix.
 	AuditKey string
-	Newest   int64
+	// Newest is AuditKey's epoch (0 when it is not an audit record).
+	Newest int64
 	// Malformed is the key's value when it holds no epoch (a non-negative
 	// integer): rewritten by hand. nil otherwise.
 	Malformed []byte
@@ -341,7 +348,8 @@ func (e *EpochResetError) Error() string {
 // leases of its new boosts are left to end with their TTL.
 type OutcomeUnknownError struct {
 	// Epoch is the epoch the write would have committed.
-	Epoch     int64
+	Epoch int64
+	// Endpoints are the endpoints the client was given.
 	Endpoints []string
 	// Err is the commit's error, ReadErr the last read-back's.
 	Err, ReadErr error

@@ -17,6 +17,8 @@ import (
 
 // HeartbeatConfig names the health marker kept alive by Heartbeat.
 type HeartbeatConfig struct {
+	// Pool and Instance name the marker, health/<pool>/<instance>; Addr is
+	// the instance's address, written in its value.
 	Pool, Instance, Addr string
 	// TTL is the lease TTL: how long the marker outlives a killed process.
 	TTL time.Duration
@@ -38,10 +40,10 @@ type HeartbeatTakenError struct {
 	// Addr is this heartbeat's address, OtherAddr the one in the marker
 	// ("" when its value holds none).
 	Addr, OtherAddr string
-	// OtherLease is the lease holding the marker; OtherTTL its remaining
-	// life and OtherGranted its granted TTL (0 when they could not be
-	// read).
-	OtherLease             int64
+	// OtherLease is the lease holding the marker.
+	OtherLease int64
+	// OtherTTL is that lease's remaining life and OtherGranted its granted
+	// TTL (0 when they could not be read).
 	OtherTTL, OtherGranted time.Duration
 }
 

@@ -22,9 +22,10 @@ var ErrCompacted = errors.New("store: revision compacted")
 type State struct {
 	// Revision is the etcd revision the state was read at.
 	Revision int64
-	// Epoch is the config epoch; EpochModRevision is the mod revision of
-	// the epoch key (0 when the key does not exist yet), the Txn guard.
-	Epoch            int64
+	// Epoch is the config epoch.
+	Epoch int64
+	// EpochModRevision is the mod revision of the epoch key (0 when the
+	// key does not exist yet), the Txn guard.
 	EpochModRevision int64
 	// Config holds the pools, routes and policy whose values decode.
 	Config *routing.Config
@@ -86,9 +87,11 @@ func (st *State) NewestChange() int64 {
 
 // LiveOverrideRaw is a boost key whose stored value does not decode.
 type LiveOverrideRaw struct {
+	// Value is the stored value, as etcd holds it.
 	Value []byte
 	// Lease is the key's lease (0: none); boost cancel leaves it alone.
-	Lease       int64
+	Lease int64
+	// ModRevision is the key's mod revision, the guard of its delete.
 	ModRevision int64
 	// Err says why the value does not decode.
 	Err error
@@ -96,13 +99,16 @@ type LiveOverrideRaw struct {
 
 // LiveOverride is a boost as stored, with its lease.
 type LiveOverride struct {
+	// Override is the boost's decoded value.
 	Override routing.Override `json:"override"`
-	// Lease is the key's lease (0: none). LeaseID is the same in hex, as
-	// etcdctl's lease commands take it: as a JSON number a lease id is
-	// past 2^53, which jq and JavaScript round.
-	Lease       int64  `json:"lease"`
-	LeaseID     string `json:"lease_id,omitempty"`
-	ModRevision int64  `json:"mod_revision"`
+	// Lease is the key's lease (0: none).
+	Lease int64 `json:"lease"`
+	// LeaseID is Lease in hex, as etcdctl's lease commands take it (as a
+	// JSON number a lease id is past 2^53, which jq and JavaScript round).
+	LeaseID string `json:"lease_id,omitempty"`
+	// ModRevision is the key's mod revision: of several boosts of one
+	// route the newest wins, and a replace or cancel is guarded by it.
+	ModRevision int64 `json:"mod_revision"`
 }
 
 // Load reads the whole routing prefix at the current revision.

@@ -15,18 +15,21 @@ import (
 type PermissionError struct {
 	// User is the etcd user refused: the --user, or the common name of the
 	// client certificate (CertUser); empty when there was neither.
-	User      string
+	User string
+	// Endpoints are the endpoints the client was given.
 	Endpoints []string
 	// Op is the refused request: "read /regiond/v1/routing/",
 	// "put /regiond/v1/routing/health/eu-central/fra-1", "commit epoch 3".
 	Op string
-	// Needs are the permissions Op needs; Roles are the regiond roles
-	// (see Roles) that hold them all, least privileged first.
+	// Needs are the permissions Op needs.
 	Needs []Grant
+	// Roles are the regiond roles (see Roles) that hold all of Needs,
+	// least privileged first.
 	Roles []string
 	// Write is set when Op was a write: the message says nothing was written.
 	Write bool
-	Err   error
+	// Err is etcd's error.
+	Err error
 }
 
 // Error names the user, the request, what it needs and the roles that

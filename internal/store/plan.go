@@ -40,9 +40,12 @@ type Plan struct {
 // Override's ExpiresAt is set when the plan is made: now plus TTL, so
 // agents end the boost by their clocks even when etcd renews the lease.
 type OverridePut struct {
-	ID       string
+	// ID is the boost's id, its key's last element.
+	ID string
+	// Override is the boost's value.
 	Override routing.Override
-	TTL      time.Duration
+	// TTL is the life of the boost's lease.
+	TTL time.Duration
 }
 
 // op is one key write of a plan.

@@ -32,9 +32,12 @@ func (a Access) covers(b Access) bool { return a == b || a == AccessReadWrite }
 // Grant is one key permission: Access on Key alone (End empty), or on the
 // range [Key, End). A prefix is the range [Key, clientv3.GetPrefixRangeEnd(Key)).
 type Grant struct {
+	// Access is what the grant allows: read, write or readwrite.
 	Access Access `json:"access"`
-	Key    string `json:"key"`
-	End    string `json:"range_end,omitempty"`
+	// Key is the key, or the range's start.
+	Key string `json:"key"`
+	// End is the range's exclusive end; empty for Key alone.
+	End string `json:"range_end,omitempty"`
 }
 
 // prefixGrant grants access on every key under prefix.
@@ -76,8 +79,11 @@ func (g Grant) String() string { return string(g.Access) + " on " + g.Where() }
 // Role is an etcd role of regiond: its name, what job it is for and its
 // permissions.
 type Role struct {
-	Name   string  `json:"name"`
-	Job    string  `json:"job"`
+	// Name is the etcd role's name, with the role prefix.
+	Name string `json:"name"`
+	// Job says in words what the role is for.
+	Job string `json:"job"`
+	// Grants are the role's permissions.
 	Grants []Grant `json:"grants"`
 }
 
@@ -241,25 +247,35 @@ func (r Roles) Holding(needs ...Grant) []string {
 type Binding struct {
 	// Name is the node or the pool.
 	Name string `json:"name"`
+	// User is the etcd user to hold the role; empty means a user named
+	// as the role.
 	User string `json:"user"`
 }
 
 // RoleSpec names the users of each job. An empty User of a Binding means
 // the role's own name (regiond-agent-<node>, regiond-origin-<pool>).
 type RoleSpec struct {
+	// Operators and Viewers are the users of the operator and viewer
+	// roles.
 	Operators, Viewers []string
-	Agents, Origins    []Binding
+	// Agents bind a user to each agent node, Origins to each origin pool.
+	Agents, Origins []Binding
 }
 
 // User is an etcd user and the regiond roles it is to hold.
 type User struct {
-	Name  string   `json:"name"`
+	// Name is the etcd user's name.
+	Name string `json:"name"`
+	// Roles are the names of its roles, sorted.
 	Roles []string `json:"roles"`
 }
 
 // AuthPlan is every role and user of a RoleSpec.
 type AuthPlan struct {
+	// Roles are the roles: operator and viewer first, then one per agent
+	// node and origin pool.
 	Roles []Role `json:"roles"`
+	// Users are the users and their roles, sorted by name.
 	Users []User `json:"users"`
 	// root is the keyspace root every grant is under: a role holding a
 	// grant elsewhere serves another prefix (Steps refuses it).

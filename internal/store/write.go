@@ -46,7 +46,9 @@ type Result struct {
 	// Forced, for a plan with Force, names the countries the write leaves
 	// with no eligible pool, and why: what a write without Force refuses
 	// ("" for none).
-	Forced   string
+	Forced string
+	// Attempts is how many times the write was built and tried: 1, plus
+	// one per conflict retried.
 	Attempts int
 	// Limits, for a dry run, names the etcd limits its commit would pass
 	// at their defaults (a cluster may have raised them): etcd refuses a

@@ -49,7 +49,8 @@ type Config struct {
 	User string
 	// RequestTimeout bounds each etcd read (default 3s).
 	RequestTimeout time.Duration
-	Logger         *slog.Logger
+	// Logger receives the page's logs; nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // Prefix is where the page is mounted.
