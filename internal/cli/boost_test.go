@@ -361,7 +361,7 @@ routes:
 	}
 	// The second is written, with a warning naming the boost it overrides.
 	if r := e.must(ExitOK, "boost", "KR", "--target", "kr-a=100", "--ttl", "1h", "--id", "kr-a"); !strings.Contains(r.stderr,
-		"regionctl: warning: route KR has 1 live boost(s) already (kr-z): the newest boost of a route wins its targets") {
+		"regionctl: warning: route KR has 1 live boost(s) already (kr-z): the newest boost of a route sets its targets, and the attrs of all its boosts merge") {
 		t.Fatalf("a second boost of KR: %s; want a warning naming kr-z", r)
 	}
 	if r := e.must(ExitOK, "resolve", "KR", "--key", "v"); !strings.Contains(r.stdout, "kr-a") {

@@ -163,6 +163,11 @@ func (a *app) runGet(ctx context.Context, section string) error {
 	}
 	if show("skipped") {
 		out.Skipped = cur.Skipped
+	} else if hidden := skippedOf(cur.Skipped, section); len(hidden) > 0 {
+		// A section alone has no SKIPPED part: an invalid value there
+		// must not read as an absent key.
+		fmt.Fprintf(a.stderr, "regionctl: warning: %d stored value(s) of %s are invalid, so not shown (the agents serve each one's last good value, or nothing for a new key): %s; regionctl get skipped lists them\n",
+			len(hidden), section, strings.Join(hidden, "; "))
 	}
 	for _, kv := range cur.KVs {
 		if key, err := routing.ParseKey(kv.Key); err == nil && key.Kind == routing.KindHealth {
@@ -171,6 +176,22 @@ func (a *app) runGet(ctx context.Context, section string) error {
 	}
 	out.pools = cur.Config.Pools
 	return a.printer().print(out, func(w io.Writer) { printGet(w, out, show) })
+}
+
+// skippedSection is the get section of each kind of routing key.
+var skippedSection = map[string]string{"pools": "pools", "routes": "routes", "overrides": "boosts", "health": "health", "policy": "policy"}
+
+// skippedOf returns the skipped keys of section, each with why it is
+// skipped.
+func skippedOf(skipped []routing.Skipped, section string) []string {
+	var out []string
+	for _, sk := range skipped {
+		kind, _, _ := strings.Cut(sk.Key, "/")
+		if skippedSection[kind] == section {
+			out = append(out, sk.Key+" ("+sk.Error+")")
+		}
+	}
+	return out
 }
 
 func printGet(w io.Writer, r getResult, show func(string) bool) {

@@ -205,6 +205,18 @@ func TestInvalidStoredRoute(t *testing.T) {
 	if strings.Contains(x.stdout, "nordics") || strings.Contains(x.stdout, "junk-group") {
 		t.Errorf("export holds an invalid value:\n%s", x.stdout)
 	}
+	// get routes alone (no SKIPPED part) says they are there but invalid,
+	// with -o json too (on stderr); get pools has none to name.
+	for _, out := range []string{"table", "json"} {
+		g := e.must(ExitOK, "get", "routes", "-o", out)
+		if !strings.Contains(g.stderr, "regionctl: warning: 2 stored value(s) of routes are invalid, so not shown") ||
+			!strings.Contains(g.stderr, "routes/nordics (") || !strings.Contains(g.stderr, "routes/junk-group (") || strings.Contains(g.stdout, "nordics") {
+			t.Errorf("get routes -o %s: want the invalid routes named on stderr, not shown\n%s", out, g)
+		}
+	}
+	if g := e.must(ExitOK, "get", "pools"); strings.Contains(g.stderr, "invalid") {
+		t.Errorf("get pools with only invalid routes: %s", g)
+	}
 	if rev2, n2 := e.fingerprint(); rev2 != rev || n2 != n {
 		t.Fatalf("etcd changed: newest revision %d → %d, keys %d → %d", rev, rev2, n, n2)
 	}
