@@ -25,8 +25,10 @@ const (
 // "valid_until","stale","country","entry"} where entry is the country's
 // index entry, byte for byte, and valid_until (absent when there is none)
 // the first instant the table changes that entry by the clock alone. An
-// edge worker normalizes the country header, reads that key, and reads
-// routing.Unknown when the key is missing.
+// edge worker normalizes the country header and reads that key; it reads
+// routing.Unknown's only for a code no country is assigned (an assigned
+// country's key missing is an error, 503: its class may not be the
+// unknown country's; docs/snapshot-index.md).
 type KVValue struct {
 	// Key is the country code, or routing.Unknown.
 	Key string
