@@ -95,7 +95,11 @@ func laterEpochs(ctx context.Context, st *store.Store, epoch, cur int64) string 
 			if r.Host != "" {
 				who += "@" + r.Host
 			}
-			named = append(named, fmt.Sprintf("%d (%s by %s: %q)", r.Epoch, r.Command, who, r.Reason))
+			desc := fmt.Sprintf("%d (%s by %s: %q)", r.Epoch, r.Command, who, r.Reason)
+			if r.Rewritten { // what it says may not be what its commit did
+				desc = fmt.Sprintf("%d (its audit record put again after its commit, so not what it wrote: %s by %s: %q)", r.Epoch, r.Command, who, r.Reason)
+			}
+			named = append(named, desc)
 		}
 	}
 	if undone < 2 && n <= maxReadEpochs {
