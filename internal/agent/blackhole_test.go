@@ -10,6 +10,7 @@ import (
 	"github.com/regiond/regiond/internal/agent"
 	"github.com/regiond/regiond/internal/api"
 	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/etcddiag"
 	"github.com/regiond/regiond/internal/tcpproxy"
 )
 
@@ -20,7 +21,8 @@ import (
 // (gRPC keepalive: 10 s, then 5 s for the answer, found at the next 5 s
 // progress tick; the watch's silence probe: 15 s, then 5 s for its read,
 // 5 s for a new watch's creation): /v1/status says connected false while
-// it serves its last table. Then one path comes back and the other stays
+// it serves its last table, why (each endpoint silent), and that its
+// status key is not published (counted, for RegiondStatusNotPublished). Then one path comes back and the other stays
 // silent: the agent follows etcd again through the live one, with the
 // change made meanwhile, and says connected. A connection that was closed
 // (Sever) is noticed at once; only this one needs the timeouts.
@@ -55,6 +57,17 @@ func TestSilentPathIsNoticedAndFailedOver(t *testing.T) {
 	var st api.Status
 	waitWithin(t, time.Minute, "connected false on silent paths", func() bool { st = api.Status{}; h.get("/v1/status", &st); return !st.Connected })
 	t.Logf("connected false %v after the paths went silent", time.Since(began).Round(time.Millisecond))
+	// It says why, and that its status key is not published (an on-call
+	// review found both empty: the lease's grant waited without end).
+	waitWithin(t, time.Minute, "etcd_error and status_error saying the paths are silent", func() bool {
+		st = api.Status{}
+		h.get("/v1/status", &st)
+		return strings.Contains(st.EtcdError, px[0].URL()+": "+etcddiag.Silent) && strings.Contains(st.EtcdError, px[1].URL()+": ") && st.StatusError != ""
+	})
+	if n := counter(t, h, "regiond_agent_status_put_failures_total"); n == 0 {
+		t.Errorf("status_error %q but regiond_agent_status_put_failures_total is 0: RegiondStatusNotPublished would not fire", st.StatusError)
+	}
+	t.Logf("cut off: etcd_error %q; status_error %q", st.EtcdError, st.StatusError)
 	if code, d := h.resolve("DE", "k"); code != 200 || d.Pool != before.Pool || d.Revision >= put.Header.Revision {
 		t.Fatalf("DE with etcd out of reach: %d %+v; want the last table's %s", code, d, before.Pool)
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"reflect"
@@ -154,7 +155,7 @@ func (p *publisher) run(ctx context.Context, m *watch.Mirror) {
 	}
 	bo := backoff.Default()
 	for ctx.Err() == nil {
-		sess, err := concurrency.NewSession(p.cli, concurrency.WithTTL(int(p.ttl/time.Second)), concurrency.WithContext(ctx))
+		sess, err := p.newSession(ctx)
 		if err != nil && ctx.Err() != nil {
 			return
 		}
@@ -178,6 +179,36 @@ func (p *publisher) run(ctx context.Context, m *watch.Mirror) {
 		cancel()
 		sess.Orphan()
 	}
+}
+
+// leaseGrantTimeout bounds the grant of a status key's lease: etcd's
+// client waits for a connection without end, and an agent cut off from
+// etcd (a path that drops packets, a frozen member) would wait there with
+// no failure counted and no status_error.
+const leaseGrantTimeout = 5 * time.Second
+
+// newSession grants the status key's lease, within leaseGrantTimeout, and
+// keeps it alive until ctx is done or etcd lets it expire.
+func (p *publisher) newSession(ctx context.Context) (*concurrency.Session, error) {
+	gctx, cancel := context.WithTimeout(ctx, leaseGrantTimeout)
+	lease, err := p.cli.Grant(gctx, int64(p.ttl/time.Second))
+	cancel()
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		err = fmt.Errorf("etcd did not answer within %s: %w", leaseGrantTimeout, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return concurrency.NewSession(p.cli, concurrency.WithLease(lease.ID), concurrency.WithTTL(int(p.ttl/time.Second)), concurrency.WithContext(ctx))
+}
+
+// leaseLost records that the session's lease ended under the publisher:
+// its keep-alives went unanswered for its TTL, so etcd drops the key, and
+// regionctl status no longer lists this agent until a new lease is put.
+func (p *publisher) leaseLost() {
+	p.log.Warn("agent status: lease lost; starting a new session")
+	msg := fmt.Sprintf("the status key's lease ended (its keep-alives got no answer for its TTL, %s): etcd drops the key, so regionctl status does not list this agent until it gets a new lease", p.ttl)
+	p.lastErr.Store(&msg)
 }
 
 // statusRefresh is how often a status that only moved with progress
@@ -266,7 +297,7 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *w
 		case <-ctx.Done():
 			return
 		case <-sess.Done():
-			p.log.Warn("agent status: lease lost; starting a new session")
+			p.leaseLost()
 			return
 		case <-kick:
 			// The readers woken by the change (the snapshot file's,
@@ -280,7 +311,7 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *w
 			case <-ctx.Done():
 				return
 			case <-sess.Done():
-				p.log.Warn("agent status: lease lost; starting a new session")
+				p.leaseLost()
 				return
 			case <-time.After(max(statusYield, time.Until(lastPut.Add(statusSpacing)))):
 			}
@@ -414,7 +445,7 @@ func (p *publisher) waitSpacing(ctx context.Context, sess *concurrency.Session, 
 		case <-ctx.Done():
 			return false
 		case <-sess.Done():
-			p.log.Warn("agent status: lease lost; starting a new session")
+			p.leaseLost()
 			return false
 		case <-t.C:
 			return true

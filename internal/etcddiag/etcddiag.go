@@ -29,6 +29,12 @@ import (
 // Timeout bounds each endpoint's dial and handshake.
 const Timeout = time.Second
 
+// Silent is what Why says of an endpoint that takes the TCP connection and
+// then answers nothing within Timeout, not even to refuse a TLS hello: the
+// path drops packets (a firewall, a dead link) or the member is stopped
+// (SIGSTOP) or overloaded.
+var Silent = "took the connection, but answered nothing within " + Timeout.String() + ": a path that drops packets (a firewall, a dead link), or a member stopped or overloaded"
+
 // Why dials each endpoint at once (TCP, then for https:// a TLS handshake with tc,
 // or with the system's roots when tc is nil, as the etcd client does) and
 // returns what failed, one "endpoint: why" per endpoint, joined with "; ".
@@ -134,7 +140,12 @@ func endpoint(ctx context.Context, ep string, clientTLS *tls.Config) string {
 	defer cancel()
 	tc := tls.Client(c, cfg)
 	err = tc.HandshakeContext(hctx)
+	var ne net.Error
 	switch {
+	case err != nil && ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()):
+		// etcd's port answers a TLS hello at once, with TLS or by closing
+		// a plaintext connection: nothing at all is silence.
+		return Silent
 	case secure && errors.Is(err, io.EOF):
 		return "TLS handshake: the server closed the connection (a plaintext port? then http://)"
 	case secure && err != nil:
@@ -148,7 +159,6 @@ func endpoint(ctx context.Context, ep string, clientTLS *tls.Config) string {
 	// client's handshake is done: its refusal is the first thing read.
 	tc.SetReadDeadline(time.Now().Add(Timeout / 4))
 	_, err = tc.Read(make([]byte, 1))
-	var ne net.Error
 	if err == nil || errors.As(err, &ne) && ne.Timeout() {
 		return ""
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/etcddiag"
 	"github.com/regiond/regiond/internal/freeport"
+	"github.com/regiond/regiond/internal/tcpproxy"
 )
 
 // TestWhy names what is wrong at each endpoint of a real etcd: plaintext
@@ -45,6 +46,9 @@ func TestWhy(t *testing.T) {
 	notEtcd := httptest.NewServer(http.NotFoundHandler())
 	defer notEtcd.Close()
 	notEtcdEP := notEtcd.URL
+	// A path that drops every packet, connections open, in front of each.
+	silentPlain := frozenProxy(t, plainEP)
+	silentTLS := strings.Replace(frozenProxy(t, httpsEP), "http://", "https://", 1)
 
 	for _, tc := range []struct {
 		name      string
@@ -62,6 +66,8 @@ func TestWhy(t *testing.T) {
 		{"bad scheme", []string{"htps://127.0.0.1:2379"}, nil, []string{`unknown scheme "htps"`}},
 		{"one of two down", []string{plainEP, closed}, nil, []string{closed + ": dial: "}},
 		{"an HTTP server, not etcd", []string{notEtcdEP}, nil, []string{notEtcdEP + ": an HTTP server that is not etcd answers there (GET /version: 404 Not Found)"}},
+		{"a silent path, plaintext", []string{silentPlain}, nil, []string{silentPlain + ": " + etcddiag.Silent}},
+		{"a silent path, TLS", []string{silentTLS}, good, []string{silentTLS + ": " + etcddiag.Silent}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := etcddiag.Why(context.Background(), tc.endpoints, tc.tls)
@@ -127,4 +133,18 @@ func TestHint(t *testing.T) {
 			t.Errorf("Hint(%v) = %q, want %q", tc.err, got, tc.want)
 		}
 	}
+}
+
+// frozenProxy returns the URL of a frozen proxy to the etcd at ep: it
+// takes connections and carries nothing (tcpproxy.Proxy.Freeze).
+func frozenProxy(t *testing.T, ep string) string {
+	t.Helper()
+	_, addr, _ := strings.Cut(ep, "://")
+	p, err := tcpproxy.New(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	p.Freeze()
+	return p.URL()
 }
