@@ -78,14 +78,31 @@ func (a *Agent) runEtcd(ctx context.Context, offline []prometheus.Collector) err
 // warnIfNoPools logs, once the mirror has listed etcd, a first table
 // without pools: nothing routes, and the usual cause is a wrong --prefix
 // (or no config applied), which the log would otherwise show as a healthy
-// start (/readyz says so too).
+// start (/readyz says so too). It logs again when pools arrive.
 func (a *Agent) warnIfNoPools(ctx context.Context, m *watch.Mirror, routing string) {
 	if m.WaitReady(ctx) != nil {
 		return
 	}
-	if t := m.Table(); t != nil && t.NumPools() == 0 {
-		a.log.Warn("the table read from etcd has no pools, so nothing routes: is --prefix right, and was a config applied (regionctl apply)?",
-			"routing_prefix", routing, "revision", t.Revision(), "keys_skipped", len(t.Skipped()))
+	t := m.Table()
+	if t == nil || t.NumPools() > 0 {
+		return
+	}
+	a.log.Warn("the table read from etcd has no pools, so nothing routes: is --prefix right, and was a config applied (regionctl apply)?",
+		"routing_prefix", routing, "revision", t.Revision(), "keys_skipped", len(t.Skipped()))
+	// Said again once pools arrive: the warning above must not be the
+	// last word in the log of an agent that routes (an on-call review
+	// read it so).
+	for {
+		ch := m.Changed()
+		if t := m.Table(); t != nil && t.NumPools() > 0 {
+			a.log.Info("the table has pools now, so viewers are routed", "pools", t.NumPools(), "revision", t.Revision(), "epoch", t.Epoch())
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+		}
 	}
 }
 

@@ -62,6 +62,10 @@ func TestNotReadyWithoutPools(t *testing.T) {
 	})
 	loadExample(t, cli)
 	waitFor(t, "ready once a config is applied", func() bool { code, _ := readyz(); return code == 200 })
+	// The log says so too: the warning is not its last word.
+	waitFor(t, "the log saying pools arrived", func() bool {
+		return strings.Contains(logs.String(), "the table has pools now, so viewers are routed")
+	})
 	// A stop asked for says so, before and after (the "disconnected"
 	// lines it causes read like etcd trouble otherwise).
 	h.stop()
