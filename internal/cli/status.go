@@ -40,7 +40,17 @@ converged. Only live agents have a status key: one stopped, or cut off from
 etcd long enough for its key's lease to end (while its node's front doors
 read its last table), is not listed; --expect-agents N (the fleet's size)
 exits 5 when fewer than N are live (within --max-lag, when given), as it
-makes --wait-converged wait for N.`,
+makes --wait-converged wait for N.
+
+First comes a line about etcd's members (etcd's member list, then each
+member's status, asked at its client URLs from this host, bounded by
+--command-timeout): how many answer, the leader and its raft term, each
+member that does not answer and why, and how many more voting members
+etcd can lose before it loses its quorum; lines of their own name a
+learner and the errors and alarms a member reports. A member that does
+not answer, or answers without a leader, is also a warning on stderr.
+None of this changes the exit code, which is about the agents; if etcd
+refuses the member list to the user, the line says so.`,
 		Example: `  regionctl status
   regionctl status --max-lag 0 -o json`,
 		Args: exactArgs(0, "no arguments"),
@@ -65,17 +75,34 @@ func (a *app) runStatus(ctx context.Context, maxLag int64, expect int) error {
 	if err != nil {
 		return err
 	}
+	// etcd's members, beside the agents' read: a member down costs no
+	// time then, unless it is the slower.
+	members := make(chan *store.EtcdCluster, 1)
+	go func() {
+		tc, _ := store.DialConfig{CACert: a.cacert, Cert: a.cert, Key: a.tlsKey}.TLS() // loaded once already, by the dial
+		members <- st.EtcdMembers(ctx, tc)
+	}()
 	fleet, err := st.Fleet(ctx)
 	if err != nil {
 		return err
 	}
+	etcd := <-members
+	for _, w := range etcdWarnings(etcd) {
+		fmt.Fprintf(a.stderr, "regionctl: warning: %s\n", w)
+	}
 	// -o json: the fleet, and the summary's counts beside it.
 	out := struct {
 		*store.Fleet
-		Converged int            `json:"converged"`
-		Versions  map[string]int `json:"versions"`
-	}{fleet, len(fleet.Agents) - len(fleet.Unconverged(0)), versionTally(fleet.Agents)}
-	err = a.printer().print(out, func(w io.Writer) { printFleet(w, fleet) })
+		Converged int                `json:"converged"`
+		Versions  map[string]int     `json:"versions"`
+		Etcd      *store.EtcdCluster `json:"etcd"`
+	}{fleet, len(fleet.Agents) - len(fleet.Unconverged(0)), versionTally(fleet.Agents), etcd}
+	err = a.printer().print(out, func(w io.Writer) {
+		for _, l := range etcdLines(etcd) {
+			fmt.Fprintln(w, l)
+		}
+		printFleet(w, fleet)
+	})
 	if err != nil {
 		return err
 	}
@@ -96,6 +123,92 @@ func (a *app) runStatus(ctx context.Context, maxLag int64, expect int) error {
 		return &store.NotConvergedError{Revision: fleet.RoutingRevision, Expected: expect, Confirmed: within}
 	}
 	return nil
+}
+
+// etcdLines are status's lines about etcd's members: the summary
+// ("etcd: 3 members, 2 answering, leader m0 (raft term 4); m1
+// (http://10.0.0.12:2379) does not answer: dial: connect: connection
+// refused; one more member lost loses the quorum"), then one per learner,
+// per member whose status was refused, and per error its status reports.
+func etcdLines(c *store.EtcdCluster) []string {
+	if c.Error != "" {
+		return []string{"etcd: members not known: " + c.Error + "; status goes on with the agents"}
+	}
+	answering := 0
+	for _, m := range c.Members {
+		if m.Answering {
+			answering++
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "etcd: %d member%s, %d answering", len(c.Members), plural(len(c.Members)), answering)
+	if c.Leader != "" {
+		fmt.Fprintf(&b, ", leader %s (raft term %d)", c.Leader, c.RaftTerm)
+	} else {
+		b.WriteString(", no leader known")
+	}
+	down := c.Down()
+	for _, m := range down {
+		fmt.Fprintf(&b, "; %s", memberDown(m))
+	}
+	if len(down) > 0 || len(c.Leaderless()) > 0 || c.QuorumAtRisk {
+		b.WriteString("; " + c.Tolerance())
+	}
+	lines := []string{b.String()}
+	reports := map[string][]string{} // error → the members that report it
+	var order []string
+	for _, m := range c.Members {
+		if m.IsLearner {
+			lines = append(lines, fmt.Sprintf("etcd: %s is a learner: it does not vote (etcdctl member promote %s, once it has caught up)", m.Display(), m.ID))
+		}
+		if m.Answering && m.Error != "" {
+			lines = append(lines, fmt.Sprintf("etcd: %s: %s", m.Display(), m.Error))
+		}
+		for _, e := range m.StatusErrors {
+			if _, ok := reports[e]; !ok {
+				order = append(order, e)
+			}
+			reports[e] = append(reports[e], m.Display())
+		}
+	}
+	for _, e := range order {
+		verb := "report"
+		if len(reports[e]) == 1 {
+			verb = "reports"
+		}
+		lines = append(lines, fmt.Sprintf("etcd: %s %s: %s", strings.Join(reports[e], ", "), verb, e))
+	}
+	return lines
+}
+
+// etcdWarnings are the warnings of status about etcd's members: one per
+// member that does not answer, or answers without a leader.
+func etcdWarnings(c *store.EtcdCluster) []string {
+	var out []string
+	for _, m := range c.Down() {
+		out = append(out, fmt.Sprintf("etcd member %s; %s (to replace a failed member: docs/operations.md, \"Replacing a failed etcd member\")", memberDown(m), c.Tolerance()))
+	}
+	for _, m := range c.Leaderless() {
+		out = append(out, fmt.Sprintf("etcd member %s answers without a leader (cut off from its peers?); %s", m.Display(), c.Tolerance()))
+	}
+	return out
+}
+
+// memberDown is "m1 (http://10.0.0.12:2379) does not answer: why".
+func memberDown(m store.EtcdMember) string {
+	where := ""
+	if len(m.ClientURLs) > 0 {
+		where = " (" + strings.Join(m.ClientURLs, ", ") + ")"
+	}
+	return fmt.Sprintf("%s%s does not answer: %s", m.Display(), where, m.Error)
+}
+
+// plural is "s" unless n is 1.
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
 }
 
 func printFleet(w io.Writer, f *store.Fleet) {
