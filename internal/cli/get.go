@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -64,6 +66,10 @@ type getResult struct {
 	// pools are the stored pools, for the health table's notes (Pools is
 	// set only when the pools are shown).
 	pools map[string]routing.Pool
+	// provenance says where each pool that is not active got its status,
+	// by id (pool_provenance in JSON); nil when not read (the pools not
+	// shown) or a read failed (a warning said so).
+	provenance map[string]poolProvenance
 	// shown are the sections asked for: in JSON and YAML each is present,
 	// {} or [] when empty (a script's jq '.health[]' works on none), and
 	// the others absent.
@@ -82,6 +88,9 @@ func (r getResult) MarshalJSON() ([]byte, error) {
 		Boosts        *map[string]store.LiveOverride `json:"boosts,omitempty"`
 		Health        *map[string]routing.Health     `json:"health,omitempty"`
 		Skipped       *[]routing.Skipped             `json:"skipped,omitempty"`
+		// PoolProvenance is beside pools, not in their values: those are
+		// the stored values.
+		PoolProvenance *map[string]poolProvenance `json:"pool_provenance,omitempty"`
 	}
 	out.Revision, out.Epoch, out.Policy, out.PolicyDefault = r.Revision, r.Epoch, r.Policy, r.PolicyDefault
 	shown := r.shown
@@ -90,6 +99,9 @@ func (r getResult) MarshalJSON() ([]byte, error) {
 	}
 	if shown("pools") {
 		out.Pools = nonNilMap(r.Pools)
+		if r.provenance != nil {
+			out.PoolProvenance = &r.provenance
+		}
 	}
 	if shown("routes") {
 		out.Routes = nonNilMap(r.Routes)
@@ -141,6 +153,10 @@ func (a *app) runGet(ctx context.Context, section string) error {
 	}
 	if show("pools") {
 		out.Pools = cur.Config.Pools
+		if out.provenance, err = a.poolProvenance(ctx, cur); err != nil {
+			fmt.Fprintf(a.stderr, "regionctl: warning: who set the status of the pools that are not active, when and why, is not shown: %v\n", err)
+			out.provenance = nil
+		}
 	}
 	if show("routes") {
 		out.Routes = cur.Config.Routes
@@ -305,6 +321,9 @@ func printPools(w io.Writer, r getResult) {
 		}
 		row(w, id, p.Status, p.Residency, orDash(p.Region), p.Host, health, kvList(p.Attrs))
 	}
+	for _, id := range sortedKeys(r.provenance) {
+		fmt.Fprintln(w, r.provenance[id].line(id))
+	}
 }
 
 func printRoutes(w io.Writer, routes map[string]routing.Route) {
@@ -332,4 +351,150 @@ func contains(xs []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// maxOriginWrites bounds the writes of a pool's key that get follows back
+// to find the one that set its status (each a few reads).
+const maxOriginWrites = 4
+
+// poolProvenance is where a pool that is not active got its status: the
+// write that set it (the newest of its key's writes that changed the
+// status), as the audit trail knows it. pool_provenance in get -o json.
+type poolProvenance struct {
+	// Status is the pool's status now.
+	Status string `json:"status"`
+	// Revision is the etcd revision of the write.
+	Revision int64 `json:"revision"`
+	// Epoch is the regionctl epoch whose commit made the write; absent
+	// when none did (WrittenAround) or it is not known (Note).
+	Epoch int64 `json:"epoch,omitempty"`
+	// At, User, Host, Reason and Command are the epoch's audit record's;
+	// absent when it is no longer kept (Note).
+	At      string `json:"at,omitempty"`
+	User    string `json:"user,omitempty"`
+	Host    string `json:"host,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	Command string `json:"command,omitempty"`
+	// Rewritten says the audit record was put again after its commit:
+	// what it says may be the rewrite's (regionctl history names it).
+	Rewritten bool `json:"rewritten,omitempty"`
+	// WrittenAround says no regionctl commit made the write (etcdctl, a
+	// script): no audit record says who, when or why.
+	WrittenAround bool `json:"written_around,omitempty"`
+	// OrEarlier says the pool had the status before this write too, and
+	// the writes before it were not traced (Note says why): the status
+	// dates from this write or an earlier one.
+	OrEarlier bool `json:"or_earlier,omitempty"`
+	// Note says what is not known, and why.
+	Note string `json:"note,omitempty"`
+}
+
+// poolProvenance finds, for each pool of cur that is not active, the
+// write that set its status (store.OriginOf: a few reads per pool, none
+// for an active one). The first read that fails ends it: the error.
+func (a *app) poolProvenance(ctx context.Context, cur *store.State) (map[string]poolProvenance, error) {
+	out := map[string]poolProvenance{}
+	modRevs := map[string]int64{}
+	for _, kv := range cur.KVs {
+		modRevs[kv.Key] = kv.ModRevision
+	}
+	for _, id := range sortedKeys(cur.Config.Pools) {
+		status := cur.Config.Pools[id].Status
+		rel := routing.PoolKey(id)
+		if status == routing.StatusActive || modRevs[rel] == 0 {
+			continue
+		}
+		had := func(value []byte) bool {
+			v, err := routing.DecodeValue(rel, value)
+			p, ok := v.(*routing.Pool)
+			return err == nil && ok && p.Status == status
+		}
+		o, err := a.st.OriginOf(ctx, rel, modRevs[rel], cur, had, maxOriginWrites)
+		if err != nil {
+			return nil, err
+		}
+		out[id] = provenanceOf(status, o)
+	}
+	return out, nil
+}
+
+// provenanceOf is what get shows of a pool's status's origin.
+func provenanceOf(status string, o store.KeyOrigin) poolProvenance {
+	w := o.Write
+	p := poolProvenance{Status: status, Revision: w.Revision, Epoch: w.Epoch, WrittenAround: w.Around, OrEarlier: !o.Set}
+	var notes []string
+	switch {
+	case w.Record != nil:
+		r := w.Record
+		p.At, p.User, p.Host, p.Reason, p.Command, p.Rewritten = r.At, r.User, r.Host, r.Reason, r.Command, r.Rewritten
+	case w.Epoch > 0:
+		notes = append(notes, fmt.Sprintf("the audit record of epoch %d is no longer kept", w.Epoch))
+	case w.Unknown != "":
+		notes = append(notes, "whether regionctl wrote it is not known: "+w.Unknown)
+	}
+	if !o.Set {
+		notes = append(notes, fmt.Sprintf("it was %s before that write too; %s", status, o.Stopped))
+	}
+	p.Note = strings.Join(notes, "; ")
+	return p
+}
+
+// line is the pool's provenance as get's table shows it, under the pools:
+// eu-west draining since epoch 11 (2026-12-06 02:40:03 UTC, alice@host: "disk failure").
+func (p poolProvenance) line(id string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s since ", id, p.Status)
+	if p.Epoch > 0 {
+		fmt.Fprintf(&b, "epoch %d", p.Epoch)
+	} else {
+		fmt.Fprintf(&b, "revision %d", p.Revision)
+	}
+	if p.OrEarlier {
+		b.WriteString(" or earlier")
+	}
+	var details []string
+	switch {
+	case p.WrittenAround:
+		details = append(details, "written around regionctl, by etcdctl or a script: no audit record says who, when or why")
+	case p.At != "" || p.User != "" || p.Command != "":
+		who := orDash(oneLine(p.User))
+		if p.Host != "" {
+			who += "@" + oneLine(p.Host)
+		}
+		d := fmt.Sprintf("%s, %s: %q", auditTime(p.At), who, p.Reason)
+		if p.Reason == "" {
+			d = fmt.Sprintf("%s, %s, no --reason: %s", auditTime(p.At), who, oneLine(p.Command))
+		}
+		if p.Rewritten {
+			d = "its audit record was put again after its commit and may not be its own: " + d
+		}
+		details = append(details, d)
+	}
+	if p.Note != "" {
+		details = append(details, p.Note)
+	}
+	if len(details) > 0 {
+		b.WriteString(" (" + strings.Join(details, "; ") + ")")
+	}
+	return b.String()
+}
+
+// auditTime shows an audit record's time (RFC 3339) as
+// "2026-12-06 02:40:03 UTC"; one that does not parse as stored.
+func auditTime(at string) string {
+	t, err := time.Parse(time.RFC3339, at)
+	if err != nil {
+		return orDash(oneLine(at))
+	}
+	return t.UTC().Format("2006-01-02 15:04:05 UTC")
+}
+
+// oneLine is s with its control characters escaped as Go quotes them
+// (\n, \t), as row writes a cell: a value from etcd keeps its line.
+func oneLine(s string) string {
+	if strings.IndexFunc(s, unicode.IsControl) < 0 {
+		return s
+	}
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
 }

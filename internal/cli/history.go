@@ -2,36 +2,70 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/regiond/regiond/internal/keyspace"
 	"github.com/regiond/regiond/internal/store"
+	"github.com/regiond/regiond/routing"
 )
 
 func (a *app) historyCmd() *cobra.Command {
 	var limit int64
+	var keys []string
 	cmd := &cobra.Command{
-		Use:   "history [EPOCH]",
-		Short: "List the audit trail, or show one epoch's changes",
+		Use:   "history [EPOCH] [--touching KEY...]",
+		Short: "List the audit trail (or the records that changed some keys), or show one epoch's changes",
+		Long: `history lists the audit trail, newest first, or shows one epoch's changes.
+
+With --touching it lists only the records whose changes touch those keys
+(who touched DE? eu-west?), --limit counting those, reading back through
+the newest ` + strconv.Itoa(maxSearchEpochs) + ` epochs at most (a note on stderr says when the search
+stopped there). KEY is relative to <root>/routing/, as the records name
+keys (routes/DE, pools/eu-west, policy/residency, overrides/ID), or a bare
+route name, pool id or boost id: the one of routes/X, pools/X, overrides/X
+the key grammar allows, or else the one stored now (a usage error names
+the choices when that is not one key). A route's key also matches its
+boosts' changes (overrides whose value names the route). (--key is the
+client certificate's key file, as in every verb.)`,
 		Example: `  regionctl history
   regionctl history --limit 100 -o json
+  regionctl history --touching DE --touching pools/eu-west
+  regionctl history --touching routes/DE,routes/AT --limit 0
   regionctl history 42`,
 		Args: cobra.MaximumNArgs(1),
 	}
-	cmd.Flags().Int64Var(&limit, "limit", 20, "newest records to list (0: all)")
+	cmd.Flags().Int64Var(&limit, "limit", 20, "newest records to list, with --touching matching records (0: all)")
+	cmd.Flags().StringSliceVar(&keys, "touching", nil, "list only the records that change KEY (routes/DE, pools/eu-west, or a bare route, pool or boost id); repeatable or comma-separated")
 	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, args []string) error {
+		if a.tlsKey != "" && a.cert == "" {
+			// history --key DE: the global flag of the TLS key.
+			return usagef("%s %q without --cert: %s is the client certificate's key file; to list the records that changed a key: regionctl history --touching %s",
+				a.flagOrEnv("key", "--key"), a.tlsKey, a.flagOrEnv("key", "--key"), a.tlsKey)
+		}
 		if len(args) == 1 {
 			epoch, err := parseEpoch(args[0])
 			if err != nil {
+				if len(keys) == 0 {
+					return usagef("history %q: want an epoch (a positive integer); the records that changed a key: regionctl history --touching %s", args[0], args[0])
+				}
 				return err
+			}
+			if len(keys) > 0 {
+				return usagef("history %d shows that epoch's changes; --touching filters the list of records: give one or the other", epoch)
 			}
 			return a.runHistoryEpoch(ctx, epoch)
 		}
 		if limit < 0 {
 			return usagef("--limit %d: want 0 (all) or more", limit)
+		}
+		if len(keys) > 0 {
+			return a.runHistoryKeys(ctx, keys, limit)
 		}
 		return a.runHistory(ctx, limit)
 	})
@@ -92,4 +126,158 @@ func printAudit(w io.Writer, r store.AuditEntry) {
 	for _, line := range diffLines(r.Changes) {
 		fmt.Fprintf(w, "  %s\n", line)
 	}
+}
+
+// maxSearchEpochs is how far back from the newest record history --touching
+// reads the audit trail: as far as a rollback's warning reads it.
+const maxSearchEpochs = maxReadEpochs
+
+func (a *app) runHistoryKeys(ctx context.Context, specs []string, limit int64) error {
+	f, err := a.historyFilter(ctx, specs)
+	if err != nil {
+		return err
+	}
+	st, err := a.store(ctx)
+	if err != nil {
+		return err
+	}
+	res, err := st.SearchHistory(ctx, func(r store.AuditEntry) bool { return len(f.touched(r)) > 0 }, limit, maxSearchEpochs)
+	if err != nil {
+		return err
+	}
+	for _, r := range res.Records {
+		if r.Rewritten {
+			fmt.Fprintf(a.stderr, "regionctl: warning: the audit record of epoch %d was put again after its commit: it is not what that commit wrote (its revision %d is the rewrite's; \"rewritten\" in -o json)\n", r.Epoch, r.Revision)
+		}
+	}
+	keys := strings.Join(f.keys, ", ")
+	switch {
+	case res.Newest == 0:
+		fmt.Fprintf(a.stderr, "regionctl: note: no audit record is kept under %s\n", st.Keyspace().AuditPrefix())
+	case res.Capped && (limit == 0 || int64(len(res.Records)) < limit):
+		fmt.Fprintf(a.stderr, "regionctl: note: the search stopped at its cap, the newest %d epochs (%d back to %d): %d record(s) of them touch %s; older records kept were not searched (regionctl history --limit 0 -o json lists every one)\n",
+			maxSearchEpochs, res.Newest, res.Oldest, len(res.Records), keys)
+	case len(res.Records) == 0:
+		fmt.Fprintf(a.stderr, "regionctl: note: no audit record kept (epochs %d back to %d) touches %s\n", res.Newest, res.Oldest, keys)
+	}
+	recs := res.Records
+	if recs == nil {
+		recs = []store.AuditEntry{}
+	}
+	return a.printer().print(recs, func(w io.Writer) {
+		row(w, "EPOCH", "AT", "USER", "KEYS", "TOUCHED", "REASON", "COMMAND")
+		for _, r := range recs {
+			row(w, r.Epoch, r.At, orDash(r.User), len(r.Changes), strings.Join(f.touched(r), ","), orDash(r.Reason), r.Command)
+		}
+	})
+}
+
+// keyFilter is what history --touching matches: changes of keys, and of the
+// boosts of routes.
+type keyFilter struct {
+	keys   []string        // relative to <root>/routing/, as given
+	exact  map[string]bool // the keys
+	routes map[string]bool // routes whose boosts' changes match too
+}
+
+// touched returns the keys of r's changes that the filter matches, in
+// the record's order.
+func (f keyFilter) touched(r store.AuditEntry) []string {
+	var out []string
+	for _, c := range r.Changes {
+		if f.exact[c.Key] || strings.HasPrefix(c.Key, routing.OverrideKey("")) && (f.boostOf(c.Before) || f.boostOf(c.After)) {
+			out = append(out, c.Key)
+		}
+	}
+	return out
+}
+
+// boostOf reports whether an override value (an audit change's before or
+// after) is a boost of one of the filter's routes.
+func (f keyFilter) boostOf(raw json.RawMessage) bool {
+	if len(f.routes) == 0 {
+		return false
+	}
+	var o struct {
+		Route string `json:"route"`
+	}
+	return json.Unmarshal(raw, &o) == nil && f.routes[o.Route]
+}
+
+// historyFilter resolves history --touching's values: a key relative to
+// <root>/routing/ (the full key is taken too), checked against the key
+// grammar, or a bare name X: the one of routes/X, pools/X, overrides/X
+// the grammar allows, else the one stored now. A name that stays
+// ambiguous, or names nothing, is a usage error naming the choices.
+func (a *app) historyFilter(ctx context.Context, specs []string) (keyFilter, error) {
+	f := keyFilter{exact: map[string]bool{}, routes: map[string]bool{}}
+	ks, err := keyspace.New(a.prefix)
+	if err != nil {
+		return f, usageError{err}
+	}
+	var cur *store.State // read once, for a bare name the grammar leaves ambiguous
+	for _, spec := range specs {
+		spec = strings.TrimSpace(spec)
+		if rel, ok := ks.Rel(spec); ok {
+			spec = rel
+		}
+		var rel string
+		switch {
+		case spec == "":
+			return f, usagef("--touching '': want a key relative to %s (routes/DE, pools/eu-west) or a route, pool or boost id", ks.Routing())
+		case strings.Contains(spec, "/"):
+			k, err := routing.ParseKey(spec)
+			if err != nil {
+				return f, usagef("--touching %s: %v", spec, err)
+			}
+			if k.Kind == routing.KindHealth || k.Kind == routing.KindEpoch {
+				return f, usagef("--touching %s: no audit record names it (health keys are the origins' heartbeats; every commit moves the epoch): give a pool, route, policy or boost key", spec)
+			}
+			rel = spec
+		default:
+			var cands []string
+			for _, c := range []string{routing.RouteKey(spec), routing.PoolKey(spec), routing.OverrideKey(spec)} {
+				if _, err := routing.ParseKey(c); err == nil {
+					cands = append(cands, c)
+				}
+			}
+			if len(cands) == 0 {
+				return f, usagef("--touching %s: no route name, pool id or boost id is spelled so%s; or give a key relative to %s (routes/DE)", spec, routing.CountryHint(spec), ks.Routing())
+			}
+			rel = cands[0]
+			if len(cands) > 1 {
+				if cur == nil {
+					if cur, err = a.load(ctx); err != nil {
+						return f, err
+					}
+				}
+				var stored []string
+				have := map[string]bool{}
+				for _, kv := range cur.KVs {
+					have[kv.Key] = true
+				}
+				for _, c := range cands {
+					if have[c] {
+						stored = append(stored, c)
+					}
+				}
+				switch len(stored) {
+				case 1:
+					rel = stored[0]
+				case 0:
+					return f, usagef("--touching %s: no key of that name is stored now, and it could be %s: give the key%s", spec, strings.Join(cands, " or "), routing.CountryHint(spec))
+				default:
+					return f, usagef("--touching %s names %s: give the key", spec, strings.Join(stored, " and "))
+				}
+			}
+		}
+		if !f.exact[rel] {
+			f.keys = append(f.keys, rel)
+			f.exact[rel] = true
+		}
+		if k, _ := routing.ParseKey(rel); k.Kind == routing.KindRoute {
+			f.routes[k.ID] = true
+		}
+	}
+	return f, nil
 }

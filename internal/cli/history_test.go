@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // TestHistoryOfAnEpochNotYetWritten: history N past the current epoch says
@@ -148,5 +150,127 @@ func TestGetNamesKeysWrittenAroundRegionctl(t *testing.T) {
 	e.must(ExitOK, "route", "set", "PL", "--target", "eu-central=100")
 	if r := e.must(ExitOK, "get"); strings.Contains(r.stderr, "written after") {
 		t.Fatalf("get after a later commit still warns:\n%s", r)
+	}
+}
+
+// historyEpochs returns the epochs of history -o json, in order.
+func historyEpochs(t *testing.T, e *tenv, args ...string) []int64 {
+	t.Helper()
+	var recs []struct{ Epoch int64 }
+	mustJSON(t, e.must(ExitOK, append(append([]string{"history"}, args...), "-o", "json")...).stdout, &recs)
+	out := []int64{}
+	for _, r := range recs {
+		out = append(out, r.Epoch)
+	}
+	return out
+}
+
+// TestHistoryKey: history --touching lists, newest first, only the
+// records whose changes touch the keys given (repeatable or
+// comma-separated; relative to <root>/routing/, or a bare route, pool or
+// boost id), a route's boosts included; --limit counts the matching
+// records. A bare name that is not one key, a key no record can name, or
+// --touching beside an epoch is a usage error; history DE says to use
+// --touching, and so does history --key DE (--key is the TLS key file's
+// global flag).
+func TestHistoryKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()                                                                                        // 1: every key
+	e.must(ExitOK, "pool", "drain", "eu-west", "--reason", "disk failure")                          // 2
+	e.must(ExitOK, "route", "set", "DE", "--target", "eu-central=100", "--attr", "x=1")             // 3
+	e.must(ExitOK, "route", "set", "PL", "--target", "eu-central=100")                              // 4
+	e.must(ExitOK, "boost", "DE", "--id", "de-1", "--target", "eu-central=100", "--ttl", "1h")      // 5
+	e.must(ExitOK, "pool", "undrain", "eu-west")                                                    // 6
+	e.must(ExitOK, "boost", "cancel", "de-1")                                                       // 7
+	e.must(ExitOK, "pool", "set", "apac-general", "--host", "h.example.net", "--residency", "apac") // 8: a pool named as a route group
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--touching", "DE"}, "[7 5 3 1]"}, // DE's boost, set and cancelled
+		{[]string{"--touching", "routes/DE"}, "[7 5 3 1]"},
+		{[]string{"--touching", e.ks.RoutingKey("routes/DE")}, "[7 5 3 1]"},
+		{[]string{"--touching", "eu-west"}, "[6 2 1]"},
+		{[]string{"--touching", "PL"}, "[4 1]"},
+		{[]string{"--touching", "overrides/de-1"}, "[7 5]"},
+		{[]string{"--touching", "DE,pools/eu-west"}, "[7 6 5 3 2 1]"},
+		{[]string{"--touching", "DE", "--touching", "eu-west", "--limit", "2"}, "[7 6]"},
+		{[]string{"--touching", "DE", "--limit", "0"}, "[7 5 3 1]"},
+		{[]string{"--touching", "policy/residency"}, "[1]"},
+		{[]string{"--touching", "pools/apac-general"}, "[8]"},
+		{[]string{"--touching", "FR"}, "[1]"},
+		{[]string{"--touching", "pools/nowhere"}, "[]"},
+	} {
+		if got := fmt.Sprint(historyEpochs(t, e, tc.args...)); got != tc.want {
+			t.Errorf("history %s: epochs %s, want %s", strings.Join(tc.args, " "), got, tc.want)
+		}
+	}
+	// The table: the matching records, with the keys each touched.
+	r := e.must(ExitOK, "history", "--touching", "DE")
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 5 || !strings.Contains(lines[0], "TOUCHED") || !strings.HasPrefix(lines[1], "7 ") || !strings.Contains(lines[1], "overrides/de-1") ||
+		!strings.HasPrefix(lines[3], "3 ") || !strings.Contains(lines[3], "routes/DE") || r.stderr != "" {
+		t.Errorf("history --touching DE: %s; want a header and epochs 7 5 3 1", r)
+	}
+	if r := e.must(ExitOK, "history", "--touching", "pools/nowhere"); !strings.Contains(r.stderr, "no audit record kept (epochs 8 back to 1) touches pools/nowhere") {
+		t.Errorf("history --touching pools/nowhere: %s; want a note that no record touches it", r)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"history", "DE"}, `history "DE": want an epoch (a positive integer); the records that changed a key: regionctl history --touching DE`},
+		{[]string{"history", "2", "--touching", "DE"}, "give one or the other"},
+		{[]string{"history", "--key", "DE"}, `--key "DE" without --cert: --key is the client certificate's key file; to list the records that changed a key: regionctl history --touching DE`},
+		{[]string{"history", "--touching", "apac-general"}, "--touching apac-general names routes/apac-general and pools/apac-general: give the key"},
+		{[]string{"history", "--touching", "de"}, "could be routes/de or pools/de or overrides/de: give the key (did you mean DE? codes are upper case)"},
+		{[]string{"history", "--touching", "AX"}, "could be routes/AX or overrides/AX: give the key"},
+		{[]string{"history", "--touching", "de-1"}, "could be routes/de-1 or pools/de-1 or overrides/de-1: give the key"}, // a boost cancelled
+		{[]string{"history", "--touching", "health/eu-west/x"}, "no audit record names it"},
+		{[]string{"history", "--touching", "route/DE"}, "not in the routing key grammar"},
+		{[]string{"history", "--touching", "Bad Name"}, "no route name, pool id or boost id is spelled so"},
+	} {
+		if r := e.run(tc.args...); r.code != ExitUsage || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("regionctl %s: %s; want a usage error with %q", strings.Join(tc.args, " "), r, tc.want)
+		}
+	}
+}
+
+// TestHistoryKeySearchIsCapped: history --touching reads back at most
+// maxSearchEpochs epochs from the newest record, page by page, and says
+// on stderr when it stopped there with fewer matches than --limit.
+func TestHistoryKeySearchIsCapped(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed() // 1: touches routes/DE
+	// maxSearchEpochs+100 records touching pools/eu-north alone, put in one
+	// Txn with the epoch (as many commits would have written them).
+	n := int64(maxSearchEpochs + 100)
+	ops := []clientv3.Op{clientv3.OpPut(e.ks.Epoch(), fmt.Sprint(n+1))}
+	for ep := int64(2); ep <= n+1; ep++ {
+		ops = append(ops, clientv3.OpPut(e.ks.Audit(ep), fmt.Sprintf(`{"epoch":%d,"at":"2026-12-06T02:40:03Z","user":"bot","host":"ci","reason":"r%d","command":"pool set eu-north","changes":[{"key":"pools/eu-north","op":"put","before":null,"after":{}}]}`, ep, ep)))
+	}
+	if _, err := testClient.Txn(context.Background()).Then(ops...).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	r := e.must(ExitOK, "history", "--touching", "DE")
+	want := fmt.Sprintf("the search stopped at its cap, the newest %d epochs (%d back to %d): 0 record(s) of them touch routes/DE", maxSearchEpochs, n+1, n+2-maxSearchEpochs)
+	if !strings.Contains(r.stderr, want) || strings.Count(r.stdout, "\n") != 1 {
+		t.Errorf("history --touching DE past the cap: %s; want no record and the note %q", r, want)
+	}
+	// Matches past the first page, newest first, --limit counting them.
+	got := historyEpochs(t, e, "--touching", "eu-north", "--limit", "250")
+	if len(got) != 250 || got[0] != n+1 || got[249] != n+1-249 {
+		t.Errorf("history --touching eu-north --limit 250: %d records from %v, want %d back to %d", len(got), got[:min(3, len(got))], n+1, n+1-249)
+	}
+	if r := e.must(ExitOK, "history", "--touching", "eu-north", "--limit", "250"); strings.Contains(r.stderr, "cap") {
+		t.Errorf("history --touching eu-north --limit 250: %s; want no note (the limit was reached)", r)
+	}
+	r = e.must(ExitOK, "history", "--touching", "eu-north", "--limit", "0", "-o", "json")
+	var recs []struct{ Epoch int64 }
+	mustJSON(t, r.stdout, &recs)
+	if len(recs) != maxSearchEpochs || !strings.Contains(r.stderr, fmt.Sprintf("%d record(s) of them touch pools/eu-north", maxSearchEpochs)) {
+		t.Errorf("history --touching eu-north --limit 0: %d records, stderr %q; want %d and the note", len(recs), r.stderr, maxSearchEpochs)
 	}
 }
