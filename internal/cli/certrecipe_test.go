@@ -163,8 +163,8 @@ func behindTheProxy(t *testing.T, dir string, etcd []string, as func(user string
 	}
 	r = as("alice", "pool", "drain", "eu-central", "--reason", "behind the proxy", "--wait-converged=20s", "--expect-agents=1", "-o", "json")
 	var w writeResult
-	if r.code != ExitOK || json.Unmarshal([]byte(r.stdout), &w) != nil || w.Converged == nil || !*w.Converged {
-		t.Fatalf("a drain waiting for the agent behind the proxy: %s\n%s", r, logs.String())
+	if r.code != ExitOK || json.Unmarshal([]byte(r.stdout), &w) != nil || w.Converged == nil || !*w.Converged || w.ConvergedAgents != 1 {
+		t.Fatalf("a drain waiting for the agent behind the proxy: %s; want converged, by 1 agent\n%s", r, logs.String())
 	}
 	if code, d, err := agentResolve(a, "DE"); err != nil || code != 200 || d.Pool == "eu-central" || d.Revision < w.Revision {
 		t.Fatalf("after the drain converged the agent serves %d %+v (%v), want another pool at revision %d", code, d, err, w.Revision)

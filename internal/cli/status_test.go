@@ -151,7 +151,7 @@ func TestWaitConverged(t *testing.T) {
 		t.Fatalf("epoch key: %v", err)
 	}
 	committed := ep.Kvs[0].ModRevision
-	if !strings.Contains(r.stdout, "converged: every live agent serves revision") {
+	if !strings.Contains(r.stdout, "converged: every live agent (2) serves revision") {
 		t.Fatalf("--wait-converged: %s", r)
 	}
 	// The agents report 300 ms after the commit: a return before they did
@@ -536,7 +536,7 @@ func TestNoOpWriteStillWaits(t *testing.T) {
 		SyncedAt: time.Now().Add(-10 * time.Minute).UTC().Format(time.RFC3339)}, lease)
 	r = e.must(ExitOK, "pool", "drain", "eu-north", "--wait-converged=10s")
 	if !strings.Contains(r.stdout, "no changes; epoch stays") ||
-		!strings.Contains(r.stdout, fmt.Sprintf("converged: every live agent serves revision %d or later", drained)) || strings.Contains(r.stderr, "clock") {
+		!strings.Contains(r.stdout, fmt.Sprintf("converged: every live agent (1) serves revision %d or later", drained)) || strings.Contains(r.stderr, "clock") {
 		t.Fatalf("a no-op drain with the fleet serving it: %s; want converged, and no clock named", r)
 	}
 

@@ -54,7 +54,10 @@ type writeResult struct {
 	Diff      []string         `json:"diff"`
 	Changes   []routing.Change `json:"changes"`
 	Converged *bool            `json:"converged,omitempty"`
-	Notes     []string         `json:"notes,omitempty"`
+	// ConvergedAgents is how many live agents confirmed the revision,
+	// when Converged.
+	ConvergedAgents int      `json:"converged_agents,omitempty"`
+	Notes           []string `json:"notes,omitempty"`
 	// Forced names the countries a --force write leaves with no eligible
 	// pool, which a write without it refuses.
 	Forced string `json:"forced,omitempty"`
@@ -237,6 +240,9 @@ func (a *app) waitConverged(ctx context.Context, st *store.Store, rev int64, wai
 	}
 	ok := err == nil
 	out.Converged = &ok
+	if ok {
+		out.ConvergedAgents = conv.Agents
+	}
 	if !skews { // not judged (see afterNoOp)
 		return err
 	}
@@ -291,7 +297,7 @@ func printWriteTable(w io.Writer, r writeResult) {
 		fmt.Fprintln(w, n)
 	}
 	if r.Converged != nil && *r.Converged {
-		fmt.Fprintf(w, "converged: every live agent serves revision %d or later\n", r.Revision)
+		fmt.Fprintf(w, "converged: every live agent (%d) serves revision %d or later\n", r.ConvergedAgents, r.Revision)
 	}
 }
 
