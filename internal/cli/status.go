@@ -203,6 +203,17 @@ func memberDown(m store.EtcdMember) string {
 	return fmt.Sprintf("%s%s does not answer: %s", m.Display(), where, m.Error)
 }
 
+// disconnected counts the agents whose status says their watch is down.
+func disconnected(agents []store.AgentInfo) int {
+	n := 0
+	for _, a := range agents {
+		if a.Invalid == "" && !a.Connected {
+			n++
+		}
+	}
+	return n
+}
+
 // plural is "s" unless n is 1.
 func plural(n int) string {
 	if n == 1 {
@@ -217,6 +228,11 @@ func printFleet(w io.Writer, f *store.Fleet) {
 	if n := len(f.Agents); n > 0 {
 		behind := len(f.Unconverged(0))
 		fmt.Fprintf(w, ": %d converged, %d not", n-behind, behind)
+		// Converged counts revisions; an agent at the newest one whose
+		// watch is down follows no change until it is back.
+		if off := disconnected(f.Agents); off > 0 {
+			fmt.Fprintf(w, "; %d not connected to etcd (serving their table; following no change until their watch is back)", off)
+		}
 		fmt.Fprintf(w, "\nversions: %s", versionCounts(f.Agents))
 	}
 	fmt.Fprint(w, "\n\n")

@@ -83,6 +83,20 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("status --max-lag 0: %s", r)
 	}
 	e.must(ExitOK, "status", "--max-lag", strconv.FormatInt(lag, 10))
+	if strings.Contains(table, "not connected") {
+		t.Fatalf("status with every agent connected:\n%s", table)
+	}
+	// An agent at the newest revision whose watch is down is converged,
+	// and the summary says it is not connected (after a quorum came back,
+	// every agent read "converged" while none followed etcd yet).
+	b, _ := json.Marshal(routing.AgentStatus{Node: "node-a", Revision: last.Revision, Epoch: e.epoch(), Connected: false, Version: "test",
+		SyncedAt: time.Now().UTC().Format(time.RFC3339)})
+	if _, err := testClient.Put(context.Background(), e.ks.Agent("node-a"), string(b), clientv3.WithLease(lease)); err != nil {
+		t.Fatal(err)
+	}
+	if table := e.must(ExitOK, "status").stdout; !strings.Contains(table, "1 converged, 1 not; 1 not connected to etcd") {
+		t.Fatalf("status with node-a disconnected:\n%s", table)
+	}
 }
 
 // agentSim plays agents: after each epoch change it reports the change's
