@@ -37,7 +37,7 @@ func (a *Agent) runEtcd(ctx context.Context, offline []prometheus.Collector) err
 	// when it runs; the writer reads it through snapshotSource, from
 	// a.mirror, which is set before either runs.
 	w := a.newSnapshotWriter()
-	pub := newPublisher(cli, ks.Agent(a.cfg.Node), a)
+	pub := newPublisher(cli, ks.Agent(a.cfg.Node), ks.Node(a.cfg.Node), a)
 	mcfg := watch.Config{Client: cli, Prefix: ks.Routing(), Logger: a.log, Registerer: a.registry,
 		HealthGrace: a.cfg.HealthGrace, ProgressInterval: a.cfg.ProgressInterval, AfterChange: afterChange(w, pub), User: a.etcdUser(),
 		Diagnose: func(ctx context.Context) string {

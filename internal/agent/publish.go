@@ -43,10 +43,16 @@ var realClock = statusClock{
 // publisher keeps <root>/agents/<node> equal to the agent's status, bound
 // to a session lease. A new change of the table is put at once (a change
 // that left the epoch as it is at most every quietSpacing); the
-// connection is checked every statusCheck.
+// connection is checked every statusCheck. Each put that checks the key
+// (the first of a session, an epoch or a connection change, the refresh)
+// also puts the status, without a lease, at the node record
+// <root>/nodes/<node>, in the same Txn; a clean stop deletes it. A node
+// whose status key ended with its lease (cut off from etcd, crashed) is so
+// still known to regionctl status and --wait-converged.
 type publisher struct {
 	cli     *clientv3.Client
 	key     string
+	record  string // the node record's key
 	node    string
 	version string
 	ttl     time.Duration
@@ -79,13 +85,17 @@ type publisher struct {
 	// user is the agent's etcd user ("" for none), named when etcd
 	// refuses the status key to it.
 	user string
+	// noRecord: etcd refused the node record to the agent's role (one
+	// made before node records, by an older regionctl auth apply): the
+	// status key alone is put, until the next session tries again.
+	noRecord bool
 }
 
 // newPublisher returns the publisher of a's status at key. It is made
 // before the mirror, whose AfterChange calls its changed; run is given
 // the mirror to publish the status of.
-func newPublisher(cli *clientv3.Client, key string, a *Agent) *publisher {
-	return &publisher{cli: cli, key: key, node: a.cfg.Node, user: a.etcdUser(), version: a.cfg.Version, ttl: a.cfg.StatusTTL,
+func newPublisher(cli *clientv3.Client, key, record string, a *Agent) *publisher {
+	return &publisher{cli: cli, key: key, record: record, node: a.cfg.Node, user: a.etcdUser(), version: a.cfg.Version, ttl: a.cfg.StatusTTL,
 		log: a.log.With("component", "status"), clock: a.statusClock, kick: make(chan struct{}, 1),
 		quietSpacing: cmp.Or(a.statusQuietSpacing, statusQuietSpacing),
 		beforePut:    a.beforeStatusPut, failures: a.statusPutFailures, conflictsTotal: a.nodeConflicts}
@@ -173,7 +183,18 @@ func (p *publisher) run(ctx context.Context, m *watch.Mirror) {
 			continue
 		}
 		bo.Reset()
+		p.noRecord = false // a role fixed meanwhile (regionctl auth apply) is found
 		p.publish(ctx, sess, m)
+		if ctx.Err() != nil && !p.noRecord {
+			// A clean stop: the node leaves the fleet's view (a stop
+			// that cannot reach etcd leaves it, and regionctl status
+			// names the node lost until it starts again).
+			dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			if _, err := p.cli.Delete(dctx, p.record); err != nil {
+				p.log.Warn("agent status: cannot delete the node record at stop: regionctl status names this node lost until it runs again (regionctl agent rm "+p.node+" forgets it)", "key", p.record, "err", err)
+			}
+			cancel()
+		}
 		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		p.cli.Revoke(rctx, sess.Lease()) // key goes at once on shutdown
 		cancel()
@@ -330,16 +351,40 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *w
 // check (a put for a change alone) it is a plain put: the next epoch
 // change, connection change or refresh (at most a minute) checks.
 func (p *publisher) putOwn(ctx context.Context, v string, lease clientv3.LeaseID, check bool) error {
-	put := clientv3.OpPut(p.key, v, clientv3.WithLease(lease))
+	err := p.putOwnOps(ctx, v, lease, check, check && !p.noRecord)
+	if err != nil && check && !p.noRecord && watch.PermissionDenied(err) && ctx.Err() == nil {
+		// A role from before node records: the status key alone.
+		p.noRecord = true
+		p.log.Warn("agent status: etcd refuses the node record "+p.record+" to this agent's role (made by a regionctl auth apply older than node records): regionctl auth apply --agent "+p.node+" adds it; until then, regionctl status does not know this node once its status key is gone",
+			"err", err)
+		err = p.putOwnOps(ctx, v, lease, check, false)
+	}
+	return err
+}
+
+// putOwnOps is putOwn, with the node record when record.
+func (p *publisher) putOwnOps(ctx context.Context, v string, lease clientv3.LeaseID, check, record bool) error {
+	ops := []clientv3.Op{clientv3.OpPut(p.key, v, clientv3.WithLease(lease))}
+	if record {
+		ops = append(ops, clientv3.OpPut(p.record, v))
+	}
+	do := func() error {
+		if len(ops) == 1 {
+			_, err := p.cli.Do(ctx, ops[0])
+			return err
+		}
+		_, err := p.cli.Txn(ctx).Then(ops...).Commit()
+		return err
+	}
 	if !p.owned || !check {
-		if _, err := p.cli.Do(ctx, put); err != nil {
+		if err := do(); err != nil {
 			return err
 		}
 		p.owned = true
 		return nil
 	}
 	resp, err := p.cli.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(p.key), "=", lease)).
-		Then(put).Else(clientv3.OpGet(p.key)).Commit()
+		Then(ops...).Else(clientv3.OpGet(p.key)).Commit()
 	if err != nil || resp.Succeeded {
 		return err
 	}
@@ -349,8 +394,7 @@ func (p *publisher) putOwn(ctx context.Context, v string, lease clientv3.LeaseID
 		p.log.Log(ctx, firstAt(p.conflicts, slog.LevelError), "agent status: another agent publishes as this node (its own lease on the status key): --node must be unique in the fleet, or regionctl status and --wait-converged count one of you only",
 			"key", p.key, "node", p.node, "other_lease", fmt.Sprintf("%x", kvs[0].Lease), "lease", fmt.Sprintf("%x", int64(lease)))
 	}
-	_, err = p.cli.Do(ctx, put)
-	return err
+	return do()
 }
 
 // put writes st under the session's lease and reports whether it did. at

@@ -124,10 +124,25 @@ func agentRuns(t *testing.T, e *rbacEnv) {
 	if r := e.as(rbacViewer, "status", "--max-lag", "0"); r.code != ExitOK || !strings.Contains(r.stdout, "n1") {
 		t.Fatalf("viewer status with the agent current: %s", r)
 	}
+	// Its node record, under its own role: its status, without a lease.
+	if resp, err := e.root.Get(context.Background(), e.ks.Node("n1")); err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease != 0 {
+		t.Fatalf("the agent's node record: %v %v", resp, err)
+	}
+	// The viewer may not forget a node, the operator may not while its
+	// agent is live.
+	if r := e.as(rbacViewer, "agent", "rm", "n1"); r.code != ExitRefused || !strings.Contains(r.stderr, "permission denied") {
+		t.Fatalf("viewer agent rm: %s; want permission denied", r)
+	}
+	if r := e.as(rbacOperator, "agent", "rm", "n1"); r.code != ExitRefused || !strings.Contains(r.stderr, "its agent is live") {
+		t.Fatalf("operator agent rm of a live node: %s; want refused", r)
+	}
 	skippedHealthKey(t, e, statusKey)
 	stop()
 	if resp, err := e.root.Get(context.Background(), statusKey); err != nil || len(resp.Kvs) != 0 {
 		t.Fatalf("status key after the agent stopped: %v %v (the lease revoke refused?)", resp, err)
+	}
+	if resp, err := e.root.Get(context.Background(), e.ks.Node("n1")); err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("node record after the agent stopped cleanly: %v %v (its delete refused?)", resp, err)
 	}
 	if l := strings.ToLower(logs.String()); strings.Contains(l, "permission denied") || strings.Contains(l, "level=error") {
 		t.Fatalf("the agent met a refusal or an error with the agent role:\n%s", logs.String())

@@ -62,7 +62,7 @@ func newRBACEnv(t *testing.T, passwords bool) *rbacEnv {
 	}
 	r, _ := runEnv(nil, args...)
 	var res authResult
-	if r.code != ExitOK || json.Unmarshal([]byte(r.stdout), &res) != nil || !res.Applied || len(res.Steps) != 24 {
+	if r.code != ExitOK || json.Unmarshal([]byte(r.stdout), &res) != nil || !res.Applied || len(res.Steps) != 26 { // 24 before node records
 		t.Fatalf("auth apply: %s", r)
 	}
 	if passwords {
@@ -451,6 +451,9 @@ func refusals(t *testing.T, e *rbacEnv) {
 		{rbacAgent, p + "/routing/policy/residency"},
 		{rbacAgent, p + "/routing/pools/eu-central"},
 		{rbacAgent, p + "/agents/n2"},
+		{rbacAgent, p + "/nodes/n2"}, // another node's record
+		{rbacViewer, p + "/nodes/n1"},
+		{rbacOrigin, p + "/nodes/n1"},
 		{rbacAgent, p + "/audit/00000000000000000009"},
 		{rbacOrigin, p + "/routing/health/us-east/x"},
 		{rbacOrigin, p + "/routing/health/eu-central-2/x"},

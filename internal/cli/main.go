@@ -156,7 +156,7 @@ needed and the role that holds it.`,
 	a.globalFlags(root.PersistentFlags())
 	root.AddCommand(a.getCmd(), a.exportCmd(), a.validateCmd(), a.diffCmd(), a.applyCmd(),
 		a.poolCmd(), a.routeCmd(), a.boostCmd(), a.historyCmd(), a.rollbackCmd(),
-		a.statusCmd(), a.resolveCmd(), a.heartbeatCmd(), a.authCmd(), a.versionCmd())
+		a.statusCmd(), a.agentCmd(), a.resolveCmd(), a.heartbeatCmd(), a.authCmd(), a.versionCmd())
 	cmddocs.Register(root)
 	return root
 }

@@ -36,11 +36,16 @@ without skipped_alike past the ten keys it names), when an agent follows
 another history (its revision past etcd's, or another epoch than etcd's: a
 restored backup, until it relists), and when no agent is live (is --prefix
 the agents' --prefix?). --wait-converged counts the same agents as not
-converged. Only live agents have a status key: one stopped, or cut off from
-etcd long enough for its key's lease to end (while its node's front doors
-read its last table), is not listed; --expect-agents N (the fleet's size)
-exits 5 when fewer than N are live (within --max-lag, when given), as it
-makes --wait-converged wait for N.
+converged. Only live agents have a status key; an agent also keeps its last
+status, without a lease, as its node record (<root>/nodes/<node>), which a
+clean stop removes. A node whose status key ended with no clean stop (cut
+off from etcd long enough for its key's lease to end, while its node's
+front doors read its last table; crashed; its host gone) is listed LOST,
+as its record last said: --max-lag exits 5 naming it, and --wait-converged
+waits for it. regionctl agent rm NODE forgets a node taken out of the
+fleet. --expect-agents N (the fleet's size) exits 5 when fewer than N are
+live (within --max-lag, when given), as it makes --wait-converged wait for
+N: it also counts agents whose role or version keeps no node record.
 
 First comes a line about etcd's members (etcd's member list, then each
 member's status, asked at its client URLs from this host, bounded by
@@ -90,6 +95,9 @@ func (a *app) runStatus(ctx context.Context, maxLag int64, expect int) error {
 	for _, w := range etcdWarnings(etcd) {
 		fmt.Fprintf(a.stderr, "regionctl: warning: %s\n", w)
 	}
+	if fleet.LostUnknown != "" {
+		fmt.Fprintf(a.stderr, "regionctl: warning: %s\n", fleet.LostUnknown)
+	}
 	// -o json: the fleet, and the summary's counts beside it.
 	out := struct {
 		*store.Fleet
@@ -115,8 +123,8 @@ func (a *app) runStatus(ctx context.Context, maxLag int64, expect int) error {
 	lag := fleet.Unconverged(maxLag)
 	within := len(fleet.Agents) - len(lag)
 	switch {
-	case len(lag) > 0:
-		return &store.NotConvergedError{Revision: fleet.RoutingRevision, Lagging: lag, Expected: expect, Confirmed: within}
+	case len(lag) > 0 || len(fleet.Lost) > 0:
+		return &store.NotConvergedError{Revision: fleet.RoutingRevision, Lagging: lag, Lost: fleet.Lost, Expected: expect, Confirmed: within}
 	case len(fleet.Agents) == 0: // nothing serves the routing state
 		return &store.NotConvergedError{Revision: fleet.RoutingRevision, NoAgents: st.Keyspace().AgentsPrefix()}
 	case within < expect:
@@ -233,6 +241,11 @@ func printFleet(w io.Writer, f *store.Fleet) {
 		if off := disconnected(f.Agents); off > 0 {
 			fmt.Fprintf(w, "; %d not connected to etcd (serving their table; following no change until their watch is back)", off)
 		}
+	}
+	if n := len(f.Lost); n > 0 {
+		fmt.Fprintf(w, "; %d lost (status key gone with no clean stop: cut off from etcd, crashed or gone; regionctl agent rm NODE forgets one taken out of the fleet)", n)
+	}
+	if n := len(f.Agents); n > 0 {
 		fmt.Fprintf(w, "\nversions: %s", versionCounts(f.Agents))
 	}
 	fmt.Fprint(w, "\n\n")
@@ -243,6 +256,14 @@ func printFleet(w io.Writer, f *store.Fleet) {
 			continue
 		}
 		row(w, a.Node, a.Revision, a.Lag, a.Epoch, a.Connected, orDash(a.SyncedAt), orDash(a.Version), store.SkippedString(a.AgentStatus))
+	}
+	// A lost node as its record last said: what it may still serve.
+	for _, a := range f.Lost {
+		if a.Invalid != "" {
+			row(w, a.Node, "?", "?", "?", "LOST", "invalid record: "+a.Invalid, "-", "?")
+			continue
+		}
+		row(w, a.Node, a.Revision, a.Lag, a.Epoch, "LOST", orDash(a.SyncedAt), orDash(a.Version), store.SkippedString(a.AgentStatus))
 	}
 	for _, a := range f.Agents {
 		if a.Diverged != "" {

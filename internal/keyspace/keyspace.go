@@ -81,3 +81,11 @@ func (s Space) AgentsPrefix() string { return s.root + "/agents/" }
 
 // Agent returns the status key of a node.
 func (s Space) Agent(node string) string { return s.AgentsPrefix() + node }
+
+// NodesPrefix returns "<root>/nodes/": the agents' node records, each
+// its agent's last status without a lease, so a node whose status key
+// ended with its lease (cut off from etcd, crashed) is still known.
+func (s Space) NodesPrefix() string { return s.root + "/nodes/" }
+
+// Node returns the node record key of a node.
+func (s Space) Node(node string) string { return s.NodesPrefix() + node }

@@ -47,6 +47,15 @@ type Fleet struct {
 	Epoch int64 `json:"epoch"`
 	// Agents are the live agents' status keys, in key order.
 	Agents []AgentInfo `json:"agents"`
+	// Lost are the nodes whose record (<root>/nodes/<node>) is there and
+	// whose status key is not: their agent's lease ended without a clean
+	// stop (cut off from etcd, crashed, its host gone), so it may serve
+	// an old table; each as its record last said (Key is the record's).
+	// In node order.
+	Lost []AgentInfo `json:"lost"`
+	// LostUnknown says why Lost could not be read (the user's role may
+	// not read <root>/nodes/: made before node records), or "".
+	LostUnknown string `json:"lost_unknown,omitempty"`
 }
 
 // Fleet reads the agents' status keys, the newest routing change (see
@@ -82,10 +91,37 @@ func (s *Store) Fleet(ctx context.Context) (*Fleet, error) {
 		}
 		f.Agents = append(f.Agents, a)
 	}
+	live := make(map[string]bool, len(f.Agents))
 	for i := range f.Agents {
 		f.Agents[i].Lag = max(0, f.RoutingRevision-f.Agents[i].Revision)
+		live[f.Agents[i].Node] = true
 	}
-	return f, nil
+	f.Lost, f.LostUnknown, err = s.lostNodes(ctx, rev, live, f.RoutingRevision)
+	return f, err
+}
+
+// lostNodes reads the node records at rev and returns those of nodes not
+// in live, with their lag behind want; a record that cannot be read for
+// lack of permission gives why instead (a role made before node
+// records), any other failure an error.
+func (s *Store) lostNodes(ctx context.Context, rev int64, live map[string]bool, want int64) ([]AgentInfo, string, error) {
+	prefix := s.ks.NodesPrefix()
+	kvs, _, err := s.getRange(ctx, prefix, clientv3.GetPrefixRangeEnd(prefix), rev)
+	if err != nil {
+		if isPermissionDenied(err) {
+			return []AgentInfo{}, fmt.Sprintf("etcd refuses %s to this user: its role is from before node records (regionctl auth apply adds the read), so agents whose status key ended are not known", prefix), nil
+		}
+		return nil, "", err
+	}
+	lost := []AgentInfo{}
+	for _, kv := range kvs {
+		node := strings.TrimPrefix(string(kv.Key), prefix)
+		if node == "" || live[node] {
+			continue
+		}
+		lost = append(lost, agentInfo(string(kv.Key), node, kv.Value, want, rev))
+	}
+	return lost, "", nil
 }
 
 // checkEpoch marks a as of another history when its status says it has
@@ -194,4 +230,35 @@ func (f *Fleet) Unconverged(maxLag int64) []AgentInfo {
 		}
 	}
 	return out
+}
+
+// ErrNodeLive is ForgetNode's refusal of a node whose status key is live.
+var ErrNodeLive = errors.New("its agent is live (its status key is there)")
+
+// ErrNoNodeRecord is ForgetNode's answer for a node without a record.
+var ErrNoNodeRecord = errors.New("no node record")
+
+// ForgetNode deletes the record of node (<root>/nodes/<node>), in one Txn
+// that holds only while its status key is absent, and returns the record
+// as it was: a node taken out of the fleet without a clean stop is no
+// longer reported lost. A live agent's record is refused (ErrNodeLive: it
+// would put it back at its next refresh, and it is not lost), and a node
+// without one is ErrNoNodeRecord.
+func (s *Store) ForgetNode(ctx context.Context, node string) (AgentInfo, error) {
+	rec, status := s.ks.Node(node), s.ks.Agent(node)
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(rctx).If(clientv3.Compare(clientv3.Version(status), "=", 0)).
+		Then(clientv3.OpDelete(rec, clientv3.WithPrevKV())).Else(clientv3.OpGet(status, clientv3.WithKeysOnly())).Commit()
+	if err != nil {
+		return AgentInfo{}, s.writeErr("delete the node record "+rec, err, Grant{Access: AccessReadWrite, Key: rec}, s.roles.ReadNeed(status))
+	}
+	if !resp.Succeeded {
+		return AgentInfo{}, fmt.Errorf("node %s: %w", node, ErrNodeLive)
+	}
+	del := resp.Responses[0].GetResponseDeleteRange()
+	if del.Deleted == 0 || len(del.PrevKvs) == 0 {
+		return AgentInfo{}, fmt.Errorf("node %s: %w at %s", node, ErrNoNodeRecord, rec)
+	}
+	return agentInfo(rec, node, del.PrevKvs[0].Value, 0, resp.Header.Revision), nil
 }

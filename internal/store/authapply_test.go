@@ -42,7 +42,7 @@ func TestApplyAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	steps, err := plan.Steps(cur, true, false)
-	if err != nil || len(steps) != 18 {
+	if err != nil || len(steps) != 20 { // 2 more grants since node records
 		t.Fatalf("steps from an empty etcd: %d %v", len(steps), err)
 	}
 	pw, err := s.ApplyAuth(ctx, steps)

@@ -46,7 +46,7 @@ func (s *Store) WaitConverged(ctx context.Context, rev int64) (Convergence, erro
 // existed. Fewer at the deadline is a *NotConvergedError with Expected set.
 func (s *Store) WaitConvergedExpecting(ctx context.Context, rev int64, expect int) (Convergence, error) {
 	w := &convergeWait{s: s, rev: rev, start: time.Now(), agents: map[string]AgentInfo{}, behind: map[string]bool{},
-		vanished: map[string]AgentInfo{}, skews: map[string]time.Duration{}, expect: expect}
+		vanished: map[string]AgentInfo{}, lost: map[string]AgentInfo{}, skews: map[string]time.Duration{}, expect: expect}
 	b := backoff.New(convergeRetryMin, convergeRetryMax)
 	for {
 		done, err := w.round(ctx)
@@ -100,8 +100,11 @@ type convergeWait struct {
 	// vanished are the agents, by key, whose key was deleted while they
 	// were behind, as last seen; one whose key is put again is judged anew.
 	vanished map[string]AgentInfo
-	listed   bool  // agents holds a listing
-	lastErr  error // the error that ended the previous round
+	// lost are the nodes, by status key, lost as of the last listing
+	// (Fleet.Lost) and not confirmed since, as their record said.
+	lost    map[string]AgentInfo
+	listed  bool  // agents holds a listing
+	lastErr error // the error that ended the previous round
 	// skews are the clock differences past MaxClockSkew of the agents
 	// at rev, by key.
 	skews map[string]time.Duration
@@ -175,6 +178,23 @@ func (w *convergeWait) round(ctx context.Context) (bool, error) {
 	clear(w.agents)
 	clear(w.behind)
 	w.listed = true
+	live := make(map[string]bool, len(kvs))
+	for _, kv := range kvs {
+		live[strings.TrimPrefix(string(kv.Key), prefix)] = true
+	}
+	// Nodes whose status key ended before this listing, their record
+	// left (one the role may not read is not known: a role from before
+	// node records).
+	lost, _, err := w.s.lostNodes(ctx, listRev, live, w.rev)
+	if err != nil {
+		return false, err
+	}
+	clear(w.lost)
+	for _, a := range lost {
+		if key := w.s.ks.Agent(a.Node); w.vanished[key].Node == "" && !a.Converged(0) {
+			w.lost[key] = a
+		}
+	}
 	for _, kv := range kvs {
 		w.put(string(kv.Key), kv.Value, listRev)
 	}
@@ -259,6 +279,7 @@ func (w *convergeWait) put(key string, value []byte, readRev int64) {
 	a.checkEpoch(w.epoch, w.epochRev, w.epochReadRev)
 	w.agents[key] = a
 	delete(w.vanished, key)
+	delete(w.lost, key)
 	if !a.Converged(0) {
 		w.behind[key] = true
 		return
@@ -282,7 +303,7 @@ func (w *convergeWait) put(key string, value []byte, readRev int64) {
 // With none, nothing confirmed the write: the wait goes on (an agent may
 // start meanwhile).
 func (w *convergeWait) converged() bool {
-	return len(w.behind) == 0 && len(w.vanished) == 0 && len(w.agents) > 0 && len(w.agents) >= w.expect
+	return len(w.behind) == 0 && len(w.vanished) == 0 && len(w.lost) == 0 && len(w.agents) > 0 && len(w.agents) >= w.expect
 }
 
 // retryable tells the errors that another round may get past: a watch
@@ -309,5 +330,9 @@ func (w *convergeWait) failed(cause error) error {
 		e.Vanished = append(e.Vanished, a)
 	}
 	sort.Slice(e.Vanished, func(i, j int) bool { return e.Vanished[i].Node < e.Vanished[j].Node })
+	for _, a := range w.lost {
+		e.Lost = append(e.Lost, a)
+	}
+	sort.Slice(e.Lost, func(i, j int) bool { return e.Lost[i].Node < e.Lost[j].Node })
 	return e
 }

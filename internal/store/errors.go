@@ -126,6 +126,11 @@ type NotConvergedError struct {
 	// off from etcd (the key's lease ran out) and still serving what they
 	// had. The key of neither kind comes back; nothing tells them apart.
 	Vanished []AgentInfo
+	// Lost are the nodes whose status key was already gone when the wait
+	// listed the agents and whose node record is there (Fleet.Lost), as
+	// their record last said: they were not waited for by their key's
+	// return alone; one whose key comes back is judged anew.
+	Lost []AgentInfo
 	// Expected, when set, is how many live agents were to confirm
 	// Revision (--expect-agents), and Confirmed how many did.
 	Expected, Confirmed int
@@ -151,15 +156,22 @@ func (e *NotConvergedError) Error() string {
 	switch {
 	case e.Unknown:
 		msg += "the agents' status keys could not be read"
-	case e.NoAgents != "" && len(e.Vanished) == 0:
+	case e.NoAgents != "" && len(e.Vanished) == 0 && len(e.Lost) == 0:
 		msg += fmt.Sprintf("no live agent under %s confirmed it: is --prefix the agents' --prefix, and are they running (regionctl status)?", e.NoAgents)
-	case len(e.Lagging) == 0 && len(e.Vanished) == 0:
+	case len(e.Lagging) == 0 && len(e.Vanished) == 0 && len(e.Lost) == 0:
 		msg += e.shortfall()
 	case len(e.Lagging) == 0:
-		msg += vanishedString(e.Vanished)
-		if s := e.shortfall(); s != "" {
-			msg += "; " + s
+		var parts []string
+		if len(e.Vanished) > 0 {
+			parts = append(parts, vanishedString(e.Vanished))
 		}
+		if len(e.Lost) > 0 {
+			parts = append(parts, LostString(e.Lost))
+		}
+		if s := e.shortfall(); s != "" {
+			parts = append(parts, s)
+		}
+		msg += strings.Join(parts, "; ")
 	default:
 		// Agents a lag alone does not explain (an undecodable status key,
 		// another history, refused values) first: they are named even
@@ -197,6 +209,9 @@ func (e *NotConvergedError) Error() string {
 		if len(e.Vanished) > 0 {
 			msg += "; " + vanishedString(e.Vanished)
 		}
+		if len(e.Lost) > 0 {
+			msg += "; " + LostString(e.Lost)
+		}
 		if s := e.shortfall(); s != "" {
 			msg += "; " + s
 		}
@@ -223,6 +238,21 @@ func vanishedString(vanished []AgentInfo) string {
 	}
 	return fmt.Sprintf("%d agent(s) whose status key disappeared before they confirmed it: %s: stopped, or cut off from etcd and still serving their last table (check each node: curl its /v1/status, systemctl status regiond)",
 		len(vanished), strings.Join(names, "; "))
+}
+
+// LostString names lost nodes (Fleet.Lost), each with the revision its
+// record last said, and what that may mean and what to do.
+func LostString(lost []AgentInfo) string {
+	names := make([]string, 0, min(len(lost), maxNamedAgents+1))
+	for i, a := range lost {
+		if i == maxNamedAgents {
+			names = append(names, fmt.Sprintf("and %d more", len(lost)-i))
+			break
+		}
+		names = append(names, fmt.Sprintf("%s@%d", a.Node, a.Revision))
+	}
+	return fmt.Sprintf("%d node(s) lost: their status key ended with its lease and no clean stop removed their node record (cut off from etcd and serving their last table, crashed, or the host gone): %s (each as its record last said; check the node: curl its /v1/status, systemctl status regiond; regionctl agent rm NODE forgets a node taken out of the fleet)",
+		len(lost), strings.Join(names, "; "))
 }
 
 // skippedString is "2 key(s): policy/residency, routes/PL", with "(N

@@ -100,9 +100,11 @@ func (r Role) holds(needs []Grant) bool {
 // Roles are the least-privilege roles of one keyspace:
 //
 //	<p>operator      read routing/; readwrite routing/{pools,routes,policy,overrides}/ and
-//	                 the key routing/epoch, audit/; read agents/ (regionctl's writes)
+//	                 the key routing/epoch, audit/; read agents/; readwrite nodes/
+//	                 (regionctl's writes, agent rm)
 //	<p>viewer        read <root>/ (regionctl's reads, status)
-//	<p>agent-<node>  read routing/; readwrite the key agents/<node> (one router node)
+//	<p>agent-<node>  read routing/; readwrite the keys agents/<node> and nodes/<node>
+//	                 (one router node)
 //	<p>origin-<pool> readwrite routing/health/<pool>/ (regionctl heartbeat of one pool)
 //
 // where <p> is the role prefix (DefaultRolePrefix).
@@ -126,12 +128,14 @@ func (r Roles) Keyspace() keyspace.Space { return r.ks }
 // write touches (the config, the boosts, the epoch key, the audit trail)
 // and read the rest of routing/. It may not write health markers, which
 // are the origins' (an operator's user cannot forge a pool's health), nor
-// agents/ (nor an agent's status, and so a fleet's convergence).
+// agents/ (nor an agent's status, and so a fleet's convergence). It may
+// delete a node record (regionctl agent rm: a node taken out of the fleet
+// without a clean stop), which says nothing of a live agent.
 func (r Roles) Operator() Role {
 	grants := []Grant{prefixGrant(AccessRead, r.ks.Routing())}
 	grants = append(grants, r.operatorWrites()...)
-	return Role{Name: r.prefix + "operator", Job: "regionctl's writes (apply, pool, route, boost, rollback) and reads",
-		Grants: append(grants, prefixGrant(AccessRead, r.ks.AgentsPrefix()))}
+	return Role{Name: r.prefix + "operator", Job: "regionctl's writes (apply, pool, route, boost, rollback, agent rm) and reads",
+		Grants: append(grants, prefixGrant(AccessRead, r.ks.AgentsPrefix()), prefixGrant(AccessReadWrite, r.ks.NodesPrefix()))}
 }
 
 // operatorWrites are the operator's write grants: the routing keys of the
@@ -152,12 +156,13 @@ func (r Roles) Viewer() Role {
 }
 
 // Agent is the role of the agent of one router node: it reads the
-// routing policy and writes its own status key, nothing else. A role per
-// node (rather than readwrite on agents/) keeps a compromised node from
-// deleting or forging another node's status.
+// routing policy and writes its own status key and node record, nothing
+// else. A role per node (rather than readwrite on agents/) keeps a
+// compromised node from deleting or forging another node's status.
 func (r Roles) Agent(node string) Role {
 	return Role{Name: r.prefix + "agent-" + node, Job: "the regiond agent of node " + node,
-		Grants: []Grant{prefixGrant(AccessRead, r.ks.Routing()), {Access: AccessReadWrite, Key: r.ks.Agent(node)}}}
+		Grants: []Grant{prefixGrant(AccessRead, r.ks.Routing()), {Access: AccessReadWrite, Key: r.ks.Agent(node)},
+			{Access: AccessReadWrite, Key: r.ks.Node(node)}}}
 }
 
 // Origin is the role of the origins of one pool: regionctl heartbeat
@@ -173,7 +178,7 @@ func (r Roles) CommitNeeds() []Grant { return r.operatorWrites() }
 
 // ReadNeed is the permission a read of the range [key, end) needs, stated
 // as the section of the keyspace it lies in (routing/, audit/, agents/,
-// or the whole root).
+// nodes/, or the whole root).
 func (r Roles) ReadNeed(key string) Grant { return prefixGrant(AccessRead, r.section(key)) }
 
 // WriteNeed is the permission a write of key needs: readwrite on its
@@ -208,7 +213,7 @@ func (r Roles) healthPool(key string) (string, bool) {
 }
 
 func (r Roles) section(key string) string {
-	for _, p := range []string{r.ks.Routing(), r.ks.AuditPrefix(), r.ks.AgentsPrefix()} {
+	for _, p := range []string{r.ks.Routing(), r.ks.AuditPrefix(), r.ks.AgentsPrefix(), r.ks.NodesPrefix()} {
 		if strings.HasPrefix(key, p) {
 			return p
 		}
@@ -230,6 +235,9 @@ func (r Roles) Holding(needs ...Grant) []string {
 			cands = append(cands, r.Origin(pool))
 		}
 		if node, ok := strings.CutPrefix(n.Key, r.ks.AgentsPrefix()); ok && node != "" && n.End == "" {
+			cands = append(cands, r.Agent(node))
+		}
+		if node, ok := strings.CutPrefix(n.Key, r.ks.NodesPrefix()); ok && node != "" && n.End == "" {
 			cands = append(cands, r.Agent(node))
 		}
 	}

@@ -24,9 +24,10 @@ func TestRoleGrants(t *testing.T) {
 		{r.Operator(), []string{"read on /regiond/v1/routing/", "readwrite on /regiond/v1/routing/pools/",
 			"readwrite on /regiond/v1/routing/routes/", "readwrite on /regiond/v1/routing/policy/",
 			"readwrite on /regiond/v1/routing/overrides/", "readwrite on the key /regiond/v1/routing/epoch",
-			"readwrite on /regiond/v1/audit/", "read on /regiond/v1/agents/"}},
+			"readwrite on /regiond/v1/audit/", "read on /regiond/v1/agents/", "readwrite on /regiond/v1/nodes/"}},
 		{r.Viewer(), []string{"read on /regiond/v1/"}},
-		{r.Agent("edge-fra-1"), []string{"read on /regiond/v1/routing/", "readwrite on the key /regiond/v1/agents/edge-fra-1"}},
+		{r.Agent("edge-fra-1"), []string{"read on /regiond/v1/routing/", "readwrite on the key /regiond/v1/agents/edge-fra-1",
+			"readwrite on the key /regiond/v1/nodes/edge-fra-1"}},
 		{r.Origin("eu-central"), []string{"readwrite on /regiond/v1/routing/health/eu-central/"}},
 	} {
 		var got []string

@@ -415,6 +415,20 @@ func checkDivergedAgent(ctx context.Context, t *testing.T, n *node) {
 	if got[0] != "diverged" || !strings.Contains(got[1], "bad") || !strings.Contains(got[2], "another history") {
 		t.Errorf("the diverged agent's lag cell: %q (class %q, title %q); want diverged, bad, and why", got[0], got[1], got[2])
 	}
+	// A lost node (its record, no status key) is a row marked LOST, and
+	// the note says what that means.
+	if _, err := cli.Put(bg, root+"nodes/gone-node", string(resp.Kvs[0].Value)); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if _, err := cli.Delete(bg, root+"nodes/gone-node"); err != nil {
+			t.Error(err)
+		}
+	}()
+	waitJS(ctx, t, "the lost node", `[...document.querySelectorAll("#fleet tbody tr")].some(r => r.cells[0].textContent === "gone-node" && r.cells[4].textContent === "LOST")`)
+	if note := text(ctx, t, "#fleet-note"); !strings.Contains(note, "1 lost: ") || !strings.Contains(note, "regionctl agent rm NODE") {
+		t.Errorf("the fleet note with a lost node: %q", note)
+	}
 }
 
 // checkStatusNotPublished raises etcd's NOSPACE alarm and checks the

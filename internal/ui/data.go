@@ -188,7 +188,7 @@ type fleetBody struct {
 	Error  string `json:"error,omitempty"`
 }
 
-// handleFleet reads every agent's status key, as regionctl status does.
+// handleFleet reads every agent's status key and the lost nodes' records, as regionctl status does.
 func (h *handler) handleFleet(w http.ResponseWriter, r *http.Request) {
 	cli := h.cfg.Client()
 	if cli == nil {

@@ -353,9 +353,11 @@
         if (f.denied) return;
       }
       const agents = f.agents || [];
+      const lost = f.lost || [];
       if (!f.error) {
-        $('fleet-note').className = 'note';
-        $('fleet-note').textContent = 'Newest routing change at revision ' + f.routing_revision + ', epoch ' + f.epoch + '; read at revision ' + f.revision + '.';
+        $('fleet-note').className = lost.length ? 'note bad' : 'note';
+        $('fleet-note').textContent = 'Newest routing change at revision ' + f.routing_revision + ', epoch ' + f.epoch + '; read at revision ' + f.revision + '.' +
+          (lost.length ? ' ' + lost.length + ' lost: status key gone with no clean stop (cut off from etcd, crashed or gone); each as its node record last said; regionctl agent rm NODE forgets one taken out of the fleet.' : '');
       }
       table.hidden = false;
       $('fleet-count').textContent = agents.length;
@@ -367,7 +369,8 @@
         return row([el('td', a.node + (a.node === me ? ' (this node)' : '')), el('td', a.revision, 'num'), lag,
           el('td', a.epoch, 'num'), el('td', a.connected ? 'yes' : 'no', a.connected ? 'ok' : 'bad'),
           ago(a.synced_at), el('td', a.skipped || 0, 'num' + (a.skipped ? ' bad' : '')), a.version || '']);
-      }));
+      }).concat(lost.map((a) => row([el('td', a.node), el('td', a.revision, 'num'), el('td', a.lag, 'num' + (a.lag > 0 ? ' bad' : '')),
+        el('td', a.epoch, 'num'), el('td', 'LOST', 'bad'), ago(a.synced_at), el('td', a.skipped || 0, 'num' + (a.skipped ? ' bad' : '')), a.version || '']))));
     } catch (e) {
       $('fleet-note').textContent = 'fleet: ' + e.message;
     } finally {

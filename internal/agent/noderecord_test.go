@@ -1,0 +1,142 @@
+package agent_test
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/regiond/regiond/internal/agent"
+	"github.com/regiond/regiond/internal/api"
+	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/keyspace"
+	"github.com/regiond/regiond/internal/logbuf"
+	"github.com/regiond/regiond/internal/store"
+	"github.com/regiond/regiond/internal/tcpproxy"
+)
+
+// TestNodeRecord: the agent keeps its last status, without a lease, as its
+// node record; cut off from etcd (a silent path) until its status key's
+// lease ends, it is listed lost by store.Fleet (regionctl status), as the
+// record said; back, it is live again; a clean stop removes the record
+// with the status key, so a node stopped on purpose is not lost.
+func TestNodeRecord(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	px, err := tcpproxy.New(strings.TrimPrefix(srv.Endpoints[0], "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	dir := t.TempDir()
+	cfg := agent.DefaultConfig()
+	cfg.Endpoints, cfg.Node, cfg.Logger = []string{px.URL()}, "node-rec", quietLogger()
+	cfg.Socket, cfg.Listen, cfg.Snapshot = "", "127.0.0.1:0", filepath.Join(dir, "shm", "table.json")
+	cfg.StatusTTL = 2 * time.Second
+	h := runAgent(t, dir, cfg)
+	ks := keyspace.Default()
+	get := func(key string) (string, int64) {
+		resp, err := cli.Get(context.Background(), key)
+		if err != nil || len(resp.Kvs) == 0 {
+			return "", 0
+		}
+		return string(resp.Kvs[0].Value), resp.Kvs[0].Lease
+	}
+	waitFor(t, "the node record equal to the status key, without a lease", func() bool {
+		status, lease := get(ks.Agent("node-rec"))
+		rec, recLease := get(ks.Node("node-rec"))
+		return status != "" && lease != 0 && rec == status && recLease == 0
+	})
+	st := store.New(cli, ks, store.Options{})
+	fleet := func() *store.Fleet {
+		f, err := st.Fleet(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	if f := fleet(); len(f.Agents) != 1 || len(f.Lost) != 0 {
+		t.Fatalf("fleet with the agent live: %d live, lost %+v", len(f.Agents), f.Lost)
+	}
+
+	px.Freeze()
+	waitWithin(t, time.Minute, "the agent lost once its status key's lease ended", func() bool {
+		f := fleet()
+		return len(f.Agents) == 0 && len(f.Lost) == 1 && f.Lost[0].Node == "node-rec" && f.Lost[0].Revision > 0
+	})
+	px.Thaw()
+	waitWithin(t, time.Minute, "the agent live again", func() bool { f := fleet(); return len(f.Agents) == 1 && len(f.Lost) == 0 })
+
+	h.stop()
+	if rec, _ := get(ks.Node("node-rec")); rec != "" {
+		t.Fatalf("node record after a clean stop: %s", rec)
+	}
+	if f := fleet(); len(f.Agents) != 0 || len(f.Lost) != 0 {
+		t.Fatalf("fleet after a clean stop: %d live, lost %+v; want neither", len(f.Agents), f.Lost)
+	}
+}
+
+// TestNodeRecordRefusedToAnOldRole: an agent whose role was made before
+// node records (read routing/, readwrite its status key alone) publishes
+// its status key all the same, and says once what to run; /v1/status has
+// no status_error for it.
+func TestNodeRecordRefusedToAnOldRole(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	ctx := context.Background()
+	ks := keyspace.Default()
+	if err := devetcd.EnableAuth(ctx, cli, devetcd.Auth{RootPassword: "root-pw"}); err != nil {
+		t.Fatal(err)
+	}
+	root, err := srv.ClientAs("root", "root-pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	for _, step := range []func() error{
+		func() error { _, err := root.RoleAdd(ctx, "old-agent"); return err },
+		func() error {
+			_, err := root.RoleGrantPermission(ctx, "old-agent", ks.Routing(), clientv3.GetPrefixRangeEnd(ks.Routing()), clientv3.PermissionType(clientv3.PermRead))
+			return err
+		},
+		func() error {
+			_, err := root.RoleGrantPermission(ctx, "old-agent", ks.Agent("node-old"), "", clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		},
+		func() error { _, err := root.UserAdd(ctx, "agent-old", "agent-pw"); return err },
+		func() error { _, err := root.UserGrantRole(ctx, "agent-old", "old-agent"); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var logs logbuf.Buffer
+	dir := t.TempDir()
+	cfg := agent.DefaultConfig()
+	cfg.Endpoints, cfg.Node, cfg.Username, cfg.Password = srv.Endpoints, "node-old", "agent-old", "agent-pw"
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	cfg.Socket, cfg.Listen, cfg.Snapshot = "", "127.0.0.1:0", filepath.Join(dir, "shm", "table.json")
+	cfg.StatusTTL = 2 * time.Second
+	h := runAgent(t, dir, cfg)
+	waitFor(t, "the status key put under the old role", func() bool {
+		resp, err := root.Get(ctx, ks.Agent("node-old"))
+		return err == nil && len(resp.Kvs) == 1 && resp.Kvs[0].Lease != 0
+	})
+	if resp, err := root.Get(ctx, ks.Node("node-old")); err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("node record under a role without it: %v %v", resp, err)
+	}
+	var st api.Status
+	h.get("/v1/status", &st)
+	if st.StatusError != "" {
+		t.Fatalf("status_error %q: the status key is published", st.StatusError)
+	}
+	if n := strings.Count(logs.String(), "etcd refuses the node record"); n != 1 || !strings.Contains(logs.String(), "regionctl auth apply --agent node-old") {
+		t.Fatalf("the refusal logged %d times, want once naming what to run:\n%s", n, logs.String())
+	}
+}

@@ -1,0 +1,101 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/regiond/regiond/routing"
+)
+
+// putNodeRecord writes node's record as an agent does (its status, no
+// lease).
+func (e *tenv) putNodeRecord(st routing.AgentStatus) {
+	e.t.Helper()
+	if st.Epoch == 0 {
+		st.Epoch = e.epoch()
+	}
+	b, _ := json.Marshal(st)
+	if _, err := testClient.Put(context.Background(), e.ks.Node(st.Node), string(b)); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// TestLostNode: a node whose record is there and whose status key is not
+// (its agent's lease ended with no clean stop: cut off from etcd, crashed)
+// is listed LOST by status, as its record said, and counts as not
+// converged: status --max-lag 0 and --wait-converged exit 5 naming it
+// (the on-call review's agent that vanished from every view while it
+// served an old table, with exit 0). A live agent's record is not lost;
+// agent rm refuses a live node and forgets a lost one; status is clean
+// after.
+func TestLostNode(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	lease := grantLease(t)
+	rev, _ := e.fingerprint()
+	now := time.Now().UTC().Format(time.RFC3339)
+	e.putAgentStatus(routing.AgentStatus{Node: "n1", Revision: rev, Connected: true, Version: "test", SyncedAt: now}, lease)
+	e.putNodeRecord(routing.AgentStatus{Node: "n1", Revision: rev, Connected: true, Version: "test", SyncedAt: now})
+	e.putNodeRecord(routing.AgentStatus{Node: "n3", Revision: rev - 1, Connected: true, Version: "test", SyncedAt: now})
+
+	r := e.must(ExitOK, "status")
+	if !strings.Contains(r.stdout, "1 live agent(s): 1 converged, 0 not; 1 lost (") || !rowWith(r.stdout, "n3", "LOST") || rowWith(r.stdout, "n1", "LOST") {
+		t.Fatalf("status with n3 lost:\n%s", r)
+	}
+	var fleet struct {
+		Agents []struct{ Node string }
+		Lost   []struct {
+			Node     string
+			Revision int64
+		}
+	}
+	mustJSON(t, e.must(ExitOK, "status", "-o", "json").stdout, &fleet)
+	if len(fleet.Agents) != 1 || len(fleet.Lost) != 1 || fleet.Lost[0].Node != "n3" || fleet.Lost[0].Revision != rev-1 {
+		t.Fatalf("status -o json: %+v", fleet)
+	}
+	r = e.must(ExitNotConverged, "status", "--max-lag", "0")
+	if !strings.Contains(r.stderr, "1 node(s) lost: ") || !strings.Contains(r.stderr, "n3@") || !strings.Contains(r.stderr, "regionctl agent rm NODE") {
+		t.Fatalf("status --max-lag 0 with n3 lost: %s", r)
+	}
+	// The wait: n1 confirms, n3 does not, and is named.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e.agentSim(ctx, 50*time.Millisecond, lease, "n1")
+	r = e.must(ExitNotConverged, "pool", "drain", "eu-north", "--wait-converged=2s")
+	if !strings.Contains(r.stderr, "1 node(s) lost: ") || !strings.Contains(r.stderr, "n3@") {
+		t.Fatalf("--wait-converged with n3 lost: %s", r)
+	}
+
+	if r := e.run("agent", "rm", "n1"); r.code != ExitRefused || !strings.Contains(r.stderr, "its agent is live") {
+		t.Fatalf("agent rm of a live node: %s; want refused", r)
+	}
+	if r := e.must(ExitOK, "agent", "rm", "n3"); !strings.Contains(r.stdout, "forgot node n3 (its record said revision") {
+		t.Fatalf("agent rm n3: %s", r)
+	}
+	if r := e.run("agent", "rm", "n3"); r.code != ExitRefused || !strings.Contains(r.stderr, "no node record") {
+		t.Fatalf("agent rm n3 again: %s; want refused, no record", r)
+	}
+	if v := e.get(e.ks.Node("n1")); v == "" {
+		t.Fatal("agent rm n3 touched n1's record")
+	}
+	r = e.must(ExitOK, "status", "--max-lag", "0")
+	if strings.Contains(r.stdout, "LOST") || strings.Contains(r.stdout, " lost (") || strings.Contains(r.stdout, "n3") {
+		t.Fatalf("status after agent rm n3:\n%s", r)
+	}
+	e.must(ExitOK, "pool", "undrain", "eu-north", "--wait-converged=10s")
+}
+
+// rowWith reports whether a line of out starts with the column first and
+// holds s.
+func rowWith(out, first, s string) bool {
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 0 && f[0] == first && strings.Contains(l, s) {
+			return true
+		}
+	}
+	return false
+}
