@@ -14,7 +14,9 @@ func (a *app) agentCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Forget a node taken out of the fleet (regionctl status lists it lost)",
-		RunE:  groupRun,
+		Example: `  regionctl status           # edge-fra-3 LOST: taken out of the fleet without a clean stop
+  regionctl agent rm edge-fra-3`,
+		RunE: groupRun,
 	}
 	cmd.AddCommand(a.agentRmCmd())
 	return cmd
@@ -32,8 +34,8 @@ for it; once the node is out of the fleet for good, rm forgets it. rm is
 refused (exit 1) while the node's agent is live (its status key is there):
 stop it, and its clean stop removes the record. An agent of NODE that runs
 again puts its record back. Not audited: it changes no routing state.`,
-		Example: `  regionctl status            # n3 LOST
-  regionctl agent rm n3`,
+		Example: `  regionctl status           # edge-fra-3 LOST
+  regionctl agent rm edge-fra-3`,
 		Args: exactArgs(1, "a node name"),
 	}
 	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, args []string) error {
