@@ -152,11 +152,13 @@ func TestSteps(t *testing.T) {
 		"etcdctl role grant-permission regiond-operator readwrite /regiond/v1/routing/epoch",
 		"etcdctl role grant-permission regiond-operator --prefix=true readwrite /regiond/v1/audit/",
 		"etcdctl role grant-permission regiond-operator --prefix=true read /regiond/v1/agents/",
+		"etcdctl role grant-permission regiond-operator --prefix=true readwrite /regiond/v1/nodes/",
 		"etcdctl role add regiond-viewer",
 		"etcdctl role grant-permission regiond-viewer --prefix=true read /regiond/v1/",
 		"etcdctl role add regiond-agent-n1",
 		"etcdctl role grant-permission regiond-agent-n1 --prefix=true read /regiond/v1/routing/",
 		"etcdctl role grant-permission regiond-agent-n1 readwrite /regiond/v1/agents/n1",
+		"etcdctl role grant-permission regiond-agent-n1 readwrite /regiond/v1/nodes/n1",
 		"etcdctl user add regiond-agent-n1 --no-password",
 		"etcdctl user grant-role regiond-agent-n1 regiond-agent-n1",
 	}
