@@ -72,6 +72,9 @@ type Agent struct {
 	// statusQuietSpacing is the publisher's quietSpacing (zero: its
 	// default, statusQuietSpacing; tests lengthen it).
 	statusQuietSpacing time.Duration
+	// recordRetry is the publisher's recordRetry (zero: statusRefresh;
+	// tests shorten it).
+	recordRetry time.Duration
 	// statusPutFailures counts the status key's failed puts;
 	// nodeConflicts the puts that found another agent's lease on it.
 	statusPutFailures prometheus.Counter

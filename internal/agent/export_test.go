@@ -31,6 +31,11 @@ func SetSnapshotRefresh(a *Agent, d time.Duration) { a.snapshotRefresh = d }
 // that did not move the epoch at least d apart; call it before Run.
 func SetStatusQuietSpacing(a *Agent, d time.Duration) { a.statusQuietSpacing = d }
 
+// SetNodeRecordRetry makes the agent's status publisher try its node
+// record again d after etcd refused it (statusRefresh otherwise); call it
+// before Run.
+func SetNodeRecordRetry(a *Agent, d time.Duration) { a.recordRetry = d }
+
 // StatusSpacing is statusSpacing, and StatusQuietSpacing
 // statusQuietSpacing, for tests.
 const (

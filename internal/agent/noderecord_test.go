@@ -123,7 +123,7 @@ func TestNodeRecordRefusedToAnOldRole(t *testing.T) {
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	cfg.Socket, cfg.Listen, cfg.Snapshot = "", "127.0.0.1:0", filepath.Join(dir, "shm", "table.json")
 	cfg.StatusTTL = 2 * time.Second
-	h := runAgent(t, dir, cfg)
+	h := runAgent(t, dir, cfg, func(a *agent.Agent) { agent.SetNodeRecordRetry(a, 100*time.Millisecond) })
 	waitFor(t, "the status key put under the old role", func() bool {
 		resp, err := root.Get(ctx, ks.Agent("node-old"))
 		return err == nil && len(resp.Kvs) == 1 && resp.Kvs[0].Lease != 0
@@ -138,5 +138,78 @@ func TestNodeRecordRefusedToAnOldRole(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "etcd refuses the node record"); n != 1 || !strings.Contains(logs.String(), "regionctl auth apply --agent node-old") {
 		t.Fatalf("the refusal logged %d times, want once naming what to run:\n%s", n, logs.String())
+	}
+
+	// The role fixed (what regionctl auth apply does), no restart: the
+	// next checked put (a new epoch here) writes the record.
+	if _, err := root.RoleGrantPermission(ctx, "old-agent", ks.Node("node-old"), "", clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // past the retry delay
+	if _, err := root.Put(ctx, ks.Epoch(), "2"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the node record once the role allows it", func() bool {
+		resp, err := root.Get(ctx, ks.Node("node-old"))
+		return err == nil && len(resp.Kvs) == 1 && resp.Kvs[0].Lease == 0
+	})
+	if !strings.Contains(logs.String(), "the node record is written again") {
+		t.Fatalf("the record's return is not logged:\n%s", logs.String())
+	}
+	h.stop()
+	if resp, err := root.Get(ctx, ks.Node("node-old")); err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("node record after a clean stop: %v %v", resp, err)
+	}
+}
+
+// TestNodeRecordNotBlamedForAWrongNode: an agent whose role was made for
+// another node is refused its status key too; the log names that (is
+// --node right?), not the node record.
+func TestNodeRecordNotBlamedForAWrongNode(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	ctx := context.Background()
+	ks := keyspace.Default()
+	if err := devetcd.EnableAuth(ctx, cli, devetcd.Auth{RootPassword: "root-pw"}); err != nil {
+		t.Fatal(err)
+	}
+	root, err := srv.ClientAs("root", "root-pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	roles := store.NewRoles(ks, "")
+	role := roles.Agent("node-a")
+	if _, err := root.RoleAdd(ctx, role.Name); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range role.Grants {
+		if _, err := root.RoleGrantPermission(ctx, role.Name, g.Key, g.End, clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := root.UserAdd(ctx, "agent-a", "agent-pw"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.UserGrantRole(ctx, "agent-a", role.Name); err != nil {
+		t.Fatal(err)
+	}
+	var logs logbuf.Buffer
+	dir := t.TempDir()
+	cfg := agent.DefaultConfig()
+	cfg.Endpoints, cfg.Node, cfg.Username, cfg.Password = srv.Endpoints, "node-b", "agent-a", "agent-pw"
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	cfg.Socket, cfg.Listen, cfg.Snapshot = "", "127.0.0.1:0", filepath.Join(dir, "shm", "table.json")
+	cfg.StatusTTL = 2 * time.Second
+	h := runAgent(t, dir, cfg)
+	var st api.Status
+	waitFor(t, "status_error naming --node", func() bool {
+		st = api.Status{}
+		h.get("/v1/status", &st)
+		return strings.Contains(st.StatusError, "is --node right?")
+	})
+	if strings.Contains(logs.String(), "etcd refuses the node record") {
+		t.Fatalf("a role of another node blamed on the node record:\n%s", logs.String())
 	}
 }

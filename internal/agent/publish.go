@@ -85,10 +85,16 @@ type publisher struct {
 	// user is the agent's etcd user ("" for none), named when etcd
 	// refuses the status key to it.
 	user string
-	// noRecord: etcd refused the node record to the agent's role (one
-	// made before node records, by an older regionctl auth apply): the
-	// status key alone is put, until the next session tries again.
-	noRecord bool
+	// noRecordAt is when etcd last refused the node record to the
+	// agent's role (one made before node records, by an older regionctl
+	// auth apply), zero while it does not: the status key alone is put,
+	// and the record is tried again a statusRefresh later (regionctl auth
+	// apply run meanwhile is found without a restart). recordWarned: the
+	// refusal was logged (once a run).
+	noRecordAt   time.Time
+	recordWarned bool
+	// recordRetry is how long after a refusal the record is tried again.
+	recordRetry time.Duration
 }
 
 // newPublisher returns the publisher of a's status at key. It is made
@@ -97,8 +103,8 @@ type publisher struct {
 func newPublisher(cli *clientv3.Client, key, record string, a *Agent) *publisher {
 	return &publisher{cli: cli, key: key, record: record, node: a.cfg.Node, user: a.etcdUser(), version: a.cfg.Version, ttl: a.cfg.StatusTTL,
 		log: a.log.With("component", "status"), clock: a.statusClock, kick: make(chan struct{}, 1),
-		quietSpacing: cmp.Or(a.statusQuietSpacing, statusQuietSpacing),
-		beforePut:    a.beforeStatusPut, failures: a.statusPutFailures, conflictsTotal: a.nodeConflicts}
+		quietSpacing: cmp.Or(a.statusQuietSpacing, statusQuietSpacing), recordRetry: cmp.Or(a.recordRetry, statusRefresh),
+		beforePut: a.beforeStatusPut, failures: a.statusPutFailures, conflictsTotal: a.nodeConflicts}
 }
 
 // changed tells the publisher that the table may have reached a new
@@ -161,6 +167,7 @@ func (p *publisher) run(ctx context.Context, m *watch.Mirror) {
 	// catches such a watch up only every 100 ms: the first changes after
 	// the start would wait for it (see watch.Mirror.list).
 	if m.WaitReady(ctx) != nil {
+		p.deleteRecord() // a clean stop before the first list: a record of an earlier run goes too
 		return
 	}
 	bo := backoff.Default()
@@ -183,17 +190,9 @@ func (p *publisher) run(ctx context.Context, m *watch.Mirror) {
 			continue
 		}
 		bo.Reset()
-		p.noRecord = false // a role fixed meanwhile (regionctl auth apply) is found
 		p.publish(ctx, sess, m)
-		if ctx.Err() != nil && !p.noRecord {
-			// A clean stop: the node leaves the fleet's view (a stop
-			// that cannot reach etcd leaves it, and regionctl status
-			// names the node lost until it starts again).
-			dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			if _, err := p.cli.Delete(dctx, p.record); err != nil {
-				p.log.Warn("agent status: cannot delete the node record at stop: regionctl status names this node lost until it runs again (regionctl agent rm "+p.node+" forgets it)", "key", p.record, "err", err)
-			}
-			cancel()
+		if ctx.Err() != nil {
+			p.deleteRecord()
 		}
 		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		p.cli.Revoke(rctx, sess.Lease()) // key goes at once on shutdown
@@ -351,15 +350,44 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *w
 // check (a put for a change alone) it is a plain put: the next epoch
 // change, connection change or refresh (at most a minute) checks.
 func (p *publisher) putOwn(ctx context.Context, v string, lease clientv3.LeaseID, check bool) error {
-	err := p.putOwnOps(ctx, v, lease, check, check && !p.noRecord)
-	if err != nil && check && !p.noRecord && watch.PermissionDenied(err) && ctx.Err() == nil {
-		// A role from before node records: the status key alone.
-		p.noRecord = true
-		p.log.Warn("agent status: etcd refuses the node record "+p.record+" to this agent's role (made by a regionctl auth apply older than node records): regionctl auth apply --agent "+p.node+" adds it; until then, regionctl status does not know this node once its status key is gone",
-			"err", err)
-		err = p.putOwnOps(ctx, v, lease, check, false)
+	record := check && (p.noRecordAt.IsZero() || time.Since(p.noRecordAt) >= p.recordRetry)
+	err := p.putOwnOps(ctx, v, lease, check, record)
+	if err == nil && record && !p.noRecordAt.IsZero() {
+		p.noRecordAt = time.Time{}
+		p.log.Info("agent status: the node record is written again (the role allows it now)", "key", p.record)
 	}
-	return err
+	if err == nil || !record || !watch.PermissionDenied(err) || ctx.Err() != nil {
+		return err
+	}
+	// etcd refuses the whole Txn if either key is refused: the status key
+	// alone tells a role from before node records (it passes) from one
+	// that lacks the status key too (a role made for another --node,
+	// which that put's failure names).
+	if err := p.putOwnOps(ctx, v, lease, check, false); err != nil {
+		return err
+	}
+	p.noRecordAt = time.Now()
+	if !p.recordWarned {
+		p.recordWarned = true
+		p.log.Warn("agent status: etcd refuses the node record "+p.record+" to this agent's role (made by a regionctl auth apply older than node records): regionctl auth apply --agent "+p.node+" adds it (found within a minute, no restart); until then, regionctl status does not know this node once its status key is gone",
+			"err", err)
+	}
+	return nil
+}
+
+// deleteRecord deletes the node record at a clean stop: the node leaves
+// the fleet's view (a stop that cannot reach etcd leaves it, and regionctl
+// status names the node lost until it runs again). A role that may not
+// delete it (one from before node records) kept none.
+func (p *publisher) deleteRecord() {
+	if !p.noRecordAt.IsZero() {
+		return
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := p.cli.Delete(dctx, p.record); err != nil && !watch.PermissionDenied(err) {
+		p.log.Warn("agent status: cannot delete the node record at stop: regionctl status names this node lost until it runs again (regionctl agent rm "+p.node+" forgets it)", "key", p.record, "err", err)
+	}
 }
 
 // putOwnOps is putOwn, with the node record when record.

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/regiond/regiond/routing"
 )
 
@@ -70,6 +72,30 @@ func TestLostNode(t *testing.T) {
 		t.Fatalf("--wait-converged with n3 lost: %s", r)
 	}
 
+	// n3's agent comes back during a wait (its first put follows the
+	// write's commit, after the wait listed it lost): it confirms, and
+	// the wait ends converged, without agent rm.
+	ctx3, stop3 := context.WithCancel(context.Background())
+	lease3 := grantLease(t)
+	e.agentSim(ctx3, 300*time.Millisecond, lease3, "n3")
+	if r := e.must(ExitOK, "pool", "undrain", "eu-north", "--wait-converged=10s"); !strings.Contains(r.stdout, "converged: every live agent (2)") {
+		t.Fatalf("--wait-converged with n3 back: %s", r)
+	}
+	stop3()
+	if _, err := testClient.Revoke(context.Background(), lease3); err != nil { // n3's key ends, its record stays: lost again
+		t.Fatal(err)
+	}
+	// Lost, but as of the newest change: status --max-lag 0 passes, as
+	// --wait-converged would (it serves what the fleet serves); the
+	// table still says LOST.
+	b, _ := json.Marshal(routing.AgentStatus{Node: "n3", Revision: e.newest(), Epoch: e.epoch(), Connected: true, Version: "test", SyncedAt: now})
+	if _, err := testClient.Put(context.Background(), e.ks.Node("n3"), string(b)); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.must(ExitOK, "status", "--max-lag", "0"); !rowWith(r.stdout, "n3", "LOST") {
+		t.Fatalf("status --max-lag 0 with n3 lost at the newest change: %s", r)
+	}
+
 	if r := e.run("agent", "rm", "n1"); r.code != ExitRefused || !strings.Contains(r.stderr, "its agent is live") {
 		t.Fatalf("agent rm of a live node: %s; want refused", r)
 	}
@@ -86,7 +112,21 @@ func TestLostNode(t *testing.T) {
 	if strings.Contains(r.stdout, "LOST") || strings.Contains(r.stdout, " lost (") || strings.Contains(r.stdout, "n3") {
 		t.Fatalf("status after agent rm n3:\n%s", r)
 	}
-	e.must(ExitOK, "pool", "undrain", "eu-north", "--wait-converged=10s")
+	e.must(ExitOK, "pool", "drain", "eu-north", "--wait-converged=10s")
+}
+
+// newest is the revision of the newest key under routing/.
+func (e *tenv) newest() int64 {
+	e.t.Helper()
+	var rev int64
+	resp, err := testClient.Get(context.Background(), e.ks.Routing(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, kv := range resp.Kvs {
+		rev = max(rev, kv.ModRevision)
+	}
+	return rev
 }
 
 // rowWith reports whether a line of out starts with the column first and

@@ -41,8 +41,8 @@ status, without a lease, as its node record (<root>/nodes/<node>), which a
 clean stop removes. A node whose status key ended with no clean stop (cut
 off from etcd long enough for its key's lease to end, while its node's
 front doors read its last table; crashed; its host gone) is listed LOST,
-as its record last said: --max-lag exits 5 naming it, and --wait-converged
-waits for it. regionctl agent rm NODE forgets a node taken out of the
+as its record last said: --max-lag exits 5 naming it when it lags, as
+--wait-converged waits for it. regionctl agent rm NODE forgets a node taken out of the
 fleet. --expect-agents N (the fleet's size) exits 5 when fewer than N are
 live (within --max-lag, when given), as it makes --wait-converged wait for
 N: it also counts agents whose role or version keeps no node record.
@@ -60,7 +60,7 @@ refuses the member list to the user, the line says so.`,
   regionctl status --max-lag 0 -o json`,
 		Args: exactArgs(0, "no arguments"),
 	}
-	cmd.Flags().Int64Var(&maxLag, "max-lag", -1, "exit 5 when an agent lags more than N revisions, serves refused values or follows another history, or none is live (-1: never)")
+	cmd.Flags().Int64Var(&maxLag, "max-lag", -1, "exit 5 when an agent, or a lost node as its record last said, lags more than N revisions, serves refused values or follows another history, or none is live (-1: never)")
 	var expect int
 	cmd.Flags().IntVar(&expect, "expect-agents", 0, "exit 5 when fewer than N agents are live (the fleet's size; set REGIONCTL_EXPECT_AGENTS per fleet), and with --max-lag, when fewer than N are within it")
 	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, _ []string) error {
@@ -122,9 +122,18 @@ func (a *app) runStatus(ctx context.Context, maxLag int64, expect int) error {
 	}
 	lag := fleet.Unconverged(maxLag)
 	within := len(fleet.Agents) - len(lag)
+	// A lost node counts as --wait-converged counts it: as its record
+	// last said (one that had the newest change when it was cut off
+	// serves it still).
+	var lost []store.AgentInfo
+	for _, a := range fleet.Lost {
+		if !a.Converged(maxLag) {
+			lost = append(lost, a)
+		}
+	}
 	switch {
-	case len(lag) > 0 || len(fleet.Lost) > 0:
-		return &store.NotConvergedError{Revision: fleet.RoutingRevision, Lagging: lag, Lost: fleet.Lost, Expected: expect, Confirmed: within}
+	case len(lag) > 0 || len(lost) > 0:
+		return &store.NotConvergedError{Revision: fleet.RoutingRevision, Lagging: lag, Lost: lost, Expected: expect, Confirmed: within}
 	case len(fleet.Agents) == 0: // nothing serves the routing state
 		return &store.NotConvergedError{Revision: fleet.RoutingRevision, NoAgents: st.Keyspace().AgentsPrefix()}
 	case within < expect:
