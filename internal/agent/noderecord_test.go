@@ -86,19 +86,9 @@ func TestNodeRecord(t *testing.T) {
 // its status key all the same, and says once what to run; /v1/status has
 // no status_error for it.
 func TestNodeRecordRefusedToAnOldRole(t *testing.T) {
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, root := exampleWithAuth(t)
 	ctx := context.Background()
 	ks := keyspace.Default()
-	if err := devetcd.EnableAuth(ctx, cli, devetcd.Auth{RootPassword: "root-pw"}); err != nil {
-		t.Fatal(err)
-	}
-	root, err := srv.ClientAs("root", "root-pw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
 	for _, step := range []func() error{
 		func() error { _, err := root.RoleAdd(ctx, "old-agent"); return err },
 		func() error {
@@ -117,13 +107,7 @@ func TestNodeRecordRefusedToAnOldRole(t *testing.T) {
 		}
 	}
 	var logs logbuf.Buffer
-	dir := t.TempDir()
-	cfg := agent.DefaultConfig()
-	cfg.Endpoints, cfg.Node, cfg.Username, cfg.Password = srv.Endpoints, "node-old", "agent-old", "agent-pw"
-	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-	cfg.Socket, cfg.Listen, cfg.Snapshot = "", "127.0.0.1:0", filepath.Join(dir, "shm", "table.json")
-	cfg.StatusTTL = 2 * time.Second
-	h := runAgent(t, dir, cfg, func(a *agent.Agent) { agent.SetNodeRecordRetry(a, 100*time.Millisecond) })
+	h := runAgentAs(t, srv, "node-old", "agent-old", &logs, func(a *agent.Agent) { agent.SetNodeRecordRetry(a, 100*time.Millisecond) })
 	waitFor(t, "the status key put under the old role", func() bool {
 		resp, err := root.Get(ctx, ks.Agent("node-old"))
 		return err == nil && len(resp.Kvs) == 1 && resp.Kvs[0].Lease != 0
@@ -166,19 +150,9 @@ func TestNodeRecordRefusedToAnOldRole(t *testing.T) {
 // another node is refused its status key too; the log names that (is
 // --node right?), not the node record.
 func TestNodeRecordNotBlamedForAWrongNode(t *testing.T) {
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, root := exampleWithAuth(t)
 	ctx := context.Background()
 	ks := keyspace.Default()
-	if err := devetcd.EnableAuth(ctx, cli, devetcd.Auth{RootPassword: "root-pw"}); err != nil {
-		t.Fatal(err)
-	}
-	root, err := srv.ClientAs("root", "root-pw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
 	roles := store.NewRoles(ks, "")
 	role := roles.Agent("node-a")
 	if _, err := root.RoleAdd(ctx, role.Name); err != nil {
@@ -196,13 +170,7 @@ func TestNodeRecordNotBlamedForAWrongNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs logbuf.Buffer
-	dir := t.TempDir()
-	cfg := agent.DefaultConfig()
-	cfg.Endpoints, cfg.Node, cfg.Username, cfg.Password = srv.Endpoints, "node-b", "agent-a", "agent-pw"
-	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-	cfg.Socket, cfg.Listen, cfg.Snapshot = "", "127.0.0.1:0", filepath.Join(dir, "shm", "table.json")
-	cfg.StatusTTL = 2 * time.Second
-	h := runAgent(t, dir, cfg)
+	h := runAgentAs(t, srv, "node-b", "agent-a", &logs)
 	var st api.Status
 	waitFor(t, "status_error naming --node", func() bool {
 		st = api.Status{}
@@ -212,4 +180,36 @@ func TestNodeRecordNotBlamedForAWrongNode(t *testing.T) {
 	if strings.Contains(logs.String(), "etcd refuses the node record") {
 		t.Fatalf("a role of another node blamed on the node record:\n%s", logs.String())
 	}
+}
+
+// exampleWithAuth starts an etcd with the example fleet, turns
+// authentication on (root alone, password root-pw) and returns it with a
+// client of root, closed when the test ends.
+func exampleWithAuth(t *testing.T) (*devetcd.Server, *clientv3.Client) {
+	t.Helper()
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	if err := devetcd.EnableAuth(context.Background(), cli, devetcd.Auth{RootPassword: "root-pw"}); err != nil {
+		t.Fatal(err)
+	}
+	root, err := srv.ClientAs("root", "root-pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	return srv, root
+}
+
+// runAgentAs runs an agent of node logged in as user (password agent-pw),
+// logging into logs, with a 2 s status lease.
+func runAgentAs(t *testing.T, srv *devetcd.Server, node, user string, logs *logbuf.Buffer, setup ...func(*agent.Agent)) *harness {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := agent.DefaultConfig()
+	cfg.Endpoints, cfg.Node, cfg.Username, cfg.Password = srv.Endpoints, node, user, "agent-pw"
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	cfg.Socket, cfg.Listen, cfg.Snapshot = "", "127.0.0.1:0", filepath.Join(dir, "shm", "table.json")
+	cfg.StatusTTL = 2 * time.Second
+	return runAgent(t, dir, cfg, setup...)
 }

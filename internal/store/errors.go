@@ -228,31 +228,29 @@ func (e *NotConvergedError) Unwrap() error { return e.Err }
 // vanishedString names the agents whose status key disappeared during a
 // wait, and what that may mean.
 func vanishedString(vanished []AgentInfo) string {
-	names := make([]string, 0, min(len(vanished), maxNamedAgents+1))
-	for i, a := range vanished {
+	return fmt.Sprintf("%d agent(s) whose status key disappeared before they confirmed it: %s: stopped, or cut off from etcd and still serving their last table (check each node: curl its /v1/status, systemctl status regiond)",
+		len(vanished), nodesAt(vanished))
+}
+
+// nodesAt is "n1@12; n2@9", the first maxNamedAgents agents by node and
+// revision, then "and N more".
+func nodesAt(agents []AgentInfo) string {
+	names := make([]string, 0, min(len(agents), maxNamedAgents+1))
+	for i, a := range agents {
 		if i == maxNamedAgents {
-			names = append(names, fmt.Sprintf("and %d more", len(vanished)-i))
+			names = append(names, fmt.Sprintf("and %d more", len(agents)-i))
 			break
 		}
 		names = append(names, fmt.Sprintf("%s@%d", a.Node, a.Revision))
 	}
-	return fmt.Sprintf("%d agent(s) whose status key disappeared before they confirmed it: %s: stopped, or cut off from etcd and still serving their last table (check each node: curl its /v1/status, systemctl status regiond)",
-		len(vanished), strings.Join(names, "; "))
+	return strings.Join(names, "; ")
 }
 
 // LostString names lost nodes (Fleet.Lost), each with the revision its
 // record last said, and what that may mean and what to do.
 func LostString(lost []AgentInfo) string {
-	names := make([]string, 0, min(len(lost), maxNamedAgents+1))
-	for i, a := range lost {
-		if i == maxNamedAgents {
-			names = append(names, fmt.Sprintf("and %d more", len(lost)-i))
-			break
-		}
-		names = append(names, fmt.Sprintf("%s@%d", a.Node, a.Revision))
-	}
 	return fmt.Sprintf("%d node(s) lost: their status key ended with its lease and no clean stop removed their node record (cut off from etcd and serving their last table, crashed, or the host gone): %s (each as its record last said; check the node: curl its /v1/status, systemctl status regiond; regionctl agent rm NODE forgets a node taken out of the fleet)",
-		len(lost), strings.Join(names, "; "))
+		len(lost), nodesAt(lost))
 }
 
 // skippedString is "2 key(s): policy/residency, routes/PL", with "(N

@@ -88,13 +88,7 @@ func (s *Store) WriteOf(ctx context.Context, rel string, rev int64, cur *State) 
 func (s *Store) writeOfByAudit(ctx context.Context, w KeyWrite) (KeyWrite, error) {
 	prefix := s.ks.AuditPrefix()
 	get := func(key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
-		rctx, cancel := s.reqCtx(ctx)
-		defer cancel()
-		resp, err := s.cli.Get(rctx, key, opts...)
-		if err != nil {
-			return nil, s.permErr("read the audit records "+prefix, err, s.roles.ReadNeed(prefix))
-		}
-		return resp, nil
+		return s.getAudit(ctx, key, opts...)
 	}
 	// Keys only: etcd answers from its index, without reading the records.
 	resp, err := get(prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
@@ -254,13 +248,7 @@ func (s *Store) SearchHistory(ctx context.Context, match func(AuditEntry) bool, 
 	var out HistorySearch
 	prefix := s.ks.AuditPrefix()
 	get := func(key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
-		rctx, cancel := s.reqCtx(ctx)
-		defer cancel()
-		resp, err := s.cli.Get(rctx, key, opts...)
-		if err != nil {
-			return nil, s.permErr("read the audit records "+prefix, err, s.roles.ReadNeed(prefix))
-		}
-		return resp, nil
+		return s.getAudit(ctx, key, opts...)
 	}
 	// The newest and oldest keys, from etcd's index (keys only).
 	newest, err := get(prefix, append([]clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly()}, clientv3.WithLastKey()...)...)
@@ -318,4 +306,17 @@ func (s *Store) SearchHistory(ctx context.Context, match func(AuditEntry) bool, 
 		}
 	}
 	return out, nil
+}
+
+// getAudit reads key (under the audit prefix) with opts, bounded by a
+// request timeout; a refusal names the audit prefix and the grant.
+func (s *Store) getAudit(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	prefix := s.ks.AuditPrefix()
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(rctx, key, opts...)
+	if err != nil {
+		return nil, s.permErr("read the audit records "+prefix, err, s.roles.ReadNeed(prefix))
+	}
+	return resp, nil
 }
