@@ -32,12 +32,7 @@ func TestSilentPathIsNoticedAndFailedOver(t *testing.T) {
 	loadExample(t, cli)
 	var px [2]*tcpproxy.Proxy
 	for i := range px {
-		p, err := tcpproxy.New(strings.TrimPrefix(srv.Endpoints[0], "http://"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { p.Close() })
-		px[i] = p
+		px[i] = proxyTo(t, srv)
 	}
 	dir := t.TempDir()
 	cfg := agent.DefaultConfig()
@@ -80,4 +75,16 @@ func TestSilentPathIsNoticedAndFailedOver(t *testing.T) {
 	})
 	waitFor(t, "connected again", func() bool { st = api.Status{}; h.get("/v1/status", &st); return st.Connected })
 	t.Logf("the change served and connected %v after one path came back", time.Since(began).Round(time.Millisecond))
+}
+
+// proxyTo returns a severable proxy (tcpproxy) to srv's first endpoint,
+// closed when the test ends.
+func proxyTo(t *testing.T, srv *devetcd.Server) *tcpproxy.Proxy {
+	t.Helper()
+	px, err := tcpproxy.New(strings.TrimPrefix(srv.Endpoints[0], "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	return px
 }

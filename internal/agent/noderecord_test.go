@@ -16,7 +16,6 @@ import (
 	"github.com/regiond/regiond/internal/keyspace"
 	"github.com/regiond/regiond/internal/logbuf"
 	"github.com/regiond/regiond/internal/store"
-	"github.com/regiond/regiond/internal/tcpproxy"
 )
 
 // TestNodeRecord: the agent keeps its last status, without a lease, as its
@@ -28,11 +27,7 @@ func TestNodeRecord(t *testing.T) {
 	srv := devetcd.NewTest(t)
 	cli := devetcd.NewTestClient(t, srv)
 	loadExample(t, cli)
-	px, err := tcpproxy.New(strings.TrimPrefix(srv.Endpoints[0], "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { px.Close() })
+	px := proxyTo(t, srv)
 	dir := t.TempDir()
 	cfg := agent.DefaultConfig()
 	cfg.Endpoints, cfg.Node, cfg.Logger = []string{px.URL()}, "node-rec", quietLogger()

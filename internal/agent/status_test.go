@@ -18,7 +18,6 @@ import (
 	"github.com/regiond/regiond/internal/agent"
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/logbuf"
-	"github.com/regiond/regiond/internal/tcpproxy"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -401,11 +400,7 @@ func TestStatusKeyFollowsARelist(t *testing.T) {
 	srv := devetcd.NewTest(t)
 	cli := devetcd.NewTestClient(t, srv)
 	loadExample(t, cli)
-	px, err := tcpproxy.New(strings.TrimPrefix(srv.Endpoints[0], "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { px.Close() })
+	px := proxyTo(t, srv)
 	clock := newFakeClock()
 	dir := t.TempDir()
 	cfg := agent.DefaultConfig()

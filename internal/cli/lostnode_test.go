@@ -16,13 +16,7 @@ import (
 // lease).
 func (e *tenv) putNodeRecord(st routing.AgentStatus) {
 	e.t.Helper()
-	if st.Epoch == 0 {
-		st.Epoch = e.epoch()
-	}
-	b, _ := json.Marshal(st)
-	if _, err := testClient.Put(context.Background(), e.ks.Node(st.Node), string(b)); err != nil {
-		e.t.Fatal(err)
-	}
+	e.putStatusAt(e.ks.Node(st.Node), st)
 }
 
 // TestLostNode: a node whose record is there and whose status key is not

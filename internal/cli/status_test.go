@@ -199,11 +199,17 @@ func TestWaitConverged(t *testing.T) {
 // putAgentStatus writes an agent status key under a lease.
 func (e *tenv) putAgentStatus(st routing.AgentStatus, lease clientv3.LeaseID) {
 	e.t.Helper()
+	e.putStatusAt(e.ks.Agent(st.Node), st, clientv3.WithLease(lease))
+}
+
+// putStatusAt puts st (its epoch the stored one when 0) at key.
+func (e *tenv) putStatusAt(key string, st routing.AgentStatus, opts ...clientv3.OpOption) {
+	e.t.Helper()
 	if st.Epoch == 0 {
 		st.Epoch = e.epoch()
 	}
 	b, _ := json.Marshal(st)
-	if _, err := testClient.Put(context.Background(), e.ks.Agent(st.Node), string(b), clientv3.WithLease(lease)); err != nil {
+	if _, err := testClient.Put(context.Background(), key, string(b), opts...); err != nil {
 		e.t.Fatal(err)
 	}
 }
