@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"google.golang.org/grpc/connectivity"
 
 	"github.com/regiond/regiond/internal/backoff"
 	"github.com/regiond/regiond/internal/etcddiag"
@@ -383,9 +384,17 @@ func (p *publisher) deleteRecord() {
 	if !p.noRecordAt.IsZero() {
 		return
 	}
-	dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if _, err := p.cli.Delete(dctx, p.record); err != nil && !watch.PermissionDenied(err) {
+	var err error
+	if conn := p.cli.ActiveConnection(); conn != nil && conn.GetState() != connectivity.Ready {
+		// No connection to etcd: the stop does not wait for one (an
+		// agent that never reached etcd, or cut off as it stops).
+		err = fmt.Errorf("no connection to etcd (%s)", conn.GetState())
+	} else {
+		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err = p.cli.Delete(dctx, p.record)
+		cancel()
+	}
+	if err != nil && !watch.PermissionDenied(err) {
 		p.log.Warn("agent status: cannot delete the node record at stop: regionctl status names this node lost until it runs again (regionctl agent rm "+p.node+" forgets it)", "key", p.record, "err", err)
 	}
 }
