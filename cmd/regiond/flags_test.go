@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -149,4 +150,64 @@ func TestLogFlagsTakeAnyCase(t *testing.T) {
 	if _, err := f.finish(); err != nil {
 		t.Fatalf("--log-format=JSON --log-level=WARN: %v", err)
 	}
+}
+
+// TestDocsFlagsExist: every flag of docs/agent.md's flags table is one of
+// regiond's, and every flag of regiond is in the table (the docs are the
+// contract): with the default it says, for those that give one.
+func TestDocsFlagsExist(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/agent.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(doc), "\n## Flags\n")
+	if !ok {
+		t.Fatal("docs/agent.md has no ## Flags section")
+	}
+	table, _, _ = strings.Cut(table, "\n## ")
+	fs := newRootCommand().Flags()
+	documented := map[string]bool{}
+	for _, line := range strings.Split(table, "\n") {
+		cells := strings.Split(line, " | ")
+		if !strings.HasPrefix(line, "| `--") || len(cells) < 2 {
+			continue
+		}
+		for _, span := range strings.Split(cells[0], "`") {
+			name, ok := strings.CutPrefix(span, "--")
+			if !ok {
+				continue
+			}
+			documented[name] = true
+			f := fs.Lookup(name)
+			if f == nil && name == "version" {
+				continue // cobra's, added when regiond runs
+			}
+			if f == nil {
+				t.Errorf("docs/agent.md documents --%s, which regiond does not have", name)
+				continue
+			}
+			// A default in backticks must be the flag's.
+			if def := strings.Trim(strings.TrimSpace(cells[1]), "`"); def != "" && !strings.Contains(cells[0], ",") &&
+				!strings.ContainsAny(def, " (") && !sameDefault(def, f.DefValue) && def != "the host name" {
+				t.Errorf("docs/agent.md: --%s's default %q, regiond's %q", name, def, f.DefValue)
+			}
+		}
+	}
+	fs.VisitAll(func(f *pflag.Flag) {
+		if !documented[f.Name] && f.Name != "help" {
+			t.Errorf("regiond --%s is not in docs/agent.md's flags table", f.Name)
+		}
+	})
+}
+
+// sameDefault compares a default as the docs write it with pflag's: a
+// list without its brackets, a duration in any spelling.
+func sameDefault(doc, flag string) bool {
+	flag = strings.Trim(flag, "[]")
+	if doc == flag {
+		return true
+	}
+	d1, err1 := time.ParseDuration(doc)
+	d2, err2 := time.ParseDuration(flag)
+	return err1 == nil && err2 == nil && d1 == d2
 }
