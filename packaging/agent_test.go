@@ -35,15 +35,7 @@ func TestPackagedAgentInRuntimeDirectory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the package (-short)")
 	}
-	if os.Geteuid() != 0 {
-		// Like a missing outside program (testprog.Missing): a skip on a
-		// developer's machine, a failure in CI, where .ci/run runs as root.
-		msg := "needs root to run the agent as another user (uid 65534), as systemd does: run the tests as root"
-		if testprog.InCI() {
-			t.Fatal(msg + " (CI=true: this test must run)")
-		}
-		t.Skip(msg + " (skipped: CI is not true)")
-	}
+	testprog.NeedRoot(t, "to run the agent as another user (uid 65534), as systemd does")
 	_, root := installed(t)
 	srv := devetcd.NewTest(t)
 	fleettest.Load(t, devetcd.NewTestClient(t, srv), "/regiond/v1/routing/")

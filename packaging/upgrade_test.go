@@ -27,14 +27,7 @@ type dpkgRoot struct {
 func newDpkgRoot(t *testing.T) *dpkgRoot {
 	t.Helper()
 	dpkg := testprog.Need(t, "dpkg", "apt-get install -y dpkg")
-	if os.Geteuid() != 0 {
-		// Like agent_test's: dpkg --root writes files as their owners.
-		msg := "needs root for dpkg --root (it sets the files' owners): run the tests as root"
-		if testprog.InCI() {
-			t.Fatal(msg + " (CI=true: this test must run)")
-		}
-		t.Skip(msg + " (skipped: CI is not true)")
-	}
+	testprog.NeedRoot(t, "dpkg --root sets the files' owners")
 	r := &dpkgRoot{dpkg: dpkg, dir: t.TempDir(), bin: scriptBin(t, true)}
 	for _, d := range []string{"var/lib/dpkg/updates", "var/lib/dpkg/info", "var/log"} {
 		if err := os.MkdirAll(filepath.Join(r.dir, d), 0o755); err != nil {

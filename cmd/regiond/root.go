@@ -93,7 +93,6 @@ func (f *agentFlags) finish() (agent.Config, error) {
 		return cfg, usageError{fmt.Errorf("--user %s: REGIOND_PASSWORD is empty (set it in /etc/regiond/regiond.env; with --client-cert-auth on etcd, drop --user: the certificate's CN is the user)", cfg.Username)}
 	}
 	cfg.Version = version.String()
-	cfg.NotifySocket = os.Getenv("NOTIFY_SOCKET") // set by systemd for Type=notify
 	if f.cacert != "" || f.cert != "" || f.keyPEM != "" {
 		if f.cacert != "" {
 			if _, err := etcddiag.CAPool(f.cacert); err != nil {

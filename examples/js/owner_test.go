@@ -17,6 +17,7 @@ import (
 
 	"github.com/regiond/regiond/internal/fleettest"
 	"github.com/regiond/regiond/internal/snapindex"
+	"github.com/regiond/regiond/internal/testprog"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -131,17 +132,8 @@ func defaultOwnerRefusal(t *testing.T, fileUID int) string {
 // forged index. Run as root (to chown).
 func TestForgedTableRefusedByDefault(t *testing.T) {
 	node(t)
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the forged index is chowned to another uid")
-	}
+	testprog.NeedRoot(t, "the forged index is chowned to another uid")
 	now := time.Now()
-	const yaml = "pools:\n" +
-		"  eu-central: {host: edge-fra-1.example.net:443, residency: eu, status: active}\n" +
-		"  us-east: {host: edge-iad-1.example.net:443, residency: us, status: active}\n" +
-		"routes:\n" +
-		"  DE: {targets: [{pool: eu-central, weight: 100}]}\n" +
-		"  PL: {targets: [{pool: eu-central, weight: 100}]}\n" +
-		"  _default: {targets: [{pool: us-east, weight: 100}]}\n"
 	table := func(y string) *routing.Table {
 		t.Helper()
 		cfg, err := routing.ParseConfig([]byte(y))
@@ -181,7 +173,7 @@ func TestForgedTableRefusedByDefault(t *testing.T) {
 	str := func(s string) *string { return &s }
 
 	// The agent's index, owned by the user named (root): read.
-	write(table(yaml))
+	write(table(fleettest.OwnerFleet))
 	for _, owner := range []string{"0", "root"} {
 		for i, o := range runOwner(t, idx, &owner) {
 			if !o.OK || o.D.Host != "edge-fra-1.example.net:443" {
@@ -197,7 +189,7 @@ func TestForgedTableRefusedByDefault(t *testing.T) {
 
 	// Mallory's: her directory and index.
 	const mallory = 4242
-	write(table(strings.Replace(yaml, "edge-fra-1.example.net", "edge-iad-9.example.net", 1)))
+	write(table(fleettest.ForgedOwnerFleet))
 	for _, f := range []string{dir, idx} {
 		if err := os.Chown(f, mallory, mallory); err != nil {
 			t.Fatal(err)

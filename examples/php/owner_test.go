@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/regiond/regiond/internal/fleettest"
 	"github.com/regiond/regiond/internal/snapindex"
+	"github.com/regiond/regiond/internal/testprog"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -117,22 +119,13 @@ func defaultOwnerRefusal(t *testing.T, dir string, fileUID int) string {
 func TestReaderRefusesAForgedTableByDefault(t *testing.T) {
 	bin := php(t)
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the forged table is chowned to another uid")
-	}
+	testprog.NeedRoot(t, "the forged table is chowned to another uid")
 	now := time.Now()
-	// The forged fleet: the EU pool's host is in the US.
-	const yaml = "pools:\n" +
-		"  eu-central: {host: edge-fra-1.example.net:443, residency: eu, status: active}\n" +
-		"  us-east: {host: edge-iad-1.example.net:443, residency: us, status: active}\n" +
-		"routes:\n" +
-		"  DE: {targets: [{pool: eu-central, weight: 100}]}\n" +
-		"  _default: {targets: [{pool: us-east, weight: 100}]}\n"
-	agentCfg, err := routing.ParseConfig([]byte(yaml))
+	agentCfg, err := routing.ParseConfig([]byte(fleettest.OwnerFleet))
 	if err != nil {
 		t.Fatal(err)
 	}
-	forgedCfg, err := routing.ParseConfig([]byte(strings.Replace(yaml, "edge-fra-1.example.net", "edge-iad-9.example.net", 1)))
+	forgedCfg, err := routing.ParseConfig([]byte(fleettest.ForgedOwnerFleet))
 	if err != nil {
 		t.Fatal(err)
 	}

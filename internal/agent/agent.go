@@ -21,7 +21,6 @@ import (
 	"github.com/regiond/regiond/internal/api"
 	"github.com/regiond/regiond/internal/atomicfile"
 	"github.com/regiond/regiond/internal/safedir"
-	"github.com/regiond/regiond/internal/sdnotify"
 	"github.com/regiond/regiond/internal/snapshot"
 	"github.com/regiond/regiond/routing"
 	"github.com/regiond/regiond/watch"
@@ -40,7 +39,6 @@ type Agent struct {
 	unixLn      *connLimit
 	sock        *unixSocket // the file of unixLn, removed at exit while it is the agent's
 	tcpLn       *connLimit
-	notify      *sdnotify.Notifier // systemd's notify socket; nil outside systemd
 
 	// seed is the table loaded from the snapshot file (marked stale), served
 	// until the mirror exists; seedAt is the file's synced_at (its
@@ -163,9 +161,6 @@ func New(cfg Config) (*Agent, error) {
 			return fail(err)
 		}
 		made = append(made, m...)
-	}
-	if a.notify, err = sdnotify.New(cfg.NotifySocket); err != nil {
-		return fail(err)
 	}
 	a.loadSnapshot()
 	a.api = api.New(api.Config{Node: cfg.Node, MaxStale: cfg.MaxStale, MaxWaiting: maxWaiting,
@@ -402,7 +397,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			return srv.Shutdown(sctx)
 		})
 	}
-	g.Go(func() error { a.notifySystemd(gctx, a.notify); return nil })
+	g.Go(func() error { a.notifySystemd(gctx); return nil })
 	a.log.Info("regiond agent running", "node", a.cfg.Node, "endpoints", a.cfg.Endpoints,
 		"prefix", a.cfg.Prefix, "socket", a.cfg.Socket, "listen", a.Addr(), "snapshot", a.cfg.Snapshot)
 	g.Go(func() error {

@@ -77,12 +77,6 @@ type Config struct {
 	FDReserve int
 	// Version is reported in the agent status key.
 	Version string
-	// NotifySocket is systemd's notify socket ($NOTIFY_SOCKET under a unit
-	// of Type=notify; "" outside systemd): the agent says READY=1 once its
-	// listeners accept connections, keeps a one-line STATUS= of what it
-	// serves (shown by systemctl status), and says STOPPING=1 when asked
-	// to stop.
-	NotifySocket string
 	// Logger receives the agent's logs.
 	Logger *slog.Logger
 }

@@ -3,9 +3,10 @@ package agent
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
-	"github.com/regiond/regiond/internal/sdnotify"
+	"github.com/coreos/go-systemd/v22/daemon"
 )
 
 // notifyInterval is how often the agent compares its systemd status line
@@ -16,18 +17,17 @@ const notifyInterval = time.Second
 // status shows one line.
 const maxWhy = 200
 
-// notifySystemd tells systemd the agent is ready (its listeners accept
-// connections: a table may still be missing, and etcd away, which the
-// status line says), keeps the status line current while ctx lives, and
-// says the agent is stopping when ctx ends. Failures to notify are
-// logged once; the agent serves regardless.
-func (a *Agent) notifySystemd(ctx context.Context, n *sdnotify.Notifier) {
-	if n == nil {
-		return
-	}
+// notifySystemd speaks systemd's notify protocol (sd_notify(3), through
+// go-systemd, etcd's own) under a unit of Type=notify ($NOTIFY_SOCKET
+// set; nothing is sent otherwise): READY=1 once the agent's listeners
+// accept connections (a table may still be missing, and etcd away, which
+// the status line says), a STATUS= line kept current while ctx lives, and
+// STOPPING=1 when ctx ends. Failures to notify are logged once; the agent
+// serves regardless.
+func (a *Agent) notifySystemd(ctx context.Context) {
 	failed := false
-	send := func(assignments ...string) {
-		err := n.Send(assignments...)
+	send := func(state string) bool {
+		sent, err := daemon.SdNotify(false, state)
 		switch {
 		case err != nil && !failed:
 			a.log.Warn("cannot notify systemd (systemctl status shows an old status)", "err", err)
@@ -35,19 +35,23 @@ func (a *Agent) notifySystemd(ctx context.Context, n *sdnotify.Notifier) {
 			a.log.Info("notifying systemd again")
 		}
 		failed = err != nil
+		return sent || err != nil
 	}
+	status := func(line string) string { return "STATUS=" + strings.ReplaceAll(line, "\n", " ") }
 	last := a.statusLine()
-	send(sdnotify.Ready, sdnotify.Status(last))
+	if !send(daemon.SdNotifyReady + "\n" + status(last)) {
+		return // not under systemd's notify
+	}
 	tick := time.NewTicker(notifyInterval)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			send(sdnotify.Stopping, sdnotify.Status("stopping: closing the API, revoking the status key"))
+			send(daemon.SdNotifyStopping + "\n" + status("stopping: closing the API, revoking the status key"))
 			return
 		case <-tick.C:
 			if line := a.statusLine(); line != last {
-				send(sdnotify.Status(line))
+				send(status(line))
 				last = line
 			}
 		}

@@ -484,3 +484,17 @@ func (x Expect) Compare(sweeps ...*Sweep) (Counts, int, []string, error) {
 	}
 	return n, bad, msgs, nil
 }
+
+// OwnerFleet is the readers' owner tests' fleet (YAML): German and Polish
+// viewers to an EU pool, the rest to a US one. ForgedOwnerFleet is what
+// another local user would plant instead: the EU pool's host in the US.
+const OwnerFleet = "pools:\n" +
+	"  eu-central: {host: edge-fra-1.example.net:443, residency: eu, status: active}\n" +
+	"  us-east: {host: edge-iad-1.example.net:443, residency: us, status: active}\n" +
+	"routes:\n" +
+	"  DE: {targets: [{pool: eu-central, weight: 100}]}\n" +
+	"  PL: {targets: [{pool: eu-central, weight: 100}]}\n" +
+	"  _default: {targets: [{pool: us-east, weight: 100}]}\n"
+
+// ForgedOwnerFleet is OwnerFleet with eu-central's host moved to the US.
+var ForgedOwnerFleet = strings.Replace(OwnerFleet, "edge-fra-1.example.net", "edge-iad-9.example.net", 1)

@@ -39,3 +39,17 @@ func Missing(t testing.TB, what, install string) {
 	}
 	t.Skip(msg + " (skipped: CI is not true)")
 }
+
+// NeedRoot skips the test (fails it in CI, where .ci/run runs as root)
+// unless it runs as root: why says what it needs root for.
+func NeedRoot(t testing.TB, why string) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	msg := "needs root: " + why + "; run the tests as root"
+	if InCI() {
+		t.Fatal(msg + " (CI=true: this test must run)")
+	}
+	t.Skip(msg + " (skipped: CI is not true)")
+}
