@@ -140,7 +140,7 @@ func (c Config) Validate() error {
 	if _, err := keyspace.New(c.Prefix); err != nil {
 		errs = append(errs, fmt.Errorf("--prefix: %w", err))
 	}
-	if c.Node == "" || strings.ContainsAny(c.Node, "/ \t\n") {
+	if !keyspace.ValidNode(c.Node) {
 		errs = append(errs, fmt.Errorf("--node: %q must be a non-empty name without '/' or spaces", c.Node))
 	}
 	if c.Socket == "" && c.Listen == "" {

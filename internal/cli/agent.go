@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/regiond/regiond/internal/keyspace"
 	"github.com/regiond/regiond/internal/store"
 )
 
@@ -44,6 +45,9 @@ again puts its record back. Not audited: it changes no routing state.`,
 			return err
 		}
 		node := args[0]
+		if !keyspace.ValidNode(node) {
+			return usagef("agent rm %q: a node name is not empty and has no '/' or spaces (regionctl status lists the lost nodes)", node)
+		}
 		rec, err := st.ForgetNode(ctx, node)
 		switch {
 		case errors.Is(err, store.ErrNodeLive):

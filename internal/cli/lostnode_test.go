@@ -90,6 +90,11 @@ func TestLostNode(t *testing.T) {
 		t.Fatalf("status --max-lag 0 with n3 lost at the newest change: %s", r)
 	}
 
+	for _, bad := range []string{"", "a/b", "n 3"} {
+		if r := e.run("agent", "rm", bad); r.code != ExitUsage || !strings.Contains(r.stderr, "a node name is not empty") {
+			t.Fatalf("agent rm %q: %s; want a usage error", bad, r)
+		}
+	}
 	if r := e.run("agent", "rm", "n1"); r.code != ExitRefused || !strings.Contains(r.stderr, "its agent is live") {
 		t.Fatalf("agent rm of a live node: %s; want refused", r)
 	}

@@ -89,3 +89,10 @@ func (s Space) NodesPrefix() string { return s.root + "/nodes/" }
 
 // Node returns the node record key of a node.
 func (s Space) Node(node string) string { return s.NodesPrefix() + node }
+
+// ValidNode reports whether name can name a node (an agent's --node): not
+// empty, without '/' or white space, so that agents/<node> and
+// nodes/<node> are one key each.
+func ValidNode(name string) bool {
+	return name != "" && !strings.ContainsAny(name, "/ \t\n\r")
+}
