@@ -115,6 +115,8 @@ func TestNodeRecordRefusedToAnOldRole(t *testing.T) {
 	if st.StatusError != "" {
 		t.Fatalf("status_error %q: the status key is published", st.StatusError)
 	}
+	// Logged once the status key alone went through: after the key shows.
+	waitFor(t, "the refusal logged", func() bool { return strings.Contains(logs.String(), "etcd refuses the node record") })
 	if n := strings.Count(logs.String(), "etcd refuses the node record"); n != 1 || !strings.Contains(logs.String(), "regionctl auth apply --agent node-old") {
 		t.Fatalf("the refusal logged %d times, want once naming what to run:\n%s", n, logs.String())
 	}
