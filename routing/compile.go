@@ -363,7 +363,7 @@ func (t *Table) assembleRoutes(now time.Time) {
 	t.overrides = map[string]*Override{}
 	t.applied = map[string][]string{}
 	t.ovSkipped = nil
-	t.ovUntil = time.Time{}
+	t.ovUntil, t.ovExpired = time.Time{}, time.Time{}
 	var ovs []overrideAt
 	for key, g := range t.good.all() {
 		k, _ := ParseKey(key)
@@ -374,6 +374,9 @@ func (t *Table) assembleRoutes(now time.Time) {
 			o := g.val.(*Override)
 			if end := o.Expiry(); !end.IsZero() {
 				if !now.Before(end) {
+					if end.After(t.ovExpired) {
+						t.ovExpired = end
+					}
 					continue
 				}
 				if t.ovUntil.IsZero() || end.Before(t.ovUntil) {
@@ -442,16 +445,18 @@ func (t *Table) collectSkipped() {
 }
 
 // At returns a table equal to t but with health evaluated at now and
-// without the overrides expired at now. It returns t itself when no grace
-// window has ended and no override expired since t was built.
+// with the overrides live at now. It returns t itself when no grace
+// window has ended, no override expired since t was built, and none t
+// left out as expired is live again at now (the wall clock stepped back).
 func (t *Table) At(now time.Time) *Table {
-	if until := t.ValidUntil(); until.IsZero() || now.Before(until) {
+	moved := t.overridesMoved(now)
+	if until := t.ValidUntil(); !moved && (until.IsZero() || now.Before(until)) {
 		return t
 	}
 	cp := *t
 	cp.builtAt = now // health is evaluated at now: what the next update compares its clock with
 	d := &diff{known: true}
-	if t.overrideEnded(now) {
+	if moved {
 		cp.assembleRoutes(now)
 		cp.collectSkipped()
 		d = nil // the routes an expiry changed are found by comparing with t's

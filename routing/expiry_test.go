@@ -110,6 +110,43 @@ func TestOverrideExpiresByTheClock(t *testing.T) {
 	}
 }
 
+// TestOverrideLiveAgainWhenTheClockStepsBack: a table built while the
+// wall clock was ahead (a bad NTP server, a resumed VM) left a boost out
+// as expired; the clock stepped back before its expires_at, the boost is
+// live again with no etcd event: At (the agent's clock loop) and Resolve
+// give what a fresh Compile at that time gives, on their own table too
+// (the clock review: a quiet fleet kept it off until some other change).
+func TestOverrideLiveAgainWhenTheClockStepsBack(t *testing.T) {
+	kvs := expiringStore.kvs(nil)
+	ahead, back := t0.Add(2*time.Hour), t0.Add(5*time.Second)
+	dropped := Compile(20, kvs, nil, CompileOptions{Now: ahead})
+	if len(dropped.Overrides()) != 0 || !dropped.ValidUntil().IsZero() {
+		t.Fatalf("compiled past both expiries: overrides %v, valid until %v", dropped.Overrides(), dropped.ValidUntil())
+	}
+	if dropped.At(ahead.Add(time.Minute)) != dropped {
+		t.Errorf("At with the clock still past both expiries must return the table itself")
+	}
+	if d, _ := dropped.Resolve("PL", "v", back); d.Pool != "ams" || d.Attrs["banner"] != "boost" {
+		t.Errorf("PL resolved on the dropped table after the clock stepped back: %+v, want the boost's ams", d)
+	}
+	again := dropped.At(back)
+	if again == dropped || len(again.Overrides()) != 2 || !again.ValidUntil().Equal(t0.Add(10*time.Second)) {
+		t.Fatalf("At after the clock stepped back: overrides %v, valid until %v", again.Overrides(), again.ValidUntil())
+	}
+	sameJSON(t, "At after the clock stepped back", again, Compile(20, kvs, nil, CompileOptions{Now: back}), back)
+	if again.At(back.Add(time.Second)) != again {
+		t.Errorf("At once more at the stepped-back clock must return the table itself")
+	}
+	// Back to between the two expiries: only _default's attrs are live.
+	mid := t0.Add(15 * time.Second)
+	sameJSON(t, "At after the clock stepped back between the expiries", dropped.At(mid), Compile(20, kvs, nil, CompileOptions{Now: mid}), mid)
+	// An update keeps what was left out: the step is still seen after it.
+	ev := Event{KV: KV{Key: "pools/iad", Value: []byte(`{"host":"edge-iad-2.example.net","residency":"us"}`), ModRevision: 21}}
+	up := Update(dropped, 21, []Event{ev}, CompileOptions{Now: ahead.Add(time.Second)})
+	ref := Compile(21, expiringStore.with("pools/iad", string(ev.Value)).kvs(map[string]int64{"pools/iad": 21}), nil, CompileOptions{Now: back})
+	sameJSON(t, "At after an update, the clock stepped back", up.At(back), ref, back)
+}
+
 // TestOverrideExpiresAtRefused: an expires_at that is not an RFC 3339
 // time is refused, named, and the last good value kept.
 func TestOverrideExpiresAtRefused(t *testing.T) {

@@ -84,7 +84,7 @@ type PoolStep struct {
 // considered, up to and including the winning route: the steps of the
 // rules' walk (rules.go).
 func (t *Table) Explain(country, key string, now time.Time) Explanation {
-	if t.overrideEnded(now) {
+	if t.overridesMoved(now) {
 		t = t.At(now) // the steps, like the decision, without the expired boost
 	}
 	cc := NormalizeCountry(country)

@@ -52,7 +52,7 @@ func (t *Table) Resolve(country, key string, now time.Time) (Decision, error) {
 	if t == nil { // a mirror's Table before its first sync
 		return Decision{Country: NormalizeCountry(country)}, ErrNoTable
 	}
-	if t.overrideEnded(now) {
+	if t.overridesMoved(now) {
 		t = t.At(now)
 	}
 	id := normalizeID(country)

@@ -178,7 +178,11 @@ type tableState struct {
 	// ovUntil is the first expires_at of a live override: the table must
 	// be built again then (At), without it. Zero if none has one.
 	ovUntil time.Time
-	skipped []Skipped
+	// ovExpired is the latest expires_at of an override left out as
+	// expired at builtAt: live again if the wall clock steps back before
+	// it (At). Zero if none was left out.
+	ovExpired time.Time
+	skipped   []Skipped
 	// compiled: built by Compile or Update from etcd's values (not loaded
 	// from a snapshot file, not a what-if), so Update can follow it.
 	compiled bool
@@ -294,9 +298,13 @@ func (t *Table) ValidUntil() time.Time {
 	return t.ovUntil
 }
 
-// overrideEnded reports whether a live override of t has expired at now.
-func (t *Table) overrideEnded(now time.Time) bool {
-	return !t.ovUntil.IsZero() && !now.Before(t.ovUntil)
+// overridesMoved reports whether the live overrides at now differ from
+// t's: one has expired, or one t left out as expired is live again (the
+// wall clock stepped back before its expires_at, an NTP step correcting
+// one forward). Wall times: expires_at is one.
+func (t *Table) overridesMoved(now time.Time) bool {
+	now = now.Round(0)
+	return !t.ovUntil.IsZero() && !now.Before(t.ovUntil) || now.Before(t.ovExpired)
 }
 
 // Checksum returns a digest of what the table's effective entries answer,

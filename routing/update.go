@@ -44,6 +44,7 @@ func prevState(prev *Table, revision int64, opts CompileOptions) *Table {
 	t.revision, t.changed, t.clusterID, t.grace, t.start, t.builtAt = revision, revision, opts.ClusterID, opts.Grace, opts.Start, opts.Now
 	t.compiled, t.epoch, t.policy = true, prev.epoch, prev.policy
 	t.pools, t.routes, t.overrides, t.applied, t.ovUntil = prev.pools.fork(), prev.routes, prev.overrides, prev.applied, prev.ovUntil
+	t.ovExpired = prev.ovExpired
 	t.good, t.invalid, t.instances, t.lost = prev.good.fork(), prev.invalid, prev.instances, prev.lost
 	t.skipped, t.ovSkipped = prev.skipped, prev.ovSkipped
 	return t
@@ -250,7 +251,7 @@ func (u *updater) rebuildRoutes(d *diff, now time.Time) (recollect bool) {
 	t := u.t
 	clockBack := now.Round(0).Before(u.prev.builtAt.Round(0)) // wall times: expires_at is one
 	switch {
-	case u.ovDirty || (u.routesDirty && len(t.overrides) > 0) || u.prev.overrideEnded(now) || clockBack:
+	case u.ovDirty || (u.routesDirty && len(t.overrides) > 0) || u.prev.overridesMoved(now) || clockBack:
 		t.assembleRoutes(now)
 		d.known = false
 		return true

@@ -8,7 +8,7 @@ import "time"
 // keys. Names that are not pools of t are ignored (check with Pool). The
 // copy is not followed by Update; t is unchanged.
 func (t *Table) WithDown(down []string, now time.Time) *Table {
-	if t.overrideEnded(now) {
+	if t.overridesMoved(now) {
 		t = t.At(now)
 	}
 	cp := *t

@@ -213,9 +213,14 @@ func (m *Mirror) advance(rev int64) {
 	}
 }
 
+// clockCheck is the longest the clock loop sleeps: how late a wall-clock
+// step is noticed.
+const clockCheck = time.Second
+
 // clockLoop rebuilds the table when it changes by the clock alone, a
-// health grace window ending or a boost's expires_at passing, with no
-// etcd event needed.
+// health grace window ending, a boost's expires_at passing, or the wall
+// clock stepping back before the expires_at of a boost left out as
+// expired, with no etcd event needed.
 func (m *Mirror) clockLoop(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -223,12 +228,15 @@ func (m *Mirror) clockLoop(ctx context.Context) {
 		changed := m.Changed()
 		t := m.Table()
 		// ValidUntil is a wall time (an expires_at may be hours away),
-		// the timer monotonic: a wall-clock step or a suspended host
-		// must not leave it late by much, so it wakes at least every
-		// minute (At returns the same table when woken early).
-		wait := time.Minute
+		// the timer monotonic: a wall-clock step or a suspended host must
+		// not leave the table late, so it wakes at least every second
+		// (At returns the same table when woken early). Until it wakes,
+		// a step forward past an expires_at makes each Resolve build the
+		// table without that override again, and a step back before one
+		// left out as expired, with it.
+		wait := clockCheck
 		if t != nil && !t.ValidUntil().IsZero() {
-			wait = min(time.Until(t.ValidUntil()), time.Minute)
+			wait = min(time.Until(t.ValidUntil()), clockCheck)
 		}
 		timer.Reset(max(wait, 0))
 		select {

@@ -79,8 +79,8 @@ func newMetrics(m *Mirror, reg prometheus.Registerer) (*metrics, error) {
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 				Name: "seconds_since_sync", Help: "Seconds since the table was last confirmed current against etcd (-1: never)."},
 				func() float64 {
-					if ns := m.syncedAt.Load(); ns != 0 {
-						return time.Since(time.Unix(0, ns)).Seconds()
+					if at := m.syncedAt.Load(); at != nil {
+						return max(time.Since(*at).Seconds(), 0)
 					}
 					return -1
 				}),

@@ -136,9 +136,9 @@ type Mirror struct {
 	// stalled, since the mirror was last connected, says why with the
 	// connection up (silentReadsMsg, uncreatedWatchMsg); nil otherwise.
 	stalled   atomic.Pointer[string]
-	syncedAt  atomic.Int64 // unix nanoseconds
-	changeRev atomic.Int64 // see Status.ChangeRevision
-	eventRev  atomic.Int64 // see Status.EventRevision
+	syncedAt  atomic.Pointer[time.Time] // with the monotonic reading once confirmed here
+	changeRev atomic.Int64              // see Status.ChangeRevision
+	eventRev  atomic.Int64              // see Status.EventRevision
 	ready     chan struct{}
 	readyOnce sync.Once
 
@@ -275,8 +275,8 @@ func (m *Mirror) Status() Status {
 	if t := m.Table(); t != nil {
 		s.Revision, s.Epoch = t.Revision(), t.Epoch()
 	}
-	if ns := m.syncedAt.Load(); ns != 0 {
-		s.SyncedAt = time.Unix(0, ns)
+	if at := m.syncedAt.Load(); at != nil {
+		s.SyncedAt = *at
 	}
 	select {
 	case <-m.ready:
@@ -301,7 +301,9 @@ func (m *Mirror) Seed(t *routing.Table, syncedAt time.Time) {
 	if m.table.Load() != nil {
 		return
 	}
-	m.syncedAt.Store(syncedAt.UnixNano())
+	if !syncedAt.IsZero() {
+		m.syncedAt.Store(&syncedAt)
+	}
 	m.changeRev.Store(t.Revision())
 	m.store(t)
 }
@@ -363,8 +365,13 @@ func (m *Mirror) wakeChanged() {
 	m.chMu.Unlock()
 }
 
+// markSynced records that the table is current now. The time keeps its
+// monotonic reading, so the ages measured from it in this process
+// (staleness, /readyz, seconds_since_sync) do not move with a step of the
+// wall clock; a seeded time has none (it is the file's).
 func (m *Mirror) markSynced() {
-	m.syncedAt.Store(time.Now().UnixNano())
+	now := time.Now()
+	m.syncedAt.Store(&now)
 }
 
 func (m *Mirror) setConnected(c bool) {

@@ -602,7 +602,9 @@ func (s *Server) status(now time.Time) (Status, bool) {
 	}
 	if !st.SyncedAt.IsZero() {
 		out.SyncedAt = st.SyncedAt.UTC().Format(time.RFC3339Nano)
-		out.StaleSeconds = now.Sub(st.SyncedAt).Seconds()
+		// A monotonic age once confirmed in this process; from a seed
+		// (the file's wall time), never below 0 for a clock stepped back.
+		out.StaleSeconds = max(now.Sub(st.SyncedAt).Seconds(), 0)
 	}
 	if t != nil {
 		out.Stale = t.Stale()
