@@ -90,6 +90,7 @@ func (a *app) runBoost(ctx context.Context, route, id, ttlFlag string, targetSpe
 	if id == "" {
 		id = newBoostID(route)
 	}
+	a.warnClocks(ctx, ttl)
 	ov := routing.Override{Route: route, Targets: targets, Attrs: attrs, Reason: w.reason, Author: a.userName()}
 	// The end is the written expires_at (the diff's "until"), not a time
 	// of its own read before the write.
@@ -299,6 +300,7 @@ func (a *app) boostExtendCmd() *cobra.Command {
 			return err
 		}
 		id := args[0]
+		a.warnClocks(ctx, ttl)
 		w.notes = []string{fmt.Sprintf("boost %s now lasts %s: until its new expires_at above, or its lease's end if that comes first", id, ttl)}
 		return a.runWrite(ctx, w, func(_ context.Context, cur *store.State) (*store.Plan, error) {
 			lo, ok := cur.Overrides[id]
@@ -312,4 +314,26 @@ func (a *app) boostExtendCmd() *cobra.Command {
 		})
 	})
 	return cmd
+}
+
+// clockSample is how many status keys a boost reads for its clock check.
+const clockSample = 100
+
+// warnClocks warns, before a boost of ttl is written, of agents whose
+// clock is ahead of this host's, from the status keys of up to
+// clockSample agents: an expires_at this host sets may have passed by
+// theirs. A read that fails says nothing (the write reports its own
+// errors).
+func (a *app) warnClocks(ctx context.Context, ttl time.Duration) {
+	st, err := a.store(ctx)
+	if err != nil {
+		return
+	}
+	agents, err := st.AgentSample(ctx, clockSample)
+	if err != nil {
+		return
+	}
+	if w := clockWarning(store.ClocksAhead(agents, time.Now()), len(agents), ttl); w != "" {
+		fmt.Fprintf(a.stderr, "regionctl: warning: %s\n", w)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -98,13 +99,25 @@ func (a *app) runStatus(ctx context.Context, maxLag int64, expect int) error {
 	if fleet.LostUnknown != "" {
 		fmt.Fprintf(a.stderr, "regionctl: warning: %s\n", fleet.LostUnknown)
 	}
+	ahead := store.ClocksAhead(fleet.Agents, time.Now())
+	if w := clockWarning(ahead, len(fleet.Agents), 0); w != "" {
+		fmt.Fprintf(a.stderr, "regionctl: warning: %s\n", w)
+	}
+	var aheadJSON map[string]float64
+	for _, c := range ahead {
+		if aheadJSON == nil {
+			aheadJSON = map[string]float64{}
+		}
+		aheadJSON[c.Node] = c.Ahead.Seconds()
+	}
 	// -o json: the fleet, and the summary's counts beside it.
 	out := struct {
 		*store.Fleet
-		Converged int                `json:"converged"`
-		Versions  map[string]int     `json:"versions"`
-		Etcd      *store.EtcdCluster `json:"etcd"`
-	}{fleet, len(fleet.Agents) - len(fleet.Unconverged(0)), versionTally(fleet.Agents), etcd}
+		Converged   int                `json:"converged"`
+		Versions    map[string]int     `json:"versions"`
+		Etcd        *store.EtcdCluster `json:"etcd"`
+		ClocksAhead map[string]float64 `json:"clocks_ahead,omitempty"`
+	}{fleet, len(fleet.Agents) - len(fleet.Unconverged(0)), versionTally(fleet.Agents), etcd, aheadJSON}
 	err = a.printer().print(out, func(w io.Writer) {
 		for _, l := range etcdLines(etcd) {
 			fmt.Fprintln(w, l)
@@ -309,4 +322,36 @@ func versionTally(agents []store.AgentInfo) map[string]int {
 		counts[v]++
 	}
 	return counts
+}
+
+// clockWarning says which of the read agents have a clock ahead of this
+// host's ("" when none): boosts end at the expires_at regionctl sets by
+// its clock, by each agent's own. For a boost of ttl (0: none), it names
+// the agents on which the boost has ended when it arrives.
+func clockWarning(ahead []store.ClockAhead, read int, ttl time.Duration) string {
+	if len(ahead) == 0 {
+		return ""
+	}
+	const shown = 5
+	var names, ended []string
+	for i, c := range ahead {
+		if i < shown {
+			names = append(names, fmt.Sprintf("%s +%s", c.Node, c.Ahead.Round(time.Second)))
+		}
+		if ttl > 0 && c.Ahead >= ttl {
+			ended = append(ended, c.Node)
+		}
+	}
+	if len(ahead) > shown {
+		names = append(names, fmt.Sprintf("and %d more", len(ahead)-shown))
+	}
+	msg := fmt.Sprintf("the clock of %d of the %d agent(s) read is ahead of this host's by more than %s (%s): this host's clock or theirs is off (check NTP); a boost's expires_at is set by regionctl's clock and each agent ends it by its own",
+		len(ahead), read, store.MaxClockSkew, strings.Join(names, ", "))
+	if len(ended) > 0 {
+		if len(ended) > shown {
+			ended = append(ended[:shown], fmt.Sprintf("and %d more", len(ended)-shown))
+		}
+		msg += fmt.Sprintf("; this boost (--ttl %s) has ended by their clocks when it arrives on %s", ttl, strings.Join(ended, ", "))
+	}
+	return msg
 }

@@ -492,6 +492,45 @@ func TestClockSkewIsNamed(t *testing.T) {
 	}
 }
 
+// TestClockAheadIsWarned: an agent whose status says its clock is ahead
+// of this host's (its synced_at past this host's now by more than
+// store.MaxClockSkew) is named by status (stderr, and clocks_ahead in -o
+// json) and by boost before it writes, which says on which agents a boost
+// of that --ttl has ended when it arrives: without --wait-converged such
+// a boost was dead on arrival there with no word (the clock review). An
+// agent in step is not named.
+func TestClockAheadIsWarned(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	lease := grantLease(t)
+	rev, epoch := e.fingerprint()
+	for node, off := range map[string]time.Duration{"node-ok": 0, "node-ahead": 10 * time.Minute} {
+		e.putAgentStatus(routing.AgentStatus{Node: node, Revision: rev, Epoch: epoch, Connected: true,
+			SyncedAt: time.Now().Add(off).UTC().Format(time.RFC3339)}, lease)
+	}
+	ahead := regexp.MustCompile(`regionctl: warning: the clock of 1 of the 2 agent\(s\) read is ahead of this host's by more than 5s \(node-ahead \+(9m59s|10m0s|10m1s)\): this host's clock or theirs is off`)
+	r := e.must(ExitOK, "status")
+	if !ahead.MatchString(r.stderr) || strings.Contains(r.stderr, "node-ok") {
+		t.Fatalf("status with an agent 10 minutes ahead: %s", r)
+	}
+	var out struct {
+		ClocksAhead map[string]float64 `json:"clocks_ahead"`
+	}
+	r = e.must(ExitOK, "status", "-o", "json")
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || len(out.ClocksAhead) != 1 || out.ClocksAhead["node-ahead"] < 590 || out.ClocksAhead["node-ahead"] > 610 {
+		t.Fatalf("status -o json: clocks_ahead %v (%v): %s", out.ClocksAhead, err, r)
+	}
+	r = e.must(ExitOK, "boost", "KR", "--target", "kr-music=100", "--ttl", "5m")
+	if !ahead.MatchString(r.stderr) || !strings.Contains(r.stderr, "this boost (--ttl 5m0s) has ended by their clocks when it arrives on node-ahead") {
+		t.Fatalf("boost --ttl 5m with an agent 10 minutes ahead: %s", r)
+	}
+	r = e.must(ExitOK, "boost", "KR", "--target", "kr-music=100", "--ttl", "1h")
+	if !ahead.MatchString(r.stderr) || strings.Contains(r.stderr, "has ended") {
+		t.Fatalf("boost --ttl 1h with an agent 10 minutes ahead: %s", r)
+	}
+}
+
 // TestMalformedEpochKeyDivergesNoAgent: an epoch key reset by hand to a
 // value that is no epoch (here past int64) says nothing of the agents'
 // history: none is named as of another one (its value used to be taken as

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -261,4 +263,54 @@ func (s *Store) ForgetNode(ctx context.Context, node string) (AgentInfo, error) 
 		return AgentInfo{}, fmt.Errorf("node %s: %w at %s", node, ErrNoNodeRecord, rec)
 	}
 	return agentInfo(rec, node, del.PrevKvs[0].Value, 0, resp.Header.Revision), nil
+}
+
+// ClockAhead is an agent whose status says its clock is ahead of this
+// host's.
+type ClockAhead struct {
+	// Node is the agent's node.
+	Node string
+	// Ahead is how far its synced_at is past this host's clock.
+	Ahead time.Duration
+}
+
+// ClocksAhead returns the agents whose synced_at is more than
+// MaxClockSkew past now: an agent's synced_at is never later than its own
+// clock, so its clock is ahead of this host's, or this host's behind. A
+// clock behind cannot be told from a status key (one at rest is up to a
+// minute old). Most ahead first. Boosts end at the expires_at regionctl
+// sets by its clock, by each agent's clock: a boost of a TTL shorter than
+// an agent's lead has ended there when it arrives.
+func ClocksAhead(agents []AgentInfo, now time.Time) []ClockAhead {
+	var out []ClockAhead
+	for _, a := range agents {
+		at, err := time.Parse(time.RFC3339Nano, a.SyncedAt)
+		if err != nil {
+			continue
+		}
+		if d := at.Sub(now); d > MaxClockSkew {
+			out = append(out, ClockAhead{Node: a.Node, Ahead: d})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Ahead > out[j].Ahead || out[i].Ahead == out[j].Ahead && out[i].Node < out[j].Node
+	})
+	return out
+}
+
+// AgentSample reads the status keys of up to n live agents (the first by
+// key), for a check that needs no whole fleet (boost's clocks).
+func (s *Store) AgentSample(ctx context.Context, n int64) ([]AgentInfo, error) {
+	prefix := s.ks.AgentsPrefix()
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(rctx, prefix, clientv3.WithPrefix(), clientv3.WithLimit(n))
+	if err != nil {
+		return nil, s.permErr("read "+prefix, err, s.roles.ReadNeed(prefix))
+	}
+	out := make([]AgentInfo, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		out = append(out, agentInfo(string(kv.Key), strings.TrimPrefix(string(kv.Key), prefix), kv.Value, 0, resp.Header.Revision))
+	}
+	return out, nil
 }

@@ -74,7 +74,7 @@ func (s *Store) prepare(st *State, p *Plan) ([]op, string, error) {
 	}
 	// One clock for the checks and the boosts written: each boost's
 	// expires_at is set first, so the checks see what is written.
-	now := time.Now()
+	now := s.opts.Now()
 	p = withExpiries(p, now)
 	errs = append(errs, checkOverrides(st, next, p, now)...)
 	ops, err := configOps(st, next, p.Config != nil, p.Prune, p.DeleteInvalid)

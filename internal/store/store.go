@@ -28,7 +28,8 @@ type Options struct {
 	RequestTimeout time.Duration
 	// Endpoints are named in *UnreachableError messages.
 	Endpoints []string
-	// Now returns the current time (audit timestamps); nil means time.Now.
+	// Now returns the current time (audit timestamps, a boost's
+	// expires_at, a heartbeat's since); nil means time.Now.
 	Now func() time.Time
 	// Logger receives warnings and retries; nil discards them.
 	Logger *slog.Logger
