@@ -40,10 +40,13 @@
     if (s < 86400) return Math.floor(s / 3600) + 'h ' + Math.floor((s % 3600) / 60) + 'm';
     return Math.floor(s / 86400) + 'd ' + Math.floor((s % 86400) / 3600) + 'h';
   }
+  // ago says how long before the agent's clock iso is: the times are the
+  // agent's and its fleet's, and the browser's clock may differ from
+  // theirs (state.skew, from the last /v1/status).
   function ago(iso) {
     if (!iso) return '–';
     const t = Date.parse(iso);
-    return isNaN(t) ? iso : fmtDur((Date.now() - t) / 1000) + ' ago';
+    return isNaN(t) ? iso : fmtDur((Date.now() + (state.skew || 0) - t) / 1000) + ' ago';
   }
 
   function banner(msg) {
@@ -63,6 +66,10 @@
     const [st, node] = await Promise.all([getJSON('../v1/status'), getJSON('api/node')]);
     state.status = st.body;
     state.statusAt = Date.now();
+    // The agent's clock against the browser's: synced_at (its wall
+    // clock) plus stale_seconds (how long ago, by it) is its now.
+    const synced = Date.parse(st.body.synced_at || '');
+    if (!isNaN(synced) && st.body.stale_seconds >= 0) state.skew = synced + st.body.stale_seconds * 1000 - state.statusAt;
     state.node = node.body;
     renderStatus();
   }
