@@ -226,6 +226,18 @@ func (u *updater) countLive(opts CompileOptions) {
 		}
 		u.dirtyPools = append(u.dirtyPools, id)
 	}
+	if u.lost.own {
+		// Copied for this batch: drop the records that change no answer
+		// any more, as a Compile does (trackLost). Kept, a record per pool
+		// id that ever lost its last health key, removed pools and ids of
+		// no pool included, grew for the agent's life (between relists)
+		// and was copied whole at each loss or return (the soak review).
+		for id, at := range u.lost.m {
+			if u.instances.m[id] == 0 && !at.Add(opts.Grace).After(opts.Now) && !opts.Start.Add(opts.Grace).After(opts.Now) {
+				delete(u.lost.m, id)
+			}
+		}
+	}
 }
 
 // rebuildPools makes the state of every dirty pool again and adds it to d.

@@ -710,3 +710,48 @@ func TestUnchangedEntriesShareArrays(t *testing.T) {
 		t.Error("the route change wrote into the tables it was built from")
 	}
 }
+
+// TestLostRecordsArePruned: the record of when a pool id lost its last
+// health key is kept by Update only while it changes an answer (its grace
+// window), as Compile keeps it: an agent that never relists saw 1,000
+// ids come and go (removed pools, instances renamed) and kept a record of
+// each for its life, copied whole at each later loss (the soak review).
+// The pool that has a record in its window keeps it, and its health.
+func TestLostRecordsArePruned(t *testing.T) {
+	st := map[string]string{
+		"pools/p1":        `{"host":"p1.example","residency":"eu","health_check":true}`,
+		"routes/_default": `{"targets":[{"pool":"p1","weight":100}]}`,
+	}
+	var kvs []KV
+	for _, k := range sortedKeys(st) {
+		kvs = append(kvs, KV{Key: k, Value: []byte(st[k]), ModRevision: 1})
+	}
+	opts := func(now time.Time) CompileOptions { return CompileOptions{Now: now, Start: t0, Grace: 5 * time.Second} }
+	at := t0.Add(time.Minute)
+	tbl := Compile(1, kvs, nil, opts(at))
+	rev := int64(1)
+	comeAndGo := func(id string, now time.Time) {
+		key := "health/" + id + "/i0"
+		tbl = Update(tbl, rev+2, []Event{
+			{KV: KV{Key: key, Value: []byte(`{"addr":"10.0.0.1:443"}`), ModRevision: rev + 1}, Created: true},
+			{KV: KV{Key: key, ModRevision: rev + 2}, Deleted: true},
+		}, opts(now))
+		rev += 2
+	}
+	for i := range 1000 {
+		comeAndGo(fmt.Sprintf("gone-%d", i), at)
+	}
+	if n := len(tbl.lost); n != 1000 {
+		t.Fatalf("%d loss records within their grace window, want 1000", n)
+	}
+	later := at.Add(time.Minute)
+	comeAndGo("p1", later)
+	if n := len(tbl.lost); n != 1 || !tbl.Healthy("p1", later) || tbl.Healthy("p1", later.Add(6*time.Second)) {
+		t.Fatalf("a minute later, after p1's loss: %d loss records (want p1's alone), p1 healthy %v, after its window %v",
+			n, tbl.Healthy("p1", later), tbl.Healthy("p1", later.Add(6*time.Second)))
+	}
+	comeAndGo("gone-x", later.Add(time.Minute))
+	if n := len(tbl.lost); n != 1 {
+		t.Fatalf("after p1's window and another loss: %d loss records, want the new one's", n)
+	}
+}
