@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -560,4 +561,61 @@ func TestJSONEscapesC1Controls(t *testing.T) {
 	if bytes.ContainsAny(a.body, "\u009b\u007f") || !bytes.Contains(a.body, []byte(`x\u009b2J`)) {
 		t.Fatalf("/v1/status: the key's U+009B raw, or not escaped:\n%s", a.body)
 	}
+}
+
+// TestClientThatStopsReadingIsClosed: a client pipelining requests whose
+// answers it never reads has its connection closed once an answer has
+// waited WriteTimeout to be written (it held the connection, and a
+// goroutine, for good: the soak review). Its earlier answers are still
+// read in full; a blocking query's answer, written after its wait, is not
+// cut by the deadline of its request.
+func TestClientThatStopsReadingIsClosed(t *testing.T) {
+	h := startAPI(t, Config{WriteTimeout: 300 * time.Millisecond}, false)
+	addr := strings.TrimPrefix(h.url, "http://")
+
+	// A blocking query that waits longer than the timeout is answered.
+	rev := h.m.Table().Revision()
+	resp, err := http.Get(fmt.Sprintf("%s/v1/table?min_revision=%d&wait=1500ms", h.url, rev+1))
+	if err != nil {
+		t.Fatalf("a blocking query waiting past WriteTimeout: %v", err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || len(body) == 0 {
+		t.Fatalf("a blocking query waiting past WriteTimeout: HTTP %d, %d bytes, %v", resp.StatusCode, len(body), err)
+	}
+
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const sent = 4000 // answers of ~len(body) each: far past the socket buffers
+	go func() {
+		req := "GET /v1/table HTTP/1.1\r\nHost: localhost\r\n\r\n"
+		for range sent {
+			if _, err := io.WriteString(c, req); err != nil {
+				return // closed by the server
+			}
+		}
+	}()
+	time.Sleep(2 * time.Second) // the server blocks on a full socket, then its deadline passes
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	br := bufio.NewReader(c)
+	read := 0
+	for ; read < sent; read++ {
+		r, err := http.ReadResponse(br, nil)
+		if err != nil {
+			break
+		}
+		_, err = io.Copy(io.Discard, r.Body)
+		r.Body.Close()
+		if err != nil {
+			break
+		}
+	}
+	if read == sent {
+		t.Fatalf("all %d answers written to a client that read none for 2 s: its connection was not closed", sent)
+	}
+	t.Logf("%d of %d answers (%d bytes each) written before the close", read, sent, len(body))
 }
