@@ -108,7 +108,10 @@ func New(cfg Config) (*Agent, error) {
 			func() float64 { return float64(noRouteCountries(source{a}.Table())) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "regiond", Subsystem: "table", Name: "boosts_without_eligible_target",
 			Help: "Live boosts (overrides setting targets) none of whose targets any viewer of the boosted route may be sent to (drained, down, unhealthy, other residency): their viewers go down the fallback chain until the boost ends."},
-			func() float64 { return float64(boostsWithoutEligibleTarget(source{a}.Table())) }))
+			func() float64 { return float64(boostsWithoutEligibleTarget(source{a}.Table())) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "regiond", Subsystem: "table", Name: "pools_out",
+			Help: "Pools of the served table an operator took out (status draining or down): a drain has no end of its own, so one forgotten after maintenance stays until undrained."},
+			func() float64 { return float64(poolsOut(source{a}.Table())) }))
 	a.conns, a.login = newConnVecs(a.registry), newLoginMetrics(a.registry)
 	a.statusPutFailures = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "regiond", Subsystem: "agent", Name: "status_put_failures_total",
 		Help: "Puts of the agent's status key that failed (etcd away, or the role lacks readwrite on <prefix>/agents/<node>); retried at the next check (a second) for a change, at the next refresh (a minute) otherwise."})
@@ -447,6 +450,21 @@ func boostsWithoutEligibleTarget(t *routing.Table) int {
 // noRouteCountries counts the countries, the unknown one included, that t
 // (nil: none) gives no eligible pool. Read at each scrape, off the change
 // path.
+// poolsOut counts the pools of t whose status is not active (draining or
+// down).
+func poolsOut(t *routing.Table) int {
+	if t == nil {
+		return 0
+	}
+	n := 0
+	for _, id := range t.PoolIDs() {
+		if p, ok := t.Pool(id); ok && p.Status != routing.StatusActive {
+			n++
+		}
+	}
+	return n
+}
+
 func noRouteCountries(t *routing.Table) int {
 	if t == nil {
 		return 0

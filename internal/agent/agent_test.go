@@ -335,11 +335,15 @@ func contains(xs []string, s string) bool {
 // TestNoRouteCountriesGauge: regiond_table_no_route_countries counts the
 // countries the served table gives no eligible pool (their viewers get
 // 503): none for the example fleet; with eu-central and eu-west drained,
-// as many as resolve NoRoute.
+// as many as resolve NoRoute. regiond_table_pools_out counts the drained
+// pools: 0, then 2.
 func TestNoRouteCountriesGauge(t *testing.T) {
 	h, cli := startExampleAgent(t)
 	if g := gauge(t, h, "regiond_table_no_route_countries"); g != 0 {
 		t.Fatalf("no_route_countries %v for the example fleet, want 0", g)
+	}
+	if g := gauge(t, h, "regiond_table_pools_out"); g != 0 {
+		t.Fatalf("pools_out %v for the example fleet, want 0", g)
 	}
 	for _, id := range []string{"eu-central", "eu-west"} {
 		if _, err := cli.Put(context.Background(), prefix+"pools/"+id, `{"host":"`+id+`.example.net:443","residency":"eu","status":"draining"}`); err != nil {
@@ -352,6 +356,9 @@ func TestNoRouteCountriesGauge(t *testing.T) {
 		b, _ := tb.Pool("eu-west")
 		return a.Status == routing.StatusDraining && b.Status == routing.StatusDraining
 	})
+	if g := gauge(t, h, "regiond_table_pools_out"); g != 2 {
+		t.Fatalf("pools_out %v with eu-central and eu-west drained, want 2", g)
+	}
 	want := 0
 	for _, cc := range append(append([]string(nil), routing.Countries()...), routing.Unknown) {
 		if code, _ := h.resolve(cc, "k"); code == http.StatusServiceUnavailable {
