@@ -228,6 +228,11 @@ type AgentStatus struct {
 	SkippedKeys []string `json:"skipped_keys,omitempty"`
 	// SkippedAlike counts the skipped keys every agent serves alike.
 	SkippedAlike int `json:"skipped_alike,omitempty"`
+	// SnapshotError says why the agent's snapshot file (or its index)
+	// does not hold the table it serves: its last write failed (a full
+	// or read-only directory), so the front doors that read the file
+	// route by an older table. Empty while the files are written.
+	SnapshotError string `json:"snapshot_error,omitempty"`
 }
 
 // MaxStatusSkippedKeys bounds AgentStatus.SkippedKeys.

@@ -67,6 +67,7 @@ type Agent struct {
 	statusClock     statusClock
 	beforeStatusPut func(at time.Time)
 	pub             atomic.Pointer[publisher]
+	writer          atomic.Pointer[snapshot.Writer] // nil without --snapshot, or before etcd's goroutine made it
 	// statusQuietSpacing is the publisher's quietSpacing (zero: its
 	// default, statusQuietSpacing; tests lengthen it).
 	statusQuietSpacing time.Duration
@@ -219,6 +220,15 @@ func (s source) EtcdError() string {
 func (s source) StatusError() string {
 	if p := s.a.pub.Load(); p != nil {
 		return p.statusError()
+	}
+	return ""
+}
+
+// SnapshotError says why the snapshot files do not hold the table the
+// agent serves (their last write failed), or "".
+func (s source) SnapshotError() string {
+	if w := s.a.writer.Load(); w != nil {
+		return w.Failure()
 	}
 	return ""
 }

@@ -38,6 +38,10 @@ func (a *Agent) runEtcd(ctx context.Context, offline []prometheus.Collector) err
 	// a.mirror, which is set before either runs.
 	w := a.newSnapshotWriter()
 	pub := newPublisher(cli, ks.Agent(a.cfg.Node), ks.Node(a.cfg.Node), a)
+	if w != nil {
+		a.writer.Store(w)
+		pub.snapshotFailure = w.Failure
+	}
 	mcfg := watch.Config{Client: cli, Prefix: ks.Routing(), Logger: a.log, Registerer: a.registry,
 		HealthGrace: a.cfg.HealthGrace, ProgressInterval: a.cfg.ProgressInterval, AfterChange: afterChange(w, pub), User: a.etcdUser(),
 		Diagnose: func(ctx context.Context) string {

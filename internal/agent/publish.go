@@ -96,6 +96,9 @@ type publisher struct {
 	recordWarned bool
 	// recordRetry is how long after a refusal the record is tried again.
 	recordRetry time.Duration
+	// snapshotFailure, if set, says why the snapshot files do not hold
+	// the table (snapshot.Writer.Failure): the status's snapshot_error.
+	snapshotFailure func() string
 }
 
 // newPublisher returns the publisher of a's status at key. It is made
@@ -128,6 +131,9 @@ func (p *publisher) status(st watch.Status, t *routing.Table) routing.AgentStatu
 	}
 	if t != nil {
 		s.Skipped, s.SkippedAlike, s.SkippedKeys = skippedKeys(t.Skipped())
+	}
+	if p.snapshotFailure != nil {
+		s.SnapshotError = p.snapshotFailure()
 	}
 	return s
 }
@@ -282,7 +288,10 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *w
 	for {
 		ms := m.Status()
 		st := p.status(ms, m.Table())
-		significant := !written || st.Epoch != last.Epoch || st.Connected != last.Connected || ms.ChangeRevision != lastChange
+		// A snapshot file that fails, or is written again, is put at
+		// once too: the front doors reading it route by an older table.
+		significant := !written || st.Epoch != last.Epoch || st.Connected != last.Connected || ms.ChangeRevision != lastChange ||
+			st.SnapshotError != last.SnapshotError
 		// A put for changes alone: statusSpacing after the one before
 		// when they moved the epoch (a regionctl write is among them),
 		// quietSpacing when they did not.

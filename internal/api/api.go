@@ -41,6 +41,9 @@ type Source interface {
 	// StatusError says why the agent's status key in etcd is not
 	// published (its last lease or put failed), or is "" once it is.
 	StatusError() string
+	// SnapshotError says why the snapshot files do not hold the table
+	// served (their last write failed), or is "" while they do.
+	SnapshotError() string
 }
 
 // MaxWait bounds the wait of a blocking query (min_revision).
@@ -597,6 +600,11 @@ type Status struct {
 	// its last lease or put failed, as under etcd's NOSPACE alarm; absent
 	// once a put succeeds.
 	StatusError string `json:"status_error,omitempty"`
+	// SnapshotError is why the snapshot files do not hold the table
+	// served: their last write failed (a full or read-only directory), so
+	// front doors reading them route by an older table; absent while
+	// they are written.
+	SnapshotError string `json:"snapshot_error,omitempty"`
 }
 
 // status computes the agent's status now.
@@ -604,7 +612,8 @@ func (s *Server) status(now time.Time) (Status, bool) {
 	st := s.src.Status()
 	t := s.src.Table()
 	out := Status{Node: s.cfg.Node, Revision: st.Revision, Epoch: st.Epoch, Connected: st.Connected,
-		Skipped: []routing.Skipped{}, StaleSeconds: -1, EtcdError: s.src.EtcdError(), StatusError: s.src.StatusError()}
+		Skipped: []routing.Skipped{}, StaleSeconds: -1, EtcdError: s.src.EtcdError(), StatusError: s.src.StatusError(),
+		SnapshotError: s.src.SnapshotError()}
 	if out.EtcdError == "" {
 		out.EtcdError = st.Refused // from the same snapshot as Connected
 	}

@@ -35,8 +35,9 @@ const prefix = "/regiond/v1/routing/"
 // once it has reached etcd.
 type mirrorSource struct{ *watch.Mirror }
 
-func (mirrorSource) EtcdError() string   { return "" }
-func (mirrorSource) StatusError() string { return "" }
+func (mirrorSource) EtcdError() string     { return "" }
+func (mirrorSource) StatusError() string   { return "" }
+func (mirrorSource) SnapshotError() string { return "" }
 
 // apiHarness is the real handler (loopback TCP rules) over a mirror of a
 // real etcd holding the example fleet.

@@ -291,6 +291,9 @@ func printFleet(w io.Writer, f *store.Fleet) {
 		if a.Diverged != "" {
 			fmt.Fprintf(w, "\n%s: not converged: %s\n", a.Node, a.Diverged)
 		}
+		if a.SnapshotError != "" {
+			fmt.Fprintf(w, "\n%s: not converged: %s\n", a.Node, store.SnapshotErrorString(a.SnapshotError))
+		}
 	}
 }
 

@@ -504,7 +504,8 @@ func TestClockAheadIsWarned(t *testing.T) {
 	e := newEnv(t)
 	e.seed()
 	lease := grantLease(t)
-	rev, epoch := e.fingerprint()
+	rev, _ := e.fingerprint()
+	epoch := e.epoch()
 	for node, off := range map[string]time.Duration{"node-ok": 0, "node-ahead": 10 * time.Minute} {
 		e.putAgentStatus(routing.AgentStatus{Node: node, Revision: rev, Epoch: epoch, Connected: true,
 			SyncedAt: time.Now().Add(off).UTC().Format(time.RFC3339)}, lease)
@@ -528,6 +529,33 @@ func TestClockAheadIsWarned(t *testing.T) {
 	r = e.must(ExitOK, "boost", "KR", "--target", "kr-music=100", "--ttl", "1h")
 	if !ahead.MatchString(r.stderr) || strings.Contains(r.stderr, "has ended") {
 		t.Fatalf("boost --ttl 1h with an agent 10 minutes ahead: %s", r)
+	}
+}
+
+// TestSnapshotErrorIsNotConverged: an agent at the newest revision whose
+// snapshot files are not written (snapshot_error in its status) is not
+// converged: status says why under the table and counts it, --max-lag 0
+// exits 5 naming it (the front doors reading its files route by an older
+// table).
+func TestSnapshotErrorIsNotConverged(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	lease := grantLease(t)
+	rev, _ := e.fingerprint()
+	epoch := e.epoch()
+	e.putAgentStatus(routing.AgentStatus{Node: "node-ok", Revision: rev, Epoch: epoch, Connected: true}, lease)
+	e.putAgentStatus(routing.AgentStatus{Node: "node-full", Revision: rev, Epoch: epoch, Connected: true,
+		SnapshotError: "write snapshot index: no space left on device"}, lease)
+	r := e.must(ExitOK, "status")
+	if !strings.Contains(r.stdout, "2 live agent(s): 1 converged, 1 not") ||
+		!strings.Contains(r.stdout, "node-full: not converged: its snapshot files are not written, so the front doors reading them route by an older table: write snapshot index: no space left on device") ||
+		strings.Contains(r.stdout, "node-ok: not converged") {
+		t.Fatalf("status with an agent whose snapshot files are not written: %s\n%s", r, r.stdout)
+	}
+	r = e.must(ExitNotConverged, "status", "--max-lag", "0")
+	if !strings.Contains(r.stderr, "node-full@") || !strings.Contains(r.stderr, "no space left on device") || strings.Contains(r.stderr, "node-ok") {
+		t.Fatalf("status --max-lag 0: %s", r)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -118,6 +119,10 @@ type Writer struct {
 	fileRevision int64
 	holding      bool
 	heldGauge    prometheus.Gauge
+	// failure says why the last write failed, nil once one succeeds
+	// (Failure); failed counts the writes that failed since.
+	failure atomic.Pointer[string]
+	failed  int
 	// now is the wall clock that times the writes (for inlineMax: a slow
 	// file system holds the mirror); cpu reads the CPU time the writing
 	// thread has used, the writes' cost for the pacing. Tests step the
@@ -325,7 +330,9 @@ func (w *Writer) publish(t *routing.Table, now time.Time, force, inline bool) {
 			o.errors.Inc()
 			o.last, failed = nil, true
 			w.retryAt = time.Now().Add(w.retry.Next())
-			o.log.Error("write "+o.name+"; readers keep the previous file", "err", err, "retry_at", w.retryAt)
+			o.log.Error("write "+o.name+"; readers keep the previous file, if there is one", "err", err, "retry_at", w.retryAt)
+			msg := "write " + o.name + ": " + err.Error()
+			w.failure.Store(&msg)
 			break
 		}
 		o.last, wrote = rt, true
@@ -347,6 +354,20 @@ func (w *Writer) publish(t *routing.Table, now time.Time, force, inline bool) {
 	}
 	switch {
 	case failed:
+		w.failed++
+		if w.failure.Load() == nil { // the finish's fsync failed
+			msg := "bring the snapshot files to rest (fsync of their directory)"
+			w.failure.Store(&msg)
+		}
+	case w.failed > 0:
+		// Said, as the failures were: the error must not be the last
+		// word in the log of an agent whose files are written again.
+		w.log.Info("snapshot files written again", "failed_writes", w.failed, "revision", rt.Revision())
+		w.failed = 0
+		w.failure.Store(nil)
+	}
+	switch {
+	case failed:
 		w.lastTable = nil // to be written again
 	case !w.retryAt.IsZero():
 		w.retry.Reset()
@@ -363,4 +384,14 @@ func (w *Writer) publish(t *routing.Table, now time.Time, force, inline bool) {
 	if wrote && w.log.Enabled(context.Background(), slog.LevelDebug) {
 		w.log.Debug("snapshot written", "revision", t.Revision(), "cpu", cost, "wall", w.lastWall, "inline", inline, "next", w.pace.next().Sub(now))
 	}
+}
+
+// Failure says why the snapshot files do not hold the table: the last
+// write failed (each output is written in turn; the finish's fsync
+// counts), "" once a write succeeds. Safe from any goroutine.
+func (w *Writer) Failure() string {
+	if p := w.failure.Load(); p != nil {
+		return *p
+	}
+	return ""
 }

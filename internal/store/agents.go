@@ -192,11 +192,12 @@ func agentInfo(key, node string, value []byte, want, readRev int64) AgentInfo {
 }
 
 // Converged reports whether the agent's status key decodes, and the agent
-// is at most maxLag revisions behind, of etcd's present history, and
-// serves no refused value (ServesRefused). (A status key that does not
-// decode may still have filled Revision: it says nothing.)
+// is at most maxLag revisions behind, of etcd's present history, serves
+// no refused value (ServesRefused), and its snapshot files hold what it
+// serves (no SnapshotError: the front doors read them). (A status key
+// that does not decode may still have filled Revision: it says nothing.)
 func (a AgentInfo) Converged(maxLag int64) bool {
-	return a.Invalid == "" && a.Lag <= maxLag && !a.ServesRefused() && a.Diverged == ""
+	return a.Invalid == "" && a.Lag <= maxLag && !a.ServesRefused() && a.Diverged == "" && a.SnapshotError == ""
 }
 
 // ServesRefused reports whether, among its skipped keys, the agent may

@@ -88,9 +88,10 @@ func (e *UnreachableError) Error() string {
 func (e *UnreachableError) Unwrap() error { return e.Err }
 
 // lagAlone is 1 for an agent that is only behind, 0 for one whose status
-// key does not decode, of another history or serving refused values.
+// key does not decode, of another history, serving refused values or with
+// its snapshot files not written.
 func (a AgentInfo) lagAlone() int {
-	if a.Invalid != "" || a.Diverged != "" || a.ServesRefused() {
+	if a.Invalid != "" || a.Diverged != "" || a.ServesRefused() || a.SnapshotError != "" {
 		return 0
 	}
 	return 1
@@ -195,6 +196,9 @@ func (e *NotConvergedError) Error() string {
 			if a.Diverged != "" {
 				n += " (" + a.Diverged + ")"
 			}
+			if a.SnapshotError != "" {
+				n += " (" + SnapshotErrorString(a.SnapshotError) + ")"
+			}
 			names = append(names, n)
 		}
 		if more := len(lagging) - len(names); more > 0 {
@@ -202,7 +206,7 @@ func (e *NotConvergedError) Error() string {
 			// make a message no terminal shows.
 			names = append(names, fmt.Sprintf("and %d more (regionctl status lists them all)", more))
 		}
-		msg += fmt.Sprintf("%d agent(s) behind, of another history or serving refused values: %s", len(e.Lagging), strings.Join(names, "; "))
+		msg += fmt.Sprintf("%d agent(s) behind, of another history, serving refused values or with snapshot files not written: %s", len(e.Lagging), strings.Join(names, "; "))
 		if skipping {
 			msg += " (fix or delete those keys: regionctl validate names what is wrong with them)"
 		}
@@ -392,3 +396,8 @@ func (e *OutcomeUnknownError) Error() string {
 
 // Unwrap returns the commit's error.
 func (e *OutcomeUnknownError) Unwrap() error { return e.Err }
+
+// SnapshotErrorString says what an agent's snapshot_error means.
+func SnapshotErrorString(err string) string {
+	return "its snapshot files are not written, so the front doors reading them route by an older table: " + err
+}

@@ -1,0 +1,69 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/regiond/regiond/internal/snapshot"
+	"github.com/regiond/regiond/internal/store"
+	"github.com/regiond/regiond/routing"
+)
+
+// TestSnapshotErrorIsPublished: an agent whose snapshot index cannot be
+// written (a directory at its path, as a full or read-only directory
+// would fail it) serves the change from its API but not from its files:
+// its status key says so (snapshot_error), so regionctl counts it not
+// converged (--wait-converged said "converged" while the front doors
+// routed by the old table: the host review), and /v1/status says it too.
+// Once the index can be written again, the retry writes it and the status
+// key is cleared.
+func TestSnapshotErrorIsPublished(t *testing.T) {
+	h, cli := startExampleAgent(t)
+	idx := snapshot.IndexPath(filepath.Join(h.dir, "shm", "table.json"))
+	if err := os.RemoveAll(idx); err != nil { // the first write may be to come
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(idx, "in-the-way"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(context.Background(), prefix+"pools/eu-west", `{"host":"eu-west.example.net:443","residency":"eu","status":"draining"}`); err != nil {
+		t.Fatal(err)
+	}
+	status := func() store.AgentInfo {
+		t.Helper()
+		resp, err := cli.Get(context.Background(), "/regiond/v1/agents/node-1")
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("the status key: %v %v", resp, err)
+		}
+		var st routing.AgentStatus
+		if err := json.Unmarshal(resp.Kvs[0].Value, &st); err != nil {
+			t.Fatal(err)
+		}
+		return store.AgentInfo{AgentStatus: st}
+	}
+	waitFor(t, "snapshot_error in the status key", func() bool { return strings.Contains(status().SnapshotError, "table.idx") })
+	if a := status(); a.Converged(1 << 40) {
+		t.Errorf("an agent whose snapshot index is not written counts as converged: %+v", a.AgentStatus)
+	}
+	var st struct {
+		SnapshotError string `json:"snapshot_error"`
+	}
+	if h.get("/v1/status", &st); !strings.Contains(st.SnapshotError, "table.idx") {
+		t.Errorf("/v1/status snapshot_error %q, want the index's write named", st.SnapshotError)
+	}
+	if err := os.RemoveAll(idx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "snapshot_error cleared once the index is written", func() bool { return status().SnapshotError == "" })
+	if a := status(); !a.Converged(1 << 40) {
+		t.Errorf("written again, the agent is still not converged: %+v", a.AgentStatus)
+	}
+	st.SnapshotError = "" // absent from the answer when none
+	if h.get("/v1/status", &st); st.SnapshotError != "" {
+		t.Errorf("/v1/status snapshot_error %q once written again", st.SnapshotError)
+	}
+}
