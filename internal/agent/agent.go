@@ -68,6 +68,7 @@ type Agent struct {
 	beforeStatusPut func(at time.Time)
 	pub             atomic.Pointer[publisher]
 	writer          atomic.Pointer[snapshot.Writer] // nil without --snapshot, or before etcd's goroutine made it
+	snapLock        *os.File                        // the snapshot's lock, held for the agent's life (lockSnapshot)
 	// statusQuietSpacing is the publisher's quietSpacing (zero: its
 	// default, statusQuietSpacing; tests lengthen it).
 	statusQuietSpacing time.Duration
@@ -133,6 +134,10 @@ func New(cfg Config) (*Agent, error) {
 	var made []safedir.Made
 	fail := func(err error) (*Agent, error) {
 		a.closeListeners()
+		if a.snapLock != nil { // a start that fails leaves no file in a directory it made
+			os.Remove(a.snapLock.Name())
+			a.snapLock.Close()
+		}
 		safedir.RemoveMade(made) // each only if empty: what someone put there stays
 		return nil, err
 	}
@@ -144,6 +149,9 @@ func New(cfg Config) (*Agent, error) {
 			return fail(fmt.Errorf("--snapshot %s: %w", cfg.Snapshot, err))
 		}
 		made = append(made, m...)
+		if a.snapLock, err = lockSnapshot(cfg.Snapshot); err != nil {
+			return fail(err)
+		}
 		// The agent renames its files into place: a directory, a link or
 		// anything but a file there would fail every write, for ever,
 		// while /readyz said ready.
@@ -377,7 +385,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	for _, s := range []struct {
 		ln       *connLimit
 		loopback bool
-	}{{a.unixLn, false}, {a.tcpLn, true}} {
+		name     string
+	}{{a.unixLn, false, "unix"}, {a.tcpLn, true, "tcp"}} {
 		if s.ln == nil {
 			continue
 		}
@@ -392,7 +401,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			headerTimeout = time.Second
 		}
 		srv := &http.Server{Handler: a.api.Handler(s.loopback), ReadHeaderTimeout: headerTimeout, MaxHeaderBytes: maxHeaderBytes,
-			IdleTimeout: 2 * time.Minute, ConnState: s.ln.connState,
+			IdleTimeout: 2 * time.Minute, ConnState: s.ln.connState, ErrorLog: newServerLog(a.log, s.name),
 			// Requests end with the agent: a blocking query (min_revision)
 			// answers at once instead of holding the shutdown.
 			BaseContext: func(net.Listener) context.Context { return gctx }}
@@ -423,6 +432,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	err := g.Wait()
 	if a.sock != nil {
 		a.sock.Remove()
+	}
+	if a.snapLock != nil {
+		a.snapLock.Close() // the files are written no more: another agent may take them
 	}
 	if err == nil {
 		a.log.Info("regiond agent stopped")
@@ -457,11 +469,8 @@ func boostsWithoutEligibleTarget(t *routing.Table) int {
 	return len(t.BoostsWithoutEligibleTarget())
 }
 
-// noRouteCountries counts the countries, the unknown one included, that t
-// (nil: none) gives no eligible pool. Read at each scrape, off the change
-// path.
-// poolsOut counts the pools of t whose status is not active (draining or
-// down).
+// poolsOut counts the pools of t (nil: none) whose status is not active
+// (draining or down). Read at each scrape, off the change path.
 func poolsOut(t *routing.Table) int {
 	if t == nil {
 		return 0
@@ -475,6 +484,9 @@ func poolsOut(t *routing.Table) int {
 	return n
 }
 
+// noRouteCountries counts the countries, the unknown one included, that t
+// (nil: none) gives no eligible pool. Read at each scrape, off the change
+// path.
 func noRouteCountries(t *routing.Table) int {
 	if t == nil {
 		return 0

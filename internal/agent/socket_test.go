@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -92,4 +93,31 @@ func TestSocketInUseIsRefused(t *testing.T) {
 	if _, err := os.Lstat(second.Socket); err != nil {
 		t.Errorf("the agent removed a socket file it had not made: %v", err)
 	}
+}
+
+// TestSnapshotInUseIsRefused: a second agent given the --snapshot of a
+// running one, with its own --socket and listener, does not start (the
+// error names the files' lock and its holder): it wrote over the first's
+// files, each its own table in turn, and removed the first's prepared temp
+// files as leftovers (the host review). The first keeps its files; once it
+// has stopped, an agent on the same --snapshot starts.
+func TestSnapshotInUseIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	first := offlineConfig(filepath.Join(dir, "first"))
+	first.Snapshot = filepath.Join(dir, "shm", "table.json")
+	stopFirst := runOffline(t, first)
+
+	second := offlineConfig(filepath.Join(dir, "second"))
+	second.Snapshot = first.Snapshot
+	a, err := agent.New(second)
+	if err == nil {
+		stopOffline(t, a)
+		t.Fatal("a second agent started on the --snapshot of a running one")
+	}
+	if want := fmt.Sprintf("another regiond writes these files (process %d holds %s)", os.Getpid(), filepath.Join(dir, "shm", ".table.json.lock")); !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q, want %q", err, want)
+	}
+	stopFirst()
+	stopSecond := runOffline(t, second)
+	stopSecond()
 }
