@@ -382,6 +382,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	offline := a.registerOfflineGauges()
 	g.Go(func() error { return a.runEtcd(gctx, offline) })
 	g.Go(func() error { a.keepSnapshotCopy(gctx); return nil })
+	g.Go(func() error { a.keepSocket(gctx); return nil })
 	for _, s := range []struct {
 		ln       *connLimit
 		loopback bool

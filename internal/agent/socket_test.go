@@ -121,3 +121,29 @@ func TestSnapshotInUseIsRefused(t *testing.T) {
 	stopSecond := runOffline(t, second)
 	stopSecond()
 }
+
+// TestDeletedSocketIsMadeAgain: a socket file deleted while the agent
+// runs (by hand, or a cleaner of /run) is made again within seconds and
+// answers (the API had been unreachable at the path, with no word, until
+// a restart: the host review); a clean stop removes the new file.
+func TestDeletedSocketIsMadeAgain(t *testing.T) {
+	cfg := offlineConfig(t.TempDir())
+	stop := runOffline(t, cfg)
+	if err := os.Remove(cfg.Socket); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := socketGet(cfg.Socket, "/healthz"); err == nil {
+		t.Fatal("the socket answers with its file deleted")
+	}
+	waitFor(t, "the socket made again and answering", func() bool {
+		code, err := socketGet(cfg.Socket, "/healthz")
+		return err == nil && code == 200
+	})
+	if fi, err := os.Lstat(cfg.Socket); err != nil || fi.Mode().Perm() != 0o660 {
+		t.Errorf("the socket made again: %v, %v; want mode 0660", fi, err)
+	}
+	stop()
+	if _, err := os.Lstat(cfg.Socket); !os.IsNotExist(err) {
+		t.Errorf("socket file after a clean stop: %v, want it removed", err)
+	}
+}
