@@ -22,20 +22,9 @@ import (
 // (the snapshot file is written from it), not only Resolve's answers. It
 // waited for the next unrelated change under routing/ (the clock review).
 func TestBoostBackWhenTheClockStepsBack(t *testing.T) {
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	fleettest.Load(t, cli, faultPrefix)
-	m, err := New(Config{Client: cli, Prefix: faultPrefix, ProgressInterval: 200 * time.Millisecond, RequestTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); m.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	if err := m.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	cli := devetcd.NewTestClient(t, devetcd.NewTest(t))
+	m := runFleetMirror(t, Config{Client: cli, ProgressInterval: 200 * time.Millisecond}, nil)
+	ctx := context.Background()
 	lease, err := cli.Grant(ctx, 3600)
 	if err != nil {
 		t.Fatal(err)
@@ -76,26 +65,14 @@ func TestBoostBackWhenTheClockStepsBack(t *testing.T) {
 // time, may lie ahead of a clock stepped back: its age reads 0, not
 // below.
 func TestAgesDoNotFollowTheWallClock(t *testing.T) {
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	fleettest.Load(t, cli, faultPrefix)
 	reg := prometheus.NewRegistry()
-	m, err := New(Config{Client: cli, Prefix: faultPrefix, Registerer: reg, RequestTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	seed := routing.Compile(1, nil, nil, routing.CompileOptions{Now: time.Now()})
-	m.Seed(seed, time.Now().Add(10*time.Minute).Round(0))
-	if got := sinceSync(t, reg); got != 0 {
-		t.Errorf("seconds_since_sync of a seed synced 10 min ahead of the clock: %v, want 0", got)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); m.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	if err := m.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	m := runFleetMirror(t, Config{Client: devetcd.NewTestClient(t, devetcd.NewTest(t)), Registerer: reg}, func(m *Mirror) {
+		seed := routing.Compile(1, nil, nil, routing.CompileOptions{Now: time.Now()})
+		m.Seed(seed, time.Now().Add(10*time.Minute).Round(0))
+		if got := sinceSync(t, reg); got != 0 {
+			t.Errorf("seconds_since_sync of a seed synced 10 min ahead of the clock: %v, want 0", got)
+		}
+	})
 	if at := m.Status().SyncedAt; !strings.Contains(at.String(), " m=") {
 		t.Errorf("SyncedAt once confirmed has no monotonic reading: %s", at)
 	}
@@ -118,4 +95,29 @@ func sinceSync(t *testing.T, reg *prometheus.Registry) float64 {
 	}
 	t.Fatal("regiond_watch_seconds_since_sync not registered")
 	return 0
+}
+
+// runFleetMirror loads the example fleet under faultPrefix through
+// cfg.Client, runs a mirror of cfg on it (Prefix faultPrefix, a request
+// timeout of a second) until the test ends, and returns it once it has
+// listed; before, if set, runs on the mirror before Run.
+func runFleetMirror(t *testing.T, cfg Config, before func(*Mirror)) *Mirror {
+	t.Helper()
+	fleettest.Load(t, cfg.Client, faultPrefix)
+	cfg.Prefix, cfg.RequestTimeout = faultPrefix, time.Second
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before != nil {
+		before(m)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	if err := m.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
