@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -134,8 +135,12 @@ func New(cfg Config) (*Agent, error) {
 	var made []safedir.Made
 	fail := func(err error) (*Agent, error) {
 		a.closeListeners()
-		if a.snapLock != nil { // a start that fails leaves no file in a directory it made
-			os.Remove(a.snapLock.Name())
+		if a.snapLock != nil {
+			// Removed only from a directory this start made, and is
+			// about to remove: elsewhere another agent may have opened it.
+			if slices.ContainsFunc(made, func(m safedir.Made) bool { return m.Path == filepath.Dir(a.snapLock.Name()) }) {
+				os.Remove(a.snapLock.Name())
+			}
 			a.snapLock.Close()
 		}
 		safedir.RemoveMade(made) // each only if empty: what someone put there stays
@@ -403,6 +408,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		srv := &http.Server{Handler: a.api.Handler(s.loopback), ReadHeaderTimeout: headerTimeout, MaxHeaderBytes: maxHeaderBytes,
 			IdleTimeout: 2 * time.Minute, ConnState: s.ln.connState, ErrorLog: newServerLog(a.log, s.name),
+			// A client that stops reading its answers is cut after this
+			// (the API gives a blocking query's answer as long again after
+			// its wait).
+			WriteTimeout: api.DefaultWriteTimeout,
 			// Requests end with the agent: a blocking query (min_revision)
 			// answers at once instead of holding the shutdown.
 			BaseContext: func(net.Listener) context.Context { return gctx }}

@@ -40,7 +40,7 @@ func (a *Agent) runEtcd(ctx context.Context, offline []prometheus.Collector) err
 	pub := newPublisher(cli, ks.Agent(a.cfg.Node), ks.Node(a.cfg.Node), a)
 	if w != nil {
 		a.writer.Store(w)
-		pub.snapshotFailure = w.Failure
+		pub.snapshotFailure, pub.snapshotSettled = w.Failure, w.Settled
 	}
 	mcfg := watch.Config{Client: cli, Prefix: ks.Routing(), Logger: a.log, Registerer: a.registry,
 		HealthGrace: a.cfg.HealthGrace, ProgressInterval: a.cfg.ProgressInterval, AfterChange: afterChange(w, pub), User: a.etcdUser(),

@@ -99,7 +99,17 @@ type publisher struct {
 	// snapshotFailure, if set, says why the snapshot files do not hold
 	// the table (snapshot.Writer.Failure): the status's snapshot_error.
 	snapshotFailure func() string
+	// snapshotSettled, if set, is snapshot.Writer.Settled: a put for a
+	// change waits (at most snapshotSettleMax) for the writer to have
+	// written it, or failed to, so that the status that confirms the
+	// change says whether the files hold it.
+	snapshotSettled func(changeRev int64) (bool, <-chan struct{})
 }
+
+// snapshotSettleMax bounds how long a status put for a change waits for
+// the snapshot writer to settle it: its pacing holds a change back at
+// most 200 ms; a write hung past this is reported by the next put.
+const snapshotSettleMax = time.Second
 
 // newPublisher returns the publisher of a's status at key. It is made
 // before the mirror, whose AfterChange calls its changed; run is given
@@ -284,6 +294,7 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *w
 	var last routing.AgentStatus
 	var lastChange int64
 	var lastAt, lastPut time.Time // lastAt on the publisher's clock; lastPut on the wall clock, for the spacing
+	var settleBy time.Time        // the end of the wait for the snapshot writer, for the change due
 	written := false
 	for {
 		ms := m.Status()
@@ -309,8 +320,17 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *w
 				continue // with the status as it is by then
 			}
 		}
+		if change {
+			if wait, ok := p.settleWait(m, &settleBy); ok {
+				if !p.waitSettled(ctx, sess, wait) {
+					return
+				}
+				continue // with the status as it is by then
+			}
+		}
 		kick := p.kick
 		if significant || !reflect.DeepEqual(st, last) && p.clock.now().Sub(lastAt) >= statusRefresh {
+			settleBy = time.Time{}
 			lastPut = time.Now()
 			// A put for changes that left the epoch as it is is a plain
 			// put (a storm of them adds no compare to etcd's work);
@@ -566,4 +586,40 @@ func (p *publisher) withHint(attrs []any, err error) []any {
 		return append(attrs, "hint", h)
 	}
 	return attrs
+}
+
+// settleWait returns, for a put of the change m's table holds, the
+// snapshot writer's channel to wait on before it, and true while the
+// writer has not settled that change and the wait, counted from the first
+// call for it (*by), has not reached snapshotSettleMax.
+func (p *publisher) settleWait(m *watch.Mirror, by *time.Time) (<-chan struct{}, bool) {
+	t := m.Table()
+	if p.snapshotSettled == nil || t == nil {
+		return nil, false
+	}
+	ok, ch := p.snapshotSettled(t.ChangeRevision())
+	if ok {
+		return nil, false
+	}
+	if by.IsZero() {
+		*by = time.Now().Add(snapshotSettleMax)
+	}
+	return ch, time.Now().Before(*by)
+}
+
+// waitSettled waits for the snapshot writer's next settling, at most
+// snapshotSettleMax; false when ctx is done or the session ended.
+func (p *publisher) waitSettled(ctx context.Context, sess *concurrency.Session, settled <-chan struct{}) bool {
+	timer := time.NewTimer(snapshotSettleMax)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-sess.Done():
+		p.leaseLost()
+		return false
+	case <-settled:
+	case <-timer.C:
+	}
+	return true
 }

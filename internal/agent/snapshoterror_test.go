@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/regiond/regiond/internal/snapshot"
 	"github.com/regiond/regiond/internal/store"
@@ -19,8 +22,10 @@ import (
 // its status key says so (snapshot_error), so regionctl counts it not
 // converged (--wait-converged said "converged" while the front doors
 // routed by the old table: the host review), and /v1/status says it too.
-// Once the index can be written again, the retry writes it and the status
-// key is cleared.
+// The first status put that confirms the change says so already (it waits
+// for the snapshot writer: the files here are on disk, written from the
+// writer's own goroutine after the change is served). Once the index can
+// be written again, the retry writes it and the status key is cleared.
 func TestSnapshotErrorIsPublished(t *testing.T) {
 	h, cli := startExampleAgent(t)
 	idx := snapshot.IndexPath(filepath.Join(h.dir, "shm", "table.json"))
@@ -30,8 +35,33 @@ func TestSnapshotErrorIsPublished(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(idx, "in-the-way"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cli.Put(context.Background(), prefix+"pools/eu-west", `{"host":"eu-west.example.net:443","residency":"eu","status":"draining"}`); err != nil {
+	wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	puts := cli.Watch(wctx, "/regiond/v1/agents/node-1")
+	// A drain as regionctl writes it: with the epoch, so the status is put
+	// at once (not a second after the last put, as for other changes).
+	put, err := cli.Txn(context.Background()).Then(
+		clientv3.OpPut(prefix+"pools/eu-west", `{"host":"eu-west.example.net:443","residency":"eu","status":"draining"}`),
+		clientv3.OpPut(prefix+"epoch", "1000")).Commit()
+	if err != nil {
 		t.Fatal(err)
+	}
+	first := func() routing.AgentStatus {
+		for resp := range puts {
+			for _, ev := range resp.Events {
+				var st routing.AgentStatus
+				if json.Unmarshal(ev.Kv.Value, &st) == nil && st.Revision >= put.Header.Revision {
+					return st
+				}
+			}
+		}
+		t.Fatal("no status put confirmed the change within 30 s")
+		return routing.AgentStatus{}
+	}()
+	// The cause, stable from retry to retry (each would be a new put if
+	// it named the retry's temp file).
+	if want := "write snapshot index " + idx + ": is a directory"; first.SnapshotError != want {
+		t.Errorf("the first status put at the change's revision: snapshot_error %q, want %q", first.SnapshotError, want)
 	}
 	status := func() store.AgentInfo {
 		t.Helper()

@@ -67,9 +67,11 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Logger receives the API's logs; nil means slog.Default().
 	Logger *slog.Logger
-	// WriteTimeout bounds the writing of an answer, from its first byte
-	// (after a blocking query's wait): a client that stops reading has its
-	// connection closed then. Default DefaultWriteTimeout.
+	// WriteTimeout bounds the writing of an answer: the server that
+	// serves Handler sets it as its http.Server.WriteTimeout (counted from
+	// the request), and a blocking query's answer gets as long again after
+	// its wait. A client that stops reading has its connection closed
+	// then. Default DefaultWriteTimeout.
 	WriteTimeout time.Duration
 }
 
@@ -174,7 +176,6 @@ func New(cfg Config, src Source) *Server {
 // is not a loopback name are refused (DNS rebinding).
 func (s *Server) Handler(loopbackOnly bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w = newDeadlineWriter(w, s.cfg.WriteTimeout)
 		// Every answer is live (a decision, the table, the status): no
 		// cache between a front door and the agent may keep one.
 		w.Header().Set("Cache-Control", "no-store")
@@ -399,6 +400,9 @@ func (s *Server) tableFor(w http.ResponseWriter, r *http.Request, q url.Values, 
 		return nil, "", false
 	}
 	defer s.waiting.Add(-1)
+	// The answer is written after the wait: the server's WriteTimeout
+	// counts from the request (a client that stops reading is cut then).
+	defer func() { _ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout)) }()
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	// clock wakes an If-None-Match wait when the table changes by the
@@ -702,52 +706,3 @@ func writeText(w http.ResponseWriter, status int, s string) {
 	w.WriteHeader(status)
 	w.Write([]byte(s))
 }
-
-// deadlineWriter bounds the writing of an answer: a client that stops
-// reading (pipelining requests it never reads the answers of) had its
-// connection, and a goroutine, held for good. The deadline is set when
-// the request comes, and again when the answer starts if that is later
-// than rearmAfter (a blocking query's wait): the server's own
-// WriteTimeout counts from the request's headers alone, cutting such an
-// answer after its wait.
-type deadlineWriter struct {
-	http.ResponseWriter
-	timeout time.Duration
-	start   time.Time
-	armed   bool
-}
-
-// rearmAfter is how long after the request an answer's start sets the
-// write deadline again.
-const rearmAfter = time.Second
-
-func newDeadlineWriter(w http.ResponseWriter, timeout time.Duration) *deadlineWriter {
-	d := &deadlineWriter{ResponseWriter: w, timeout: timeout, start: time.Now()}
-	_ = http.NewResponseController(w).SetWriteDeadline(d.start.Add(timeout))
-	return d
-}
-
-func (d *deadlineWriter) arm() {
-	if d.armed {
-		return
-	}
-	d.armed = true
-	if now := time.Now(); now.Sub(d.start) > rearmAfter {
-		_ = http.NewResponseController(d.ResponseWriter).SetWriteDeadline(now.Add(d.timeout))
-	}
-}
-
-// WriteHeader arms the deadline and sends the status.
-func (d *deadlineWriter) WriteHeader(code int) {
-	d.arm()
-	d.ResponseWriter.WriteHeader(code)
-}
-
-// Write arms the deadline and writes b.
-func (d *deadlineWriter) Write(b []byte) (int, error) {
-	d.arm()
-	return d.ResponseWriter.Write(b)
-}
-
-// Unwrap returns the server's writer, for http.ResponseController.
-func (d *deadlineWriter) Unwrap() http.ResponseWriter { return d.ResponseWriter }

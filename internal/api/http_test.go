@@ -76,7 +76,9 @@ func startAPI(t *testing.T, cfg Config, noRun bool) *apiHarness {
 	reg := prometheus.NewRegistry()
 	cfg.Node, cfg.Registerer, cfg.Gatherer, cfg.Logger = "node-1", reg, reg, quiet()
 	s := New(cfg, mirrorSource{m})
-	ts := httptest.NewServer(s.Handler(true))
+	ts := httptest.NewUnstartedServer(s.Handler(true))
+	ts.Config.WriteTimeout = s.cfg.WriteTimeout // as the agent's servers do
+	ts.Start()
 	t.Cleanup(ts.Close)
 	return &apiHarness{t: t, s: s, m: m, cli: cli, url: ts.URL}
 }

@@ -90,7 +90,6 @@ func (a *app) runBoost(ctx context.Context, route, id, ttlFlag string, targetSpe
 	if id == "" {
 		id = newBoostID(route)
 	}
-	a.warnClocks(ctx, ttl)
 	ov := routing.Override{Route: route, Targets: targets, Attrs: attrs, Reason: w.reason, Author: a.userName()}
 	// The end is the written expires_at (the diff's "until"), not a time
 	// of its own read before the write.
@@ -98,7 +97,12 @@ func (a *app) runBoost(ctx context.Context, route, id, ttlFlag string, targetSpe
 	warned := false // a retried build warns once
 	var idle string
 	w.warning = func() string { return idle }
-	return a.runWrite(ctx, w, func(_ context.Context, cur *store.State) (*store.Plan, error) {
+	clocks := false // checked once, not per retry
+	return a.runWrite(ctx, w, func(ctx context.Context, cur *store.State) (*store.Plan, error) {
+		if !clocks {
+			clocks = true
+			a.warnClocks(ctx, ttl)
+		}
 		idle = idleTargets(cur, route, targets)
 		if _, ok := cur.Overrides[id]; ok {
 			return nil, refusef(routing.OverrideKey(id), "boost already exists; extend or cancel it")
@@ -300,9 +304,13 @@ func (a *app) boostExtendCmd() *cobra.Command {
 			return err
 		}
 		id := args[0]
-		a.warnClocks(ctx, ttl)
+		clocks := false // checked once, not per retry
 		w.notes = []string{fmt.Sprintf("boost %s now lasts %s: until its new expires_at above, or its lease's end if that comes first", id, ttl)}
-		return a.runWrite(ctx, w, func(_ context.Context, cur *store.State) (*store.Plan, error) {
+		return a.runWrite(ctx, w, func(ctx context.Context, cur *store.State) (*store.Plan, error) {
+			if !clocks {
+				clocks = true
+				a.warnClocks(ctx, ttl)
+			}
 			lo, ok := cur.Overrides[id]
 			if bad, isBad := cur.BadOverrides[id]; isBad {
 				return nil, refusef(routing.OverrideKey(id), "holds a value that does not decode (%v); cancel it: regionctl boost cancel %s", bad.Err, id)
@@ -322,14 +330,13 @@ const clockSample = 100
 // warnClocks warns, before a boost of ttl is written, of agents whose
 // clock is ahead of this host's, from the status keys of up to
 // clockSample agents: an expires_at this host sets may have passed by
-// theirs. A read that fails says nothing (the write reports its own
-// errors).
+// theirs. It runs in a write's build, once the store is dialed; a read
+// that fails says nothing (the write reports its own errors).
 func (a *app) warnClocks(ctx context.Context, ttl time.Duration) {
-	st, err := a.store(ctx)
-	if err != nil {
+	if a.st == nil {
 		return
 	}
-	agents, err := st.AgentSample(ctx, clockSample)
+	agents, err := a.st.AgentSample(ctx, clockSample)
 	if err != nil {
 		return
 	}

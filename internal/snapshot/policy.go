@@ -105,6 +105,7 @@ func (w *Writer) step(now time.Time, inline bool) (wait time.Duration, again boo
 		return w.cfg.Refresh, false // nothing to write until the first table
 	}
 	if w.hold(t) {
+		w.settle(t)
 		return w.cfg.Refresh, false // until a table with pools comes
 	}
 	if now.Before(w.retryAt) {

@@ -17,6 +17,8 @@ package snapshot
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"runtime"
@@ -123,6 +125,12 @@ type Writer struct {
 	// (Failure); failed counts the writes that failed since.
 	failure atomic.Pointer[string]
 	failed  int
+	// settled is the change revision of the last table the writer
+	// settled (written, found unchanged, failed, or held out); settledCh
+	// is closed at the next settling (Settled).
+	settled   atomic.Int64
+	settledMu sync.Mutex
+	settledCh chan struct{}
 	// now is the wall clock that times the writes (for inlineMax: a slow
 	// file system holds the mirror); cpu reads the CPU time the writing
 	// thread has used, the writes' cost for the pacing. Tests step the
@@ -136,6 +144,7 @@ type Writer struct {
 type output struct {
 	Output
 	name           string
+	path           string         // the file written
 	log            *slog.Logger   // the writer's, with the output's own path
 	last           *routing.Table // the table last written (as rendered), nil: to be written
 	writes, errors prometheus.Counter
@@ -176,10 +185,10 @@ func New(cfg Config) *Writer {
 	idxPath := IndexPath(cfg.Path)
 	idxLog := base.With("path", idxPath)
 	w.outs = []*output{
-		{Output: NewTableJSON(cfg.Path, opts(w.log)), name: "snapshot", log: w.log,
+		{Output: NewTableJSON(cfg.Path, opts(w.log)), name: "snapshot", path: cfg.Path, log: w.log,
 			writes: counter("writes_total", "Snapshot file rewrites."),
 			errors: counter("errors_total", "Snapshot writes that failed.")},
-		{Output: NewIndex(idxPath, opts(idxLog)), name: "snapshot index", log: idxLog,
+		{Output: NewIndex(idxPath, opts(idxLog)), name: "snapshot index", path: idxPath, log: idxLog,
 			writes: counter("index_writes_total", "Snapshot index (table.idx) rewrites."),
 			errors: counter("index_errors_total", "Snapshot index (table.idx) writes that failed.")},
 	}
@@ -331,7 +340,10 @@ func (w *Writer) publish(t *routing.Table, now time.Time, force, inline bool) {
 			o.last, failed = nil, true
 			w.retryAt = time.Now().Add(w.retry.Next())
 			o.log.Error("write "+o.name+"; readers keep the previous file, if there is one", "err", err, "retry_at", w.retryAt)
-			msg := "write " + o.name + ": " + err.Error()
+			// The innermost cause (an errno), not the wrapping errors,
+			// which name the temp file: a new random name at each retry
+			// would make each a new status put.
+			msg := fmt.Sprintf("write %s %s: %v", o.name, o.path, innermost(err))
 			w.failure.Store(&msg)
 			break
 		}
@@ -345,6 +357,8 @@ func (w *Writer) publish(t *routing.Table, now time.Time, force, inline bool) {
 	if w.finish() && !failed {
 		failed = true
 		w.retryAt = time.Now().Add(w.retry.Next())
+		msg := "bring the snapshot files to rest (fsync of their directory) failed: the journal says why"
+		w.failure.Store(&msg)
 	}
 	if wrote && !failed {
 		// Every file holds the table: the index too, which is what most
@@ -355,10 +369,6 @@ func (w *Writer) publish(t *routing.Table, now time.Time, force, inline bool) {
 	switch {
 	case failed:
 		w.failed++
-		if w.failure.Load() == nil { // the finish's fsync failed
-			msg := "bring the snapshot files to rest (fsync of their directory)"
-			w.failure.Store(&msg)
-		}
 	case w.failed > 0:
 		// Said, as the failures were: the error must not be the last
 		// word in the log of an agent whose files are written again.
@@ -376,6 +386,7 @@ func (w *Writer) publish(t *routing.Table, now time.Time, force, inline bool) {
 	if !wrote && !failed {
 		w.skips.Inc()
 	}
+	w.settle(t)
 	// Failed writes count too: one that hangs, then fails, is slow. The
 	// finish counts: the mirror's goroutine waits for it too.
 	w.lastWall = w.now().Sub(now)
@@ -394,4 +405,44 @@ func (w *Writer) Failure() string {
 		return *p
 	}
 	return ""
+}
+
+// Settled reports whether the writer has settled a table of change
+// revision changeRev or later (written it, found the files holding it,
+// failed to write it: Failure says so, or held it out: a table without
+// pools), and returns a channel closed at its next settling: the status
+// key waits for it, so that what it says of the files is of that change.
+func (w *Writer) Settled(changeRev int64) (bool, <-chan struct{}) {
+	w.settledMu.Lock()
+	if w.settledCh == nil {
+		w.settledCh = make(chan struct{})
+	}
+	ch := w.settledCh
+	w.settledMu.Unlock()
+	return w.settled.Load() >= changeRev, ch
+}
+
+// settle records that t is settled and wakes Settled's waiters.
+func (w *Writer) settle(t *routing.Table) {
+	if t.ChangeRevision() > w.settled.Load() {
+		w.settled.Store(t.ChangeRevision())
+	}
+	w.settledMu.Lock()
+	if w.settledCh != nil {
+		close(w.settledCh)
+		w.settledCh = nil
+	}
+	w.settledMu.Unlock()
+}
+
+// innermost returns err's innermost cause: what every retry of a failed
+// write has in common ("no space left on device").
+func innermost(err error) error {
+	for {
+		u := errors.Unwrap(err)
+		if u == nil {
+			return err
+		}
+		err = u
+	}
 }
