@@ -467,14 +467,7 @@ func TestReusedEntryKeepsItsDeps(t *testing.T) {
 // in the same batch of events is a loss at that time: the pool gets its
 // grace window, as when the events are applied one revision at a time.
 func TestHealthKeyComingAndGoingInOneBatch(t *testing.T) {
-	st := map[string]string{
-		"pools/p1":        `{"host":"p1.example","residency":"eu","health_check":true}`,
-		"routes/_default": `{"targets":[{"pool":"p1","weight":100}]}`,
-	}
-	var kvs []KV
-	for _, k := range sortedKeys(st) {
-		kvs = append(kvs, KV{Key: k, Value: []byte(st[k]), ModRevision: 1})
-	}
+	kvs := checkedPoolStore()
 	now := t0.Add(time.Minute) // the start's grace window is long over
 	opts := CompileOptions{Now: now, Start: t0, Grace: 5 * time.Second}
 	prev := Compile(1, kvs, nil, opts)
@@ -718,14 +711,7 @@ func TestUnchangedEntriesShareArrays(t *testing.T) {
 // each for its life, copied whole at each later loss (the soak review).
 // The pool that has a record in its window keeps it, and its health.
 func TestLostRecordsArePruned(t *testing.T) {
-	st := map[string]string{
-		"pools/p1":        `{"host":"p1.example","residency":"eu","health_check":true}`,
-		"routes/_default": `{"targets":[{"pool":"p1","weight":100}]}`,
-	}
-	var kvs []KV
-	for _, k := range sortedKeys(st) {
-		kvs = append(kvs, KV{Key: k, Value: []byte(st[k]), ModRevision: 1})
-	}
+	kvs := checkedPoolStore()
 	opts := func(now time.Time) CompileOptions { return CompileOptions{Now: now, Start: t0, Grace: 5 * time.Second} }
 	at := t0.Add(time.Minute)
 	tbl := Compile(1, kvs, nil, opts(at))
@@ -753,5 +739,14 @@ func TestLostRecordsArePruned(t *testing.T) {
 	comeAndGo("gone-x", later.Add(time.Minute))
 	if n := len(tbl.lost); n != 1 {
 		t.Fatalf("after p1's window and another loss: %d loss records, want the new one's", n)
+	}
+}
+
+// checkedPoolStore is one pool with health_check, p1, and a _default
+// route to it, each at revision 1.
+func checkedPoolStore() []KV {
+	return []KV{
+		{Key: "pools/p1", Value: []byte(`{"host":"p1.example","residency":"eu","health_check":true}`), ModRevision: 1},
+		{Key: "routes/_default", Value: []byte(`{"targets":[{"pool":"p1","weight":100}]}`), ModRevision: 1},
 	}
 }

@@ -136,8 +136,9 @@ errors; nothing written), 2 usage, 3 conflict (changed concurrently; re-run
 or use --retry), 4 etcd unreachable (nothing written, unless the message says
 the outcome is unknown: then check regionctl history first), 5 written but not
 converged, or no live agent confirmed it (the write is committed: do not
-re-run it; also status --max-lag with an agent lagging, serving refused values
-or of another history, or with no live agent), 6 diff --exit-code found
+re-run it; also status --max-lag with an agent lagging, serving refused values,
+of another history or with its snapshot files not written, or with no live
+agent), 6 diff --exit-code found
 differences.
 Every flag can also be set as REGIONCTL_<FLAG> (REGIONCTL_ENDPOINTS,
 REGIONCTL_PREFIX, …); the password of --user is read from REGIONCTL_PASSWORD

@@ -505,11 +505,9 @@ func TestClockAheadIsWarned(t *testing.T) {
 	e.seed()
 	lease := grantLease(t)
 	rev, _ := e.fingerprint()
-	epoch := e.epoch()
-	for node, off := range map[string]time.Duration{"node-ok": 0, "node-ahead": 10 * time.Minute} {
-		e.putAgentStatus(routing.AgentStatus{Node: node, Revision: rev, Epoch: epoch, Connected: true,
-			SyncedAt: time.Now().Add(off).UTC().Format(time.RFC3339)}, lease)
-	}
+	e.putAgent("node-ok", rev, lease)
+	e.putAgentStatus(routing.AgentStatus{Node: "node-ahead", Revision: rev, Epoch: e.epoch(), Connected: true,
+		SyncedAt: time.Now().Add(10 * time.Minute).UTC().Format(time.RFC3339)}, lease)
 	ahead := regexp.MustCompile(`regionctl: warning: the clock of 1 of the 2 agent\(s\) read is ahead of this host's by more than 5s \(node-ahead \+(9m59s|10m0s|10m1s)\): this host's clock or theirs is off`)
 	r := e.must(ExitOK, "status")
 	if !ahead.MatchString(r.stderr) || strings.Contains(r.stderr, "node-ok") {
@@ -543,9 +541,8 @@ func TestSnapshotErrorIsNotConverged(t *testing.T) {
 	e.seed()
 	lease := grantLease(t)
 	rev, _ := e.fingerprint()
-	epoch := e.epoch()
-	e.putAgentStatus(routing.AgentStatus{Node: "node-ok", Revision: rev, Epoch: epoch, Connected: true}, lease)
-	e.putAgentStatus(routing.AgentStatus{Node: "node-full", Revision: rev, Epoch: epoch, Connected: true,
+	e.putAgent("node-ok", rev, lease)
+	e.putAgentStatus(routing.AgentStatus{Node: "node-full", Revision: rev, Epoch: e.epoch(), Connected: true,
 		SnapshotError: "write snapshot index: no space left on device"}, lease)
 	r := e.must(ExitOK, "status")
 	if !strings.Contains(r.stdout, "2 live agent(s): 1 converged, 1 not") ||
