@@ -181,7 +181,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.loadSnapshot()
 	a.api = api.New(api.Config{Node: cfg.Node, MaxStale: cfg.MaxStale, MaxWaiting: maxWaiting,
-		Registerer: a.registry, Gatherer: prometheus.GathererFunc(a.gather), Logger: cfg.Logger}, source{a})
+		WriteTimeout: cfg.WriteTimeout, Registerer: a.registry, Gatherer: prometheus.GathererFunc(a.gather), Logger: cfg.Logger}, source{a})
 	a.mountUI()
 	if err := a.listen(); err != nil {
 		return fail(err)
@@ -411,7 +411,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			// A client that stops reading its answers is cut after this
 			// (the API gives a blocking query's answer as long again after
 			// its wait).
-			WriteTimeout: api.DefaultWriteTimeout,
+			WriteTimeout: a.api.WriteTimeout(),
 			// Requests end with the agent: a blocking query (min_revision)
 			// answers at once instead of holding the shutdown.
 			BaseContext: func(net.Listener) context.Context { return gctx }}

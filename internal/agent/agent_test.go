@@ -37,8 +37,9 @@ type harness struct {
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// startAgent runs an agent against endpoints with its files in dir.
-func startAgent(t *testing.T, dir string, endpoints []string) *harness {
+// startAgent runs an agent against endpoints with its files in dir, its
+// configuration changed by each of with.
+func startAgent(t *testing.T, dir string, endpoints []string, with ...func(*agent.Config)) *harness {
 	t.Helper()
 	cfg := agent.DefaultConfig()
 	cfg.Endpoints = endpoints
@@ -49,6 +50,9 @@ func startAgent(t *testing.T, dir string, endpoints []string) *harness {
 	cfg.DialTimeout = time.Second
 	cfg.StatusTTL = 2 * time.Second
 	cfg.Logger = quietLogger()
+	for _, f := range with {
+		f(&cfg)
+	}
 	return runAgent(t, dir, cfg)
 }
 
@@ -119,14 +123,15 @@ func (h *harness) snapshot() *routing.Table {
 	return t
 }
 
-// startExampleAgent runs etcd with the example fleet and an agent that
-// has served its first decision.
-func startExampleAgent(t *testing.T) (*harness, *clientv3.Client) {
+// startExampleAgent runs etcd with the example fleet and an agent (its
+// configuration changed by each of with) that has served its first
+// decision.
+func startExampleAgent(t *testing.T, with ...func(*agent.Config)) (*harness, *clientv3.Client) {
 	t.Helper()
 	srv := devetcd.NewTest(t)
 	cli := devetcd.NewTestClient(t, srv)
 	loadExample(t, cli)
-	h := startAgent(t, t.TempDir(), srv.Endpoints)
+	h := startAgent(t, t.TempDir(), srv.Endpoints, with...)
 	waitFor(t, "first table", func() bool { c, _ := h.resolve("DE", "k"); return c == 200 })
 	return h, cli
 }

@@ -72,6 +72,12 @@ type Config struct {
 	// connections wait in the kernel's backlog. It is lowered to fit the
 	// process's file descriptor limit less FDReserve.
 	MaxConnections int
+	// WriteTimeout bounds the writing of one API answer: a client that
+	// stops reading its answers (a hung front-door worker pipelining
+	// requests) has its connection closed after it; a blocking query's
+	// answer gets as long again after its wait. Zero:
+	// api.DefaultWriteTimeout.
+	WriteTimeout time.Duration
 	// FDReserve is how many file descriptors the API never takes: the
 	// snapshot writer and the etcd client need them.
 	FDReserve int

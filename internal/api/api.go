@@ -109,6 +109,11 @@ type Server struct {
 // a newer table.
 func (s *Server) Waiting() int64 { return s.waiting.Load() }
 
+// WriteTimeout is the bound on writing an answer that the server serving
+// Handler must set as its http.Server.WriteTimeout (Config.WriteTimeout,
+// after its default).
+func (s *Server) WriteTimeout() time.Duration { return s.cfg.WriteTimeout }
+
 // Handle mounts h at pattern on the API's mux (the status page, /ui/): it
 // is served on every listener under the API's rules (GET and HEAD only;
 // on loopback TCP, loopback Host names only).

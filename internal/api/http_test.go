@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/fleettest"
+	"github.com/regiond/regiond/internal/stallclient"
 	"github.com/regiond/regiond/routing"
 	"github.com/regiond/regiond/watch"
 )
@@ -77,7 +77,7 @@ func startAPI(t *testing.T, cfg Config, noRun bool) *apiHarness {
 	cfg.Node, cfg.Registerer, cfg.Gatherer, cfg.Logger = "node-1", reg, reg, quiet()
 	s := New(cfg, mirrorSource{m})
 	ts := httptest.NewUnstartedServer(s.Handler(true))
-	ts.Config.WriteTimeout = s.cfg.WriteTimeout // as the agent's servers do
+	ts.Config.WriteTimeout = s.WriteTimeout() // as the agent's servers do
 	ts.Start()
 	t.Cleanup(ts.Close)
 	return &apiHarness{t: t, s: s, m: m, cli: cli, url: ts.URL}
@@ -594,28 +594,9 @@ func TestClientThatStopsReadingIsClosed(t *testing.T) {
 	}
 	defer c.Close()
 	const sent = 4000 // answers of ~len(body) each: far past the socket buffers
-	go func() {
-		req := "GET /v1/table HTTP/1.1\r\nHost: localhost\r\n\r\n"
-		for range sent {
-			if _, err := io.WriteString(c, req); err != nil {
-				return // closed by the server
-			}
-		}
-	}()
-	time.Sleep(2 * time.Second) // the server blocks on a full socket, then its deadline passes
-	c.SetReadDeadline(time.Now().Add(30 * time.Second))
-	br := bufio.NewReader(c)
-	read := 0
-	for ; read < sent; read++ {
-		r, err := http.ReadResponse(br, nil)
-		if err != nil {
-			break
-		}
-		_, err = io.Copy(io.Discard, r.Body)
-		r.Body.Close()
-		if err != nil {
-			break
-		}
+	read, err := stallclient.Pipeline(c, "GET /v1/table HTTP/1.1\r\nHost: localhost\r\n\r\n", sent, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if read == sent {
 		t.Fatalf("all %d answers written to a client that read none for 2 s: its connection was not closed", sent)
