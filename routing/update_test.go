@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -709,20 +710,28 @@ func TestUnchangedEntriesShareArrays(t *testing.T) {
 // window), as Compile keeps it: an agent that never relists saw 1,000
 // ids come and go (removed pools, instances renamed) and kept a record of
 // each for its life, copied whole at each later loss (the soak review).
-// The pool that has a record in its window keeps it, and its health.
+// The pool that has a record in its window keeps it, and its health. Each
+// step is checked against a Compile of the same store.
 func TestLostRecordsArePruned(t *testing.T) {
 	kvs := checkedPoolStore()
 	opts := func(now time.Time) CompileOptions { return CompileOptions{Now: now, Start: t0, Grace: 5 * time.Second} }
 	at := t0.Add(time.Minute)
 	tbl := Compile(1, kvs, nil, opts(at))
 	rev := int64(1)
+	// comeAndGo puts a health key of id, then deletes it, each in its own
+	// watch response, and checks the loss records against a Compile of
+	// the same store from the same previous table.
 	comeAndGo := func(id string, now time.Time) {
 		key := "health/" + id + "/i0"
-		tbl = Update(tbl, rev+2, []Event{
+		tbl = Update(tbl, rev+1, []Event{
 			{KV: KV{Key: key, Value: []byte(`{"addr":"10.0.0.1:443"}`), ModRevision: rev + 1}, Created: true},
-			{KV: KV{Key: key, ModRevision: rev + 2}, Deleted: true},
 		}, opts(now))
+		before := tbl
+		tbl = Update(tbl, rev+2, []Event{{KV: KV{Key: key, ModRevision: rev + 2}, Deleted: true}}, opts(now))
 		rev += 2
+		if want := Compile(rev, kvs, before, opts(now)); !maps.Equal(tbl.lost, want.lost) {
+			t.Fatalf("after %s lost its health key: Update keeps %d loss records, Compile %d", id, len(tbl.lost), len(want.lost))
+		}
 	}
 	for i := range 1000 {
 		comeAndGo(fmt.Sprintf("gone-%d", i), at)
