@@ -146,7 +146,7 @@ func unknownFields(rel string, raw []byte) []string {
 		return nil
 	}
 	var v any
-	extra := func() Extra { return nil }
+	var extra func() Extra
 	switch k.Kind {
 	case KindPool:
 		p := new(Pool)

@@ -39,7 +39,7 @@ func TestParseConfig(t *testing.T) {
 // string "NO" (Norway), not the YAML 1.1 boolean false; the same for the
 // other YAML 1.1 booleans that are country codes or attr values.
 func TestParseConfigNorway(t *testing.T) {
-	cfg, err := ParseConfig([]byte(`
+	_, err := ParseConfig([]byte(`
 policy:
   residency:
     classes:
@@ -54,7 +54,7 @@ routes:
 	if err == nil || !strings.Contains(err.Error(), `classes.other[0]: "ON" is not an ISO 3166-1 alpha-2 code`) {
 		t.Fatalf("want ON refused as a country code (it is one only in YAML 1.1 as a bool), got %v", err)
 	}
-	cfg, err = ParseConfig([]byte(`
+	cfg, err := ParseConfig([]byte(`
 policy:
   residency: {classes: {eu: [NO, IS, LI]}}
 pools:

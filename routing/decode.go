@@ -150,9 +150,7 @@ func truncate(raw []byte) string {
 // ^[A-Za-z0-9_]([A-Za-z0-9_-]{0,62})(\.[A-Za-z0-9_]([A-Za-z0-9_-]{0,62}))*\.?$
 // (TestIsHostNameMatchesRegexp), without one (it runs for every pool).
 func isHostName(name string) bool {
-	if strings.HasSuffix(name, ".") {
-		name = name[:len(name)-1]
-	}
+	name = strings.TrimSuffix(name, ".")
 	if name == "" {
 		return false
 	}

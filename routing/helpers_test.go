@@ -60,11 +60,6 @@ func tg(pw ...any) []Target {
 	return out
 }
 
-// pool is a shorthand for an active pool.
-func pool(residency string) Pool {
-	return Pool{Host: "edge.example.net:443", Residency: residency, Status: StatusActive}
-}
-
 // bigConfig returns a config in which every ISO country has a route, served
 // by nPools pools spread over the residency classes eu, us, apac and latam;
 // each country route has three targets allowed for its class.

@@ -166,10 +166,7 @@ func (d *refDecoder) value(raw []byte, v reflect.Value, path string) {
 // values and thousands of mutations of them (types swapped, nulls,
 // duplicates, escapes, unknown fields, nesting).
 func TestDecoderMatchesReference(t *testing.T) {
-	var samples []KV
-	for _, kv := range kvsOf(t, exampleConfig(t)) {
-		samples = append(samples, kv)
-	}
+	samples := append([]KV(nil), kvsOf(t, exampleConfig(t))...)
 	samples = append(samples,
 		KV{Key: "health/eu-west/i-1", Value: []byte(`{"addr":"10.0.0.1:443","since":"x","zone":{"a":[1,2,{"b":null}]}}`)},
 		KV{Key: "overrides/b1", Value: []byte(`{"route":"PL","targets":[{"pool":"eu-west","weight":100}],"attrs":{"x":"y"}}`)},

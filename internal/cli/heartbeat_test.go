@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -34,7 +33,8 @@ func regionctlBinary(t testing.TB) string {
 	binOnce.Do(func() {
 		goTool, err := exec.LookPath("go")
 		if err != nil {
-			goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+			binErr = fmt.Errorf("building regionctl for the test: %w", err)
+			return
 		}
 		dir, err := os.MkdirTemp("", "regionctl-bin-")
 		if err != nil {

@@ -300,15 +300,3 @@ func printWriteTable(w io.Writer, r writeResult) {
 		fmt.Fprintf(w, "converged: every live agent (%d) serves revision %d or later\n", r.ConvergedAgents, r.Revision)
 	}
 }
-
-// configPlan is the common build step of config verbs: clone the current
-// config, let change modify it, propose the result.
-func configPlan(change func(cfg *routing.Config) error) buildFunc {
-	return func(_ context.Context, cur *store.State) (*store.Plan, error) {
-		cfg := cloneConfig(cur.Config)
-		if err := change(cfg); err != nil {
-			return nil, err
-		}
-		return &store.Plan{Config: cfg}, nil
-	}
-}

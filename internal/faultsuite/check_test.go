@@ -55,7 +55,6 @@ func (r *refs) table(ctx context.Context, rev int64, stale bool) (*routing.Table
 // compares every answer with the reference at the answer's revision.
 type checker struct {
 	refs *refs
-	rng  *rand.Rand
 
 	resolves, noRoutes, tables, restarts atomic.Int64
 	maxLag                               atomic.Int64 // revisions behind the recorder, at a sample

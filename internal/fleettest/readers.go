@@ -307,7 +307,7 @@ type Want struct {
 func (x Expect) Want(h, key string) (Want, error) {
 	d, err := x.Table.Resolve(h, key, x.Now)
 	if err != nil && !errors.Is(err, routing.ErrNoRoute) {
-		return Want{}, fmt.Errorf("Go Resolve(%q, %q): %w", h, key, err)
+		return Want{}, fmt.Errorf("the Go resolver, Resolve(%q, %q): %w", h, key, err)
 	}
 	if x.WithStale && !slices.Contains(d.Degraded, "stale-table") {
 		d.Degraded = append(slices.Clone(d.Degraded), "stale-table")

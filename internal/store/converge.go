@@ -291,7 +291,7 @@ func (w *convergeWait) put(key string, value []byte, readRev int64) {
 		return
 	}
 	// synced_at has whole seconds: up to 1 s before the agent's clock.
-	if d := at.Sub(time.Now()); d > MaxClockSkew {
+	if d := time.Until(at); d > MaxClockSkew {
 		w.skews[key] = d
 	} else if d := at.Sub(w.start); d < -MaxClockSkew-time.Second {
 		w.skews[key] = d
