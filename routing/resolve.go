@@ -35,11 +35,6 @@ type Decision struct {
 	Degraded []string `json:"degraded"`
 }
 
-// Resolve is t.Resolve(country, key, now).
-func Resolve(t *Table, country, key string, now time.Time) (Decision, error) {
-	return t.Resolve(country, key, now)
-}
-
 // Resolve decides which pool serves a viewer from country (a raw header
 // value: "pl", " PL ", "XX" and garbage are accepted) with the sticky key
 // key ("" for none). It returns ErrNoRoute when no eligible pool exists;

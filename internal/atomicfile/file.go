@@ -40,13 +40,6 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 	return writeFile(path, [][]byte{data}, perm, MkdirAll)
 }
 
-// WriteBuffers atomically replaces path with the concatenation of bufs,
-// mode perm, without joining them (writev). The directory is created
-// (0755) if missing. A symlink at path is refused.
-func WriteBuffers(path string, perm os.FileMode, bufs ...[]byte) error {
-	return writeFile(path, bufs, perm, MkdirAll)
-}
-
 // MkdirAll creates dir and its parents, 0755, if missing: the default
 // Options.EnsureDir.
 func MkdirAll(dir string) error {

@@ -197,9 +197,6 @@ func (s *Server) client(tc *tls.Config, user, password string) (*clientv3.Client
 // Close stops the server and waits for it to exit.
 func (s *Server) Close() { s.etcd.Close() }
 
-// Err reports fatal server errors.
-func (s *Server) Err() <-chan error { return s.etcd.Err() }
-
 func urlOrFree(raw, scheme string) (*url.URL, error) {
 	if raw == "" {
 		port, err := freeport.Get()

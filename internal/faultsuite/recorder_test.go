@@ -168,13 +168,6 @@ func (r *recorder) Heard() int64 {
 	return r.heard
 }
 
-// LastRev returns the revision of the newest recorded event.
-func (r *recorder) LastRev() int64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.lastRev
-}
-
 // Events returns how many events were recorded.
 func (r *recorder) Events() int {
 	r.mu.Lock()

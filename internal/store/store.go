@@ -77,9 +77,6 @@ func New(cli *clientv3.Client, ks keyspace.Space, opts Options) *Store {
 // Client returns the etcd client of the store.
 func (s *Store) Client() *clientv3.Client { return s.cli }
 
-// Roles returns the roles of the store's keyspace.
-func (s *Store) Roles() Roles { return s.roles }
-
 // Keyspace returns the key layout of the store.
 func (s *Store) Keyspace() keyspace.Space { return s.ks }
 
