@@ -207,8 +207,11 @@ func (a *app) runBoostLs(ctx context.Context) error {
 	now := time.Now()
 	// As the agents' table would find the boosts now (their health grace
 	// windows over, as resolve does).
-	idle := routing.Compile(cur.Revision, cur.KVs, nil, routing.CompileOptions{Now: now, Start: now.Add(-routing.DefaultHealthGrace)}).
-		BoostsWithoutEligibleTarget()
+	tbl, err := a.compileStored(ctx, cur, routing.CompileOptions{Now: now, Start: now.Add(-routing.DefaultHealthGrace)})
+	if err != nil {
+		return err
+	}
+	idle := tbl.BoostsWithoutEligibleTarget()
 	out := []boostInfo{}
 	for _, id := range cur.OverrideIDs() {
 		lo := cur.Overrides[id]

@@ -70,11 +70,11 @@ func (a *app) runExportKV(ctx context.Context, o exportKVOpts) error {
 	if err != nil {
 		return err
 	}
-	for _, s := range cur.Skipped {
-		a.log.Warn("stored value refused; the export uses what an agent would (its last good value or nothing)", "key", s.Key, "error", s.Error)
-	}
 	now := time.Now()
-	t := routing.Compile(cur.Revision, cur.KVs, nil, routing.CompileOptions{Now: now, Start: now.Add(-routing.DefaultHealthGrace)})
+	t, err := a.compileStored(ctx, cur, routing.CompileOptions{Now: now, Start: now.Add(-routing.DefaultHealthGrace)})
+	if err != nil {
+		return err
+	}
 	vs, err := snapindex.KVValues(t, routing.JSONHeader{WrittenAt: now, SyncedAt: now})
 	if err != nil {
 		return err

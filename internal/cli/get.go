@@ -147,7 +147,9 @@ func (a *app) runGet(ctx context.Context, section string) error {
 	}
 	show := func(s string) bool { return section == "" || section == s }
 	out := getResult{Revision: cur.Revision, Epoch: cur.Epoch, instances: map[string]int{}, shown: show}
-	if show("policy") {
+	if _, _, refused := cur.InvalidConfig(routing.PolicyKey); show("policy") && !refused {
+		// A refused policy is not shown as the built-in one: the agents
+		// serve its last good value; it is named under SKIPPED.
 		pol := cur.Config.ResidencyOrDefault()
 		out.Policy, out.PolicyDefault = &pol, cur.Config.Policy.Residency == nil
 	}

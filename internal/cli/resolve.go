@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/regiond/regiond/internal/store"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -83,6 +84,29 @@ func (a *app) resolveTable(ctx context.Context, file string, opts routing.Compil
 	cur, err := a.load(ctx)
 	if err != nil {
 		return nil, err
+	}
+	return a.compileStored(ctx, cur, opts)
+}
+
+// compileStored compiles the stored state cur as the agents do: each key
+// whose stored value they refuse is decided with its last good value,
+// read from etcd's history (store.LastGood), and named on stderr with the
+// value used. Without it a refused residency policy was decided by the
+// built-in one, sending viewers out of the class the agents keep them in.
+func (a *app) compileStored(ctx context.Context, cur *store.State, opts routing.CompileOptions) (*routing.Table, error) {
+	if len(cur.Skipped) > 0 {
+		st, err := a.store(ctx)
+		if err != nil {
+			return nil, err
+		}
+		earlier, notes, err := st.LastGood(ctx, cur)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range notes {
+			fmt.Fprintf(a.stderr, "regionctl: warning: %s\n", n)
+		}
+		opts.Earlier = earlier
 	}
 	return routing.Compile(cur.Revision, cur.KVs, nil, opts), nil
 }

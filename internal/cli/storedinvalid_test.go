@@ -3,6 +3,9 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -260,5 +263,69 @@ func TestFallbackAndNoFallback(t *testing.T) {
 	}
 	if rev2, n2 := e.fingerprint(); rev2 != rev || n2 != n {
 		t.Fatalf("etcd changed: newest revision %d → %d, keys %d → %d", rev, rev2, n, n2)
+	}
+}
+
+// TestRefusedPolicyKeepsItsLastGoodValue: a residency policy the agents
+// refuse (a hand edit adding a lower-case code) leaves its last good value
+// in force at the agents, and regionctl decides as they do (the residency
+// review: it decided by the built-in policy, which has no class uk, so
+// resolve and export kv sent GB's viewers to eu pools, and a drain of
+// GB's last uk pool passed without --force): resolve and export kv keep GB
+// in class uk, naming the value used; get policy does not show the
+// built-in policy; a write is refused, naming the policy, until the policy
+// is replaced (here by a rollback to the current epoch).
+func TestRefusedPolicyKeepsItsLastGoodValue(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	example, err := os.ReadFile(exampleConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withUK := strings.Replace(string(example), "    unknown_country_class: eu", "      uk: [GB]\n    unknown_country_class: eu", 1)
+	e.must(0, "apply", "-f", writeFile(t, "fleet.yaml", withUK), "--reason", "seed")
+	epoch := e.currentEpoch()
+	if r := e.run("pool", "drain", "uk-london", "--dry-run"); r.code != ExitRefused || !strings.Contains(r.stderr, "GB") {
+		t.Fatalf("drain of GB's last uk pool, policy valid: want refused naming GB, got %s", r)
+	}
+	good := e.get(e.ks.RoutingKey(routing.PolicyKey))
+	e.putHandEdit(routing.PolicyKey, strings.Replace(good, `"YT"]`, `"YT","ch"]`, 1))
+
+	r := e.run("pool", "drain", "uk-london")
+	if r.code != ExitRefused || !strings.Contains(r.stderr, "policy/residency: the stored residency policy is refused by the agents") ||
+		!strings.Contains(r.stderr, fmt.Sprintf("regionctl rollback %d", epoch)) {
+		t.Fatalf("drain with the policy refused: want refused naming the policy and the rollback that replaces it, got %s", r)
+	}
+	r = e.must(0, "resolve", "GB", "--key", "a")
+	if !strings.HasPrefix(r.stdout, "GB (class uk) → uk-london") || !strings.Contains(r.stderr, "policy/residency: refused (") ||
+		!strings.Contains(r.stderr, "decided with its last good value, of revision") {
+		t.Fatalf("resolve GB with the policy refused: want class uk and uk-london, the last good value named, got %s", r)
+	}
+	type candidate struct {
+		Pool string `json:"pool"`
+	}
+	var kv map[string]struct {
+		Entry struct {
+			Route      string      `json:"route"`
+			Candidates []candidate `json:"candidates"`
+		} `json:"entry"`
+	}
+	r = e.must(0, "export", "kv", "--format", "map")
+	if err := json.Unmarshal([]byte(r.stdout), &kv); err != nil {
+		t.Fatal(err)
+	}
+	if gb := kv["GB"].Entry; gb.Route != "GB" || len(gb.Candidates) == 0 || slices.ContainsFunc(gb.Candidates, func(c candidate) bool { return c.Pool != "uk-london" }) {
+		t.Fatalf("export kv with the policy refused: GB's entry %+v, want route GB with uk-london alone (stderr %s)", gb, r.stderr)
+	}
+	if r = e.must(0, "get", "policy"); strings.Contains(r.stdout, "built-in default") || !strings.Contains(r.stderr, "policy/residency") {
+		t.Fatalf("get policy with the policy refused: want no built-in policy shown and the refused key named, got %s", r)
+	}
+
+	e.must(0, "rollback", strconv.FormatInt(epoch, 10), "--reason", "undo the hand edit")
+	if got := e.get(e.ks.RoutingKey(routing.PolicyKey)); got != good {
+		t.Fatalf("after the rollback the policy is %s, want %s", got, good)
+	}
+	if r := e.run("pool", "drain", "uk-london", "--dry-run"); r.code != ExitRefused || strings.Contains(r.stderr, "policy/residency") || !strings.Contains(r.stderr, "GB") {
+		t.Fatalf("drain after the policy was replaced: want refused for GB alone, got %s", r)
 	}
 }

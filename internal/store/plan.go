@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/regiond/regiond/routing"
@@ -86,6 +87,9 @@ func (s *Store) prepare(st *State, p *Plan) ([]op, string, error) {
 		return nil, "", err
 	}
 	ops = append(ops, ovOps...)
+	if e := policyRefused(st, ops); e != nil {
+		errs = append(errs, e)
+	}
 	var forced string
 	if len(errs) == 0 && mayLoseCandidates(ops) {
 		// Forced or not, the effect is worked out: a forced write (and
@@ -103,6 +107,27 @@ func (s *Store) prepare(st *State, p *Plan) ([]op, string, error) {
 		return nil, "", &RefusedError{Errs: errs, Changes: changes(ops)}
 	}
 	return ops, forced, nil
+}
+
+// policyRefused refuses a write that leaves a refused residency policy in
+// place (a hand edit the agents skip, serving its last good value): the
+// write's checks (each pool's and boost's residency, the countries a
+// change leaves without an eligible pool) would judge it against the
+// built-in policy, not the one the agents serve, and pass what sends a
+// country's viewers out of their class. A write that puts or deletes the
+// policy key goes ahead.
+func policyRefused(st *State, ops []op) *routing.FieldError {
+	_, why, refused := st.InvalidConfig(routing.PolicyKey)
+	if !refused || slices.ContainsFunc(ops, func(o op) bool { return o.rel == routing.PolicyKey }) {
+		return nil
+	}
+	fix := "regionctl apply -f FILE with a policy section"
+	if st.Epoch > 0 {
+		fix = fmt.Sprintf("regionctl rollback %d (the config as epoch %d committed it, undoing the hand edits since) or %s (regionctl history --touching policy/residency shows the values regionctl wrote)",
+			st.Epoch, st.Epoch, fix)
+	}
+	return &routing.FieldError{Key: routing.PolicyKey, Msg: fmt.Sprintf("the stored residency policy is refused by the agents (%s), which serve its last good value; "+
+		"this write's checks would judge it by the built-in policy instead: replace the policy first, with %s", strings.TrimPrefix(why.Error(), routing.PolicyKey+": "), fix)}
 }
 
 // configOps returns the puts and deletes that turn the stored config into
