@@ -28,12 +28,20 @@ type ConflictError struct {
 	// when the Txn failed.
 	Epoch, Now int64
 	// Key is set when a guarded key other than the epoch changed (an
-	// override that expired or was replaced).
+	// override that expired or was replaced, or a config key written
+	// around regionctl).
 	Key string
+	// Outside says Key is a config key written since the write read the
+	// state with no epoch of its own: by etcdctl or a script, not
+	// regionctl.
+	Outside bool
 }
 
 // Error tells the operator what happened and what to do.
 func (e *ConflictError) Error() string {
+	if e.Key != "" && e.Epoch == e.Now && e.Outside {
+		return fmt.Sprintf("%s was written outside regionctl (etcdctl, a script: no epoch, no audit record) after this write read it, so it was not overwritten; re-run to build on it (regionctl get shows it)", e.Key)
+	}
 	if e.Key != "" && e.Epoch == e.Now {
 		return fmt.Sprintf("%s changed concurrently (expired or replaced); re-run", e.Key)
 	}

@@ -81,3 +81,83 @@ func auditKVs(ctx context.Context, t *testing.T, cli *clientv3.Client, s *Store)
 	}
 	return out
 }
+
+// TestHandEditMeanwhileIsNotOverwritten: a config key written around
+// regionctl (etcdctl, a script) between a write's read and its commit is
+// not overwritten unseen: the write is a conflict naming the key, nothing
+// written, the hand edit kept (the writes review: it was overwritten,
+// and the audit record named the value read as the one replaced); a
+// retry builds on it, its record's "before" the hand edit. A key of no
+// change of the write counts too (the whole config was validated as read).
+func TestHandEditMeanwhileIsNotOverwritten(t *testing.T) {
+	t.Parallel()
+	ctx, cli, s, cfg := storeEnv(t, Options{})
+	put(ctx, t, s, cfg)
+	ks := s.Keyspace()
+	hand := func(rel, value string) {
+		t.Helper()
+		if _, err := cli.Put(ctx, ks.RoutingKey(rel), value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	epochNow := func() int64 {
+		t.Helper()
+		st, err := s.Load(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Epoch
+	}
+	const handPool = `{"host":"hand.example.net:443","residency":"eu"}`
+	for _, tc := range []struct{ rel, value string }{
+		{"pools/eu-west", handPool},                                    // the key the write changes
+		{"routes/MT", `{"targets":[{"pool":"eu-west","weight":100}]}`}, // a new key it does not
+		{"policy/residency", ""},                                       // another kind, put again as it is
+	} {
+		if tc.value == "" {
+			resp, err := cli.Get(ctx, ks.RoutingKey(tc.rel))
+			if err != nil || len(resp.Kvs) != 1 {
+				t.Fatalf("read %s: %v", tc.rel, err)
+			}
+			tc.value = string(resp.Kvs[0].Value)
+		}
+		epoch, builds := epochNow(), 0
+		_, err := s.Write(ctx, WriteRequest{Command: "meanwhile", Build: func(_ context.Context, cur *State) (*Plan, error) {
+			if builds++; builds == 1 {
+				hand(tc.rel, tc.value)
+			}
+			return &Plan{Config: withPool(cur.Config, "eu-west", "n", tc.rel)}, nil
+		}})
+		var ce *ConflictError
+		if !errors.As(err, &ce) || ce.Key != tc.rel || !ce.Outside || !strings.Contains(err.Error(), tc.rel+" was written outside regionctl") {
+			t.Fatalf("%s written between the read and the commit: want a conflict naming it, got %v", tc.rel, err)
+		}
+		if got := epochNow(); got != epoch {
+			t.Fatalf("%s: the refused write moved the epoch %d → %d", tc.rel, epoch, got)
+		}
+		if resp, err := cli.Get(ctx, ks.RoutingKey(tc.rel)); err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != tc.value {
+			t.Fatalf("%s: the hand edit was not kept: %v %v", tc.rel, resp, err)
+		}
+	}
+
+	// With --retry: the retry builds on the hand edit, and says so.
+	builds := 0
+	hand("pools/eu-west", `{"host":"edge-ams-1.example.net:443","residency":"eu","attrs":{"n":"x"}}`)
+	res, err := s.Write(ctx, WriteRequest{Command: "retried", Retry: 1, Build: func(_ context.Context, cur *State) (*Plan, error) {
+		if builds++; builds == 1 {
+			hand("pools/eu-west", handPool)
+		}
+		return &Plan{Config: withPool(cur.Config, "eu-west", "n", "retried")}, nil
+	}})
+	if err != nil || res.Attempts != 2 {
+		t.Fatalf("a retried write over a hand edit: %v (attempts %v)", err, res)
+	}
+	rec, err := s.AuditRecord(ctx, res.Epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Changes) != 1 || rec.Changes[0].Key != "pools/eu-west" || !strings.Contains(string(rec.Changes[0].Before), "hand.example.net") ||
+		!strings.Contains(string(rec.Changes[0].After), "hand.example.net") {
+		t.Fatalf("the retried write's audit record: %+v, want pools/eu-west from the hand edit's value", rec.Changes)
+	}
+}

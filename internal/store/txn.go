@@ -31,7 +31,10 @@ type txnPlan struct {
 
 // buildTxn builds the guarded Txn of a write: its compares are the epoch's
 // mod revision, the absence of any audit record of epoch E+1 or later (an
-// epoch key reset by hand must not overwrite the audit trail) and the mod
+// epoch key reset by hand must not overwrite the audit trail), no config
+// key (pools/, routes/, policy/) written since the state was read (a hand
+// edit meanwhile, with no epoch of its own, was overwritten unseen, and
+// the audit record named the value read as the one replaced) and the mod
 // revision of each replaced or cancelled boost.
 func (s *Store) buildTxn(st *State, ops []op, leases map[string]clientv3.LeaseID, req WriteRequest, chg []routing.Change) (*txnPlan, error) {
 	epoch := st.Epoch + 1
@@ -45,6 +48,10 @@ func (s *Store) buildTxn(st *State, ops []op, leases map[string]clientv3.LeaseID
 	t.cmps = []clientv3.Cmp{
 		clientv3.Compare(clientv3.ModRevision(epochKey), "=", st.EpochModRevision),
 		clientv3.Compare(clientv3.CreateRevision(auditKey), "=", 0).WithRange(clientv3.GetPrefixRangeEnd(s.ks.AuditPrefix())),
+	}
+	for _, kind := range configKinds {
+		dir := s.ks.RoutingKey(kind.String() + "/")
+		t.cmps = append(t.cmps, clientv3.Compare(clientv3.ModRevision(dir), "<", st.Revision+1).WithPrefix())
 	}
 	for _, o := range ops {
 		key := s.ks.RoutingKey(o.rel)
@@ -66,6 +73,10 @@ func (s *Store) buildTxn(st *State, ops []op, leases map[string]clientv3.LeaseID
 	}
 	return t, nil
 }
+
+// configKinds are the key kinds of the config, whose keys a write's Txn
+// guards as read.
+var configKinds = []routing.Kind{routing.KindPool, routing.KindRoute, routing.KindPolicy}
 
 // runTxn sends the Txn and returns its revision. An error that may have
 // come after etcd applied it (no answer) is resolved by reading back.
@@ -193,7 +204,35 @@ func (s *Store) guardFailed(ctx context.Context, st *State, ops []op, t *txnPlan
 	if audit := firstKV(resp.Responses[1]); audit != nil && epochRev == st.EpochModRevision {
 		return s.epochReset(ctx, st, epochKV == nil, string(audit.Key))
 	}
-	return s.conflict(st, ops, epochKV)
+	ce := s.conflict(st, ops, epochKV)
+	if ce.Epoch == ce.Now {
+		// The epoch did not move: a guarded key did. Which one is read
+		// (a failed read leaves the first guarded boost named).
+		if key, ok := s.writtenSince(ctx, st); ok {
+			ce.Key, ce.Outside = key, true
+		}
+	}
+	return ce
+}
+
+// writtenSince returns the first config key written since st was read (a
+// hand edit: the epoch did not move), and whether there is one that can
+// be read.
+func (s *Store) writtenSince(ctx context.Context, st *State) (string, bool) {
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	for _, kind := range configKinds {
+		dir := s.ks.RoutingKey(kind.String() + "/")
+		resp, err := s.cli.Get(rctx, dir, clientv3.WithPrefix(), clientv3.WithMinModRev(st.Revision+1), clientv3.WithKeysOnly(), clientv3.WithLimit(1))
+		if err != nil {
+			return "", false
+		}
+		if len(resp.Kvs) > 0 {
+			rel, _ := s.ks.Rel(string(resp.Kvs[0].Key))
+			return rel, true
+		}
+	}
+	return "", false
 }
 
 // epochReset returns the *EpochResetError of a write refused by its audit
@@ -216,7 +255,7 @@ func (s *Store) epochReset(ctx context.Context, st *State, missing bool, found s
 // conflict describes a failed guard: the epoch moved, or a guarded boost
 // changed under the same epoch (it expired). epochKV is the epoch key as
 // the Txn found it (nil: absent).
-func (s *Store) conflict(st *State, ops []op, epochKV *mvccpb.KeyValue) error {
+func (s *Store) conflict(st *State, ops []op, epochKV *mvccpb.KeyValue) *ConflictError {
 	now := st.Epoch
 	if epochKV != nil {
 		now, _ = strconv.ParseInt(string(epochKV.Value), 10, 64)
