@@ -133,7 +133,9 @@ func ResidencyGaps(r Residency) []string {
 
 // Warnings names what in cfg is valid but likely not what its author
 // meant, one line each: the parts of the EU its policy leaves in no class
-// (ResidencyGaps), fallbacks on _default, which only a chain naming
+// (ResidencyGaps), a code listed twice in a class, a class with no
+// countries, no EEA member state in any class while pools have residency
+// eu, fallbacks on _default, which only a chain naming
 // _default follows (a country without a route of its own, and the unknown
 // country, use _default's targets alone), and fallbacks that residency
 // keeps from ever serving a country whose chain holds them.
@@ -151,6 +153,13 @@ func Warnings(cfg *Config) []string {
 				}
 				seen[cc] = true
 			}
+			if len(r.Classes[class]) == 0 {
+				out = append(out, fmt.Sprintf("policy/residency: class %s lists no countries (an empty list, or a template that rendered none): no country's viewers are held to its pools", class))
+			}
+		}
+		if eu := poolsOfResidency(cfg, "eu"); len(eu) > 0 && !slices.ContainsFunc(eea, func(cc string) bool { c, _ := classFor(*r, cc); return c != "" }) {
+			out = append(out, fmt.Sprintf("policy/residency: no EEA member state is in a class while pools have residency eu (%s): EEA viewers may be sent to pools of any residency (the built-in policy's class eu holds the EEA and the EU's territories: docs/keys-and-values.md)",
+				strings.Join(eu, ", ")))
 		}
 	}
 	if d, ok := cfg.Routes[DefaultRoute]; ok && len(d.Fallback) > 0 {
@@ -158,6 +167,18 @@ func Warnings(cfg *Config) []string {
 			strings.Join(d.Fallback, ", ")))
 	}
 	return append(out, fallbacksNeverServing(cfg)...)
+}
+
+// poolsOfResidency returns the ids of cfg's pools of residency class, in
+// order.
+func poolsOfResidency(cfg *Config, class string) []string {
+	var ids []string
+	for _, id := range slices.Sorted(maps.Keys(cfg.Pools)) {
+		if cfg.Pools[id].Residency == class {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
 
 // fallbacksNeverServing names, for each country route whose country has a

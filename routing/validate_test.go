@@ -370,3 +370,42 @@ routes:
 		t.Errorf("the example fleet: %q", got)
 	}
 }
+
+// TestWarningsNameAPolicyHoldingNoOne: a class that lists no countries (an
+// empty list, a YAML null from a template that rendered nothing) and a
+// policy that puts no EEA member state in a class while pools have
+// residency eu are named (the residency review: validate said "valid"
+// with residency off for the whole EEA); a policy without eu pools that
+// puts no EEA state in a class says nothing of it.
+func TestWarningsNameAPolicyHoldingNoOne(t *testing.T) {
+	const empty = "policy/residency: class eu lists no countries"
+	const noEEA = "policy/residency: no EEA member state is in a class while pools have residency eu (eu-fra)"
+	const euPool = "  eu-fra: {host: fra.example.net, residency: eu, status: active}\n"
+	for _, tc := range []struct {
+		name, classes, pools string
+		want                 []string
+	}{
+		{"an empty list", "{eu: [], us: [US]}", euPool, []string{empty, noEEA}},
+		{"a null", "{eu: null, us: [US]}", euPool, []string{empty, noEEA}},
+		{"no class", "{}", euPool, []string{noEEA}},
+		{"the EEA in class eu", "{eu: [DE], us: [US]}", euPool, nil},
+		{"no eu pool", "{us: [US]}", "", nil},
+	} {
+		cfg, err := ParseConfig([]byte("policy:\n  residency:\n    classes: " + tc.classes + "\npools:\n" + tc.pools +
+			"  us-iad: {host: iad.example.net, residency: us, status: active}\nroutes:\n  _default: {targets: [{pool: us-iad, weight: 100}]}\n"))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		var got []string
+		for _, w := range Warnings(cfg) {
+			for _, prefix := range []string{empty, noEEA} {
+				if strings.HasPrefix(w, prefix) {
+					got = append(got, prefix)
+				}
+			}
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: warnings %q, want the ones beginning %q", tc.name, Warnings(cfg), tc.want)
+		}
+	}
+}

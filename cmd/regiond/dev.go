@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net/url"
 	"os"
+	"os/user"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -199,9 +200,13 @@ func seedConfig(ctx context.Context, srv *devetcd.Server, dataDir, prefix, path 
 		return nil, readErr
 	}
 	host, _ := os.Hostname()
+	who := os.Getenv("USER") // the audit user, as regionctl's: the OS user
+	if u, err := user.Current(); err == nil {
+		who = u.Username
+	}
 	_, err = st.Write(lctx, store.WriteRequest{
 		Command: "regiond dev --config " + path, Reason: "regiond dev: initial config",
-		User: os.Getenv("USER"), Host: host,
+		User: who, Host: host,
 		Build: func(context.Context, *store.State) (*store.Plan, error) { return &store.Plan{Config: cfg}, nil },
 	})
 	if err != nil {

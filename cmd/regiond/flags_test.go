@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/docsection"
 )
 
 // TestHelpShowsTheCaps: the API's caps are flags, shown in regiond --help
@@ -156,15 +157,10 @@ func TestLogFlagsTakeAnyCase(t *testing.T) {
 // regiond's, and every flag of regiond is in the table (the docs are the
 // contract): with the default it says, for those that give one.
 func TestDocsFlagsExist(t *testing.T) {
-	doc, err := os.ReadFile("../../docs/agent.md")
+	table, err := docsection.Read("../../docs/agent.md", "## Flags")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, table, ok := strings.Cut(string(doc), "\n## Flags\n")
-	if !ok {
-		t.Fatal("docs/agent.md has no ## Flags section")
-	}
-	table, _, _ = strings.Cut(table, "\n## ")
 	fs := newRootCommand().Flags()
 	documented := map[string]bool{}
 	for _, line := range strings.Split(table, "\n") {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -28,7 +29,10 @@ func main() {
 	cmd := newRootCommand()
 	cmd.SetArgs(os.Args[1:])
 	if err := cmd.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "regiond:", err)
+		// Each line named: several flag errors are joined one per line.
+		for _, line := range strings.Split(strings.TrimRight(err.Error(), "\n"), "\n") {
+			fmt.Fprintln(os.Stderr, "regiond:", line)
+		}
 		os.Exit(exitCode(err))
 	}
 }

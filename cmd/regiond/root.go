@@ -180,7 +180,7 @@ func flagError(cmd *cobra.Command, err error) error {
 // and the dev subcommand only.
 func noArgs(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
-		return usageError{fmt.Errorf("unexpected argument %q: regiond takes flags only (or the subcommand dev); see regiond --help", args[0])}
+		return usageError{fmt.Errorf("unexpected argument %q: regiond takes flags only, or a subcommand (dev, help, completion); see regiond --help", args[0])}
 	}
 	return nil
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/regiond/regiond/internal/agent"
 	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/docsection"
 	"github.com/regiond/regiond/internal/fleettest"
 	"github.com/regiond/regiond/internal/testprog"
 )
@@ -258,6 +259,22 @@ func TestDashboardShowsEveryAlertSignal(t *testing.T) {
 			if !onDashboard[m] && notOnDashboard[m] == "" {
 				t.Errorf("alert %s uses %s, which no dashboard panel shows (add a panel, or list it in notOnDashboard saying why)", alert, m)
 			}
+		}
+	}
+}
+
+// Every alert is named in docs/operations.md's Alerting section, where an
+// operator looks up what pages them (the docs review found one that was
+// not).
+func TestEveryAlertIsDocumented(t *testing.T) {
+	section, err := docsection.Read("../../docs/operations.md", "## Alerting")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, _ := ruleExprs(t)
+	for alert := range rules {
+		if !regexp.MustCompile(`\b` + alert + `\b`).MatchString(section) {
+			t.Errorf("alert %s is not named in docs/operations.md's Alerting section", alert)
 		}
 	}
 }

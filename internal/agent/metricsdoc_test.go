@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/regiond/regiond/internal/docsection"
 )
 
 // TestMetricsDocumented: every regiond_* metric a running agent exposes
@@ -16,11 +18,10 @@ func TestMetricsDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, metrics, ok := strings.Cut(string(doc), "\n## Metrics\n")
-	if !ok {
-		t.Fatal("docs/agent.md has no ## Metrics section")
+	metrics, err := docsection.Cut(string(doc), "## Metrics")
+	if err != nil {
+		t.Fatal(err)
 	}
-	metrics, _, _ = strings.Cut(metrics, "\n## ")
 	// Each list item: its subsystem prefix, if it is a regiond_<sub>_* one.
 	items := map[string]string{} // prefix → item text
 	for _, item := range strings.Split(metrics, "\n- ") {

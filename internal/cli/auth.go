@@ -30,12 +30,14 @@ each of regiond's jobs what it needs under --prefix, and nothing more:
   regiond-operator       regionctl's writes: read <root>/routing/;
                          readwrite its pools/, routes/, policy/ and
                          overrides/, the key <root>/routing/epoch and
-                         <root>/audit/; read <root>/agents/ (it cannot
-                         forge a pool's health nor an agent's status)
+                         <root>/audit/; read <root>/agents/; readwrite
+                         <root>/nodes/ (agent rm) (it cannot forge a
+                         pool's health nor an agent's status)
   regiond-viewer         regionctl's reads (get, diff, history, status,
                          resolve, every --dry-run): read <root>/
   regiond-agent-NODE     the agent of one router node: read <root>/routing/,
-                         readwrite the key <root>/agents/NODE alone
+                         readwrite the keys <root>/agents/NODE and
+                         <root>/nodes/NODE (its node record) alone
   regiond-origin-POOL    regionctl heartbeat POOL: readwrite
                          <root>/routing/health/POOL/ alone
 

@@ -308,7 +308,7 @@ func TestAuthRoles(t *testing.T) {
 		t.Errorf("auth roles --origin BAD: %s; want the pool id's grammar named", r)
 	}
 	r, _ = runEnv(nil, "auth", "apply", "--help")
-	for _, want := range []string{"regiond-origin-POOL", "readwrite the key <root>/agents/NODE alone", "--client-cert-auth",
+	for _, want := range []string{"regiond-origin-POOL", "readwrite the keys <root>/agents/NODE and\n                         <root>/nodes/NODE (its node record) alone", "<root>/nodes/ (agent rm)", "--client-cert-auth",
 		"common name (CN)", "--no-password", "--revoke-extra", "--dry-run", "root role"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("auth apply --help lacks %q:\n%s", want, r.stdout)

@@ -112,9 +112,12 @@ func (a *app) runBoost(ctx context.Context, route, id, ttlFlag string, targetSpe
 		}
 		if others := liveBoostsOf(cur, route, time.Now()); len(others) > 0 && !warned {
 			warned = true
-			fmt.Fprintf(a.stderr, "regionctl: warning: route %s has %d live boost(s) already (%s): the newest boost of a route sets its targets, and the attrs of all its boosts merge (the newest winning a key), "+
-				"so this one's targets override theirs while it lives, and theirs apply again if it ends first; regionctl boost cancel ID ends one\n",
-				route, len(others), strings.Join(others, ", "))
+			effect := "so this one's targets override theirs while it lives, and theirs apply again if it ends first"
+			if len(ov.Targets) == 0 {
+				effect = "so this one, which sets no targets, leaves theirs in force and merges its attrs over theirs"
+			}
+			fmt.Fprintf(a.stderr, "regionctl: warning: route %s has %d live boost(s) already (%s): the newest boost of a route that sets targets sets its targets, and the attrs of all its boosts merge (the newest winning a key), "+
+				"%s; regionctl boost cancel ID ends one\n", route, len(others), strings.Join(others, ", "), effect)
 		}
 		return &store.Plan{PutOverrides: []store.OverridePut{{ID: id, Override: ov, TTL: ttl}}}, nil
 	})

@@ -361,12 +361,20 @@ routes:
 	}
 	// The second is written, with a warning naming the boost it overrides.
 	if r := e.must(ExitOK, "boost", "KR", "--target", "kr-a=100", "--ttl", "1h", "--id", "kr-a"); !strings.Contains(r.stderr,
-		"regionctl: warning: route KR has 1 live boost(s) already (kr-z): the newest boost of a route sets its targets, and the attrs of all its boosts merge") {
+		"regionctl: warning: route KR has 1 live boost(s) already (kr-z): the newest boost of a route that sets targets sets its targets, and the attrs of all its boosts merge") ||
+		!strings.Contains(r.stderr, "so this one's targets override theirs while it lives") {
 		t.Fatalf("a second boost of KR: %s; want a warning naming kr-z", r)
 	}
-	if r := e.must(ExitOK, "resolve", "KR", "--key", "v"); !strings.Contains(r.stdout, "kr-a") {
-		t.Fatalf("resolve KR with two boosts: %s; want kr-a, the newest boost's", r)
+	// A newer one with attrs alone leaves the targets as they are, and
+	// says so (the docs review: its warning said it overrode them).
+	if r := e.must(ExitOK, "boost", "KR", "--attr", "lang=ko", "--ttl", "1h", "--id", "kr-attrs"); !strings.Contains(r.stderr,
+		"so this one, which sets no targets, leaves theirs in force") || strings.Contains(r.stderr, "this one's targets override") {
+		t.Fatalf("a boost of KR with attrs alone: %s; want a warning that it leaves the targets", r)
 	}
+	if r := e.must(ExitOK, "resolve", "KR", "--key", "v"); !strings.Contains(r.stdout, "kr-a") || !strings.Contains(r.stdout, "lang=ko") {
+		t.Fatalf("resolve KR with three boosts: %s; want kr-a, the newest targets', with lang=ko", r)
+	}
+	e.must(ExitOK, "boost", "cancel", "kr-attrs")
 	r := e.run("pool", "drain", "kr-a")
 	if r.code != ExitRefused || !strings.Contains(r.stderr, "country KR would have no eligible pool") {
 		t.Fatalf("drain of the newest boost's only pool: %s; want exit 1 naming KR", r)

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/spf13/cobra"
+
+	"github.com/regiond/regiond/internal/docsection"
 )
 
 // docCommand matches a regionctl invocation in a piece of code: from
@@ -82,11 +84,10 @@ func TestDocsCommandsExist(t *testing.T) {
 // rows it checked.
 func checkVerbsTable(t *testing.T, root *cobra.Command, f, text string) int {
 	t.Helper()
-	_, verbs, ok := strings.Cut(text, "\n## Verbs\n")
-	if !ok {
-		t.Fatalf("%s: no ## Verbs section", f)
+	verbs, err := docsection.Cut(text, "## Verbs")
+	if err != nil {
+		t.Fatalf("%s: %v", f, err)
 	}
-	verbs, _, _ = strings.Cut(verbs, "\n## ")
 	n := 0
 	for _, line := range strings.Split(verbs, "\n") {
 		cell, ok := strings.CutPrefix(line, "| `")

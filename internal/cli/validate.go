@@ -18,10 +18,14 @@ func (a *app) validateCmd() *cobra.Command {
 		Long: `validate lists every problem (exit 1) or confirms the config is valid
 (exit 0). With -f it checks the file and needs no etcd; without, it checks
 the stored config, including values the agents skip. Valid but likely
-unintended settings are warned about on stderr, the exit code unchanged: a
-part of the EU with a code of its own (AX GF GP MF MQ RE YT) in no
-residency class while its member state is in one, and fallbacks on
-_default (only chains that name _default follow them).`,
+unintended settings are warned about on stderr, the exit code unchanged:
+EEA member states in no residency class while others are in one; a part
+of the EU with a code of its own (AX GF GP MF MQ RE YT) in no class while
+its member state is in one; a code listed twice in one class; a class
+that lists no countries; no EEA member state in a class while pools have
+residency eu; fallbacks on _default (only chains that name _default follow
+them); a fallback of a country's chain with no pool of the country's
+class (it can never serve it).`,
 		Example: `  regionctl validate -f fleet.yaml
   regionctl validate --endpoints etcd-1:2379`,
 		Args: exactArgs(0, "no arguments"),
