@@ -99,8 +99,15 @@ func (t *Table) Explain(country, key string, now time.Time) Explanation {
 	if cc != Unknown {
 		own = cc
 	}
+	// The walk at the instant Resolve's entries hold: with the clock
+	// stepped back before the table was built, the entries as built (a
+	// health grace window that had ended then), as Resolve answers.
+	at := now
+	if at.Before(t.builtAt) {
+		at = t.builtAt
+	}
 	st := &explainTracer{t: t}
-	e := newReader(t, now).walk(own, ex.Class, st)
+	e := newReader(t, at).walk(own, ex.Class, st)
 	if n := len(st.steps); n > 0 && len(e.Candidates) > 0 {
 		st.steps[n-1].Chosen = true
 		ex.Pick = pickOf(e, key)
