@@ -49,10 +49,17 @@ func (a *app) runRollback(ctx context.Context, epoch int64, w writeOpts) error {
 	}
 	var undone string
 	w.warning = func() string { return undone }
+	notesShown := false // once, not per retry
 	return a.runWrite(ctx, w, func(ctx context.Context, cur *store.State) (*store.Plan, error) {
-		cfg, err := st.ConfigAt(ctx, epoch, cur)
+		cfg, notes, err := st.ConfigAt(ctx, epoch, cur)
 		if err != nil {
 			return nil, err
+		}
+		if !notesShown {
+			notesShown = true
+			for _, n := range notes {
+				fmt.Fprintf(a.stderr, "regionctl: warning: %s\n", n)
+			}
 		}
 		undone = laterEpochs(ctx, st, epoch, cur.Epoch)
 		return &store.Plan{Config: cfg, Prune: true}, nil

@@ -1,10 +1,12 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -123,57 +125,68 @@ func (s *Store) decodeAudit(key string, value []byte, rev, version int64) (Audit
 // a hand edit made since, with no epoch of its own, is not part of it)
 // or, when that revision was compacted, rebuilt by undoing the audit
 // records of the later epochs (which cannot undo edits they do not record).
-func (s *Store) ConfigAt(ctx context.Context, epoch int64, cur *State) (*routing.Config, error) {
+// notes, for a rebuilt config, say so, and name the keys whose value at
+// epoch the records contradict or cannot know (a hand edit in between).
+func (s *Store) ConfigAt(ctx context.Context, epoch int64, cur *State) (cfg *routing.Config, notes []string, err error) {
 	if epoch > cur.Epoch || epoch < 1 {
-		return nil, fmt.Errorf("epoch %d: %w (the current epoch is %d)", epoch, ErrNotFound, cur.Epoch)
+		return nil, nil, fmt.Errorf("epoch %d: %w (the current epoch is %d)", epoch, ErrNotFound, cur.Epoch)
 	}
 	rec, err := s.AuditRecord(ctx, epoch)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if rec.Rewritten {
-		return nil, fmt.Errorf("the audit record of epoch %d was put again after its commit (at revision %d): its revision no longer names the commit, so epoch %d's config cannot be found from it; roll back to another epoch (regionctl history)",
+		return nil, nil, fmt.Errorf("the audit record of epoch %d was put again after its commit (at revision %d): its revision no longer names the commit, so epoch %d's config cannot be found from it; roll back to another epoch (regionctl history)",
 			epoch, rec.Revision, epoch)
 	}
 	old, err := s.LoadAt(ctx, rec.Revision)
 	if err == nil {
-		return old.Config, nil
+		return old.Config, nil, nil
 	}
 	if !errors.Is(err, ErrCompacted) {
-		return nil, err
+		return nil, nil, err
 	}
 	s.log.Info("revision compacted, rebuilding config from the audit trail", "epoch", epoch, "revision", rec.Revision)
-	cfg, err := s.undoTo(ctx, epoch, cur)
+	cfg, notes, err = s.undoTo(ctx, epoch, cur)
 	if err != nil {
-		return nil, fmt.Errorf("epoch %d's revision %d is compacted, so its config was rebuilt from the audit trail (the current config with each later record's change undone): %w", epoch, rec.Revision, err)
+		return nil, nil, fmt.Errorf("epoch %d's revision %d is compacted, so its config was rebuilt from the audit trail (the current config with each later record's change undone): %w", epoch, rec.Revision, err)
 	}
-	return cfg, nil
+	notes = append([]string{fmt.Sprintf("epoch %d's revision %d is compacted: its config was rebuilt from the audit trail (the current config with each later record's change undone), which knows no hand edit", epoch, rec.Revision)}, notes...)
+	return cfg, notes, nil
 }
 
+// maxCheckEpochs bounds how many records at and before the epoch a
+// rebuild reads to check the values it restores.
+const maxCheckEpochs = 100
+
 // undoTo rebuilds the config of epoch by applying, newest first, the
-// "before" value of every config change of the epochs after it.
-func (s *Store) undoTo(ctx context.Context, epoch int64, cur *State) (*routing.Config, error) {
+// "before" value of every config change of the epochs after it. notes
+// name the keys the records show written by hand meanwhile (checkRebuild).
+func (s *Store) undoTo(ctx context.Context, epoch int64, cur *State) (*routing.Config, []string, error) {
 	vals, err := cur.Config.Values()
 	if err != nil {
-		return nil, fmt.Errorf("encode current config: %w", err)
+		return nil, nil, fmt.Errorf("encode current config: %w", err)
 	}
 	for rel, raw := range cur.invalid {
 		vals[rel] = raw
 	}
-	from := map[string]int64{} // the record whose "before" a value is
+	from := map[string]int64{}               // the record whose "before" a value is
+	restored := map[string]json.RawMessage{} // each undone key's value before its first later record
+	first := map[string]int64{}              // and that record
 	for e := cur.Epoch; e > epoch; e-- {
 		rec, err := s.AuditRecord(ctx, e)
 		if err != nil {
-			return nil, fmt.Errorf("rebuild config of epoch %d: %w", epoch, err)
+			return nil, nil, fmt.Errorf("rebuild config of epoch %d: %w", epoch, err)
 		}
 		if rec.Rewritten {
-			return nil, fmt.Errorf("rebuild config of epoch %d: the audit record of epoch %d was put again after its commit (at revision %d): its changes are not its commit's, so the config cannot be rebuilt through it",
+			return nil, nil, fmt.Errorf("rebuild config of epoch %d: the audit record of epoch %d was put again after its commit (at revision %d): its changes are not its commit's, so the config cannot be rebuilt through it",
 				epoch, e, rec.Revision)
 		}
 		for _, c := range rec.Changes {
 			if !routing.IsConfigKey(c.Key) {
 				continue
 			}
+			restored[c.Key], first[c.Key] = c.Before, e
 			if len(c.Before) == 0 || string(c.Before) == "null" {
 				delete(vals, c.Key)
 			} else {
@@ -182,13 +195,85 @@ func (s *Store) undoTo(ctx context.Context, epoch int64, cur *State) (*routing.C
 			}
 		}
 	}
-	return configFromValues(vals, func(rel string) string {
+	cfg, err := configFromValues(vals, func(rel string) string {
 		if e, ok := from[rel]; ok {
 			return fmt.Sprintf("its value before epoch %d, as that record holds it: written around regionctl (by hand) after epoch %d, "+
 				"so no record holds the value it had at epoch %d and rollback cannot restore it; apply the config wanted with %s set (regionctl export, edit, apply)", e, epoch, epoch, rel)
 		}
 		return "its current value, unchanged since the epoch asked for: fix it first (regionctl validate)"
 	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, s.checkRebuild(ctx, epoch, cur, restored, first), nil
+}
+
+// checkRebuild names the keys whose rebuilt value the audit trail does not
+// vouch for: an undone key whose "before" in its first later record is not
+// the "after" of the newest record at or before epoch that wrote it (a
+// hand edit came between the two records, before or after epoch's
+// commit: its value at epoch is not known; the writes review found such a
+// rollback restoring a hand edit with no word), and a config key written
+// around regionctl after the last commit that no later record undoes (the
+// rebuild keeps the hand edit). It reads at most maxCheckEpochs records
+// back from epoch, fewer once each undone key is found.
+func (s *Store) checkRebuild(ctx context.Context, epoch int64, cur *State, restored map[string]json.RawMessage, first map[string]int64) []string {
+	var notes []string
+	found := map[string]bool{}
+	for e := epoch; e >= 1 && e > epoch-maxCheckEpochs && len(found) < len(restored); e-- {
+		rec, err := s.AuditRecord(ctx, e)
+		if err != nil {
+			break // no longer kept, or unreadable: the rest is not checked
+		}
+		if rec.Rewritten {
+			continue
+		}
+		for _, c := range rec.Changes {
+			before, ok := restored[c.Key]
+			if !ok || found[c.Key] {
+				continue
+			}
+			found[c.Key] = true
+			if !sameValue(before, c.After) {
+				notes = append(notes, fmt.Sprintf("%s: restored as epoch %d's record found it (%s), not as epoch %d wrote it (%s): written by hand between those epochs, "+
+					"before or after epoch %d's commit, so its value at epoch %d is not known; check it (regionctl history --touching %s)",
+					c.Key, first[c.Key], shortValue(before), e, shortValue(c.After), epoch, epoch, c.Key))
+			}
+		}
+	}
+	for _, k := range cur.WrittenAround() {
+		if _, undone := restored[k]; !undone && routing.IsConfigKey(k) {
+			notes = append(notes, fmt.Sprintf("%s: written around regionctl after epoch %d's commit and kept as it is now: its value at epoch %d is not known", k, cur.Epoch, epoch))
+		}
+	}
+	sort.Strings(notes)
+	return notes
+}
+
+// sameValue reports whether two audit values are the same value: JSON
+// alike but for white space, absent and null alike.
+func sameValue(a, b json.RawMessage) bool {
+	norm := func(v json.RawMessage) string {
+		var buf bytes.Buffer
+		if len(v) == 0 || json.Compact(&buf, v) != nil {
+			return string(v)
+		}
+		return buf.String()
+	}
+	x, y := norm(a), norm(b)
+	return x == y || (x == "" || x == "null") && (y == "" || y == "null")
+}
+
+// shortValue is an audit value as a note shows it: absent, or its first
+// 60 bytes.
+func shortValue(v json.RawMessage) string {
+	if len(v) == 0 || string(v) == "null" {
+		return "absent"
+	}
+	if len(v) > 60 {
+		return string(v[:60]) + "…"
+	}
+	return string(v)
 }
 
 // configFromValues decodes config values keyed by relative key; origin,
