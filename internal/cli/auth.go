@@ -160,7 +160,11 @@ func (a *app) runAuthApply(ctx context.Context, o authOpts) error {
 	}
 	res := authResult{Prefix: a.prefix, AuthPlan: plan, Steps: stepsOut(steps), DryRun: o.dryRun}
 	if !o.dryRun && len(steps) > 0 {
-		res.Passwords, err = st.ApplyAuth(ctx, steps)
+		var meanwhile []store.AuthStep
+		res.Passwords, meanwhile, err = st.ApplyAuth(ctx, steps)
+		for _, m := range meanwhile {
+			res.Meanwhile = append(res.Meanwhile, m.Etcdctl())
+		}
 		if err != nil {
 			// Users added before the failure have passwords nobody has
 			// seen, and a re-run skips existing users: shown now or never.
@@ -234,6 +238,10 @@ type authResult struct {
 	Applied bool       `json:"applied"`
 	// Passwords are the generated passwords of the users apply added.
 	Passwords map[string]string `json:"passwords,omitempty"`
+	// Meanwhile are the steps (as etcdctl commands) whose role or user
+	// another run made between this one's read and its change: a user's
+	// generated password was shown by that run, not this one.
+	Meanwhile []string `json:"made_meanwhile,omitempty"`
 	// offline: auth roles, which contacts no etcd (every step, not what
 	// etcd lacks).
 	offline bool
@@ -272,6 +280,10 @@ func printAuthTable(w io.Writer, res authResult, plan *store.AuthPlan) {
 		fmt.Fprintf(w, "# %d command(s); etcd was not contacted (regionctl --user root auth apply, with the same flags, makes what etcd lacks of them)\n", len(res.Steps))
 	case res.Applied:
 		fmt.Fprintf(w, "# applied %d change(s)\n", len(res.Steps))
+		if len(res.Meanwhile) > 0 {
+			fmt.Fprintf(w, "# of which %d were made meanwhile by another run, not this one (a password it generated was shown there): %s\n",
+				len(res.Meanwhile), strings.Join(res.Meanwhile, "; "))
+		}
 	case res.DryRun:
 		fmt.Fprintf(w, "# dry run: %d change(s); nothing changed\n", len(res.Steps))
 	}

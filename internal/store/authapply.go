@@ -230,35 +230,39 @@ func permType(a Access) clientv3.PermissionType {
 
 // ApplyAuth makes each change of steps in order and returns the
 // generated password of each user it added with one. A step whose object
-// appeared meanwhile (another apply) counts as done. On a failure it says
-// which step failed and how many were made: a re-run finishes the job.
-func (s *Store) ApplyAuth(ctx context.Context, steps []AuthStep) (map[string]string, error) {
-	passwords := map[string]string{}
+// appeared meanwhile (another apply) counts as done, and is returned in
+// meanwhile: a user another run added got its password there. On a
+// failure it says which step failed and how many were made: a re-run
+// finishes the job.
+func (s *Store) ApplyAuth(ctx context.Context, steps []AuthStep) (passwords map[string]string, meanwhile []AuthStep, err error) {
+	passwords = map[string]string{}
 	for i, st := range steps {
-		pw, err := s.authStep(ctx, st)
+		pw, existed, err := s.authStep(ctx, st)
+		if existed {
+			meanwhile = append(meanwhile, st)
+		}
 		if err != nil {
-			return passwords, fmt.Errorf("step %d of %d (%s) failed; the %d before it were made, re-run to finish: %w",
+			return passwords, meanwhile, fmt.Errorf("step %d of %d (%s) failed; the %d before it were made, re-run to finish: %w",
 				i+1, len(steps), st.Etcdctl(), i, err)
 		}
 		if pw != "" {
 			passwords[st.User] = pw
 		}
 	}
-	return passwords, nil
+	return passwords, meanwhile, nil
 }
 
 // authStep makes one change; it returns the password of a user it added
-// with one.
-func (s *Store) authStep(ctx context.Context, st AuthStep) (string, error) {
+// with one, and whether the role or user it adds existed already (made
+// meanwhile by another run).
+func (s *Store) authStep(ctx context.Context, st AuthStep) (pw string, existed bool, err error) {
 	rctx, cancel := s.reqCtx(ctx)
 	defer cancel()
-	var err error
-	var pw string
 	switch st.Op {
 	case OpRoleAdd:
 		_, err = s.cli.RoleAdd(rctx, st.Role)
 		if errors.Is(err, rpctypes.ErrRoleAlreadyExist) {
-			err = nil
+			err, existed = nil, true
 		}
 	case OpRoleGrant:
 		_, err = s.cli.RoleGrantPermission(rctx, st.Role, st.Grant.Key, st.Grant.End, permType(st.Grant.Access))
@@ -271,7 +275,7 @@ func (s *Store) authStep(ctx context.Context, st AuthStep) (string, error) {
 		}
 		_, err = s.cli.UserAddWithOptions(rctx, st.User, pw, opts)
 		if errors.Is(err, rpctypes.ErrUserAlreadyExist) {
-			err, pw = nil, "" // added meanwhile, with its own password
+			err, pw, existed = nil, "", true // added meanwhile, with its own password
 		}
 	case OpUserGrantRole:
 		_, err = s.cli.UserGrantRole(rctx, st.User, st.Role)
@@ -281,9 +285,9 @@ func (s *Store) authStep(ctx context.Context, st AuthStep) (string, error) {
 		err = fmt.Errorf("unknown step %q", st.Op)
 	}
 	if err != nil {
-		return "", s.authAdminErr(st.Op, err)
+		return "", existed, s.authAdminErr(st.Op, err)
 	}
-	return pw, nil
+	return pw, existed, nil
 }
 
 // authAdminErr wraps an error of the auth API, saying that managing roles

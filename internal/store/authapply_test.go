@@ -45,9 +45,21 @@ func TestApplyAuth(t *testing.T) {
 	if err != nil || len(steps) != 20 { // 2 more grants since node records
 		t.Fatalf("steps from an empty etcd: %d %v", len(steps), err)
 	}
-	pw, err := s.ApplyAuth(ctx, steps)
-	if err != nil || len(pw) != 2 || len(pw["alice"]) != 24 {
-		t.Fatalf("apply: %v %v", pw, err)
+	pw, meanwhile, err := s.ApplyAuth(ctx, steps)
+	if err != nil || len(pw) != 2 || len(pw["alice"]) != 24 || len(meanwhile) != 0 {
+		t.Fatalf("apply: %v %v (made meanwhile: %v)", pw, err, meanwhile)
+	}
+	// The same steps again, as a second run that read etcd before the
+	// first made them: its users and roles were made meanwhile, and it
+	// says so; no password of its own (the writes review: it printed
+	// user add lines of users it did not add, with no password for them).
+	again, meanwhile, err := s.ApplyAuth(ctx, steps)
+	var added []string
+	for _, m := range meanwhile {
+		added = append(added, m.User+m.Role)
+	}
+	if err != nil || len(again) != 0 || !slices.Contains(added, "alice") || len(meanwhile) != 2+len(plan.Roles) {
+		t.Fatalf("the same steps again: passwords %v, made meanwhile %v, %v; want alice, the other user and every role", again, added, err)
 	}
 	root := devetcd.EnableTestRootAuth(t, srv)
 	rs := New(root, ks, Options{})
@@ -103,7 +115,7 @@ func TestApplyAuth(t *testing.T) {
 	if err != nil || len(steps) != 2 { // read again on routing/, revoke agents/
 		t.Fatalf("with revokeExtra: %v %v", steps, err)
 	}
-	if _, err := rs.ApplyAuth(ctx, steps); err != nil {
+	if _, _, err := rs.ApplyAuth(ctx, steps); err != nil {
 		t.Fatal(err)
 	}
 	cur, err = rs.ReadAuth(ctx, plan)
