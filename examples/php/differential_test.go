@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -214,20 +213,7 @@ func TestDecidersAgreeOnRandomPolicies(t *testing.T) {
 		}
 		// PHP through the index and through the JSON.
 		for _, withIndex := range []bool{true, false} {
-			dir := t.TempDir()
-			js, err := tab.JSONWith(nil, h)
-			if err != nil {
-				t.Fatal(err)
-			}
-			path := filepath.Join(dir, "table.json")
-			if err := os.WriteFile(path, js, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			if withIndex {
-				if err := os.WriteFile(filepath.Join(dir, "table.idx"), idx, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
+			path := writeSnapshot(t, tab, h, withIndex)
 			_, got := resolvePHP(t, path, 180, ps)
 			t.Run(fmt.Sprintf("world%d/index=%v", w, withIndex), func(t *testing.T) {
 				check(t, tab, now, ps, got, false)
