@@ -43,9 +43,9 @@ func (m *Mirror) drain(wch clientv3.WatchChan, resp clientv3.WatchResponse, ok b
 	switch {
 	case why == ReasonOutOfOrder || why == ReasonCluster:
 	case dirty:
-		m.markSynced()
 		events = len(m.pending) - events
 		m.recompile()
+		m.markSyncedAt(began) // current as of the responses, once served
 		took := time.Since(began)
 		m.metrics.apply.Observe(took.Seconds())
 		m.announce()
@@ -53,8 +53,8 @@ func (m *Mirror) drain(wch clientv3.WatchChan, resp clientv3.WatchResponse, ok b
 			m.log.Debug("applied", "responses", responses, "events", events, "revision", m.applied, "took", took, "with_write", time.Since(began))
 		}
 	case advanced:
-		m.markSynced()
 		m.advance(m.applied)
+		m.markSynced()
 	}
 	return why
 }
@@ -139,8 +139,7 @@ func (m *Mirror) applyEvents(events []*clientv3.Event) (string, change) {
 	if n == 0 {
 		return "", unchanged
 	}
-	m.applied, m.lastEvent = last, last
-	m.eventRev.Store(last)
+	m.applied, m.lastEvent, m.eventSeen = last, last, last
 	m.metrics.events.Add(float64(n))
 	return "", changed
 }
@@ -194,8 +193,13 @@ func (m *Mirror) recompileWith(earlier func([]routing.Skipped) (map[string]routi
 	m.listed, m.decoded, m.precompiled = nil, nil, nil
 	clear(m.pending) // drop the values: they live on in the table if needed
 	m.pending, m.incremental, m.uncompiled = m.pending[:0], true, false
-	m.changeRev.Store(m.applied)
+	if m.beforeSwap != nil {
+		m.beforeSwap() // a test's look at what is reported before the swap
+	}
 	m.swapIn(t) // the caller announces it
+	if m.eventSeen > m.eventRev.Load() {
+		m.eventRev.Store(m.eventSeen) // once served, as the table's revision
+	}
 	return true
 }
 

@@ -137,7 +137,6 @@ type Mirror struct {
 	// connection up (silentReadsMsg, uncreatedWatchMsg); nil otherwise.
 	stalled   atomic.Pointer[string]
 	syncedAt  atomic.Pointer[time.Time] // with the monotonic reading once confirmed here
-	changeRev atomic.Int64              // see Status.ChangeRevision
 	eventRev  atomic.Int64              // see Status.EventRevision
 	ready     chan struct{}
 	readyOnce sync.Once
@@ -147,9 +146,11 @@ type Mirror struct {
 
 	// Owned by the Run goroutine.
 	state      map[string]routing.KV
-	applied    int64 // revision the state is known current at
-	lastEvent  int64 // newest revision seen in a list or an event
-	uncompiled bool  // state changed since the table was compiled
+	applied    int64  // revision the state is known current at
+	lastEvent  int64  // newest revision seen in a list or an event
+	eventSeen  int64  // newest revision of an event applied (EventRevision once its table is served)
+	beforeSwap func() // tests only: run just before a compiled table is swapped in
+	uncompiled bool   // state changed since the table was compiled
 	// pending holds the events applied to the state since the table was
 	// compiled; incremental says they are all of them (no relist since),
 	// so the next table can be the current one updated with them.
@@ -261,7 +262,7 @@ func (m *Mirror) Changed() <-chan struct{} {
 
 // Status returns the mirror's freshness.
 func (m *Mirror) Status() Status {
-	s := Status{Connected: m.connected.Load(), ChangeRevision: m.changeRev.Load(), EventRevision: m.eventRev.Load()}
+	s := Status{Connected: m.connected.Load(), EventRevision: m.eventRev.Load()}
 	if r := m.refused.Load(); r != nil {
 		s.Refused = *r
 	}
@@ -273,7 +274,11 @@ func (m *Mirror) Status() Status {
 		s.Unreachable = *st // said only while it holds: the connection up
 	}
 	if t := m.Table(); t != nil {
-		s.Revision, s.Epoch = t.Revision(), t.Epoch()
+		// From the table served: a revision stored apart from it could be
+		// read between its store and the table's swap (the concurrency
+		// review: a status put then said the old revision and the new
+		// change, and the change's own put was skipped as already made).
+		s.Revision, s.Epoch, s.ChangeRevision = t.Revision(), t.Epoch(), t.ChangeRevision()
 	}
 	if at := m.syncedAt.Load(); at != nil {
 		s.SyncedAt = *at
@@ -304,7 +309,6 @@ func (m *Mirror) Seed(t *routing.Table, syncedAt time.Time) {
 	if !syncedAt.IsZero() {
 		m.syncedAt.Store(&syncedAt)
 	}
-	m.changeRev.Store(t.Revision())
 	m.store(t)
 }
 
@@ -369,10 +373,12 @@ func (m *Mirror) wakeChanged() {
 // monotonic reading, so the ages measured from it in this process
 // (staleness, /readyz, seconds_since_sync) do not move with a step of the
 // wall clock; a seeded time has none (it is the file's).
-func (m *Mirror) markSynced() {
-	now := time.Now()
-	m.syncedAt.Store(&now)
-}
+func (m *Mirror) markSynced() { m.markSyncedAt(time.Now()) }
+
+// markSyncedAt records that the table served is current as of at: called
+// once that table is swapped in, never before (a sync time fresher than
+// the table served called an old one fresh: the concurrency review).
+func (m *Mirror) markSyncedAt(at time.Time) { m.syncedAt.Store(&at) }
 
 func (m *Mirror) setConnected(c bool) {
 	if c {

@@ -145,8 +145,8 @@ func (m *Mirror) list(ctx context.Context, reason string) (publish func(), err e
 	if !keep {
 		m.precompiled = m.precompile()
 	}
-	m.markSynced()
-	return func() { m.publishList(ctx, rev, keep) }, nil
+	listed := time.Now() // the table is current as of now, once published
+	return func() { m.publishList(ctx, rev, keep, listed) }, nil
 }
 
 // precompile starts compiling the listed state, to be published once the
@@ -220,19 +220,20 @@ func sameState(a, b map[string]routing.KV) bool {
 	return true
 }
 
-// publishList makes the table of the listed state at revision rev and
-// marks the mirror ready. When keep says the list found the state the
+// publishList makes the table of the listed state at revision rev, marks
+// it synced as of listed (when the list ended) and the mirror ready. When keep says the list found the state the
 // current table was compiled from, and that table is fresh (not a stale
 // seed) and of the list's cluster, the table stays and only its revision
 // moves: events can then update it incrementally. Otherwise the state is
 // compiled (or its precompiled table taken), a refused value giving way
 // to the key's earlier good one from etcd's history (see earlierGood),
 // and announced (AfterChange, then the Changed waiters).
-func (m *Mirror) publishList(ctx context.Context, rev int64, keep bool) {
+func (m *Mirror) publishList(ctx context.Context, rev int64, keep bool, listed time.Time) {
 	if keep {
 		m.incremental = true // the table is the state's: events can update it
 		m.listed, m.decoded = nil, nil
 		m.advance(rev)
+		m.markSyncedAt(listed)
 	} else {
 		began := time.Now()
 		if !m.recompileWith(func(sk []routing.Skipped) (map[string]routing.KV, bool) {
@@ -241,6 +242,7 @@ func (m *Mirror) publishList(ctx context.Context, rev int64, keep bool) {
 		}) {
 			return
 		}
+		m.markSyncedAt(listed)
 		m.log.Debug("compiled the listed state", "keys", len(m.state), "took", time.Since(began))
 		m.announce()
 	}
