@@ -320,7 +320,11 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *w
 				continue // with the status as it is by then
 			}
 		}
-		if change {
+		// Any put of a new change waits for the snapshot writer to settle
+		// it, also one that a reconnection makes significant (the watch
+		// made again and the table published together: the concurrency
+		// review), so its snapshot_error is the file's for that change.
+		if written && ms.ChangeRevision != lastChange {
 			if wait, ok := p.settleWait(m, &settleBy); ok {
 				if !p.waitSettled(ctx, sess, wait) {
 					return

@@ -229,3 +229,36 @@ func TestModeIgnoresUmask(t *testing.T) {
 }
 
 var discardLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// TestSettledFollowsARevisionThatWentBack: once etcd is restored from a
+// backup (the tables' change revisions go back), a change is settled
+// when its table is written, not at once because a higher revision was
+// settled before the restore (the concurrency review: the status key then
+// did not wait for the file).
+func TestSettledFollowsARevisionThatWentBack(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "table.json")
+	src := newSource()
+	w, _ := startWriter(t, Config{Path: path, Source: src})
+	src.set(table(50, 50))
+	waitRevision(t, path, 50)
+	for ok := false; !ok; time.Sleep(5 * time.Millisecond) { // settled once its write is finished
+		ok, _ = w.Settled(50)
+	}
+	_, next := w.Settled(0)
+	src.set(table(20, 30)) // restored: a lower revision, other content
+	select {
+	case <-next:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the table of the restore was never settled")
+	}
+	if got := readRevision(t, path); got != 20 {
+		t.Fatalf("after the restore's table was settled, the file holds revision %d, want 20", got)
+	}
+	if ok, _ := w.Settled(20); !ok {
+		t.Fatal("revision 20 written after the restore, not settled")
+	}
+	if ok, _ := w.Settled(21); ok {
+		t.Fatal("revision 21 counted as settled before any table of it was written (the one before the restore was 50)")
+	}
+}

@@ -422,11 +422,14 @@ func (w *Writer) Settled(changeRev int64) (bool, <-chan struct{}) {
 	return w.settled.Load() >= changeRev, ch
 }
 
-// settle records that t is settled and wakes Settled's waiters.
+// settle records that t is settled and wakes Settled's waiters. Tables
+// are settled in the order they are served, so the last is the newest;
+// its change revision is stored even when lower than the one before (etcd
+// restored from a backup: kept as the highest, every later change up to
+// it counted as settled before it was written, and the status key did not
+// wait for the file).
 func (w *Writer) settle(t *routing.Table) {
-	if t.ChangeRevision() > w.settled.Load() {
-		w.settled.Store(t.ChangeRevision())
-	}
+	w.settled.Store(t.ChangeRevision())
 	w.settledMu.Lock()
 	if w.settledCh != nil {
 		close(w.settledCh)
