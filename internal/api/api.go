@@ -433,12 +433,22 @@ func (s *Server) tableFor(w http.ResponseWriter, r *http.Request, q url.Values, 
 		case <-changed:
 		case <-wake:
 		case <-timer.C:
-			return s.src.Table(), WaitTimeout, true
+			return s.lastLook(met)
 		case <-r.Context().Done():
-			return s.src.Table(), WaitTimeout, true
+			return s.lastLook(met)
 		}
 		clock.Stop()
 	}
+}
+
+// lastLook is a blocking query's answer at its deadline: the current
+// table, said met when it is (one swapped in as the timer fired).
+func (s *Server) lastLook(met func(*routing.Table, time.Time) bool) (*routing.Table, string, bool) {
+	t := s.src.Table()
+	if met(t, time.Now()) {
+		return t, WaitMet, true
+	}
+	return t, WaitTimeout, true
 }
 
 // tableHeaders sets the headers of an answer from t at now: its ETag,

@@ -603,3 +603,43 @@ func TestClientThatStopsReadingIsClosed(t *testing.T) {
 	}
 	t.Logf("%d of %d answers (%d bytes each) written before the close", read, sent, len(body))
 }
+
+// deafSource is a mirror's source whose swaps wake no one: a table swapped
+// in as a blocking query's timer fires.
+type deafSource struct{ mirrorSource }
+
+func (deafSource) Changed() <-chan struct{} { return nil }
+
+// TestWaitMetAtTheDeadline: a blocking query whose deadline comes as the
+// table it waits for is swapped in (unheard by it) answers that table as
+// met, not as a timeout (the concurrency review: the answer was the new
+// table labelled timeout).
+func TestWaitMetAtTheDeadline(t *testing.T) {
+	h := startAPI(t, Config{}, false)
+	s := New(Config{Node: "node-1", Logger: quiet()}, deafSource{mirrorSource{h.m}})
+	ts := httptest.NewServer(s.Handler(true))
+	t.Cleanup(ts.Close)
+	rev := h.m.Table().Revision()
+	type result struct {
+		wait string
+		rev  string
+		err  error
+	}
+	got := make(chan result, 1)
+	go func() {
+		resp, err := http.Get(fmt.Sprintf("%s/v1/table?min_revision=%d&wait=2s", ts.URL, rev+1))
+		if err != nil {
+			got <- result{err: err}
+			return
+		}
+		resp.Body.Close()
+		got <- result{wait: resp.Header.Get("X-Regiond-Wait"), rev: resp.Header.Get("X-Regiond-Revision")}
+	}()
+	if _, err := h.cli.Put(context.Background(), prefix+"routes/MT", `{"targets":[{"pool":"eu-central","weight":100}]}`); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil || r.wait != WaitMet || r.rev == fmt.Sprint(rev) {
+		t.Fatalf("a blocking query for revision %d, the table swapped in unheard before its deadline: X-Regiond-Wait %q, revision %s (%v); want met and the new revision", rev+1, r.wait, r.rev, r.err)
+	}
+}
