@@ -61,8 +61,8 @@ func decodeKind(k Key, raw []byte, shared bool) (Value, []string, Errors) {
 	}
 	if k.Kind == KindEpoch {
 		n, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
-		if err != nil || n < 0 {
-			return nil, nil, Errors{{Msg: fmt.Sprintf("epoch must be a non-negative decimal integer, got %q", truncate(raw))}}
+		if err != nil || n < 0 || n > MaxEpoch {
+			return nil, nil, Errors{{Msg: fmt.Sprintf("epoch must be a decimal integer from 0 to %d, got %q", MaxEpoch, truncate(raw))}}
 		}
 		return n, nil, nil
 	}

@@ -115,9 +115,11 @@ func TestDecodeValueErrors(t *testing.T) {
 		{name: "oversize", key: "pools/eu-central", raw: big,
 			want: fmt.Sprintf("pools/eu-central: value is %d bytes, larger than the 65536-byte limit", len(big))},
 		{name: "epoch not a number", key: "epoch", raw: `forty-two`,
-			want: `epoch: epoch must be a non-negative decimal integer, got "forty-two"`},
+			want: `epoch: epoch must be a decimal integer from 0 to 9007199254740991, got "forty-two"`},
 		{name: "epoch negative", key: "epoch", raw: `-1`,
-			want: `epoch: epoch must be a non-negative decimal integer, got "-1"`},
+			want: `epoch: epoch must be a decimal integer from 0 to 9007199254740991, got "-1"`},
+		{name: "epoch past what JSON readers hold exactly", key: "epoch", raw: `9007199254740993`,
+			want: `epoch: epoch must be a decimal integer from 0 to 9007199254740991, got "9007199254740993"`},
 		// Keys outside the grammar.
 		{name: "lower-case route that is not a group", key: "routes/Poland", raw: `{}`,
 			want: `key "routes/Poland": invalid route name "Poland" (want an ISO 3166-1 alpha-2 code in upper case, _default, or a lower-case group name)`},

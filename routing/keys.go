@@ -47,6 +47,11 @@ const (
 	EpochKey  = "epoch"
 )
 
+// MaxEpoch is the largest epoch: 2^53−1, the largest integer every JSON
+// reader holds exactly (JavaScript's numbers are doubles). regionctl
+// counts up from 1; only a hand edit gets past it.
+const MaxEpoch = 1<<53 - 1
+
 // MaxValueSize is the largest value accepted for any key (64 KiB).
 const MaxValueSize = 64 << 10
 

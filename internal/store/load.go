@@ -190,8 +190,8 @@ func (st *State) add(rel string, kv *mvccpb.KeyValue) {
 	if k.Kind == routing.KindEpoch {
 		st.EpochModRevision = kv.ModRevision
 		n, err := strconv.ParseInt(strings.TrimSpace(string(kv.Value)), 10, 64)
-		if err != nil || n < 0 {
-			st.epochErr = fmt.Errorf("the epoch key holds %q, not a non-negative integer; repair it with etcdctl before writing", kv.Value)
+		if err != nil || n < 0 || n > routing.MaxEpoch {
+			st.epochErr = fmt.Errorf("the epoch key holds %q, not an integer from 0 to %d; repair it with etcdctl before writing", kv.Value, int64(routing.MaxEpoch))
 			st.epochValue = string(kv.Value)
 			st.skip(rel, st.epochErr)
 			return // Epoch stays 0: ParseInt's value of an overflow is no epoch
