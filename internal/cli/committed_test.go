@@ -125,6 +125,32 @@ func TestBoostExtendLostReply(t *testing.T) {
 	}
 }
 
+// TestOutcomeUnknownExitsUnreachable: a write whose commit reply is lost,
+// and whose read-back gets no answer either, exits 4 saying the outcome is
+// unknown and naming history (not 3, "nothing written": a script would
+// re-run a write that may have applied; the mutation review found no test
+// of it); here the commit did apply, and history shows it.
+func TestOutcomeUnknownExitsUnreachable(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	drop := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoke(ctx, method, req, reply, cc, opts...)
+		if err == nil && method == "/etcdserverpb.KV/Txn" {
+			return status.Error(codes.Unavailable, "connection reset: reply lost (injected network fault)")
+		}
+		return err
+	}
+	ctx := context.WithValue(context.Background(), dialOptionsHook{}, []grpc.DialOption{grpc.WithChainUnaryInterceptor(drop)})
+	r := e.runCtx(ctx, "pool", "drain", "eu-west", "--reason", "lost", "--command-timeout", "1s")
+	if r.code != ExitUnreachable || !strings.Contains(r.stderr, "outcome unknown") || !strings.Contains(r.stderr, "regionctl history") {
+		t.Fatalf("a commit and its read-back unanswered: want exit 4 naming the outcome unknown and history, got %s", r)
+	}
+	if rec := e.audit(2); !strings.HasPrefix(rec.Command, "pool drain eu-west") {
+		t.Fatalf("audit 2: %+v; the commit applied (its reply alone was lost)", rec)
+	}
+}
+
 // TestEpochResetExitsRefused: with the epoch key deleted by hand, a write
 // exits 1 (a retry cannot fix it), leaves audit/…001 as it was, and says
 // how to restore the key.
