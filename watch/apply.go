@@ -197,9 +197,9 @@ func (m *Mirror) recompileWith(earlier func([]routing.Skipped) (map[string]routi
 		m.beforeSwap() // a test's look at what is reported before the swap
 	}
 	m.swapIn(t) // the caller announces it
-	if m.eventSeen > m.eventRev.Load() {
-		m.eventRev.Store(m.eventSeen) // once served, as the table's revision
-	}
+	// Once served, as the table's revision; down too (etcd restored from
+	// a backup: the events are of the restored history).
+	m.eventRev.Store(m.eventSeen)
 	return true
 }
 

@@ -140,6 +140,9 @@ func (m *Mirror) list(ctx context.Context, reason string) (publish func(), err e
 		keep = false
 	}
 	m.state, m.applied, m.lastEvent = state, rev, rev
+	if regressed {
+		m.eventSeen = 0 // an event of the history before the restore says nothing of this one
+	}
 	m.pending, m.incremental = m.pending[:0], false
 	m.listed, m.decoded, m.precompiled = kvs, decoded, nil
 	if !keep {

@@ -66,7 +66,7 @@ const (
 // memory) and through the index file (sync and async reads, and an
 // IndexReader's, which keeps the entries it read), every header
 // (AA..ZZ, junk, _unknown) without a key and × 1,000 keys decides as
-// routing.Resolve on every scenario of fleettest.Scenarios (drained, down,
+// routing.Table.Resolve on every scenario of fleettest.Scenarios (drained, down,
 // unhealthy, boosted, NoRoute, stale), decision by decision (pool, host,
 // attrs, reasons, NoRoute body, revision, epoch); a synced_at older than
 // the max age adds stale-table (on the fleet, × 20 keys). Each path runs

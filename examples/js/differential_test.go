@@ -44,15 +44,12 @@ func goHeader(h string) string {
 	return before
 }
 
-// diffEpochs are stored epoch values (routing/epoch) some worlds get: the
-// agent takes any non-negative int64. diffHugeEpochs are those past 2^53,
-// which JSON.parse cannot hold: the JS reader refuses every decision of
-// such a table (TableError: epoch is not an integer) where Go and PHP
-// decide; they run only with REGIOND_DIFF_HUGE_EPOCH=1.
-var (
-	diffEpochs     = []string{"0", "7", " 42\n", "9007199254740991", "-1", "x"}
-	diffHugeEpochs = []string{"9007199254740992", "9007199254740993", "9223372036854775807"}
-)
+// diffEpochs are stored epoch values (routing/epoch) some worlds get:
+// valid ones up to routing.MaxEpoch (2^53−1, the largest JSON.parse holds
+// exactly), and refused ones (epoch 0 for every reader): negative, not a
+// number, and past MaxEpoch (the JS review: past 2^53 the JS reader
+// refused every decision while Go and PHP decided).
+var diffEpochs = []string{"0", "7", " 42\n", "9007199254740991", "-1", "x", "9007199254740992", "9007199254740993", "9223372036854775807"}
 
 // diffKeysPerWorld is how many sticky keys every header of a world is
 // decided with, besides without one.
@@ -114,8 +111,7 @@ var (
 // machine), REGIOND_DIFF_SEED the seed (1), REGIOND_DIFF_FULL how many
 // decisions per header go through the whole path, the no-key one first
 // (2; the others decide on the entry read once for the header, through
-// kvEntry, readIndexFile or the reader's read), REGIOND_DIFF_HUGE_EPOCH=1
-// adds epochs past 2^53 (see diffHugeEpochs).
+// kvEntry, readIndexFile or the reader's read).
 func TestJSAgreesOnRandomPolicies(t *testing.T) {
 	nodeBin := node(t)
 	nWorlds, seed, full := 40, uint64(1), 2
@@ -234,11 +230,14 @@ func TestJSAgreesOnRandomPolicies(t *testing.T) {
 	}
 }
 
+// diffStart is the instant of the first world.
+var diffStart = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
 // makeWorld makes world w: its table (r's next random world), its
 // index and KV export in dir, keys, staleness and later instant from kr.
 func makeWorld(t *testing.T, r, kr *rand.Rand, dir string, w int) *diffWorld {
 	t.Helper()
-	now := time.Now()
+	now := diffStart.Add(time.Duration(w) * time.Minute) // a failing seed's worlds come again alike
 	kvs := fleettest.RandomWorld(r, now)
 	// Attribute names and values JS could mistake (prototype members,
 	// array indices, escapes, non-ASCII) on some pools (kr: the worlds'
@@ -258,15 +257,9 @@ func makeWorld(t *testing.T, r, kr *rand.Rand, dir string, w int) *diffWorld {
 			kvs[i].Value = b
 		}
 	}
-	// A stored epoch on some worlds (kr), refused ones too (-1, x: no
-	// epoch); past 2^53 only with REGIOND_DIFF_HUGE_EPOCH=1 (see
-	// diffHugeEpochs).
-	epochs := diffEpochs
-	if os.Getenv("REGIOND_DIFF_HUGE_EPOCH") == "1" {
-		epochs = append(slices.Clone(epochs), diffHugeEpochs...)
-	}
+	// A stored epoch on some worlds (kr), refused ones too.
 	if kr.IntN(3) == 0 {
-		kvs = append(kvs, routing.KV{Key: routing.EpochKey, Value: []byte(epochs[kr.IntN(len(epochs))]),
+		kvs = append(kvs, routing.KV{Key: routing.EpochKey, Value: []byte(diffEpochs[kr.IntN(len(diffEpochs))]),
 			ModRevision: int64(len(kvs) + 2), CreateRevision: int64(len(kvs) + 2), Version: 1})
 	}
 	start := now.Add(-time.Duration(r.IntN(10)) * time.Second)

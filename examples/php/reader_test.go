@@ -1,7 +1,7 @@
 package php_test
 
 // These tests run the PHP snapshot reader (RegiondTable.php) through
-// testdata/driver.php and check that it decides exactly as routing.Resolve
+// testdata/driver.php and check that it decides exactly as routing.Table.Resolve
 // does on the same table. They need php-cli 8.1+: without it they skip,
 // naming it, unless CI=true (then they fail; .ci/run installs it).
 

@@ -172,7 +172,7 @@ func compareGo(t *testing.T, what string, x fleettest.Expect, sweeps ...*fleette
 
 // TestGoPHPJSAgree: on every scenario (drained, down, unhealthy, boosted
 // pools, NoRoute, stale), every header (AA..ZZ, junk, _unknown) without a
-// key and × 1,000 keys decides the same in Go (routing.Resolve), in PHP
+// key and × 1,000 keys decides the same in Go (routing.Table.Resolve), in PHP
 // through the index and through the full JSON, and in JS through the
 // index: decision by decision the same pool, host, attrs, reasons (stale
 // included) or NoRoute; a random pick (no key, affinity random) must be a

@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -604,11 +605,16 @@ func TestClientThatStopsReadingIsClosed(t *testing.T) {
 	t.Logf("%d of %d answers (%d bytes each) written before the close", read, sent, len(body))
 }
 
-// deafSource is a mirror's source whose swaps wake no one: a table swapped
-// in as a blocking query's timer fires.
-type deafSource struct{ mirrorSource }
+// deafSource is a mirror's source whose table is the test's to swap, and
+// whose swaps wake no one: a table swapped in as a blocking query's timer
+// fires.
+type deafSource struct {
+	mirrorSource
+	t atomic.Pointer[routing.Table]
+}
 
-func (deafSource) Changed() <-chan struct{} { return nil }
+func (d *deafSource) Table() *routing.Table    { return d.t.Load() }
+func (d *deafSource) Changed() <-chan struct{} { return nil }
 
 // TestWaitMetAtTheDeadline: a blocking query whose deadline comes as the
 // table it waits for is swapped in (unheard by it) answers that table as
@@ -616,30 +622,43 @@ func (deafSource) Changed() <-chan struct{} { return nil }
 // table labelled timeout).
 func TestWaitMetAtTheDeadline(t *testing.T) {
 	h := startAPI(t, Config{}, false)
-	s := New(Config{Node: "node-1", Logger: quiet()}, deafSource{mirrorSource{h.m}})
+	src := &deafSource{mirrorSource: mirrorSource{h.m}}
+	old := h.m.Table()
+	src.t.Store(old)
+	s := New(Config{Node: "node-1", Logger: quiet()}, src)
 	ts := httptest.NewServer(s.Handler(true))
 	t.Cleanup(ts.Close)
-	rev := h.m.Table().Revision()
+	// The table it will wait for, made first: the swap is then the test's
+	// alone, instant, once the query waits.
+	if _, err := h.cli.Put(context.Background(), prefix+"routes/MT", `{"targets":[{"pool":"eu-central","weight":100}]}`); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for h.m.Table().Revision() <= old.Revision() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	next := h.m.Table()
 	type result struct {
-		wait string
-		rev  string
-		err  error
+		wait, rev string
+		err       error
 	}
 	got := make(chan result, 1)
 	go func() {
-		resp, err := http.Get(fmt.Sprintf("%s/v1/table?min_revision=%d&wait=2s", ts.URL, rev+1))
+		resp, err := http.Get(fmt.Sprintf("%s/v1/table?min_revision=%d&wait=5s", ts.URL, old.Revision()+1))
 		if err != nil {
 			got <- result{err: err}
 			return
 		}
 		resp.Body.Close()
-		got <- result{wait: resp.Header.Get("X-Regiond-Wait"), rev: resp.Header.Get("X-Regiond-Revision")}
+		got <- result{wait: resp.Header.Get(HeaderWait), rev: resp.Header.Get("X-Regiond-Revision")}
 	}()
-	if _, err := h.cli.Put(context.Background(), prefix+"routes/MT", `{"targets":[{"pool":"eu-central","weight":100}]}`); err != nil {
-		t.Fatal(err)
+	for s.Waiting() != 1 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
 	}
+	src.t.Store(next) // unheard: the query finds it only at its deadline
 	r := <-got
-	if r.err != nil || r.wait != WaitMet || r.rev == fmt.Sprint(rev) {
-		t.Fatalf("a blocking query for revision %d, the table swapped in unheard before its deadline: X-Regiond-Wait %q, revision %s (%v); want met and the new revision", rev+1, r.wait, r.rev, r.err)
+	if r.err != nil || r.wait != WaitMet || r.rev != fmt.Sprint(next.Revision()) {
+		t.Fatalf("a blocking query for revision %d, the table swapped in unheard while it waited: %s %q, revision %s (%v); want met and revision %d",
+			old.Revision()+1, HeaderWait, r.wait, r.rev, r.err, next.Revision())
 	}
 }

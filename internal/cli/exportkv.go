@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/regiond/regiond/internal/atomicfile"
+	"github.com/regiond/regiond/internal/lastgood"
 	"github.com/regiond/regiond/internal/snapindex"
 	"github.com/regiond/regiond/routing"
 )
@@ -69,6 +70,20 @@ func (a *app) runExportKV(ctx context.Context, o exportKVOpts) error {
 	cur, err := a.load(ctx)
 	if err != nil {
 		return err
+	}
+	refused := map[string]bool{} // of the skipped keys, those named with the value used, below
+	for _, s := range cur.Skipped {
+		refused[s.Key] = false
+	}
+	for _, kv := range cur.KVs {
+		if _, skipped := refused[kv.Key]; skipped {
+			refused[kv.Key] = lastgood.Refused(kv)
+		}
+	}
+	for _, s := range cur.Skipped {
+		if !refused[s.Key] {
+			a.log.Warn("stored value skipped, as the agents skip it", "key", s.Key, "error", s.Error)
+		}
 	}
 	now := time.Now()
 	t, err := a.compileStored(ctx, cur, routing.CompileOptions{Now: now, Start: now.Add(-routing.DefaultHealthGrace)})

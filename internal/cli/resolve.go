@@ -99,10 +99,7 @@ func (a *app) compileStored(ctx context.Context, cur *store.State, opts routing.
 		if err != nil {
 			return nil, err
 		}
-		earlier, notes, err := st.LastGood(ctx, cur)
-		if err != nil {
-			return nil, err
-		}
+		earlier, notes := st.LastGood(ctx, cur)
 		for _, n := range notes {
 			fmt.Fprintf(a.stderr, "regionctl: warning: %s\n", n)
 		}

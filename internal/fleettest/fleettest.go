@@ -4,7 +4,7 @@
 // tables of the fleet with drained, down, unhealthy and boosted pools
 // (Scenarios), the headers and keys of a sweep, the decoding of the test
 // drivers' sweeps and their decision-by-decision comparison with
-// routing.Resolve (Expect.Compare), and the JS driver's runner (SweepJS).
+// routing.Table.Resolve (Expect.Compare), and the JS driver's runner (SweepJS).
 package fleettest
 
 import (

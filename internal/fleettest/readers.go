@@ -282,7 +282,7 @@ func ReadSweep(reader string, out []byte, headers, keys []string) (*Sweep, error
 	return s, nil
 }
 
-// Expect is Go's side of a sweep: routing.Resolve on Table at Now;
+// Expect is Go's side of a sweep: Table.Resolve at Now;
 // WithStale adds the stale-table a reader adds for an old synced_at.
 type Expect struct {
 	// Table is the table the readers' files were written from.

@@ -11,7 +11,7 @@ import (
 )
 
 // goSweep is what a reader that decides exactly as Go would print for
-// headers × (no key, keys) on tab: SweepLines built from routing.Resolve.
+// headers × (no key, keys) on tab: SweepLines built from routing.Table.Resolve.
 func goSweep(t *testing.T, tab *routing.Table, now time.Time, headers, keys []string) []byte {
 	t.Helper()
 	var out []byte

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -200,6 +201,10 @@ func (s *Store) undoTo(ctx context.Context, epoch int64, cur *State) (*routing.C
 			return fmt.Sprintf("its value before epoch %d, as that record holds it: written around regionctl (by hand) after epoch %d, "+
 				"so no record holds the value it had at epoch %d and rollback cannot restore it; apply the config wanted with %s set (regionctl export, edit, apply)", e, epoch, epoch, rel)
 		}
+		if slices.Contains(cur.WrittenAround(), rel) {
+			return fmt.Sprintf("its current value, written by hand after epoch %d's commit, and no record holds the value it had at epoch %d: apply the config wanted with %s set (regionctl history --touching %s shows the values regionctl wrote)",
+				cur.Epoch, epoch, rel, rel)
+		}
 		return "its current value, unchanged since the epoch asked for: fix it first (regionctl validate)"
 	})
 	if err != nil {
@@ -220,10 +225,25 @@ func (s *Store) undoTo(ctx context.Context, epoch int64, cur *State) (*routing.C
 func (s *Store) checkRebuild(ctx context.Context, epoch int64, cur *State, restored map[string]json.RawMessage, first map[string]int64) []string {
 	var notes []string
 	found := map[string]bool{}
-	for e := epoch; e >= 1 && e > epoch-maxCheckEpochs && len(found) < len(restored); e-- {
+	// A key restored as absent was created after epoch (its first later
+	// record found none): no record at or before epoch wrote it, so it is
+	// not looked for (each would read every record of the bound).
+	want := 0
+	for k, v := range restored {
+		if sameValue(v, nil) {
+			found[k] = true
+		} else {
+			want++
+		}
+	}
+	for e := epoch; e >= 1 && e > epoch-maxCheckEpochs && want > 0; e-- {
 		rec, err := s.AuditRecord(ctx, e)
+		if errors.Is(err, ErrNotFound) {
+			break // no longer kept: older values are not known
+		}
 		if err != nil {
-			break // no longer kept, or unreadable: the rest is not checked
+			notes = append(notes, fmt.Sprintf("the check of the restored values against the records stopped at epoch %d: %v", e, err))
+			break
 		}
 		if rec.Rewritten {
 			continue
@@ -234,6 +254,7 @@ func (s *Store) checkRebuild(ctx context.Context, epoch int64, cur *State, resto
 				continue
 			}
 			found[c.Key] = true
+			want--
 			if !sameValue(before, c.After) {
 				notes = append(notes, fmt.Sprintf("%s: restored as epoch %d's record found it (%s), not as epoch %d wrote it (%s): written by hand between those epochs, "+
 					"before or after epoch %d's commit, so its value at epoch %d is not known; check it (regionctl history --touching %s)",

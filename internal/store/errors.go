@@ -40,10 +40,14 @@ type ConflictError struct {
 // Error tells the operator what happened and what to do.
 func (e *ConflictError) Error() string {
 	if e.Key != "" && e.Epoch == e.Now && e.Outside {
-		return fmt.Sprintf("%s was written outside regionctl (etcdctl, a script: no epoch, no audit record) after this write read it, so it was not overwritten; re-run to build on it (regionctl get shows it)", e.Key)
+		return fmt.Sprintf("%s was written outside regionctl (etcdctl, a script: no epoch, no audit record) after this write read it, so it was not overwritten; "+
+			"re-run: the write reads it as it is now (regionctl get shows it), and a verb that sets it, as apply -f does, writes its value over the hand edit, its audit record naming the hand edit as replaced", e.Key)
 	}
 	if e.Key != "" && e.Epoch == e.Now {
 		return fmt.Sprintf("%s changed concurrently (expired or replaced); re-run", e.Key)
+	}
+	if e.Epoch == e.Now {
+		return "a key this write guards changed concurrently with no epoch of its own (a hand edit, a boost's lease ended); nothing written; re-run"
 	}
 	if e.Now < e.Epoch {
 		// One etcd's epoch never goes back: two reads were answered by

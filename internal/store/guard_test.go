@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/regiond/regiond/routing"
 )
 
 // TestEpochResetRefused: with the epoch key deleted or rewritten by hand
@@ -159,5 +161,26 @@ func TestHandEditMeanwhileIsNotOverwritten(t *testing.T) {
 	if len(rec.Changes) != 1 || rec.Changes[0].Key != "pools/eu-west" || !strings.Contains(string(rec.Changes[0].Before), "hand.example.net") ||
 		!strings.Contains(string(rec.Changes[0].After), "hand.example.net") {
 		t.Fatalf("the retried write's audit record: %+v, want pools/eu-west from the hand edit's value", rec.Changes)
+	}
+}
+
+// TestLastEpochIsNotWrittenPast: a write over an epoch key at MaxEpoch (a
+// hand edit) is refused, nothing written: its epoch would be one every
+// agent refuses as malformed (the diff review).
+func TestLastEpochIsNotWrittenPast(t *testing.T) {
+	t.Parallel()
+	ctx, cli, s, cfg := storeEnv(t, Options{})
+	put(ctx, t, s, cfg)
+	if _, err := cli.Put(ctx, s.Keyspace().Epoch(), fmt.Sprint(int64(routing.MaxEpoch))); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Write(ctx, WriteRequest{Command: "past", Build: func(_ context.Context, cur *State) (*Plan, error) {
+		return &Plan{Config: withPool(cur.Config, "eu-west", "n", "1")}, nil
+	}})
+	if err == nil || !strings.Contains(err.Error(), "the largest epoch") {
+		t.Fatalf("a write over epoch %d: %v, want it refused", int64(routing.MaxEpoch), err)
+	}
+	if resp, err := cli.Get(ctx, s.Keyspace().Epoch()); err != nil || string(resp.Kvs[0].Value) != fmt.Sprint(int64(routing.MaxEpoch)) {
+		t.Fatalf("epoch key after the refused write: %v %v", resp, err)
 	}
 }

@@ -18,19 +18,21 @@ const maxLastGoodKeys = 100
 // from etcd's history, as the agents' mirror does after a relist
 // (lastgood.Walk). Compiled with them (routing.CompileOptions.Earlier), st
 // decides as the agents do. notes says, for each refused key, which value
-// the decision uses.
-func (s *Store) LastGood(ctx context.Context, st *State) (earlier map[string]routing.KV, notes []string, err error) {
+// the decision uses. A read that fails is a note too, and ends the walks:
+// the decision goes on without the values not read, as the agents' does.
+func (s *Store) LastGood(ctx context.Context, st *State) (earlier map[string]routing.KV, notes []string) {
 	why := make(map[string]string, len(st.Skipped))
 	for _, sk := range st.Skipped {
 		why[sk.Key] = strings.TrimPrefix(sk.Error, sk.Key+": ")
 	}
 	looked := 0
+	var failed error // the first read that failed ends the walks, as the agents' mirror's
 	for _, kv := range st.KVs {
 		if _, skipped := why[kv.Key]; !skipped || !lastgood.Refused(kv) {
 			continue
 		}
-		if looked == maxLastGoodKeys {
-			notes = append(notes, fmt.Sprintf("%s: refused, and over %d refused keys: not looked up, decided as absent", kv.Key, maxLastGoodKeys))
+		if looked == maxLastGoodKeys || failed != nil {
+			notes = append(notes, fmt.Sprintf("%s: refused (%s); not looked up (over %d refused keys, or a read failed): decided as absent", kv.Key, why[kv.Key], maxLastGoodKeys))
 			continue
 		}
 		looked++
@@ -50,8 +52,9 @@ func (s *Store) LastGood(ctx context.Context, st *State) (earlier map[string]rou
 		case lastgood.Compacted:
 			notes = append(notes, fmt.Sprintf("%s its last good value is compacted out of etcd's history: decided as absent, while the agents that saw it written serve that value", head))
 		case lastgood.Failed:
-			return nil, nil, s.rpcErr(fmt.Sprintf("read the last good value of %s, refused", kv.Key), err)
+			failed = err
+			notes = append(notes, fmt.Sprintf("%s its last good value could not be read (%v): decided as absent (the agents that saw it written serve it)", head, err))
 		}
 	}
-	return earlier, notes, nil
+	return earlier, notes
 }

@@ -67,6 +67,10 @@ func (s *Store) prepare(st *State, p *Plan) ([]op, string, error) {
 	if st.epochErr != nil {
 		return nil, "", st.epochErr
 	}
+	if st.Epoch >= routing.MaxEpoch { // only a hand edit gets here: regionctl counts from 1
+		return nil, "", fmt.Errorf("the epoch key %s holds %d, the largest epoch (2^53−1): the next would be refused as malformed by every agent; put a smaller one with etcdctl (the newest audit record's epoch), then re-run",
+			s.ks.Epoch(), st.Epoch)
+	}
 	next := st.Config
 	var errs routing.Errors
 	if p.Config != nil {
@@ -121,10 +125,10 @@ func policyRefused(st *State, ops []op) *routing.FieldError {
 	if !refused || slices.ContainsFunc(ops, func(o op) bool { return o.rel == routing.PolicyKey }) {
 		return nil
 	}
-	fix := "regionctl apply -f FILE with a policy section"
+	fix := "regionctl apply -f FILE with a policy section (regionctl history --touching policy/residency shows the values regionctl wrote)"
 	if st.Epoch > 0 {
-		fix = fmt.Sprintf("regionctl rollback %d (the config as epoch %d committed it, undoing the hand edits since) or %s (regionctl history --touching policy/residency shows the values regionctl wrote)",
-			st.Epoch, st.Epoch, fix)
+		fix += fmt.Sprintf(", or, while etcd still holds epoch %d's revision (not compacted), regionctl rollback %d (the config as epoch %d committed it, undoing the hand edits since)",
+			st.Epoch, st.Epoch, st.Epoch)
 	}
 	return &routing.FieldError{Key: routing.PolicyKey, Msg: fmt.Sprintf("the stored residency policy is refused by the agents (%s), which serve its last good value; "+
 		"this write's checks would judge it by the built-in policy instead: replace the policy first, with %s", strings.TrimPrefix(why.Error(), routing.PolicyKey+": "), fix)}

@@ -304,6 +304,39 @@ func TestRebuiltConfigNamesHandEdits(t *testing.T) {
 	}
 }
 
+// TestRebuiltConfigNamesARefusedHandEdit: the rebuild of the current
+// epoch once its revision is compacted (what the refused-policy message
+// offered first: the diff review) cannot know the value a key written by
+// hand since had at that epoch, and says so, naming history, not "fix it
+// first, unchanged since".
+func TestRebuiltConfigNamesARefusedHandEdit(t *testing.T) {
+	t.Parallel()
+	ctx, cli, s, cfg := storeEnv(t, Options{})
+	res := put(ctx, t, s, cfg)
+	if _, err := cli.Compact(ctx, res.Revision); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, s.Keyspace().RoutingKey(routing.PolicyKey), `{"classes":{"eu":["pl"]}}`); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := cli.Get(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Compact(ctx, resp.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := s.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = s.ConfigAt(ctx, 1, cur)
+	if err == nil || !strings.Contains(err.Error(), "written by hand after epoch 1's commit") || !strings.Contains(err.Error(), "history --touching policy/residency") ||
+		strings.Contains(err.Error(), "unchanged since") {
+		t.Fatalf("the rebuild of epoch 1 over a refused hand edit: %v; want it named as written by hand, with history", err)
+	}
+}
+
 // TestHeartbeatRevokesOnStop: the marker lives while Heartbeat runs and is
 // gone as soon as it returns.
 func TestHeartbeatRevokesOnStop(t *testing.T) {

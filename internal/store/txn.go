@@ -84,7 +84,7 @@ func (s *Store) runTxn(ctx context.Context, st *State, ops []op, t *txnPlan) (in
 	rctx, cancel := s.reqCtx(ctx)
 	defer cancel()
 	resp, err := s.cli.Txn(rctx).If(t.cmps...).Then(t.then...).
-		Else(clientv3.OpGet(s.ks.Epoch()), s.opFirstAuditFrom(t.epoch)).Commit()
+		Else(append([]clientv3.Op{clientv3.OpGet(s.ks.Epoch()), s.opFirstAuditFrom(t.epoch)}, s.opsWrittenSince(st)...)...).Commit()
 	switch {
 	case err != nil && isPermissionDenied(err):
 		return 0, s.writeErr(fmt.Sprintf("commit epoch %d", t.epoch), err, s.roles.CommitNeeds()...)
@@ -206,33 +206,30 @@ func (s *Store) guardFailed(ctx context.Context, st *State, ops []op, t *txnPlan
 	}
 	ce := s.conflict(st, ops, epochKV)
 	if ce.Epoch == ce.Now {
-		// The epoch did not move: a guarded key did. Which one is read
-		// (a failed read leaves the first guarded boost named).
-		if key, ok := s.writtenSince(ctx, st); ok {
-			ce.Key, ce.Outside = key, true
+		// The epoch did not move: a guarded key did. A config key written
+		// since the read is in the Txn's own answer (its Else).
+		for _, r := range resp.Responses[2:] {
+			if kv := firstKV(r); kv != nil {
+				rel, _ := s.ks.Rel(string(kv.Key))
+				ce.Key, ce.Outside = rel, true
+				break
+			}
 		}
 	}
 	return ce
 }
 
-// writtenSince returns the first config key written since st was read (a
-// hand edit: the epoch did not move), and whether there is one that can
-// be read.
-func (s *Store) writtenSince(ctx context.Context, st *State) (string, bool) {
-	rctx, cancel := s.reqCtx(ctx)
-	defer cancel()
+// opsWrittenSince are the reads, one per config kind, of the first key
+// written since st was read: a Txn whose config compares failed names
+// the hand edit it met from its own answer (a second read could fail,
+// and blame a boost).
+func (s *Store) opsWrittenSince(st *State) []clientv3.Op {
+	ops := make([]clientv3.Op, 0, len(configKinds))
 	for _, kind := range configKinds {
 		dir := s.ks.RoutingKey(kind.String() + "/")
-		resp, err := s.cli.Get(rctx, dir, clientv3.WithPrefix(), clientv3.WithMinModRev(st.Revision+1), clientv3.WithKeysOnly(), clientv3.WithLimit(1))
-		if err != nil {
-			return "", false
-		}
-		if len(resp.Kvs) > 0 {
-			rel, _ := s.ks.Rel(string(resp.Kvs[0].Key))
-			return rel, true
-		}
+		ops = append(ops, clientv3.OpGet(dir, clientv3.WithPrefix(), clientv3.WithMinModRev(st.Revision+1), clientv3.WithKeysOnly(), clientv3.WithLimit(1)))
 	}
-	return "", false
+	return ops
 }
 
 // epochReset returns the *EpochResetError of a write refused by its audit
