@@ -107,14 +107,14 @@ var (
 // until then and differs at it). No JS decision (nor Go's) sends a viewer
 // to a pool outside the class of their country.
 //
-// REGIOND_DIFF_WORLDS sets how many worlds (40: ~9 s on a loaded 2-core
+// REGIOND_DIFF_WORLDS sets how many worlds (30: ~7 s on a loaded 2-core
 // machine), REGIOND_DIFF_SEED the seed (1), REGIOND_DIFF_FULL how many
 // decisions per header go through the whole path, the no-key one first
 // (2; the others decide on the entry read once for the header, through
 // kvEntry, readIndexFile or the reader's read).
 func TestJSAgreesOnRandomPolicies(t *testing.T) {
 	nodeBin := node(t)
-	nWorlds, seed, full := 40, uint64(1), 2
+	nWorlds, seed, full := 30, uint64(1), 2
 	for name, p := range map[string]any{"REGIOND_DIFF_WORLDS": &nWorlds, "REGIOND_DIFF_SEED": &seed, "REGIOND_DIFF_FULL": &full} {
 		if s := os.Getenv(name); s != "" {
 			if _, err := fmt.Sscan(s, p); err != nil {
