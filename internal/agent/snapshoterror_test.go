@@ -29,7 +29,10 @@ import (
 func TestSnapshotErrorIsPublished(t *testing.T) {
 	h, cli := startExampleAgent(t)
 	idx := snapshot.IndexPath(filepath.Join(h.dir, "shm", "table.json"))
-	if err := os.RemoveAll(idx); err != nil { // the first write may be to come
+	// The first write done (it may come after the first answer), nothing
+	// writes the files again before the change below.
+	waitFor(t, "the first snapshot index", func() bool { fi, err := os.Stat(idx); return err == nil && fi.Mode().IsRegular() })
+	if err := os.RemoveAll(idx); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.MkdirAll(filepath.Join(idx, "in-the-way"), 0o755); err != nil {

@@ -15,37 +15,7 @@
 //   the clock at "later" (a Worker deciding from the export some time after it was made).
 import { readFileSync } from 'node:fs';
 import { decideEntry, decideFromIndexFile, decideFromKV, IndexReader, kvEntry, readIndexFile } from '../node.mjs';
-
-const hex = (s) => Uint8Array.from(Buffer.from(s, 'hex'));
-const latin1 = (s) => Buffer.from(s, 'hex').toString('latin1'); // headers as Node's http gives them
-
-function failed(err) {
-  if (err.name === 'NoRouteError') {
-    const { country, reasons, revision, epoch } = err;
-    return { ok: false, error: err.name, noroute: { country, reasons, revision, epoch }, body: err.toJSON(), message: err.message };
-  }
-  return { ok: false, error: err.name, message: err.message };
-}
-
-async function outcome(f) {
-  try {
-    return { ok: true, d: await f() };
-  } catch (err) {
-    return failed(err);
-  }
-}
-
-function memoryKV(pairs) {
-  const m = new Map(pairs.map(({ key, value }) => [key, value]));
-  return {
-    async get(key, opts) {
-      const v = m.get(key);
-      if (v === undefined) return null;
-      const type = typeof opts === 'string' ? opts : opts?.type ?? 'text';
-      return type === 'json' ? JSON.parse(v) : v;
-    },
-  };
-}
+import { hex, latin1, memoryKV, outcomeAsync as outcome } from './common.mjs';
 
 // key is a sticky key as a front door would pass it: a string when its
 // bytes are UTF-8 (hashed as its UTF-8), else the bytes.

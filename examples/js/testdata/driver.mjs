@@ -29,48 +29,9 @@ import {
   decideEntry, decideFromIndexFile, decideFromIndexFileAsync, decideFromKV, IndexReader, kvEntry, readIndexEntryAsync,
   readIndexFile, stickyScore, TableError,
 } from '../node.mjs';
+import { failed, hex, latin1, memoryKV, outcome, outcomeAsync } from './common.mjs';
 
-const hex = (s) => Uint8Array.from(Buffer.from(s, 'hex'));
-const latin1 = (s) => Buffer.from(s, 'hex').toString('latin1'); // headers: one char per byte, as Node's http gives them
 const input = () => JSON.parse(readFileSync(0, 'utf8'));
-
-function failed(err) {
-  if (err.name === 'NoRouteError') {
-    const { country, reasons, revision, epoch } = err;
-    return { ok: false, error: err.name, noroute: { country, reasons, revision, epoch }, body: err.toJSON(), message: err.message };
-  }
-  return { ok: false, error: err.name, message: err.message };
-}
-
-function outcome(f) {
-  try {
-    return { ok: true, d: f() };
-  } catch (err) {
-    return failed(err);
-  }
-}
-
-async function outcomeAsync(f) {
-  try {
-    return { ok: true, d: await f() };
-  } catch (err) {
-    return failed(err);
-  }
-}
-
-// memoryKV is a Workers KV namespace in memory: values stored as strings,
-// parsed on every get, as KV does.
-function memoryKV(pairs) {
-  const m = new Map(pairs.map(({ key, value }) => [key, value]));
-  return {
-    async get(key, opts) {
-      const v = m.get(key);
-      if (v === undefined) return null;
-      const type = typeof opts === 'string' ? opts : opts?.type ?? 'text';
-      return type === 'json' ? JSON.parse(v) : v;
-    },
-  };
-}
 
 // readIndexFileAsync is readIndexFile through node:fs/promises, as
 // decideFromIndexFileAsync reads (one FileHandle per call).
