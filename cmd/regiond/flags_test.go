@@ -207,3 +207,27 @@ func sameDefault(doc, flag string) bool {
 	d2, err2 := time.ParseDuration(flag)
 	return err1 == nil && err2 == nil && d1 == d2
 }
+
+// TestEveryErrorLineIsNamed: several flag errors, one per line, each
+// begin with "regiond:" (the docs review: only the first did).
+func TestEveryErrorLineIsNamed(t *testing.T) {
+	cmd := newRootCommand()
+	cmd.SetArgs([]string{"--snapshot", "rel/table.json", "--max-stale", "0", "--endpoints", "http://127.0.0.1:1"})
+	cmd.SetOut(&bytes.Buffer{})
+	cmd.SetErr(&bytes.Buffer{})
+	err := cmd.Execute()
+	if err == nil {
+		t.Fatal("regiond with two bad flags ran")
+	}
+	var out bytes.Buffer
+	printError(&out, err)
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if len(lines) < 2 {
+		t.Fatalf("two bad flags printed as %q, want a line each", out.String())
+	}
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "regiond: ") {
+			t.Errorf("error line %q does not begin with regiond:", l)
+		}
+	}
+}

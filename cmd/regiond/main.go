@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 )
 
@@ -29,10 +28,7 @@ func main() {
 	cmd := newRootCommand()
 	cmd.SetArgs(os.Args[1:])
 	if err := cmd.ExecuteContext(ctx); err != nil {
-		// Each line named: several flag errors are joined one per line.
-		for _, line := range strings.Split(strings.TrimRight(err.Error(), "\n"), "\n") {
-			fmt.Fprintln(os.Stderr, "regiond:", line)
-		}
+		printError(os.Stderr, err)
 		os.Exit(exitCode(err))
 	}
 }

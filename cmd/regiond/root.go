@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -174,6 +175,14 @@ func flagError(cmd *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w; did you mean %s?", err, strings.Join(near, " or "))}
 	}
 	return usageError{err}
+}
+
+// printError prints err on w, each line named "regiond:" (several flag
+// errors are joined one per line).
+func printError(w io.Writer, err error) {
+	for _, line := range strings.Split(strings.TrimRight(err.Error(), "\n"), "\n") {
+		fmt.Fprintln(w, "regiond:", line)
+	}
 }
 
 // noArgs refuses arguments as a usage error (exit 2): regiond takes flags

@@ -310,9 +310,14 @@ func TestRefusedPolicyKeepsItsLastGoodValue(t *testing.T) {
 			Candidates []candidate `json:"candidates"`
 		} `json:"entry"`
 	}
+	e.putHandEdit("pools/BAD", `{}`) // outside the key grammar: skipped, with no value to decide with
 	r = e.must(0, "export", "kv", "--format", "map")
 	if err := json.Unmarshal([]byte(r.stdout), &kv); err != nil {
 		t.Fatal(err)
+	}
+	if !strings.Contains(r.stderr, `msg="stored value skipped, as the agents skip it" key=pools/BAD`) ||
+		strings.Contains(r.stderr, "skip it\" key=policy/residency") || !strings.Contains(r.stderr, "policy/residency: refused (") {
+		t.Fatalf("export kv with a refused policy and a key outside the grammar: want the policy named with the value used and pools/BAD skipped, got %s", r.stderr)
 	}
 	if gb := kv["GB"].Entry; gb.Route != "GB" || len(gb.Candidates) == 0 || slices.ContainsFunc(gb.Candidates, func(c candidate) bool { return c.Pool != "uk-london" }) {
 		t.Fatalf("export kv with the policy refused: GB's entry %+v, want route GB with uk-london alone (stderr %s)", gb, r.stderr)
