@@ -2,14 +2,17 @@ package devetcd
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/regiond/regiond/internal/freeport"
 	"github.com/regiond/regiond/internal/tcpproxy"
 )
 
@@ -217,4 +220,21 @@ func RaiseNoSpaceAlarm(t testing.TB, cli *clientv3.Client) (disarm func()) {
 		cli.AlarmDisarm(ctx, &clientv3.AlarmMember{MemberID: st.Header.MemberId, Alarm: pb.AlarmType_NOSPACE})
 	})
 	return disarm
+}
+
+// NewGoneClient returns a client of a loopback endpoint nothing listens
+// on (etcd gone), closed when the test ends: every request fails at its
+// deadline.
+func NewGoneClient(t testing.TB) *clientv3.Client {
+	t.Helper()
+	port, err := freeport.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{fmt.Sprintf("127.0.0.1:%d", port)}, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
 }

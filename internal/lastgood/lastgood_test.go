@@ -3,15 +3,10 @@ package lastgood
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
 	"github.com/regiond/regiond/internal/devetcd"
-	"github.com/regiond/regiond/internal/freeport"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -99,15 +94,7 @@ func TestWalk(t *testing.T) {
 		t.Fatalf("the good value's revision compacted: %v %v, want Compacted", out, err)
 	}
 
-	port, err := freeport.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	gone, err := clientv3.New(clientv3.Config{Endpoints: []string{fmt.Sprintf("127.0.0.1:%d", port)}, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gone.Close()
+	gone := devetcd.NewGoneClient(t)
 	if _, out, err := Walk(ctx, gone, prefix+"pools/p", current("pools/p"), 200*time.Millisecond); out != Failed || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("etcd stopped: %v %v, want Failed with DeadlineExceeded", out, err)
 	}

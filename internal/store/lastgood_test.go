@@ -1,15 +1,11 @@
 package store
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
-	"github.com/regiond/regiond/internal/freeport"
+	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -38,15 +34,7 @@ func TestLastGoodNotesEachRefusedKey(t *testing.T) {
 		t.Fatalf("two refused keys: last good values %v, notes %q; want both, each named", earlier, notes)
 	}
 
-	port, err := freeport.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	gone, err := clientv3.New(clientv3.Config{Endpoints: []string{fmt.Sprintf("127.0.0.1:%d", port)}, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gone.Close()
+	gone := devetcd.NewGoneClient(t)
 	cut := New(gone, s.Keyspace(), Options{RequestTimeout: 200 * time.Millisecond})
 	earlier, notes = cut.LastGood(ctx, st)
 	joined := strings.Join(notes, "\n")
