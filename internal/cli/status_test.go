@@ -492,6 +492,19 @@ func TestClockSkewIsNamed(t *testing.T) {
 	}
 }
 
+// agentBeside seeds the example fleet and puts two live agents at its
+// newest revision and epoch, connected: node-ok, in step, and st's node
+// with st's other fields.
+func (e *tenv) agentBeside(st routing.AgentStatus) {
+	e.t.Helper()
+	e.seed()
+	lease := grantLease(e.t)
+	rev, _ := e.fingerprint()
+	e.putAgent("node-ok", rev, lease)
+	st.Revision, st.Epoch, st.Connected = rev, e.epoch(), true
+	e.putAgentStatus(st, lease)
+}
+
 // TestClockAheadIsWarned: an agent whose status says its clock is ahead
 // of this host's (its synced_at past this host's now by more than
 // store.MaxClockSkew) is named by status (stderr, and clocks_ahead in -o
@@ -502,12 +515,7 @@ func TestClockSkewIsNamed(t *testing.T) {
 func TestClockAheadIsWarned(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.seed()
-	lease := grantLease(t)
-	rev, _ := e.fingerprint()
-	e.putAgent("node-ok", rev, lease)
-	e.putAgentStatus(routing.AgentStatus{Node: "node-ahead", Revision: rev, Epoch: e.epoch(), Connected: true,
-		SyncedAt: time.Now().Add(10 * time.Minute).UTC().Format(time.RFC3339)}, lease)
+	e.agentBeside(routing.AgentStatus{Node: "node-ahead", SyncedAt: time.Now().Add(10 * time.Minute).UTC().Format(time.RFC3339)})
 	ahead := regexp.MustCompile(`regionctl: warning: the clock of 1 of the 2 agent\(s\) read is ahead of this host's by more than 5s \(node-ahead \+(9m59s|10m0s|10m1s)\): this host's clock or theirs is off`)
 	r := e.must(ExitOK, "status")
 	if !ahead.MatchString(r.stderr) || strings.Contains(r.stderr, "node-ok") {
@@ -538,12 +546,7 @@ func TestClockAheadIsWarned(t *testing.T) {
 func TestSnapshotErrorIsNotConverged(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.seed()
-	lease := grantLease(t)
-	rev, _ := e.fingerprint()
-	e.putAgent("node-ok", rev, lease)
-	e.putAgentStatus(routing.AgentStatus{Node: "node-full", Revision: rev, Epoch: e.epoch(), Connected: true,
-		SnapshotError: "write snapshot index: no space left on device"}, lease)
+	e.agentBeside(routing.AgentStatus{Node: "node-full", SnapshotError: "write snapshot index: no space left on device"})
 	r := e.must(ExitOK, "status")
 	if !strings.Contains(r.stdout, "2 live agent(s): 1 converged, 1 not") ||
 		!strings.Contains(r.stdout, "node-full: not converged: its snapshot files are not written, so the front doors reading them route by an older table: write snapshot index: no space left on device") ||
