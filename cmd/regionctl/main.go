@@ -9,11 +9,12 @@ import (
 	"syscall"
 
 	"github.com/regiond/regiond/internal/cli"
+	"github.com/regiond/regiond/internal/journalfmt"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := cli.Main(ctx, os.Args[1:], os.Stdout, journalfmt.Stderr())
 	stop()
 	os.Exit(code)
 }

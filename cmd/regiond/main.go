@@ -10,7 +10,13 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/regiond/regiond/internal/journalfmt"
 )
+
+// stderr is where regiond writes its logs and errors: os.Stderr, each line
+// prefixed with its priority when that is systemd's journal.
+var stderr = journalfmt.Stderr()
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -22,13 +28,13 @@ func main() {
 	signal.Notify(hup, syscall.SIGHUP)
 	go func() {
 		for range hup {
-			fmt.Fprintln(os.Stderr, "regiond: SIGHUP ignored: regiond has nothing to reload; restart it to change its flags (systemctl restart regiond)")
+			fmt.Fprintln(stderr, "regiond: SIGHUP ignored: regiond has nothing to reload; restart it to change its flags (systemctl restart regiond)")
 		}
 	}()
 	cmd := newRootCommand()
 	cmd.SetArgs(os.Args[1:])
 	if err := cmd.ExecuteContext(ctx); err != nil {
-		printError(os.Stderr, err)
+		printError(stderr, err)
 		os.Exit(exitCode(err))
 	}
 }

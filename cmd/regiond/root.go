@@ -16,6 +16,7 @@ import (
 	"github.com/regiond/regiond/internal/cmddocs"
 	"github.com/regiond/regiond/internal/etcddiag"
 	"github.com/regiond/regiond/internal/flagerr"
+	"github.com/regiond/regiond/internal/journalfmt"
 	"github.com/regiond/regiond/internal/version"
 )
 
@@ -80,9 +81,9 @@ func (f *agentFlags) finish() (agent.Config, error) {
 	opts := &slog.HandlerOptions{Level: lvl}
 	switch strings.ToLower(f.logFormat) { // as --log-level takes WARN
 	case "text":
-		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, opts))
+		cfg.Logger = slog.New(slog.NewTextHandler(stderr, journalfmt.Options(stderr, opts)))
 	case "json":
-		cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, opts))
+		cfg.Logger = slog.New(slog.NewJSONHandler(stderr, journalfmt.Options(stderr, opts)))
 	default:
 		return cfg, usageError{fmt.Errorf("--log-format %q: want text or json", f.logFormat)}
 	}
@@ -180,9 +181,11 @@ func flagError(cmd *cobra.Command, err error) error {
 // printError prints err on w, each line named "regiond:" (several flag
 // errors are joined one per line).
 func printError(w io.Writer, err error) {
+	var msg strings.Builder
 	for _, line := range strings.Split(strings.TrimRight(err.Error(), "\n"), "\n") {
-		fmt.Fprintln(w, "regiond:", line)
+		fmt.Fprintln(&msg, "regiond:", line)
 	}
+	io.WriteString(journalfmt.Errors(w), msg.String()) // one write: one message
 }
 
 // noArgs refuses arguments as a usage error (exit 2): regiond takes flags

@@ -43,6 +43,9 @@ func (a *app) exitCode(err error) int {
 	if err == nil {
 		return ExitOK
 	}
+	if a.errStderr != nil {
+		a.stderr = a.errStderr // what follows is the error the run ends with
+	}
 	var (
 		committed *committedError
 		refused   *store.RefusedError

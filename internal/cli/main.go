@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/regiond/regiond/internal/cmddocs"
+	"github.com/regiond/regiond/internal/journalfmt"
 	"github.com/regiond/regiond/internal/keyspace"
 	"github.com/regiond/regiond/internal/store"
 )
@@ -47,11 +48,14 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // app is one invocation: global flags, output and the lazily dialed store.
 type app struct {
 	stdout, stderr io.Writer
+	errStderr      io.Writer // stderr for the error a run ends with (the journal's err priority)
 	stdin          io.Reader // what -f - reads
 	getenv         func(string) string
 	args           []string
 	log            *slog.Logger
-	ran            bool // a verb started running: later errors are not usage errors
+	// logOpts are a.log's handler options, fitted to stderr.
+	logOpts func(slog.Level) *slog.HandlerOptions
+	ran     bool // a verb started running: later errors are not usage errors
 	// fromEnv are the verb's own flags set from REGIONCTL_<FLAG>, as
 	// NAME=value: the audit command names them (a --prune from the
 	// environment prunes as much as a typed one).
@@ -86,12 +90,16 @@ type app struct {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	logOpts := func(l slog.Level) *slog.HandlerOptions {
+		return journalfmt.Options(stderr, &slog.HandlerOptions{Level: l})
+	}
+	errStderr := termSafe{journalfmt.Errors(stderr)}
 	stdout, stderr = termSafe{stdout}, termSafe{stderr}
-	a := &app{stdout: stdout, stderr: stderr, stdin: os.Stdin, getenv: getenv, args: args}
+	a := &app{stdout: stdout, stderr: stderr, errStderr: errStderr, stdin: os.Stdin, getenv: getenv, args: args, logOpts: logOpts}
 	if r, ok := ctx.Value(stdinHook{}).(io.Reader); ok {
 		a.stdin = r
 	}
-	a.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	a.log = slog.New(slog.NewTextHandler(stderr, logOpts(slog.LevelWarn)))
 	defer a.close()
 	root := a.rootCmd()
 	a.root = root
@@ -207,7 +215,7 @@ func (a *app) applyEnv(cmd *cobra.Command) error {
 		}
 	})
 	if a.verbose {
-		a.log = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		a.log = slog.New(slog.NewTextHandler(a.stderr, a.logOpts(slog.LevelInfo)))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
