@@ -25,7 +25,10 @@ use Regiond\ThrottledLog;
 // too.
 header('Cache-Control: private, no-store');
 
-$country = $_SERVER['HTTP_CF_IPCOUNTRY'] ?? '';
+// The first of repeated CF-IPCountry headers, as the agent takes it:
+// nginx-front.conf passes the first (nginx before 1.23), or all of them
+// joined ("DE, US": nginx 1.23 and later, Apache), cut here at the comma.
+$country = explode(',', (string) ($_SERVER['HTTP_CF_IPCOUNTRY'] ?? ''), 2)[0];
 // Any stable per-viewer id; null = weighted random. A client can send
 // "viewer[]=x", which PHP makes an array: not a key.
 $viewer = is_string($_COOKIE['viewer'] ?? null) ? $_COOKIE['viewer'] : null;

@@ -128,3 +128,37 @@ func TestFrontDoorAnswersAreNotCached(t *testing.T) {
 		t.Errorf("unreadable table's 503 body %q, want %q", body, want)
 	}
 }
+
+// TestRepeatedCountryHeadersTakeTheFirst: a request with CF-IPCountry twice
+// is decided by the first, as the agent takes it (a hop that appends its
+// own header after the trusted one must not move a German viewer to a US
+// pool). nginx before 1.23 passes each line to php-fpm, where the last one
+// wins, unless nginx-front.conf names the param ($http_cf_ipcountry is the
+// first); nginx 1.23 and later join them ("DE, US"), which example.php cuts
+// at the comma.
+func TestRepeatedCountryHeadersTakeTheFirst(t *testing.T) {
+	now := time.Now()
+	tab := compile(t, fleet(t), routing.CompileOptions{Now: now})
+	snapshot := filepath.Join(t.TempDir(), "table.json")
+	writeSnapshotAt(t, snapshot, tab)
+	s := startFront(t, phpfront.Config{Snapshot: snapshot, Children: 1, Defines: []string{"sys_temp_dir=" + t.TempDir()}})
+	hc := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, headers := range [][]string{{"DE", "US"}, {"US", "DE"}, {"DE, US"}, {"US,DE"}} {
+		first := strings.TrimSpace(strings.Split(headers[0], ",")[0])
+		want, err := tab.Resolve(first, "viewer-7", now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequest(http.MethodGet, s.URL+"/watch/1", nil)
+		req.Header["Cf-Ipcountry"] = headers
+		req.AddCookie(&http.Cookie{Name: "viewer", Value: "viewer-7"})
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := resp.Header.Get("X-Regiond-Pool"); resp.StatusCode != http.StatusFound || got != want.Pool {
+			t.Errorf("CF-IPCountry %q: status %d, pool %q; want 302 and %s's pool %q\n%s", headers, resp.StatusCode, got, first, want.Pool, s.Logs())
+		}
+	}
+}
