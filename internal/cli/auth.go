@@ -34,7 +34,8 @@ each of regiond's jobs what it needs under --prefix, and nothing more:
                          <root>/nodes/ (agent rm) (it cannot forge a
                          pool's health nor an agent's status)
   regiond-viewer         regionctl's reads (get, diff, history, status,
-                         resolve, every --dry-run): read <root>/
+                         resolve, every --dry-run): read <root>/routing/,
+                         <root>/audit/, <root>/agents/, <root>/nodes/
   regiond-agent-NODE     the agent of one router node: read <root>/routing/,
                          readwrite the keys <root>/agents/NODE and
                          <root>/nodes/NODE (its node record) alone
@@ -149,6 +150,9 @@ func (a *app) runAuthApply(ctx context.Context, o authOpts) error {
 	cur, err := st.ReadAuth(ctx, plan)
 	if err != nil {
 		return err
+	}
+	for _, n := range plan.OtherDeployments(cur) {
+		fmt.Fprintf(a.stderr, "regionctl: note: %s\n", n)
 	}
 	steps, err := plan.Steps(cur, o.passwords, o.revokeExtra)
 	var extra *store.ExtraGrantsError

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -62,7 +63,7 @@ func newRBACEnv(t *testing.T, passwords bool) *rbacEnv {
 	}
 	r, _ := runEnv(nil, args...)
 	var res authResult
-	if r.code != ExitOK || json.Unmarshal([]byte(r.stdout), &res) != nil || !res.Applied || len(res.Steps) != 26 { // 24 before node records
+	if r.code != ExitOK || json.Unmarshal([]byte(r.stdout), &res) != nil || !res.Applied || len(res.Steps) != 29 { // 24 before node records, 26 before the viewer had four grants
 		t.Fatalf("auth apply: %s", r)
 	}
 	if passwords {
@@ -235,11 +236,11 @@ func extras(t *testing.T, e *rbacEnv) {
 	// A grant of the job's range with more access than the job needs is
 	// an extra too (the plan's grant narrows it under --revoke-extra).
 	ctx := context.Background()
-	root := rbacPrefix + "/"
-	if _, err := e.root.RoleGrantPermission(ctx, "regiond-viewer", root, clientv3.GetPrefixRangeEnd(root), clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
+	routingPrefix := rbacPrefix + "/routing/"
+	if _, err := e.root.RoleGrantPermission(ctx, "regiond-viewer", routingPrefix, clientv3.GetPrefixRangeEnd(routingPrefix), clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
 		t.Fatal(err)
 	}
-	if r := apply(); r.code != ExitRefused || !strings.Contains(r.stderr, "role regiond-viewer holds readwrite on "+root) ||
+	if r := apply(); r.code != ExitRefused || !strings.Contains(r.stderr, "role regiond-viewer holds readwrite on "+routingPrefix) ||
 		!strings.Contains(r.stderr, "where its job needs read") {
 		t.Fatalf("auth apply with the viewer's range granted readwrite: %s", r)
 	}
@@ -258,12 +259,59 @@ func extras(t *testing.T, e *rbacEnv) {
 	for _, extra := range [][]string{nil, {"--revoke-extra"}} {
 		r, _ := runEnv(nil, append(other, append([]string{"auth", "apply", "--agent", "n9"}, extra...)...)...)
 		if r.code != ExitRefused || !strings.Contains(r.stderr, "role regiond-operator holds") ||
-			!strings.Contains(r.stderr, "outside /staging/v1/: these roles serve another prefix") || !strings.Contains(r.stderr, "--role-prefix") {
+			!strings.Contains(r.stderr, "outside /staging/v1's routing/, audit/, agents/, nodes/: these roles serve another prefix") || !strings.Contains(r.stderr, "--role-prefix") {
 			t.Fatalf("auth apply for another prefix %v: %s", extra, r)
 		}
 	}
 	if after, _ := e.root.AuthStatus(ctx); after.AuthRevision != before.AuthRevision {
 		t.Fatal("auth apply for another prefix changed etcd's auth")
+	}
+	nested(t, e)
+}
+
+// nested: a deployment whose root lies under this one's (/rbac/v1/inner
+// in /rbac/v1), with its own role prefix and this one's operator user (the
+// RBAC review: the viewer's grant of all of <root>/ read the inner one's
+// keys; the user's role here was an extra that --revoke-extra stripped;
+// and an apply of the outer root with the inner's role prefix planned,
+// under --revoke-extra, to re-point the inner's roles at the outer).
+func nested(t *testing.T, e *rbacEnv) {
+	t.Helper()
+	ctx := context.Background()
+	inner := rbacPrefix + "/inner"
+	flags := func(prefix string) []string {
+		return append(tlsFlags(e.srv, e.certs, prefix), "--user", "root:"+devetcd.TestRootPassword)
+	}
+	for _, extra := range [][]string{nil, {"--revoke-extra"}} {
+		r, _ := runEnv(nil, append(flags(inner), append([]string{"auth", "apply", "--role-prefix", "in-", "--operator", rbacOperator, "--agent", "n9"}, extra...)...)...)
+		if r.code != ExitOK || !strings.Contains(r.stderr, "regionctl: note: user op also holds role regiond-operator, of another deployment") ||
+			strings.Contains(r.stdout, "revoke-role") {
+			t.Fatalf("auth apply of a nested deployment with the outer's operator %v: %s", extra, r)
+		}
+	}
+	roles, err := e.root.UserGet(ctx, rbacOperator)
+	if err != nil || !slices.Contains(roles.Roles, "regiond-operator") || !slices.Contains(roles.Roles, "in-operator") {
+		t.Fatalf("user op holds %v (%v), want both deployments' operator roles", roles, err)
+	}
+	// The outer viewer reads its own sections, not the inner's keys.
+	view := e.client(rbacViewer)
+	if _, err := view.Get(ctx, e.ks.Epoch()); err != nil {
+		t.Fatalf("viewer read of its epoch: %v", err)
+	}
+	if _, err := view.Get(ctx, inner+"/routing/epoch"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Fatalf("viewer of %s read the nested deployment's epoch: %v, want permission denied", rbacPrefix, err)
+	}
+	// The outer root with the inner's role prefix: refused, even with
+	// --revoke-extra.
+	before, _ := e.root.AuthStatus(ctx)
+	for _, extra := range [][]string{nil, {"--revoke-extra"}} {
+		r, _ := runEnv(nil, append(flags(rbacPrefix), append([]string{"auth", "apply", "--role-prefix", "in-", "--agent", "n9"}, extra...)...)...)
+		if r.code != ExitRefused || !strings.Contains(r.stderr, "role in-operator holds") || !strings.Contains(r.stderr, "serve another prefix") {
+			t.Fatalf("auth apply of the outer root with the nested deployment's role prefix %v: %s", extra, r)
+		}
+	}
+	if after, _ := e.root.AuthStatus(ctx); after.AuthRevision != before.AuthRevision {
+		t.Fatal("a refused auth apply changed etcd's auth")
 	}
 }
 

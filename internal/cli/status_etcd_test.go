@@ -150,7 +150,7 @@ func TestStatusNamesEtcdMembers(t *testing.T) {
 }
 
 // TestStatusEtcdMembersWithAuth: with etcd's authentication on, the
-// least-privilege viewer (regiond-viewer: read <root>/) gets the members
+// least-privilege viewer (regiond-viewer: read the four sections of <root>/) gets the members
 // line, with a password (a token) and with a client certificate: etcd
 // asks MemberList and Status for an authenticated user only.
 func TestStatusEtcdMembersWithAuth(t *testing.T) {

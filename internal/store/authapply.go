@@ -87,10 +87,13 @@ func shellQuote(s string) string {
 
 // AuthState is what etcd holds of a plan's roles and users.
 type AuthState struct {
-	// Roles holds the grants of each role that exists.
+	// Roles holds the grants of each role of the plan that exists.
 	Roles map[string][]Grant
 	// Users holds the roles of each user that exists.
 	Users map[string][]string
+	// Others holds the grants of each role the users hold outside the
+	// plan (that exists).
+	Others map[string][]Grant
 }
 
 // ExtraGrantsError means a role or user of the plan holds more than the
@@ -130,11 +133,12 @@ func (p *AuthPlan) Steps(cur *AuthState, passwords, revokeExtra bool) ([]AuthSte
 		for _, h := range have {
 			i := slices.IndexFunc(r.Grants, func(g Grant) bool { return g.Key == h.Key && g.End == h.End })
 			switch {
-			case p.root != "" && h.Key != p.root && !strings.HasPrefix(h.Key, p.root+"/"):
+			case !p.inside(h):
 				// The role is another prefix's (one etcd, two
-				// deployments sharing role names): revoking would
-				// re-point that deployment's users at this one.
-				foreign = append(foreign, fmt.Sprintf("role %s holds %s, outside %s/", r.Name, h, p.root))
+				// deployments sharing role names, or one nested in
+				// this one's root): revoking would re-point that
+				// deployment's users at this one.
+				foreign = append(foreign, fmt.Sprintf("role %s holds %s, outside %s's routing/, audit/, agents/, nodes/", r.Name, h, p.root))
 			case i < 0:
 				extras = append(extras, fmt.Sprintf("role %s also holds %s", r.Name, h))
 				steps = append(steps, AuthStep{Op: OpRoleRevoke, Role: r.Name, Grant: &h})
@@ -159,7 +163,7 @@ func (p *AuthPlan) Steps(cur *AuthState, passwords, revokeExtra bool) ([]AuthSte
 			}
 		}
 		for _, r := range have {
-			if !slices.Contains(u.Roles, r) {
+			if !slices.Contains(u.Roles, r) && !p.othersOnly(cur.Others[r]) {
 				extras = append(extras, fmt.Sprintf("user %s also holds role %s", u.Name, r))
 				steps = append(steps, AuthStep{Op: OpUserRevokeRole, User: u.Name, Role: r})
 			}
@@ -171,25 +175,40 @@ func (p *AuthPlan) Steps(cur *AuthState, passwords, revokeExtra bool) ([]AuthSte
 	return steps, nil
 }
 
+// othersOnly reports whether grants, a user's role outside the plan, are
+// another deployment's alone: some, and none inside the plan's keyspace.
+// Such a role is left to that deployment (one user, one certificate's CN,
+// serving two), not revoked as an extra.
+func (p *AuthPlan) othersOnly(grants []Grant) bool {
+	return len(grants) > 0 && !slices.ContainsFunc(grants, p.inside)
+}
+
+// OtherDeployments says, for each user of the plan, the roles it holds
+// that Steps leaves alone as another deployment's (cur from ReadAuth).
+func (p *AuthPlan) OtherDeployments(cur *AuthState) []string {
+	var out []string
+	for _, u := range p.Users {
+		for _, r := range cur.Users[u.Name] {
+			if !slices.Contains(u.Roles, r) && p.othersOnly(cur.Others[r]) {
+				out = append(out, fmt.Sprintf("user %s also holds role %s, of another deployment (no grant in %s's sections): left as it is", u.Name, r, p.root))
+			}
+		}
+	}
+	return out
+}
+
 // ReadAuth reads the roles and users of plan as etcd holds them. It needs
 // etcd's root role once authentication is on.
 func (s *Store) ReadAuth(ctx context.Context, plan *AuthPlan) (*AuthState, error) {
 	st := &AuthState{Roles: map[string][]Grant{}, Users: map[string][]string{}}
 	for _, r := range plan.Roles {
-		rctx, cancel := s.reqCtx(ctx)
-		resp, err := s.cli.RoleGet(rctx, r.Name)
-		cancel()
-		if errors.Is(err, rpctypes.ErrRoleNotFound) {
-			continue
-		}
+		grants, err := s.roleGrants(ctx, r.Name)
 		if err != nil {
-			return nil, s.authAdminErr("read role "+r.Name, err)
+			return nil, err
 		}
-		grants := make([]Grant, 0, len(resp.Perm))
-		for _, p := range resp.Perm {
-			grants = append(grants, Grant{Access: accessOf(p.PermType), Key: string(p.Key), End: string(p.RangeEnd)})
+		if grants != nil {
+			st.Roles[r.Name] = grants
 		}
-		st.Roles[r.Name] = grants
 	}
 	for _, u := range plan.Users {
 		rctx, cancel := s.reqCtx(ctx)
@@ -205,7 +224,40 @@ func (s *Store) ReadAuth(ctx context.Context, plan *AuthPlan) (*AuthState, error
 		sort.Strings(roles)
 		st.Users[u.Name] = roles
 	}
+	// The users' other roles: another deployment's are left alone.
+	st.Others = map[string][]Grant{}
+	for _, u := range plan.Users {
+		for _, r := range st.Users[u.Name] {
+			if _, done := st.Others[r]; done || slices.ContainsFunc(plan.Roles, func(x Role) bool { return x.Name == r }) {
+				continue
+			}
+			grants, err := s.roleGrants(ctx, r)
+			if err != nil {
+				return nil, err
+			}
+			st.Others[r] = grants
+		}
+	}
 	return st, nil
+}
+
+// roleGrants reads the grants of role: nil if it does not exist, empty if
+// it has none.
+func (s *Store) roleGrants(ctx context.Context, role string) ([]Grant, error) {
+	rctx, cancel := s.reqCtx(ctx)
+	resp, err := s.cli.RoleGet(rctx, role)
+	cancel()
+	if errors.Is(err, rpctypes.ErrRoleNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, s.authAdminErr("read role "+role, err)
+	}
+	grants := make([]Grant, 0, len(resp.Perm))
+	for _, p := range resp.Perm {
+		grants = append(grants, Grant{Access: accessOf(p.PermType), Key: string(p.Key), End: string(p.RangeEnd)})
+	}
+	return grants, nil
 }
 
 func accessOf(t authpb.Permission_Type) Access {

@@ -42,7 +42,7 @@ func TestApplyAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	steps, err := plan.Steps(cur, true, false)
-	if err != nil || len(steps) != 20 { // 2 more grants since node records
+	if err != nil || len(steps) != 23 { // 2 more grants since node records, 3 since the viewer's four
 		t.Fatalf("steps from an empty etcd: %d %v", len(steps), err)
 	}
 	pw, meanwhile, err := s.ApplyAuth(ctx, steps)

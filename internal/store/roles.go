@@ -102,7 +102,7 @@ func (r Role) holds(needs []Grant) bool {
 //	<p>operator      read routing/; readwrite routing/{pools,routes,policy,overrides}/ and
 //	                 the key routing/epoch, audit/; read agents/; readwrite nodes/
 //	                 (regionctl's writes, agent rm)
-//	<p>viewer        read <root>/ (regionctl's reads, status)
+//	<p>viewer        read routing/, audit/, agents/, nodes/ (regionctl's reads, status)
 //	<p>agent-<node>  read routing/; readwrite the keys agents/<node> and nodes/<node>
 //	                 (one router node)
 //	<p>origin-<pool> readwrite routing/health/<pool>/ (regionctl heartbeat of one pool)
@@ -150,9 +150,22 @@ func (r Roles) operatorWrites() []Grant {
 
 // Viewer is the role of regionctl's reads (get, diff, history, status,
 // resolve, every --dry-run).
+// Its four grants are the sections of the keyspace, not the whole root:
+// a deployment whose root lies under this one's (/regiond and
+// /regiond/v2) is not this viewer's to read.
 func (r Roles) Viewer() Role {
+	grants := make([]Grant, 0, 4)
+	for _, s := range r.sections() {
+		grants = append(grants, prefixGrant(AccessRead, s))
+	}
 	return Role{Name: r.prefix + "viewer", Job: "regionctl's reads (get, export, diff, history, status, resolve, --dry-run)",
-		Grants: []Grant{prefixGrant(AccessRead, r.ks.Root()+"/")}}
+		Grants: grants}
+}
+
+// sections are the prefixes of the keyspace's four sections: routing/,
+// audit/, agents/, nodes/. Every key regiond reads or writes is in one.
+func (r Roles) sections() []string {
+	return []string{r.ks.Routing(), r.ks.AuditPrefix(), r.ks.AgentsPrefix(), r.ks.NodesPrefix()}
 }
 
 // Agent is the role of the agent of one router node: it reads the
@@ -213,7 +226,7 @@ func (r Roles) healthPool(key string) (string, bool) {
 }
 
 func (r Roles) section(key string) string {
-	for _, p := range []string{r.ks.Routing(), r.ks.AuditPrefix(), r.ks.AgentsPrefix(), r.ks.NodesPrefix()} {
+	for _, p := range r.sections() {
 		if strings.HasPrefix(key, p) {
 			return p
 		}
@@ -285,15 +298,37 @@ type AuthPlan struct {
 	Roles []Role `json:"roles"`
 	// Users are the users and their roles, sorted by name.
 	Users []User `json:"users"`
-	// root is the keyspace root every grant is under: a role holding a
-	// grant elsewhere serves another prefix (Steps refuses it).
-	root string
+	// root is the keyspace root, and sections its four sections: every
+	// grant of the plan is in one. A role holding a grant elsewhere
+	// serves another prefix (Steps refuses it), a user's role with no
+	// grant here is another deployment's (Steps leaves it alone).
+	root     string
+	sections []string
+}
+
+// inside reports whether g lies in the plan's keyspace: in one of its
+// sections, or the whole root (the viewer's grant before it had four). A
+// grant elsewhere, under another root or one nested in this root
+// (/regiond/v2 in /regiond), is another deployment's.
+func (p *AuthPlan) inside(g Grant) bool {
+	if p.root == "" {
+		return true
+	}
+	if g.Key == p.root+"/" && g.Prefix() {
+		return true
+	}
+	for _, s := range p.sections {
+		if strings.HasPrefix(g.Key, s) && g.end() <= clientv3.GetPrefixRangeEnd(s) {
+			return true
+		}
+	}
+	return false
 }
 
 // Plan returns the roles (operator and viewer always, one per agent node
 // and origin pool) and users of spec, or an error naming a bad name.
 func (r Roles) Plan(spec RoleSpec) (*AuthPlan, error) {
-	p := &AuthPlan{Roles: []Role{r.Operator(), r.Viewer()}, root: r.ks.Root()}
+	p := &AuthPlan{Roles: []Role{r.Operator(), r.Viewer()}, root: r.ks.Root(), sections: r.sections()}
 	users := map[string][]string{}
 	add := func(user string, role Role) {
 		if !slices.ContainsFunc(p.Roles, func(x Role) bool { return x.Name == role.Name }) {

@@ -25,7 +25,7 @@ func TestRoleGrants(t *testing.T) {
 			"readwrite on /regiond/v1/routing/routes/", "readwrite on /regiond/v1/routing/policy/",
 			"readwrite on /regiond/v1/routing/overrides/", "readwrite on the key /regiond/v1/routing/epoch",
 			"readwrite on /regiond/v1/audit/", "read on /regiond/v1/agents/", "readwrite on /regiond/v1/nodes/"}},
-		{r.Viewer(), []string{"read on /regiond/v1/"}},
+		{r.Viewer(), []string{"read on /regiond/v1/routing/", "read on /regiond/v1/audit/", "read on /regiond/v1/agents/", "read on /regiond/v1/nodes/"}},
 		{r.Agent("edge-fra-1"), []string{"read on /regiond/v1/routing/", "readwrite on the key /regiond/v1/agents/edge-fra-1",
 			"readwrite on the key /regiond/v1/nodes/edge-fra-1"}},
 		{r.Origin("eu-central"), []string{"readwrite on /regiond/v1/routing/health/eu-central/"}},
@@ -154,7 +154,10 @@ func TestSteps(t *testing.T) {
 		"etcdctl role grant-permission regiond-operator --prefix=true read /regiond/v1/agents/",
 		"etcdctl role grant-permission regiond-operator --prefix=true readwrite /regiond/v1/nodes/",
 		"etcdctl role add regiond-viewer",
-		"etcdctl role grant-permission regiond-viewer --prefix=true read /regiond/v1/",
+		"etcdctl role grant-permission regiond-viewer --prefix=true read /regiond/v1/routing/",
+		"etcdctl role grant-permission regiond-viewer --prefix=true read /regiond/v1/audit/",
+		"etcdctl role grant-permission regiond-viewer --prefix=true read /regiond/v1/agents/",
+		"etcdctl role grant-permission regiond-viewer --prefix=true read /regiond/v1/nodes/",
 		"etcdctl role add regiond-agent-n1",
 		"etcdctl role grant-permission regiond-agent-n1 --prefix=true read /regiond/v1/routing/",
 		"etcdctl role grant-permission regiond-agent-n1 readwrite /regiond/v1/agents/n1",
@@ -179,11 +182,11 @@ func TestSteps(t *testing.T) {
 	_, err = p.Steps(cur, false, false)
 	var widened *ExtraGrantsError
 	if !errors.As(err, &widened) || len(widened.Extras) != 1 ||
-		widened.Extras[0] != "role regiond-viewer holds readwrite on /regiond/v1/ where its job needs read" {
+		widened.Extras[0] != "role regiond-viewer holds readwrite on /regiond/v1/routing/ where its job needs read" {
 		t.Fatalf("a widened permission: %v, want it named as an extra", err)
 	}
 	steps, err := p.Steps(cur, false, true)
-	if err != nil || len(steps) != 1 || steps[0].Etcdctl() != "etcdctl role grant-permission regiond-viewer --prefix=true read /regiond/v1/" {
+	if err != nil || len(steps) != 1 || steps[0].Etcdctl() != "etcdctl role grant-permission regiond-viewer --prefix=true read /regiond/v1/routing/" {
 		t.Fatalf("a widened permission with revokeExtra: %v %v, want one re-grant of read", steps, err)
 	}
 	cur.Roles["regiond-agent-n1"] = append(cur.Roles["regiond-agent-n1"], prefixGrant(AccessReadWrite, "/regiond/v1/agents/"))
@@ -200,11 +203,41 @@ func TestSteps(t *testing.T) {
 	for _, s := range steps {
 		lines = append(lines, s.Etcdctl())
 	}
-	want = []string{"etcdctl role grant-permission regiond-viewer --prefix=true read /regiond/v1/",
+	want = []string{"etcdctl role grant-permission regiond-viewer --prefix=true read /regiond/v1/routing/",
 		"etcdctl role revoke-permission regiond-agent-n1 --prefix=true /regiond/v1/agents/",
 		"etcdctl user revoke-role regiond-agent-n1 root"}
 	if err != nil || !reflect.DeepEqual(lines, want) {
 		t.Fatalf("with revokeExtra: %q %v, want %q", lines, err, want)
+	}
+
+	// The viewer's grant before it had four (read on all of the root) is
+	// an extra, revoked by revokeExtra; a user's role of another
+	// deployment (grants, none in this one's sections) is not, nor is
+	// root's.
+	cur = &AuthState{Roles: map[string][]Grant{}, Users: map[string][]string{},
+		Others: map[string][]Grant{"b-operator": {prefixGrant(AccessRead, "/regiond/v1/b/routing/")}, "root": nil}}
+	for _, role := range p.Roles {
+		cur.Roles[role.Name] = slices.Clone(role.Grants)
+	}
+	cur.Roles["regiond-viewer"] = append(cur.Roles["regiond-viewer"], prefixGrant(AccessRead, "/regiond/v1/"))
+	for _, u := range p.Users {
+		cur.Users[u.Name] = append(slices.Clone(u.Roles), "b-operator")
+	}
+	steps, err = p.Steps(cur, false, true)
+	lines = nil
+	for _, s := range steps {
+		lines = append(lines, s.Etcdctl())
+	}
+	want = []string{"etcdctl role revoke-permission regiond-viewer --prefix=true /regiond/v1/"}
+	if err != nil || !reflect.DeepEqual(lines, want) {
+		t.Fatalf("the old viewer grant and another deployment's role: %q %v, want %q", lines, err, want)
+	}
+	if notes := p.OtherDeployments(cur); len(notes) != 1 || !strings.Contains(notes[0], "user regiond-agent-n1 also holds role b-operator, of another deployment") {
+		t.Fatalf("notes: %q", notes)
+	}
+	cur.Users["regiond-agent-n1"] = append(cur.Users["regiond-agent-n1"], "root")
+	if _, err := p.Steps(cur, false, false); err == nil || !strings.Contains(err.Error(), "user regiond-agent-n1 also holds role root") {
+		t.Fatalf("root among other roles: %v, want an extra", err)
 	}
 }
 
