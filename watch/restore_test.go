@@ -131,6 +131,9 @@ func restoredBackup(t *testing.T, mode int) {
 	if n := testutil.ToFloat64(metric(t, reg, "regiond_watch_revision_regressions_total")); n < 1 {
 		t.Errorf("revision_regressions_total %v, want the divergence counted", n)
 	}
+	if ev := m.Status().EventRevision; ev != 0 {
+		t.Errorf("EventRevision %d after the relist of the restored etcd (the event of pools/late at %d was of the history before it), want 0", ev, late)
+	}
 	reason := watch.ReasonDiverged
 	if mode == restoredBehind {
 		reason = watch.ReasonRegressed
@@ -186,6 +189,11 @@ func TestAnotherClusterUnderTheMirrorRelists(t *testing.T) {
 
 	proxy, m, reg := mirrorBehindProxy(t, url)
 	waitUntil(t, m, "the first cluster's pool", func(tb *routing.Table) bool { _, ok := tb.Pool("only-first"); return ok })
+	event := put(t, firstCli, "pools/first-event", `{"host":"first.example.net","residency":"eu","status":"active"}`)
+	waitUntil(t, m, "the first cluster's event", func(tb *routing.Table) bool { return tb.Revision() >= event })
+	if ev := m.Status().EventRevision; ev != event {
+		t.Fatalf("EventRevision %d, want the first cluster's event at %d", ev, event)
+	}
 
 	proxy.Sever()
 	firstCli.Close()
@@ -221,6 +229,9 @@ func TestAnotherClusterUnderTheMirrorRelists(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(metric(t, reg, "regiond_watch_revision_regressions_total")); got != 0 {
 		t.Errorf("revision_regressions_total %v, want 0 (two clusters' revisions are not compared)", got)
+	}
+	if ev := m.Status().EventRevision; ev != 0 {
+		t.Errorf("EventRevision %d after the relist of another cluster (the first cluster's event), want 0", ev)
 	}
 }
 

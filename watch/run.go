@@ -140,8 +140,12 @@ func (m *Mirror) list(ctx context.Context, reason string) (publish func(), err e
 		keep = false
 	}
 	m.state, m.applied, m.lastEvent = state, rev, rev
-	if regressed {
-		m.eventSeen = 0 // an event of the history before the restore says nothing of this one
+	if regressed || reason == ReasonDiverged || reason == ReasonCluster {
+		// An event of the history before a restore, or of another
+		// cluster, says nothing of this one (the drills: a diverged
+		// relist kept the old history's change revision in the status
+		// key, and regionctl status --max-lag 0 waited for it).
+		m.eventSeen = 0
 	}
 	m.pending, m.incremental = m.pending[:0], false
 	m.listed, m.decoded, m.precompiled = kvs, decoded, nil
