@@ -105,13 +105,23 @@ func TestInvalidStoredPool(t *testing.T) {
 			t.Errorf("regionctl %s: want exit 1 and %q, got %s", strings.Join(tc.args, " "), tc.want, r)
 		}
 	}
+	// A write of another pool: the routes naming eu-north read as naming
+	// a pool that does not exist, and the invalid value is named beside
+	// them, not junk's, which no route names (the drills: a forced drain was refused with the route
+	// problems alone).
+	r := e.run("pool", "drain", "eu-west", "--force", "--reason", "incident")
+	if r.code != ExitRefused || !containsAll(r.stderr, []string{"pool eu-north does not exist",
+		"REFUSED pools/eu-north: the stored value is invalid (status: ", "regionctl pool set eu-north with every field", "pool rm eu-north"}) ||
+		strings.Contains(r.stderr, "REFUSED pools/junk") {
+		t.Errorf("a drain of another pool with eu-north invalid: want exit 1 naming eu-north's stored value, got %s", r)
+	}
 	if rev2, n2 := e.fingerprint(); rev2 != rev || n2 != n {
 		t.Fatalf("etcd changed: newest revision %d → %d, keys %d → %d", rev, rev2, n, n2)
 	}
 
 	// Every field given: the value is replaced, the unset attr dropped on
 	// purpose, the rest kept.
-	r := e.must(ExitOK, "pool", "set", "eu-north", "--status", "active", "--host", "edge-sto-1.example.net:443", "--residency", "eu",
+	r = e.must(ExitOK, "pool", "set", "eu-north", "--status", "active", "--host", "edge-sto-1.example.net:443", "--residency", "eu",
 		"--region", "eu-north", "--attr", "shard=eu-3", "--attr", "cdn=cdn-eu.example.net", "--unset-attr", "max_rps", "--reason", "repair")
 	wantLine := "pool eu-north: invalid value replaced (was: status: "
 	if first := strings.SplitN(r.stdout, "\n", 2)[0]; !strings.HasPrefix(first, wantLine) || !strings.Contains(first, "now host edge-sto-1.example.net:443; residency eu; status active; region eu-north") {

@@ -107,10 +107,36 @@ func (s *Store) prepare(st *State, p *Plan) ([]op, string, error) {
 	}
 	sort.Slice(ops, func(i, j int) bool { return ops[i].rel < ops[j].rel })
 	if len(errs) > 0 {
+		errs = append(errs, invalidLeft(st, ops, errs)...)
 		errs.Sort()
 		return nil, "", &RefusedError{Errs: errs, Changes: changes(ops)}
 	}
 	return ops, forced, nil
+}
+
+// invalidLeft names, beside a refused write's problems errs, each pool or
+// route key whose stored value does not decode, that the write leaves as
+// it is, and that a problem says "does not exist": the write's checks
+// read such a key as missing (the drills: one pool's invalid value
+// refused every drain of every other pool, as routes naming a pool that
+// does not exist, with no word of the value).
+func invalidLeft(st *State, ops []op, errs routing.Errors) routing.Errors {
+	var out routing.Errors
+	for _, k := range st.InvalidConfigKeys() {
+		kind, id, ok := strings.Cut(k, "/")
+		if !ok || (kind != "pools" && kind != "routes") || slices.ContainsFunc(ops, func(o op) bool { return o.rel == k }) {
+			continue
+		}
+		missing := strings.TrimSuffix(kind, "s") + " " + id + " does not exist"
+		if !strings.Contains(errs.Error(), missing) {
+			continue
+		}
+		_, why, _ := st.InvalidConfig(k)
+		out = append(out, &routing.FieldError{Key: k, Msg: fmt.Sprintf("the stored value is invalid (%s): the agents serve its last good value, "+
+			"but this write's checks see no %s (%q above); replace it whole (regionctl %s set %s with every field, or apply -f) or remove it (%s rm %s), then re-run",
+			strings.TrimPrefix(why.Error(), k+": "), strings.TrimSuffix(kind, "s")+" "+id, missing, strings.TrimSuffix(kind, "s"), id, strings.TrimSuffix(kind, "s"), id)})
+	}
+	return out
 }
 
 // policyRefused refuses a write that leaves a refused residency policy in
