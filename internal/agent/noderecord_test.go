@@ -210,3 +210,35 @@ func runAgentAs(t *testing.T, srv *devetcd.Server, node, user string, logs *logb
 	cfg.StatusTTL = 2 * time.Second
 	return runAgent(t, dir, cfg, setup...)
 }
+
+// TestNodeRecordOfAnotherAgentIsLeftAtStop: a clean stop deletes the node
+// record only while it is this agent's last put: one written since by
+// another agent of the same --node (put by the test here) stays (the
+// drills: a duplicate's stop took the live agent's record with it).
+func TestNodeRecordOfAnotherAgentIsLeftAtStop(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	dir := t.TempDir()
+	cfg := agent.DefaultConfig()
+	cfg.Endpoints, cfg.Node, cfg.Logger = srv.Endpoints, "node-dup", quietLogger()
+	cfg.Socket, cfg.Listen, cfg.Snapshot = "", "127.0.0.1:0", filepath.Join(dir, "shm", "table.json")
+	h := runAgent(t, dir, cfg)
+	ks := keyspace.Default()
+	record := func() string {
+		resp, err := cli.Get(context.Background(), ks.Node("node-dup"))
+		if err != nil || len(resp.Kvs) == 0 {
+			return ""
+		}
+		return string(resp.Kvs[0].Value)
+	}
+	waitFor(t, "the agent's node record", func() bool { return record() != "" })
+	other := strings.Replace(record(), `"node":"node-dup"`, `"node":"node-dup","host":"the-other"`, 1)
+	if _, err := cli.Put(context.Background(), ks.Node("node-dup"), other); err != nil {
+		t.Fatal(err)
+	}
+	h.stop()
+	if got := record(); got != other {
+		t.Fatalf("node record after the stop: %q, want the other agent's %q", got, other)
+	}
+}

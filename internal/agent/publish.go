@@ -94,6 +94,10 @@ type publisher struct {
 	// refusal was logged (once a run).
 	noRecordAt   time.Time
 	recordWarned bool
+	// recordRev is the revision of this run's last put of the node
+	// record (0: none yet): the delete at stop deletes the record only
+	// while it is that put's.
+	recordRev int64
 	// recordRetry is how long after a refusal the record is tried again.
 	recordRetry time.Duration
 	// snapshotFailure, if set, says why the snapshot files do not hold
@@ -412,7 +416,12 @@ func (p *publisher) putOwn(ctx context.Context, v string, lease clientv3.LeaseID
 // deleteRecord deletes the node record at a clean stop: the node leaves
 // the fleet's view (a stop that cannot reach etcd leaves it, and regionctl
 // status names the node lost until it runs again). A role that may not
-// delete it (one from before node records) kept none.
+// delete it (one from before node records) kept none. Only a record this
+// run put last goes, or, before this run put one, a record of an earlier
+// run while no live agent holds the status key: an agent started with a
+// live one's --node by mistake must not take the live one's record with it
+// when it stops (the drills: the live agent was missing from regionctl
+// status until its next refresh, up to a minute).
 func (p *publisher) deleteRecord() {
 	if !p.noRecordAt.IsZero() {
 		return
@@ -423,9 +432,17 @@ func (p *publisher) deleteRecord() {
 		// agent that never reached etcd, or cut off as it stops).
 		err = fmt.Errorf("no connection to etcd (%s)", conn.GetState())
 	} else {
+		ours := clientv3.Compare(clientv3.ModRevision(p.record), "=", p.recordRev)
+		if p.recordRev == 0 {
+			ours = clientv3.Compare(clientv3.CreateRevision(p.key), "=", 0)
+		}
 		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, err = p.cli.Delete(dctx, p.record)
+		var resp *clientv3.TxnResponse
+		resp, err = p.cli.Txn(dctx).If(ours).Then(clientv3.OpDelete(p.record)).Commit()
 		cancel()
+		if err == nil && !resp.Succeeded {
+			p.log.Info("agent status: the node record is another agent's now (the same --node?): left in place", "key", p.record)
+		}
 	}
 	if err != nil && !watch.PermissionDenied(err) {
 		p.log.Warn("agent status: cannot delete the node record at stop: regionctl status names this node lost until it runs again (regionctl agent rm "+p.node+" forgets it)", "key", p.record, "err", err)
@@ -443,7 +460,10 @@ func (p *publisher) putOwnOps(ctx context.Context, v string, lease clientv3.Leas
 			_, err := p.cli.Do(ctx, ops[0])
 			return err
 		}
-		_, err := p.cli.Txn(ctx).Then(ops...).Commit()
+		resp, err := p.cli.Txn(ctx).Then(ops...).Commit()
+		if err == nil {
+			p.recordRev = resp.Header.Revision
+		}
 		return err
 	}
 	if !p.owned || !check {
@@ -455,8 +475,14 @@ func (p *publisher) putOwnOps(ctx context.Context, v string, lease clientv3.Leas
 	}
 	resp, err := p.cli.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(p.key), "=", lease)).
 		Then(ops...).Else(clientv3.OpGet(p.key)).Commit()
-	if err != nil || resp.Succeeded {
+	if err != nil {
 		return err
+	}
+	if resp.Succeeded {
+		if record {
+			p.recordRev = resp.Header.Revision
+		}
+		return nil
 	}
 	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 1 && kvs[0].Lease != int64(lease) {
 		p.conflicts++
@@ -480,9 +506,12 @@ func (p *publisher) put(ctx context.Context, sess *concurrency.Session, st routi
 		if ctx.Err() == nil {
 			p.failed++
 			p.failures.Inc()
-			// Retried every statusCheck while etcd is away: the first
-			// failure is a warning, the rest are for debugging, until
-			// a put succeeds again.
+			// A put of a significant change (epoch, connection,
+			// snapshot error, the first) is retried at each
+			// statusCheck; a refresh, at the next refresh (a minute:
+			// under etcd's NOSPACE alarm an agent at rest fails one put
+			// a minute). The first failure is a warning, the rest are
+			// for debugging, until a put succeeds again.
 			p.setErr("put "+p.key, err)
 			p.log.Log(ctx, firstAt(p.failed, slog.LevelWarn), "agent status: put failed; retried at the next check or refresh (logged again at debug level)", p.withHint([]any{"key", p.key, "err", err, "failures", p.failed}, err)...)
 		}
