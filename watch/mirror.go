@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/regiond/regiond/internal/backoff"
+	"github.com/regiond/regiond/internal/keyspace"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -396,7 +397,11 @@ func (m *Mirror) setConnected(c bool) {
 // list, watch or check) of the prefix: Status.Refused until a list or a
 // watch is answered again.
 func (m *Mirror) refuse(what string, err error) {
-	who := "to etcd user " + m.cfg.User + ": check that its role may read the prefix (regionctl auth roles shows the agents')"
+	roles := "regionctl auth roles"
+	if root, ok := strings.CutSuffix(m.cfg.Prefix, "/routing/"); ok && root != keyspace.DefaultRoot {
+		roles = "regionctl --prefix " + root + " auth roles"
+	}
+	who := "to etcd user " + m.cfg.User + ": check that its role may read the prefix and is still granted to the user (" + roles + " shows the agents' roles)"
 	if m.cfg.User == "" {
 		who = "to a client with no etcd user: with auth on, give --user, or --cert with a certificate whose common name is an etcd user"
 	}

@@ -66,7 +66,8 @@ func TestWatchRefusedForPermission(t *testing.T) {
 	if tb := m.Table(); tb == nil || tb.Revision() != before.Revision() || tb.Stale() != before.Stale() {
 		t.Error("the table changed while etcd refused the watch: want the last good one kept")
 	}
-	if r := m.Status().Refused; !strings.Contains(r, "permission denied") || !strings.Contains(r, a.Prefix) || !strings.Contains(r, "to etcd user "+a.User+":") {
+	if r := m.Status().Refused; !strings.Contains(r, "permission denied") || !strings.Contains(r, a.Prefix) || !strings.Contains(r, "to etcd user "+a.User+":") ||
+		!strings.Contains(r, "still granted to the user (regionctl auth roles shows the agents' roles)") {
 		t.Errorf("Status().Refused %q while etcd refuses the watch: want the refusal, naming the prefix and the user", r)
 	}
 

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"reflect"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 
 	"github.com/regiond/regiond/internal/backoff"
 	"github.com/regiond/regiond/internal/etcddiag"
+	"github.com/regiond/regiond/internal/keyspace"
 	"github.com/regiond/regiond/routing"
 	"github.com/regiond/regiond/watch"
 )
@@ -549,8 +551,14 @@ func (p *publisher) hint(err error) string {
 	if user == "" {
 		user = "(no user: set --user, or --cert with a certificate whose CN is an etcd user)"
 	}
-	return fmt.Sprintf("etcd user %s may not write %s: its role must be made for this --node, %s (regionctl auth apply --agent %s makes role regiond-agent-%s with readwrite on that key); is --node right?",
-		user, p.key, p.node, p.node, p.node)
+	apply := "regionctl auth apply --agent " + p.node
+	if root := strings.TrimSuffix(p.key, "/agents/"+p.node); root != keyspace.DefaultRoot {
+		apply = "regionctl --prefix " + root + " auth apply --agent " + p.node // the RBAC review: the hint made a role of the default root
+	}
+	return fmt.Sprintf("etcd user %s may not write %s: its role must be made for this --node, %s, and granted to the user "+
+		"(%s makes role regiond-agent-%s, with your deployment's --role-prefix if it has one, with readwrite on that key, "+
+		"and grants it again if it was revoked); is --node right?",
+		user, p.key, p.node, apply, p.node)
 }
 
 // statusError says why the status key is not published, or "".

@@ -304,12 +304,13 @@ func (a *app) store(ctx context.Context) (*store.Store, error) {
 		return nil, err
 	}
 	a.cli = cli
-	user := cfg.Username
+	user, fromCert := cfg.Username, false
 	if user == "" {
 		user = store.CertUser(a.cert, a.tlsKey)
+		fromCert = user != ""
 	}
 	a.st = store.New(cli, ks, store.Options{RequestTimeout: a.commandTimeout, Endpoints: a.endpoints, Logger: a.log,
-		User: user, RolePrefix: a.rolePrefix})
+		User: user, UserFromCert: fromCert, RolePrefix: a.rolePrefix})
 	return a.st, nil
 }
 

@@ -112,7 +112,8 @@ func Dial(ctx context.Context, c DialConfig) (*clientv3.Client, error) {
 		if len(needs) == 0 {
 			needs = []Grant{c.Roles.ReadNeed(c.ProbeKey)}
 		}
-		return nil, permissionError(c.user(), c.Endpoints, c.Roles, "read "+c.ProbeKey, false, err, needs,
+		o := Options{User: c.user(), UserFromCert: c.Username == "" && c.user() != "", Endpoints: c.Endpoints}
+		return nil, permissionError(o, c.Roles, "read "+c.ProbeKey, false, err, needs,
 			func(string, error) error { return fmt.Errorf("first request to etcd at %v: %w", c.Endpoints, err) })
 	}
 	return cli, nil

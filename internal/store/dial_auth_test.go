@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -76,6 +77,11 @@ func TestDialTLSAndAuth(t *testing.T) {
 		}
 		if !typed || errors.As(err, &ue) || !errors.Is(err, tc.is) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want an error wrapping %v with %q", tc.name, err, tc.is, tc.want)
+		}
+		// A user from the certificate alone: the refusal says a grpc-proxy
+		// passes no certificate on (the RBAC review).
+		if fromCert := strings.Contains(fmt.Sprint(err), "is the client certificate's common name: through an etcd grpc-proxy"); !tc.login && fromCert != (tc.user == "") {
+			t.Errorf("%s: the proxy note %v, want it exactly when the user is the certificate's CN: %v", tc.name, fromCert, err)
 		}
 	}
 }

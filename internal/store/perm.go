@@ -16,6 +16,8 @@ type PermissionError struct {
 	// User is the etcd user refused: the --user, or the common name of the
 	// client certificate (CertUser); empty when there was neither.
 	User string
+	// UserFromCert says User is the certificate's CN (no --user).
+	UserFromCert bool
 	// Endpoints are the endpoints the client was given.
 	Endpoints []string
 	// Op is the refused request: "read /regiond/v1/routing/",
@@ -51,8 +53,13 @@ func (e *PermissionError) Error() string {
 		msg += ", nothing written"
 	}
 	msg += ": " + e.Err.Error()
-	if e.User == "" {
+	switch {
+	case e.User == "":
 		msg += " (etcd has authentication on: set --user, or --cert with a certificate whose common name is an etcd user)"
+	case e.UserFromCert:
+		// The RBAC review: through a proxy the message blamed the role
+		// of a user etcd never saw.
+		msg += " (user " + e.User + " is the client certificate's common name: through an etcd grpc-proxy, which passes no client certificate on, etcd sees no user at all; there log in with --user and a password)"
 	}
 	return msg
 }
@@ -101,15 +108,15 @@ func isPermissionDenied(err error) bool {
 // permErr is rpcErr for a request that needs needs: a permission refusal
 // becomes a *PermissionError naming them and the roles that hold them.
 func (s *Store) permErr(what string, err error, needs ...Grant) error {
-	return permissionError(s.opts.User, s.opts.Endpoints, s.roles, what, false, err, needs, s.rpcErr)
+	return permissionError(s.opts, s.roles, what, false, err, needs, s.rpcErr)
 }
 
 // writeErr is permErr for a write.
 func (s *Store) writeErr(what string, err error, needs ...Grant) error {
-	return permissionError(s.opts.User, s.opts.Endpoints, s.roles, what, true, err, needs, s.rpcErr)
+	return permissionError(s.opts, s.roles, what, true, err, needs, s.rpcErr)
 }
 
-func permissionError(user string, eps []string, roles Roles, what string, write bool, err error, needs []Grant,
+func permissionError(o Options, roles Roles, what string, write bool, err error, needs []Grant,
 	other func(string, error) error) error {
 	if err == nil {
 		return nil
@@ -117,8 +124,8 @@ func permissionError(user string, eps []string, roles Roles, what string, write 
 	if len(needs) == 0 || !isPermissionDenied(err) {
 		return other(what, err)
 	}
-	return &PermissionError{User: user, Endpoints: eps, Op: what, Needs: needs, Roles: roles.Holding(needs...),
-		Write: write, Err: err}
+	return &PermissionError{User: o.User, UserFromCert: o.UserFromCert, Endpoints: o.Endpoints, Op: what, Needs: needs,
+		Roles: roles.Holding(needs...), Write: write, Err: err}
 }
 
 // CertUser returns the etcd user of a client certificate: with

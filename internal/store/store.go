@@ -36,6 +36,10 @@ type Options struct {
 	// User is the etcd user named in a *PermissionError (the --user, or
 	// the common name of the client certificate).
 	User string
+	// UserFromCert says User is the client certificate's common name (no
+	// --user): behind an etcd grpc-proxy, which passes no client
+	// certificate on, etcd saw no user at all, as a refusal says.
+	UserFromCert bool
 	// RolePrefix starts the role names that a *PermissionError suggests
 	// (empty: DefaultRolePrefix).
 	RolePrefix string

@@ -1,0 +1,24 @@
+package agent
+
+import (
+	"strings"
+	"testing"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+)
+
+// TestStatusHintNamesThePrefix: the hint for a refused status put names
+// the command that makes the agent's role for this deployment: with
+// --prefix when the root is not the default (the RBAC review: it named
+// the default root's, which made a role of another deployment).
+func TestStatusHintNamesThePrefix(t *testing.T) {
+	for _, tc := range []struct{ key, want string }{
+		{"/regiond/v1/agents/n1", "(regionctl auth apply --agent n1 makes role regiond-agent-n1"},
+		{"/a/agents/n1", "(regionctl --prefix /a auth apply --agent n1 makes role regiond-agent-n1"},
+	} {
+		p := &publisher{key: tc.key, node: "n1", user: "u"}
+		if h := p.hint(rpctypes.ErrPermissionDenied); !strings.Contains(h, tc.want) || !strings.Contains(h, "revoked") {
+			t.Errorf("hint for %s: %q, want %q… and a revoked role named", tc.key, h, tc.want)
+		}
+	}
+}
