@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -160,5 +161,49 @@ func TestRepeatedCountryHeadersTakeTheFirst(t *testing.T) {
 		if got := resp.Header.Get("X-Regiond-Pool"); resp.StatusCode != http.StatusFound || got != want.Pool {
 			t.Errorf("CF-IPCountry %q: status %d, pool %q; want 302 and %s's pool %q\n%s", headers, resp.StatusCode, got, first, want.Pool, s.Logs())
 		}
+	}
+}
+
+// TestStaleTableIsLogged: a table the agent has not confirmed for an hour
+// (stopped, or cut off from etcd) is served all the same, and said: in the
+// response's X-Regiond-Degraded, in nginx-front.conf's access log, and in
+// a throttled log line (the PHP review: only the header said it).
+func TestStaleTableIsLogged(t *testing.T) {
+	now := time.Now()
+	tab := compile(t, fleet(t), routing.CompileOptions{Now: now})
+	snapshot := filepath.Join(t.TempDir(), "table.json")
+	h := routing.JSONHeader{WrittenAt: now, SyncedAt: now.Add(-time.Hour)}
+	js, err := tab.JSONWith(nil, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := snapindex.Encode(nil, tab, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := atomicfile.WriteFile(snapshot, js, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := atomicfile.WriteFile(snap.IndexPath(snapshot), idx, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startFront(t, phpfront.Config{Snapshot: snapshot, Children: 1, Defines: []string{"sys_temp_dir=" + t.TempDir()}})
+	for i := range 3 {
+		resp, _ := get(t, s, "/watch/"+strconv.Itoa(i), "PL", 10*time.Second)
+		if resp.StatusCode != http.StatusFound || resp.Header.Get("X-Regiond-Degraded") != "stale-table" {
+			t.Fatalf("status %d, X-Regiond-Degraded %q; want 302 and stale-table", resp.StatusCode, resp.Header.Get("X-Regiond-Degraded"))
+		}
+	}
+	errLog, _ := os.ReadFile(filepath.Join(s.Dir(), "nginx-error.log"))
+	if n := strings.Count(string(errLog), "PHP message: regiond: the table in "+snapshot+" is stale"); n != 1 {
+		t.Errorf("%d log lines for 3 stale decisions, want 1 (throttled)\n%s", n, s.Logs())
+	}
+	var access []byte
+	for i := 0; i < 50 && !strings.Contains(string(access), "/watch/2"); i++ { // nginx writes its access log as the request ends
+		time.Sleep(20 * time.Millisecond)
+		access, _ = os.ReadFile(filepath.Join(s.Dir(), "nginx-access.log"))
+	}
+	if !strings.Contains(string(access), `country="PL" pool=eu-`) || !strings.Contains(string(access), "degraded=stale-table") {
+		t.Errorf("access log %q: want the country, the pool and degraded=stale-table", access)
 	}
 }

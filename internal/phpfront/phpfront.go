@@ -254,6 +254,7 @@ func render(cfg Config, port int) (fpmConf, ngxConf string, err error) {
 		"pm.max_children = 4", "pm.max_children = "+strconv.Itoa(cfg.Children),
 		"= www-data", "= "+u.Username,
 		"REGIOND_OWNER regiond", "REGIOND_OWNER "+u.Username, // the test's files are its own
+		"/var/log/nginx/regiond-front.log", filepath.Join(cfg.Dir, "nginx-access.log"),
 	)
 	poolText := paths.Replace(string(pool))
 	if cfg.OpenBasedir {
