@@ -168,11 +168,13 @@ func TestUnitSettings(t *testing.T) {
 		"Service.RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6",
 		"Service.Restart":                 "always", "Service.RestartSec": "2s", "Service.User": "regiond",
 		"Service.RestartSteps": "5", "Service.RestartMaxDelaySec": "60s",
+		"Service.RemoveIPC": "yes", "Service.PrivateIPC": "yes", "Service.PrivateMounts": "yes",
 	}
 	agent := unitSettings(t, "systemd/regiond.service")
 	want := map[string]string{
 		"Service.RuntimeDirectory": "regiond", "Service.RuntimeDirectoryMode": "0755",
-		"Service.StateDirectory": "regiond", "Service.StateDirectoryMode": "0755",
+		"Service.StateDirectory": "regiond", "Service.StateDirectoryMode": "0700",
+		"Service.WatchdogSec":     "30s", // the agent pings every third of it
 		"Service.EnvironmentFile": "/etc/regiond/regiond.env",
 		"Service.ExecStart":       "/usr/bin/regiond --socket=/run/regiond/regiond.sock --snapshot=/run/regiond/table.json --snapshot-copy=/var/lib/regiond/table.json $REGIOND_ARGS",
 		// A crash loop fails the unit and RegiondDown fires (the agent

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -21,9 +22,13 @@ const maxWhy = 200
 // go-systemd, etcd's own) under a unit of Type=notify ($NOTIFY_SOCKET
 // set; nothing is sent otherwise): READY=1 once the agent's listeners
 // accept connections (a table may still be missing, and etcd away, which
-// the status line says), a STATUS= line kept current while ctx lives, and
-// STOPPING=1 when ctx ends. Failures to notify are logged once; the agent
-// serves regardless.
+// the status line says), sent again each tick until one send succeeds; a
+// STATUS= line kept current while ctx lives; WATCHDOG=1 under a unit with
+// WatchdogSec= (every third of it, at most a notifyInterval apart), each
+// after the API answered a /v1/status from memory in this goroutine (a
+// wedged serving path stops the pings, and systemd restarts the agent;
+// etcd away does not); and STOPPING=1 when ctx ends. Failures to notify
+// are logged once; the agent serves regardless.
 func (a *Agent) notifySystemd(ctx context.Context) {
 	failed := false
 	send := func(state string) bool {
@@ -35,14 +40,23 @@ func (a *Agent) notifySystemd(ctx context.Context) {
 			a.log.Info("notifying systemd again")
 		}
 		failed = err != nil
-		return sent || err != nil
+		return sent
 	}
 	status := func(line string) string { return "STATUS=" + strings.ReplaceAll(line, "\n", " ") }
 	last := a.statusLine()
-	if !send(daemon.SdNotifyReady + "\n" + status(last)) {
+	ready := send(daemon.SdNotifyReady + "\n" + status(last))
+	if !ready && !failed {
 		return // not under systemd's notify
 	}
-	tick := time.NewTicker(notifyInterval)
+	interval := notifyInterval
+	watchdog, err := daemon.SdWatchdogEnabled(false)
+	if err != nil {
+		a.log.Warn("systemd's watchdog settings do not parse; no WATCHDOG=1 is sent", "err", err)
+	}
+	if watchdog > 0 {
+		interval = min(interval, watchdog/3)
+	}
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		select {
@@ -50,11 +64,54 @@ func (a *Agent) notifySystemd(ctx context.Context) {
 			send(daemon.SdNotifyStopping + "\n" + status("stopping: closing the API, revoking the status key"))
 			return
 		case <-tick.C:
-			if line := a.statusLine(); line != last {
+			line := a.statusLine()
+			switch {
+			case !ready: // the first send failed: systemd would wait for it until TimeoutStartSec
+				if ready = send(daemon.SdNotifyReady + "\n" + status(line)); ready {
+					last = line
+				}
+			case line != last:
 				send(status(line))
 				last = line
 			}
+			if watchdog > 0 && a.servesStatus() {
+				send(daemon.SdNotifyWatchdog)
+			}
 		}
+	}
+}
+
+// servesStatus reports whether the API answers GET /v1/status, served in
+// memory by the caller's goroutine: what the watchdog's pings stand for.
+func (a *Agent) servesStatus() bool {
+	req, err := http.NewRequest(http.MethodGet, "/v1/status", nil)
+	if err != nil {
+		return false
+	}
+	w := &discardResponse{header: http.Header{}}
+	a.api.Handler(false).ServeHTTP(w, req)
+	return w.code == 0 || w.code == http.StatusOK
+}
+
+// discardResponse is an http.ResponseWriter that keeps the status code
+// alone.
+type discardResponse struct {
+	header http.Header
+	code   int
+}
+
+func (d *discardResponse) Header() http.Header { return d.header }
+
+func (d *discardResponse) Write(b []byte) (int, error) {
+	if d.code == 0 {
+		d.code = http.StatusOK
+	}
+	return len(b), nil
+}
+
+func (d *discardResponse) WriteHeader(code int) {
+	if d.code == 0 {
+		d.code = code
 	}
 }
 

@@ -3,7 +3,9 @@ package agent_test
 import (
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -112,4 +114,44 @@ func TestNotifiesSystemd(t *testing.T) {
 
 	h.stop()
 	nextNotification(t, got, "STOPPING=1", func(m string) bool { return strings.HasPrefix(m, "STOPPING=1\nSTATUS=stopping") })
+}
+
+// TestReadyIsSentAgainAndWatchdogPings: a READY=1 whose send failed (the
+// notify socket not there yet) is sent again at the next tick, rather than
+// never (systemd would wait for it until TimeoutStartSec, then kill the
+// agent; the packaging review); under WatchdogSec= ($WATCHDOG_USEC for
+// this pid) the agent sends WATCHDOG=1 every third of it, with etcd away
+// too (the pings stand for the API answering, not for etcd).
+func TestReadyIsSentAgainAndWatchdogPings(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(t.TempDir(), "notify")
+	t.Setenv("NOTIFY_SOCKET", path)
+	t.Setenv("WATCHDOG_USEC", "900000")
+	t.Setenv("WATCHDOG_PID", strconv.Itoa(os.Getpid()))
+	h := runAgent(t, dir, offlineConfig(dir)) // etcd away all along
+	if code := h.get("/healthz", nil); code != 200 {
+		t.Fatalf("/healthz: %d", code)
+	}
+	// The agent's first READY=1 went nowhere; now systemd listens.
+	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	got := make(chan string, 64)
+	go func() {
+		b := make([]byte, 4096)
+		for {
+			n, err := c.Read(b)
+			if err != nil {
+				close(got)
+				return
+			}
+			got <- string(b[:n])
+		}
+	}()
+	nextNotification(t, got, "READY=1 sent again", func(m string) bool { return strings.HasPrefix(m, "READY=1\nSTATUS=") })
+	for range 4 {
+		nextNotification(t, got, "WATCHDOG=1", func(m string) bool { return m == "WATCHDOG=1" })
+	}
 }
