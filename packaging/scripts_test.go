@@ -251,8 +251,38 @@ func TestPostinstWarnsAboutReadableKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Keys named otherwise, or kept elsewhere, that the settings name (the
+	// packaging review: only *key.pem under /etc/regiond was checked), and
+	// one named only in a line commented out.
+	for path, mode := range map[string]os.FileMode{
+		"etc/regiond/tls/node.key": 0o644, "srv/keys/agent": 0o640, "srv/keys/origin": 0o604, "srv/keys/commented": 0o644,
+	} {
+		p := filepath.Join(root, path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("x"), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for path, text := range map[string]string{
+		"etc/regiond/regiond.env":             "#REGIOND_ARGS=\"--key=/srv/keys/commented\"\nREGIOND_ARGS=\"--endpoints=https://e:2379 --key /srv/keys/agent --listen=127.0.0.1:7420\"\n",
+		"etc/regiond/heartbeat/fra-1a.env":    "REGIONCTL_KEY='/srv/keys/origin'\n",
+		"etc/regiond/heartbeat/commented.env": "# REGIONCTL_KEY=/srv/keys/commented\n",
+	} {
+		p := filepath.Join(root, path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	out := runScript(t, root, bin, "postinst", "configure", "1.3.0")
-	for _, key := range []string{"/etc/regiond/tls/node-key.pem", "/etc/regiond/tls/key.pem"} {
+	for _, key := range []string{"/etc/regiond/tls/node-key.pem", "/etc/regiond/tls/key.pem", "/etc/regiond/tls/node.key", "/srv/keys/agent", "/srv/keys/origin"} {
 		if !strings.Contains(out, "warning: "+key+" is readable by its group or by others (mode 6") ||
 			!strings.Contains(out, "chmod 0400 '"+key+"'") {
 			t.Errorf("postinst does not warn about %s:\n%s", key, out)
@@ -261,7 +291,7 @@ func TestPostinstWarnsAboutReadableKeys(t *testing.T) {
 	if !strings.Contains(out, "join group regiond") {
 		t.Errorf("the warning does not say why (group regiond):\n%s", out)
 	}
-	for _, name := range []string{"origin-key.pem", "node.pem", "ca.pem", "old-key.pem.bak"} {
+	for _, name := range []string{"origin-key.pem", "node.pem", "ca.pem", "old-key.pem.bak", "commented"} {
 		if strings.Contains(out, "/"+name) {
 			t.Errorf("postinst warns about %s:\n%s", name, out)
 		}
