@@ -24,6 +24,13 @@ import (
 type Config struct {
 	// Endpoints are the etcd client URLs.
 	Endpoints []string
+	// StatusEndpoints, when set, are the etcd client URLs of the status
+	// key, its lease and the node record, instead of Endpoints: the
+	// members themselves when Endpoints is an etcd grpc-proxy and etcd's
+	// authentication is on. The proxy (v3.7.3) renews a client's lease
+	// with no login of its own, which etcd refuses: the status key's
+	// lease ends at each TTL behind it.
+	StatusEndpoints []string
 	// TLS is used to dial etcd when non-nil.
 	TLS *tls.Config
 	// Username and Password authenticate to etcd when Username is set.

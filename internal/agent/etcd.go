@@ -75,7 +75,18 @@ func (a *Agent) runEtcd(ctx context.Context, offline []prometheus.Collector) err
 	if w != nil {
 		g.Go(func() error { return w.Run(gctx) })
 	}
-	g.Go(func() error { pub.run(gctx, m); return nil })
+	g.Go(func() error {
+		if len(a.cfg.StatusEndpoints) > 0 {
+			// Its own client, dialed here: the mirror does not wait
+			// for the status endpoints.
+			if pub.cli = a.dialTo(gctx, a.cfg.StatusEndpoints, pub.dialFailed); pub.cli == nil {
+				return nil // ctx is done
+			}
+			defer pub.cli.Close()
+		}
+		pub.run(gctx, m)
+		return nil
+	})
 	return g.Wait()
 }
 
@@ -183,24 +194,32 @@ const grpcWindow = 4 << 20
 // /v1/status names the error. A refused login is retried too: the
 // password may be fixed in etcd (or the user created) without a restart.
 func (a *Agent) dial(ctx context.Context) *clientv3.Client {
+	cli := a.dialTo(ctx, a.cfg.Endpoints, func(err error, wait time.Duration) { a.dialFailed(ctx, err, wait) })
+	if cli != nil {
+		a.login.refused.Set(0)
+	}
+	return cli
+}
+
+// dialTo is dial to endpoints, calling failed before each retry.
+func (a *Agent) dialTo(ctx context.Context, endpoints []string, failed func(error, time.Duration)) *clientv3.Client {
 	bo := dialBackoff()
 	for {
 		cli, err := clientv3.New(clientv3.Config{
-			Endpoints: a.cfg.Endpoints, TLS: a.cfg.TLS, Username: a.cfg.Username, Password: a.cfg.Password,
+			Endpoints: endpoints, TLS: a.cfg.TLS, Username: a.cfg.Username, Password: a.cfg.Password,
 			DialTimeout: a.cfg.DialTimeout, DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 5 * time.Second,
 			Logger: zap.NewNop(), Context: ctx,
 			DialOptions: []grpc.DialOption{grpc.WithStaticStreamWindowSize(grpcWindow), grpc.WithStaticConnWindowSize(grpcWindow),
 				grpc.WithConnectParams(backoff.GRPCReconnect)},
 		})
 		if err == nil {
-			a.login.refused.Set(0)
 			return cli
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
 		wait := bo.Next()
-		a.dialFailed(ctx, err, wait)
+		failed(err, wait)
 		if backoff.Sleep(ctx, wait) != nil {
 			return nil
 		}

@@ -528,6 +528,17 @@ func (p *publisher) put(ctx context.Context, sess *concurrency.Session, st routi
 }
 
 // setErr records why the status key is not published.
+// dialFailed records that the client of --status-endpoints could not be
+// made (a refused login, etcd away): /v1/status's status_error says so,
+// and the first failure is a warning.
+func (p *publisher) dialFailed(err error, wait time.Duration) {
+	p.failed++
+	p.failures.Inc()
+	p.setErr("connect to --status-endpoints", err)
+	p.log.Log(context.Background(), firstAt(p.failed, slog.LevelWarn), "agent status: cannot connect to --status-endpoints; retrying (logged again at debug level)",
+		"err", err, "retry_in", wait.Round(time.Millisecond))
+}
+
 func (p *publisher) setErr(what string, err error) {
 	msg := what + ": " + err.Error()
 	if h := p.hint(err); h != "" {

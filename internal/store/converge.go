@@ -245,7 +245,8 @@ func (w *convergeWait) watch(ctx context.Context) (clientv3.WatchChan, context.C
 	switch {
 	case !t.Stop():
 		err = &UnreachableError{Endpoints: w.s.opts.Endpoints,
-			Err: fmt.Errorf("watch %s: not created within %s", prefix, w.s.opts.RequestTimeout)}
+			Err: fmt.Errorf("watch %s: not created within %s (through an etcd grpc-proxy with authentication on, etcd refuses a watch the proxy's first watcher may not make, and the proxy never says so: give regionctl the members' endpoints, not a proxy's)",
+				prefix, w.s.opts.RequestTimeout)}
 	case ctx.Err() != nil:
 		err = ctx.Err()
 	case !ok:

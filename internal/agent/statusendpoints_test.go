@@ -1,0 +1,82 @@
+package agent_test
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/regiond/regiond/internal/agent"
+	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/etcdproc"
+	"github.com/regiond/regiond/internal/logbuf"
+)
+
+// TestStatusEndpointsBesideAProxy: with etcd's authentication on, etcd's
+// grpc-proxy (v3.7.3) renews a client's lease with no login of its own,
+// which etcd refuses ("user name is empty"): an agent logged in through
+// the proxy loses its status key's lease at each TTL and puts it again
+// under a new one (the proxy review: status keys and heartbeats churned
+// every few seconds). With --status-endpoints naming the members, the
+// agent follows etcd through the proxy and keeps one lease.
+func TestStatusEndpointsBesideAProxy(t *testing.T) {
+	c := etcdproc.Start(t, etcdproc.Config{Members: 1})
+	direct := c.Client(t)
+	loadExample(t, direct)
+	ctx := context.Background()
+	if err := devetcd.EnableAuth(ctx, direct, devetcd.Auth{RootPassword: "root-pw", User: "agent", Password: "agent-pw", Prefix: "/regiond/"}); err != nil {
+		t.Fatal(err)
+	}
+	root, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Username: "root", Password: "root-pw", Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	p := c.StartProxy(t, etcdproc.ProxyConfig{AuthOn: true})
+
+	// leases runs an agent of node through the proxy for a while and
+	// returns the leases its status key was seen under, and its log.
+	leases := func(node string, statusEndpoints []string) (map[int64]bool, string) {
+		t.Helper()
+		var logs logbuf.Buffer
+		dir := t.TempDir()
+		cfg := agent.DefaultConfig()
+		cfg.Endpoints, cfg.StatusEndpoints, cfg.Node = []string{p.URL()}, statusEndpoints, node
+		cfg.Username, cfg.Password = "agent", "agent-pw"
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		cfg.Socket, cfg.Listen, cfg.Snapshot = "", "127.0.0.1:0", filepath.Join(dir, "shm", "table.json")
+		cfg.StatusTTL = 2 * time.Second
+		h := runAgent(t, dir, cfg)
+		defer h.stop()
+		seen := map[int64]bool{}
+		lease := func() int64 {
+			resp, err := root.Get(ctx, "/regiond/v1/agents/"+node)
+			if err != nil || len(resp.Kvs) == 0 {
+				return 0
+			}
+			return resp.Kvs[0].Lease
+		}
+		waitWithin(t, 30*time.Second, "the status key of "+node, func() bool { return lease() != 0 })
+		for end := time.Now().Add(8 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) { // 4 TTLs
+			if l := lease(); l != 0 {
+				seen[l] = true
+			}
+		}
+		return seen, logs.String()
+	}
+
+	// The proxy alone: the etcd behaviour the flag is for.
+	seen, logs := leases("behind", nil)
+	if len(seen) < 2 || !strings.Contains(logs, "lease lost") {
+		t.Fatalf("through the proxy alone: the status key under %d lease(s) in 4 TTLs; want its lease lost and new ones (etcd refuses the proxy's renewals)\n%s", len(seen), logs)
+	}
+	seen, logs = leases("beside", c.Endpoints())
+	if len(seen) != 1 || strings.Contains(logs, "lease lost") {
+		t.Fatalf("with --status-endpoints: the status key under %d lease(s) in 4 TTLs; want one\n%s", len(seen), logs)
+	}
+}
