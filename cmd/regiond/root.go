@@ -143,7 +143,7 @@ atomic snapshot file (--snapshot) for front doors in other languages. When etcd
 is unreachable it keeps serving the last good table (and, after a restart, the
 snapshot file, marked stale).`,
 		Example: `  regiond --endpoints=https://etcd-1:2379,https://etcd-2:2379,https://etcd-3:2379 \
-    --cacert=/etc/regiond/ca.pem --cert=/etc/regiond/node.pem --key=/etc/regiond/node-key.pem
+    --cacert=/etc/regiond/tls/ca.pem --cert=/etc/regiond/tls/node.pem --key=/etc/regiond/tls/node-key.pem
 
   # everything on one machine, with an embedded etcd:
   regiond dev`,
