@@ -39,6 +39,10 @@ const templateDir = "/usr/share/regiond/"
 const (
 	docsDir       = "docs"
 	monitoringDir = "examples/monitoring"
+	// The front doors' readers, which the docs link to (the packaging
+	// review: the shipped docs linked to files the package lacked).
+	phpDir = "examples/php"
+	jsDir  = "examples/js"
 )
 
 // packageInfo describes the package's metadata and every file in it,
@@ -198,11 +202,14 @@ func (s *stage) gzipManPages() ([]string, error) {
 // example alert rules, their tests and the dashboard as documentation, under
 // /usr/share/doc/regiond/ at their paths in the repository.
 func (s *stage) addDocs(c *contents) error {
-	for _, dir := range []string{docsDir, monitoringDir} {
+	for _, dir := range []string{docsDir, monitoringDir, phpDir, jsDir} {
 		root := filepath.Join(s.repo, dir)
 		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return fmt.Errorf("documentation %s: %w", dir, err)
+			}
+			if d.IsDir() && (d.Name() == "testdata" || d.Name() == "bench") {
+				return filepath.SkipDir // the tests' own drivers and benchmarks
 			}
 			if d.IsDir() || strings.HasSuffix(p, ".go") {
 				return nil

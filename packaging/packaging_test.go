@@ -256,6 +256,10 @@ func TestPackageLayout(t *testing.T) {
 		"usr/share/doc/regiond/docs/README.md":                                   0o644,
 		"usr/share/doc/regiond/docs/agent.md":                                    0o644,
 		"usr/share/doc/regiond/docs/snapshot-index.md":                           0o644,
+		"usr/share/doc/regiond/examples/php/RegiondTable.php":                    0o644,
+		"usr/share/doc/regiond/examples/php/nginx-front.conf":                    0o644,
+		"usr/share/doc/regiond/examples/js/regiond.mjs":                          0o644,
+		"usr/share/doc/regiond/examples/js/worker/worker.mjs":                    0o644,
 	} {
 		fi, err := os.Lstat(filepath.Join(root, path))
 		if err != nil {
@@ -267,6 +271,13 @@ func TestPackageLayout(t *testing.T) {
 		}
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok && os.Geteuid() == 0 && (st.Uid != 0 || st.Gid != 0) {
 			t.Errorf("/%s: owned by %d:%d, want root:root", path, st.Uid, st.Gid)
+		}
+	}
+	// The readers' tests and their drivers stay in the repository.
+	for _, path := range []string{"usr/share/doc/regiond/examples/php/front_test.go", "usr/share/doc/regiond/examples/js/testdata",
+		"usr/share/doc/regiond/examples/js/bench"} {
+		if _, err := os.Lstat(filepath.Join(root, path)); err == nil {
+			t.Errorf("the package ships /%s", path)
 		}
 	}
 	// The settings files are templates postinst copies (scripts_test.go).
