@@ -64,6 +64,10 @@ func Build(ctx context.Context, o options) (*Result, error) {
 		if ver, err = describe(ctx, repo); err != nil {
 			return nil, err
 		}
+	} else if d, err := describe(ctx, repo); err == nil {
+		if why := versionMismatch(ver, d); why != "" {
+			o.log.Warn(why, "version", ver, "git_describe", d)
+		}
 	}
 	ct, haveCT := commitTime(ctx, repo)
 	debVer, err := debianVersion(ver, ct, haveCT)
@@ -160,6 +164,20 @@ func commitTime(ctx context.Context, repo string) (t time.Time, ok bool) {
 		}
 	}
 	return time.Time{}, false
+}
+
+// versionMismatch says why stamping given on a tree git describes as
+// described misleads, or "": a dirty tree stamped clean (the fleet's
+// VERSION column cannot tell the build from the release: the packaging
+// review), or another commit than the version's tag.
+func versionMismatch(given, described string) string {
+	if strings.TrimPrefix(given, "v") == strings.TrimPrefix(described, "v") {
+		return ""
+	}
+	if strings.HasSuffix(described, "-dirty") && !strings.HasSuffix(given, "-dirty") {
+		return "-version stamps a tree with uncommitted changes as if it were clean: the agents will report it as that version"
+	}
+	return "-version differs from what git describes this tree as: the agents will report it as that version"
 }
 
 // describeRE splits a git describe: the tag's numeric version (without

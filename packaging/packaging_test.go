@@ -55,6 +55,23 @@ func TestDebianVersion(t *testing.T) {
 	}
 }
 
+// TestVersionMismatch: -version on a tree git describes otherwise is
+// warned about, a dirty tree stamped clean by name (the packaging review).
+func TestVersionMismatch(t *testing.T) {
+	for _, tc := range []struct{ given, described, want string }{
+		{"v1.2.0", "v1.2.0", ""},
+		{"1.2.0", "v1.2.0", ""},
+		{"v1.2.0-dirty", "v1.2.0-dirty", ""},
+		{"v1.2.0", "v1.2.0-dirty", "uncommitted changes"},
+		{"v0.1.0", "4f2b67f-dirty", "uncommitted changes"},
+		{"v1.3.0", "v1.2.0-3-gabc1234", "differs from what git describes"},
+	} {
+		if got := versionMismatch(tc.given, tc.described); (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("versionMismatch(%q, %q) = %q, want %q", tc.given, tc.described, got, tc.want)
+		}
+	}
+}
+
 // Releases sort as Debian sorts them: a pre-release (any case, dev too)
 // before the release and after the releases before it, a dirty tree at a
 // tag after the tag and before the commits after it, commits after a tag
