@@ -331,7 +331,16 @@ final class RegiondTable
         clearstatcache(true, $dir);
         $st = @stat($dir);
         if ($st === false) {
-            throw new TableException("regiond: cannot stat snapshot directory {$dir}: " . self::lastError());
+            // stat's warning names no cause; opendir's does (missing,
+            // permission denied).
+            $why = self::lastError();
+            $d = @opendir($dir);
+            if ($d === false) {
+                $why = self::lastError();
+            } else {
+                closedir($d);
+            }
+            throw new TableException("regiond: cannot stat snapshot directory {$dir}: {$why}");
         }
         if ($st['uid'] !== $uid && $st['uid'] !== 0) {
             throw new TableException("regiond: snapshot directory {$dir} is owned by uid {$st['uid']}, not the agent's uid {$uid}"
@@ -597,7 +606,9 @@ final class RegiondTable
 
     private function badSlot(int $i, string $what): TableException
     {
-        return new TableException("regiond: snapshot index {$this->path}: slot {$i}: {$what}");
+        // The country, which an operator knows, beside the slot.
+        $cc = $i === self::INDEX_UNKNOWN_SLOT ? self::UNKNOWN : chr(65 + intdiv($i, 26)) . chr(65 + $i % 26);
+        return new TableException("regiond: snapshot index {$this->path}: slot {$i} ({$cc}): {$what}");
     }
 
     /**

@@ -289,8 +289,9 @@ func TestIndexReaderRefuses(t *testing.T) {
 		return path
 	}
 	kind := forge(func(slot []byte) { binary.LittleEndian.PutUint32(slot[8:], 7) })
-	if out := string(runPHPAllowFail(t, []byte("504c 6b\n"), "resolve", kind, "180")); !strings.Contains(out, "unknown slot kind 7") {
-		t.Errorf("a slot of kind 7: %q, want a refusal naming the kind", out)
+	if out := string(runPHPAllowFail(t, []byte("504c 6b\n"), "resolve", kind, "180")); !strings.Contains(out, "unknown slot kind 7") ||
+		!strings.Contains(out, "slot 401 (PL): ") { // the country beside the slot (the PHP review)
+		t.Errorf("a slot of kind 7: %q, want a refusal naming the kind and the country", out)
 	}
 	long := forge(func(slot []byte) { binary.LittleEndian.PutUint32(slot[4:], 0xFFFFFF00) })
 	if out := string(runPHPAllowFail(t, []byte("504c 6b\n"), "resolve", long, "180")); !strings.Contains(out, "is past the end of the file") {

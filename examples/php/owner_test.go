@@ -311,6 +311,13 @@ func TestReaderRefusesWhatCouldBlockIt(t *testing.T) {
 		}
 		return m
 	}
+	// A directory that is not there: the cause named (stat's own warning
+	// names none; the PHP review).
+	gone := filepath.Join(t.TempDir(), "gone")
+	if m := meta(filepath.Join(gone, "table.json"), me); !strings.Contains(m.Error, "cannot stat snapshot directory "+gone+": ") ||
+		!strings.Contains(m.Error, "No such file or directory") {
+		t.Errorf("a snapshot directory that does not exist: %q, want the cause", m.Error)
+	}
 	open := t.TempDir()
 	if err := syscall.Mkfifo(filepath.Join(open, "table.idx"), 0o644); err != nil {
 		t.Fatal(err)
