@@ -45,7 +45,8 @@ if (!is_string($owner)) {
 }
 
 try {
-    $d = RegiondTable::load($snapshot, owner: $owner)->resolve($country, $viewer);
+    $table = RegiondTable::load($snapshot, owner: $owner);
+    $d = $table->resolve($country, $viewer);
 } catch (NoRouteException $e) {
     // No eligible pool: for an EU viewer this means no EU edge is up.
     // Never improvise a non-EU edge here; answer as the agent would.
@@ -71,6 +72,14 @@ try {
 
 if ($d['degraded'] !== []) {
     header('X-Regiond-Degraded: ' . implode(',', $d['degraded']));
+}
+if (!$table->fromIndex()) {
+    // No table.idx beside the snapshot (an agent older than the index, or
+    // one whose --snapshot is elsewhere): every request reads and decodes
+    // the whole table JSON, many times slower. Said, not only slow.
+    ThrottledLog::error("regiond: no index beside {$snapshot} (table.idx): each request reads the whole table JSON, many times slower; "
+        . "is the agent older than the index, or its --snapshot elsewhere?",
+        (int) ($_SERVER['REGIOND_LOG_EVERY'] ?? ThrottledLog::EVERY));
 }
 if (in_array('stale-table', $d['degraded'], true)) {
     // The agent has not confirmed its table against etcd for minutes

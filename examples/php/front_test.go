@@ -207,3 +207,26 @@ func TestStaleTableIsLogged(t *testing.T) {
 		t.Errorf("access log %q: want the country, the pool and degraded=stale-table", access)
 	}
 }
+
+// TestJSONFallbackIsLogged: without table.idx beside the snapshot the
+// front door answers from the whole table JSON, and says so in a throttled
+// log line (the PHP review: a 8x slower front door said nothing).
+func TestJSONFallbackIsLogged(t *testing.T) {
+	now := time.Now()
+	tab := compile(t, fleet(t), routing.CompileOptions{Now: now})
+	snapshot := filepath.Join(t.TempDir(), "table.json")
+	writeSnapshotAt(t, snapshot, tab)
+	if err := os.Remove(snap.IndexPath(snapshot)); err != nil {
+		t.Fatal(err)
+	}
+	s := startFront(t, phpfront.Config{Snapshot: snapshot, Children: 1, Defines: []string{"sys_temp_dir=" + t.TempDir()}})
+	for i := range 3 {
+		if resp, _ := get(t, s, "/watch/"+strconv.Itoa(i), "PL", 10*time.Second); resp.StatusCode != http.StatusFound {
+			t.Fatalf("status %d, want 302 from the table JSON", resp.StatusCode)
+		}
+	}
+	errLog, _ := os.ReadFile(filepath.Join(s.Dir(), "nginx-error.log"))
+	if n := strings.Count(string(errLog), "PHP message: regiond: no index beside "+snapshot); n != 1 {
+		t.Errorf("%d log lines for 3 answers from the JSON, want 1 (throttled)\n%s", n, s.Logs())
+	}
+}
