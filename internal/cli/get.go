@@ -270,6 +270,8 @@ func printHealth(w io.Writer, r getResult) {
 			note = "no such pool"
 		} else if !p.HealthCheck {
 			note = "pool without health_check"
+		} else if ttl == "no lease" {
+			note = "no lease: live until deleted (as root)" // no heartbeat put it: a hand edit, or an origin's role used by hand
 		}
 		row(w, k, r.Health[k].Addr, orDash(r.Health[k].Since), ttl, note)
 	}

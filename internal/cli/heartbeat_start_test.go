@@ -265,6 +265,7 @@ func TestGetHealth(t *testing.T) {
 		routing.HealthKey("eu-central", "fra-1"): true,
 		routing.HealthKey("eu-centrl", "fra-2"):  true,
 		routing.HealthKey("eu-west", "ams-1"):    false,
+		routing.HealthKey("eu-central", "hand"):  false,
 	} {
 		var opts []clientv3.OpOption
 		if leased {
@@ -290,6 +291,11 @@ func TestGetHealth(t *testing.T) {
 	}
 	if !regexp.MustCompile(`(?m)^health/eu-west/ams-1 +10\.0\.0\.1:443 +2026-01-01T00:00:00Z +no lease +pool without health_check *$`).MatchString(r.stdout) {
 		t.Fatalf("get health: %s; want the leaseless key of eu-west marked no lease and without health_check", r)
+	}
+	// A leaseless key of a health-checked pool keeps it up until deleted
+	// (the RBAC review: nothing said so).
+	if !regexp.MustCompile(`(?m)^health/eu-central/hand +10\.0\.0\.1:443 +2026-01-01T00:00:00Z +no lease +no lease: live until deleted \(as root\) *$`).MatchString(r.stdout) {
+		t.Fatalf("get health: %s; want the leaseless key of eu-central noted live until deleted", r)
 	}
 	if strings.Contains(r.stdout, "(pool eu-central:") || !strings.Contains(r.stdout, "(pool us-east: health_check on, 0 live instances") {
 		t.Fatalf("get health: %s; want us-east alone named with 0 live instances", r)
