@@ -26,7 +26,12 @@ import (
 // agent does.
 func writeSnapshotAt(t *testing.T, path string, tab *routing.Table) {
 	t.Helper()
-	h := routing.JSONHeader{WrittenAt: time.Now(), SyncedAt: time.Now()}
+	writeSnapshotWith(t, path, tab, routing.JSONHeader{WrittenAt: time.Now(), SyncedAt: time.Now()})
+}
+
+// writeSnapshotWith is writeSnapshotAt with the header h.
+func writeSnapshotWith(t *testing.T, path string, tab *routing.Table, h routing.JSONHeader) {
+	t.Helper()
 	js, err := tab.JSONWith(nil, h)
 	if err != nil {
 		t.Fatal(err)
@@ -172,21 +177,7 @@ func TestStaleTableIsLogged(t *testing.T) {
 	now := time.Now()
 	tab := compile(t, fleet(t), routing.CompileOptions{Now: now})
 	snapshot := filepath.Join(t.TempDir(), "table.json")
-	h := routing.JSONHeader{WrittenAt: now, SyncedAt: now.Add(-time.Hour)}
-	js, err := tab.JSONWith(nil, h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	idx, err := snapindex.Encode(nil, tab, h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := atomicfile.WriteFile(snapshot, js, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := atomicfile.WriteFile(snap.IndexPath(snapshot), idx, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeSnapshotWith(t, snapshot, tab, routing.JSONHeader{WrittenAt: now, SyncedAt: now.Add(-time.Hour)})
 	s := startFront(t, phpfront.Config{Snapshot: snapshot, Children: 1, Defines: []string{"sys_temp_dir=" + t.TempDir()}})
 	for i := range 3 {
 		resp, _ := get(t, s, "/watch/"+strconv.Itoa(i), "PL", 10*time.Second)

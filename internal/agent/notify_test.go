@@ -20,6 +20,13 @@ import (
 func notifySocket(t *testing.T) (string, <-chan string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "notify")
+	return path, listenNotify(t, path)
+}
+
+// listenNotify listens as systemd's $NOTIFY_SOCKET at path; the channel
+// carries its datagrams.
+func listenNotify(t *testing.T, path string) <-chan string {
+	t.Helper()
 	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +44,7 @@ func notifySocket(t *testing.T) (string, <-chan string) {
 			got <- string(b[:n])
 		}
 	}()
-	return path, got
+	return got
 }
 
 // nextNotification waits (bounded) for a datagram that satisfies ok and
@@ -133,23 +140,7 @@ func TestReadyIsSentAgainAndWatchdogPings(t *testing.T) {
 		t.Fatalf("/healthz: %d", code)
 	}
 	// The agent's first READY=1 went nowhere; now systemd listens.
-	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	got := make(chan string, 64)
-	go func() {
-		b := make([]byte, 4096)
-		for {
-			n, err := c.Read(b)
-			if err != nil {
-				close(got)
-				return
-			}
-			got <- string(b[:n])
-		}
-	}()
+	got := listenNotify(t, path)
 	nextNotification(t, got, "READY=1 sent again", func(m string) bool { return strings.HasPrefix(m, "READY=1\nSTATUS=") })
 	for range 4 {
 		nextNotification(t, got, "WATCHDOG=1", func(m string) bool { return m == "WATCHDOG=1" })
