@@ -21,6 +21,7 @@ import (
 
 	"github.com/regiond/regiond/internal/api"
 	"github.com/regiond/regiond/internal/atomicfile"
+	"github.com/regiond/regiond/internal/backoff"
 	"github.com/regiond/regiond/internal/safedir"
 	"github.com/regiond/regiond/internal/snapshot"
 	"github.com/regiond/regiond/routing"
@@ -76,6 +77,9 @@ type Agent struct {
 	// recordRetry is the publisher's recordRetry (zero: statusRefresh;
 	// tests shorten it).
 	recordRetry time.Duration
+	// statusRetry is the publisher's backoff between failed lease grants
+	// (nil: backoff.Default(); tests lengthen it).
+	statusRetry *backoff.Backoff
 	// statusPutFailures counts the status key's failed puts;
 	// nodeConflicts the puts that found another agent's lease on it.
 	statusPutFailures prometheus.Counter

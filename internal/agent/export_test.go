@@ -1,6 +1,10 @@
 package agent
 
-import "time"
+import (
+	"time"
+
+	"github.com/regiond/regiond/internal/backoff"
+)
 
 // SetStatusClock makes the agent's status publisher tick on tick and read
 // the time from now; call it before Run.
@@ -35,6 +39,11 @@ func SetStatusQuietSpacing(a *Agent, d time.Duration) { a.statusQuietSpacing = d
 // record again d after etcd refused it (statusRefresh otherwise); call it
 // before Run.
 func SetNodeRecordRetry(a *Agent, d time.Duration) { a.recordRetry = d }
+
+// SetStatusRetry makes the agent's status publisher wait from initial up
+// to max between failed lease grants (unless etcd answers the mirror
+// again); call it before Run.
+func SetStatusRetry(a *Agent, initial, max time.Duration) { a.statusRetry = backoff.New(initial, max) }
 
 // StatusSpacing is statusSpacing, and StatusQuietSpacing
 // statusQuietSpacing, for tests.

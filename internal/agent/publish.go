@@ -102,6 +102,8 @@ type publisher struct {
 	recordRev int64
 	// recordRetry is how long after a refusal the record is tried again.
 	recordRetry time.Duration
+	// retry spaces the attempts at a new session after a failed one.
+	retry *backoff.Backoff
 	// snapshotFailure, if set, says why the snapshot files do not hold
 	// the table (snapshot.Writer.Failure): the status's snapshot_error.
 	snapshotFailure func() string
@@ -124,6 +126,7 @@ func newPublisher(cli *clientv3.Client, key, record string, a *Agent) *publisher
 	return &publisher{cli: cli, key: key, record: record, node: a.cfg.Node, user: a.etcdUser(), version: a.cfg.Version, ttl: a.cfg.StatusTTL,
 		log: a.log.With("component", "status"), clock: a.statusClock, kick: make(chan struct{}, 1),
 		quietSpacing: cmp.Or(a.statusQuietSpacing, statusQuietSpacing), recordRetry: cmp.Or(a.recordRetry, statusRefresh),
+		retry:     cmp.Or(a.statusRetry, backoff.Default()),
 		beforePut: a.beforeStatusPut, failures: a.statusPutFailures, conflictsTotal: a.nodeConflicts}
 }
 
@@ -193,7 +196,7 @@ func (p *publisher) run(ctx context.Context, m *watch.Mirror) {
 		p.deleteRecord() // a clean stop before the first list: a record of an earlier run goes too
 		return
 	}
-	bo := backoff.Default()
+	bo := p.retry
 	for ctx.Err() == nil {
 		sess, err := p.newSession(ctx)
 		if err != nil && ctx.Err() != nil {
@@ -207,7 +210,7 @@ func (p *publisher) run(ctx context.Context, m *watch.Mirror) {
 			p.failures.Inc()
 			p.setErr("no lease for the status key", err)
 			p.log.Log(ctx, firstAt(p.failed, slog.LevelWarn), "agent status: no lease for the status key; retrying (logged again at debug level)", p.withHint([]any{"err", err, "failures", p.failed}, err)...)
-			if bo.Wait(ctx) != nil {
+			if p.waitRetry(ctx, bo, m) != nil {
 				return
 			}
 			continue
@@ -221,6 +224,35 @@ func (p *publisher) run(ctx context.Context, m *watch.Mirror) {
 		p.cli.Revoke(rctx, sess.Lease()) // key goes at once on shutdown
 		cancel()
 		sess.Orphan()
+	}
+}
+
+// waitRetry waits out bo's next delay before another attempt at a
+// session, or less: until the mirror, seen without a connection during the
+// wait, has one again (etcd answers again: a quorum back, its proxy
+// restarted). The drills saw the status key come back up to 20 s after
+// quorum returned, the delay grown during the outage running out, while
+// the abandoned lease's end deleted it meanwhile: regionctl status listed
+// live agents LOST.
+func (p *publisher) waitRetry(ctx context.Context, bo *backoff.Backoff, m *watch.Mirror) error {
+	t := time.NewTimer(bo.Next())
+	defer t.Stop()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	down := !m.Status().Connected
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			return nil
+		case <-tick.C:
+			up := m.Status().Connected
+			if down && up {
+				return nil
+			}
+			down = down || !up
+		}
 	}
 }
 

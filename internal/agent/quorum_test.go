@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/regiond/regiond/internal/agent"
 	"github.com/regiond/regiond/internal/api"
 	"github.com/regiond/regiond/internal/etcdproc"
+	"github.com/regiond/regiond/routing"
 )
 
 // TestQuorumLossServesTheLastTable: a 3-member etcd loses 2 members (the
@@ -17,7 +19,10 @@ import (
 // answers nothing: it has no leader). The agent says so (connected false,
 // etcd_error naming the lost leader) and serves its last table: decisions at the old revision, synced_at
 // frozen. With the members back, it follows etcd again, with a change
-// made once quorum returned.
+// made once quorum returned. Its status key, whose lease the agent gave
+// up during the outage, is put again once etcd answers, not once a retry
+// delay grown meanwhile runs out (an hour here: the drills saw live
+// agents LOST for up to a minute after quorum returned).
 func TestQuorumLossServesTheLastTable(t *testing.T) {
 	c := etcdproc.Start(t, etcdproc.Config{Members: 3})
 	cli := c.Client(t)
@@ -27,7 +32,7 @@ func TestQuorumLossServesTheLastTable(t *testing.T) {
 	cfg.Endpoints, cfg.Node, cfg.Logger = c.Endpoints(), "node-1", quietLogger()
 	cfg.Socket, cfg.Listen, cfg.Snapshot = "", "127.0.0.1:0", filepath.Join(dir, "shm", "table.json")
 	cfg.StatusTTL = 2 * time.Second
-	h := runAgent(t, dir, cfg)
+	h := runAgent(t, dir, cfg, func(a *agent.Agent) { agent.SetStatusRetry(a, time.Hour, time.Hour) })
 	var st api.Status
 	waitWithin(t, 30*time.Second, "connected at the example's revision", func() bool {
 		st = api.Status{}
@@ -58,6 +63,13 @@ func TestQuorumLossServesTheLastTable(t *testing.T) {
 		t.Errorf("DE with quorum lost: %d %+v; want the last table's %s at revision %d", code, d, before.Pool, before.Revision)
 	}
 
+	// The agent gave up its status lease, and its grant of a new one
+	// failed: it waits to try again.
+	waitWithin(t, time.Minute, "a failed grant of the status key's next lease", func() bool {
+		st = api.Status{}
+		h.get("/v1/status", &st)
+		return strings.Contains(st.StatusError, "no lease for the status key")
+	})
 	c.Restart(1, time.Minute)
 	c.Restart(2, time.Minute)
 	put, err := cli.Put(context.Background(), prefix+"routes/DE", `{"targets":[{"pool":"eu-north","weight":100}]}`)
@@ -72,5 +84,13 @@ func TestQuorumLossServesTheLastTable(t *testing.T) {
 		st = api.Status{}
 		h.get("/v1/status", &st)
 		return st.Connected
+	})
+	waitWithin(t, 30*time.Second, "the status key put again at the change's revision", func() bool {
+		resp, err := cli.Get(context.Background(), "/regiond/v1/agents/node-1")
+		if err != nil || len(resp.Kvs) == 0 || resp.Kvs[0].Lease == 0 {
+			return false
+		}
+		var as routing.AgentStatus
+		return json.Unmarshal(resp.Kvs[0].Value, &as) == nil && as.Revision >= put.Header.Revision
 	})
 }
