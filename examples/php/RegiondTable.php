@@ -331,14 +331,16 @@ final class RegiondTable
         clearstatcache(true, $dir);
         $st = @stat($dir);
         if ($st === false) {
-            // stat's warning names no cause; opendir's does (missing,
-            // permission denied).
+            // stat's own failure names no cause; opendir's does (missing,
+            // permission denied). An open_basedir refusal names itself.
             $why = self::lastError();
-            $d = @opendir($dir);
-            if ($d === false) {
-                $why = self::lastError();
-            } else {
-                closedir($d);
+            if (str_contains($why, 'stat failed')) {
+                $d = @opendir($dir);
+                if ($d === false) {
+                    $why = self::lastError();
+                } else {
+                    closedir($d);
+                }
             }
             throw new TableException("regiond: cannot stat snapshot directory {$dir}: {$why}");
         }
