@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	dto "github.com/prometheus/client_model/go"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/regiond/regiond/internal/api"
@@ -69,6 +70,7 @@ type Agent struct {
 	statusClock     statusClock
 	beforeStatusPut func(at time.Time)
 	pub             atomic.Pointer[publisher]
+	etcd            atomic.Pointer[clientv3.Client] // the client of --endpoints, once made
 	writer          atomic.Pointer[snapshot.Writer] // nil without --snapshot, or before etcd's goroutine made it
 	snapLock        *os.File                        // the snapshot's lock, held for the agent's life (lockSnapshot)
 	// statusQuietSpacing is the publisher's quietSpacing (zero: its

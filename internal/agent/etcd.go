@@ -66,6 +66,7 @@ func (a *Agent) runEtcd(ctx context.Context, offline []prometheus.Collector) err
 	}
 	a.mirror.Store(m)
 	close(a.mirrorSet)
+	a.etcd.Store(cli)
 	a.pub.Store(pub)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { lowerGCUntil(gctx, m.WaitReady); return nil })
@@ -78,7 +79,8 @@ func (a *Agent) runEtcd(ctx context.Context, offline []prometheus.Collector) err
 	g.Go(func() error {
 		if len(a.cfg.StatusEndpoints) > 0 {
 			// Its own client, dialed here: the mirror does not wait
-			// for the status endpoints.
+			// for the status endpoints. pub.cli is the publisher's
+			// goroutine's alone (the status page reads a.etcd).
 			if pub.cli = a.dialTo(gctx, a.cfg.StatusEndpoints, pub.dialFailed); pub.cli == nil {
 				return nil // ctx is done
 			}

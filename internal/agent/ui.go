@@ -40,8 +40,5 @@ func (a *Agent) etcdUser() string {
 
 // etcdClient returns the agent's etcd client, or nil before it has one.
 func (a *Agent) etcdClient() *clientv3.Client {
-	if p := a.pub.Load(); p != nil {
-		return p.cli
-	}
-	return nil
+	return a.etcd.Load()
 }
