@@ -146,12 +146,15 @@ type Mirror struct {
 	changed chan struct{}
 
 	// Owned by the Run goroutine.
-	state      map[string]routing.KV
-	applied    int64  // revision the state is known current at
-	lastEvent  int64  // newest revision seen in a list or an event
-	eventSeen  int64  // newest revision of an event applied (EventRevision once its table is served)
-	beforeSwap func() // tests only: run just before a compiled table is swapped in
-	uncompiled bool   // state changed since the table was compiled
+	state     map[string]routing.KV
+	applied   int64 // revision the state is known current at
+	lastEvent int64 // newest revision seen in a list or an event
+	eventSeen int64 // newest revision of an event applied (EventRevision once its table is served)
+	// otherHistory: a relist for another history (diverged, another
+	// cluster) is due; kept across failed lists until one succeeds.
+	otherHistory bool
+	beforeSwap   func() // tests only: run just before a compiled table is swapped in
+	uncompiled   bool   // state changed since the table was compiled
 	// pending holds the events applied to the state since the table was
 	// compiled; incremental says they are all of them (no relist since),
 	// so the next table can be the current one updated with them.

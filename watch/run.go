@@ -123,6 +123,9 @@ func (m *Mirror) relist(ctx context.Context, reason string) (int64, error) {
 func (m *Mirror) list(ctx context.Context, reason string) (publish func(), err error) {
 	began := time.Now()
 	defer func() { m.metrics.listSeconds.Set(time.Since(began).Seconds()) }()
+	if reason == ReasonDiverged || reason == ReasonCluster {
+		m.otherHistory = true // until a list succeeds (the next may be ReasonListFailed's)
+	}
 	kvs, decoded, rev, err := m.getAll(ctx)
 	if err != nil {
 		return nil, err
@@ -140,13 +143,14 @@ func (m *Mirror) list(ctx context.Context, reason string) (publish func(), err e
 		keep = false
 	}
 	m.state, m.applied, m.lastEvent = state, rev, rev
-	if regressed || reason == ReasonDiverged || reason == ReasonCluster {
+	if regressed || m.otherHistory {
 		// An event of the history before a restore, or of another
 		// cluster, says nothing of this one (the drills: a diverged
 		// relist kept the old history's change revision in the status
 		// key, and regionctl status --max-lag 0 waited for it).
 		m.eventSeen = 0
 	}
+	m.otherHistory = false
 	m.pending, m.incremental = m.pending[:0], false
 	m.listed, m.decoded, m.precompiled = kvs, decoded, nil
 	if !keep {
@@ -240,6 +244,7 @@ func (m *Mirror) publishList(ctx context.Context, rev int64, keep bool, listed t
 		m.incremental = true // the table is the state's: events can update it
 		m.listed, m.decoded = nil, nil
 		m.advance(rev)
+		m.eventRev.Store(m.eventSeen) // no swap: the same table, but an event of another history is forgotten
 		m.markSyncedAt(listed)
 	} else {
 		began := time.Now()

@@ -86,7 +86,7 @@ if (in_array('stale-table', $d['degraded'], true)) {
     // (stopped, or cut off from etcd): viewers still get its decisions,
     // which no longer follow drains, boosts or health. Said in the log
     // (throttled as failures are), not only in a response header.
-    ThrottledLog::error("regiond: the table in {$snapshot} is stale (not confirmed against etcd for over "
+    ThrottledLog::error("regiond: the table in {$snapshot} is stale (marked so by its agent, or not confirmed against etcd for over "
         . RegiondTable::DEFAULT_MAX_AGE . " s): decisions follow it all the same; check the agent (systemctl status regiond, its /v1/status)",
         (int) ($_SERVER['REGIOND_LOG_EVERY'] ?? ThrottledLog::EVERY));
 }

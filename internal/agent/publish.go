@@ -475,7 +475,7 @@ func (p *publisher) deleteRecord() {
 		resp, err = p.cli.Txn(dctx).If(ours).Then(clientv3.OpDelete(p.record)).Commit()
 		cancel()
 		if err == nil && !resp.Succeeded {
-			p.log.Info("agent status: the node record is another agent's now (the same --node?): left in place", "key", p.record)
+			p.log.Info("agent status: the node record was written since this run's last put, or is an earlier run's while a status key lives (another agent of the same --node?): left in place", "key", p.record)
 		}
 	}
 	if err != nil && !watch.PermissionDenied(err) {
@@ -559,7 +559,6 @@ func (p *publisher) put(ctx context.Context, sess *concurrency.Session, st routi
 	return true
 }
 
-// setErr records why the status key is not published.
 // dialFailed records that the client of --status-endpoints could not be
 // made (a refused login, etcd away): /v1/status's status_error says so,
 // and the first failure is a warning.
@@ -571,6 +570,7 @@ func (p *publisher) dialFailed(err error, wait time.Duration) {
 		"err", err, "retry_in", wait.Round(time.Millisecond))
 }
 
+// setErr records why the status key is not published.
 func (p *publisher) setErr(what string, err error) {
 	msg := what + ": " + err.Error()
 	if h := p.hint(err); h != "" {

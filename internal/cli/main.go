@@ -90,8 +90,9 @@ type app struct {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	raw := stderr // the journal's writer, if it is: termSafe wraps stderr below
 	logOpts := func(l slog.Level) *slog.HandlerOptions {
-		return journalfmt.Options(stderr, &slog.HandlerOptions{Level: l})
+		return journalfmt.Options(raw, &slog.HandlerOptions{Level: l})
 	}
 	errStderr := termSafe{journalfmt.Errors(stderr)}
 	stdout, stderr = termSafe{stdout}, termSafe{stderr}

@@ -86,6 +86,13 @@ func TestProgramsWriteToTheJournal(t *testing.T) {
 		regiond, "--endpoints", dead, "--socket", sock, "--snapshot", t.TempDir()+"/table.json")
 	check("regiond etcd away", out, "<4>level=WARN")
 
+	// A heartbeat (a unit of its own) logs its retries with slog: a
+	// warning, without a time (the diff review: the options were fitted
+	// to the wrapped writer, not the journal's).
+	out = runJournaled(t, func(s string) bool { return strings.Contains(s, "level=WARN") },
+		regionctl, "--endpoints", dead, "--dial-timeout", "200ms", "heartbeat", "eu-central", "--instance", "i1", "--addr", "10.0.0.1:443")
+	check("regionctl heartbeat etcd away", out, "<4>level=WARN msg=\"heartbeat: etcd unreachable")
+
 	out = runJournaled(t, nil, regionctl, "--endpoints", dead, "--dial-timeout", "200ms", "get", "pools")
 	check("regionctl etcd away", out, "<3>regionctl: ")
 	out = runJournaled(t, nil, regionctl, "get", "pools", "--outptu", "json")

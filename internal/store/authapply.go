@@ -176,11 +176,13 @@ func (p *AuthPlan) Steps(cur *AuthState, passwords, revokeExtra bool) ([]AuthSte
 }
 
 // othersOnly reports whether grants, a user's role outside the plan, are
-// another deployment's alone: some, and none inside the plan's keyspace.
+// another deployment's alone: some, and none reaching into the plan's
+// sections (a role on all of "/" is an extra here, not another's: the
+// diff review).
 // Such a role is left to that deployment (one user, one certificate's CN,
 // serving two), not revoked as an extra.
 func (p *AuthPlan) othersOnly(grants []Grant) bool {
-	return len(grants) > 0 && !slices.ContainsFunc(grants, p.inside)
+	return len(grants) > 0 && !slices.ContainsFunc(grants, p.overlaps)
 }
 
 // OtherDeployments says, for each user of the plan, the roles it holds

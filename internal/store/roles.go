@@ -306,6 +306,28 @@ type AuthPlan struct {
 	sections []string
 }
 
+// overlaps reports whether g reaches into any of the plan's sections
+// (or the plan has none): a grant on all of "/", or of the root's parent,
+// gives this deployment's keys too.
+func (p *AuthPlan) overlaps(g Grant) bool {
+	if p.root == "" {
+		return true
+	}
+	for _, s := range p.sections {
+		sEnd := clientv3.GetPrefixRangeEnd(s)
+		if g.End == "\x00" { // every key from g.Key on
+			if g.Key < sEnd {
+				return true
+			}
+			continue
+		}
+		if g.Key < sEnd && g.end() > s {
+			return true
+		}
+	}
+	return false
+}
+
 // inside reports whether g lies in the plan's keyspace: in one of its
 // sections, or the whole root (the viewer's grant before it had four). A
 // grant elsewhere, under another root or one nested in this root

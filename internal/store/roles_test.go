@@ -239,6 +239,18 @@ func TestSteps(t *testing.T) {
 	if _, err := p.Steps(cur, false, false); err == nil || !strings.Contains(err.Error(), "user regiond-agent-n1 also holds role root") {
 		t.Fatalf("root among other roles: %v, want an extra", err)
 	}
+	// A role whose grant covers this deployment (all of "/", the root's
+	// parent, every key) is an extra, not another deployment's.
+	for _, wide := range []Grant{prefixGrant(AccessReadWrite, "/"), prefixGrant(AccessRead, "/regiond/"), {Access: AccessRead, Key: "\x00", End: "\x00"}} {
+		cur.Users["regiond-agent-n1"] = []string{"regiond-agent-n1", "wide"}
+		cur.Others = map[string][]Grant{"wide": {wide}}
+		if _, err := p.Steps(cur, false, false); err == nil || !strings.Contains(err.Error(), "user regiond-agent-n1 also holds role wide") {
+			t.Errorf("a role with %s: %v, want an extra", wide, err)
+		}
+		if notes := p.OtherDeployments(cur); len(notes) != 0 {
+			t.Errorf("a role with %s called another deployment's: %q", wide, notes)
+		}
+	}
 }
 
 // TestEtcdctlQuoting: names a shell would split are quoted.
