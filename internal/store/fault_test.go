@@ -81,6 +81,18 @@ func boostLease(ctx context.Context, t *testing.T, cli *clientv3.Client, s *Stor
 	return lease, time.Duration(ttl.TTL) * time.Second
 }
 
+// faultEnv is the fault tests' set-up: an etcd, a client and a store of
+// it, the example config written.
+func faultEnv(t *testing.T) (*devetcd.Server, *clientv3.Client, *Store, context.Context) {
+	t.Helper()
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	s := newStore(t, cli, Options{})
+	ctx := context.Background()
+	put(ctx, t, s, exampleConfig(t))
+	return srv, cli, s, ctx
+}
+
 // onNextTxn is a fault that acts on the next Txn only, while armed.
 func onNextTxn(armed *atomic.Bool, send, drop bool) fault {
 	return func(method string, _ any) (bool, bool) {
@@ -96,11 +108,7 @@ func onNextTxn(armed *atomic.Bool, send, drop bool) fault {
 // its new lease and the write reports its real epoch and revision.
 func TestLostReplyOfCommittedExtend(t *testing.T) {
 	t.Parallel()
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	s := newStore(t, cli, Options{})
-	ctx := context.Background()
-	put(ctx, t, s, exampleConfig(t))
+	srv, cli, s, ctx := faultEnv(t)
 	if _, err := s.Write(ctx, WriteRequest{Command: "boost", Build: boostPlan("kr-1", time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
@@ -132,11 +140,7 @@ func TestLostReplyOfCommittedExtend(t *testing.T) {
 // goes through.
 func TestLostRequestNotCommitted(t *testing.T) {
 	t.Parallel()
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	s := newStore(t, cli, Options{})
-	ctx := context.Background()
-	put(ctx, t, s, exampleConfig(t))
+	srv, cli, s, ctx := faultEnv(t)
 
 	var armed atomic.Bool
 	armed.Store(true)
@@ -167,11 +171,7 @@ func TestLostRequestNotCommitted(t *testing.T) {
 // is not revoked (here the Txn did apply: revoking would end the boost).
 func TestOutcomeUnknownKeepsLease(t *testing.T) {
 	t.Parallel()
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	s := newStore(t, cli, Options{})
-	ctx := context.Background()
-	put(ctx, t, s, exampleConfig(t))
+	srv, cli, s, ctx := faultEnv(t)
 
 	var txns atomic.Int32
 	f := func(method string, _ any) (bool, bool) {
@@ -196,11 +196,7 @@ func TestOutcomeUnknownKeepsLease(t *testing.T) {
 // at epoch 0.
 func TestFleetReadErrors(t *testing.T) {
 	t.Parallel()
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	s := newStore(t, cli, Options{})
-	ctx := context.Background()
-	put(ctx, t, s, exampleConfig(t))
+	srv, _, s, ctx := faultEnv(t)
 	epochKey := s.Keyspace().Epoch()
 	f := func(_ string, req any) (bool, bool) {
 		r, ok := req.(*pb.RangeRequest)

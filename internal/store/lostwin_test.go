@@ -1,13 +1,10 @@
 package store
 
 import (
-	"context"
 	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/regiond/regiond/internal/devetcd"
 )
 
 // TestLostRequestWhileAnotherWriteCommits: a Txn that never reached etcd,
@@ -18,11 +15,7 @@ import (
 // never happened as committed, at the other write's revision.
 func TestLostRequestWhileAnotherWriteCommits(t *testing.T) {
 	t.Parallel()
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	s := newStore(t, cli, Options{})
-	ctx := context.Background()
-	put(ctx, t, s, exampleConfig(t))
+	srv, cli, s, ctx := faultEnv(t)
 
 	var armed atomic.Bool
 	armed.Store(true)
