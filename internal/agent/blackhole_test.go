@@ -27,6 +27,7 @@ import (
 // change made meanwhile, and says connected. A connection that was closed
 // (Sever) is noticed at once; only this one needs the timeouts.
 func TestSilentPathIsNoticedAndFailedOver(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
 	srv := devetcd.NewTest(t)
 	cli := devetcd.NewTestClient(t, srv)
 	loadExample(t, cli)

@@ -45,7 +45,7 @@ func TestStalenessGaugesThroughTheMirrorSwap(t *testing.T) {
 		deadline := time.Now().Add(2 * time.Second)
 		running := false // Run has registered the offline gauges
 		after := 0       // gathers since the mirror's own metrics appeared
-		for n := 0; time.Now().Before(deadline) && after < 20; n++ {
+		for n := 0; time.Now().Before(deadline) && after < 3; n++ {
 			got := map[string]float64{}
 			mfs, err := a.Registry().Gather()
 			if err != nil {

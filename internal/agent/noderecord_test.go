@@ -81,6 +81,7 @@ func TestNodeRecord(t *testing.T) {
 // its status key all the same, and says once what to run; /v1/status has
 // no status_error for it.
 func TestNodeRecordRefusedToAnOldRole(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
 	srv, root := exampleWithAuth(t)
 	ctx := context.Background()
 	ks := keyspace.Default()
@@ -147,6 +148,7 @@ func TestNodeRecordRefusedToAnOldRole(t *testing.T) {
 // another node is refused its status key too; the log names that (is
 // --node right?), not the node record.
 func TestNodeRecordNotBlamedForAWrongNode(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
 	srv, root := exampleWithAuth(t)
 	ctx := context.Background()
 	ks := keyspace.Default()

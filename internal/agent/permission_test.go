@@ -22,6 +22,7 @@ import (
 // while the last good table keeps answering; once the read is granted
 // back the agent catches up and etcd_error is gone.
 func TestStatusSaysTheWatchIsRefused(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
 	e := devetcd.NewTestAuthBehindProxy(t, "/regiond/v1/")
 	a, root := e.Auth, e.Root
 	loadExample(t, root)
@@ -66,6 +67,7 @@ func TestStatusSaysTheWatchIsRefused(t *testing.T) {
 // regiond_agent_status_put_failures_total; once the write is granted
 // back the put succeeds, is logged once, and the key holds the change.
 func TestStatusPutFailuresAreLoggedOnce(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
 	srv := devetcd.NewTest(t)
 	a := devetcd.EnableTestAuth(t, srv, "/regiond/v1/")
 	root, err := srv.ClientAs("root", devetcd.TestRootPassword)

@@ -24,6 +24,7 @@ import (
 // delay grown meanwhile runs out (an hour here: the drills saw live
 // agents LOST for up to a minute after quorum returned).
 func TestQuorumLossServesTheLastTable(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
 	c := etcdproc.Start(t, etcdproc.Config{Members: 3})
 	cli := c.Client(t)
 	rev := loadExample(t, cli)

@@ -42,6 +42,7 @@ func (h *harness) snapshotHeader() (routing.JSONHeader, bool) {
 // rewrites keep that synced_at. When etcd is back it catches up, is ready,
 // and the file's synced_at moves.
 func TestSurvivesEtcdOutageAndRestartFromSnapshot(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
 	etcdDir := t.TempDir()
 	port, err := freeport.Get()
 	if err != nil {

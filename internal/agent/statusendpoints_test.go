@@ -25,6 +25,7 @@ import (
 // every few seconds). With --status-endpoints naming the members, the
 // agent follows etcd through the proxy and keeps one lease.
 func TestStatusEndpointsBesideAProxy(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
 	c := etcdproc.Start(t, etcdproc.Config{Members: 1})
 	direct := c.Client(t)
 	loadExample(t, direct)
