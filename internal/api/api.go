@@ -513,6 +513,19 @@ func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request) {
 		writeNoTable(w)
 		return
 	}
+	if t.NumPools() == 0 {
+		// A table without pools (a wrong --prefix, every pool deleted
+		// around regionctl) answers every viewer NoRoute, which a front
+		// door must take as a decision ("unavailable"). It is no
+		// decision: the agent holds its snapshot files at the last table
+		// with pools, and no_table sends a front door to them.
+		if !explain {
+			s.resolves.WithLabelValues("no_table").Inc()
+		}
+		s.tableHeaders(w, t, time.Now())
+		writeNoTableMsg(w, noPoolsMsg)
+		return
+	}
 	// An empty country= is no country: the header's, as when absent (a
 	// front door building ?country=$var&… with $var empty meant none).
 	country := q.Get("country")

@@ -462,6 +462,52 @@ func TestNoTableIsRetriable(t *testing.T) {
 	}
 }
 
+// TestTableWithoutPoolsIsNoTable: a table without pools (every pool
+// deleted around regionctl, a wrong --prefix) would answer each viewer
+// NoRoute, which a front door must take as "unavailable"; it is no
+// decision (the snapshot files keep the last table with pools), so
+// /v1/resolve, explain too, answers 503 no_table with Retry-After and
+// says why, counted as no_table. Once a pool is back, decisions are.
+func TestTableWithoutPoolsIsNoTable(t *testing.T) {
+	h := startAPI(t, Config{}, false)
+	ctx := context.Background()
+	pools, err := h.cli.Get(ctx, prefix+"pools/", clientv3.WithPrefix())
+	if err != nil || len(pools.Kvs) == 0 {
+		t.Fatalf("the example's pools: %v (%d)", err, len(pools.Kvs))
+	}
+	del, err := h.cli.Delete(ctx, prefix+"pools/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.waitServed(del.Header.Revision)
+	for _, p := range []string{"/v1/resolve?country=PL&key=k", "/v1/resolve?country=PL&key=k&explain=1"} {
+		a := h.get(p)
+		var e errorBody
+		a.decode(t, &e)
+		if a.code != 503 || e.Code != CodeNoTable || !strings.Contains(e.Error, "no pools") || a.hd.Get("Retry-After") != "1" {
+			t.Errorf("GET %s with no pools: %s; want 503 no_table saying the table has no pools, Retry-After 1", p, a)
+		}
+	}
+	if n := testutil.ToFloat64(h.s.resolves.WithLabelValues("no_table")); n != 1 {
+		t.Errorf("resolves_total{outcome=no_table} = %v; want 1 (the decision, not the explain)", n)
+	}
+	if n := testutil.ToFloat64(h.s.resolves.WithLabelValues("no_route")); n != 0 {
+		t.Errorf("resolves_total{outcome=no_route} = %v; want 0", n)
+	}
+	ops := make([]clientv3.Op, 0, len(pools.Kvs))
+	for _, kv := range pools.Kvs {
+		ops = append(ops, clientv3.OpPut(string(kv.Key), string(kv.Value)))
+	}
+	back, err := h.cli.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.waitServed(back.Header.Revision)
+	if a := h.get("/v1/resolve?country=PL&key=k"); a.code != 200 {
+		t.Fatalf("PL with the pools back: %s; want 200", a)
+	}
+}
+
 // TestCountryFallsBackAndUnknownIsCounted: an empty country= falls back to
 // CF-IPCountry as an absent one does; a decision for the unknown country
 // is counted by cause (no country, or one not recognized), an explain
