@@ -177,6 +177,9 @@ func (c Config) Validate() error {
 	} else if _, err := c.snapshotGID(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.validateSnapshotCopy(); err != nil {
+		errs = append(errs, err)
+	}
 	for _, f := range []struct {
 		name string
 		d    time.Duration
@@ -199,4 +202,28 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("status TTL: must be at least 2s, got %v", c.StatusTTL))
 	}
 	return errors.Join(errs...)
+}
+
+// validateSnapshotCopy refuses a --snapshot-copy that is not a file of its
+// own on another directory than the snapshot's: the copy is written 0600,
+// so at the snapshot's own path (or its index's) it would lock the front
+// doors out of it, and in the snapshot's directory (/run, /dev/shm) it
+// would be lost in the reboot it is kept for.
+func (c Config) validateSnapshotCopy() error {
+	p := c.SnapshotCopy
+	switch {
+	case p == "":
+		return nil
+	case c.Snapshot == "":
+		return errors.New("--snapshot-copy is set but --snapshot is empty: there is no snapshot file to copy")
+	case !filepath.IsAbs(p):
+		return fmt.Errorf("--snapshot-copy %q: must be an absolute path", p)
+	case strings.HasSuffix(p, "/"):
+		return fmt.Errorf("--snapshot-copy %q: names a directory: give the file's path (e.g. %stable.json)", p, p)
+	}
+	snap := filepath.Clean(c.Snapshot)
+	if filepath.Dir(filepath.Clean(p)) == filepath.Dir(snap) {
+		return fmt.Errorf("--snapshot-copy %q: is in --snapshot's directory %s: the copy is kept for a reboot that empties that directory; put it on persistent disk (the package: /var/lib/regiond/table.json)", p, filepath.Dir(snap))
+	}
+	return nil
 }

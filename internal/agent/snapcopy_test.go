@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,5 +122,46 @@ func TestSnapshotCopyMetrics(t *testing.T) {
 	}
 	if code, _ := h.resolve("PL", "k"); code == 200 {
 		t.Error("a table served from a copy that does not decode")
+	}
+}
+
+// TestSnapshotCopyPathIsChecked: a --snapshot-copy at the snapshot's own
+// path or its index's (the copy, 0600, took the front doors' file from
+// them, or put the table JSON in the index), anywhere in the snapshot's
+// directory (lost in the reboot it is kept for), relative, naming a
+// directory, or without --snapshot is refused at start, naming the flag,
+// before anything is written.
+func TestSnapshotCopyPathIsChecked(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		copy func(snapshot string) string
+		want string
+	}{
+		{"the snapshot", func(s string) string { return s }, "is in --snapshot's directory"},
+		{"the index", func(s string) string { return strings.TrimSuffix(s, ".json") + ".idx" }, "is in --snapshot's directory"},
+		{"beside the snapshot", func(s string) string { return filepath.Join(filepath.Dir(s), "copy.json") }, "put it on persistent disk"},
+		{"relative", func(string) string { return "state/table.json" }, "must be an absolute path"},
+		{"a directory", func(s string) string { return filepath.Dir(filepath.Dir(s)) + "/state/" }, "names a directory"},
+		{"without --snapshot", func(s string) string { return filepath.Join(filepath.Dir(filepath.Dir(s)), "state", "table.json") }, "--snapshot is empty"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := offlineConfig(dir)
+			cfg.SnapshotCopy = tc.copy(cfg.Snapshot)
+			if tc.name == "without --snapshot" {
+				cfg.Snapshot = ""
+			}
+			a, err := agent.New(cfg)
+			if err == nil {
+				stopOffline(t, a)
+				t.Fatalf("--snapshot-copy %s (%s) accepted", cfg.SnapshotCopy, tc.name)
+			}
+			if !strings.Contains(err.Error(), "--snapshot-copy") || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("--snapshot-copy %s: %v; want it refused naming the flag and %q", cfg.SnapshotCopy, err, tc.want)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "shm")); !os.IsNotExist(err) {
+				t.Errorf("the snapshot directory was made before the refusal (%v)", err)
+			}
+		})
 	}
 }
