@@ -12,6 +12,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -171,26 +172,61 @@ func endpoint(ctx context.Context, ep string, clientTLS *tls.Config) string {
 // usual mix-up); "" when etcd answers, or when nothing answers HTTP/1.1
 // (a bare gRPC server, which the client's calls name themselves).
 func notEtcd(ctx context.Context, network, addr, host string) string {
-	d := net.Dialer{Timeout: Timeout}
-	c, err := d.DialContext(ctx, network, addr)
-	if err != nil {
+	status, body, ok := get(ctx, network, addr, host, "/version", Timeout)
+	if !ok || status == http.StatusOK && strings.Contains(body, `"etcdserver"`) {
 		return ""
 	}
+	if status == http.StatusNotFound {
+		// etcd's grpc-proxy has no /version; its /proxy/health asks the
+		// members behind it (within a second of its own).
+		if why, proxy := proxyHealth(ctx, network, addr, host); proxy {
+			return why
+		}
+	}
+	return fmt.Sprintf("an HTTP server that is not etcd answers there (GET /version: %d %s): check the port (regiond's own API, --listen, is not etcd)", status, http.StatusText(status))
+}
+
+// proxyHealth says whether etcd's grpc-proxy answers at addr, and if so
+// what it says of the members behind it ("" when they answer it).
+func proxyHealth(ctx context.Context, network, addr, host string) (string, bool) {
+	_, body, ok := get(ctx, network, addr, host, "/proxy/health", 2*Timeout)
+	var h struct {
+		Health *string `json:"health"`
+		Reason string  `json:"reason"`
+	}
+	if !ok || json.Unmarshal([]byte(body), &h) != nil || h.Health == nil {
+		return "", false
+	}
+	if *h.Health == "true" {
+		return "", true
+	}
+	why := "etcd's grpc-proxy answers there, but the etcd members behind it do not answer it"
+	if h.Reason != "" {
+		why += " (GET /proxy/health: " + h.Reason + ")"
+	}
+	return why + ": check the proxy's --endpoints and those members", true
+}
+
+// get asks the plaintext HTTP/1.1 server at addr for path, within d; ok
+// is false when no HTTP answer came.
+func get(ctx context.Context, network, addr, host, path string, d time.Duration) (status int, body string, ok bool) {
+	dl := net.Dialer{Timeout: Timeout}
+	c, err := dl.DialContext(ctx, network, addr)
+	if err != nil {
+		return 0, "", false
+	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(Timeout))
-	if _, err := fmt.Fprintf(c, "GET /version HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", host); err != nil {
-		return ""
+	c.SetDeadline(time.Now().Add(d))
+	if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", path, host); err != nil {
+		return 0, "", false
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
-		return ""
+		return 0, "", false
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode == http.StatusOK && strings.Contains(string(body), `"etcdserver"`) {
-		return ""
-	}
-	return fmt.Sprintf("an HTTP server that is not etcd answers there (GET /version: %s): check the port (regiond's own API, --listen, is not etcd)", resp.Status)
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return resp.StatusCode, string(b), true
 }
 
 // cause is err's innermost message, without the layers that repeat the

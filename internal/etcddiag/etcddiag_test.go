@@ -14,6 +14,7 @@ import (
 
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/etcddiag"
+	"github.com/regiond/regiond/internal/etcdproc"
 	"github.com/regiond/regiond/internal/freeport"
 	"github.com/regiond/regiond/internal/tcpproxy"
 )
@@ -83,6 +84,33 @@ func TestWhy(t *testing.T) {
 				t.Errorf("Why = %q names the endpoint that answers", got)
 			}
 		})
+	}
+}
+
+// TestWhyBehindAGRPCProxy: etcd's grpc-proxy has no GET /version (404),
+// so it was named "an HTTP server that is not etcd" when the members
+// behind it were down; it is named as the proxy, with its health
+// check's reason, and nothing is said while its members answer.
+func TestWhyBehindAGRPCProxy(t *testing.T) {
+	live := etcdproc.StartProxyTo(t, devetcd.NewTest(t).Endpoints, etcdproc.ProxyConfig{})
+	if got := etcddiag.Why(context.Background(), []string{live.URL()}, nil); got != "" {
+		t.Errorf("Why(a grpc-proxy in front of a live etcd) = %q, want \"\"", got)
+	}
+	port, err := freeport.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// AuthOn: taken as serving once its HTTP endpoint answers, as its
+	// own health check fails with nothing behind it.
+	dead := etcdproc.StartProxyTo(t, []string{fmt.Sprintf("http://127.0.0.1:%d", port)}, etcdproc.ProxyConfig{AuthOn: true})
+	got := etcddiag.Why(context.Background(), []string{dead.URL()}, nil)
+	for _, w := range []string{dead.URL() + ": etcd's grpc-proxy answers there, but the etcd members behind it do not answer it (GET /proxy/health: ", "check the proxy's --endpoints"} {
+		if !strings.Contains(got, w) {
+			t.Errorf("Why(a grpc-proxy with no etcd behind it) = %q, want it to contain %q", got, w)
+		}
+	}
+	if strings.Contains(got, "not etcd") {
+		t.Errorf("Why(a grpc-proxy with no etcd behind it) = %q: names it not etcd", got)
 	}
 }
 
