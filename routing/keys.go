@@ -177,6 +177,12 @@ func ParseKey(rel string) (Key, error) {
 		}
 		return Key{}, fmt.Errorf("key %q: invalid pool id %q (want lower-case letters, digits, '.', '_', '-')", rel, rest)
 	case "routes":
+		if cc := lookalikeCountry(rest); cc != "" && ValidRouteName(rest) {
+			// Outside the grammar, not a group served to no country: a
+			// hand edit meant for the country is named where it is
+			// skipped (the agents' reports, regionctl's warnings).
+			return Key{}, fmt.Errorf("key %q: group name %q spells the country %s: country routes are upper case (routes/%s)", rel, rest, cc, cc)
+		}
 		if ValidRouteName(rest) {
 			return Key{Kind: KindRoute, ID: rest}, nil
 		}

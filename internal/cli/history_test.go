@@ -224,7 +224,7 @@ func TestHistoryKey(t *testing.T) {
 		{[]string{"history", "2", "--touching", "DE"}, "give one or the other"},
 		{[]string{"history", "--key", "DE"}, `--key "DE" without --cert: --key is the client certificate's key file; to list the records that changed a key: regionctl history --touching DE`},
 		{[]string{"history", "--touching", "apac-general"}, "--touching apac-general names routes/apac-general and pools/apac-general: give the key"},
-		{[]string{"history", "--touching", "de"}, "could be routes/de or pools/de or overrides/de: give the key (did you mean DE? codes are upper case)"},
+		{[]string{"history", "--touching", "de"}, "could be pools/de or overrides/de: give the key (did you mean DE? codes are upper case)"},
 		{[]string{"history", "--touching", "AX"}, "could be routes/AX or overrides/AX: give the key"},
 		{[]string{"history", "--touching", "de-1"}, "could be routes/de-1 or pools/de-1 or overrides/de-1: give the key"}, // a boost cancelled
 		{[]string{"history", "--touching", "health/eu-west/x"}, "no audit record names it"},

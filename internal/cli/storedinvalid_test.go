@@ -344,3 +344,24 @@ func TestRefusedPolicyKeepsItsLastGoodValue(t *testing.T) {
 		t.Fatalf("drain after the policy was replaced: want refused for GB alone, got %s", r)
 	}
 }
+
+// TestGroupRouteSpellingACountryIsSkipped: a hand-written routes/pl (meant
+// for Poland, whose route is routes/PL) is outside the key grammar: it
+// was served as a group no country resolves to, unreported, while every
+// regionctl write was refused over it. Now `get skipped` names it with
+// the route to use, and writes go on.
+func TestGroupRouteSpellingACountryIsSkipped(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	e.putHandEdit("routes/pl", `{"targets":[{"pool":"eu-central","weight":100}]}`)
+	r := e.must(ExitOK, "get", "skipped")
+	if want := `group name "pl" spells the country PL: country routes are upper case (routes/PL)`; !strings.Contains(r.stdout, "routes/pl ") || !strings.Contains(r.stdout, want) {
+		t.Errorf("get skipped with routes/pl stored: want %q\n%s", want, r)
+	}
+	before := e.currentEpoch()
+	e.must(ExitOK, "pool", "set", "eu-central", "--attr", "z=2")
+	if got := e.currentEpoch(); got != before+1 {
+		t.Fatalf("pool set with routes/pl stored: epoch %d → %d, want one write", before, got)
+	}
+}
