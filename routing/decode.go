@@ -256,6 +256,14 @@ func (p *Pool) normalize() Errors {
 	if len(p.Attrs) == 0 {
 		p.Attrs = nil // as encoded (omitempty)
 	}
+	for k := range p.Extra {
+		// The table JSON adds the computed "healthy" beside the extra
+		// members (an exact "healthy" is left out): a case twin of it
+		// would be what a reader matching names without case takes.
+		if k != "healthy" && strings.EqualFold(k, "healthy") {
+			errs.add("", k, "differs from the field %q the table adds only by case; refused (a reader matching names without case would take it for %q)", "healthy", "healthy")
+		}
+	}
 	if msg := checkHost(p.Host); msg != "" {
 		errs.add("", "host", "%s", msg)
 	}

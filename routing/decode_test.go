@@ -167,6 +167,9 @@ func TestCaseTwinOfAKnownFieldIsRefused(t *testing.T) {
 		{"pools/eu-central", `{"host":"h","residency":"eu","HOST":"evil"}`, `HOST: differs from the field "host" only by case`},
 		{"pools/eu-central", `{"host":"h","residency":"eu","Status":"down"}`, `Status: differs from the field "status" only by case`},
 		{"routes/PL", `{"targets":[{"pool":"a","weight":100,"Pool":"b"}]}`, `targets[0].Pool: differs from the field "pool" only by case`},
+		// The table JSON's computed "healthy" too: "HEALTHY":true stood
+		// beside "healthy":false there.
+		{"pools/eu-north", `{"host":"h","residency":"eu","health_check":true,"HEALTHY":true}`, `HEALTHY: differs from the field "healthy" the table adds only by case`},
 	} {
 		_, err := DecodeValue(tc.key, []byte(tc.raw))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
