@@ -14,9 +14,11 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/keyspace"
+	"github.com/regiond/regiond/internal/store"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -312,6 +314,100 @@ func nested(t *testing.T, e *rbacEnv) {
 	}
 	if after, _ := e.root.AuthStatus(ctx); after.AuthRevision != before.AuthRevision {
 		t.Fatal("a refused auth apply changed etcd's auth")
+	}
+}
+
+// TestAuthApplyMigratesTheOldLayout: on an etcd whose roles an earlier
+// auth apply made (the operator with readwrite on all of routing/ and on
+// locks/, the viewer with read on all of the root), auth apply refuses the
+// extras and names --revoke-extra, not another prefix; --revoke-extra
+// --dry-run changes nothing; --revoke-extra leaves each role exactly the
+// current layout's grants (docs/regionctl.md §Roles; the auth review: the
+// locks/ grant was called another deployment's, even with --revoke-extra).
+func TestAuthApplyMigratesTheOldLayout(t *testing.T) {
+	t.Parallel()
+	srv, err := devetcd.Start(context.Background(), devetcd.Config{Dir: t.TempDir(), BcryptCost: uint(bcrypt.MinCost)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	root := devetcd.EnableTestRootAuth(t, srv)
+	ctx := context.Background()
+	ks := keyspace.Default()
+	grant := func(role string, perm clientv3.PermissionType, prefix string) {
+		t.Helper()
+		if _, err := root.RoleGrantPermission(ctx, role, prefix, clientv3.GetPrefixRangeEnd(prefix), perm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rw, read := clientv3.PermissionType(clientv3.PermReadWrite), clientv3.PermissionType(clientv3.PermRead)
+	for _, role := range []string{"regiond-operator", "regiond-viewer"} {
+		if _, err := root.RoleAdd(ctx, role); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grant("regiond-operator", rw, ks.Routing())
+	grant("regiond-operator", rw, ks.AuditPrefix())
+	grant("regiond-operator", rw, ks.Root()+"/locks/")
+	grant("regiond-operator", read, ks.AgentsPrefix())
+	grant("regiond-viewer", read, ks.Root()+"/")
+	if _, err := root.UserAdd(ctx, "alice", "alice-secret"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.UserGrantRole(ctx, "alice", "regiond-operator"); err != nil {
+		t.Fatal(err)
+	}
+
+	apply := func(extra ...string) result {
+		args := []string{"--endpoints", srv.Endpoints[0], "--user", "root:" + devetcd.TestRootPassword, "auth", "apply", "--operator", "alice"}
+		r, _ := runEnv(nil, append(args, extra...)...)
+		return r
+	}
+	before, err := root.AuthStatus(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := apply()
+	if r.code != ExitRefused || !strings.Contains(r.stderr, "role regiond-operator also holds readwrite on /regiond/v1/locks/") ||
+		!strings.Contains(r.stderr, "role regiond-operator holds readwrite on /regiond/v1/routing/ where its job needs read") ||
+		!strings.Contains(r.stderr, "role regiond-viewer also holds read on /regiond/v1/") ||
+		!strings.Contains(r.stderr, "--revoke-extra") || strings.Contains(r.stderr, "another prefix") {
+		t.Fatalf("auth apply on the old layout: %s; want its extras refused, naming --revoke-extra", r)
+	}
+	revokeLocks := "etcdctl role revoke-permission regiond-operator --prefix=true /regiond/v1/locks/"
+	readRouting := "etcdctl role grant-permission regiond-operator --prefix=true read /regiond/v1/routing/"
+	if r := apply("--revoke-extra", "--dry-run"); r.code != ExitOK || !strings.Contains(r.stdout, revokeLocks) ||
+		!strings.Contains(r.stdout, readRouting) || !strings.Contains(r.stdout, "nothing changed") {
+		t.Fatalf("auth apply --revoke-extra --dry-run on the old layout: %s", r)
+	}
+	if after, err := root.AuthStatus(ctx); err != nil || after.AuthRevision != before.AuthRevision {
+		t.Fatalf("a refused or dry-run auth apply changed etcd's auth: revision %d → %v (%v)", before.AuthRevision, after, err)
+	}
+	if r := apply("--revoke-extra"); r.code != ExitOK || !strings.Contains(r.stdout, revokeLocks) {
+		t.Fatalf("auth apply --revoke-extra on the old layout: %s", r)
+	}
+	roles := store.NewRoles(ks, "")
+	for _, want := range []store.Role{roles.Operator(), roles.Viewer()} {
+		resp, err := root.RoleGet(ctx, want.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, p := range resp.Perm {
+			got = append(got, fmt.Sprintf("%s %q %q", p.PermType, p.Key, p.RangeEnd))
+		}
+		var wantS []string
+		for _, g := range want.Grants {
+			wantS = append(wantS, fmt.Sprintf("%s %q %q", strings.ToUpper(string(g.Access)), g.Key, g.End))
+		}
+		slices.Sort(got)
+		slices.Sort(wantS)
+		if !reflect.DeepEqual(got, wantS) {
+			t.Errorf("role %s after --revoke-extra holds\n%s\nwant exactly\n%s", want.Name, strings.Join(got, "\n"), strings.Join(wantS, "\n"))
+		}
+	}
+	if r := apply(); r.code != ExitOK || !strings.Contains(r.stdout, "nothing to change") {
+		t.Fatalf("auth apply after the migration: %s", r)
 	}
 }
 

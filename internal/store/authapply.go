@@ -130,14 +130,20 @@ func (p *AuthPlan) Steps(cur *AuthState, passwords, revokeExtra bool) ([]AuthSte
 				steps = append(steps, AuthStep{Op: OpRoleGrant, Role: r.Name, Grant: &g})
 			}
 		}
+		// A role none of whose grants reaches into this deployment's
+		// sections is another deployment's (one etcd, two deployments
+		// sharing role names, or one nested in this one's root): every
+		// grant of it is foreign. In a role of this deployment, a grant
+		// elsewhere under the root (the locks/ of an earlier layout) is
+		// an extra; one in another deployment's keys (another root, or
+		// the sections of a root nested in this one) is foreign.
+		// Revoking a foreign grant would re-point that deployment's users
+		// at this one.
+		otherRole := p.othersOnly(have)
 		for _, h := range have {
 			i := slices.IndexFunc(r.Grants, func(g Grant) bool { return g.Key == h.Key && g.End == h.End })
 			switch {
-			case !p.inside(h):
-				// The role is another prefix's (one etcd, two
-				// deployments sharing role names, or one nested in
-				// this one's root): revoking would re-point that
-				// deployment's users at this one.
+			case otherRole || !p.inside(h) && (p.nestedSection(h) != "" || !p.overlaps(h) && !p.underRoot(h)):
 				foreign = append(foreign, fmt.Sprintf("role %s holds %s, outside %s's routing/, audit/, agents/, nodes/", r.Name, h, p.root))
 			case i < 0:
 				extras = append(extras, fmt.Sprintf("role %s also holds %s", r.Name, h))
@@ -149,8 +155,8 @@ func (p *AuthPlan) Steps(cur *AuthState, passwords, revokeExtra bool) ([]AuthSte
 		}
 	}
 	if len(foreign) > 0 {
-		return nil, fmt.Errorf("refused, nothing changed: %s: these roles serve another prefix; give this one roles of its own with --role-prefix (e.g. --role-prefix %s-regiond-)",
-			strings.Join(foreign, "; "), strings.Trim(strings.ReplaceAll(p.root, "/", "-"), "-"))
+		return nil, fmt.Errorf("refused, nothing changed: %s: these roles serve another prefix; give this one roles of its own with %s",
+			strings.Join(foreign, "; "), p.rolePrefixHint())
 	}
 	for _, u := range p.Users {
 		have, ok := cur.Users[u.Name]
@@ -173,6 +179,49 @@ func (p *AuthPlan) Steps(cur *AuthState, passwords, revokeExtra bool) ([]AuthSte
 		return nil, &ExtraGrantsError{Extras: extras}
 	}
 	return steps, nil
+}
+
+// underRoot reports whether g lies under the plan's root (<root>/).
+func (p *AuthPlan) underRoot(g Grant) bool {
+	return p.root == "" || strings.HasPrefix(g.Key, p.root+"/") && g.end() <= clientv3.GetPrefixRangeEnd(p.root+"/")
+}
+
+// nestedSection returns the section of a deployment nested in the plan's
+// root that g lies in ("/regiond/v1/x/routing/" for a grant under it), or
+// "" if none: a root under this one's with a section of its own is
+// another deployment's, whatever this one's roles hold.
+func (p *AuthPlan) nestedSection(g Grant) string {
+	if p.root == "" {
+		return ""
+	}
+	rest, ok := strings.CutPrefix(g.Key, p.root+"/")
+	if !ok {
+		return ""
+	}
+	for _, s := range []string{"/routing/", "/audit/", "/agents/", "/nodes/"} {
+		if i := strings.Index(rest, s); i > 0 {
+			sec := p.root + "/" + rest[:i] + s
+			if g.end() <= clientv3.GetPrefixRangeEnd(sec) {
+				return sec
+			}
+		}
+	}
+	return ""
+}
+
+// rolePrefixHint suggests a --role-prefix of the plan's root: the default
+// prefix and the root's segments ("regiond-staging-v1-" for /staging/v1,
+// "regiond-v1-" for /regiond/v1), unless that is the prefix in use.
+func (p *AuthPlan) rolePrefixHint() string {
+	segs := strings.Split(strings.Trim(p.root, "/"), "/")
+	if len(segs) > 1 && segs[0]+"-" == DefaultRolePrefix {
+		segs = segs[1:]
+	}
+	hint := DefaultRolePrefix + strings.Join(segs, "-") + "-"
+	if hint == p.rolePrefix {
+		return "another --role-prefix"
+	}
+	return "--role-prefix (e.g. --role-prefix " + hint + ")"
 }
 
 // othersOnly reports whether grants, a user's role outside the plan, are

@@ -127,3 +127,72 @@ func TestApplyAuth(t *testing.T) {
 		t.Fatalf("agent role after revoking the extras: %v, want %v", got, want)
 	}
 }
+
+// TestStepsGrantsElsewhere: in a role of this deployment (a grant in its
+// sections), a grant elsewhere under the root (the earlier layout's
+// locks/) or covering it (all of "/") is an extra, revoked by revokeExtra;
+// a grant in another
+// deployment's keys (another root, or a section of a root nested in this
+// one) is refused even with revokeExtra, as is a role with no grant in
+// this deployment's sections (a nested root's alone included, and so
+// locks/ alone: the two are alike); the
+// refusal suggests a --role-prefix made of the root.
+func TestStepsGrantsElsewhere(t *testing.T) {
+	ks := keyspace.Default()
+	p, err := NewRoles(ks, "").Plan(RoleSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := func(operator ...Grant) *AuthState {
+		cur := &AuthState{Roles: map[string][]Grant{}, Users: map[string][]string{}}
+		for _, role := range p.Roles {
+			cur.Roles[role.Name] = slices.Clone(role.Grants)
+		}
+		cur.Roles["regiond-operator"] = operator
+		return cur
+	}
+	own := NewRoles(ks, "").Operator().Grants
+	locks := prefixGrant(AccessReadWrite, "/regiond/v1/locks/")
+	steps, err := p.Steps(state(append(slices.Clone(own), locks)...), false, true)
+	if err != nil || len(steps) != 1 || steps[0].Etcdctl() != "etcdctl role revoke-permission regiond-operator --prefix=true /regiond/v1/locks/" {
+		t.Fatalf("locks/ beside the operator's grants, revokeExtra: %v %v, want its revoke", steps, err)
+	}
+	var extra *ExtraGrantsError
+	if _, err := p.Steps(state(append(slices.Clone(own), locks)...), false, false); !errors.As(err, &extra) ||
+		len(extra.Extras) != 1 || extra.Extras[0] != "role regiond-operator also holds readwrite on /regiond/v1/locks/" {
+		t.Fatalf("locks/ beside the operator's grants: %v, want an extra", err)
+	}
+	// A grant covering this deployment (all of "/") beside its own is an
+	// extra too.
+	if steps, err := p.Steps(state(append(slices.Clone(own), prefixGrant(AccessRead, "/"))...), false, true); err != nil || len(steps) != 1 ||
+		steps[0].Op != OpRoleRevoke || steps[0].Grant.Key != "/" {
+		t.Fatalf("all of / beside the operator's grants, revokeExtra: %v %v, want its revoke", steps, err)
+	}
+	for name, grants := range map[string][]Grant{
+		"a nested root's section beside this one's": append(slices.Clone(own), prefixGrant(AccessRead, "/regiond/v1/x/routing/")),
+		"a nested root's key beside this one's":     append(slices.Clone(own), Grant{Access: AccessReadWrite, Key: "/regiond/v1/x/routing/epoch"}),
+		"another root's section beside this one's":  append(slices.Clone(own), prefixGrant(AccessRead, "/staging/v1/routing/")),
+		"a nested root alone":                       {prefixGrant(AccessRead, "/regiond/v1/x/")},
+		"locks/ alone":                              {locks},
+		"another root alone":                        {prefixGrant(AccessRead, "/staging/v1/routing/")},
+	} {
+		for _, revoke := range []bool{false, true} {
+			_, err := p.Steps(state(grants...), false, revoke)
+			if err == nil || errors.As(err, &extra) || !strings.Contains(err.Error(), "these roles serve another prefix") ||
+				!strings.Contains(err.Error(), "--role-prefix regiond-v1-)") {
+				t.Errorf("%s (revokeExtra %v): %v, want it refused as another deployment's", name, revoke, err)
+			}
+		}
+	}
+	staging, _ := keyspace.New("/staging/v1")
+	for prefix, want := range map[string]string{"": "(e.g. --role-prefix regiond-staging-v1-)", "regiond-staging-v1-": "another --role-prefix"} {
+		sp, err := NewRoles(staging, prefix).Plan(RoleSpec{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur := &AuthState{Roles: map[string][]Grant{sp.Roles[0].Name: own}}
+		if _, err := sp.Steps(cur, false, true); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("/staging/v1 with role prefix %q over /regiond/v1's operator: %v, want %q", prefix, err, want)
+		}
+	}
+}

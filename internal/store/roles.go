@@ -299,11 +299,14 @@ type AuthPlan struct {
 	// Users are the users and their roles, sorted by name.
 	Users []User `json:"users"`
 	// root is the keyspace root, and sections its four sections: every
-	// grant of the plan is in one. A role holding a grant elsewhere
-	// serves another prefix (Steps refuses it), a user's role with no
-	// grant here is another deployment's (Steps leaves it alone).
+	// grant of the plan is in one. A role with no grant here, or a grant
+	// in another deployment's keys, serves another prefix (Steps refuses
+	// it); a user's role with no grant here is another deployment's
+	// (Steps leaves it alone).
 	root     string
 	sections []string
+	// rolePrefix starts the roles' names.
+	rolePrefix string
 }
 
 // overlaps reports whether g reaches into any of the plan's sections
@@ -350,7 +353,7 @@ func (p *AuthPlan) inside(g Grant) bool {
 // Plan returns the roles (operator and viewer always, one per agent node
 // and origin pool) and users of spec, or an error naming a bad name.
 func (r Roles) Plan(spec RoleSpec) (*AuthPlan, error) {
-	p := &AuthPlan{Roles: []Role{r.Operator(), r.Viewer()}, root: r.ks.Root(), sections: r.sections()}
+	p := &AuthPlan{Roles: []Role{r.Operator(), r.Viewer()}, root: r.ks.Root(), sections: r.sections(), rolePrefix: r.prefix}
 	users := map[string][]string{}
 	add := func(user string, role Role) {
 		if !slices.ContainsFunc(p.Roles, func(x Role) bool { return x.Name == role.Name }) {
