@@ -81,6 +81,7 @@ func (a *Agent) runEtcd(ctx context.Context, offline []prometheus.Collector) err
 			// Its own client, dialed here: the mirror does not wait
 			// for the status endpoints. pub.cli is the publisher's
 			// goroutine's alone (the status page reads a.etcd).
+			pub.statusEndpoints, pub.tls = a.cfg.StatusEndpoints, a.cfg.TLS
 			if pub.cli = a.dialTo(gctx, a.cfg.StatusEndpoints, pub.dialFailed); pub.cli == nil {
 				return nil // ctx is done
 			}

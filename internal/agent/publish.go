@@ -3,6 +3,7 @@ package agent
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -85,6 +86,11 @@ type publisher struct {
 	owned          bool
 	conflicts      int
 	conflictsTotal prometheus.Counter
+	// statusEndpoints are --status-endpoints (nil: the status key goes
+	// through the mirror's client), named with what each answered when
+	// a lease's grant times out there.
+	statusEndpoints []string
+	tls             *tls.Config
 	// user is the agent's etcd user ("" for none), named when etcd
 	// refuses the status key to it.
 	user string
@@ -270,6 +276,17 @@ func (p *publisher) newSession(ctx context.Context) (*concurrency.Session, error
 	cancel()
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 		err = fmt.Errorf("etcd did not answer within %s: %w", leaseGrantTimeout, err)
+		if len(p.statusEndpoints) > 0 {
+			// Not the mirror's etcd: say which, and what each answered
+			// (a wrong port read as "did not answer" alone).
+			dctx, dcancel := context.WithTimeout(ctx, 2*etcddiag.Timeout)
+			why := etcddiag.Describe(etcddiag.Check(dctx, p.statusEndpoints, p.tls))
+			dcancel()
+			err = fmt.Errorf("--status-endpoints %s: %w", strings.Join(p.statusEndpoints, ","), err)
+			if why != "" {
+				err = fmt.Errorf("%w (%s)", err, why)
+			}
+		}
 	}
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -12,8 +13,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/regiond/regiond/internal/agent"
+	"github.com/regiond/regiond/internal/api"
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/etcdproc"
+	"github.com/regiond/regiond/internal/freeport"
 	"github.com/regiond/regiond/internal/logbuf"
 )
 
@@ -79,5 +82,42 @@ func TestStatusEndpointsBesideAProxy(t *testing.T) {
 	seen, logs = leases("beside", c.Endpoints())
 	if len(seen) != 1 || strings.Contains(logs, "lease lost") {
 		t.Fatalf("with --status-endpoints: the status key under %d lease(s) in 4 TTLs; want one\n%s", len(seen), logs)
+	}
+}
+
+// TestStatusEndpointsThatDoNotAnswerAreNamed: a --status-endpoints where
+// nothing listens said only "no lease for the status key: etcd did not
+// answer within 5s" while the agent showed connected (the docs review):
+// status_error names --status-endpoints and what each answered, and the
+// mirror serves on.
+func TestStatusEndpointsThatDoNotAnswerAreNamed(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
+	srv := devetcd.NewTest(t)
+	loadExample(t, devetcd.NewTestClient(t, srv))
+	port, err := freeport.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := fmt.Sprintf("http://127.0.0.1:%d", port)
+	dir := t.TempDir()
+	cfg := offlineConfig(dir)
+	cfg.Endpoints, cfg.StatusEndpoints = srv.Endpoints, []string{closed}
+	h := runAgent(t, dir, cfg)
+	var st api.Status
+	waitFor(t, "status_error naming --status-endpoints", func() bool {
+		st = api.Status{}
+		h.get("/v1/status", &st)
+		return st.StatusError != ""
+	})
+	for _, w := range []string{"no lease for the status key: --status-endpoints " + closed + ": etcd did not answer within 5s", closed + ": dial: ", "connection refused"} {
+		if !strings.Contains(st.StatusError, w) {
+			t.Errorf("status_error %q; want it to contain %q", st.StatusError, w)
+		}
+	}
+	if !st.Connected {
+		t.Errorf("/v1/status %+v: want the mirror connected to --endpoints", st)
+	}
+	if code, d := h.resolve("PL", "k"); code != 200 || d.Pool == "" {
+		t.Errorf("resolve with the status endpoints down: %d %+v; want a decision", code, d)
 	}
 }
