@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -125,9 +124,12 @@ func (s *Store) decodeAudit(key string, value []byte, rev, version int64) (Audit
 // read at the revision of that epoch's Txn (also for the current epoch:
 // a hand edit made since, with no epoch of its own, is not part of it)
 // or, when that revision was compacted, rebuilt by undoing the audit
-// records of the later epochs (which cannot undo edits they do not record).
-// notes, for a rebuilt config, say so, and name the keys whose value at
-// epoch the records contradict or cannot know (a hand edit in between).
+// records of the later epochs, and by restoring each key written by hand
+// since that no later record undoes as the newest record at or before
+// epoch wrote it (the records cannot undo the hand edits they do not
+// record). notes, for a rebuilt config, say so, and name the keys whose
+// value at epoch the records contradict, restore over a hand edit, or
+// cannot know.
 func (s *Store) ConfigAt(ctx context.Context, epoch int64, cur *State) (cfg *routing.Config, notes []string, err error) {
 	if epoch > cur.Epoch || epoch < 1 {
 		return nil, nil, fmt.Errorf("epoch %d: %w (the current epoch is %d)", epoch, ErrNotFound, cur.Epoch)
@@ -148,7 +150,7 @@ func (s *Store) ConfigAt(ctx context.Context, epoch int64, cur *State) (cfg *rou
 		return nil, nil, err
 	}
 	s.log.Info("revision compacted, rebuilding config from the audit trail", "epoch", epoch, "revision", rec.Revision)
-	cfg, notes, err = s.undoTo(ctx, epoch, cur)
+	cfg, notes, err = s.undoTo(ctx, epoch, rec.Revision, cur)
 	if err != nil {
 		return nil, nil, fmt.Errorf("epoch %d's revision %d is compacted, so its config was rebuilt from the audit trail (the current config with each later record's change undone): %w", epoch, rec.Revision, err)
 	}
@@ -160,10 +162,20 @@ func (s *Store) ConfigAt(ctx context.Context, epoch int64, cur *State) (cfg *rou
 // rebuild reads to check the values it restores.
 const maxCheckEpochs = 100
 
-// undoTo rebuilds the config of epoch by applying, newest first, the
-// "before" value of every config change of the epochs after it. notes
-// name the keys the records show written by hand meanwhile (checkRebuild).
-func (s *Store) undoTo(ctx context.Context, epoch int64, cur *State) (*routing.Config, []string, error) {
+// handEdit is a config key written around regionctl after the epoch a
+// rebuild restores (its mod revision past that epoch's commit) that no
+// later record undoes.
+type handEdit struct {
+	rev   int64 // the key's mod revision
+	after int64 // the newest epoch committed before it
+}
+
+// undoTo rebuilds the config of epoch, committed at revision epochRev, by
+// applying, newest first, the "before" value of every config change of
+// the epochs after it, then restoring each key written by hand since that
+// no later record undoes as the newest record at or before epoch wrote
+// it. notes name the keys the records show written by hand meanwhile.
+func (s *Store) undoTo(ctx context.Context, epoch, epochRev int64, cur *State) (*routing.Config, []string, error) {
 	vals, err := cur.Config.Values()
 	if err != nil {
 		return nil, nil, fmt.Errorf("encode current config: %w", err)
@@ -174,6 +186,7 @@ func (s *Store) undoTo(ctx context.Context, epoch int64, cur *State) (*routing.C
 	from := map[string]int64{}               // the record whose "before" a value is
 	restored := map[string]json.RawMessage{} // each undone key's value before its first later record
 	first := map[string]int64{}              // and that record
+	revs := map[int64]int64{epoch: epochRev} // the commit revision of each epoch from epoch on
 	for e := cur.Epoch; e > epoch; e-- {
 		rec, err := s.AuditRecord(ctx, e)
 		if err != nil {
@@ -183,6 +196,7 @@ func (s *Store) undoTo(ctx context.Context, epoch int64, cur *State) (*routing.C
 			return nil, nil, fmt.Errorf("rebuild config of epoch %d: the audit record of epoch %d was put again after its commit (at revision %d): its changes are not its commit's, so the config cannot be rebuilt through it",
 				epoch, e, rec.Revision)
 		}
+		revs[e] = rec.Revision
 		for _, c := range rec.Changes {
 			if !routing.IsConfigKey(c.Key) {
 				continue
@@ -196,79 +210,117 @@ func (s *Store) undoTo(ctx context.Context, epoch int64, cur *State) (*routing.C
 			}
 		}
 	}
+	// A key put after epoch's commit that no later record undoes was put
+	// around regionctl (regionctl's commits record each key they write):
+	// its value at epoch is the newest record at or before epoch's.
+	hand := map[string]handEdit{}
+	for _, kv := range cur.KVs {
+		if _, undone := restored[kv.Key]; undone || kv.ModRevision <= epochRev || !routing.IsConfigKey(kv.Key) {
+			continue
+		}
+		h := handEdit{rev: kv.ModRevision, after: epoch}
+		for e := epoch + 1; e <= cur.Epoch && revs[e] < kv.ModRevision; e++ {
+			h.after = e
+		}
+		hand[kv.Key] = h
+	}
+	wrote, oldest, stopped := s.newestWrites(ctx, epoch, restored, hand)
+	var notes []string
+	if stopped != "" {
+		notes = append(notes, stopped)
+	}
+	back := map[string]int64{} // the hand-edited keys restored, and the record they were restored from
+	for k, h := range hand {
+		w, ok := wrote[k]
+		if !ok {
+			notes = append(notes, fmt.Sprintf("%s: written around regionctl after epoch %d's commit and kept as it is now: its value at epoch %d is not known (no record of epochs %d back to %d writes it); check it (regionctl history --touching %s)",
+				k, h.after, epoch, epoch, oldest, k))
+			continue
+		}
+		back[k] = w.epoch
+		if len(w.after) == 0 || string(w.after) == "null" {
+			delete(vals, k)
+		} else {
+			vals[k] = w.after
+		}
+		notes = append(notes, fmt.Sprintf("%s: written around regionctl after epoch %d's commit (at revision %d), and no later record undoes it: restored as epoch %d wrote it (%s), its newest record up to epoch %d; a hand edit before epoch %d's commit would not be known",
+			k, h.after, h.rev, w.epoch, shortValue(w.after), epoch, epoch))
+	}
 	cfg, err := configFromValues(vals, func(rel string) string {
 		if e, ok := from[rel]; ok {
 			return fmt.Sprintf("its value before epoch %d, as that record holds it: written around regionctl (by hand) after epoch %d, "+
 				"so no record holds the value it had at epoch %d and rollback cannot restore it; apply the config wanted with %s set (regionctl export, edit, apply)", e, epoch, epoch, rel)
 		}
-		if slices.Contains(cur.WrittenAround(), rel) {
+		if e, ok := back[rel]; ok {
+			return fmt.Sprintf("its value as epoch %d's record holds it, restored over a hand edit since: apply the config wanted with %s set (regionctl export, edit, apply)", e, rel)
+		}
+		if h, ok := hand[rel]; ok {
 			return fmt.Sprintf("its current value, written by hand after epoch %d's commit, and no record holds the value it had at epoch %d: apply the config wanted with %s set (regionctl history --touching %s shows the values regionctl wrote)",
-				cur.Epoch, epoch, rel, rel)
+				h.after, epoch, rel, rel)
 		}
 		return "its current value, unchanged since the epoch asked for: fix it first (regionctl validate)"
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	return cfg, s.checkRebuild(ctx, epoch, cur, restored, first), nil
-}
-
-// checkRebuild names the keys whose rebuilt value the audit trail does not
-// vouch for: an undone key whose "before" in its first later record is not
-// the "after" of the newest record at or before epoch that wrote it (a
-// hand edit came between the two records, before or after epoch's
-// commit: its value at epoch is not known; the writes review found such a
-// rollback restoring a hand edit with no word), and a config key written
-// around regionctl after the last commit that no later record undoes (the
-// rebuild keeps the hand edit). It reads at most maxCheckEpochs records
-// back from epoch, fewer once each undone key is found.
-func (s *Store) checkRebuild(ctx context.Context, epoch int64, cur *State, restored map[string]json.RawMessage, first map[string]int64) []string {
-	var notes []string
-	found := map[string]bool{}
-	// A key restored as absent was created after epoch (its first later
-	// record found none): no record at or before epoch wrote it, so it is
-	// not looked for (each would read every record of the bound).
-	want := 0
-	for k, v := range restored {
-		if sameValue(v, nil) {
-			found[k] = true
-		} else {
-			want++
+	for k, before := range restored {
+		if w, ok := wrote[k]; ok && !sameValue(before, w.after) {
+			notes = append(notes, fmt.Sprintf("%s: restored as epoch %d's record found it (%s), not as epoch %d wrote it (%s): written by hand between those epochs, "+
+				"before or after epoch %d's commit, so its value at epoch %d is not known; check it (regionctl history --touching %s)",
+				k, first[k], shortValue(before), w.epoch, shortValue(w.after), epoch, epoch, k))
 		}
 	}
-	for e := epoch; e >= 1 && e > epoch-maxCheckEpochs && want > 0; e-- {
+	sort.Strings(notes)
+	return cfg, notes, nil
+}
+
+// write is a key's change in the newest record at or before an epoch
+// that writes it.
+type write struct {
+	epoch int64
+	after json.RawMessage
+}
+
+// newestWrites finds, for each undone key (restored) and each key written
+// by hand since (hand), the newest record at or before epoch that writes
+// it: the value the key had at epoch unless a hand edit came between. A
+// key restored as absent was created after epoch (its first later record
+// found none): no record at or before epoch wrote it, so it is not looked
+// for (each would read every record of the bound). It reads at most
+// maxCheckEpochs records back from epoch, fewer once each key is found,
+// and returns the oldest epoch it read and, when a read failed, a note.
+func (s *Store) newestWrites(ctx context.Context, epoch int64, restored map[string]json.RawMessage, hand map[string]handEdit) (wrote map[string]write, oldest int64, stopped string) {
+	wrote = map[string]write{}
+	want := map[string]bool{}
+	for k, v := range restored {
+		if !sameValue(v, nil) {
+			want[k] = true
+		}
+	}
+	for k := range hand {
+		want[k] = true
+	}
+	oldest = epoch
+	for e := epoch; e >= 1 && e > epoch-maxCheckEpochs && len(want) > 0; e-- {
 		rec, err := s.AuditRecord(ctx, e)
 		if errors.Is(err, ErrNotFound) {
 			break // no longer kept: older values are not known
 		}
 		if err != nil {
-			notes = append(notes, fmt.Sprintf("the check of the restored values against the records stopped at epoch %d: %v", e, err))
-			break
+			return wrote, oldest, fmt.Sprintf("the check of the restored values against the records stopped at epoch %d: %v", e, err)
 		}
+		oldest = e
 		if rec.Rewritten {
 			continue
 		}
 		for _, c := range rec.Changes {
-			before, ok := restored[c.Key]
-			if !ok || found[c.Key] {
-				continue
-			}
-			found[c.Key] = true
-			want--
-			if !sameValue(before, c.After) {
-				notes = append(notes, fmt.Sprintf("%s: restored as epoch %d's record found it (%s), not as epoch %d wrote it (%s): written by hand between those epochs, "+
-					"before or after epoch %d's commit, so its value at epoch %d is not known; check it (regionctl history --touching %s)",
-					c.Key, first[c.Key], shortValue(before), e, shortValue(c.After), epoch, epoch, c.Key))
+			if want[c.Key] {
+				delete(want, c.Key)
+				wrote[c.Key] = write{epoch: e, after: c.After}
 			}
 		}
 	}
-	for _, k := range cur.WrittenAround() {
-		if _, undone := restored[k]; !undone && routing.IsConfigKey(k) {
-			notes = append(notes, fmt.Sprintf("%s: written around regionctl after epoch %d's commit and kept as it is now: its value at epoch %d is not known", k, cur.Epoch, epoch))
-		}
-	}
-	sort.Strings(notes)
-	return notes
+	return wrote, oldest, ""
 }
 
 // sameValue reports whether two audit values are the same value: JSON

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -306,9 +307,11 @@ func TestRebuiltConfigNamesHandEdits(t *testing.T) {
 
 // TestRebuiltConfigNamesARefusedHandEdit: the rebuild of the current
 // epoch once its revision is compacted (what the refused-policy message
-// offered first: the diff review) cannot know the value a key written by
-// hand since had at that epoch, and says so, naming history, not "fix it
-// first, unchanged since".
+// offered first: the diff review) restores a key written by hand since
+// as the epoch's record wrote it, saying so; a key written by hand that
+// no record writes cannot be known, and a value that does not decode is
+// named as written by hand, with history, not "fix it first, unchanged
+// since".
 func TestRebuiltConfigNamesARefusedHandEdit(t *testing.T) {
 	t.Parallel()
 	ctx, cli, s, cfg := storeEnv(t, Options{})
@@ -316,24 +319,120 @@ func TestRebuiltConfigNamesARefusedHandEdit(t *testing.T) {
 	if _, err := cli.Compact(ctx, res.Revision); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cli.Put(ctx, s.Keyspace().RoutingKey(routing.PolicyKey), `{"classes":{"eu":["pl"]}}`); err != nil {
-		t.Fatal(err)
+	hand := func(rel, value string) {
+		t.Helper()
+		if _, err := cli.Put(ctx, s.Keyspace().RoutingKey(rel), value); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := cli.Get(ctx, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cli.Compact(ctx, resp.Header.Revision); err != nil {
+			t.Fatal(err)
+		}
 	}
-	resp, err := cli.Get(ctx, "x")
+	hand(routing.PolicyKey, `{"classes":{"eu":["pl"]}}`)
+	cur, err := s.Load(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cli.Compact(ctx, resp.Header.Revision); err != nil {
+	got, notes, err := s.ConfigAt(ctx, 1, cur)
+	if err != nil {
+		t.Fatalf("the rebuild of epoch 1 over a refused hand edit of the policy, which epoch 1's record wrote: %v", err)
+	}
+	gy, _ := got.YAML()
+	wy, _ := cfg.YAML()
+	if string(gy) != string(wy) {
+		t.Fatalf("the rebuild of epoch 1 over a hand edit of the policy:\n%s\nwant epoch 1's\n%s", gy, wy)
+	}
+	if joined := strings.Join(notes, "\n"); !strings.Contains(joined, routing.PolicyKey+": written around regionctl after epoch 1's commit (at revision ") ||
+		!strings.Contains(joined, "restored as epoch 1 wrote it") {
+		t.Fatalf("notes of the rebuild of epoch 1 over a hand edit of the policy:\n%s\nwant the key named, restored from epoch 1's record", joined)
+	}
+
+	hand("routes/SK", `{"targets":"eu-west"}`)
+	if cur, err = s.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = s.ConfigAt(ctx, 1, cur)
+	if err == nil || !strings.Contains(err.Error(), "written by hand after epoch 1's commit") || !strings.Contains(err.Error(), "history --touching routes/SK") ||
+		strings.Contains(err.Error(), "unchanged since") {
+		t.Fatalf("the rebuild of epoch 1 over a refused hand edit no record writes: %v; want it named as written by hand, with history", err)
+	}
+}
+
+// TestRebuiltConfigRestoresAHandEditBetweenCommits: a key written by hand
+// after the epoch a rebuild restores, and before a later commit (its mod
+// revision past the epoch's, not past the last commit's), that no later
+// record undoes, is restored as the newest record at or before the epoch
+// wrote it, and named; the review found such a rollback keeping the hand
+// edit with no word but the generic one.
+func TestRebuiltConfigRestoresAHandEditBetweenCommits(t *testing.T) {
+	t.Parallel()
+	ctx, cli, s, cfg := storeEnv(t, Options{})
+	put(ctx, t, s, cfg) // epoch 1
+	two := withPool(cfg, "eu-west", "v", "2")
+	put(ctx, t, s, two) // epoch 2 writes eu-west
+	three := withPool(two, "eu-central", "v", "3")
+	put(ctx, t, s, three) // epoch 3, the one rolled back to, does not
+	key := s.Keyspace().RoutingKey("pools/eu-west")
+	resp, err := cli.Get(ctx, key)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("get %s: %v", key, err)
+	}
+	var p map[string]any
+	if err := json.Unmarshal(resp.Kvs[0].Value, &p); err != nil {
+		t.Fatal(err)
+	}
+	p["attrs"] = map[string]string{"v": "2", "hand": "edit"}
+	edited, _ := json.Marshal(p)
+	if _, err := cli.Put(ctx, key, string(edited)); err != nil { // after epoch 3
+		t.Fatal(err)
+	}
+	put(ctx, t, s, withPool(three, "eu-north", "v", "4"), func(r *WriteRequest) {
+		r.Build = func(_ context.Context, cur *State) (*Plan, error) {
+			return &Plan{Config: withPool(cur.Config, "eu-north", "v", "4")}, nil
+		}
+	}) // epoch 4, over the hand edit, not touching eu-west
+	res := put(ctx, t, s, nil, func(r *WriteRequest) {
+		r.Build = func(_ context.Context, cur *State) (*Plan, error) {
+			c := cur.Config.Clone()
+			delete(c.Routes, "CZ")
+			return &Plan{Config: c}, nil
+		}
+	}) // epoch 5
+	if _, err := cli.Compact(ctx, res.Revision); err != nil {
 		t.Fatal(err)
 	}
 	cur, err := s.Load(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = s.ConfigAt(ctx, 1, cur)
-	if err == nil || !strings.Contains(err.Error(), "written by hand after epoch 1's commit") || !strings.Contains(err.Error(), "history --touching policy/residency") ||
-		strings.Contains(err.Error(), "unchanged since") {
-		t.Fatalf("the rebuild of epoch 1 over a refused hand edit: %v; want it named as written by hand, with history", err)
+	if got := cur.Config.Pools["eu-west"].Attrs["hand"]; got != "edit" || len(cur.WrittenAround()) != 0 {
+		t.Fatalf("set-up: eu-west's hand attr %q, written after the last commit %q; want the hand edit kept, before epoch 4's commit", got, cur.WrittenAround())
+	}
+	got, notes, err := s.ConfigAt(ctx, 3, cur)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gy, _ := got.YAML()
+	wy, _ := three.YAML()
+	if string(gy) != string(wy) {
+		t.Fatalf("the rebuild of epoch 3:\n%s\nwant epoch 3's\n%s", gy, wy)
+	}
+	joined := strings.Join(notes, "\n")
+	for _, want := range []string{
+		"is compacted: its config was rebuilt from the audit trail",
+		"pools/eu-west: written around regionctl after epoch 3's commit (at revision ",
+		"no later record undoes it: restored as epoch 2 wrote it (",
+	} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("notes of the rebuild of epoch 3 lack %q:\n%s", want, joined)
+		}
+	}
+	if len(notes) != 2 {
+		t.Errorf("notes name more than the hand edit:\n%s", joined)
 	}
 }
 
