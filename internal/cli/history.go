@@ -94,6 +94,13 @@ func (a *app) runHistory(ctx context.Context, limit int64) error {
 			fmt.Fprintf(a.stderr, "regionctl: warning: the audit record of epoch %d was put again after its commit: it is not what that commit wrote (its revision %d is the rewrite's; \"rewritten\" in -o json)\n", r.Epoch, r.Revision)
 		}
 	}
+	if len(recs) > 1 {
+		gaps, err := st.AuditGaps(ctx, recs[len(recs)-1].Epoch, recs[0].Epoch)
+		if err != nil {
+			fmt.Fprintf(a.stderr, "regionctl: warning: could not check the list for missing records: %v\n", err)
+		}
+		a.warnMissing(st, gaps)
+	}
 	return a.printer().print(recs, func(w io.Writer) {
 		row(w, "EPOCH", "AT", "USER", "KEYS", "REASON", "COMMAND")
 		for _, r := range recs {
@@ -150,6 +157,7 @@ func (a *app) runHistoryKeys(ctx context.Context, specs []string, limit int64) e
 			fmt.Fprintf(a.stderr, "regionctl: warning: the audit record of epoch %d was put again after its commit: it is not what that commit wrote (its revision %d is the rewrite's; \"rewritten\" in -o json)\n", r.Epoch, r.Revision)
 		}
 	}
+	a.warnMissing(st, res.Missing)
 	keys := strings.Join(f.keys, ", ")
 	switch {
 	case res.Newest == 0:
@@ -170,6 +178,28 @@ func (a *app) runHistoryKeys(ctx context.Context, specs []string, limit int64) e
 			row(w, r.Epoch, r.At, orDash(r.User), len(r.Changes), strings.Join(f.touched(r), ","), orDash(r.Reason), r.Command)
 		}
 	})
+}
+
+// warnMissing names on stderr the runs of epochs whose audit records are
+// missing between older and newer ones kept: regionctl deletes only the
+// oldest records, so another client deleted these (the operator role can
+// write audit/), and the list has a hole no row shows.
+func (a *app) warnMissing(st *store.Store, gaps []store.EpochRange) {
+	if len(gaps) == 0 {
+		return
+	}
+	var n int64
+	runs := make([]string, len(gaps))
+	for i, g := range gaps {
+		n += g.To - g.From + 1
+		runs[i] = g.String()
+	}
+	what := "record of epoch " + runs[0] + " is"
+	if n > 1 {
+		what = "records of epochs " + strings.Join(runs, ", ") + " are"
+	}
+	fmt.Fprintf(a.stderr, "regionctl: warning: the audit %s missing, though older and newer ones are kept: deleted around regionctl (by hand? the operator role can write %s; regionctl deletes only the oldest records), so the changes of those epochs are not listed, and rollback cannot rebuild a config through them\n",
+		what, st.Keyspace().AuditPrefix())
 }
 
 // keyFilter is what history --touching matches: changes of keys, and of the

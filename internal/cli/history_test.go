@@ -274,3 +274,47 @@ func TestHistoryKeySearchIsCapped(t *testing.T) {
 		t.Errorf("history --touching eu-north --limit 0: %d records, stderr %q; want %d and the note", len(recs), r.stderr, maxSearchEpochs)
 	}
 }
+
+// TestHistoryNamesADeletedRecord: an audit record deleted by hand (the
+// operator role can write audit/) between older and newer ones kept is a
+// hole history names, in the list and with --touching, and history of
+// that epoch says it is missing though older and newer ones are kept, not
+// that only the newest 10000 are kept (the review found the list silent,
+// and that explanation, with 17 records kept).
+func TestHistoryNamesADeletedRecord(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()                       // epoch 1
+	for w := 60; w > 10; w -= 10 { // 2 to 6
+		e.must(ExitOK, "route", "set", "PL", "--target", fmt.Sprintf("eu-central=%d", w), "--target", fmt.Sprintf("eu-west=%d", 100-w))
+	}
+	if r := e.must(ExitOK, "history", "--limit", "0"); strings.Contains(r.stderr, "missing") {
+		t.Fatalf("history of a whole trail warns:\n%s", r)
+	}
+	if _, err := testClient.Delete(context.Background(), e.ks.Audit(5)); err != nil {
+		t.Fatal(err)
+	}
+	want := "regionctl: warning: the audit record of epoch 5 is missing, though older and newer ones are kept: deleted around regionctl"
+	for _, args := range [][]string{{"history"}, {"history", "--limit", "0", "-o", "json"}, {"history", "--touching", "PL", "--limit", "0"}} {
+		if r := e.must(ExitOK, args...); !strings.Contains(r.stderr, want) {
+			t.Errorf("%s after epoch 5's record was deleted: %s; want %q", strings.Join(args, " "), r, want)
+		}
+	}
+	if got := fmt.Sprint(historyEpochs(t, e, "--touching", "PL", "--limit", "0")); got != "[6 4 3 2 1]" {
+		t.Errorf("history --touching PL: epochs %s, want [6 4 3 2 1]", got)
+	}
+	r := e.run("history", "5")
+	if r.code != ExitRefused || !strings.Contains(r.stderr, "the audit record of epoch 5 is missing, though older and newer ones are kept (the records kept are of epochs 1 to 6): deleted around regionctl") ||
+		strings.Contains(r.stderr, "only the newest") || strings.Contains(r.stderr, "store:") {
+		t.Fatalf("history 5 after its record was deleted: %s; want it named missing between records kept", r)
+	}
+	// Older records deleted too: still not "only the newest 10000".
+	for _, n := range []int64{1, 2} {
+		if _, err := testClient.Delete(context.Background(), e.ks.Audit(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := e.run("history", "1"); r.code != ExitRefused || !strings.Contains(r.stderr, "the audit record of epoch 1 is missing, though regionctl keeps the newest 10000 and the current epoch is 6 (the records kept are of epochs 3 to 6)") {
+		t.Fatalf("history 1 after the oldest records were deleted: %s; want it named missing", r)
+	}
+}

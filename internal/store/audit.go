@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -88,20 +89,117 @@ func (s *Store) AuditRecord(ctx context.Context, epoch int64) (AuditEntry, error
 		return AuditEntry{}, s.permErr(fmt.Sprintf("read the audit record of epoch %d (%s)", epoch, key), err, s.roles.ReadNeed(key))
 	}
 	if len(resp.Kvs) == 0 {
-		if cur, _, err := s.epochAt(ctx, 0); err == nil && epoch == cur+1 {
-			// What regionctl names after a write whose outcome it could
-			// not learn: that write did not commit, or not yet.
-			return AuditEntry{}, fmt.Errorf("audit record of epoch %d: %w: epoch %d is not committed (the current epoch is %d); a write whose outcome was unknown did not apply, and may be run again", epoch, ErrNotFound, epoch, cur)
-		} else if err == nil && epoch > cur {
-			return AuditEntry{}, fmt.Errorf("audit record of epoch %d: %w (the current epoch is %d)", epoch, ErrNotFound, cur)
-		}
-		return AuditEntry{}, fmt.Errorf("audit record of epoch %d: %w (only the newest %d are kept)", epoch, ErrNotFound, s.opts.AuditKeep)
+		return AuditEntry{}, s.missingAudit(ctx, epoch)
 	}
 	e, err := s.decodeAudit(key, resp.Kvs[0].Value, resp.Kvs[0].ModRevision, resp.Kvs[0].Version)
 	if err == nil && !e.Rewritten {
 		e.Rewritten = s.pastItsCommit(ctx, e)
 	}
 	return e, err
+}
+
+// notFound is an ErrNotFound whose message is said whole, for an
+// operator: without ErrNotFound's "store: " text.
+type notFound struct{ msg string }
+
+func (e *notFound) Error() string { return e.msg }
+func (e *notFound) Unwrap() error { return ErrNotFound }
+
+// missingAudit says why the audit record of epoch is not found: its epoch
+// not committed (yet), older than the newest AuditKeep regionctl keeps,
+// or deleted around regionctl (regionctl deletes only the oldest, so a
+// record missing with older ones kept, or younger than the newest
+// AuditKeep, was deleted by another client: the operator role can write
+// audit/). It wraps ErrNotFound.
+func (s *Store) missingAudit(ctx context.Context, epoch int64) error {
+	cur, _, curErr := s.epochAt(ctx, 0)
+	if curErr == nil && epoch == cur+1 {
+		// What regionctl names after a write whose outcome it could
+		// not learn: that write did not commit, or not yet.
+		return &notFound{fmt.Sprintf("no audit record of epoch %d: epoch %d is not committed (the current epoch is %d); a write whose outcome was unknown did not apply, and may be run again", epoch, epoch, cur)}
+	}
+	if curErr == nil && epoch > cur {
+		return &notFound{fmt.Sprintf("no audit record of epoch %d: the current epoch is %d", epoch, cur)}
+	}
+	lo, hi, err := s.auditBounds(ctx)
+	kept := ""
+	if err == nil && lo > 0 {
+		kept = fmt.Sprintf(" (the records kept are of epochs %d to %d)", lo, hi)
+	}
+	switch {
+	case err == nil && lo > 0 && lo < epoch && epoch < hi:
+		return &notFound{fmt.Sprintf("the audit record of epoch %d is missing, though older and newer ones are kept%s: deleted around regionctl (by hand? the operator role can write %s), which deletes only the oldest records, beyond the newest %d",
+			epoch, kept, s.ks.AuditPrefix(), s.opts.AuditKeep)}
+	case curErr == nil && epoch <= cur-s.opts.AuditKeep:
+		return &notFound{fmt.Sprintf("the audit record of epoch %d is no longer kept: only the newest %d are%s", epoch, s.opts.AuditKeep, kept)}
+	case curErr == nil:
+		return &notFound{fmt.Sprintf("the audit record of epoch %d is missing, though regionctl keeps the newest %d and the current epoch is %d%s: deleted around regionctl (by hand? the operator role can write %s)",
+			epoch, s.opts.AuditKeep, cur, kept, s.ks.AuditPrefix())}
+	}
+	return &notFound{fmt.Sprintf("no audit record of epoch %d%s", epoch, kept)}
+}
+
+// auditBounds returns the epochs of the oldest and newest audit records
+// kept (0, 0: none), from etcd's index (keys only).
+func (s *Store) auditBounds(ctx context.Context) (oldest, newest int64, err error) {
+	prefix := s.ks.AuditPrefix()
+	first, err := s.getAudit(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))
+	if err != nil || len(first.Kvs) == 0 {
+		return 0, 0, err
+	}
+	last, err := s.getAudit(ctx, prefix, append([]clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly()}, clientv3.WithLastKey()...)...)
+	if err != nil || len(last.Kvs) == 0 {
+		return 0, 0, err
+	}
+	oldest, err1 := s.ks.ParseAudit(string(first.Kvs[0].Key))
+	newest, err2 := s.ks.ParseAudit(string(last.Kvs[0].Key))
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, 0, fmt.Errorf("audit keys under %s: %w", prefix, err)
+	}
+	return oldest, newest, nil
+}
+
+// EpochRange is a run of epochs, From to To (inclusive).
+type EpochRange struct {
+	From, To int64
+}
+
+// String is the run as a message names it: "5", or "5 to 7".
+func (r EpochRange) String() string {
+	if r.From == r.To {
+		return strconv.FormatInt(r.From, 10)
+	}
+	return fmt.Sprintf("%d to %d", r.From, r.To)
+}
+
+// AuditGaps returns the runs of epochs from oldest to newest (inclusive)
+// with no audit record kept, oldest first: regionctl deletes only the
+// oldest records, so these were deleted around it (by hand). It reads
+// keys only.
+func (s *Store) AuditGaps(ctx context.Context, oldest, newest int64) ([]EpochRange, error) {
+	if newest-oldest < 1 {
+		return nil, nil
+	}
+	resp, err := s.getAudit(ctx, s.ks.Audit(oldest), clientv3.WithRange(s.ks.Audit(newest+1)), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, err
+	}
+	var gaps []EpochRange
+	next := oldest // the epoch whose record comes next, if none is missing
+	for _, kv := range resp.Kvs {
+		n, err := s.ks.ParseAudit(string(kv.Key))
+		if err != nil {
+			continue
+		}
+		if n > next {
+			gaps = append(gaps, EpochRange{next, n - 1})
+		}
+		next = max(next, n+1)
+	}
+	if next <= newest {
+		gaps = append(gaps, EpochRange{next, newest})
+	}
+	return gaps, nil
 }
 
 func (s *Store) decodeAudit(key string, value []byte, rev, version int64) (AuditEntry, error) {
@@ -132,7 +230,7 @@ func (s *Store) decodeAudit(key string, value []byte, rev, version int64) (Audit
 // cannot know.
 func (s *Store) ConfigAt(ctx context.Context, epoch int64, cur *State) (cfg *routing.Config, notes []string, err error) {
 	if epoch > cur.Epoch || epoch < 1 {
-		return nil, nil, fmt.Errorf("epoch %d: %w (the current epoch is %d)", epoch, ErrNotFound, cur.Epoch)
+		return nil, nil, &notFound{fmt.Sprintf("no epoch %d: the current epoch is %d", epoch, cur.Epoch)}
 	}
 	rec, err := s.AuditRecord(ctx, epoch)
 	if err != nil {
@@ -304,7 +402,7 @@ func (s *Store) newestWrites(ctx context.Context, epoch int64, restored map[stri
 	for e := epoch; e >= 1 && e > epoch-maxCheckEpochs && len(want) > 0; e-- {
 		rec, err := s.AuditRecord(ctx, e)
 		if errors.Is(err, ErrNotFound) {
-			break // no longer kept: older values are not known
+			break // not kept (older than the newest AuditKeep, or deleted by hand): older values are not known
 		}
 		if err != nil {
 			return wrote, oldest, fmt.Sprintf("the check of the restored values against the records stopped at epoch %d: %v", e, err)

@@ -234,6 +234,10 @@ type HistorySearch struct {
 	// Capped says the search stopped at its cap with older records kept
 	// unsearched.
 	Capped bool
+	// Missing are the runs of epochs searched with no record kept, oldest
+	// first: regionctl deletes only the oldest records, so these were
+	// deleted around it (by hand).
+	Missing []EpochRange
 }
 
 // historyPage is how many epochs SearchHistory reads per request.
@@ -273,6 +277,7 @@ func (s *Store) SearchHistory(ctx context.Context, match func(AuditEntry) bool, 
 	out.Newest, out.Oldest = hi, floor
 	var prevRev int64 // the revision of the record read before (newer)
 	first := true
+	prev := hi + 1 // the epoch of the record read before
 	for top := hi; top >= floor; top -= historyPage {
 		bottom := max(floor, top-historyPage+1)
 		resp, err := get(s.ks.Audit(bottom), clientv3.WithRange(s.ks.Audit(top+1)), clientv3.WithRev(rev))
@@ -281,6 +286,12 @@ func (s *Store) SearchHistory(ctx context.Context, match func(AuditEntry) bool, 
 		}
 		for i := len(resp.Kvs) - 1; i >= 0; i-- {
 			kv := resp.Kvs[i]
+			if n, err := s.ks.ParseAudit(string(kv.Key)); err == nil {
+				if n < prev-1 {
+					out.Missing = append([]EpochRange{{n + 1, prev - 1}}, out.Missing...) // oldest first
+				}
+				prev = n
+			}
 			e, err := s.decodeAudit(string(kv.Key), kv.Value, kv.ModRevision, kv.Version)
 			if err != nil {
 				s.log.Warn("skip audit record", "key", string(kv.Key), "err", err)
@@ -304,6 +315,9 @@ func (s *Store) SearchHistory(ctx context.Context, match func(AuditEntry) bool, 
 				}
 			}
 		}
+	}
+	if prev > floor {
+		out.Missing = append([]EpochRange{{floor, prev - 1}}, out.Missing...)
 	}
 	return out, nil
 }

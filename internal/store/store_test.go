@@ -122,6 +122,56 @@ func TestAuditKeepsNewest(t *testing.T) {
 	}
 }
 
+// TestMissingAuditRecordSaysWhy: a record older than the newest AuditKeep
+// is no longer kept, and says so; one deleted by hand between older and
+// newer ones kept is named missing (deleted around regionctl), not "only
+// the newest N are kept", wrapping ErrNotFound without its "store: "
+// text; the search names the hole, and so do the gaps of a list; a
+// rebuild through it (its revision compacted) stops naming it.
+func TestMissingAuditRecordSaysWhy(t *testing.T) {
+	t.Parallel()
+	ctx, cli, s, cfg := storeEnv(t, Options{AuditKeep: 5})
+	var res *Result
+	for i := range 8 {
+		res = put(ctx, t, s, withPool(cfg, "eu-west", "n", fmt.Sprint(i))) // epochs 1 to 8; 4 to 8 kept
+	}
+	_, err := s.AuditRecord(ctx, 3)
+	if !errors.Is(err, ErrNotFound) || err.Error() != "the audit record of epoch 3 is no longer kept: only the newest 5 are (the records kept are of epochs 4 to 8)" {
+		t.Fatalf("AuditRecord(3), older than the newest 5: %v", err)
+	}
+	if gaps, err := s.AuditGaps(ctx, 4, 8); err != nil || len(gaps) != 0 {
+		t.Fatalf("AuditGaps(4, 8) of a whole trail: %v, %v", gaps, err)
+	}
+	for _, n := range []int64{5, 6} {
+		if _, err := cli.Delete(ctx, s.Keyspace().Audit(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = s.AuditRecord(ctx, 5)
+	if !errors.Is(err, ErrNotFound) || !strings.HasPrefix(err.Error(), "the audit record of epoch 5 is missing, though older and newer ones are kept (the records kept are of epochs 4 to 8): deleted around regionctl (by hand? the operator role can write ") ||
+		strings.Contains(err.Error(), "store:") {
+		t.Fatalf("AuditRecord(5), deleted by hand: %v", err)
+	}
+	if gaps, err := s.AuditGaps(ctx, 4, 8); err != nil || fmt.Sprint(gaps) != "[5 to 6]" {
+		t.Fatalf("AuditGaps(4, 8) with 5 and 6 deleted: %v, %v", gaps, err)
+	}
+	found, err := s.SearchHistory(ctx, func(AuditEntry) bool { return true }, 0, 0)
+	if err != nil || fmt.Sprint(found.Missing) != "[5 to 6]" || len(found.Records) != 3 {
+		t.Fatalf("SearchHistory with 5 and 6 deleted: %d records, missing %v, %v", len(found.Records), found.Missing, err)
+	}
+	if _, err := cli.Compact(ctx, res.Revision); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := s.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = s.ConfigAt(ctx, 4, cur)
+	if err == nil || !strings.Contains(err.Error(), "the audit record of epoch 6 is missing, though older and newer ones are kept") || strings.Contains(err.Error(), "only the newest") {
+		t.Fatalf("ConfigAt(4) through a deleted record, compacted: %v", err)
+	}
+}
+
 func TestConflictAndRetry(t *testing.T) {
 	t.Parallel()
 	ctx, cli, s, cfg := storeEnv(t, Options{})
