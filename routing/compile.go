@@ -169,6 +169,23 @@ func (t *Table) trackLost(prev *Table, now time.Time) {
 			t.lost[id] = now
 		}
 	}
+	// A table loaded from a snapshot file knows which pools its writer
+	// judged unhealthy. One still without a health key is unhealthy at
+	// once, not healthy for the grace window from this agent's start:
+	// a fleet restarted (a package upgrade) sent viewers to a dead
+	// origin for that window on every node (the docs review). A pool the
+	// file has healthy gets the window, as before: when its keys went is
+	// not known.
+	if !prev.start.IsZero() {
+		return // compiled, not loaded: no pool has a fixed health
+	}
+	for id, p := range prev.pools.all() {
+		if p.fixedHealthy != nil && !*p.fixedHealthy && t.instances[id] == 0 {
+			if _, ok := t.lost[id]; !ok {
+				t.lost[id] = t.start.Add(-t.grace)
+			}
+		}
+	}
 }
 
 // checkHealthValue returns why a health value is refused, or "".

@@ -585,3 +585,50 @@ func TestChangedWakesAfterAfterChange(t *testing.T) {
 		}
 	}
 }
+
+// TestSeedsUnhealthyPoolStaysUnhealthy: an agent restarted on a snapshot
+// file that has a health-checked pool unhealthy, whose origin is still
+// down (no health key in etcd), does not send viewers there for the
+// grace window from its start (the docs review: a fleet's restart did,
+// on every node); the pool the file has healthy gets that window, its
+// keys having gone while no agent watched.
+func TestSeedsUnhealthyPoolStaysUnhealthy(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	kvs := []routing.KV{
+		{Key: "pools/eu-north", Value: []byte(`{"host":"north.example.net","residency":"eu","health_check":true}`)},
+		{Key: "pools/eu-south", Value: []byte(`{"host":"south.example.net","residency":"eu","health_check":true}`)},
+		{Key: "routes/_default", Value: []byte(`{"targets":[{"pool":"eu-north","weight":50},{"pool":"eu-south","weight":50}]}`)},
+	}
+	for _, kv := range kvs {
+		put(t, cli, kv.Key, string(kv.Value))
+	}
+	// The file the last run wrote: eu-north past its grace, eu-south live.
+	start := time.Now().Add(-time.Hour)
+	written := start.Add(time.Minute)
+	live := append(kvs[:len(kvs):len(kvs)], routing.KV{Key: "health/eu-south/h1", Value: []byte(`{"addr":"10.0.0.2:443"}`)})
+	b, err := routing.Compile(1, live, nil, routing.CompileOptions{Now: start}).JSON(written)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, _, err := routing.LoadTableJSON(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := runSeeded(t, cli, seed)
+	tb, now := m.Table(), time.Now()
+	if tb.Stale() {
+		t.Fatalf("the table after the first list is still the seed")
+	}
+	if tb.Healthy("eu-north", now) {
+		t.Errorf("eu-north, unhealthy in the snapshot, no health key in etcd: healthy after the restart; want unhealthy")
+	}
+	if !tb.Healthy("eu-south", now) {
+		t.Errorf("eu-south, healthy in the snapshot: unhealthy at once; want the grace window")
+	}
+	for _, key := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+		if d, err := tb.Resolve("PL", key, now); err != nil || d.Pool != "eu-south" {
+			t.Fatalf("PL %s after the restart: %+v %v; want eu-south", key, d, err)
+		}
+	}
+}
