@@ -335,8 +335,8 @@ func TestNotConvergedNamesTenAgents(t *testing.T) {
 		lagging = append(lagging, a)
 	}
 	msg := (&NotConvergedError{Revision: 10, Lagging: lagging}).Error()
-	if !strings.Contains(msg, "25 agent(s) behind, of another history, serving refused values or with snapshot files not written: node-20@7 serving refused values of 1 key(s): routes/PL; node-00@7;") ||
-		!strings.Contains(msg, "node-08@7; and 15 more (regionctl status lists them all)") ||
+	if !strings.Contains(msg, "25 agent(s) behind, of another history, serving refused values or with snapshot files not written: node-20@7 serving refused values of 1 key(s): routes/PL; node-00@7 (behind);") ||
+		!strings.Contains(msg, "node-08@7 (behind); and 15 more (regionctl status lists them all)") ||
 		strings.Contains(msg, "node-09") || !strings.Contains(msg, "regionctl validate") {
 		t.Fatalf("message for 25 agents behind: %s", msg)
 	}

@@ -211,6 +211,9 @@ func (e *NotConvergedError) Error() string {
 			if a.SnapshotError != "" {
 				n += " (" + SnapshotErrorString(a.SnapshotError) + ")"
 			}
+			if a.lagAlone() == 1 {
+				n += " (behind)" // the review: a bare node@rev read as any of the four
+			}
 			names = append(names, n)
 		}
 		if more := len(lagging) - len(names); more > 0 {
