@@ -341,3 +341,13 @@ func TestNotConvergedNamesTenAgents(t *testing.T) {
 		t.Fatalf("message for 25 agents behind: %s", msg)
 	}
 }
+
+// TestConflictOverSeveralWritesNamesThemAll: a write that met several
+// commits since its read (epoch 2 → 4) points at all of them, not at the
+// last one's record alone (the CLI review).
+func TestConflictOverSeveralWritesNamesThemAll(t *testing.T) {
+	got := (&ConflictError{Epoch: 2, Now: 4}).Error()
+	if want := "config changed concurrently (epoch 2 → 4: 2 writes); re-run (it builds on the new state: regionctl history --limit 2 shows what changed)"; got != want {
+		t.Fatalf("conflict over two writes: %q\nwant %q", got, want)
+	}
+}

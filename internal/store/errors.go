@@ -54,7 +54,12 @@ func (e *ConflictError) Error() string {
 		// different clusters, or histories (a backup restored meanwhile).
 		return fmt.Sprintf("the epoch went back (%d → %d) between the read and the write: the endpoints answer from different etcd clusters or histories (check --endpoints: etcdctl endpoint status -w table shows each one's cluster ID); nothing written, and a re-run may meet the same", e.Epoch, e.Now)
 	}
-	return fmt.Sprintf("config changed concurrently (epoch %d → %d); re-run (it builds on the new state: regionctl history %d shows what changed)", e.Epoch, e.Now, e.Now)
+	if e.Now == e.Epoch+1 {
+		return fmt.Sprintf("config changed concurrently (epoch %d → %d); re-run (it builds on the new state: regionctl history %d shows what changed)", e.Epoch, e.Now, e.Now)
+	}
+	// Several writes came between: each its own record (the review: a
+	// history of the last alone hid the others).
+	return fmt.Sprintf("config changed concurrently (epoch %d → %d: %d writes); re-run (it builds on the new state: regionctl history --limit %d shows what changed)", e.Epoch, e.Now, e.Now-e.Epoch, e.Now-e.Epoch)
 }
 
 // RefusedError means the proposed state breaks an invariant; nothing was
