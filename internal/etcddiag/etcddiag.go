@@ -173,7 +173,15 @@ func endpoint(ctx context.Context, ep string, clientTLS *tls.Config) string {
 // (a bare gRPC server, which the client's calls name themselves).
 func notEtcd(ctx context.Context, network, addr, host string) string {
 	status, body, ok := get(ctx, network, addr, host, "/version", Timeout)
-	if !ok || status == http.StatusOK && strings.Contains(body, `"etcdserver"`) {
+	if !ok {
+		return ""
+	}
+	if status == http.StatusOK && strings.Contains(body, `"etcdserver"`) {
+		// A member's peer port answers /version too, and /members,
+		// which its client port does not serve.
+		if st, members, ok := get(ctx, network, addr, host, "/members", Timeout); ok && st == http.StatusOK && strings.HasPrefix(members, "[") {
+			return "an etcd member's peer port answers there (its --listen-peer-urls, 2380 by default), not its client port: give the client URL (--listen-client-urls, 2379 by default)"
+		}
 		return ""
 	}
 	if status == http.StatusNotFound {

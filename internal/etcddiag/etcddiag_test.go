@@ -176,3 +176,27 @@ func frozenProxy(t *testing.T, ep string) string {
 	p.Freeze()
 	return p.URL()
 }
+
+// TestWhyNamesAPeerPort: a member's peer URL given as a client endpoint
+// answers GET /version as etcd, so it was "etcd did not answer" alone
+// (the CLI review); it is named as the peer port, with the client port to
+// give instead.
+func TestWhyNamesAPeerPort(t *testing.T) {
+	port, err := freeport.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := fmt.Sprintf("http://127.0.0.1:%d", port)
+	srv, err := devetcd.Start(context.Background(), devetcd.Config{Dir: t.TempDir(), PeerURL: peer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	if got := etcddiag.Why(context.Background(), srv.Endpoints, nil); got != "" {
+		t.Errorf("Why(the client URL) = %q, want \"\"", got)
+	}
+	got := etcddiag.Why(context.Background(), []string{peer}, nil)
+	if want := peer + ": an etcd member's peer port answers there"; !strings.Contains(got, want) || !strings.Contains(got, "give the client URL") {
+		t.Errorf("Why(the peer URL) = %q, want it to contain %q and the client URL to give", got, want)
+	}
+}
