@@ -94,7 +94,6 @@ func (a *app) runBoost(ctx context.Context, route, id, ttlFlag string, targetSpe
 	// The end is the written expires_at (the diff's "until"), not a time
 	// of its own read before the write.
 	w.notes = []string{fmt.Sprintf("boost %s lasts %s: until its expires_at above, or its lease's end if that comes first", id, ttl)}
-	warned := false // a retried build warns once
 	var idle string
 	w.warning = func() string { return idle }
 	clocks := false // checked once, not per retry
@@ -110,14 +109,13 @@ func (a *app) runBoost(ctx context.Context, route, id, ttlFlag string, targetSpe
 		if bad, ok := cur.BadOverrides[id]; ok {
 			return nil, refusef(routing.OverrideKey(id), "holds a value that does not decode (%v); cancel it first: regionctl boost cancel %s", bad.Err, id)
 		}
-		if others := liveBoostsOf(cur, route, time.Now()); len(others) > 0 && !warned {
-			warned = true
+		if others := liveBoostsOf(cur, route, time.Now()); len(others) > 0 {
 			effect := "so this one's targets override theirs while it lives, and theirs apply again if it ends first"
 			if len(ov.Targets) == 0 {
 				effect = "so this one, which sets no targets, leaves theirs in force and merges its attrs over theirs"
 			}
-			fmt.Fprintf(a.stderr, "regionctl: warning: route %s has %d live boost(s) already (%s): the newest boost of a route that sets targets sets its targets, and the attrs of all its boosts merge (the newest winning a key), "+
-				"%s; regionctl boost cancel ID ends one\n", route, len(others), strings.Join(others, ", "), effect)
+			a.warnAttempt("route %s has %d live boost(s) already (%s): the newest boost of a route that sets targets sets its targets, and the attrs of all its boosts merge (the newest winning a key), "+
+				"%s; regionctl boost cancel ID ends one", route, len(others), strings.Join(others, ", "), effect)
 		}
 		return &store.Plan{PutOverrides: []store.OverridePut{{ID: id, Override: ov, TTL: ttl}}}, nil
 	})

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -445,5 +446,57 @@ func TestBoostLsMarksBoostServingNoViewer(t *testing.T) {
 	mustJSON(t, e.must(ExitOK, "boost", "ls", "-o", "json").stdout, &b)
 	if len(b) != 1 || !b[0].ServesNoViewer {
 		t.Fatalf("boost ls -o json with the boost's pool drained: %+v", b)
+	}
+}
+
+// TestRetriedWriteWarnsOfTheCommittingAttempt: a write that --retry
+// rebuilds on a newer state warns of what the attempt that commits saw,
+// once, not of its first attempt's view. It used to warn from the first
+// attempt alone: a boost retried past another boost of its route said the
+// route had one live boost fewer than it had when it committed, and a
+// --health-check retried past the pool's first heartbeat warned of none.
+func TestRetriedWriteWarnsOfTheCommittingAttempt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	e.must(ExitOK, "boost", "FR", "--target", "eu-west=100", "--ttl", "10m", "--id", "fr-1")
+	var calls atomic.Int32
+	// Between the first attempt's read and its commit, another operator
+	// boosts FR too.
+	ctx := context.WithValue(context.Background(), afterReadHook{}, func() {
+		if calls.Add(1) == 1 {
+			e.must(ExitOK, "boost", "FR", "--target", "eu-west=100", "--ttl", "10m", "--id", "fr-2")
+		}
+	})
+	r := e.runCtx(ctx, "boost", "FR", "--target", "eu-central=100", "--ttl", "10m", "--id", "fr-3", "--retry", "2")
+	if r.code != ExitOK || calls.Load() != 2 {
+		t.Fatalf("a boost retried once: %s (%d attempts); want exit 0 after 2 attempts", r, calls.Load())
+	}
+	if !strings.Contains(r.stderr, "route FR has 2 live boost(s) already (fr-1, fr-2)") || strings.Contains(r.stderr, "1 live boost(s)") ||
+		strings.Count(r.stderr, "live boost(s) already") != 1 {
+		t.Fatalf("a boost retried past another boost of FR: %s; want one warning naming fr-1 and fr-2", r)
+	}
+
+	// Between the first attempt's read and its commit, eu-central's first
+	// heartbeat starts and another write moves the epoch: the attempt that
+	// commits sees a live health key, so nothing to warn of.
+	lease, err := testClient.Grant(context.Background(), 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer testClient.Revoke(context.Background(), lease.ID)
+	calls.Store(0)
+	ctx = context.WithValue(context.Background(), afterReadHook{}, func() {
+		if calls.Add(1) == 1 {
+			if _, err := testClient.Put(context.Background(), e.ks.RoutingKey(routing.HealthKey("eu-central", "fra-1")),
+				`{"addr":"10.0.0.1:443"}`, clientv3.WithLease(lease.ID)); err != nil {
+				t.Error(err)
+			}
+			e.must(ExitOK, "pool", "set", "eu-west", "--attr", "other=1")
+		}
+	})
+	r = e.runCtx(ctx, "pool", "set", "eu-central", "--health-check", "--retry", "2")
+	if r.code != ExitOK || calls.Load() != 2 || len(otherWarnings(r.stderr)) > 0 {
+		t.Fatalf("--health-check retried past the pool's first heartbeat: %s (%d attempts); want exit 0 after 2 attempts, no warning", r, calls.Load())
 	}
 }

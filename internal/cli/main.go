@@ -87,6 +87,9 @@ type app struct {
 	st  *store.Store
 	// asked is the password typed at askPassword's prompt.
 	asked string
+	// attemptWarnings are the warnings of a write's current build
+	// attempt (warnAttempt).
+	attemptWarnings []string
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {

@@ -73,7 +73,6 @@ pool rm.`,
 
 func (a *app) runPoolSet(ctx context.Context, cmd *cobra.Command, id string, o poolSetOpts, w writeOpts) error {
 	changed := cmd.Flags().Changed
-	warned := false // a retried build warns once
 	return a.runWrite(ctx, w, configPlanWith(func(cur *store.State, cfg *routing.Config) error {
 		p, exists := cfg.Pools[id]
 		if !exists {
@@ -100,10 +99,9 @@ func (a *app) runPoolSet(ctx context.Context, cmd *cobra.Command, id string, o p
 			p.Status = o.status
 		}
 		if changed("health-check") {
-			if o.healthCheck && !p.HealthCheck && !warned && liveHealthKeys(cur, id) == 0 {
-				warned = true
-				fmt.Fprintf(a.stderr, "regionctl: warning: pool %s has no live health key: with --health-check the agents count it down once their grace window ends, "+
-					"and its viewers go to other pools (or get no route); start its heartbeats first (regionctl heartbeat %s --instance …)\n", id, id)
+			if o.healthCheck && !p.HealthCheck && liveHealthKeys(cur, id) == 0 {
+				a.warnAttempt("pool %s has no live health key: with --health-check the agents count it down once their grace window ends, "+
+					"and its viewers go to other pools (or get no route); start its heartbeats first (regionctl heartbeat %s --instance …)", id, id)
 			}
 			p.HealthCheck = o.healthCheck
 		}

@@ -117,6 +117,7 @@ func (a *app) runWrite(ctx context.Context, w writeOpts, build buildFunc) error 
 			if hook, ok := ctx.Value(afterReadHook{}).(func()); ok {
 				hook()
 			}
+			a.attemptWarnings = nil // this attempt's view, not an earlier one's
 			p, err := build(ctx, cur)
 			if p != nil {
 				p.Force = p.Force || w.force
@@ -124,6 +125,13 @@ func (a *app) runWrite(ctx context.Context, w writeOpts, build buildFunc) error 
 			return p, err
 		},
 	})
+	// The warnings of the attempt that committed, or of the last one
+	// when the write failed: a retried build saw a newer state than the
+	// first attempt's.
+	for _, msg := range a.attemptWarnings {
+		fmt.Fprintf(a.stderr, "regionctl: warning: %s\n", msg)
+	}
+	a.attemptWarnings = nil
 	if err != nil {
 		return err
 	}
@@ -146,6 +154,13 @@ func (a *app) runWrite(ctx context.Context, w writeOpts, build buildFunc) error 
 		hook()
 	}
 	return a.afterCommit(ctx, st, res, w)
+}
+
+// warnAttempt queues a warning of the build running now (a buildFunc's
+// view of the state it was given): runWrite prints those of the attempt
+// that commits, or of the last attempt when the write fails, once.
+func (a *app) warnAttempt(format string, args ...any) {
+	a.attemptWarnings = append(a.attemptWarnings, fmt.Sprintf(format, args...))
 }
 
 // warnForced says on stderr, whatever the output format, what a forced
