@@ -218,6 +218,37 @@ func TestEnvFlags(t *testing.T) {
 	}
 }
 
+// TestUnknownEnvWarned: a REGIONCTL_ variable that sets no flag of any
+// verb and is none of the others regionctl reads is named in a warning,
+// with the variable meant when one is close; the command still runs.
+// A typo (REGIONCTL_PRFIX) used to be ignored without a word, so a write
+// meant for one prefix went to the default one.
+func TestUnknownEnvWarned(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	e.env = map[string]string{
+		"REGIONCTL_PRFIX":         "/staging/v1",
+		"REGIONCTL_ENDPOINT":      "127.0.0.1:1",
+		"REGIONCTL_COLOUR":        "yes",
+		"REGIONCTL_EMPTY":         "",  // unset, as far as regionctl goes
+		"REGIONCTL_EXPECT_AGENTS": "3", // another verb's flag
+		"REGIONCTL_TTL":           "10s",
+		"REGIONCTL_ARGS":          "--verbose",
+		"REGIONCTL_PASSWORD":      "unused",
+		"REGIONCTL_REASON":        "from the environment",
+	}
+	r := e.must(ExitOK, "get", "policy")
+	want := []string{
+		"regionctl: warning: REGIONCTL_COLOUR is set, but regionctl reads no such variable, so it is ignored; REGIONCTL_<FLAG> sets a flag (REGIONCTL_ENDPOINTS for --endpoints), and REGIONCTL_PASSWORD the password of --user",
+		"regionctl: warning: REGIONCTL_ENDPOINT is set, but regionctl reads no such variable, so it is ignored; did you mean REGIONCTL_ENDPOINTS?",
+		"regionctl: warning: REGIONCTL_PRFIX is set, but regionctl reads no such variable, so it is ignored; did you mean REGIONCTL_PREFIX?",
+	}
+	if got := otherWarnings(r.stderr); !slices.Equal(got, want) {
+		t.Fatalf("unknown REGIONCTL_ variables: %s; want exactly the warnings %q", r, want)
+	}
+}
+
 // TestHelpEverywhere: every verb has --help with an example.
 func TestHelpEverywhere(t *testing.T) {
 	t.Parallel()

@@ -11,8 +11,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/user"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,6 +25,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/regiond/regiond/internal/cmddocs"
+	"github.com/regiond/regiond/internal/didyoumean"
 	"github.com/regiond/regiond/internal/journalfmt"
 	"github.com/regiond/regiond/internal/keyspace"
 	"github.com/regiond/regiond/internal/store"
@@ -41,8 +44,10 @@ const (
 
 // Main runs regionctl with args (without the program name) and returns the
 // exit code. Environment variables REGIONCTL_<FLAG> set flags not given.
+// A REGIONCTL_ variable that is none of these is warned about (a typo
+// would otherwise be ignored, and a write go to the defaults).
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return run(ctx, args, stdout, stderr, os.Getenv)
+	return runIn(ctx, args, stdout, stderr, os.Getenv, os.Environ)
 }
 
 // app is one invocation: global flags, output and the lazily dialed store.
@@ -51,6 +56,7 @@ type app struct {
 	errStderr      io.Writer // stderr for the error a run ends with (the journal's err priority)
 	stdin          io.Reader // what -f - reads
 	getenv         func(string) string
+	environ        func() []string // NAME=value, for the check of REGIONCTL_ names; nil: none
 	args           []string
 	log            *slog.Logger
 	// logOpts are a.log's handler options, fitted to stderr.
@@ -92,14 +98,22 @@ type app struct {
 	attemptWarnings []string
 }
 
+// run is Main with the environment read by getenv, and no check of the
+// REGIONCTL_ names it holds.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	return runIn(ctx, args, stdout, stderr, getenv, nil)
+}
+
+// runIn is run whose environ lists the environment's variables (NAME=value)
+// for the check of REGIONCTL_ names.
+func runIn(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string, environ func() []string) int {
 	raw := stderr // the journal's writer, if it is: termSafe wraps stderr below
 	logOpts := func(l slog.Level) *slog.HandlerOptions {
 		return journalfmt.Options(raw, &slog.HandlerOptions{Level: l})
 	}
 	errStderr := termSafe{journalfmt.Errors(stderr)}
 	stdout, stderr = termSafe{stdout}, termSafe{stderr}
-	a := &app{stdout: stdout, stderr: stderr, errStderr: errStderr, stdin: os.Stdin, getenv: getenv, args: args, logOpts: logOpts}
+	a := &app{stdout: stdout, stderr: stderr, errStderr: errStderr, stdin: os.Stdin, getenv: getenv, environ: environ, args: args, logOpts: logOpts}
 	if r, ok := ctx.Value(stdinHook{}).(io.Reader); ok {
 		a.stdin = r
 	}
@@ -153,7 +167,8 @@ of another history or with its snapshot files not written, or with no live
 agent), 6 diff --exit-code found
 differences.
 Every flag can also be set as REGIONCTL_<FLAG> (REGIONCTL_ENDPOINTS,
-REGIONCTL_PREFIX, …); the password of --user is read from REGIONCTL_PASSWORD
+REGIONCTL_PREFIX, …; another REGIONCTL_ variable is warned about, as a
+typo); the password of --user is read from REGIONCTL_PASSWORD
 (or asked on the terminal; --user NAME:PASSWORD works too, as in etcdctl,
 but shows the password to anyone who lists processes on this machine).
 With etcd authentication on, each job has its least-privilege role (see
@@ -192,9 +207,10 @@ func (a *app) globalFlags(f *pflag.FlagSet) {
 // REGIONCTL_<FLAG>. A verb's own flag that shadows a global one (resolve
 // --key) is not read from the environment: the variable sets the global.
 func (a *app) applyEnv(cmd *cobra.Command) error {
+	a.warnUnknownEnv(cmd.Root())
 	var errs []error
 	set := func(f *pflag.Flag) bool {
-		name := "REGIONCTL_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		name := envName(f.Name)
 		v := a.getenv(name)
 		if f.Changed || f.Name == "help" || v == "" {
 			return false
@@ -237,6 +253,69 @@ func (a *app) applyEnv(cmd *cobra.Command) error {
 		return nil
 	}
 	return fmt.Errorf("%s %q: want table, json or yaml", a.flagOrEnv("output", "-o"), a.output)
+}
+
+// envPrefix starts the name of every variable regionctl reads.
+const envPrefix = "REGIONCTL_"
+
+// envName is the variable of flag name: REGIONCTL_<FLAG>.
+func envName(flag string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// otherEnv are the variables regionctl reads that set no flag of the same
+// name: the password of --user, and the heartbeat unit's extra flags
+// (expanded by systemd into the command line, so set in its environment).
+var otherEnv = []string{"REGIONCTL_PASSWORD", "REGIONCTL_ARGS"}
+
+// warnUnknownEnv warns of each REGIONCTL_ variable set (not empty) that is
+// neither a flag's, of any verb, nor one of otherEnv: a typo
+// (REGIONCTL_PRFIX) is otherwise ignored, and the command runs against the
+// defaults. It names the variables within two edits, if any.
+func (a *app) warnUnknownEnv(root *cobra.Command) {
+	if a.environ == nil {
+		return
+	}
+	known := map[string]bool{}
+	for _, n := range otherEnv {
+		known[n] = true
+	}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		add := func(f *pflag.Flag) {
+			if f.Name != "help" { // never read from the environment
+				known[envName(f.Name)] = true
+			}
+		}
+		c.Flags().VisitAll(add)
+		c.PersistentFlags().VisitAll(add)
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+	names := slices.Sorted(maps.Keys(known))
+	var unknown []string
+	for _, kv := range a.environ() {
+		name, v, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, envPrefix) && v != "" && !known[name] && !slices.Contains(unknown, name) {
+			unknown = append(unknown, name)
+		}
+	}
+	slices.Sort(unknown)
+	for _, name := range unknown {
+		var near []string
+		for _, k := range names {
+			if didyoumean.Distance(name, k) <= 2 {
+				near = append(near, k)
+			}
+		}
+		hint := "REGIONCTL_<FLAG> sets a flag (REGIONCTL_ENDPOINTS for --endpoints), and REGIONCTL_PASSWORD the password of --user"
+		if len(near) > 0 {
+			hint = "did you mean " + strings.Join(near, " or ") + "?"
+		}
+		fmt.Fprintf(a.stderr, "regionctl: warning: %s is set, but regionctl reads no such variable, so it is ignored; %s\n", name, hint)
+	}
 }
 
 // flagOrEnv names where flag name's value came from: the environment

@@ -110,7 +110,14 @@ func (e *tenv) runCtx(ctx context.Context, args ...string) result {
 	var out, errb bytes.Buffer
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	code := run(ctx, full, &out, &errb, func(k string) string { return e.env[k] })
+	environ := func() []string {
+		var kvs []string
+		for k, v := range e.env {
+			kvs = append(kvs, k+"="+v)
+		}
+		return kvs
+	}
+	code := runIn(ctx, full, &out, &errb, func(k string) string { return e.env[k] }, environ)
 	return result{code: code, stdout: out.String(), stderr: errb.String()}
 }
 
