@@ -38,6 +38,17 @@ func refusef(key, format string, args ...any) error {
 	return refusedError{routing.Errors{{Key: key, Msg: fmt.Sprintf(format, args...)}}}
 }
 
+// interruptedError is a signal (Ctrl-C, SIGTERM) that ended a run before
+// it wrote anything, saying where it stood: exit 1, as every interrupt
+// before a commit.
+type interruptedError struct{ msg string }
+
+// Error says what was interrupted.
+func (e interruptedError) Error() string { return e.msg }
+
+// Unwrap returns context.Canceled.
+func (e interruptedError) Unwrap() error { return context.Canceled }
+
 // exitCode prints err for the operator and maps it to an exit code.
 func (a *app) exitCode(err error) int {
 	if err == nil {
@@ -56,6 +67,7 @@ func (a *app) exitCode(err error) int {
 		notConv   *store.NotConvergedError
 		usage     usageError
 		differs   differsError
+		intr      interruptedError
 	)
 	switch {
 	case errors.As(err, &committed): // first: whatever failed after the commit
@@ -91,6 +103,9 @@ func (a *app) exitCode(err error) int {
 	case errors.As(err, &usage) || !a.ran:
 		fmt.Fprintf(a.stderr, "regionctl: %v\nRun '%s --help' for usage.\n", err, a.usagePath())
 		return ExitUsage
+	case errors.As(err, &intr):
+		fmt.Fprintf(a.stderr, "regionctl: %v\n", intr)
+		return ExitRefused
 	case errors.Is(err, context.Canceled):
 		fmt.Fprintln(a.stderr, "regionctl: interrupted")
 		return ExitRefused

@@ -269,3 +269,48 @@ func TestHelpEverywhere(t *testing.T) {
 	}
 	walk(a.rootCmd())
 }
+
+// TestInterruptWhileDialing: an interrupt (Ctrl-C, SIGTERM) while
+// regionctl waits for etcd's first answer exits 1 saying so, and that
+// nothing was written; it used to exit 4 as if etcd were unreachable
+// ("context deadline exceeded (…: dial: operation was canceled)").
+func TestInterruptWhileDialing(t *testing.T) {
+	t.Parallel()
+	// With a user, the client logs in first, which waits out
+	// --dial-timeout whatever the interrupt; without, the interrupt ends
+	// the first request at once.
+	for _, user := range []string{"alice:pw", ""} {
+		e := newEnv(t)
+		// A member that takes connections and never answers: a stopped
+		// (SIGSTOP) etcd, whose kernel still accepts.
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		e.endpoints = []string{ln.Addr().String()}
+		ctx, interrupt := context.WithCancel(context.Background())
+		defer interrupt()
+		go func() {
+			var held []net.Conn
+			defer func() {
+				for _, c := range held {
+					c.Close()
+				}
+			}()
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				held = append(held, c)
+				interrupt() // the operator's Ctrl-C, once regionctl is dialing
+			}
+		}()
+		r := e.runCtx(ctx, "--dial-timeout", "2s", "--user", user, "pool", "drain", "apac-tokyo", "--reason", "x")
+		want := "regionctl: interrupted before etcd at " + ln.Addr().String() + " answered: nothing was written"
+		if r.code != ExitRefused || !strings.Contains(r.stderr, want) || strings.Contains(r.stderr, "unreachable") {
+			t.Errorf("an interrupt while dialing, --user %q: %s; want exit 1 saying %q", user, r, want)
+		}
+	}
+}

@@ -383,6 +383,12 @@ func (a *app) store(ctx context.Context) (*store.Store, error) {
 	if errors.Is(err, store.ErrDialConfig) {
 		return nil, usageError{err}
 	}
+	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
+		// A signal, whatever the dial's own error (a login waits out
+		// --dial-timeout: "context deadline exceeded"): etcd is not
+		// known to be unreachable, and nothing was sent to write.
+		return nil, interruptedError{fmt.Sprintf("interrupted before etcd at %s answered: nothing was written", strings.Join(a.endpoints, ","))}
+	}
 	if err != nil {
 		return nil, err
 	}
