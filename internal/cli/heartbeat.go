@@ -60,7 +60,8 @@ timeout); the line "alive under lease" gives the TTL granted.
 With etcd authentication on, heartbeat needs nothing but readwrite on
 <root>/routing/health/POOL/ (the role regiond-origin-POOL of regionctl auth
 roles --origin POOL). A refused write exits 1 naming the key and the role,
-and asks whether POOL is the pool's id.`,
+and asks whether POOL is the pool's id; when the user could read the pool
+(it exists: an operator's user), it says that the user lacks that role.`,
 		Example: `  regionctl heartbeat eu-central --instance fra-1a --addr 10.0.0.12:443 --ttl 10s`,
 		Args:    exactArgs(1, "a pool id"),
 	}
@@ -103,9 +104,10 @@ func (a *app) runHeartbeat(ctx context.Context, pool string, o heartbeatOpts) er
 	a.probeNeeds = func(r store.Roles) []store.Grant { return []store.Grant{r.WriteNeed(r.Keyspace().RoutingKey(rel))} }
 	st, err := a.heartbeatStore(ctx)
 	if st == nil {
-		return a.heartbeatPermHint(err, pool)
+		return a.heartbeatPermHint(err, pool, false)
 	}
-	if err := a.checkHeartbeatPool(ctx, st, pool); err != nil {
+	exists, err := a.checkHeartbeatPool(ctx, st, pool)
+	if err != nil {
 		return err
 	}
 	key := st.Keyspace().RoutingKey(rel)
@@ -113,7 +115,7 @@ func (a *app) runHeartbeat(ctx context.Context, pool string, o heartbeatOpts) er
 		OnUp: func(lease int64, granted time.Duration) {
 			fmt.Fprintf(a.stdout, "heartbeat: %s alive under lease %x (ttl %s%s)\n", key, lease, granted, grantedNote(o.ttl, granted))
 		}})
-	return a.heartbeatPermHint(err, pool)
+	return a.heartbeatPermHint(err, pool, exists)
 }
 
 // maxQuietTTL is the largest --ttl heartbeat takes without a warning.
@@ -135,8 +137,10 @@ func grantedNote(asked, granted time.Duration) string {
 
 // heartbeatPermHint adds to a refused heartbeat (its put, or the dial's
 // read of its key) the question an origin's role raises: a pool id typo
-// is refused by permission alone, since the role covers one pool.
-func (a *app) heartbeatPermHint(err error, pool string) error {
+// is refused by permission alone, since the role covers one pool. When
+// the pool is known to exist (its key was read), the id is right: the
+// user lacks the pool's origin role.
+func (a *app) heartbeatPermHint(err error, pool string, exists bool) error {
 	var pe *store.PermissionError
 	if !errors.As(err, &pe) {
 		return err
@@ -146,6 +150,10 @@ func (a *app) heartbeatPermHint(err error, pool string) error {
 		return err
 	}
 	role := store.NewRoles(ks, a.rolePrefix).Origin(pool).Name
+	if exists {
+		return fmt.Errorf("%w; pool %s exists, so its id is right: user %s lacks the role %s, which alone writes its health keys (regionctl auth roles --origin %s creates it; etcdctl user grant-role %s %s grants it)",
+			err, pool, a.userName(), role, pool, a.userName(), role)
+	}
 	return fmt.Errorf("%w; is %s the pool's id? the role %s covers only its own pool's health keys (regionctl get pools, as an operator or viewer, lists the ids)",
 		err, pool, role)
 }
@@ -154,8 +162,9 @@ func (a *app) heartbeatPermHint(err error, pool string) error {
 // does not exist is refused (its health keys would count for nothing),
 // naming the nearest ids; a pool without health_check is warned about. A
 // refused read (the origin's role reads no pool) skips the check, as any
-// other failed read does, with a warning.
-func (a *app) checkHeartbeatPool(ctx context.Context, st *store.Store, pool string) error {
+// other failed read does, with a warning. exists reports that the key was
+// read and holds the pool.
+func (a *app) checkHeartbeatPool(ctx context.Context, st *store.Store, pool string) (exists bool, err error) {
 	ks := st.Keyspace()
 	key := ks.RoutingKey(routing.PoolKey(pool))
 	rctx, cancel := context.WithTimeout(ctx, a.commandTimeout)
@@ -165,7 +174,7 @@ func (a *app) checkHeartbeatPool(ctx context.Context, st *store.Store, pool stri
 		if !errors.Is(err, rpctypes.ErrPermissionDenied) && ctx.Err() == nil {
 			fmt.Fprintf(a.stderr, "regionctl: warning: cannot check that pool %s exists (read %s: %v); heartbeat goes on\n", pool, key, err)
 		}
-		return nil
+		return false, nil
 	}
 	if len(resp.Kvs) == 0 {
 		cfg := &routing.Config{Pools: map[string]routing.Pool{}}
@@ -181,7 +190,7 @@ func (a *app) checkHeartbeatPool(ctx context.Context, st *store.Store, pool stri
 		if strings.HasSuffix(hint, "?") {
 			sep = " "
 		}
-		return fmt.Errorf("heartbeat: no pool %s (%s does not exist): its health keys would count for nothing; nothing written%s%s"+
+		return false, fmt.Errorf("heartbeat: no pool %s (%s does not exist): its health keys would count for nothing; nothing written%s%s"+
 			"Fix POOL (REGIOND_POOL in /etc/regiond/heartbeat/INSTANCE.env under systemd), or create the pool first (regionctl pool set %s --host … --residency …, or apply)",
 			pool, key, hint, sep, pool)
 	}
@@ -190,7 +199,7 @@ func (a *app) checkHeartbeatPool(ctx context.Context, st *store.Store, pool stri
 		fmt.Fprintf(a.stderr, "regionctl: warning: pool %s has no health_check: the agents count it up whatever its health keys say, so this heartbeat changes nothing until it is turned on (regionctl pool set %s --health-check, once its heartbeats run)\n",
 			pool, pool)
 	}
-	return nil
+	return true, nil
 }
 
 // heartbeatStore dials etcd for the heartbeat, retrying with backoff
