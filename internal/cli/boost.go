@@ -109,6 +109,9 @@ func (a *app) runBoost(ctx context.Context, route, id, ttlFlag string, targetSpe
 		if bad, ok := cur.BadOverrides[id]; ok {
 			return nil, refusef(routing.OverrideKey(id), "holds a value that does not decode (%v); cancel it first: regionctl boost cancel %s", bad.Err, id)
 		}
+		if err := unknownRoute(cur, routing.OverrideKey(id), "route", route); err != nil {
+			return nil, err
+		}
 		if others := liveBoostsOf(cur, route, time.Now()); len(others) > 0 {
 			effect := "so this one's targets override theirs while it lives, and theirs apply again if it ends first"
 			if len(ov.Targets) == 0 {

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/regiond/regiond/internal/didyoumean"
 	"github.com/regiond/regiond/internal/flagerr"
 	"github.com/regiond/regiond/internal/store"
 	"github.com/regiond/regiond/routing"
@@ -199,6 +201,48 @@ func subcommandTypo(cmd *cobra.Command, word string) error {
 		return usagef("unknown %s command %q; did you mean %s %s?", cmd.CommandPath(), word, cmd.CommandPath(), strings.Join(s, " or "))
 	}
 	return nil
+}
+
+// unknownVerb adds to cobra's error for an unknown top-level command
+// (regionctl drain eu-west) the commands, at any depth, whose name is
+// near the word typed: did you mean regionctl pool drain? Other errors,
+// and a word near no command, are returned as they are.
+func unknownVerb(root *cobra.Command, err error) error {
+	var word string
+	if err == nil || !strings.HasPrefix(err.Error(), "unknown command ") {
+		return err
+	}
+	if _, serr := fmt.Sscanf(err.Error(), "unknown command %q", &word); serr != nil {
+		return err
+	}
+	lower := strings.ToLower(word)
+	var same, near []string
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			if !sub.IsAvailableCommand() {
+				continue
+			}
+			// Two edits, but at most half the word: "rn" is near rm,
+			// not near ls.
+			switch d := didyoumean.Distance(lower, sub.Name()); {
+			case d == 0:
+				same = append(same, sub.CommandPath())
+			case d <= 2 && 2*d <= len(lower):
+				near = append(near, sub.CommandPath())
+			}
+			walk(sub)
+		}
+	}
+	walk(root)
+	if len(same) > 0 { // drain: pool drain, not also pool undrain
+		near = same
+	}
+	if len(near) == 0 {
+		return err
+	}
+	slices.Sort(near)
+	return usagef("unknown command %q; did you mean %s?", word, strings.Join(slices.Compact(near), " or "))
 }
 
 // usagePath is the command a usage error is about, as typed up to its

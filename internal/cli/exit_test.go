@@ -57,7 +57,10 @@ func TestExitUsage(t *testing.T) {
 		"boost list":            `unknown regionctl boost command "list"; did you mean regionctl boost ls?`,
 		"boost cancle kr-1":     `unknown regionctl boost command "cancle"; did you mean regionctl boost cancel?`,
 		"pool drian eu-north x": `did you mean regionctl pool drain?`,
-		"boost PL":              `--ttl is required`, // a country's route, not a typo of ls
+		// A verb typed without its group names the group's.
+		"drain eu-west":   `regionctl: unknown command "drain"; did you mean regionctl pool drain?` + "\nRun 'regionctl --help' for usage.",
+		"undrian eu-west": `unknown command "undrian"; did you mean regionctl pool undrain?`,
+		"boost PL":        `--ttl is required`, // a country's route, not a typo of ls
 		// A systemd env file keeps a comment after a value in the value.
 		"heartbeat eu-central --instance fra-1a --addr 10.0.0.12:443 # the address": `--addr: "10.0.0.12:443 # the address" is not a host name or IP address`,
 		// A flag typo names the flag meant, and the hint names the verb's help.

@@ -125,7 +125,7 @@ func runIn(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	return a.exitCode(root.ExecuteContext(ctx))
+	return a.exitCode(unknownVerb(root, root.ExecuteContext(ctx)))
 }
 
 // askPassword asks for the password of the etcd user on the terminal

@@ -347,12 +347,7 @@ func liveHealthKeys(cur *store.State, pool string) int {
 // X?" for ids within two edits, else the pools there are (the first ten).
 func poolHint(cfg *routing.Config, id string) string {
 	ids := slices.Sorted(maps.Keys(cfg.Pools))
-	var near []string
-	for _, p := range ids {
-		if didyoumean.Distance(strings.ToLower(id), p) <= 2 {
-			near = append(near, p)
-		}
-	}
+	near := nearNames(id, ids)
 	switch {
 	case len(near) > 0:
 		return "; did you mean " + strings.Join(near, " or ") + "?"
@@ -362,6 +357,39 @@ func poolHint(cfg *routing.Config, id string) string {
 		return fmt.Sprintf(" (pools: %s and %d more; regionctl get pools)", strings.Join(ids[:10], ", "), len(ids)-10)
 	}
 	return " (pools: " + strings.Join(ids, ", ") + ")"
+}
+
+// nearNames lists the names of sorted names within two edits of name
+// (its case aside): the "did you mean" of a pool id or a route name. Two
+// names of two letters (country routes) are never near: every two letters
+// are within two edits of every other (the route checks name the country
+// of a lower-case code).
+func nearNames(name string, names []string) []string {
+	var near []string
+	for _, n := range names {
+		if len(name) <= 2 && len(n) <= 2 {
+			continue
+		}
+		if didyoumean.Distance(strings.ToLower(name), strings.ToLower(n)) <= 2 {
+			near = append(near, n)
+		}
+	}
+	return near
+}
+
+// unknownRoute refuses a reference (key's field) to a route that does not
+// exist in cur when routes near its name do, naming them; nil otherwise
+// (the write's own checks refuse a route near none, or whose stored value
+// does not decode, as they do).
+func unknownRoute(cur *store.State, key, field, route string) error {
+	if _, ok := cur.Config.Routes[route]; ok || invalidAt(cur, routing.RouteKey(route)) != nil {
+		return nil
+	}
+	near := nearNames(route, slices.Sorted(maps.Keys(cur.Config.Routes)))
+	if len(near) == 0 {
+		return nil
+	}
+	return refusedError{routing.Errors{{Key: key, Field: field, Msg: fmt.Sprintf("route %s does not exist; did you mean %s?", route, strings.Join(near, " or "))}}}
 }
 
 // boostsOfPool says, when live boosts in cur target pool id, which, and

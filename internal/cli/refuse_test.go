@@ -157,6 +157,8 @@ func TestRefusedVerbs(t *testing.T) {
 		{[]string{"route", "rm", "_default"}, []string{"REFUSED routes/_default: ", "missing"}},
 		{[]string{"pool", "drain", "nope"}, []string{"REFUSED pools/nope: pool does not exist (pools: apac-singapore, "}},
 		{[]string{"pool", "drain", "eu-centrl"}, []string{"REFUSED pools/eu-centrl: pool does not exist; did you mean eu-central?"}},
+		{[]string{"boost", "eu-generl", "--target", "eu-west=100", "--ttl", "1h"}, []string{"route: route eu-generl does not exist; did you mean eu-general?"}},
+		{[]string{"route", "set", "PL", "--fallback", "eu-genral"}, []string{"REFUSED routes/PL: fallback[0]: route eu-genral does not exist; did you mean eu-general?"}},
 		{[]string{"boost", "kr", "--target", "kr-music=100", "--ttl", "1h"}, []string{"route kr does not exist (country codes are upper case: KR)"}},
 		{[]string{"boost", "PL", "--target", "us-east=100", "--ttl", "1h"}, []string{"REFUSED overrides/", "us-east", "residency us", "class eu"}},
 		{[]string{"boost", "XY", "--target", "eu-west=100", "--ttl", "1h"}, []string{"REFUSED overrides/", "XY"}},

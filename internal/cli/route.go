@@ -111,6 +111,11 @@ func (a *app) runRouteSet(ctx context.Context, cmd *cobra.Command, name string, 
 		}
 		if changed("fallback") {
 			r.Fallback = o.fallback
+			for i, f := range o.fallback {
+				if err := unknownRoute(cur, routing.RouteKey(name), fmt.Sprintf("fallback[%d]", i), f); f != name && err != nil {
+					return err
+				}
+			}
 		}
 		if o.noFallback {
 			r.Fallback = nil
