@@ -284,7 +284,7 @@ func (a *app) boostCancelCmd() *cobra.Command {
 		return a.runWrite(ctx, w, func(_ context.Context, cur *store.State) (*store.Plan, error) {
 			_, bad := cur.BadOverrides[args[0]]
 			if _, ok := cur.Overrides[args[0]]; !ok && !bad {
-				return nil, refusef(routing.OverrideKey(args[0]), "no such live boost (it may have expired; see boost ls)")
+				return nil, noSuchBoost(cur, "cancel", args[0])
 			}
 			return &store.Plan{DeleteOverrides: []string{args[0]}}, nil
 		})
@@ -323,12 +323,23 @@ func (a *app) boostExtendCmd() *cobra.Command {
 				return nil, refusef(routing.OverrideKey(id), "holds a value that does not decode (%v); cancel it: regionctl boost cancel %s", bad.Err, id)
 			}
 			if !ok {
-				return nil, refusef(routing.OverrideKey(id), "no such live boost (it may have expired; see boost ls)")
+				return nil, noSuchBoost(cur, "extend", id)
 			}
 			return &store.Plan{PutOverrides: []store.OverridePut{{ID: id, Override: lo.Override, TTL: ttl}}}, nil
 		})
 	})
 	return cmd
+}
+
+// noSuchBoost refuses boost verb (cancel, extend) of id, which names no
+// boost in cur: when id is a route with live boosts (boost cancel KR), it
+// names their ids.
+func noSuchBoost(cur *store.State, verb, id string) error {
+	if ids := liveBoostsOf(cur, id, time.Now()); len(ids) > 0 {
+		return refusef(routing.OverrideKey(id), "no such live boost: %s is a route, and %s takes a boost id; its live boost(s): %s (regionctl boost %s ID)",
+			id, verb, strings.Join(ids, ", "), verb)
+	}
+	return refusef(routing.OverrideKey(id), "no such live boost (it may have expired; see boost ls)")
 }
 
 // clockSample is how many status keys a boost reads for its clock check.

@@ -164,10 +164,14 @@ func TestRefusedVerbs(t *testing.T) {
 		{[]string{"boost", "XY", "--target", "eu-west=100", "--ttl", "1h"}, []string{"REFUSED overrides/", "XY"}},
 		{[]string{"pool", "drain", "eu-central"}, []string{"REFUSED effect: ", "no eligible pool", "pool-draining:eu-central", "--force"}},
 		{[]string{"boost", "cancel", "nope"}, []string{"REFUSED overrides/nope: ", "no such live boost"}},
+		// A route's name: its live boosts are named.
+		{[]string{"boost", "cancel", "KR"}, []string{"REFUSED overrides/KR: no such live boost: KR is a route, and cancel takes a boost id; its live boost(s): kr-week (regionctl boost cancel ID)"}},
+		{[]string{"boost", "extend", "KR", "--ttl", "2h"}, []string{"REFUSED overrides/KR: no such live boost: KR is a route, and extend takes a boost id; its live boost(s): kr-week (regionctl boost extend ID)"}},
 	}
 	// With eu-west drained, draining eu-central too would leave EEA countries
 	// without a route of their own, and unknown viewers, with no pool.
 	e.must(ExitOK, "pool", "drain", "eu-west", "--reason", "first of two")
+	e.must(ExitOK, "boost", "KR", "--target", "kr-music=100", "--ttl", "1h", "--id", "kr-week")
 	rev, n := e.fingerprint()
 	for _, tc := range cases {
 		r := e.run(tc.args...)
