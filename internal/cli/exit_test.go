@@ -57,6 +57,8 @@ func TestExitUsage(t *testing.T) {
 		"boost list":            `unknown regionctl boost command "list"; did you mean regionctl boost ls?`,
 		"boost cancle kr-1":     `unknown regionctl boost command "cancle"; did you mean regionctl boost cancel?`,
 		"pool drian eu-north x": `did you mean regionctl pool drain?`,
+		// A host without its port: the port is missing, not the scheme.
+		"--endpoints 127.0.0.1 get": `--endpoints "127.0.0.1": want host:port or scheme://host:port: the port is missing (127.0.0.1:2379 for etcd's usual client port)`,
 		// A verb typed without its group names the group's.
 		"drain eu-west":   `regionctl: unknown command "drain"; did you mean regionctl pool drain?` + "\nRun 'regionctl --help' for usage.",
 		"undrian eu-west": `unknown command "undrian"; did you mean regionctl pool undrain?`,

@@ -274,6 +274,9 @@ func Endpoints(in []string, tlsOn bool) ([]string, error) {
 		}
 		switch u.Scheme {
 		case "http", "https":
+			if u.Hostname() != "" && u.Port() == "" && (u.Path == "" || u.Path == "/") {
+				return nil, noPort(in[i], u)
+			}
 			if u.Hostname() == "" || u.Port() == "" || (u.Path != "" && u.Path != "/") {
 				return nil, fmt.Errorf("--endpoints %q: want scheme://host:port, e.g. https://etcd-1:2379", in[i])
 			}
@@ -287,6 +290,17 @@ func Endpoints(in []string, tlsOn bool) ([]string, error) {
 		out[i] = e
 	}
 	return out, nil
+}
+
+// noPort refuses the endpoint in (parsed as u) that gives no port,
+// naming etcd's usual client port: "127.0.0.1" is read as host:port (no
+// scheme needed) whose port is missing.
+func noPort(in string, u *url.URL) error {
+	with := net.JoinHostPort(u.Hostname(), "2379")
+	if strings.Contains(in, "://") {
+		return fmt.Errorf("--endpoints %q: want scheme://host:port: the port is missing (%s://%s for etcd's usual client port)", in, u.Scheme, with)
+	}
+	return fmt.Errorf("--endpoints %q: want host:port or scheme://host:port: the port is missing (%s for etcd's usual client port)", in, with)
 }
 
 // CAPool reads the --cacert file at path into a certificate pool, refusing

@@ -129,7 +129,11 @@ func TestEndpoints(t *testing.T) {
 		{nil, false, "--endpoints is empty", true},
 		{[]string{""}, false, "an empty endpoint", true},
 		{[]string{"htps://127.0.0.1:2379"}, false, `unknown scheme "htps"`, true},
-		{[]string{"http://127.0.0.1"}, false, "want scheme://host:port", true},
+		{[]string{"http://127.0.0.1"}, false, `"http://127.0.0.1": want scheme://host:port: the port is missing (http://127.0.0.1:2379 for etcd's usual client port)`, true},
+		// host:port needs no scheme: the port is what is missing.
+		{[]string{"127.0.0.1"}, false, `"127.0.0.1": want host:port or scheme://host:port: the port is missing (127.0.0.1:2379 for etcd's usual client port)`, true},
+		{[]string{"[::1]"}, true, `the port is missing ([::1]:2379 for etcd's usual client port)`, true},
+		{[]string{"http://127.0.0.1:2379/v3"}, false, "want scheme://host:port, e.g.", true},
 		{[]string{"http://127.0.0.1:2379"}, true, "is plaintext, but --cacert, --cert or --key ask for TLS: write https://", true},
 		{[]string{"unix://etcd.sock"}, true, "write unixs://", true},
 	} {
