@@ -352,7 +352,7 @@ func poolHint(cfg *routing.Config, id string) string {
 	case len(near) > 0:
 		return "; did you mean " + strings.Join(near, " or ") + "?"
 	case len(ids) == 0:
-		return " (no pool is stored)"
+		return " (no pool is stored: is --prefix right, and was a config applied?)"
 	case len(ids) > 10:
 		return fmt.Sprintf(" (pools: %s and %d more; regionctl get pools)", strings.Join(ids[:10], ", "), len(ids)-10)
 	}

@@ -99,6 +99,10 @@ func (a *app) runStatus(ctx context.Context, maxLag int64, expect int) error {
 	if fleet.LostUnknown != "" {
 		fmt.Fprintf(a.stderr, "regionctl: warning: %s\n", fleet.LostUnknown)
 	}
+	if len(fleet.Agents) == 0 && len(fleet.Lost) == 0 && maxLag < 0 && expect == 0 { // those exit 5 saying so
+		// The CLI review: "0 live agent(s)" alone, for a typo in --prefix.
+		fmt.Fprintf(a.stderr, "regionctl: warning: no agent is live or lost under %s/: is --prefix the agents' --prefix, and are they running?\n", a.prefix)
+	}
 	ahead := store.ClocksAhead(fleet.Agents, time.Now())
 	if w := clockWarning(ahead, len(fleet.Agents), 0); w != "" {
 		fmt.Fprintf(a.stderr, "regionctl: warning: %s\n", w)

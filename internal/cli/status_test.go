@@ -448,7 +448,11 @@ func TestNoLiveAgentConfirmsNothing(t *testing.T) {
 	if !strings.Contains(r.stdout, "0 live agent(s)") || !strings.Contains(r.stderr, "no live agent under") {
 		t.Fatalf("status --max-lag 0 with no agent: %s", r)
 	}
-	e.must(ExitOK, "status") // without --max-lag, a report
+	// Without --max-lag, a report, and a warning that asks about --prefix
+	// (the CLI review: "0 live agent(s)" alone, for a typo in it).
+	if r := e.must(ExitOK, "status"); !strings.Contains(r.stderr, "no agent is live or lost under "+e.prefix+"/: is --prefix the agents' --prefix") {
+		t.Fatalf("status with no agent: %s", r)
+	}
 
 	lease := grantLease(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -719,5 +723,17 @@ func TestExpectAgents(t *testing.T) {
 	}()
 	if r := e.must(ExitOK, "pool", "set", "eu-central", "--attr", "x=3", "--wait-converged=20s"); !strings.Contains(r.stdout, "converged") {
 		t.Fatalf("--expect-agents 3 once node-c is back: %s", r)
+	}
+}
+
+// TestWrongPrefixIsAskedAbout: a write naming a pool under a prefix where
+// nothing is stored (a typo in --prefix) asks whether --prefix is right
+// (the CLI review: "no pool is stored" alone).
+func TestWrongPrefixIsAskedAbout(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t) // nothing applied under its prefix
+	r := e.must(ExitRefused, "pool", "drain", "eu-west", "--reason", "x")
+	if !strings.Contains(r.stderr, "no pool is stored: is --prefix right, and was a config applied?") {
+		t.Fatalf("pool drain under an empty prefix: %s", r)
 	}
 }
