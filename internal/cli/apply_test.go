@@ -341,3 +341,18 @@ func TestDiffExitCode(t *testing.T) {
 		t.Fatalf("a refused diff with --exit-code: %s", r)
 	}
 }
+
+// TestPartialObjectSaysObjectsAreWhole: a file holding a pool's one field
+// (status: draining), written as for kubectl apply, which merges, is
+// refused for the fields it lacks, and says why: apply replaces objects
+// whole (the CLI review: "host: must not be empty" alone).
+func TestPartialObjectSaysObjectsAreWhole(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	f := writeFile(t, "partial.yaml", "pools:\n  eu-west: {status: draining}\n")
+	r := e.must(ExitRefused, "apply", "-f", f, "--reason", "drain")
+	if !strings.Contains(r.stderr, "pools/eu-west: host: must not be empty") || !strings.Contains(r.stderr, "a config file's objects are whole: apply replaces each stored object by the file's") {
+		t.Fatalf("apply of a pool's one field: %s", r)
+	}
+}

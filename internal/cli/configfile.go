@@ -35,6 +35,13 @@ func (a *app) readConfigFile(path string) (*routing.Config, error) {
 	if err != nil {
 		var errs routing.Errors
 		if errors.As(err, &errs) {
+			if slices.ContainsFunc(errs, func(e *routing.FieldError) bool {
+				return strings.HasPrefix(e.Key, "pools/") && e.Field == "host" && e.Msg == "must not be empty"
+			}) {
+				// The CLI review: a file of one field ({status: draining}),
+				// written as for kubectl apply, which merges.
+				fmt.Fprintln(a.stderr, "regionctl: a config file's objects are whole: apply replaces each stored object by the file's, it merges no fields (regionctl export writes a file to edit; regionctl pool drain|set and route set change one field)")
+			}
 			return nil, refusedError{errs}
 		}
 		return nil, refusef(path, "%v", err)
