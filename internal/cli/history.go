@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -295,7 +296,7 @@ func (a *app) historyFilter(ctx context.Context, specs []string) (keyFilter, err
 				case 1:
 					rel = stored[0]
 				case 0:
-					return f, usagef("--touching %s: no key of that name is stored now, and it could be %s: give the key%s", spec, strings.Join(cands, " or "), routing.CountryHint(spec))
+					return f, usagef("--touching %s: no key of that name is stored now, and it could be %s: give the key%s%s", spec, strings.Join(cands, " or "), routing.CountryHint(spec), storedNear(cur, spec))
 				default:
 					return f, usagef("--touching %s names %s: give the key", spec, strings.Join(stored, " and "))
 				}
@@ -310,4 +311,21 @@ func (a *app) historyFilter(ctx context.Context, specs []string) (keyFilter, err
 		}
 	}
 	return f, nil
+}
+
+// storedNear is "; did you mean X?" for the stored route names, pool ids
+// and boost ids within two edits of name, else "" (the CLI review:
+// --touching eu-wes named no key near it).
+func storedNear(cur *store.State, name string) string {
+	var names []string
+	for _, kv := range cur.KVs {
+		if k, err := routing.ParseKey(kv.Key); err == nil && (k.Kind == routing.KindRoute || k.Kind == routing.KindPool || k.Kind == routing.KindOverride) {
+			names = append(names, k.ID)
+		}
+	}
+	slices.Sort(names)
+	if near := nearNames(name, slices.Compact(names)); len(near) > 0 {
+		return "; did you mean " + strings.Join(near, " or ") + "?"
+	}
+	return ""
 }

@@ -230,6 +230,7 @@ func TestHistoryKey(t *testing.T) {
 		{[]string{"history", "--touching", "health/eu-west/x"}, "no audit record names it"},
 		{[]string{"history", "--touching", "route/DE"}, "not in the routing key grammar"},
 		{[]string{"history", "--touching", "Bad Name"}, "no route name, pool id or boost id is spelled so"},
+		{[]string{"history", "--touching", "eu-wes"}, "could be routes/eu-wes or pools/eu-wes or overrides/eu-wes: give the key; did you mean eu-west?"},
 	} {
 		if r := e.run(tc.args...); r.code != ExitUsage || !strings.Contains(r.stderr, tc.want) {
 			t.Errorf("regionctl %s: %s; want a usage error with %q", strings.Join(tc.args, " "), r, tc.want)
