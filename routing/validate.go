@@ -96,6 +96,9 @@ func checkTargetRefs(errs *Errors, cfg *Config, key, route string, targets []Tar
 // lookalikeCountry returns the country code a lower-case group name spells
 // ("pl" -> "PL"), or "".
 func lookalikeCountry(name string) string {
+	if len(name) != 2 { // every country code is two letters: no ToUpper copy for a group name
+		return ""
+	}
 	if up := strings.ToUpper(name); up != name && IsCountry(up) {
 		return up
 	}
