@@ -177,7 +177,13 @@ function fileSignature(st) {
  * (one system call) and answers from memory while the path names the same
  * file (device, inode, size, modification and change times), so the agent
  * renaming a new file in, or anyone changing this one, drops what was
- * read. It keeps at most one entry per slot of the file. opts.owner, as
+ * read. It keeps the file it read open (one descriptor; close() lets it
+ * go), as docs/snapshot-index.md asks of a reader that keeps entries: an
+ * inode number is free for a new file once the old one is closed and
+ * unlinked (ext4 and xfs give it again within a few renames), and with
+ * coarse file times (Linux before 6.13: a clock tick) a same-size table
+ * renamed in within one tick would have matched the one remembered. It
+ * keeps at most one entry per slot of the file. opts.owner, as
  * decideFromIndexFile's (by default 'regiond'), is checked on every call
  * (a name is looked up at the first). decideFromIndexFile is the reference
  * it is tested against (TestDecisionsMatchGo).
@@ -189,6 +195,8 @@ export class IndexReader {
   constructor(path, opts = {}) {
     this.path = path;
     this.owner = opts.owner ?? DEFAULT_OWNER;
+    this.fd = null; // the file the entries are of, kept open
+    this.st = null;
     this.sig = '';
     this.entries = new Map(); // slot → {header, country, entry} of the file of sig
   }
@@ -204,26 +212,55 @@ export class IndexReader {
     }
     const why = untrusted(st, this.owner);
     if (why) throw new TableError(`regiond: snapshot index ${this.path} ${why}`);
-    const sig = fileSignature(st);
-    if (sig !== this.sig) {
-      this.sig = sig;
-      this.entries.clear();
-    }
+    if (this.fd === null || fileSignature(st) !== this.sig) this.#open();
     const slot = countrySlot(country);
     let r = this.entries.get(slot);
     if (r === undefined) {
-      // The file opened may be newer than the one just stated: it is kept
-      // under its own signature.
-      const got = readIndexFileStat(this.path, country, this.owner);
-      const fsig = fileSignature(got.st);
-      if (fsig !== this.sig) {
-        this.sig = fsig;
-        this.entries.clear();
-      }
-      r = got.read;
+      const { fd, st: fst } = this;
+      r = readIndexEntry((off, len) => {
+        const b = Buffer.allocUnsafe(inFile(fst, off, len));
+        return b.subarray(0, readSync(fd, b, 0, b.length, off));
+      }, this.path, country);
       this.entries.set(slot, r);
     }
     return r;
+  }
+
+  /**
+   * Opens the file the path names now and forgets the entries of the one
+   * held (closed once the new one is open: its inode number stays taken
+   * until then). The file opened may be newer than the one just stated:
+   * its entries are kept under its own signature.
+   */
+  #open() {
+    let fd;
+    try {
+      fd = openSync(this.path, OPEN_FLAGS);
+    } catch (err) {
+      throw new TableError(`regiond: open index ${this.path}: ${err.message}`, { cause: err });
+    }
+    let st;
+    try {
+      st = fstatSync(fd);
+      const why = untrusted(st, this.owner);
+      if (why) throw new TableError(`regiond: snapshot index ${this.path} ${why}`);
+    } catch (err) {
+      closeSync(fd);
+      throw err;
+    }
+    this.close();
+    this.fd = fd;
+    this.st = st;
+    this.sig = fileSignature(st);
+  }
+
+  /** Closes the file held and forgets its entries; the next call opens the path again. */
+  close() {
+    if (this.fd !== null) closeSync(this.fd);
+    this.fd = null;
+    this.st = null;
+    this.sig = '';
+    this.entries.clear();
   }
 
   /**
