@@ -45,8 +45,10 @@ standard output. synced_at and written_at are the time of the read: a worker
 marks decisions stale-table once they are older than its max age (the JS
 library's default is 180 s; the example worker's REGIOND_MAX_AGE, 900 s),
 and once the value's valid_until has passed: the first instant the table
-changes that country's entry by the clock alone (a boost's expires_at, a
-health grace window's end; absent when there is none). Re-export on a timer
+changes that country's entry by the clock alone (a boost's expires_at;
+absent when there is none: the export, one read, knows no health key's
+deletion, so a health-checked pool without a live key is unhealthy in it
+at once, with no grace window). Re-export on a timer
 shorter than the max age, and after every change: a boost that ends and a
 pool whose heartbeats stop change decisions with no write through
 regionctl.`,
