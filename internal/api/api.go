@@ -523,7 +523,9 @@ func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request) {
 			s.resolves.WithLabelValues("no_table").Inc()
 		}
 		s.tableHeaders(w, t, time.Now())
-		writeNoTableMsg(w, noPoolsMsg)
+		epoch := t.Epoch()
+		w.Header().Set("Retry-After", strconv.Itoa(int(NoTableRetryAfter/time.Second)))
+		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: noPoolsMsg, Code: CodeNoTable, Revision: t.Revision(), Epoch: &epoch})
 		return
 	}
 	// An empty country= is no country: the header's, as when absent (a

@@ -71,15 +71,11 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 
 // writeNoTable answers 503 no_table with Retry-After.
 func writeNoTable(w http.ResponseWriter) {
-	writeNoTableMsg(w, "no routing table loaded yet")
+	w.Header().Set("Retry-After", strconv.Itoa(int(NoTableRetryAfter/time.Second)))
+	writeError(w, http.StatusServiceUnavailable, CodeNoTable, "no routing table loaded yet")
 }
 
 // noPoolsMsg is no_table's message for a table without pools: it routes
-// nothing, so its NoRoutes are no decision (see handleResolve).
+// nothing, so its NoRoutes are no decision (see handleResolve); the
+// answer names the table's revision and epoch.
 const noPoolsMsg = "the routing table has no pools (a wrong --prefix, or no config applied yet): nothing routes; the snapshot files keep the last table with pools"
-
-// writeNoTableMsg answers 503 no_table with Retry-After and msg.
-func writeNoTableMsg(w http.ResponseWriter, msg string) {
-	w.Header().Set("Retry-After", strconv.Itoa(int(NoTableRetryAfter/time.Second)))
-	writeError(w, http.StatusServiceUnavailable, CodeNoTable, msg)
-}

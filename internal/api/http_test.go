@@ -484,8 +484,9 @@ func TestTableWithoutPoolsIsNoTable(t *testing.T) {
 		a := h.get(p)
 		var e errorBody
 		a.decode(t, &e)
-		if a.code != 503 || e.Code != CodeNoTable || !strings.Contains(e.Error, "no pools") || a.hd.Get("Retry-After") != "1" {
-			t.Errorf("GET %s with no pools: %s; want 503 no_table saying the table has no pools, Retry-After 1", p, a)
+		if a.code != 503 || e.Code != CodeNoTable || !strings.Contains(e.Error, "no pools") || a.hd.Get("Retry-After") != "1" ||
+			e.Revision != del.Header.Revision || e.Epoch == nil {
+			t.Errorf("GET %s with no pools: %s; want 503 no_table saying the table has no pools, naming its revision %d and epoch, Retry-After 1", p, a, del.Header.Revision)
 		}
 	}
 	if n := testutil.ToFloat64(h.s.resolves.WithLabelValues("no_table")); n != 1 {

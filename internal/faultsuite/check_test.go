@@ -141,6 +141,18 @@ func (c *checker) checkOnce(ctx context.Context, a *agentProc, rng *rand.Rand, t
 	if noTable(code, body) {
 		return 0, nil
 	}
+	if rev, ok := noPools(code, body); ok {
+		// A table without pools answers no_table, naming its revision:
+		// the reference there must have none either.
+		ref, err := c.refs.table(ctx, rev, false)
+		if err != nil {
+			return rev, fmt.Errorf("reference at %d: %w", rev, err)
+		}
+		if n := ref.NumPools(); n > 0 {
+			return rev, fmt.Errorf("resolve %q at %d: 503 %s, the reference has %d pools", country, rev, body, n)
+		}
+		return rev, nil
+	}
 	c.resolves.Add(1)
 	var d routing.Decision
 	if err := json.Unmarshal(body, &d); err != nil {
@@ -172,6 +184,19 @@ func (c *checker) checkOnce(ctx context.Context, a *agentProc, rng *rand.Rand, t
 // table yet (started without a snapshot, not yet synced): a valid answer.
 func noTable(code int, body []byte) bool {
 	return code == http.StatusServiceUnavailable && bytes.Contains(body, []byte("no routing table loaded yet"))
+}
+
+// noPools reports whether an answer is the 503 no_table of an agent whose
+// table has no pools, and that table's revision.
+func noPools(code int, body []byte) (int64, bool) {
+	var e struct {
+		Code     string `json:"code"`
+		Revision int64  `json:"revision"`
+	}
+	if code != http.StatusServiceUnavailable || json.Unmarshal(body, &e) != nil || e.Code != "no_table" || e.Revision == 0 {
+		return 0, false
+	}
+	return e.Revision, true
 }
 
 // randomPick reports whether pool is one the reference could pick at
