@@ -108,6 +108,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger, registry: prometheus.NewRegistry(), mirrorSet: make(chan struct{}),
 		statusClock: realClock}
+	if w := cfg.snapshotCopyWarning(); w != "" {
+		a.log.Warn(w)
+	}
 	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "regiond", Name: "build_info",
 			Help:        "1, labelled with the agent's version (as in its status key): a node left on an old binary shows.",

@@ -18,6 +18,7 @@ import (
 	"github.com/regiond/regiond/internal/api"
 	"github.com/regiond/regiond/internal/keyspace"
 	"github.com/regiond/regiond/internal/safedir"
+	"github.com/regiond/regiond/internal/snapshot"
 )
 
 // Config is the agent's configuration. Start from DefaultConfig.
@@ -204,26 +205,56 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// validateSnapshotCopy refuses a --snapshot-copy that is not a file of its
-// own on another directory than the snapshot's: the copy is written 0600,
-// so at the snapshot's own path (or its index's) it would lock the front
-// doors out of it, and in the snapshot's directory (/run, /dev/shm) it
-// would be lost in the reboot it is kept for.
+// validateSnapshotCopy refuses a --snapshot-copy the agent would write
+// over its own files: at the snapshot's path, its index's or its lock's,
+// the copy (0600) took the front doors' file from them, or put table JSON
+// in the index. Relative and directory paths are refused as --snapshot's
+// are. A copy without --snapshot is ignored, as before (the packaged unit
+// passes one, and --snapshot= in REGIOND_ARGS turns the files off), and
+// one in the snapshot's directory only warned about (snapshotCopyWarning).
 func (c Config) validateSnapshotCopy() error {
 	p := c.SnapshotCopy
 	switch {
-	case p == "":
+	case p == "" || c.Snapshot == "":
 		return nil
-	case c.Snapshot == "":
-		return errors.New("--snapshot-copy is set but --snapshot is empty: there is no snapshot file to copy")
 	case !filepath.IsAbs(p):
 		return fmt.Errorf("--snapshot-copy %q: must be an absolute path", p)
 	case strings.HasSuffix(p, "/"):
 		return fmt.Errorf("--snapshot-copy %q: names a directory: give the file's path (e.g. %stable.json)", p, p)
 	}
-	snap := filepath.Clean(c.Snapshot)
-	if filepath.Dir(filepath.Clean(p)) == filepath.Dir(snap) {
-		return fmt.Errorf("--snapshot-copy %q: is in --snapshot's directory %s: the copy is kept for a reboot that empties that directory; put it on persistent disk (the package: /var/lib/regiond/table.json)", p, filepath.Dir(snap))
+	cp, snap := realPath(p), realPath(c.Snapshot)
+	for _, own := range []struct{ what, path string }{
+		{"--snapshot", snap}, {"the snapshot's index", snapshot.IndexPath(snap)}, {"the snapshot's lock", snapshotLockPath(snap)},
+	} {
+		if cp == own.path {
+			return fmt.Errorf("--snapshot-copy %q: is %s (%s): the copy, mode 0600, would replace the front doors' file; put it on persistent disk (the package: /var/lib/regiond/table.json)", p, own.what, own.path)
+		}
 	}
 	return nil
+}
+
+// snapshotCopyWarning says what is likely wrong with a valid
+// --snapshot-copy, or "": none without --snapshot, or one in the
+// snapshot's directory (/run, /dev/shm: lost in the reboot it is kept
+// for, unless that directory is on persistent disk).
+func (c Config) snapshotCopyWarning() string {
+	switch {
+	case c.SnapshotCopy == "":
+		return ""
+	case c.Snapshot == "":
+		return "--snapshot-copy " + c.SnapshotCopy + " is ignored: --snapshot is empty, so there is no snapshot file to copy"
+	case filepath.Dir(realPath(c.SnapshotCopy)) == filepath.Dir(realPath(c.Snapshot)):
+		return "--snapshot-copy " + c.SnapshotCopy + " is in --snapshot's directory: the copy is kept for a reboot that empties that directory (/run, /dev/shm); put it on persistent disk (the package: /var/lib/regiond/table.json) unless that directory is"
+	}
+	return ""
+}
+
+// realPath is path, cleaned, with its directory's symbolic links resolved
+// when the directory exists (/var/run is /run).
+func realPath(path string) string {
+	path = filepath.Clean(path)
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil {
+		return filepath.Join(dir, filepath.Base(path))
+	}
+	return path
 }

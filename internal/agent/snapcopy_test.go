@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"bytes"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/regiond/regiond/internal/agent"
 	"github.com/regiond/regiond/internal/api"
 	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/logbuf"
 	"github.com/regiond/regiond/internal/snapshot"
 	"github.com/regiond/regiond/routing"
 )
@@ -127,30 +129,38 @@ func TestSnapshotCopyMetrics(t *testing.T) {
 
 // TestSnapshotCopyPathIsChecked: a --snapshot-copy at the snapshot's own
 // path or its index's (the copy, 0600, took the front doors' file from
-// them, or put the table JSON in the index), anywhere in the snapshot's
-// directory (lost in the reboot it is kept for), relative, naming a
-// directory, or without --snapshot is refused at start, naming the flag,
-// before anything is written.
+// them, or put the table JSON in the index; through a symbolic link to
+// the directory too), relative, or naming a directory is refused at start,
+// naming the flag, before anything is written. One in the snapshot's
+// directory (lost in the reboot it is kept for, unless that directory is
+// on disk) starts with a warning; one without --snapshot is ignored with
+// a warning, as the packaged unit's is when REGIOND_ARGS turns the files
+// off (the diff review: refusing it stopped such a node at an upgrade).
 func TestSnapshotCopyPathIsChecked(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		copy func(snapshot string) string
 		want string
 	}{
-		{"the snapshot", func(s string) string { return s }, "is in --snapshot's directory"},
-		{"the index", func(s string) string { return strings.TrimSuffix(s, ".json") + ".idx" }, "is in --snapshot's directory"},
-		{"beside the snapshot", func(s string) string { return filepath.Join(filepath.Dir(s), "copy.json") }, "put it on persistent disk"},
+		{"the snapshot", func(s string) string { return s }, "is --snapshot"},
+		{"the index", func(s string) string { return strings.TrimSuffix(s, ".json") + ".idx" }, "is the snapshot's index"},
+		{"the snapshot through a link", func(s string) string {
+			link := filepath.Join(filepath.Dir(filepath.Dir(s)), "link")
+			if err := os.MkdirAll(filepath.Dir(s), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(filepath.Dir(s), link); err != nil {
+				t.Fatal(err)
+			}
+			return filepath.Join(link, filepath.Base(s))
+		}, "is --snapshot"},
 		{"relative", func(string) string { return "state/table.json" }, "must be an absolute path"},
 		{"a directory", func(s string) string { return filepath.Dir(filepath.Dir(s)) + "/state/" }, "names a directory"},
-		{"without --snapshot", func(s string) string { return filepath.Join(filepath.Dir(filepath.Dir(s)), "state", "table.json") }, "--snapshot is empty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			cfg := offlineConfig(dir)
 			cfg.SnapshotCopy = tc.copy(cfg.Snapshot)
-			if tc.name == "without --snapshot" {
-				cfg.Snapshot = ""
-			}
 			a, err := agent.New(cfg)
 			if err == nil {
 				stopOffline(t, a)
@@ -159,8 +169,33 @@ func TestSnapshotCopyPathIsChecked(t *testing.T) {
 			if !strings.Contains(err.Error(), "--snapshot-copy") || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("--snapshot-copy %s: %v; want it refused naming the flag and %q", cfg.SnapshotCopy, err, tc.want)
 			}
-			if _, err := os.Stat(filepath.Join(dir, "shm")); !os.IsNotExist(err) {
-				t.Errorf("the snapshot directory was made before the refusal (%v)", err)
+			if _, err := os.Stat(cfg.Snapshot); !os.IsNotExist(err) {
+				t.Errorf("the snapshot file was made before the refusal (%v)", err)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name     string
+		snapshot func(snapshot string) string
+		copy     func(snapshot string) string
+		want     string
+	}{
+		{"beside the snapshot", func(s string) string { return s }, func(s string) string { return filepath.Join(filepath.Dir(s), "copy.json") }, "is in --snapshot's directory"},
+		{"without --snapshot", func(string) string { return "" }, func(s string) string { return filepath.Join(filepath.Dir(filepath.Dir(s)), "state", "table.json") }, "is ignored: --snapshot is empty"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := offlineConfig(dir)
+			var logs logbuf.Buffer
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			cfg.Snapshot, cfg.SnapshotCopy = tc.snapshot(cfg.Snapshot), tc.copy(cfg.Snapshot)
+			a, err := agent.New(cfg)
+			if err != nil {
+				t.Fatalf("--snapshot-copy %s (%s): %v; want a start with a warning", cfg.SnapshotCopy, tc.name, err)
+			}
+			stopOffline(t, a)
+			if l := logs.String(); !strings.Contains(l, "level=WARN") || !strings.Contains(l, tc.want) {
+				t.Errorf("--snapshot-copy %s (%s): log %q; want a warning %q", cfg.SnapshotCopy, tc.name, l, tc.want)
 			}
 		})
 	}
