@@ -176,8 +176,8 @@ func (t *Table) trackLost(prev *Table, now time.Time) {
 	// origin for that window on every node (the docs review). A pool the
 	// file has healthy gets the window, as before: when its keys went is
 	// not known.
-	if !prev.start.IsZero() {
-		return // compiled, not loaded: no pool has a fixed health
+	if !prev.start.IsZero() || prev.clusterID != 0 && t.clusterID != 0 && prev.clusterID != t.clusterID {
+		return // compiled, not loaded (no pool has a fixed health), or another cluster's file
 	}
 	for id, p := range prev.pools.all() {
 		if p.fixedHealthy != nil && !*p.fixedHealthy && t.instances[id] == 0 {

@@ -22,7 +22,7 @@ func TestUnhealthyInTheSnapshotHasNoStartGrace(t *testing.T) {
 	southKey := KV{Key: "health/eu-south/h1", Value: []byte(`{"addr":"10.0.0.2:443"}`)}
 	start := time.Now().Add(-time.Hour)
 	written := start.Add(time.Minute) // eu-north past its grace, eu-south live
-	before := Compile(10, append(pools[:len(pools):len(pools)], southKey), nil, CompileOptions{Now: start})
+	before := Compile(10, append(pools[:len(pools):len(pools)], southKey), nil, CompileOptions{Now: start, ClusterID: 0xa})
 	if before.Healthy("eu-north", written) || !before.Healthy("eu-south", written) {
 		t.Fatalf("before the restart: eu-north healthy %v, eu-south %v; want false, true", before.Healthy("eu-north", written), before.Healthy("eu-south", written))
 	}
@@ -37,7 +37,7 @@ func TestUnhealthyInTheSnapshotHasNoStartGrace(t *testing.T) {
 
 	// The restart: the first list finds no health key of either.
 	now := time.Now()
-	after := Compile(20, pools, loaded, CompileOptions{Now: now})
+	after := Compile(20, pools, loaded, CompileOptions{Now: now, ClusterID: 0xa})
 	if after.Healthy("eu-north", now) {
 		t.Errorf("eu-north, unhealthy in the snapshot and without a key at the first list: healthy; want unhealthy at once")
 	}
@@ -46,6 +46,11 @@ func TestUnhealthyInTheSnapshotHasNoStartGrace(t *testing.T) {
 	}
 	if after.Healthy("eu-south", now.Add(DefaultHealthGrace)) {
 		t.Errorf("eu-south: healthy past the grace window")
+	}
+	// A file of another cluster (a replaced one) says nothing of this
+	// one's origins: the window from the start, as without a file.
+	if other := Compile(20, pools, loaded, CompileOptions{Now: now, ClusterID: 0xb}); !other.Healthy("eu-north", now) {
+		t.Errorf("eu-north, unhealthy in another cluster's snapshot: unhealthy at once; want the grace window")
 	}
 	northKey := KV{Key: "health/eu-north/h1", Value: []byte(`{"addr":"10.0.0.1:443"}`)}
 	if back := Compile(21, append(pools[:len(pools):len(pools)], northKey), after, CompileOptions{Now: now}); !back.Healthy("eu-north", now) {

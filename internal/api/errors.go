@@ -78,4 +78,4 @@ func writeNoTable(w http.ResponseWriter) {
 // noPoolsMsg is no_table's message for a table without pools: it routes
 // nothing, so its NoRoutes are no decision (see handleResolve); the
 // answer names the table's revision and epoch.
-const noPoolsMsg = "the routing table has no pools (a wrong --prefix, or no config applied yet): nothing routes; the snapshot files keep the last table with pools"
+const noPoolsMsg = "the routing table has no pools (a wrong --prefix, or no config applied yet): nothing routes; snapshot files that had pools are kept as they were (regiond_snapshot_held 1), files that had none are written as usual"

@@ -224,7 +224,11 @@ func get(ctx context.Context, network, addr, host, path string, d time.Duration)
 		return 0, "", false
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(d))
+	deadline := time.Now().Add(d)
+	if cd, ok := ctx.Deadline(); ok && cd.Before(deadline) {
+		deadline = cd
+	}
+	c.SetDeadline(deadline)
 	if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", path, host); err != nil {
 		return 0, "", false
 	}
