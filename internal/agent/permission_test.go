@@ -121,10 +121,15 @@ func TestStatusPutFailuresAreLoggedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the status key at the change", func() bool { return statusRev() >= p.Header.Revision })
-	st = api.Status{}
-	if h.get("/v1/status", &st); st.StatusError != "" {
-		t.Fatalf("/v1/status once the status key is put: status_error %q; want none", st.StatusError)
-	}
+	// etcd refuses the lease's keep-alives too while the role may not
+	// write the key: a refusal longer than the TTL (a loaded machine)
+	// ends the lease, and the agent puts the key under a new one, which
+	// clears status_error as well.
+	waitFor(t, "status_error cleared once the status key is put", func() bool {
+		st = api.Status{}
+		h.get("/v1/status", &st)
+		return st.StatusError == ""
+	})
 	waitFor(t, "the put logged again", func() bool { return strings.Contains(logs.String(), `"msg":"agent status: put again"`) })
 
 	warn, debug := 0, 0

@@ -116,11 +116,25 @@ func TestWriterRemovesLeftoverTempFiles(t *testing.T) {
 }
 
 func TestWriterSurvivesLostTempFile(t *testing.T) {
+	// removeAll is os.RemoveAll of a directory the writer may be preparing
+	// its next temp file in (the index's, after the table's) meanwhile:
+	// one made between RemoveAll's listing and its rmdir fails it with
+	// "directory not empty" (seen in CI), so it is tried again.
+	removeAll := func(dir string) error {
+		var err error
+		for range 20 {
+			if err = os.RemoveAll(dir); err == nil {
+				return nil
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return err
+	}
 	for name, lose := range map[string]func(dir, tmp string) error{
 		"temp file removed": func(dir, tmp string) error { return os.Remove(filepath.Join(dir, tmp)) },
-		"directory removed": func(dir, tmp string) error { return os.RemoveAll(dir) },
+		"directory removed": func(dir, tmp string) error { return removeAll(dir) },
 		"directory recreated": func(dir, tmp string) error {
-			if err := os.RemoveAll(dir); err != nil {
+			if err := removeAll(dir); err != nil {
 				return err
 			}
 			return os.Mkdir(dir, 0o755)
