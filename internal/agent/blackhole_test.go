@@ -2,12 +2,10 @@ package agent_test
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/regiond/regiond/internal/agent"
 	"github.com/regiond/regiond/internal/api"
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/etcddiag"
@@ -36,9 +34,7 @@ func TestSilentPathIsNoticedAndFailedOver(t *testing.T) {
 		px[i] = proxyTo(t, srv)
 	}
 	dir := t.TempDir()
-	cfg := agent.DefaultConfig()
-	cfg.Endpoints, cfg.Node, cfg.Logger = []string{px[0].URL(), px[1].URL()}, "node-1", quietLogger()
-	cfg.Socket, cfg.Listen, cfg.Snapshot = "", "127.0.0.1:0", filepath.Join(dir, "shm", "table.json")
+	cfg := tcpConfig(dir, []string{px[0].URL(), px[1].URL()}, "node-1")
 	h := runAgent(t, dir, cfg)
 	waitFor(t, "first table", func() bool { c, _ := h.resolve("DE", "k"); return c == 200 })
 	_, before := h.resolve("DE", "k")

@@ -3,7 +3,6 @@ package agent_test
 import (
 	"context"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -29,9 +28,7 @@ func TestNodeRecord(t *testing.T) {
 	loadExample(t, cli)
 	px := proxyTo(t, srv)
 	dir := t.TempDir()
-	cfg := agent.DefaultConfig()
-	cfg.Endpoints, cfg.Node, cfg.Logger = []string{px.URL()}, "node-rec", quietLogger()
-	cfg.Socket, cfg.Listen, cfg.Snapshot = "", "127.0.0.1:0", filepath.Join(dir, "shm", "table.json")
+	cfg := tcpConfig(dir, []string{px.URL()}, "node-rec")
 	cfg.StatusTTL = 2 * time.Second
 	h := runAgent(t, dir, cfg)
 	ks := keyspace.Default()
@@ -207,10 +204,8 @@ func exampleWithAuth(t *testing.T) (*devetcd.Server, *clientv3.Client) {
 func runAgentAs(t *testing.T, srv *devetcd.Server, node, user string, logs *logbuf.Buffer, setup ...func(*agent.Agent)) *harness {
 	t.Helper()
 	dir := t.TempDir()
-	cfg := agent.DefaultConfig()
-	cfg.Endpoints, cfg.Node, cfg.Username, cfg.Password = srv.Endpoints, node, user, "agent-pw"
-	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
-	cfg.Socket, cfg.Listen, cfg.Snapshot = "", "127.0.0.1:0", filepath.Join(dir, "shm", "table.json")
+	cfg := tcpConfig(dir, srv.Endpoints, node)
+	cfg.Username, cfg.Password, cfg.Logger = user, "agent-pw", slog.New(slog.NewTextHandler(logs, nil))
 	cfg.StatusTTL = 2 * time.Second
 	return runAgent(t, dir, cfg, setup...)
 }
@@ -224,9 +219,7 @@ func TestNodeRecordOfAnotherAgentIsLeftAtStop(t *testing.T) {
 	cli := devetcd.NewTestClient(t, srv)
 	loadExample(t, cli)
 	dir := t.TempDir()
-	cfg := agent.DefaultConfig()
-	cfg.Endpoints, cfg.Node, cfg.Logger = srv.Endpoints, "node-dup", quietLogger()
-	cfg.Socket, cfg.Listen, cfg.Snapshot = "", "127.0.0.1:0", filepath.Join(dir, "shm", "table.json")
+	cfg := tcpConfig(dir, srv.Endpoints, "node-dup")
 	h := runAgent(t, dir, cfg)
 	ks := keyspace.Default()
 	record := func() string {

@@ -3,7 +3,6 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -29,9 +28,7 @@ func TestQuorumLossServesTheLastTable(t *testing.T) {
 	cli := c.Client(t)
 	rev := loadExample(t, cli)
 	dir := t.TempDir()
-	cfg := agent.DefaultConfig()
-	cfg.Endpoints, cfg.Node, cfg.Logger = c.Endpoints(), "node-1", quietLogger()
-	cfg.Socket, cfg.Listen, cfg.Snapshot = "", "127.0.0.1:0", filepath.Join(dir, "shm", "table.json")
+	cfg := tcpConfig(dir, c.Endpoints(), "node-1")
 	cfg.StatusTTL = 2 * time.Second
 	h := runAgent(t, dir, cfg, func(a *agent.Agent) { agent.SetStatusRetry(a, time.Hour, time.Hour) })
 	var st api.Status

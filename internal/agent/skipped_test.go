@@ -2,14 +2,12 @@ package agent_test
 
 import (
 	"context"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/regiond/regiond/internal/agent"
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/routing"
 )
@@ -28,9 +26,7 @@ func TestStatusKeyNamesSkippedKeys(t *testing.T) {
 	loadExample(t, cli)
 	clock := newFakeClock()
 	dir := t.TempDir()
-	cfg := agent.DefaultConfig()
-	cfg.Endpoints, cfg.Node, cfg.Logger = srv.Endpoints, "node-1", quietLogger()
-	cfg.Socket, cfg.Listen, cfg.Snapshot = "", "127.0.0.1:0", filepath.Join(dir, "shm", "table.json")
+	cfg := tcpConfig(dir, srv.Endpoints, "node-1")
 	cfg.StatusTTL = 2 * time.Second
 	h := runAgent(t, dir, cfg, clock.install, quietHour)
 	waitFor(t, "first table", func() bool { c, _ := h.resolve("DE", "k"); return c == 200 })

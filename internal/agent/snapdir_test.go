@@ -49,6 +49,15 @@ func offlineConfig(dir string) agent.Config {
 	return cfg
 }
 
+// tcpConfig is an agent of node on endpoints with its API on loopback TCP
+// alone (a free port), its snapshot under dir/shm and a quiet logger.
+func tcpConfig(dir string, endpoints []string, node string) agent.Config {
+	cfg := agent.DefaultConfig()
+	cfg.Endpoints, cfg.Node, cfg.Logger = endpoints, node, quietLogger()
+	cfg.Socket, cfg.Listen, cfg.Snapshot = "", "127.0.0.1:0", filepath.Join(dir, "shm", "table.json")
+	return cfg
+}
+
 // TestRefusesADirectoryNotItsOwn: the agent does not start when the
 // snapshot directory (or the socket's) is a symbolic link, is another
 // user's, or is writable by group or others; the error names the

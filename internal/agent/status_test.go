@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -95,9 +94,7 @@ func TestStatusKeyFollowsChangesAtOnce(t *testing.T) {
 	loadExample(t, cli)
 	clock := newFakeClock()
 	dir := t.TempDir()
-	cfg := agent.DefaultConfig()
-	cfg.Endpoints, cfg.Node, cfg.Logger = srv.Endpoints, "node-1", quietLogger()
-	cfg.Socket, cfg.Listen, cfg.Snapshot = "", "127.0.0.1:0", filepath.Join(dir, "shm", "table.json")
+	cfg := tcpConfig(dir, srv.Endpoints, "node-1")
 	cfg.StatusTTL = 2 * time.Second
 	h := runAgent(t, dir, cfg, clock.install, quietHour)
 	waitFor(t, "first table", func() bool { c, _ := h.resolve("DE", "k"); return c == 200 })
@@ -403,9 +400,7 @@ func TestStatusKeyFollowsARelist(t *testing.T) {
 	px := proxyTo(t, srv)
 	clock := newFakeClock()
 	dir := t.TempDir()
-	cfg := agent.DefaultConfig()
-	cfg.Endpoints, cfg.Node, cfg.Logger = []string{px.URL()}, "node-1", quietLogger()
-	cfg.Socket, cfg.Listen, cfg.Snapshot = "", "127.0.0.1:0", filepath.Join(dir, "shm", "table.json")
+	cfg := tcpConfig(dir, []string{px.URL()}, "node-1")
 	cfg.StatusTTL, cfg.ProgressInterval = 30*time.Second, 100*time.Millisecond
 	h := runAgent(t, dir, cfg, clock.install)
 	waitFor(t, "first table", func() bool { c, _ := h.resolve("DE", "k"); return c == 200 })

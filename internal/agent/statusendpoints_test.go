@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/regiond/regiond/internal/agent"
 	"github.com/regiond/regiond/internal/api"
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/etcdproc"
@@ -49,11 +47,8 @@ func TestStatusEndpointsBesideAProxy(t *testing.T) {
 		t.Helper()
 		var logs logbuf.Buffer
 		dir := t.TempDir()
-		cfg := agent.DefaultConfig()
-		cfg.Endpoints, cfg.StatusEndpoints, cfg.Node = []string{p.URL()}, statusEndpoints, node
-		cfg.Username, cfg.Password = "agent", "agent-pw"
-		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-		cfg.Socket, cfg.Listen, cfg.Snapshot = "", "127.0.0.1:0", filepath.Join(dir, "shm", "table.json")
+		cfg := tcpConfig(dir, []string{p.URL()}, node)
+		cfg.StatusEndpoints, cfg.Username, cfg.Password, cfg.Logger = statusEndpoints, "agent", "agent-pw", slog.New(slog.NewTextHandler(&logs, nil))
 		cfg.StatusTTL = 2 * time.Second
 		h := runAgent(t, dir, cfg)
 		defer h.stop()
