@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"google.golang.org/grpc/connectivity"
@@ -103,9 +104,13 @@ type publisher struct {
 	noRecordAt   time.Time
 	recordWarned bool
 	// recordRev is the revision of this run's last put of the node
-	// record (0: none yet): the delete at stop deletes the record only
-	// while it is that put's.
+	// record (0: none yet): the delete at stop deletes the record while it
+	// is that put's. leases are the leases of this run's puts of the
+	// record, answered or not: a record at another revision is this run's
+	// too when the status key was put in the same revision under one of
+	// them (a put etcd applied while its answer was lost).
 	recordRev int64
+	leases    map[clientv3.LeaseID]bool
 	// recordRetry is how long after a refusal the record is tried again.
 	recordRetry time.Duration
 	// retry spaces the attempts at a new session after a failed one.
@@ -468,11 +473,11 @@ func (p *publisher) putOwn(ctx context.Context, v string, lease clientv3.LeaseID
 // the fleet's view (a stop that cannot reach etcd leaves it, and regionctl
 // status names the node lost until it runs again). A role that may not
 // delete it (one from before node records) kept none. Only a record this
-// run put last goes, or, before this run put one, a record of an earlier
-// run while no live agent holds the status key: an agent started with a
-// live one's --node by mistake must not take the live one's record with it
-// when it stops (the drills: the live agent was missing from regionctl
-// status until its next refresh, up to a minute).
+// run put goes (ownRecord), or, before this run put one, a record of an
+// earlier run while no live agent holds the status key: an agent started
+// with a live one's --node by mistake must not take the live one's record
+// with it when it stops (the drills: the live agent was missing from
+// regionctl status until its next refresh, up to a minute).
 func (p *publisher) deleteRecord() {
 	if !p.noRecordAt.IsZero() {
 		return
@@ -483,13 +488,12 @@ func (p *publisher) deleteRecord() {
 		// agent that never reached etcd, or cut off as it stops).
 		err = fmt.Errorf("no connection to etcd (%s)", conn.GetState())
 	} else {
-		ours := clientv3.Compare(clientv3.ModRevision(p.record), "=", p.recordRev)
-		if p.recordRev == 0 {
-			ours = clientv3.Compare(clientv3.CreateRevision(p.key), "=", 0)
-		}
 		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		var resp *clientv3.TxnResponse
-		resp, err = p.cli.Txn(dctx).If(ours).Then(clientv3.OpDelete(p.record)).Commit()
+		var ours clientv3.Cmp
+		if ours, err = p.ownRecord(dctx); err == nil {
+			resp, err = p.cli.Txn(dctx).If(ours).Then(clientv3.OpDelete(p.record)).Commit()
+		}
 		cancel()
 		if err == nil && !resp.Succeeded {
 			p.log.Info("agent status: the node record was written since this run's last put, or is an earlier run's while a status key lives (another agent of the same --node?): left in place", "key", p.record)
@@ -500,11 +504,53 @@ func (p *publisher) deleteRecord() {
 	}
 }
 
+// ownRecord returns the condition under which the node record is this
+// run's to delete at stop: it is at the revision of this run's last put
+// of it, or at a revision where the status key was put under a lease of
+// this run's puts of the record (the same Txn put both: a put etcd
+// applied while its answer was lost, which recordRev does not know).
+// Before this run put one, it is an earlier run's while no status key
+// lives. A record whose revision is compacted away from the status key's
+// history is taken as another's.
+func (p *publisher) ownRecord(ctx context.Context) (clientv3.Cmp, error) {
+	at := func(rev int64) clientv3.Cmp { return clientv3.Compare(clientv3.ModRevision(p.record), "=", rev) }
+	ours := at(p.recordRev)
+	if p.recordRev == 0 {
+		ours = clientv3.Compare(clientv3.CreateRevision(p.key), "=", 0)
+	}
+	if len(p.leases) == 0 {
+		return ours, nil
+	}
+	resp, err := p.cli.Get(ctx, p.record)
+	if err != nil {
+		return ours, fmt.Errorf("read the node record: %w", err)
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].ModRevision == p.recordRev {
+		return ours, nil
+	}
+	rev := resp.Kvs[0].ModRevision
+	st, err := p.cli.Get(ctx, p.key, clientv3.WithRev(rev))
+	if err != nil {
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			return ours, nil
+		}
+		return ours, fmt.Errorf("read the status key at the node record's revision %d: %w", rev, err)
+	}
+	if len(st.Kvs) == 1 && st.Kvs[0].ModRevision == rev && p.leases[clientv3.LeaseID(st.Kvs[0].Lease)] {
+		return at(rev), nil
+	}
+	return ours, nil
+}
+
 // putOwnOps is putOwn, with the node record when record.
 func (p *publisher) putOwnOps(ctx context.Context, v string, lease clientv3.LeaseID, check, record bool) error {
 	ops := []clientv3.Op{clientv3.OpPut(p.key, v, clientv3.WithLease(lease))}
 	if record {
 		ops = append(ops, clientv3.OpPut(p.record, v))
+		if p.leases == nil {
+			p.leases = map[clientv3.LeaseID]bool{}
+		}
+		p.leases[lease] = true
 	}
 	do := func() error {
 		if len(ops) == 1 {

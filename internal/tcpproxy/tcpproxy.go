@@ -26,8 +26,10 @@ type Proxy struct {
 	wg      sync.WaitGroup
 	stopped bool
 	// open is closed while bytes flow; Freeze replaces it with one that
-	// Thaw closes.
-	open chan struct{}
+	// Thaw closes. replies is the same for the bytes from the target to
+	// the clients alone (FreezeReplies).
+	open    chan struct{}
+	replies chan struct{}
 }
 
 // New starts a proxy on a free loopback port forwarding to target. The
@@ -54,8 +56,9 @@ func NewCopying(target string, copyUp func(dst io.Writer, src io.Reader)) (*Prox
 			return nil, fmt.Errorf("tcpproxy: listen: %w", err)
 		}
 	}
-	p := &Proxy{target: target, addr: ln.Addr().String(), copyUp: copyUp, conns: map[net.Conn]struct{}{}, open: make(chan struct{})}
+	p := &Proxy{target: target, addr: ln.Addr().String(), copyUp: copyUp, conns: map[net.Conn]struct{}{}, open: make(chan struct{}), replies: make(chan struct{})}
 	close(p.open)
+	close(p.replies)
 	p.serve(ln)
 	return p, nil
 }
@@ -109,8 +112,8 @@ func (p *Proxy) pipe(c net.Conn) {
 	if copyUp == nil {
 		copyUp = plain
 	}
-	go cp(gated{p, up}, c, copyUp)
-	go cp(gated{p, c}, up, plain)
+	go cp(gated{p, up, false}, c, copyUp)
+	go cp(gated{p, c, true}, up, plain)
 	<-done
 	<-done
 	p.untrack(c, up)
@@ -137,17 +140,22 @@ func (p *Proxy) untrack(cs ...net.Conn) {
 }
 
 // gated is one direction of a connection: each write waits while the
-// proxy is frozen.
+// proxy is frozen (reply: the direction to the client, which waits while
+// replies are frozen too).
 type gated struct {
 	p *Proxy
 	net.Conn
+	reply bool
 }
 
 func (g gated) Write(b []byte) (int, error) {
 	g.p.mu.Lock()
-	open := g.p.open
+	open, replies := g.p.open, g.p.replies
 	g.p.mu.Unlock()
 	<-open
+	if g.reply {
+		<-replies
+	}
 	return g.Conn.Write(b)
 }
 
@@ -169,14 +177,30 @@ func (p *Proxy) Freeze() {
 	}
 }
 
-// Thaw carries bytes again, those held first.
-func (p *Proxy) Thaw() {
+// FreezeReplies stops carrying bytes from the target to the clients
+// alone: what clients send still arrives and is acted on, and the
+// answers are held (delivered by Thaw): a request that the server applies
+// while its client times out waiting for the answer.
+func (p *Proxy) FreezeReplies() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	select {
-	case <-p.open:
-	default:
-		close(p.open)
+	case <-p.replies:
+		p.replies = make(chan struct{})
+	default: // frozen already
+	}
+}
+
+// Thaw carries bytes again, in both directions, those held first.
+func (p *Proxy) Thaw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range []*chan struct{}{&p.open, &p.replies} {
+		select {
+		case <-*c:
+		default:
+			close(*c)
+		}
 	}
 }
 

@@ -91,3 +91,64 @@ func TestFreezeHoldsAndThawDelivers(t *testing.T) {
 		t.Fatalf("severed while frozen: %v; want the connection closed", err)
 	}
 }
+
+// With its replies frozen, the proxy still carries what a client sends:
+// the server gets it and answers, and the answer is held until the thaw.
+func TestFreezeRepliesCarriesRequests(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan string, 4)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		r := bufio.NewReader(c)
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			got <- line
+			c.Write([]byte(line))
+		}
+	}()
+	p, err := tcpproxy.New(ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	if line, err := roundTrip(c, r, "before", 5*time.Second); err != nil || line != "before\n" {
+		t.Fatalf("before the freeze: %q, %v", line, err)
+	}
+	<-got
+
+	p.FreezeReplies()
+	if line, err := roundTrip(c, r, "applied", 300*time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("replies frozen: read %q, %v; want nothing until the deadline", line, err)
+	}
+	select {
+	case line := <-got:
+		if line != "applied\n" {
+			t.Fatalf("the server got %q", line)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("replies frozen: the request did not reach the server")
+	}
+
+	p.Thaw()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if line, err := r.ReadString('\n'); err != nil || line != "applied\n" {
+		t.Fatalf("after the thaw: %q, %v; want the held answer", line, err)
+	}
+}
