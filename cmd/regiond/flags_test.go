@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"os"
 	"path/filepath"
@@ -229,5 +231,55 @@ func TestEveryErrorLineIsNamed(t *testing.T) {
 		if !strings.HasPrefix(l, "regiond: ") {
 			t.Errorf("error line %q does not begin with regiond:", l)
 		}
+	}
+}
+
+// TestAgentPresentsARenewedCertificate: the agent's TLS settings read the
+// client certificate from --cert and --key at each new connection to
+// etcd (etcd's own client TLS), so a certificate renewed in place is
+// presented at the next connection, with no restart (operations.md).
+func TestAgentPresentsARenewedCertificate(t *testing.T) {
+	certs := devetcd.NewTestCerts(t)
+	first, err := certs.IssueClient("node-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f agentFlags
+	fs := pflag.NewFlagSet("regiond", pflag.ContinueOnError)
+	f.register(fs, false)
+	if err := fs.Parse([]string{"--endpoints=https://127.0.0.1:2379", "--cacert=" + certs.CAFile, "--cert=" + first.CertFile, "--key=" + first.KeyFile}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := f.finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial := func() int64 {
+		t.Helper()
+		if cfg.TLS.GetClientCertificate == nil {
+			t.Fatal("the agent's TLS settings load the certificate once (no GetClientCertificate)")
+		}
+		c, err := cfg.TLS.GetClientCertificate(&tls.CertificateRequestInfo{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaf, err := x509.ParseCertificate(c.Certificate[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return leaf.SerialNumber.Int64()
+	}
+	before := serial()
+	renewed, err := certs.IssueClient("node-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for from, to := range map[string]string{renewed.CertFile: first.CertFile, renewed.KeyFile: first.KeyFile} {
+		if err := os.Rename(from, to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := serial(); after == before {
+		t.Fatalf("certificate presented after a renewal in place: serial %d, the first one's", after)
 	}
 }

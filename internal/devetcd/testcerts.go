@@ -99,18 +99,22 @@ func WriteTestCerts(dir string) (*TestCerts, error) {
 	// with it in some set-ups).
 	if err := c.leaf("localhost", []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		[]string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-		c.ServerCertFile, c.ServerKeyFile); err != nil {
+		c.ServerCertFile, c.ServerKeyFile, time.Time{}); err != nil {
 		return nil, err
 	}
 	if err := c.leaf(TestClientCN, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil, nil,
-		c.ClientCertFile, c.ClientKeyFile); err != nil {
+		c.ClientCertFile, c.ClientKeyFile, time.Time{}); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-// leaf writes a certificate for cn signed by the CA, and its key.
-func (c *TestCerts) leaf(cn string, usage []x509.ExtKeyUsage, dns []string, ips []net.IP, certFile, keyFile string) error {
+// leaf writes a certificate for cn signed by the CA, and its key, valid
+// until notAfter (zero: a day).
+func (c *TestCerts) leaf(cn string, usage []x509.ExtKeyUsage, dns []string, ips []net.IP, certFile, keyFile string, notAfter time.Time) error {
+	if notAfter.IsZero() {
+		notAfter = c.now.Add(24 * time.Hour)
+	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return err
@@ -119,7 +123,7 @@ func (c *TestCerts) leaf(cn string, usage []x509.ExtKeyUsage, dns []string, ips 
 		SerialNumber: big.NewInt(c.nextSerial()),
 		Subject:      pkix.Name{CommonName: cn},
 		NotBefore:    c.now.Add(-time.Hour),
-		NotAfter:     c.now.Add(24 * time.Hour),
+		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  usage,
 		DNSNames:     dns,
@@ -160,12 +164,18 @@ type ClientCert struct {
 // the CA, into Dir. With authentication on, etcd takes cn as the user of
 // requests that carry no user token.
 func (c *TestCerts) IssueClient(cn string) (ClientCert, error) {
+	return c.IssueClientUntil(cn, time.Time{})
+}
+
+// IssueClientUntil is IssueClient with a certificate that expires at
+// notAfter (zero: a day after the CA was made).
+func (c *TestCerts) IssueClientUntil(cn string, notAfter time.Time) (ClientCert, error) {
 	if c.caKey == nil {
 		return ClientCert{}, fmt.Errorf("devetcd: IssueClient %s: the CA key is not loaded", cn)
 	}
 	name := fmt.Sprintf("client-%s-%d", nonFileChars.ReplaceAllString(cn, "_"), c.nextSerial())
 	cc := ClientCert{CN: cn, CertFile: filepath.Join(c.Dir, name+".pem"), KeyFile: filepath.Join(c.Dir, name+"-key.pem")}
-	if err := c.leaf(cn, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil, nil, cc.CertFile, cc.KeyFile); err != nil {
+	if err := c.leaf(cn, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil, nil, cc.CertFile, cc.KeyFile, notAfter); err != nil {
 		return ClientCert{}, err
 	}
 	return cc, nil

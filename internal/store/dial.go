@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -184,7 +185,25 @@ func (c DialConfig) tlsConfig() (*tls.Config, error) {
 		if err != nil {
 			return nil, fmt.Errorf("load client certificate %s: %w", c.Cert, err)
 		}
-		cfg.Certificates = []tls.Certificate{pair}
+		cfg.GetClientCertificate = renewedCertificate(c.Cert, c.Key, &pair)
 	}
 	return cfg, nil
+}
+
+// renewedCertificate returns a tls.Config.GetClientCertificate that reads
+// the client certificate from its files at each new connection, as etcd's
+// own clients do: a long-running client (regionctl heartbeat) presents a
+// certificate renewed in place once it connects again, instead of the one
+// it started with, which may have expired since. While the files do not
+// load (a renewal between writing the certificate and its key), the last
+// pair that did is presented.
+func renewedCertificate(certFile, keyFile string, first *tls.Certificate) func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	var last atomic.Pointer[tls.Certificate]
+	last.Store(first)
+	return func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		if pair, err := tls.LoadX509KeyPair(certFile, keyFile); err == nil {
+			last.Store(&pair)
+		}
+		return last.Load(), nil
+	}
 }
