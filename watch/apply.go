@@ -85,6 +85,7 @@ func (m *Mirror) handle(resp clientv3.WatchResponse) (string, change) {
 		return "", unchanged // a creation is answered once, to open
 	}
 	if resp.IsProgressNotify() {
+		m.progressUnanswered = 0
 		if m.progressIgnored {
 			m.progressIgnored = false
 			m.log.Info("progress notification received: sending progress requests again")

@@ -183,6 +183,10 @@ type Mirror struct {
 	// progressIgnored: progress requests go unanswered on this path (etcd's
 	// grpc-proxy drops them), so none are sent until a notification comes.
 	progressIgnored bool
+	// progressUnanswered counts the silences since the last progress
+	// notification in which etcd was past the watch's start revision
+	// (unansweredSilences of them set progressIgnored).
+	progressUnanswered int
 	// skippedLogged holds the refusal last logged of each key the table
 	// skips (guarded by swapMu).
 	skippedLogged map[string]string

@@ -16,6 +16,11 @@ const (
 	probeCluster   = "cluster-change"
 )
 
+// unansweredSilences is how many silences in a row, each with etcd past
+// the watch's start revision, show that progress requests go unanswered
+// on the path to etcd.
+const unansweredSilences = 2
+
 // silent handles a watch that answered nothing for three progress
 // intervals. Silence alone means nothing: etcd's grpc-proxy drops progress
 // requests, and etcd answers none while a watch's start revision is ahead
@@ -35,9 +40,17 @@ func (m *Mirror) silent(ctx context.Context, s *stream) (*stream, string) {
 		if s.probedPast && !m.progressIgnored {
 			// etcd has been past the watch's start revision since the
 			// last probe: it would have answered the progress requests
-			// sent meanwhile. Whatever sits in between drops them.
-			m.progressIgnored = true
-			m.log.Info("progress requests go unanswered (etcd's grpc-proxy drops them): no more are sent; silence probes confirm the table until a progress notification arrives")
+			// sent meanwhile. Whatever sits in between drops them, if
+			// it does so again: once alone is also a member lost under
+			// the watch, whose requests went with its stream while
+			// the client resumed the watch on another (the heartbeat
+			// review: a leader killed).
+			m.progressUnanswered++
+			if m.progressUnanswered >= unansweredSilences {
+				m.progressIgnored = true
+				m.log.Info("progress requests go unanswered (etcd's grpc-proxy drops them): no more are sent; silence probes confirm the table until a progress notification arrives",
+					"silences", m.progressUnanswered)
+			}
 		}
 		s.probedPast = s.probedPast || rev >= s.start
 		s.heard = time.Now()
