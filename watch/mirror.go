@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/regiond/regiond/internal/backoff"
@@ -95,6 +96,10 @@ type Status struct {
 	// list, watch or check until a list or a watch is answered again; ""
 	// otherwise. The last good table keeps serving meanwhile.
 	Refused string
+	// LoginRefused: Refused is etcd refusing the client's login
+	// (authentication failed: a password changed in etcd, the user gone),
+	// not its role.
+	LoginRefused bool
 	// Unreachable says what the endpoints answered a plain dial
 	// (Config.Diagnose) the last time the mirror found itself without a
 	// connection to etcd, while it still has none; "" otherwise, and once
@@ -130,8 +135,8 @@ type Mirror struct {
 	swapMu sync.Mutex // serializes derive-and-store of the table
 
 	connected atomic.Bool
-	refused   atomic.Pointer[string] // see Status.Refused
-	unreach   atomic.Pointer[string] // see Status.Unreachable
+	refused   atomic.Pointer[refusal] // see Status.Refused
+	unreach   atomic.Pointer[string]  // see Status.Unreachable
 	// leaderless: etcd said no leader since the mirror was last connected.
 	leaderless atomic.Bool
 	// stalled, since the mirror was last connected, says why with the
@@ -272,7 +277,7 @@ func (m *Mirror) Changed() <-chan struct{} {
 func (m *Mirror) Status() Status {
 	s := Status{Connected: m.connected.Load(), EventRevision: m.eventRev.Load()}
 	if r := m.refused.Load(); r != nil {
-		s.Refused = *r
+		s.Refused, s.LoginRefused = r.msg, r.login
 	}
 	if u := m.unreach.Load(); u != nil && !s.Connected && !m.transportReady() {
 		s.Unreachable = *u
@@ -400,10 +405,37 @@ func (m *Mirror) setConnected(c bool) {
 	}
 }
 
+// refusal is Status.Refused and Status.LoginRefused.
+type refusal struct {
+	msg   string
+	login bool
+}
+
+// refused reports whether err is etcd refusing the client's user a
+// request (PermissionDenied) or its login (authentication failed): what
+// refuse records.
+func refused(err error) bool { return PermissionDenied(err) || authFailed(err) }
+
+// authFailed reports whether err is etcd refusing the client's login: a
+// client whose token etcd no longer knows logs in again, and its
+// password is refused (changed in etcd), or its user is gone (deleted,
+// or etcd restored from a backup made before the user).
+func authFailed(err error) bool {
+	return errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrGRPCAuthFailed) ||
+		strings.Contains(err.Error(), rpctypes.ErrAuthFailed.Error())
+}
+
 // refuse records and logs that etcd refused the client's user what (a
-// list, watch or check) of the prefix: Status.Refused until a list or a
-// watch is answered again.
+// list, watch or check) of the prefix, or its login: Status.Refused until
+// a list or a watch is answered again.
 func (m *Mirror) refuse(what string, err error) {
+	if authFailed(err) {
+		msg := fmt.Sprintf("etcd refuses the login of user %s (authentication failed) for the %s of %s: its password in etcd is not the agent's, or the user is gone (deleted, or etcd restored from a backup made before it): regionctl auth apply makes the agents' users again, then give the agent the password it sets",
+			m.cfg.User, what, m.cfg.Prefix)
+		m.refused.Store(&refusal{msg: msg, login: true})
+		m.log.Error(msg+"; keeping the last good table and retrying", "prefix", m.cfg.Prefix, "user", m.cfg.User, "err", err)
+		return
+	}
 	roles := "regionctl auth roles"
 	if root, ok := strings.CutSuffix(m.cfg.Prefix, "/routing/"); ok && root != keyspace.DefaultRoot {
 		roles = "regionctl --prefix " + root + " auth roles"
@@ -413,7 +445,7 @@ func (m *Mirror) refuse(what string, err error) {
 		who = "to a client with no etcd user: with auth on, give --user, or --cert with a certificate whose common name is an etcd user"
 	}
 	msg := fmt.Sprintf("etcd refuses the %s of %s (permission denied) %s", what, m.cfg.Prefix, who)
-	m.refused.Store(&msg)
+	m.refused.Store(&refusal{msg: msg})
 	m.log.Error(msg+"; keeping the last good table and retrying", "prefix", m.cfg.Prefix, "err", err)
 }
 

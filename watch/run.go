@@ -69,7 +69,7 @@ func (m *Mirror) Run(ctx context.Context) error {
 			}
 			reason = ReasonListFailed
 			m.noteDown()
-			if PermissionDenied(err) {
+			if refused(err) {
 				m.refuse("list", err)
 			} else {
 				msg := "list failed; keeping the last good table"

@@ -274,7 +274,7 @@ func (m *Mirror) watchError(resp clientv3.WatchResponse) string {
 		m.log.Warn("watch compacted", "compact_revision", resp.CompactRevision, "applied_revision", m.applied)
 		return ReasonCompacted
 	}
-	if PermissionDenied(err) {
+	if refused(err) {
 		m.refuse("watch", err)
 		return ReasonPermission
 	}

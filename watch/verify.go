@@ -58,7 +58,7 @@ func (m *Mirror) verify(ctx context.Context) string {
 	case errors.Is(err, rpctypes.ErrFutureRev):
 		m.log.Error("etcd revision below the applied one; was the cluster restored from an older backup?", "applied_revision", m.applied)
 		return ReasonRegressed
-	case err != nil && PermissionDenied(err):
+	case err != nil && refused(err):
 		m.refuse("read", err)
 		return ReasonPermission
 	case err != nil:

@@ -124,7 +124,7 @@ func New(cfg Config) (*Agent, error) {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "regiond", Subsystem: "table", Name: "pools_out",
 			Help: "Pools of the served table an operator took out (status draining or down): a drain has no end of its own, so one forgotten after maintenance stays until undrained."},
 			func() float64 { return float64(poolsOut(source{a}.Table())) }))
-	a.conns, a.login = newConnVecs(a.registry), newLoginMetrics(a.registry)
+	a.conns, a.login = newConnVecs(a.registry), newLoginMetrics(a.registry, a)
 	a.statusPutFailures = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "regiond", Subsystem: "agent", Name: "status_put_failures_total",
 		Help: "Puts of the agent's status key that failed (etcd away, or the role lacks readwrite on <prefix>/agents/<node>); retried at the next check (a second) for a change, at the next refresh (a minute) otherwise."})
 	a.nodeConflicts = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "regiond", Subsystem: "agent", Name: "node_conflicts_total",

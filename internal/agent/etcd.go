@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -199,7 +200,7 @@ const grpcWindow = 4 << 20
 func (a *Agent) dial(ctx context.Context) *clientv3.Client {
 	cli := a.dialTo(ctx, a.cfg.Endpoints, func(err error, wait time.Duration) { a.dialFailed(ctx, err, wait) })
 	if cli != nil {
-		a.login.refused.Set(0)
+		a.login.dialRefused.Store(false)
 	}
 	return cli
 }
@@ -292,7 +293,7 @@ func (a *Agent) dialFailed(ctx context.Context, err error, wait time.Duration) {
 			msg = fmt.Sprintf("etcd refused the login of user %q at %v: the user has no password in etcd, it logs in by its client certificate (whose common name is the user): remove --user and $REGIOND_PASSWORD, keep --cert and --key (%v)",
 				a.cfg.Username, a.cfg.Endpoints, err)
 		}
-		a.login.refused.Set(1)
+		a.login.dialRefused.Store(true)
 		a.login.refusals.Inc()
 		a.log.Error("etcd refused the agent's login; serving the last table (stale) and retrying", "user", a.cfg.Username,
 			"endpoints", a.cfg.Endpoints, "err", err, "retry_in", wait.Round(time.Millisecond))
@@ -302,7 +303,7 @@ func (a *Agent) dialFailed(ctx context.Context, err error, wait time.Duration) {
 		if why != "" {
 			msg += " (" + why + ")"
 		}
-		a.login.refused.Set(0)
+		a.login.dialRefused.Store(false)
 		serving := "serving the last table meanwhile"
 		if (source{a}).Table() == nil {
 			serving = "no table to serve until it answers (no snapshot file loaded)"
@@ -324,16 +325,32 @@ func loginRefused(err error) bool {
 // logins etcd refused.
 type loginMetrics struct {
 	client   prometheus.Gauge
-	refused  prometheus.Gauge
+	refused  prometheus.GaugeFunc
 	refusals prometheus.Counter
+	// dialRefused: etcd refuses the login of the agent's first dial (at
+	// start); the mirror says whether it refuses a later one
+	// (watch.Status.LoginRefused: the user gone under a running agent).
+	dialRefused *atomic.Bool
 }
 
-func newLoginMetrics(reg prometheus.Registerer) loginMetrics {
-	m := loginMetrics{
+// newLoginMetrics registers the login metrics of a, whose mirror (once
+// made) says whether a later login is refused.
+func newLoginMetrics(reg prometheus.Registerer, a *Agent) loginMetrics {
+	dialRefused := new(atomic.Bool)
+	m := loginMetrics{dialRefused: dialRefused,
 		client: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "regiond", Subsystem: "agent", Name: "etcd_client",
 			Help: "1 once the agent has reached etcd (and logged in, with --user) since it started; 0 while it retries, serving its snapshot file (GET /v1/status: etcd_error)."}),
-		refused: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "regiond", Subsystem: "agent", Name: "etcd_login_refused",
-			Help: "1 while etcd refuses the agent's login (--user, $REGIOND_PASSWORD): the agent serves its last table and retries."}),
+		refused: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "regiond", Subsystem: "agent", Name: "etcd_login_refused",
+			Help: "1 while etcd refuses the agent's login (--user, $REGIOND_PASSWORD), at start or later (the user gone, its password changed): the agent serves its last table and retries."},
+			func() float64 {
+				if dialRefused.Load() {
+					return 1
+				}
+				if mi := a.Mirror(); mi != nil && mi.Status().LoginRefused {
+					return 1
+				}
+				return 0
+			}),
 		refusals: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "regiond", Subsystem: "agent", Name: "etcd_login_refusals_total",
 			Help: "Logins to etcd refused (wrong password, unknown user)."}),
 	}
