@@ -2,6 +2,7 @@ package main
 
 import (
 	"compress/gzip"
+	"debug/buildinfo"
 	"embed"
 	"fmt"
 	"io/fs"
@@ -79,6 +80,13 @@ func (s *stage) packageInfo(res *Result, mtime time.Time) (*nfpm.Info, error) {
 		return nil, err
 	}
 	c.file(filepath.Join(s.repo, "README.md"), "/usr/share/doc/regiond/README.md", 0o644)
+	maint := defaultMaintainer
+	copyright, changelog, err := s.debianDocs(res, maint, mtime)
+	if err != nil {
+		return nil, err
+	}
+	c.file(copyright, "/usr/share/doc/regiond/copyright", 0o644)
+	c.file(changelog, "/usr/share/doc/regiond/changelog.gz", 0o644)
 	if err := c.err; err != nil {
 		return nil, err
 	}
@@ -90,7 +98,7 @@ func (s *stage) packageInfo(res *Result, mtime time.Time) (*nfpm.Info, error) {
 		VersionSchema: "none",
 		Section:       "net",
 		Priority:      "optional",
-		Maintainer:    "regiond maintainers <regiond@localhost>",
+		Maintainer:    maint,
 		Description: "control plane agent of video region routers\n" +
 			"regiond mirrors the routing policy (pools, routes, drains, boosts, health)\n" +
 			"from etcd into memory and answers routing decisions locally: HTTP API on a\n" +
@@ -174,28 +182,38 @@ func (s *stage) gzipManPages() ([]string, error) {
 	sort.Strings(pages)
 	var out []string
 	for _, p := range pages {
-		b, err := os.ReadFile(p)
-		if err != nil {
+		if err := gzipFile(p, p+".gz"); err != nil {
 			return nil, fmt.Errorf("man page %s: %w", p, err)
-		}
-		f, err := os.Create(p + ".gz")
-		if err != nil {
-			return nil, fmt.Errorf("man page %s: %w", p, err)
-		}
-		zw, _ := gzip.NewWriterLevel(f, gzip.BestCompression)
-		_, werr := zw.Write(b)
-		if cerr := zw.Close(); werr == nil {
-			werr = cerr
-		}
-		if cerr := f.Close(); werr == nil {
-			werr = cerr
-		}
-		if werr != nil {
-			return nil, fmt.Errorf("compress man page %s: %w", p, werr)
 		}
 		out = append(out, p+".gz")
 	}
 	return out, nil
+}
+
+// gzipFile writes src compressed to dst as Debian wants its documentation
+// (gzip -9n: no name or time in the header; the file's time in the
+// package is the commit's, like every file's).
+func gzipFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	f, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	zw, _ := gzip.NewWriterLevel(f, gzip.BestCompression)
+	_, werr := zw.Write(b)
+	if cerr := zw.Close(); werr == nil {
+		werr = cerr
+	}
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return fmt.Errorf("compress into %s: %w", dst, werr)
+	}
+	return nil
 }
 
 // addDocs ships the contract (docs/, which the README links to) and the
@@ -256,4 +274,111 @@ func writeDeb(info *nfpm.Info, out, repo string) (string, error) {
 		return "", fmt.Errorf("rename into %s: %w", path, err)
 	}
 	return path, nil
+}
+
+// defaultMaintainer is the package's Maintainer field.
+const defaultMaintainer = "regiond maintainers <regiond@localhost>"
+
+// debianDocs writes the files Debian policy wants in every package's
+// /usr/share/doc/<package>/ (lintian: no-copyright-file, no-changelog)
+// under s.dir and returns their paths: the copyright file, in the
+// machine-readable format (DEP-5), and the changelog of this native
+// package, compressed (changelog.gz, not changelog.Debian.gz: the version
+// has no Debian revision), one entry for this build, signed by maint and
+// dated at mtime (the commit's).
+func (s *stage) debianDocs(res *Result, maint string, mtime time.Time) (copyright, changelog string, err error) {
+	dir := filepath.Join(s.dir, "debian-docs")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", "", fmt.Errorf("stage the copyright and changelog: %w", err)
+	}
+	mods, err := s.linkedModules()
+	if err != nil {
+		return "", "", err
+	}
+	copyright = filepath.Join(dir, "copyright")
+	if err := os.WriteFile(copyright, []byte(copyrightText(mods)), 0o644); err != nil {
+		return "", "", fmt.Errorf("write the copyright file: %w", err)
+	}
+	plain := filepath.Join(dir, "changelog")
+	if err := os.WriteFile(plain, []byte(changelogText(res, maint, mtime)), 0o644); err != nil {
+		return "", "", fmt.Errorf("write the changelog: %w", err)
+	}
+	changelog = plain + ".gz"
+	if err := gzipFile(plain, changelog); err != nil {
+		return "", "", fmt.Errorf("changelog: %w", err)
+	}
+	return copyright, changelog, nil
+}
+
+// changelogText is a one-entry Debian changelog (deb-changelog(5)) for the
+// build res.
+func changelogText(res *Result, maint string, mtime time.Time) string {
+	return fmt.Sprintf("regiond (%s) unstable; urgency=medium\n\n"+
+		"  * Built from %s\n"+
+		"    (git describe --tags --always --dirty); the changes are in the\n"+
+		"    source repository's history (git log).\n\n"+
+		" -- %s  %s\n",
+		res.DebVersion, res.Version, maint, mtime.UTC().Format(time.RFC1123Z))
+}
+
+// linkedModules lists the Go modules statically linked into the packaged
+// binaries (what `go version -m` prints), sorted, each once: path and
+// version.
+func (s *stage) linkedModules() ([]string, error) {
+	seen := map[string]bool{}
+	var mods []string
+	for _, name := range []string{"regiond", "regionctl"} {
+		bin := filepath.Join(s.dir, "bin", name)
+		bi, err := buildinfo.ReadFile(bin)
+		if err != nil {
+			return nil, fmt.Errorf("read the Go modules linked into %s: %w", bin, err)
+		}
+		for _, d := range bi.Deps {
+			if d.Replace != nil {
+				d = d.Replace
+			}
+			m := d.Path + " " + d.Version
+			if !seen[m] {
+				seen[m] = true
+				mods = append(mods, m)
+			}
+		}
+	}
+	sort.Strings(mods)
+	return mods, nil
+}
+
+// copyrightText is the package's copyright file (DEP-5): regiond's own
+// licence, and the Go modules the binaries link statically, each under its
+// own licence.
+func copyrightText(mods []string) string {
+	var b strings.Builder
+	b.WriteString(`Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
+Upstream-Name: regiond
+Upstream-Contact: regiond maintainers
+Source: https://github.com/regiond/regiond
+Comment: /usr/bin/regiond and /usr/bin/regionctl are Go programs, linked
+ statically: besides regiond's own code they hold the Go standard library
+ (BSD-3-clause) and the Go modules listed below, each under its own licence,
+ found in that module's source at the version listed (go mod download -json
+ MODULE@VERSION names the directory). Among them, etcd's
+ (go.etcd.io/etcd/...) and gRPC (google.golang.org/grpc) are under the
+ Apache License 2.0, in /usr/share/common-licenses/Apache-2.0 on Debian
+ systems. The same list, as each binary records it:
+ go version -m /usr/bin/regiond /usr/bin/regionctl
+ .
+ Modules linked:
+`)
+	for _, m := range mods {
+		b.WriteString(" " + m + "\n")
+	}
+	b.WriteString(`
+Files: *
+Copyright: regiond maintainers
+License: Proprietary
+ All rights reserved. This package may be used, copied and distributed only
+ as its owners allow. The Go modules linked into its binaries are under their
+ own licences (see the Comment above); those licences apply to their code.
+`)
+	return b.String()
 }

@@ -277,6 +277,8 @@ func TestPackageLayout(t *testing.T) {
 		"usr/share/doc/regiond/examples/php/nginx-front.conf":                    0o644,
 		"usr/share/doc/regiond/examples/js/regiond.mjs":                          0o644,
 		"usr/share/doc/regiond/examples/js/worker/worker.mjs":                    0o644,
+		"usr/share/doc/regiond/copyright":                                        0o644,
+		"usr/share/doc/regiond/changelog.gz":                                     0o644,
 	} {
 		fi, err := os.Lstat(filepath.Join(root, path))
 		if err != nil {
@@ -338,6 +340,65 @@ func TestPackageDocs(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "usr/share/man/man1/regionctl-__gendocs.1.gz")); err == nil {
 		t.Error("the hidden docs verb has a man page")
+	}
+}
+
+// The package has what Debian policy wants in /usr/share/doc/regiond/
+// (lintian: no-copyright-file, no-changelog): a machine-readable copyright
+// file naming regiond's licence and the Go modules linked into the
+// binaries, and the changelog of a native package (changelog.gz, not
+// changelog.Debian.gz) whose entry is this build's version, in
+// deb-changelog(5)'s format, dated at the commit.
+func TestPackageCopyrightAndChangelog(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the package (-short)")
+	}
+	res, root := installed(t)
+	cr, err := os.ReadFile(filepath.Join(root, "usr/share/doc/regiond/copyright"))
+	if err != nil {
+		t.Fatalf("copyright: %v", err)
+	}
+	for _, want := range []string{"Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n",
+		"\nFiles: *\n", "\nLicense: Proprietary\n", " go.etcd.io/etcd/client/v3 v3.", "go version -m /usr/bin/regiond",
+		"/usr/share/common-licenses/Apache-2.0"} {
+		if !strings.Contains(string(cr), want) {
+			t.Errorf("copyright lacks %q:\n%s", want, cr)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(root, "usr/share/doc/regiond/changelog.Debian.gz")); err == nil {
+		t.Error("the package ships changelog.Debian.gz: a native version has changelog.gz")
+	}
+	raw, err := os.ReadFile(filepath.Join(root, "usr/share/doc/regiond/changelog.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// gzip -9n: no name, no time in the header (reproducible).
+	if zr, err := gzip.NewReader(bytes.NewReader(raw)); err != nil || zr.Name != "" || !zr.ModTime.IsZero() {
+		t.Errorf("changelog.gz header: name %q, time %v (%v); want neither", zr.Name, zr.ModTime, err)
+	}
+	cl := strings.Split(gunzip(t, filepath.Join(root, "usr/share/doc/regiond/changelog.gz")), "\n")
+	if len(cl) < 4 || cl[0] != "regiond ("+res.DebVersion+") unstable; urgency=medium" {
+		t.Fatalf("changelog's first line %q, want this build's version %s", cl[0], res.DebVersion)
+	}
+	var trailer string
+	for _, l := range cl {
+		if strings.HasPrefix(l, " -- ") {
+			trailer = l
+		}
+	}
+	name, date, ok := strings.Cut(strings.TrimPrefix(trailer, " -- "), ">  ")
+	if !ok || !strings.Contains(name, " <") {
+		t.Fatalf("changelog trailer %q, want \" -- NAME <EMAIL>  DATE\"", trailer)
+	}
+	when, err := time.Parse(time.RFC1123Z, date)
+	if err != nil {
+		t.Fatalf("changelog date %q: %v; want RFC 2822's", date, err)
+	}
+	if ct, ok := commitTime(context.Background(), "."); ok && !when.Equal(ct) {
+		t.Errorf("changelog dated %v, want the commit's %v", when, ct)
+	}
+	if !strings.Contains(strings.Join(cl, "\n"), testVersion) {
+		t.Errorf("the changelog entry does not name the version built from (%s):\n%s", testVersion, strings.Join(cl, "\n"))
 	}
 }
 
