@@ -17,9 +17,10 @@ import (
 	"github.com/goreleaser/nfpm/v2/files"
 )
 
-// assets are the package's own files: units, settings, maintainer scripts.
+// assets are the package's own files: units, settings, maintainer scripts,
+// lintian overrides.
 //
-//go:embed systemd etc scripts
+//go:embed systemd etc scripts lintian
 var assets embed.FS
 
 // unitDir is where the units go (merged /usr: /lib is /usr/lib).
@@ -80,7 +81,9 @@ func (s *stage) packageInfo(res *Result, mtime time.Time) (*nfpm.Info, error) {
 		return nil, err
 	}
 	c.file(filepath.Join(s.repo, "README.md"), "/usr/share/doc/regiond/README.md", 0o644)
-	maint := defaultMaintainer
+	// lintian's overrides: what it reports that is meant (the comments say why).
+	c.file(filepath.Join(s.dir, "lintian", "regiond"), "/usr/share/lintian/overrides/regiond", 0o644)
+	maint := maintainer(os.Getenv("DEBFULLNAME"), os.Getenv("DEBEMAIL"))
 	copyright, changelog, err := s.debianDocs(res, maint, mtime)
 	if err != nil {
 		return nil, err
@@ -276,8 +279,34 @@ func writeDeb(info *nfpm.Info, out, repo string) (string, error) {
 	return path, nil
 }
 
-// defaultMaintainer is the package's Maintainer field.
-const defaultMaintainer = "regiond maintainers <regiond@localhost>"
+// Without DEBFULLNAME and DEBEMAIL, the package's Maintainer field (and
+// its changelog's signature) is defaultName <defaultEmail>: an address in
+// the reserved .invalid domain (RFC 2606), never delivered, but a mail
+// address lintian accepts (localhost is bogus-mail-host).
+const (
+	defaultName  = "regiond maintainers"
+	defaultEmail = "regiond@regiond.invalid"
+)
+
+// maintainer is the Maintainer field, as Debian's tools (dch) make it from
+// the environment: DEBEMAIL either "Name <address>" or an address that
+// DEBFULLNAME names; each missing part is the default's.
+func maintainer(fullName, email string) string {
+	fullName, email = strings.TrimSpace(fullName), strings.TrimSpace(email)
+	if name, addr, ok := strings.Cut(email, "<"); ok && strings.HasSuffix(addr, ">") {
+		email = strings.TrimSuffix(addr, ">")
+		if n := strings.TrimSpace(name); n != "" && fullName == "" {
+			fullName = n
+		}
+	}
+	if fullName == "" {
+		fullName = defaultName
+	}
+	if email == "" {
+		email = defaultEmail
+	}
+	return fullName + " <" + email + ">"
+}
 
 // debianDocs writes the files Debian policy wants in every package's
 // /usr/share/doc/<package>/ (lintian: no-copyright-file, no-changelog)

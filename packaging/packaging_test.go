@@ -279,6 +279,7 @@ func TestPackageLayout(t *testing.T) {
 		"usr/share/doc/regiond/examples/js/worker/worker.mjs":                    0o644,
 		"usr/share/doc/regiond/copyright":                                        0o644,
 		"usr/share/doc/regiond/changelog.gz":                                     0o644,
+		"usr/share/lintian/overrides/regiond":                                    0o644,
 	} {
 		fi, err := os.Lstat(filepath.Join(root, path))
 		if err != nil {
@@ -340,6 +341,64 @@ func TestPackageDocs(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "usr/share/man/man1/regionctl-__gendocs.1.gz")); err == nil {
 		t.Error("the hidden docs verb has a man page")
+	}
+}
+
+// The Maintainer field comes from DEBFULLNAME and DEBEMAIL, as Debian's
+// tools take it, else a default whose mail host lintian accepts (not
+// localhost: E bogus-mail-host).
+func TestMaintainer(t *testing.T) {
+	for _, tc := range []struct{ name, email, want string }{
+		{"", "", "regiond maintainers <regiond@regiond.invalid>"},
+		{"Ann Ops", "ann@example.com", "Ann Ops <ann@example.com>"},
+		{"", "Ann Ops <ann@example.com>", "Ann Ops <ann@example.com>"},
+		{"Bob", "Ann Ops <ann@example.com>", "Bob <ann@example.com>"},
+		{"", "ann@example.com", "regiond maintainers <ann@example.com>"},
+		{"Ann Ops", "", "Ann Ops <regiond@regiond.invalid>"},
+	} {
+		if got := maintainer(tc.name, tc.email); got != tc.want {
+			t.Errorf("maintainer(DEBFULLNAME=%q, DEBEMAIL=%q) = %q, want %q", tc.name, tc.email, got, tc.want)
+		}
+	}
+}
+
+// The package's Maintainer field, and its changelog's signature, are
+// maintainer's of the environment, and lintian's overrides file ships,
+// overriding the static binaries by name and nothing unexplained: each
+// group of overrides follows a comment saying why.
+func TestPackageMaintainerAndOverrides(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the package (-short)")
+	}
+	res, root := installed(t)
+	want := maintainer(os.Getenv("DEBFULLNAME"), os.Getenv("DEBEMAIL"))
+	out, err := exec.Command("dpkg-deb", "-f", res.Path, "Maintainer").Output()
+	if err != nil || strings.TrimSpace(string(out)) != want || strings.Contains(string(out), "@localhost") {
+		t.Errorf("Maintainer field %q (%v), want %q", out, err, want)
+	}
+	if cl := gunzip(t, filepath.Join(root, "usr/share/doc/regiond/changelog.gz")); !strings.Contains(cl, "\n -- "+want+"  ") {
+		t.Errorf("the changelog is not signed by %q:\n%s", want, cl)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "usr/share/lintian/overrides/regiond"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	for _, want := range []string{"regiond: statically-linked-binary [usr/bin/regiond]", "regiond: statically-linked-binary [usr/bin/regionctl]"} {
+		if !strings.Contains("\n"+string(b), "\n"+want+"\n") {
+			t.Errorf("the lintian overrides lack %q:\n%s", want, b)
+		}
+	}
+	for i, l := range lines {
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		if !strings.HasPrefix(l, "regiond: ") {
+			t.Errorf("lintian override %q is not the package's", l)
+		}
+		if i == 0 || (!strings.HasPrefix(lines[i-1], "#") && !strings.HasPrefix(lines[i-1], "regiond: ")) {
+			t.Errorf("lintian override %q has no comment saying why", l)
+		}
 	}
 }
 
