@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -456,6 +457,26 @@ func TestPostrmPurgeRemovesSettings(t *testing.T) {
 		}
 		if own != "" && !exists(filepath.Join(etc, own)) {
 			t.Errorf("postrm purge removed the administrator's /etc/regiond/%s", own)
+		}
+	}
+}
+
+// The first install's message points at files the package ships (the
+// packaging review: it named /usr/share/doc/regiond/operations.md, which
+// is under docs/).
+func TestPostinstMessageNamesShippedFiles(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the package (-short)")
+	}
+	_, pkg := installed(t)
+	out := runScript(t, scriptRoot(t), scriptBin(t, false), "postinst", "configure", "")
+	paths := regexp.MustCompile(`/usr/share/[^ ;)]+`).FindAllString(out, -1)
+	if len(paths) == 0 {
+		t.Fatalf("the first install's message names no documentation: %q", out)
+	}
+	for _, p := range paths {
+		if _, err := os.Stat(filepath.Join(pkg, p)); err != nil {
+			t.Errorf("the first install's message names %s, which the package does not ship (%v):\n%s", p, err, out)
 		}
 	}
 }
