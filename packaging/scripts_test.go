@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/regiond/regiond/internal/testprog"
 )
 
 // fakeBin writes a stand-in for a system command into dir that logs its
@@ -51,7 +53,9 @@ exit 0
 }
 
 // scriptRoot returns a DPKG_ROOT as dpkg leaves it before postinst: the
-// package's templates in /usr/share/regiond/, an empty /etc/regiond/.
+// package's templates in /usr/share/regiond/, an empty /etc/regiond/, and
+// its own /etc/passwd and /etc/group, where user and group regiond are (as
+// an earlier install left them; setAccounts changes that).
 func scriptRoot(t *testing.T) string {
 	t.Helper()
 	root := t.TempDir()
@@ -60,6 +64,7 @@ func scriptRoot(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
+	setAccounts(t, root, true, true)
 	for _, name := range []string{"regiond.env", "heartbeat.env"} {
 		b, err := os.ReadFile(filepath.Join("etc", name))
 		if err != nil {
@@ -72,10 +77,31 @@ func scriptRoot(t *testing.T) string {
 	return root
 }
 
+// setAccounts writes root's /etc/passwd and /etc/group: root's entries,
+// and user and group regiond when user and group say so.
+func setAccounts(t *testing.T, root string, user, group bool) {
+	t.Helper()
+	passwd, groups := "root:x:0:0:root:/root:/bin/sh\n", "root:x:0:\n"
+	if user {
+		passwd += "regiond:x:999:999::/nonexistent:/usr/sbin/nologin\n"
+	}
+	if group {
+		groups += "regiond:x:999:\n"
+	}
+	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, text := range map[string]string{"passwd": passwd, "group": groups} {
+		if err := os.WriteFile(filepath.Join(root, "etc", name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // scriptBin returns a directory of stand-ins for getent (answering
-// userExists), adduser, addgroup and systemctl (a test must not add users
-// to this machine nor touch its units), and chown when the test is not
-// root (the scripts run as root).
+// userExists), adduser, addgroup, useradd and systemctl (a test must not
+// add users to this machine nor touch its units), and chown when the test
+// is not root (the scripts run as root).
 func scriptBin(t *testing.T, userExists bool) string {
 	t.Helper()
 	bin := t.TempDir()
@@ -84,7 +110,7 @@ func scriptBin(t *testing.T, userExists bool) string {
 		code = 0
 	}
 	fakeBin(t, bin, "getent", code)
-	for _, name := range []string{"adduser", "addgroup"} {
+	for _, name := range []string{"adduser", "addgroup", "useradd"} {
 		fakeBin(t, bin, name, 0)
 	}
 	fakeSystemctl(t, bin, 0, "inactive")
@@ -100,7 +126,7 @@ func scriptBin(t *testing.T, userExists bool) string {
 func runScript(t *testing.T, root, bin, script string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command("sh", append([]string{filepath.Join("scripts", script)}, args...)...)
-	cmd.Env = append(os.Environ(), "PATH="+bin+":/usr/bin:/bin", "DPKG_ROOT="+root)
+	cmd.Env = append(os.Environ(), "PATH="+bin+":/usr/sbin:/usr/bin:/sbin:/bin", "DPKG_ROOT="+root) // as dpkg sets it
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s %v: %v: %s", script, args, err, out)
@@ -122,30 +148,90 @@ func calls(t *testing.T, bin string, withSystemctl bool) []string {
 	return out
 }
 
-// runPostinst runs the packaged postinst in a fresh root and returns the
-// commands it ran but systemctl's.
-func runPostinst(t *testing.T, userExists bool, args ...string) []string {
+// runPostinst runs the packaged postinst in a fresh root, whose
+// /etc/passwd has user regiond when userExists, and returns the root and
+// the commands it ran but systemctl's.
+func runPostinst(t *testing.T, userExists bool, args ...string) (string, []string) {
 	t.Helper()
-	bin := scriptBin(t, userExists)
-	runScript(t, scriptRoot(t), bin, "postinst", args...)
-	return calls(t, bin, false)
+	bin, root := scriptBin(t, userExists), scriptRoot(t)
+	setAccounts(t, root, userExists, userExists)
+	runScript(t, root, bin, "postinst", args...)
+	return root, calls(t, bin, false)
 }
 
-// postinst creates the regiond system user and group once: a second
-// configure (an upgrade, a reinstall) finds it and leaves it alone.
+// postinst under a DPKG_ROOT creates the regiond system user and group
+// once, in that root (useradd --prefix), never through getent or adduser,
+// which act on this machine: a second configure (an upgrade, a reinstall)
+// finds the user in the root's /etc/passwd and leaves it alone. A group
+// regiond already there is the user's; a root without /etc/passwd gets a
+// warning, and no user.
 func TestPostinstCreatesUserOnce(t *testing.T) {
-	calls := runPostinst(t, false, "configure", "")
-	want := []string{"getent passwd regiond",
-		"adduser --system --group --no-create-home --home /nonexistent --shell /usr/sbin/nologin --gecos regiond agent --quiet regiond"}
-	if strings.Join(calls, "\n") != strings.Join(want, "\n") {
-		t.Errorf("first install ran:\n%s\nwant:\n%s", strings.Join(calls, "\n"), strings.Join(want, "\n"))
+	root, ran := runPostinst(t, false, "configure", "")
+	want := "useradd --prefix " + root + " --system --user-group --home-dir /nonexistent --no-create-home --shell /usr/sbin/nologin regiond"
+	if strings.Join(ran, "\n") != want {
+		t.Errorf("first install ran:\n%s\nwant:\n%s", strings.Join(ran, "\n"), want)
 	}
-	calls = runPostinst(t, true, "configure", "1.3.0")
-	if strings.Join(calls, "\n") != "getent passwd regiond" {
-		t.Errorf("upgrade with the user present ran: %q, want only the lookup", calls)
+	if _, ran = runPostinst(t, true, "configure", "1.3.0"); len(ran) != 0 {
+		t.Errorf("upgrade with the user present ran: %q, want nothing", ran)
 	}
-	if calls := runPostinst(t, false, "abort-upgrade", "1.3.0"); len(calls) != 0 {
-		t.Errorf("abort-upgrade ran %q, want nothing", calls)
+	if _, ran = runPostinst(t, false, "abort-upgrade", "1.3.0"); len(ran) != 0 {
+		t.Errorf("abort-upgrade ran %q, want nothing", ran)
+	}
+
+	bin, root := scriptBin(t, false), scriptRoot(t)
+	setAccounts(t, root, false, true)
+	runScript(t, root, bin, "postinst", "configure", "")
+	if got := strings.Join(calls(t, bin, false), "\n"); !strings.Contains(got, " --system --gid regiond ") {
+		t.Errorf("with group regiond present, postinst ran %q; want useradd --gid regiond", got)
+	}
+
+	bin, root = scriptBin(t, false), scriptRoot(t)
+	for _, name := range []string{"passwd", "group"} {
+		if err := os.Remove(filepath.Join(root, "etc", name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := runScript(t, root, bin, "postinst", "configure", "")
+	if got := calls(t, bin, false); len(got) != 0 || !strings.Contains(out, "warning: "+root+" has no /etc/passwd") {
+		t.Errorf("in a root without /etc/passwd, postinst ran %q and printed %q; want nothing run and a warning", got, out)
+	}
+}
+
+// Under a non-empty DPKG_ROOT, postinst (with the real useradd) makes user
+// and group regiond in that root's /etc/passwd and /etc/group, and this
+// machine's are untouched (the packaging review: getent and adduser acted
+// on /); a second run adds nothing.
+func TestPostinstCreatesUserInDpkgRoot(t *testing.T) {
+	testprog.NeedRoot(t, "useradd writes the root's /etc/passwd")
+	testprog.Need(t, "useradd", "apt-get install -y passwd")
+	bin, root := scriptBin(t, false), scriptRoot(t)
+	if err := os.Remove(filepath.Join(bin, "useradd")); err != nil {
+		t.Fatal(err)
+	}
+	setAccounts(t, root, false, false)
+	hostPasswd, _ := os.ReadFile("/etc/passwd")
+	hostGroup, _ := os.ReadFile("/etc/group")
+	runScript(t, root, bin, "postinst", "configure", "")
+	passwd, _ := os.ReadFile(filepath.Join(root, "etc/passwd"))
+	group, _ := os.ReadFile(filepath.Join(root, "etc/group"))
+	if !regexp.MustCompile(`(?m)^regiond:[^:]*:[0-9]+:[0-9]+:[^:]*:/nonexistent:/usr/sbin/nologin$`).Match(passwd) {
+		t.Errorf("the root's /etc/passwd has no user regiond (home /nonexistent, shell nologin):\n%s", passwd)
+	}
+	if !regexp.MustCompile(`(?m)^regiond:`).Match(group) {
+		t.Errorf("the root's /etc/group has no group regiond:\n%s", group)
+	}
+	if b, _ := os.ReadFile("/etc/passwd"); string(b) != string(hostPasswd) {
+		t.Error("postinst under DPKG_ROOT changed this machine's /etc/passwd")
+	}
+	if b, _ := os.ReadFile("/etc/group"); string(b) != string(hostGroup) {
+		t.Error("postinst under DPKG_ROOT changed this machine's /etc/group")
+	}
+	if got := calls(t, bin, false); len(got) != 0 {
+		t.Errorf("postinst under DPKG_ROOT ran %q (this machine's accounts)", got)
+	}
+	runScript(t, root, bin, "postinst", "configure", "1.3.0")
+	if again, _ := os.ReadFile(filepath.Join(root, "etc/passwd")); string(again) != string(passwd) {
+		t.Errorf("a second configure changed the root's /etc/passwd:\n%s", again)
 	}
 }
 
