@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -398,6 +400,44 @@ func TestPackageMaintainerAndOverrides(t *testing.T) {
 		}
 		if i == 0 || (!strings.HasPrefix(lines[i-1], "#") && !strings.HasPrefix(lines[i-1], "regiond: ")) {
 			t.Errorf("lintian override %q has no comment saying why", l)
+		}
+	}
+}
+
+// Each lintian override pointing at a maintainer script's line names a
+// line of that script that does what the override says (a systemctl call),
+// so an edit of the scripts that moves the line fails here rather than in a
+// lintian run (which CI does not do).
+func TestLintianOverridesPointAtTheirLines(t *testing.T) {
+	b, err := os.ReadFile("lintian/regiond")
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`(?m)^regiond: maintainer-script-calls-systemctl \[(\w+):(\d+)\]$`)
+	ms := re.FindAllStringSubmatch(string(b), -1)
+	if len(ms) == 0 {
+		t.Fatal("no maintainer-script-calls-systemctl override")
+	}
+	for _, m := range ms {
+		script, err := os.ReadFile(filepath.Join("scripts", m[1]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := strconv.Atoi(m[2])
+		lines := strings.Split(string(script), "\n")
+		if n < 1 || n > len(lines) || !regexp.MustCompile(`^\s*systemctl\b`).MatchString(lines[n-1]) {
+			t.Errorf("override %s: line %d of scripts/%s is not a systemctl call", m[0], n, m[1])
+		}
+	}
+	// And every systemctl call lintian would report is overridden.
+	for _, name := range []string{"postinst", "prerm", "postrm"} {
+		script, _ := os.ReadFile(filepath.Join("scripts", name))
+		for i, l := range strings.Split(string(script), "\n") {
+			// lintian's test (Check/MaintainerScripts/Systemctl.pm).
+			if !strings.HasPrefix(l, "#") && regexp.MustCompile(`^(?:.+;)?\s*systemctl\b`).MatchString(l) && !strings.Contains(l, "daemon-reload") &&
+				!strings.Contains(string(b), fmt.Sprintf("[%s:%d]", name, i+1)) {
+				t.Errorf("scripts/%s:%d calls systemctl without an override saying why: %s", name, i+1, l)
+			}
 		}
 	}
 }

@@ -99,7 +99,8 @@ func setAccounts(t *testing.T, root string, user, group bool) {
 }
 
 // scriptBin returns a directory of stand-ins for getent (answering
-// userExists), adduser, addgroup, useradd and systemctl (a test must not
+// userExists), adduser, addgroup, useradd, systemctl and
+// deb-systemd-invoke (a test must not
 // add users to this machine nor touch its units), and chown when the test
 // is not root (the scripts run as root).
 func scriptBin(t *testing.T, userExists bool) string {
@@ -114,6 +115,12 @@ func scriptBin(t *testing.T, userExists bool) string {
 		fakeBin(t, bin, name, 0)
 	}
 	fakeSystemctl(t, bin, 0, "inactive")
+	// deb-systemd-invoke logs its call, then runs the systemctl stand-in
+	// (as the real one does when policy-rc.d allows).
+	dsi := "#!/bin/sh\necho \"deb-systemd-invoke $*\" >> " + filepath.Join(bin, "calls") + "\nexec " + filepath.Join(bin, "systemctl") + " \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(bin, "deb-systemd-invoke"), []byte(dsi), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if os.Geteuid() != 0 {
 		fakeBin(t, bin, "chown", 0)
 	}
@@ -564,5 +571,88 @@ func TestPostinstMessageNamesShippedFiles(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(pkg, p)); err != nil {
 			t.Errorf("the first install's message names %s, which the package does not ship (%v):\n%s", p, err, out)
 		}
+	}
+}
+
+// withoutProgram returns a PATH directory holding links to every program
+// of this machine's /usr/sbin, /usr/bin, /sbin and /bin but name, for
+// a script run where name is not installed.
+func withoutProgram(t *testing.T, name string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, sys := range []string{"/usr/sbin", "/usr/bin", "/sbin", "/bin"} {
+		entries, _ := os.ReadDir(sys)
+		for _, e := range entries {
+			if e.Name() == name {
+				continue
+			}
+			// The first one found wins, as in PATH.
+			_ = os.Symlink(filepath.Join(sys, e.Name()), filepath.Join(dir, e.Name()))
+		}
+	}
+	return dir
+}
+
+// The scripts start and stop the agent through deb-systemd-invoke, so that
+// policy-rc.d is asked first (lintian: maintainer-script-calls-systemctl),
+// and through systemctl where deb-systemd-invoke is missing; the heartbeat
+// instances are stopped by systemctl's glob. With the real
+// deb-systemd-invoke, a root's policy-rc.d that forbids it (exit 101)
+// keeps the agent from being restarted.
+func TestScriptsInvokeThroughPolicy(t *testing.T) {
+	systemdRoot := func(t *testing.T) string {
+		root := scriptRoot(t)
+		if err := os.MkdirAll(filepath.Join(root, "run/systemd/system"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return root
+	}
+	root, bin := systemdRoot(t), scriptBin(t, true)
+	runScript(t, root, bin, "postinst", "configure", "1.3.0")
+	runScript(t, root, bin, "prerm", "remove")
+	ran := strings.Join(calls(t, bin, true), "\n") + "\n"
+	for _, want := range []string{"deb-systemd-invoke try-restart regiond.service\n", "deb-systemd-invoke stop regiond.service\n",
+		"systemctl stop regiond-heartbeat@*.service\n"} {
+		if !strings.Contains(ran, want) {
+			t.Errorf("with deb-systemd-invoke, the scripts did not run %q; ran:\n%s", want, ran)
+		}
+	}
+
+	// Without deb-systemd-invoke: systemctl.
+	root, bin = systemdRoot(t), scriptBin(t, true)
+	if err := os.Remove(filepath.Join(bin, "deb-systemd-invoke")); err != nil {
+		t.Fatal(err)
+	}
+	sys := withoutProgram(t, "deb-systemd-invoke")
+	for _, script := range [][]string{{"postinst", "configure", "1.3.0"}, {"prerm", "remove"}} {
+		cmd := exec.Command("sh", append([]string{filepath.Join("scripts", script[0])}, script[1:]...)...)
+		cmd.Env = append(os.Environ(), "PATH="+bin+":"+sys, "DPKG_ROOT="+root)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%v without deb-systemd-invoke: %v: %s", script, err, out)
+		}
+	}
+	ran = strings.Join(calls(t, bin, true), "\n") + "\n"
+	for _, want := range []string{"systemctl try-restart regiond.service\n", "systemctl stop regiond.service\n"} {
+		if !strings.Contains(ran, want) || strings.Contains(ran, "deb-systemd-invoke") {
+			t.Errorf("without deb-systemd-invoke, the scripts did not run %q; ran:\n%s", want, ran)
+		}
+	}
+
+	// The real deb-systemd-invoke asks the root's policy-rc.d, which says no.
+	testprog.Need(t, "deb-systemd-invoke", "apt-get install -y init-system-helpers")
+	root, bin = systemdRoot(t), scriptBin(t, true)
+	if err := os.Remove(filepath.Join(bin, "deb-systemd-invoke")); err != nil {
+		t.Fatal(err)
+	}
+	policy := filepath.Join(root, "usr/sbin/policy-rc.d")
+	if err := os.MkdirAll(filepath.Dir(policy), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(policy, []byte("#!/bin/sh\nexit 101\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	runScript(t, root, bin, "postinst", "configure", "1.3.0")
+	if ran := strings.Join(calls(t, bin, true), "\n"); strings.Contains(ran, "try-restart") {
+		t.Errorf("policy-rc.d forbids it, and postinst restarted the agent; ran:\n%s", ran)
 	}
 }
