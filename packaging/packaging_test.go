@@ -314,6 +314,31 @@ func TestPackageLayout(t *testing.T) {
 	}
 }
 
+// The command prints the path of the package it wrote, alone on stdout
+// (its log on stderr), so that `deb=$(go run ./packaging) && sudo apt
+// install "$deb"` installs that build (docs/operations.md), not the highest
+// version among dist/regiond_*.deb.
+func TestCommandPrintsPackagePath(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the package (-short)")
+	}
+	testprog.Need(t, "dpkg-deb", "apt-get install -y dpkg")
+	out := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command("go", "run", ".", "-out", out, "-version", testVersion)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("go run ./packaging: %v\n%s", err, stderr.String())
+	}
+	path := strings.TrimSuffix(stdout.String(), "\n")
+	if strings.Contains(path, "\n") || !filepath.IsAbs(path) || filepath.Dir(path) != out {
+		t.Fatalf("go run ./packaging printed %q on stdout, want the package's path alone, in %s", stdout.String(), out)
+	}
+	if v, err := exec.Command("dpkg-deb", "-f", path, "Version").Output(); err != nil || strings.TrimSpace(string(v)) != "1.4.0+2.gabcdef0" {
+		t.Errorf("%s: version %q (%v), want this build's", path, v, err)
+	}
+}
+
 // The man pages and completions are the binaries' own (cobra), not stale
 // copies: each names the program and its verbs.
 func TestPackageDocs(t *testing.T) {
