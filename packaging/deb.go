@@ -81,6 +81,9 @@ func (s *stage) packageInfo(res *Result, mtime time.Time) (*nfpm.Info, error) {
 		return nil, err
 	}
 	c.file(filepath.Join(s.repo, "README.md"), "/usr/share/doc/regiond/README.md", 0o644)
+	// The benchmarks' figures, which README.md and docs/agent.md link to
+	// (the README alone: the benchmarks' code stays in the repository).
+	c.file(filepath.Join(s.repo, "bench", "README.md"), "/usr/share/doc/regiond/bench/README.md", 0o644)
 	// lintian's overrides: what it reports that is meant (the comments say why).
 	c.file(filepath.Join(s.dir, "lintian", "regiond"), "/usr/share/lintian/overrides/regiond", 0o644)
 	maint := maintainer(os.Getenv("DEBFULLNAME"), os.Getenv("DEBEMAIL"))

@@ -282,6 +282,7 @@ func TestPackageLayout(t *testing.T) {
 		"usr/share/doc/regiond/copyright":                                        0o644,
 		"usr/share/doc/regiond/changelog.gz":                                     0o644,
 		"usr/share/lintian/overrides/regiond":                                    0o644,
+		"usr/share/doc/regiond/bench/README.md":                                  0o644,
 	} {
 		fi, err := os.Lstat(filepath.Join(root, path))
 		if err != nil {
@@ -297,7 +298,7 @@ func TestPackageLayout(t *testing.T) {
 	}
 	// The readers' tests and their drivers stay in the repository.
 	for _, path := range []string{"usr/share/doc/regiond/examples/php/front_test.go", "usr/share/doc/regiond/examples/js/testdata",
-		"usr/share/doc/regiond/examples/js/bench"} {
+		"usr/share/doc/regiond/examples/js/bench", "usr/share/doc/regiond/bench/main.go"} {
 		if _, err := os.Lstat(filepath.Join(root, path)); err == nil {
 			t.Errorf("the package ships /%s", path)
 		}
@@ -336,6 +337,46 @@ func TestCommandPrintsPackagePath(t *testing.T) {
 	}
 	if v, err := exec.Command("dpkg-deb", "-f", path, "Version").Output(); err != nil || strings.TrimSpace(string(v)) != "1.4.0+2.gabcdef0" {
 		t.Errorf("%s: version %q (%v), want this build's", path, v, err)
+	}
+}
+
+// Every relative link of the shipped Markdown documentation leads to a
+// file the package ships (the packaging review: README.md and
+// docs/agent.md linked to bench/README.md, which it lacked).
+func TestShippedDocsLinksResolve(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the package (-short)")
+	}
+	_, root := installed(t)
+	doc := filepath.Join(root, "usr/share/doc/regiond")
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	checked := 0
+	err := filepath.WalkDir(doc, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".md") {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, m := range link.FindAllStringSubmatch(string(b), -1) {
+			target, _, _ := strings.Cut(m[1], "#")
+			if target == "" || strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			checked++
+			if _, err := os.Stat(filepath.Join(filepath.Dir(p), target)); err != nil {
+				rel, _ := filepath.Rel(doc, p)
+				t.Errorf("/usr/share/doc/regiond/%s links to %s, which the package does not ship", rel, m[1])
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked == 0 {
+		t.Fatal("no relative link found in the shipped documentation")
 	}
 }
 
