@@ -179,21 +179,67 @@ func (s *stage) extractAssets() error {
 }
 
 // gzipManPages compresses the generated man pages (as Debian wants them:
-// gzip -9n, no name or time in the header) and returns their paths.
+// gzip -9n, no name or time in the header) and returns their paths. The
+// pages of commands the package's binaries lack or that are of no use on
+// Debian (manPageSkipped) are left out, and so are the other pages'
+// references to them (SEE ALSO).
 func (s *stage) gzipManPages() ([]string, error) {
 	pages, err := filepath.Glob(filepath.Join(s.dir, "docs", "man", "*.1"))
 	if err != nil || len(pages) == 0 {
 		return nil, fmt.Errorf("no man pages generated in %s (%v)", filepath.Join(s.dir, "docs", "man"), err)
 	}
 	sort.Strings(pages)
-	var out []string
+	var kept, skipped []string
 	for _, p := range pages {
+		if name := strings.TrimSuffix(filepath.Base(p), ".1"); manPageSkipped(name) {
+			skipped = append(skipped, name)
+		} else {
+			kept = append(kept, p)
+		}
+	}
+	var out []string
+	for _, p := range kept {
+		if err := dropManRefs(p, skipped); err != nil {
+			return nil, fmt.Errorf("man page %s: %w", p, err)
+		}
 		if err := gzipFile(p, p+".gz"); err != nil {
 			return nil, fmt.Errorf("man page %s: %w", p, err)
 		}
 		out = append(out, p+".gz")
 	}
 	return out, nil
+}
+
+// manPageSkipped says whether the man page of the command name (cobra's
+// "regiond-dev", "regionctl-completion-powershell") stays out of the
+// package: `regiond dev` and its verbs, which the production binary
+// (-tags nodev) lacks, and the PowerShell completion scripts' verbs.
+func manPageSkipped(name string) bool {
+	return name == "regiond-dev" || strings.HasPrefix(name, "regiond-dev-") ||
+		strings.HasSuffix(name, "-completion-powershell")
+}
+
+// dropManRefs removes from the man page p the references (SEE ALSO) to the
+// pages of names.
+func dropManRefs(p string, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return err
+	}
+	text := string(b)
+	for _, n := range names {
+		ref := `\fB` + n + `(1)\fP`
+		text = strings.ReplaceAll(text, ", "+ref, "")
+		text = strings.ReplaceAll(text, ref+", ", "")
+		text = strings.ReplaceAll(text, ref, "")
+	}
+	if text == string(b) {
+		return nil
+	}
+	return os.WriteFile(p, []byte(text), 0o644)
 }
 
 // gzipFile writes src compressed to dst as Debian wants its documentation

@@ -410,6 +410,28 @@ func TestPackageDocs(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root, "usr/share/man/man1/regionctl-__gendocs.1.gz")); err == nil {
 		t.Error("the hidden docs verb has a man page")
 	}
+	// No page for what the packaged binaries lack (regiond dev, without
+	// its embedded etcd under -tags nodev) or what Debian has no use for
+	// (PowerShell completions), and no page refers to one (SEE ALSO).
+	for _, name := range []string{"regiond-dev", "regiond-completion-powershell", "regionctl-completion-powershell"} {
+		if _, err := os.Stat(filepath.Join(root, "usr/share/man/man1", name+".1.gz")); err == nil {
+			t.Errorf("the package ships the man page %s(1)", name)
+		}
+	}
+	pages, _ := filepath.Glob(filepath.Join(root, "usr/share/man/man1/*.1.gz"))
+	for _, p := range pages {
+		if page := gunzip(t, p); strings.Contains(page, "regiond-dev(1)") || strings.Contains(page, "powershell(1)") {
+			t.Errorf("%s refers to a man page the package leaves out", filepath.Base(p))
+		}
+	}
+	for _, name := range []string{"regiond-completion-bash", "regionctl-completion-zsh"} {
+		if _, err := os.Stat(filepath.Join(root, "usr/share/man/man1", name+".1.gz")); err != nil {
+			t.Errorf("the man page %s(1): %v", name, err)
+		}
+	}
+	if page := gunzip(t, filepath.Join(root, "usr/share/man/man1/regionctl-completion.1.gz")); !strings.Contains(page, `\fBregionctl-completion-bash(1)\fP, \fBregionctl-completion-fish(1)\fP, \fBregionctl-completion-zsh(1)\fP`) {
+		t.Errorf("regionctl-completion(1)'s SEE ALSO lost the pages it keeps:\n%s", page)
+	}
 }
 
 // The Maintainer field comes from DEBFULLNAME and DEBEMAIL, as Debian's
