@@ -204,6 +204,37 @@ func TestPostinstCreatesUserOnce(t *testing.T) {
 	}
 }
 
+// On this machine (DPKG_ROOT empty), postinst's add_user makes the user
+// with adduser when getent does not find it, without --gecos (deprecated
+// after bookworm; adduser --system asks for nothing), and leaves an
+// existing one alone. The function is run alone: the whole script with an
+// empty DPKG_ROOT would write this machine's /etc/regiond.
+func TestPostinstAddsUserOnThisMachine(t *testing.T) {
+	script, err := os.ReadFile(filepath.Join("scripts", "postinst"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn := regexp.MustCompile(`(?ms)^add_user\(\) \{\n.*?^\}\n`).Find(script)
+	if fn == nil {
+		t.Fatal("scripts/postinst has no add_user function")
+	}
+	for _, exists := range []bool{false, true} {
+		bin := scriptBin(t, exists)
+		cmd := exec.Command("sh", "-c", "set -e\nroot=\n"+string(fn)+"add_user\n")
+		cmd.Env = append(os.Environ(), "PATH="+bin+":/usr/bin:/bin")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("add_user: %v: %s", err, out)
+		}
+		want := "getent passwd regiond"
+		if !exists {
+			want += "\nadduser --system --group --no-create-home --home /nonexistent --shell /usr/sbin/nologin --quiet regiond"
+		}
+		if got := strings.Join(calls(t, bin, false), "\n"); got != want {
+			t.Errorf("add_user (user present: %v) ran:\n%s\nwant:\n%s", exists, got, want)
+		}
+	}
+}
+
 // Under a non-empty DPKG_ROOT, postinst (with the real useradd) makes user
 // and group regiond in that root's /etc/passwd and /etc/group, and this
 // machine's are untouched (the packaging review: getent and adduser acted
