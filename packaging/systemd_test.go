@@ -169,6 +169,9 @@ func TestUnitSettings(t *testing.T) {
 		"Service.Restart":                 "always", "Service.RestartSec": "2s", "Service.User": "regiond",
 		"Service.RestartSteps": "5", "Service.RestartMaxDelaySec": "60s",
 		"Service.RemoveIPC": "yes", "Service.PrivateIPC": "yes", "Service.PrivateMounts": "yes",
+		// The host's /dev/shm, writable to every local user, is closed:
+		// PrivateDevices and ProtectSystem=strict leave it writable.
+		"Service.InaccessiblePaths": "-/dev/shm",
 	}
 	agent := unitSettings(t, "systemd/regiond.service")
 	want := map[string]string{
