@@ -374,7 +374,7 @@ func (s *stage) debianDocs(res *Result, maint string, mtime time.Time) (copyrigh
 		return "", "", err
 	}
 	copyright = filepath.Join(dir, "copyright")
-	if err := os.WriteFile(copyright, []byte(copyrightText(mods)), 0o644); err != nil {
+	if err := os.WriteFile(copyright, []byte(copyrightText(mods, mtime.Year())), 0o644); err != nil {
 		return "", "", fmt.Errorf("write the copyright file: %w", err)
 	}
 	plain := filepath.Join(dir, "changelog")
@@ -427,9 +427,9 @@ func (s *stage) linkedModules() ([]string, error) {
 }
 
 // copyrightText is the package's copyright file (DEP-5): regiond's own
-// licence, and the Go modules the binaries link statically, each under its
-// own licence.
-func copyrightText(mods []string) string {
+// licence and copyright notice (year: the commit's), and the Go modules
+// the binaries link statically, each under its own licence.
+func copyrightText(mods []string, year int) string {
 	var b strings.Builder
 	b.WriteString(`Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
 Upstream-Name: regiond
@@ -450,10 +450,8 @@ Comment: /usr/bin/regiond and /usr/bin/regionctl are Go programs, linked
 	for _, m := range mods {
 		b.WriteString(" " + m + "\n")
 	}
-	b.WriteString(`
-Files: *
-Copyright: regiond maintainers
-License: Proprietary
+	fmt.Fprintf(&b, "\nFiles: *\nCopyright: %d regiond maintainers\n", year)
+	b.WriteString(`License: Proprietary
  All rights reserved. This package may be used, copied and distributed only
  as its owners allow. The Go modules linked into its binaries are under their
  own licences (see the Comment above); those licences apply to their code.

@@ -545,8 +545,11 @@ func TestPackageCopyrightAndChangelog(t *testing.T) {
 	if err != nil {
 		t.Fatalf("copyright: %v", err)
 	}
+	// A copyright notice, of the commit's year (lintian:
+	// copyright-without-copyright-notice).
+	ct, _ := commitTime(context.Background(), ".")
 	for _, want := range []string{"Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n",
-		"\nFiles: *\n", "\nLicense: Proprietary\n", " go.etcd.io/etcd/client/v3 v3.", "go version -m /usr/bin/regiond",
+		"\nFiles: *\nCopyright: " + strconv.Itoa(ct.Year()) + " regiond maintainers\n", "\nLicense: Proprietary\n", " go.etcd.io/etcd/client/v3 v3.", "go version -m /usr/bin/regiond",
 		"/usr/share/common-licenses/Apache-2.0"} {
 		if !strings.Contains(string(cr), want) {
 			t.Errorf("copyright lacks %q:\n%s", want, cr)
