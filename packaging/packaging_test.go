@@ -493,28 +493,38 @@ func TestPackageMaintainerAndOverrides(t *testing.T) {
 }
 
 // Each lintian override pointing at a maintainer script's line names a
-// line of that script that does what the override says (a systemctl call),
-// so an edit of the scripts that moves the line fails here rather than in a
-// lintian run (which CI does not do).
+// line of that script that does what the override says (a systemctl call,
+// a look into /etc/passwd or /etc/group), so an edit of the scripts that
+// moves the line fails here rather than in a lintian run (which CI does
+// not do).
 func TestLintianOverridesPointAtTheirLines(t *testing.T) {
 	b, err := os.ReadFile("lintian/regiond")
 	if err != nil {
 		t.Fatal(err)
 	}
-	re := regexp.MustCompile(`(?m)^regiond: maintainer-script-calls-systemctl \[(\w+):(\d+)\]$`)
+	lineFor := map[string]*regexp.Regexp{
+		"maintainer-script-calls-systemctl":                      regexp.MustCompile(`^\s*systemctl\b`),
+		"maintainer-script-should-not-parse-etc-passwd-or-group": regexp.MustCompile(`/etc/(passwd|group)\b`),
+	}
+	re := regexp.MustCompile(`(?m)^regiond: ([a-z0-9-]+) (?:\* )?\[(\w+):(\d+)\]$`)
 	ms := re.FindAllStringSubmatch(string(b), -1)
 	if len(ms) == 0 {
-		t.Fatal("no maintainer-script-calls-systemctl override")
+		t.Fatal("no override of a maintainer script's line")
 	}
 	for _, m := range ms {
-		script, err := os.ReadFile(filepath.Join("scripts", m[1]))
+		want, ok := lineFor[m[1]]
+		if !ok {
+			t.Errorf("override %s: no check of its line here", m[0])
+			continue
+		}
+		script, err := os.ReadFile(filepath.Join("scripts", m[2]))
 		if err != nil {
 			t.Fatal(err)
 		}
-		n, _ := strconv.Atoi(m[2])
+		n, _ := strconv.Atoi(m[3])
 		lines := strings.Split(string(script), "\n")
-		if n < 1 || n > len(lines) || !regexp.MustCompile(`^\s*systemctl\b`).MatchString(lines[n-1]) {
-			t.Errorf("override %s: line %d of scripts/%s is not a systemctl call", m[0], n, m[1])
+		if n < 1 || n > len(lines) || !want.MatchString(lines[n-1]) {
+			t.Errorf("override %s: line %d of scripts/%s does not match %s", m[0], n, m[2], want)
 		}
 	}
 	// And every systemctl call lintian would report is overridden.
