@@ -233,6 +233,13 @@ type AgentStatus struct {
 	// or read-only directory), so the front doors that read the file
 	// route by an older table. Empty while the files are written.
 	SnapshotError string `json:"snapshot_error,omitempty"`
+	// ClusterID is the ID (hex) of the etcd cluster the agent's table was
+	// listed from; absent before a list, and from older agents. An agent
+	// whose cluster is not the one regionctl reads serves another
+	// cluster's history: etcd restored from a backup (a new cluster)
+	// under an agent that has not relisted, or a status key of the
+	// backup's own.
+	ClusterID string `json:"cluster_id,omitempty"`
 }
 
 // MaxStatusSkippedKeys bounds AgentStatus.SkippedKeys.

@@ -96,6 +96,10 @@ type Status struct {
 	// list, watch or check until a list or a watch is answered again; ""
 	// otherwise. The last good table keeps serving meanwhile.
 	Refused string
+	// ClusterID is the ID of the etcd cluster the table served was
+	// listed from (0: none, or a table from a snapshot file of an agent
+	// that did not know it).
+	ClusterID uint64
 	// LoginRefused: Refused is etcd refusing the client's login
 	// (authentication failed: a password changed in etcd, the user gone),
 	// not its role.
@@ -291,7 +295,7 @@ func (m *Mirror) Status() Status {
 		// read between its store and the table's swap (the concurrency
 		// review: a status put then said the old revision and the new
 		// change, and the change's own put was skipped as already made).
-		s.Revision, s.Epoch, s.ChangeRevision = t.Revision(), t.Epoch(), t.ChangeRevision()
+		s.Revision, s.Epoch, s.ChangeRevision, s.ClusterID = t.Revision(), t.Epoch(), t.ChangeRevision(), t.ClusterID()
 	}
 	if at := m.syncedAt.Load(); at != nil {
 		s.SyncedAt = *at

@@ -159,6 +159,9 @@ func (p *publisher) status(st watch.Status, t *routing.Table) routing.AgentStatu
 	if !st.SyncedAt.IsZero() {
 		s.SyncedAt = st.SyncedAt.UTC().Format(time.RFC3339)
 	}
+	if st.ClusterID != 0 {
+		s.ClusterID = fmt.Sprintf("%x", st.ClusterID)
+	}
 	if t != nil {
 		s.Skipped, s.SkippedAlike, s.SkippedKeys = skippedKeys(t.Skipped())
 	}

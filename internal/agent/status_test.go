@@ -113,6 +113,15 @@ func TestStatusKeyFollowsChangesAtOnce(t *testing.T) {
 	if st.ChangeRevision != rev {
 		t.Fatalf("status put after the change: change_revision %d, want %d", st.ChangeRevision, rev)
 	}
+	// It names the cluster its table was listed from (regionctl status
+	// tells an agent of a restored backup's former cluster by it).
+	hdr, err := cli.Get(context.Background(), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.ClusterID != fmt.Sprintf("%x", hdr.Header.ClusterId) {
+		t.Fatalf("status put: cluster_id %q, want etcd's %x", st.ClusterID, hdr.Header.ClusterId)
+	}
 	// A delete leaves no key: the status key says the agent applied it.
 	d, _ := regionctlWrite(t, cli, clientv3.OpDelete(prefix+"routes/DE"))
 	if st := nextStatus(t, wch, func(st routing.AgentStatus) bool { return st.Revision >= d }); st.ChangeRevision != d {

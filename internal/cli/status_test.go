@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/regiond/regiond/internal/store"
@@ -428,6 +429,51 @@ func TestAgentOfAnotherHistoryIsNotConverged(t *testing.T) {
 	if !strings.Contains(r.stderr, "edge-other@") || !strings.Contains(r.stderr, "epoch 99 at revision") {
 		t.Fatalf("--wait-converged with an agent of another epoch: %s", r)
 	}
+}
+
+// TestAgentOfAnotherClusterIsNotConverged: after etcd is restored from a
+// backup (a new cluster, its revisions bumped), an agent that has not
+// relisted, or a status key of the backup's own, says the cluster its
+// table was listed from: at etcd's revision and epoch it is still not
+// converged (exit 5, naming both clusters), and its change_revision does
+// not make the agents of this cluster lag (the operations review: a
+// second restore of one backup gave the stale agents "converged", and the
+// current agent "behind"). An agent of this cluster is converged.
+func TestAgentOfAnotherClusterIsNotConverged(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	putStatus := func(s routing.AgentStatus) {
+		t.Helper()
+		b, _ := json.Marshal(s)
+		if _, err := testClient.Put(context.Background(), e.ks.Agent(s.Node), string(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	head := func() *etcdserverpb.ResponseHeader {
+		t.Helper()
+		resp, err := testClient.Get(context.Background(), "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header
+	}
+	here := fmt.Sprintf("%x", head().ClusterId)
+	now := time.Now().UTC().Format(time.RFC3339Nano)
+	putStatus(routing.AgentStatus{Node: "edge-here", Revision: head().Revision, Epoch: e.epoch(), SyncedAt: now, ClusterID: here})
+	h := head()
+	putStatus(routing.AgentStatus{Node: "edge-stale", Revision: h.Revision, ChangeRevision: h.Revision, Epoch: e.epoch(), SyncedAt: now, ClusterID: "deadbeef"})
+	r := e.must(ExitNotConverged, "status", "--max-lag", "0")
+	if !strings.Contains(r.stdout, "edge-stale: not converged: its table is of etcd cluster deadbeef, but etcd here is cluster "+here) {
+		t.Fatalf("status with an agent of another cluster: %s", r)
+	}
+	if strings.Contains(r.stdout, "edge-here: not converged") {
+		t.Fatalf("the agent of this cluster lags behind the other cluster's change_revision: %s", r)
+	}
+	if _, err := testClient.Delete(context.Background(), e.ks.Agent("edge-stale")); err != nil {
+		t.Fatal(err)
+	}
+	e.must(ExitOK, "status", "--max-lag", "0")
 }
 
 // TestNoLiveAgentConfirmsNothing: with no live agent under agents/ (a

@@ -47,6 +47,9 @@ type Fleet struct {
 	// Epoch is the routing epoch at Revision; 0 when the epoch key is
 	// absent or holds no number.
 	Epoch int64 `json:"epoch"`
+	// ClusterID is the ID (hex) of the etcd cluster read (what the agents'
+	// cluster_id must be); "" when etcd's answer did not say.
+	ClusterID string `json:"cluster_id,omitempty"`
 	// Agents are the live agents' status keys, in key order.
 	Agents []AgentInfo `json:"agents"`
 	// Lost are the nodes whose record (<root>/nodes/<node>) is there and
@@ -76,6 +79,9 @@ func (s *Store) Fleet(ctx context.Context) (*Fleet, error) {
 		return nil, err
 	}
 	f := &Fleet{Revision: rev, Agents: []AgentInfo{}}
+	if f.ClusterID, err = s.clusterAt(ctx, rev); err != nil {
+		return nil, err
+	}
 	var epochRev int64 // the epoch key's mod revision
 	for _, kv := range rkvs {
 		f.RoutingRevision = max(f.RoutingRevision, kv.ModRevision)
@@ -87,8 +93,12 @@ func (s *Store) Fleet(ctx context.Context) (*Fleet, error) {
 	}
 	for _, kv := range kvs {
 		a := agentInfo(string(kv.Key), strings.TrimPrefix(string(kv.Key), prefix), kv.Value, 0, rev)
+		a.checkCluster(f.ClusterID)
 		a.checkEpoch(f.Epoch, epochRev, rev)
-		if a.ChangeRevision <= rev {
+		// An agent of another history does not say what this one's
+		// newest change is (the operations review: a stale agent's
+		// change_revision made the current ones lag).
+		if a.Diverged == "" && a.ChangeRevision <= rev {
 			f.RoutingRevision = max(f.RoutingRevision, a.ChangeRevision)
 		}
 		f.Agents = append(f.Agents, a)
@@ -124,6 +134,34 @@ func (s *Store) lostNodes(ctx context.Context, rev int64, live map[string]bool, 
 		lost = append(lost, agentInfo(string(kv.Key), node, kv.Value, want, rev))
 	}
 	return lost, "", nil
+}
+
+// clusterAt returns the ID (hex) of the etcd cluster that answers a read
+// at rev, "" when its answer does not say.
+func (s *Store) clusterAt(ctx context.Context, rev int64) (string, error) {
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(rctx, s.ks.Epoch(), clientv3.WithRev(rev), clientv3.WithCountOnly())
+	if errors.Is(err, rpctypes.ErrCompacted) {
+		return "", fmt.Errorf("read the cluster at revision %d: %w", rev, ErrCompacted)
+	}
+	if err != nil {
+		return "", s.permErr(fmt.Sprintf("read %s at revision %d", s.ks.Epoch(), rev), err, s.roles.ReadNeed(s.ks.Epoch()))
+	}
+	if id := resp.Header.GetClusterId(); id != 0 {
+		return fmt.Sprintf("%x", id), nil
+	}
+	return "", nil
+}
+
+// checkCluster marks a as of another history when its table was listed
+// from another etcd cluster than cluster (both known).
+func (a *AgentInfo) checkCluster(cluster string) {
+	if a.Diverged != "" || a.Invalid != "" || cluster == "" || a.ClusterID == "" || a.ClusterID == cluster {
+		return
+	}
+	a.Diverged = fmt.Sprintf("its table is of etcd cluster %s, but etcd here is cluster %s: the agent follows another cluster's history (etcd restored from a backup, as a new cluster) until it relists",
+		a.ClusterID, cluster)
 }
 
 // checkEpoch marks a as of another history when its status says it has
