@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -78,7 +79,7 @@ func (m *Mirror) handle(resp clientv3.WatchResponse) (string, change) {
 		return ReasonClosed, unchanged
 	}
 	if id := resp.Header.GetClusterId(); id != 0 && id != m.clusterID {
-		m.log.Warn("watch response from another etcd cluster than the list", "cluster_id", id)
+		m.log.Warn("watch response from another etcd cluster than the list", "cluster_id", fmt.Sprintf("%x", id))
 		return ReasonCluster, unchanged
 	}
 	if resp.Created {

@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -113,7 +114,7 @@ func (m *Mirror) probe(s *stream) (string, int64) {
 		m.log.Debug("probe of a silent watch failed", "err", err)
 	case resp.Header.GetClusterId() != 0 && resp.Header.GetClusterId() != m.clusterID:
 		res = probeCluster
-		m.log.Warn("probe answered by another etcd cluster than the list", "cluster_id", resp.Header.GetClusterId())
+		m.log.Warn("probe answered by another etcd cluster than the list", "cluster_id", fmt.Sprintf("%x", resp.Header.GetClusterId()))
 	case resp.Header.Revision < m.applied:
 		res = probeRegressed
 		m.log.Error("etcd revision below the applied one; was the cluster restored from an older backup?",

@@ -3,6 +3,7 @@ package watch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -261,7 +262,7 @@ func (m *Mirror) created(resp clientv3.WatchResponse, ok bool) string {
 	case resp.Canceled || !resp.Created:
 		return ReasonClosed
 	case resp.Header.GetClusterId() != 0 && resp.Header.GetClusterId() != m.clusterID:
-		m.log.Warn("watch answered by another etcd cluster than the list", "cluster_id", resp.Header.GetClusterId())
+		m.log.Warn("watch answered by another etcd cluster than the list", "cluster_id", fmt.Sprintf("%x", resp.Header.GetClusterId()))
 		return ReasonCluster
 	}
 	return ""

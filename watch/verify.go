@@ -3,6 +3,7 @@ package watch
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -65,7 +66,7 @@ func (m *Mirror) verify(ctx context.Context) string {
 		m.log.Warn("could not check etcd's prefix at the applied revision; watching again", "applied_revision", m.applied, "err", err)
 		return ReasonError
 	case resp.Header.GetClusterId() != 0 && resp.Header.GetClusterId() != m.clusterID:
-		m.log.Warn("answered by another etcd cluster than the list", "cluster_id", resp.Header.GetClusterId())
+		m.log.Warn("answered by another etcd cluster than the list", "cluster_id", fmt.Sprintf("%x", resp.Header.GetClusterId()))
 		return ReasonCluster
 	}
 	same := resp.Count == int64(len(m.state)) && len(resp.Kvs) == len(last)

@@ -10,15 +10,20 @@ import (
 // TestStatusHintNamesThePrefix: the hint for a refused status put names
 // the command that makes the agent's role for this deployment: with
 // --prefix when the root is not the default (the RBAC review: it named
-// the default root's, which made a role of another deployment).
+// the default root's, which made a role of another deployment), with the
+// --role-prefix the agent's user shows (the operations review: a user
+// up-agent-n1 was told the default's command, which makes another role),
+// or the user named when its name shows none.
 func TestStatusHintNamesThePrefix(t *testing.T) {
-	for _, tc := range []struct{ key, want string }{
-		{"/regiond/v1/agents/n1", "(regionctl auth apply --agent n1 makes role regiond-agent-n1"},
-		{"/a/agents/n1", "(regionctl --prefix /a auth apply --agent n1 makes role regiond-agent-n1"},
+	for _, tc := range []struct{ key, user, want string }{
+		{"/regiond/v1/agents/n1", "regiond-agent-n1", "(regionctl auth apply --agent n1 makes role regiond-agent-n1"},
+		{"/a/agents/n1", "regiond-agent-n1", "(regionctl --prefix /a auth apply --agent n1 makes role regiond-agent-n1"},
+		{"/regiond/v1/agents/n1", "up-agent-n1", "(regionctl auth apply --role-prefix up- --agent n1 makes role"},
+		{"/regiond/v1/agents/n1", "u", "(regionctl auth apply --agent n1=u makes role"},
 	} {
-		p := &publisher{key: tc.key, node: "n1", user: "u"}
+		p := &publisher{key: tc.key, node: "n1", user: tc.user}
 		if h := p.hint(rpctypes.ErrPermissionDenied); !strings.Contains(h, tc.want) || !strings.Contains(h, "revoked") {
-			t.Errorf("hint for %s: %q, want %q… and a revoked role named", tc.key, h, tc.want)
+			t.Errorf("hint for %s as %s: %q, want %q… and a revoked role named", tc.key, tc.user, h, tc.want)
 		}
 	}
 }

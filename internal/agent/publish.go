@@ -466,7 +466,7 @@ func (p *publisher) putOwn(ctx context.Context, v string, lease clientv3.LeaseID
 	p.noRecordAt = time.Now()
 	if !p.recordWarned {
 		p.recordWarned = true
-		p.log.Warn("agent status: etcd refuses the node record "+p.record+" to this agent's role (made by a regionctl auth apply older than node records): regionctl auth apply --agent "+p.node+" adds it (found within a minute, no restart); until then, regionctl status does not know this node once its status key is gone",
+		p.log.Warn("agent status: etcd refuses the node record "+p.record+" to this agent's role (made by a regionctl auth apply older than node records): "+p.authApply()+" adds it (found within a minute, no restart); until then, regionctl status does not know this node once its status key is gone",
 			"err", err)
 	}
 	return nil
@@ -660,14 +660,34 @@ func (p *publisher) hint(err error) string {
 	if user == "" {
 		user = "(no user: set --user, or --cert with a certificate whose CN is an etcd user)"
 	}
-	apply := "regionctl auth apply --agent " + p.node
-	if root := strings.TrimSuffix(p.key, "/agents/"+p.node); root != keyspace.DefaultRoot {
-		apply = "regionctl --prefix " + root + " auth apply --agent " + p.node // the RBAC review: the hint made a role of the default root
-	}
+	apply := p.authApply()
 	return fmt.Sprintf("etcd user %s may not write %s: its role must be made for this --node, %s, and granted to the user "+
 		"(%s makes role regiond-agent-%s, with your deployment's --role-prefix if it has one, with readwrite on that key, "+
 		"and grants it again if it was revoked); is --node right?",
 		user, p.key, p.node, apply, p.node)
+}
+
+// authApply is the regionctl command that makes this agent's role: with
+// the agent's --prefix when it is not the default (the RBAC review: the
+// hint made a role of the default root), and the --role-prefix its user's
+// name shows (a user regiond-agent-NODE is the default's; up-agent-NODE
+// was made with --role-prefix up-: the operations review), or its user
+// named when the name shows no prefix.
+func (p *publisher) authApply() string {
+	cmd := "regionctl"
+	if root := strings.TrimSuffix(p.key, "/agents/"+p.node); root != keyspace.DefaultRoot {
+		cmd += " --prefix " + root
+	}
+	cmd += " auth apply"
+	agent := " --agent " + p.node
+	if rolePrefix, ok := strings.CutSuffix(p.user, "agent-"+p.node); ok {
+		if rolePrefix != "regiond-" {
+			cmd += " --role-prefix " + rolePrefix
+		}
+	} else if p.user != "" {
+		agent += "=" + p.user
+	}
+	return cmd + agent
 }
 
 // statusError says why the status key is not published, or "".

@@ -160,7 +160,7 @@ func (e *NotConvergedError) shortfall() string {
 	if e.Expected == 0 || e.Confirmed >= e.Expected {
 		return ""
 	}
-	return fmt.Sprintf("%d of the %d agents expected (--expect-agents) confirmed it: the status keys of the others are gone (stopped, or cut off from etcd and serving their last table, as their front doors read it; regionctl status lists the live ones)",
+	return fmt.Sprintf("%d of the %d agents expected (--expect-agents) confirmed it: the others are behind (named here, if live) or their status keys are gone (stopped, or cut off from etcd and serving their last table, as their front doors read it; regionctl status lists the live ones)",
 		e.Confirmed, e.Expected)
 }
 
