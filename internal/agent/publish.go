@@ -340,6 +340,10 @@ const statusSpacing = 25 * time.Millisecond
 // such a storm is not held back by it: it moves the epoch.
 const statusQuietSpacing = time.Second
 
+// confirmAfter is how old the synced_at of a put that says connected
+// again must be for the next one to be put too (see publish).
+const confirmAfter = 2 * time.Second
+
 // statusCheck is how often the publisher looks for what no change signals:
 // a connection that came or went, a status due for its refresh.
 const statusCheck = time.Second
@@ -359,13 +363,20 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *w
 	var lastAt, lastPut time.Time // lastAt on the publisher's clock; lastPut on the wall clock, for the spacing
 	var settleBy time.Time        // the end of the wait for the snapshot writer, for the change due
 	written := false
+	// confirm: the last put said connected again (a session's first, or
+	// the connection back) with a synced_at of before the cut (the watch
+	// resumed, not yet confirmed current): the next synced_at is put
+	// too, once, not at the refresh a minute later (the status-page
+	// review). A synced_at as fresh as a start's list is not re-put: an
+	// idle fleet's puts would move each other's revisions.
+	confirm := false
 	for {
 		ms := m.Status()
 		st := p.status(ms, m.Table())
 		// A snapshot file that fails, or is written again, is put at
 		// once too: the front doors reading it route by an older table.
 		significant := !written || st.Epoch != last.Epoch || st.Connected != last.Connected || ms.ChangeRevision != lastChange ||
-			st.SnapshotError != last.SnapshotError
+			st.SnapshotError != last.SnapshotError || confirm && st.SyncedAt != last.SyncedAt
 		// A put for changes alone: statusSpacing after the one before
 		// when they moved the epoch (a regionctl write is among them),
 		// quietSpacing when they did not.
@@ -404,6 +415,7 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *w
 			// every other put (a regionctl write, the connection, the
 			// refresh) checks that the key is still this session's.
 			if p.put(ctx, sess, st, lastPut, !onlyChange) {
+				confirm = st.Connected && (!written || !last.Connected) && time.Since(ms.SyncedAt) > confirmAfter
 				last, lastChange, written = st, ms.ChangeRevision, true
 			} else {
 				kick = nil // a failed put is retried at the next check, not per change
