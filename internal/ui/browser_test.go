@@ -680,3 +680,74 @@ func TestStatusPageFollowsTheClock(t *testing.T) {
 		t.Errorf("errors on the page's console:\n%s", strings.Join(errs, "\n"))
 	}
 }
+
+// TestStatusPageShowsSnapshotNotWritten: while the snapshot file cannot
+// be written (a symbolic link in its place, which the writer refuses;
+// the file it points to holds the old table), the page says so as
+// regionctl status does: the banner names snapshot_error, #written is
+// marked bad and behind the table served, and this node's fleet row is
+// not converged at lag 0 with the note saying why (the page showed
+// none of it: no banner, the age in normal colour, lag 0 in green).
+// Once the file is written again, all of it clears.
+func TestStatusPageShowsSnapshotNotWritten(t *testing.T) {
+	n := startNode(t, nil)
+	var node struct{ Snapshot struct{ Path string } }
+	n.getJSON(t, "/ui/api/node", &node)
+	path := node.Snapshot.Path
+	old := filepath.Join(filepath.Dir(path), "old-table.json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(old, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(old, path+".link"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".link", path); err != nil {
+		t.Fatal(err)
+	}
+	regionctl(t, n, "route", "set", "PL", "--attr", "ui-test=1", "--reason", "browser test")
+	routed := n.waitTable(t, func(tb *routing.Table) bool { r, ok := tb.Route("PL"); return ok && r.Attrs["ui-test"] == "1" })
+	n.wait(t, "snapshot_error in /v1/status", func() bool {
+		var st struct {
+			SnapshotError string `json:"snapshot_error"`
+		}
+		n.getJSON(t, "/v1/status", &st)
+		return st.SnapshotError != ""
+	})
+
+	ctx, scriptErrors := browser(t)
+	if err := chromedp.Do(ctx, chromedp.Navigate(n.url("/ui/"))); err != nil {
+		t.Fatalf("open the page: %v", err)
+	}
+	waitJS(ctx, t, "the snapshot banner", `(document.getElementById("banner").textContent || "").includes("snapshot files not written")`)
+	if got := text(ctx, t, "#banner"); !strings.Contains(got, path) || !strings.Contains(got, "route by an older table") {
+		t.Errorf("the banner with the snapshot file not written: %q; want the file and what it means", got)
+	}
+	waitJS(ctx, t, "#written marked", `document.getElementById("written").className === "bad"`)
+	if got, want := text(ctx, t, "#written"), fmt.Sprintf("behind the table served (r%d)", routed.ChangeRevision()); !strings.Contains(got, want) {
+		t.Errorf("#written reads %q, want it to say %q", got, want)
+	}
+	waitJS(ctx, t, "this node's fleet row not converged", `[...document.querySelectorAll("#fleet tbody tr")].some(r => r.cells[0].textContent === "ui-test (this node)" && r.cells[2].textContent.includes("not converged"))`)
+	lag := eval[[]string](ctx, t, `(() => { const c = [...document.querySelectorAll("#fleet tbody tr")].find(r => r.cells[0].textContent === "ui-test (this node)").cells[2];
+		return [c.textContent, c.className, c.title]; })()`)
+	if lag[0] != "0, not converged" || !strings.Contains(lag[1], "bad") || !strings.Contains(lag[2], "snapshot files not written") {
+		t.Errorf("this node's lag cell: %q (class %q, title %q); want 0, not converged, bad, and why", lag[0], lag[1], lag[2])
+	}
+	if note := text(ctx, t, "#fleet-note"); !strings.Contains(note, "ui-test: not converged: snapshot files not written") {
+		t.Errorf("the fleet note: %q; want this node named not converged, and why", note)
+	}
+	screenshot(ctx, t, "status-page-snapshot-not-written.png")
+
+	// The file written again: the page clears it all.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(ctx, t, "the snapshot banner gone", `!(document.getElementById("banner").textContent || "").includes("snapshot") && document.getElementById("written").className === ""`)
+	waitJS(ctx, t, "this node's fleet row converged", `[...document.querySelectorAll("#fleet tbody tr")].some(r => r.cells[0].textContent === "ui-test (this node)" && r.cells[2].textContent === "0" && r.cells[2].className.includes("ok"))`)
+	if errs := scriptErrors(); len(errs) > 0 {
+		t.Errorf("errors on the page's console:\n%s", strings.Join(errs, "\n"))
+	}
+}

@@ -29,6 +29,11 @@ type nodeBody struct {
 	Node     string        `json:"node"`
 	Version  string        `json:"version"`
 	Snapshot *snapshotInfo `json:"snapshot,omitempty"`
+	// TableChangeRevision is the revision of the newest change of the
+	// table served (routing.Table.ChangeRevision), read before the
+	// snapshot file: a file at an older revision does not hold that
+	// table (its write failed, or has yet to come). 0 before a table.
+	TableChangeRevision int64 `json:"table_change_revision,omitempty"`
 }
 
 // snapshotInfo is what the snapshot file's header says.
@@ -45,6 +50,9 @@ var snapshotHeadRE = regexp.MustCompile(`^\{"revision":(\d+),"epoch":\d+,"writte
 
 func (h *handler) handleNode(w http.ResponseWriter, _ *http.Request) {
 	body := nodeBody{Node: h.cfg.Node, Version: h.cfg.Version}
+	if t := h.cfg.Table(); t != nil {
+		body.TableChangeRevision = t.ChangeRevision()
+	}
 	if p := h.cfg.Snapshot; p != "" {
 		body.Snapshot = readSnapshotHead(p)
 	}

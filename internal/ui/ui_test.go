@@ -271,7 +271,9 @@ func cielab(hex string) [3]float64 {
 	return [3]float64{116*fy - 16, 500 * (fx - fy), 200 * (fy - fz)}
 }
 
-// The node endpoint names this agent and reads the snapshot file's header.
+// The node endpoint names this agent and reads the snapshot file's
+// header, and gives the revision of the table's newest change, which the
+// page compares the file's with.
 func TestNodeEndpoint(t *testing.T) {
 	n := startNode(t, nil)
 	var body struct {
@@ -281,11 +283,15 @@ func TestNodeEndpoint(t *testing.T) {
 			Revision    int64
 			WrittenAt   string `json:"written_at"`
 		}
+		TableChangeRevision int64 `json:"table_change_revision"`
 	}
 	n.getJSON(t, "/ui/api/node", &body)
 	at, err := time.Parse(time.RFC3339Nano, body.Snapshot.WrittenAt)
 	if body.Node != "ui-test" || body.Version != "v9.8.7-test" || err != nil || time.Since(at) > time.Hour || body.Snapshot.Revision == 0 {
 		t.Fatalf("node: %+v (written_at: %v)", body, err)
+	}
+	if want := n.table(t).ChangeRevision(); body.TableChangeRevision != want || want == 0 {
+		t.Errorf("node: table_change_revision %d, the table's ChangeRevision %d", body.TableChangeRevision, want)
 	}
 }
 

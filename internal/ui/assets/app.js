@@ -100,6 +100,12 @@
     renderStatus();
   }
 
+  // snapshotNotWritten says what a snapshot_error means, as regionctl
+  // status does.
+  function snapshotNotWritten(err) {
+    return 'snapshot files not written, so the front doors reading them route by an older table: ' + err;
+  }
+
   function renderStatus() {
     const st = state.status, node = state.node || {};
     if (!st) { banner(state.agentError); return; }
@@ -117,15 +123,26 @@
     const stale = st.stale_seconds < 0 ? -1 : st.stale_seconds + (Date.now() - state.statusAt) / 1000;
     s.className = stale < 0 || stale > 300 ? 'bad' : stale > 30 ? 'warn' : '';
     const w = $('written'), snap = node.snapshot;
-    if (!snap) { w.textContent = 'no snapshot file (--snapshot "")'; w.title = ''; }
+    if (!snap) { w.textContent = 'no snapshot file (--snapshot "")'; w.title = ''; w.className = ''; }
     else if (snap.error) { w.textContent = 'unreadable'; w.title = snap.error; w.className = 'bad'; }
-    else { w.textContent = ago(snap.written_at) + ' (r' + snap.revision + ')'; w.title = snap.path + ' ' + snap.written_at; w.className = ''; }
+    else {
+      // The file holds an older table than the one served: its write
+      // failed (snapshot_error), or has yet to come.
+      const behind = snap.revision < (node.table_change_revision || 0);
+      w.textContent = ago(snap.written_at) + ' (r' + snap.revision + ')' +
+        (behind ? ', behind the table served (r' + node.table_change_revision + ')' : '');
+      w.title = snap.path + ' ' + snap.written_at;
+      w.className = behind || st.snapshot_error ? 'bad' : '';
+    }
     const sv = $('serving');
     sv.textContent = st.stale ? 'snapshot file, not yet synced with etcd' : 'table from etcd';
     sv.className = st.stale ? 'bad' : 'ok';
     $('version').textContent = node.version || '–';
-    banner(state.agentError ? state.agentError : st.etcd_error ? 'etcd: ' + st.etcd_error
-      : st.status_error ? 'status key not published (regionctl status shows this node\'s last status, or none): ' + st.status_error : '');
+    // Each problem on a line of its own; the agent unreachable outranks
+    // what its last status said.
+    banner(state.agentError || [st.etcd_error ? 'etcd: ' + st.etcd_error : '',
+      st.status_error ? 'status key not published (regionctl status shows this node\'s last status, or none): ' + st.status_error : '',
+      st.snapshot_error ? snapshotNotWritten(st.snapshot_error) : ''].filter(Boolean).join('\n'));
     const sk = st.skipped || [];
     $('skipped-box').hidden = sk.length === 0;
     $('skipped-count').textContent = sk.length;
@@ -364,15 +381,20 @@
       if (!f.error) {
         $('fleet-note').className = lost.length ? 'note bad' : 'note';
         $('fleet-note').textContent = 'Newest routing change at revision ' + f.routing_revision + ', epoch ' + f.epoch + '; read at revision ' + f.revision + '.' +
-          (lost.length ? ' ' + lost.length + ' lost: status key gone with no clean stop (cut off from etcd, crashed or gone); each as its node record last said; regionctl agent rm NODE forgets one taken out of the fleet.' : '');
+          (lost.length ? ' ' + lost.length + ' lost: status key gone with no clean stop (cut off from etcd, crashed or gone); each as its node record last said; regionctl agent rm NODE forgets one taken out of the fleet.' : '') +
+          agents.filter((a) => a.snapshot_error).map((a) => ' ' + a.node + ': not converged: ' + snapshotNotWritten(a.snapshot_error) + '.').join('');
+        if (agents.some((a) => a.snapshot_error)) $('fleet-note').className = 'note bad';
       }
       table.hidden = false;
       $('fleet-count').textContent = agents.length;
       const me = state.status && state.status.node;
       fill(table.tBodies[0], agents.map((a) => {
-        const lag = el('td', a.invalid ? 'invalid' : a.diverged ? 'diverged' : a.lag,
-          'num ' + (a.lag > 0 || a.invalid || a.diverged ? 'bad' : 'ok'));
+        // Not converged at lag 0 too: of another history, or its
+        // snapshot files not written (the front doors read those).
+        const lag = el('td', a.invalid ? 'invalid' : a.diverged ? 'diverged' : a.snapshot_error ? a.lag + ', not converged' : a.lag,
+          'num ' + (a.lag > 0 || a.invalid || a.diverged || a.snapshot_error ? 'bad' : 'ok'));
         if (a.invalid || a.diverged) lag.title = a.invalid || ('another history than etcd\'s: ' + a.diverged);
+        else if (a.snapshot_error) lag.title = snapshotNotWritten(a.snapshot_error);
         return row([el('td', a.node + (a.node === me ? ' (this node)' : '')), el('td', a.revision, 'num'), lag,
           el('td', a.epoch, 'num'), el('td', a.connected ? 'yes' : 'no', a.connected ? 'ok' : 'bad'),
           ago(a.synced_at), el('td', a.skipped || 0, 'num' + (a.skipped ? ' bad' : '')), a.version || '']);
