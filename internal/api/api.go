@@ -707,15 +707,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	w.Write(escapeControls(b.Bytes()))
+	w.Write(EscapeControls(b.Bytes()))
 }
 
-// escapeControls returns js (JSON) with DEL and the C1 controls (U+0080 to
+// EscapeControls returns js (JSON) with DEL and the C1 controls (U+0080 to
 // U+009F), which encoding/json writes raw, as \u escapes: the same JSON,
 // but a value from etcd holding one (a key name an origin wrote) no longer
 // drives the terminal of whoever curls the API. js itself when it holds
-// none.
-func escapeControls(js []byte) []byte {
+// none. The status page's JSON (internal/ui) goes through it too.
+func EscapeControls(js []byte) []byte {
 	i := bytes.IndexFunc(js, func(r rune) bool { return r == 0x7f || r >= 0x80 && r <= 0x9f })
 	if i < 0 {
 		return js

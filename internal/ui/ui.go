@@ -25,6 +25,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/regiond/regiond/internal/api"
 	"github.com/regiond/regiond/internal/keyspace"
 	"github.com/regiond/regiond/routing"
 )
@@ -124,9 +125,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	writeRaw(w, status, append(b, '\n'))
 }
 
-// writeRaw answers body, a JSON document and its newline.
+// writeRaw answers body, a JSON document and its newline, with DEL and
+// the C1 controls escaped as the API's JSON has them (api.EscapeControls):
+// a boost's reason or a key's name holding one does not drive the
+// terminal of whoever curls the page's endpoints.
 func writeRaw(w http.ResponseWriter, status int, body []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	w.Write(body)
+	w.Write(api.EscapeControls(body))
 }

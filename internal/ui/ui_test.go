@@ -451,3 +451,28 @@ func leastPrivilege(t *testing.T, srv *devetcd.Server) {
 		}
 	}
 }
+
+// The page's JSON escapes DEL and the C1 controls as the API's does
+// (\u009b, not the raw character), so a boost's reason or attrs holding
+// one does not reach the terminal of whoever curls /ui/api/ (they were
+// written raw: the page's endpoints skipped the API's escaper).
+func TestPageJSONEscapesControls(t *testing.T) {
+	n := startNode(t, nil)
+	if _, err := devetcd.NewTestClient(t, n.etcd).Put(context.Background(), root+"routing/overrides/pl-ctl",
+		"{\"route\":\"PL\",\"targets\":[{\"pool\":\"eu-west\",\"weight\":100}],\"attrs\":{\"flag.c1\":\"\u009b31m\"},\"reason\":\"csi \u009b2J del \x7f\"}"); err != nil {
+		t.Fatal(err)
+	}
+	n.waitTable(t, func(tb *routing.Table) bool { return len(tb.Overrides()) == 1 })
+	for _, path := range []string{"/ui/api/boosts", "/ui/api/whatif?down=eu-central"} {
+		code, _, b := n.get(t, http.MethodGet, path, "")
+		if code != 200 || !bytes.Contains(b, []byte(`\u009b31m`)) {
+			t.Errorf("GET %s: %d, want the C1 control escaped as \\u009b: %.300s", path, code, b)
+		}
+		if i := bytes.IndexFunc(b, func(r rune) bool { return r == 0x7f || r >= 0x80 && r <= 0x9f }); i >= 0 {
+			t.Errorf("GET %s writes a raw control character at byte %d: %q", path, i, b[max(0, i-20):min(len(b), i+20)])
+		}
+	}
+	if _, _, b := n.get(t, http.MethodGet, "/ui/api/boosts", ""); !bytes.Contains(b, []byte(`csi \u009b2J del \u007f`)) {
+		t.Errorf("boosts: the reason's controls not escaped as \\u009b and \\u007f: %s", b)
+	}
+}
