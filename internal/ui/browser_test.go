@@ -751,3 +751,26 @@ func TestStatusPageShowsSnapshotNotWritten(t *testing.T) {
 		t.Errorf("errors on the page's console:\n%s", strings.Join(errs, "\n"))
 	}
 }
+
+// TestStatusPageShowsBoostAttrs: a boost's attrs are shown in the boosts
+// table, as regionctl boost ls shows them (a boost of attrs alone was a
+// row with empty targets and nothing else to say what it does).
+func TestStatusPageShowsBoostAttrs(t *testing.T) {
+	n := startNode(t, nil)
+	regionctl(t, n, "boost", "PL", "--attr", "flag.autoplay_preview=off", "--attr", "cdn.tier=gold", "--ttl", "10m", "--reason", "long")
+	n.waitTable(t, func(tb *routing.Table) bool { return len(tb.Overrides()) == 1 })
+	ctx, scriptErrors := browser(t)
+	if err := chromedp.Do(ctx, chromedp.Navigate(n.url("/ui/"))); err != nil {
+		t.Fatalf("open the page: %v", err)
+	}
+	waitJS(ctx, t, "the boost", `document.querySelectorAll("#boosts tbody tr").length === 1`)
+	got := eval[map[string]string](ctx, t, `(() => { const heads = [...document.querySelectorAll("#boosts thead th")].map(h => h.textContent);
+		const cells = [...document.querySelector("#boosts tbody tr").cells].map(c => c.textContent);
+		return Object.fromEntries(heads.map((h, i) => [h, cells[i]])); })()`)
+	if got["Route"] != "PL" || got["Attrs"] != "cdn.tier=gold, flag.autoplay_preview=off" || got["Targets"] != "–" || got["Reason"] != "long" {
+		t.Errorf("the boost's row %v; want route PL, attrs cdn.tier=gold, flag.autoplay_preview=off, targets – (the route's kept), reason long", got)
+	}
+	if errs := scriptErrors(); len(errs) > 0 {
+		t.Errorf("errors on the page's console:\n%s", strings.Join(errs, "\n"))
+	}
+}

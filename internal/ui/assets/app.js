@@ -348,9 +348,17 @@
       if (b.expires_at) tip.push('until ' + b.expires_at);
       if (b.granted_ttl_seconds) tip.push('lease ' + b.lease + ' of ' + fmtDur(b.granted_ttl_seconds));
       if (tip.length) left.title = tip.join(', ');
-      return row([b.id, b.route, (b.targets || []).map((t) => t.pool + '=' + t.weight).join(', '), b.reason || '', b.author || '', left]);
+      // A boost of attrs alone keeps the route's targets; one of targets
+      // alone, its attrs (as regionctl boost ls shows them).
+      return row([b.id, b.route, (b.targets || []).map((t) => t.pool + '=' + t.weight).join(', ') || '–',
+        el('td', attrList(b.attrs) || '–', 'attrs'), b.reason || '', b.author || '', left]);
     }));
     tick();
+  }
+
+  // attrList is "k=v, k2=v2", sorted by key; '' for none.
+  function attrList(attrs) {
+    return Object.keys(attrs || {}).sort().map((k) => k + '=' + attrs[k]).join(', ');
   }
 
   // tick moves the clocks: boosts' time left and the ages.
