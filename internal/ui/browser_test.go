@@ -664,7 +664,9 @@ func TestStatusPageFollowsTheClock(t *testing.T) {
 	waitJS(ctx, t, "KR after the boost's expires_at", fmt.Sprintf(`(document.querySelector(%q) || {}).textContent === %q`, kr, want))
 
 	// The agent gone: the banner says so and stays, and the facts below it
-	// are marked as of the last answer.
+	// are marked as of the last answer, the fleet's rows too (they kept
+	// the last answer, not greyed).
+	waitJS(ctx, t, "the fleet", `document.querySelectorAll("#fleet tbody tr").length === 1`)
 	eval[int](ctx, t, `(window.fetch = () => Promise.reject(new Error("connection refused")), 1)`)
 	waitJS(ctx, t, "the agent-unreachable banner", `document.getElementById("banner").textContent.startsWith("Cannot reach the agent")`)
 	for range 3 {
@@ -675,6 +677,13 @@ func TestStatusPageFollowsTheClock(t *testing.T) {
 	}
 	if !eval[bool](ctx, t, `document.getElementById("node-status").classList.contains("dated")`) {
 		t.Error("the node's facts are not marked dated while the agent is unreachable")
+	}
+	waitJS(ctx, t, "the fleet marked dated", `document.getElementById("fleet-section").classList.contains("dated")`)
+	if note := text(ctx, t, "#fleet-note"); !strings.Contains(note, "connection refused") || !strings.Contains(note, "the rows below are as of ") {
+		t.Errorf("the fleet note while the agent is unreachable: %q; want why, and that the rows are as of the last answer", note)
+	}
+	if c := eval[string](ctx, t, `getComputedStyle(document.querySelector("#fleet tbody td.ok")).color`); c != "rgb(93, 102, 119)" {
+		t.Errorf("the fleet's rows while the agent is unreachable are coloured %s, want greyed (--muted, rgb(93, 102, 119))", c)
 	}
 	if errs := scriptErrors(); len(errs) > 0 {
 		t.Errorf("errors on the page's console:\n%s", strings.Join(errs, "\n"))

@@ -7,9 +7,10 @@
   const $ = (id) => document.getElementById(id);
   // agentError: why the last request to the agent failed ('' once one
   // succeeds); it outranks what the last status said. statusAt: when the
-  // status was read (its stale_seconds grows from then).
+  // status was read (its stale_seconds grows from then); fleetAt: when
+  // the fleet was.
   const state = { table: null, rev: 0, sig: '', status: null, statusAt: 0, node: null, agentError: '',
-    renders: 0, fleetBusy: false, fleetTimer: 0, statusBusy: false };
+    renders: 0, fleetBusy: false, fleetTimer: 0, fleetAt: 0, statusBusy: false };
   window.regiondUI = state; // for people poking at it (and the browser test)
 
   function el(tag, text, cls) {
@@ -376,6 +377,8 @@
     state.fleetBusy = true;
     try {
       const r = await getJSON('api/fleet');
+      $('fleet-section').classList.remove('dated');
+      state.fleetAt = Date.now();
       const f = r.body || {};
       const table = $('fleet');
       if (f.error) {
@@ -409,7 +412,12 @@
       }).concat(lost.map((a) => row([el('td', a.node), el('td', a.revision, 'num'), el('td', a.lag, 'num' + (a.lag > 0 ? ' bad' : '')),
         el('td', a.epoch, 'num'), el('td', 'LOST', 'bad'), ago(a.synced_at), el('td', a.skipped || 0, 'num' + (a.skipped ? ' bad' : '')), a.version || '']))));
     } catch (e) {
-      $('fleet-note').textContent = 'fleet: ' + e.message;
+      // The agent gone: the rows are greyed as of the last answer, as
+      // the node's facts are.
+      $('fleet-section').classList.add('dated');
+      $('fleet-note').className = 'note bad';
+      $('fleet-note').textContent = 'fleet: ' + e.message + '; the rows below are as of ' +
+        (state.fleetAt ? new Date(state.fleetAt).toLocaleTimeString() : 'never') + '.';
     } finally {
       state.fleetBusy = false;
     }
