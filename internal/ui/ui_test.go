@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -474,5 +475,37 @@ func TestPageJSONEscapesControls(t *testing.T) {
 	}
 	if _, _, b := n.get(t, http.MethodGet, "/ui/api/boosts", ""); !bytes.Contains(b, []byte(`csi \u009b2J del \u007f`)) {
 		t.Errorf("boosts: the reason's controls not escaped as \\u009b and \\u007f: %s", b)
+	}
+}
+
+// A what-if naming no pool answers as regionctl does: the pools near the
+// name, else the first ten and how many more, not every pool of the
+// table (2,013 pools made a 16 KB answer).
+func TestWhatIfUnknownPoolHint(t *testing.T) {
+	n := startNode(t, nil)
+	cli := devetcd.NewTestClient(t, n.etcd)
+	for i := range 40 {
+		if _, err := cli.Put(context.Background(), fmt.Sprintf("%srouting/pools/zz-extra-%02d", root, i),
+			fmt.Sprintf(`{"host":"edge-extra-%02d.example.net:443","residency":"eu"}`, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tb := n.waitTable(t, func(tb *routing.Table) bool { return tb.NumPools() >= 40 })
+	var body struct{ Error string }
+	code, _, b := n.get(t, http.MethodGet, "/ui/api/whatif?down=nope", "")
+	if err := json.Unmarshal(b, &body); err != nil {
+		t.Fatal(err)
+	}
+	ids := tb.PoolIDs()
+	want := fmt.Sprintf(`down: no such pool "nope" (pools: %s and %d more; regionctl get pools lists them)`, strings.Join(ids[:10], ", "), len(ids)-10)
+	if code != 400 || body.Error != want {
+		t.Errorf("whatif?down=nope: %d %q, want 400 %q", code, body.Error, want)
+	}
+	code, _, b = n.get(t, http.MethodGet, "/ui/api/whatif?down=EU-Westt", "")
+	if err := json.Unmarshal(b, &body); err != nil {
+		t.Fatal(err)
+	}
+	if want := `down: no such pool "EU-Westt"; did you mean eu-west?`; code != 400 || body.Error != want {
+		t.Errorf("whatif?down=EU-Westt: %d %q, want 400 %q", code, body.Error, want)
 	}
 }
