@@ -783,3 +783,63 @@ func TestStatusPageShowsBoostAttrs(t *testing.T) {
 		t.Errorf("errors on the page's console:\n%s", strings.Join(errs, "\n"))
 	}
 }
+
+// TestStatusPageFleetSkippedServedAlike: the fleet's Skipped column
+// counts the keys served alike as regionctl status does ("2 (1 served
+// alike)", not a bare 2 that reads as two keys keeping the agent from
+// converging), and names the keys in its title.
+func TestStatusPageFleetSkippedServedAlike(t *testing.T) {
+	n := startNode(t, nil)
+	cli := devetcd.NewTestClient(t, n.etcd)
+	for k, v := range map[string]string{skippedKey: `{"targets":5}`, "health/eu-west/h1": "up"} {
+		if _, err := cli.Put(context.Background(), root+"routing/"+k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.waitTable(t, func(tb *routing.Table) bool { return len(tb.Skipped()) == 2 })
+	ctx, scriptErrors := browser(t)
+	if err := chromedp.Do(ctx, chromedp.Navigate(n.url("/ui/"))); err != nil {
+		t.Fatalf("open the page: %v", err)
+	}
+	// The status key is put a moment after the change: wait for it.
+	waitJS(ctx, t, "the fleet's skipped keys", `[...document.querySelectorAll("#fleet tbody tr")].some(r => r.cells[6].textContent !== "0")`)
+	got := eval[[]string](ctx, t, `(c => [c.textContent, c.className, c.title])(document.querySelector("#fleet tbody tr").cells[6])`)
+	if got[0] != "2 (1 served alike)" || !strings.Contains(got[1], "bad") || got[2] != "routes/LU, health/eu-west/h1" {
+		t.Errorf("the fleet's Skipped cell %q (class %q, title %q); want 2 (1 served alike), bad, naming routes/LU and health/eu-west/h1", got[0], got[1], got[2])
+	}
+	if errs := scriptErrors(); len(errs) > 0 {
+		t.Errorf("errors on the page's console:\n%s", strings.Join(errs, "\n"))
+	}
+}
+
+// TestStatusPageWhatIfUnknownLast: the what-if lists the unknown country
+// after the other countries of its group, as the Countries table does
+// (it came first: "_" sorts before letters).
+func TestStatusPageWhatIfUnknownLast(t *testing.T) {
+	n := startNode(t, nil)
+	var want struct {
+		Changed []string
+		NoRoute []string `json:"no_route"`
+	}
+	n.getJSON(t, "/ui/api/whatif?down=eu-central", &want)
+	if !contains(want.Changed, routing.Unknown) || contains(want.NoRoute, routing.Unknown) || len(want.NoRoute) > 0 {
+		t.Fatalf("with eu-central down the example fleet changes %v, no route for %v: the test needs the unknown country changed, every country routed", want.Changed, want.NoRoute)
+	}
+	ctx, scriptErrors := browser(t)
+	if err := chromedp.Do(ctx, chromedp.Navigate(n.url("/ui/"))); err != nil {
+		t.Fatalf("open the page: %v", err)
+	}
+	waitJS(ctx, t, "the what-if pools", `!!document.querySelector('#whatif-pools input[value="eu-central"]')`)
+	err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#whatif-pools input[value="eu-central"]`)), chromedp.Click(chromedp.CSS("#whatif-run")),
+		chromedp.WaitVisible(chromedp.CSS("#whatif-result .whatif-summary")))
+	if err != nil {
+		t.Fatalf("what-if: %v", err)
+	}
+	order := eval[[]string](ctx, t, `[...document.querySelectorAll("#whatif-result tbody tr")].map(r => r.dataset.cc)`)
+	if len(order) != len(want.Changed) || order[len(order)-1] != routing.Unknown || !slices.IsSorted(order[:len(order)-1]) {
+		t.Errorf("the what-if lists %v; want the %d changed countries sorted, the unknown one last", order, len(want.Changed))
+	}
+	if errs := scriptErrors(); len(errs) > 0 {
+		t.Errorf("errors on the page's console:\n%s", strings.Join(errs, "\n"))
+	}
+}

@@ -372,6 +372,19 @@
   }
 
   // ---- fleet ----------------------------------------------------------------
+  // skippedCell is an agent's skipped keys as regionctl status counts
+  // them, "3 (2 served alike)": bad when some are not served alike (the
+  // agent is not converged), a warning when all are; the keys named in
+  // its status in the title.
+  function skippedCell(a) {
+    const n = a.skipped || 0, alike = a.skipped_alike || 0;
+    const td = el('td', n + (alike ? ' (' + alike + ' served alike)' : ''), 'num' + (n > alike ? ' bad' : n ? ' warn' : ''));
+    if (a.skipped_keys && a.skipped_keys.length) {
+      td.title = a.skipped_keys.join(', ') + (n > a.skipped_keys.length ? ' and ' + (n - a.skipped_keys.length) + ' more' : '');
+    }
+    return td;
+  }
+
   async function refreshFleet() {
     if (state.fleetBusy) return;
     state.fleetBusy = true;
@@ -408,9 +421,9 @@
         else if (a.snapshot_error) lag.title = snapshotNotWritten(a.snapshot_error);
         return row([el('td', a.node + (a.node === me ? ' (this node)' : '')), el('td', a.revision, 'num'), lag,
           el('td', a.epoch, 'num'), el('td', a.connected ? 'yes' : 'no', a.connected ? 'ok' : 'bad'),
-          ago(a.synced_at), el('td', a.skipped || 0, 'num' + (a.skipped ? ' bad' : '')), a.version || '']);
+          ago(a.synced_at), skippedCell(a), a.version || '']);
       }).concat(lost.map((a) => row([el('td', a.node), el('td', a.revision, 'num'), el('td', a.lag, 'num' + (a.lag > 0 ? ' bad' : '')),
-        el('td', a.epoch, 'num'), el('td', 'LOST', 'bad'), ago(a.synced_at), el('td', a.skipped || 0, 'num' + (a.skipped ? ' bad' : '')), a.version || '']))));
+        el('td', a.epoch, 'num'), el('td', 'LOST', 'bad'), ago(a.synced_at), skippedCell(a), a.version || '']))));
     } catch (e) {
       // The agent gone: the rows are greyed as of the last answer, as
       // the node's facts are.
@@ -464,7 +477,9 @@
     head.appendChild(row(['Country', 'Now', 'Then', 'Then: route', 'Then: degraded'].map((h) => el('th', h))));
     const body = el('tbody');
     // The countries left with no route first; long lists folded.
-    const order = w.changed.slice().sort((a, b) => (w.no_route.includes(b) - w.no_route.includes(a)) || a.localeCompare(b));
+    // The unknown country last of its group, as in the Countries table.
+    const order = w.changed.slice().sort((a, b) => (w.no_route.includes(b) - w.no_route.includes(a)) ||
+      (a === '_unknown') - (b === '_unknown') || a.localeCompare(b));
     const fold = 25;
     for (const [i, cc] of order.entries()) {
       const then = w.effective[cc];
