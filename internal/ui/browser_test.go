@@ -843,3 +843,71 @@ func TestStatusPageWhatIfUnknownLast(t *testing.T) {
 		t.Errorf("errors on the page's console:\n%s", strings.Join(errs, "\n"))
 	}
 }
+
+// TestStatusPagePoolsAndPicker: with many pools, the page lists them in a
+// collapsed table (status, health, live health keys), and the what-if
+// picker shows the pools its filter finds, not a checkbox for each (2,000
+// of them buried the Countries table; a pool's status showed nowhere
+// but as a label's suffix).
+func TestStatusPagePoolsAndPicker(t *testing.T) {
+	n := startNode(t, nil)
+	cli := devetcd.NewTestClient(t, n.etcd)
+	for i := range 60 {
+		if _, err := cli.Put(context.Background(), fmt.Sprintf("%srouting/pools/zz-extra-%02d", root, i),
+			fmt.Sprintf(`{"host":"edge-extra-%02d.example.net:443","residency":"eu"}`, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	regionctl(t, n, "pool", "drain", "eu-central", "--reason", "browser test", "--force")
+	tb := n.waitTable(t, func(tb *routing.Table) bool {
+		p, _ := tb.Pool("eu-central")
+		return tb.NumPools() > 60 && p.Status == routing.StatusDraining
+	})
+	ctx, scriptErrors := browser(t)
+	if err := chromedp.Do(ctx, chromedp.Navigate(n.url("/ui/"))); err != nil {
+		t.Fatalf("open the page: %v", err)
+	}
+	waitJS(ctx, t, "the pools", fmt.Sprintf(`document.querySelectorAll("#pools tbody tr").length === %d`, tb.NumPools()))
+	if open := eval[bool](ctx, t, `document.getElementById("pools-box").open`); open {
+		t.Error("the pools table is open at first; want it collapsed")
+	}
+	if got, want := text(ctx, t, "#pools-count"), fmt.Sprintf("%d, 1 not active", tb.NumPools()); got != want {
+		t.Errorf("pools count %q, want %q", got, want)
+	}
+	got := eval[[]string](ctx, t, `[...document.querySelector('#pools tr[data-pool="eu-central"]').cells].map(c => c.textContent)`)
+	if len(got) < 4 || got[1] != "draining" || got[2] != "yes" || got[3] != "– (no health_check)" {
+		t.Errorf("the eu-central row %q; want draining, healthy, no health_check", got)
+	}
+
+	// The picker: no checkbox shown until a filter finds some.
+	shown := func() []string {
+		return eval[[]string](ctx, t, `[...document.querySelectorAll("#whatif-pools label")].filter(l => !l.hidden).map(l => l.firstChild.value)`)
+	}
+	if s := shown(); len(s) != 0 || !strings.Contains(text(ctx, t, "#whatif-pools-note"), "type part of an id") {
+		t.Errorf("with %d pools and no filter the picker shows %v (note %q); want none, and how to find one", tb.NumPools(), s, text(ctx, t, "#whatif-pools-note"))
+	}
+	if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS("#whatif-filter"), "eu-west")); err != nil {
+		t.Fatal(err)
+	}
+	if s := shown(); strings.Join(s, ",") != "eu-west" {
+		t.Errorf("the filter eu-west shows %v", s)
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#whatif-pools input[value="eu-west"]`))); err != nil {
+		t.Fatal(err)
+	}
+	eval[bool](ctx, t, `(f => { f.value = ""; return f.dispatchEvent(new Event("input")); })(document.getElementById("whatif-filter"))`)
+	if s := shown(); strings.Join(s, ",") != "eu-west" {
+		t.Errorf("with the filter cleared the picker shows %v; want the checked eu-west", s)
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#whatif-run")), chromedp.WaitVisible(chromedp.CSS("#whatif-result .whatif-summary"))); err != nil {
+		t.Fatalf("what-if: %v", err)
+	}
+	if s := text(ctx, t, "#whatif-result .whatif-summary"); !strings.HasPrefix(s, "With eu-west down") {
+		t.Errorf("what-if summary %q", s)
+	}
+	eval[bool](ctx, t, `document.getElementById("pools-box").open = true`)
+	screenshot(ctx, t, "status-page-pools.png")
+	if errs := scriptErrors(); len(errs) > 0 {
+		t.Errorf("errors on the page's console:\n%s", strings.Join(errs, "\n"))
+	}
+}

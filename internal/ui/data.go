@@ -230,6 +230,48 @@ func permissionDenied(err error) bool {
 	return status.Code(errors.Unwrap(err)) == codes.PermissionDenied
 }
 
+// poolRow is a pool as /ui/api/pools lists it.
+type poolRow struct {
+	ID          string `json:"id"`
+	Status      string `json:"status"`
+	Residency   string `json:"residency"`
+	Region      string `json:"region,omitempty"`
+	Host        string `json:"host"`
+	HealthCheck bool   `json:"health_check"`
+	// Healthy is whether the pool passes its health check now (one
+	// without health_check always does; one in its grace window too).
+	Healthy bool `json:"healthy"`
+	// Instances is the number of its live health keys.
+	Instances int `json:"instances"`
+}
+
+// poolsBody is /ui/api/pools.
+type poolsBody struct {
+	Revision int64     `json:"revision"`
+	Pools    []poolRow `json:"pools"`
+}
+
+// handlePools lists the table's pools with what the table JSON does not
+// say of them: the count of each one's live health keys.
+func (h *handler) handlePools(w http.ResponseWriter, _ *http.Request) {
+	t := h.cfg.Table()
+	if t == nil {
+		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "no routing table loaded yet"})
+		return
+	}
+	now := time.Now()
+	body := poolsBody{Revision: t.Revision(), Pools: make([]poolRow, 0, t.NumPools())}
+	for _, id := range t.PoolIDs() {
+		p, ok := t.Pool(id)
+		if !ok {
+			continue
+		}
+		body.Pools = append(body.Pools, poolRow{ID: id, Status: p.Status, Residency: p.Residency, Region: p.Region, Host: p.Host,
+			HealthCheck: p.HealthCheck, Healthy: t.Healthy(id, now), Instances: p.Instances})
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
 // whatIfBody is /ui/api/whatif.
 type whatIfBody struct {
 	Revision int64    `json:"revision"`

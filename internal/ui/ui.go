@@ -10,6 +10,7 @@
 //	/ui/api/boosts   the live boosts with their leases' time left (from etcd)
 //	/ui/api/fleet    every agent's status key and lag (from etcd, when the
 //	                 agent's role may read <prefix>/agents/)
+//	/ui/api/pools    every pool of the table with its live health keys' count
 //	/ui/api/whatif   ?down=POOL,… every country resolved with those pools
 //	                 down, in memory (routing.Table.WithDown)
 package ui
@@ -96,9 +97,10 @@ func New(cfg Config) http.Handler {
 	h.mux.HandleFunc(Prefix+"api/node", h.handleNode)
 	h.mux.HandleFunc(Prefix+"api/boosts", h.handleBoosts)
 	h.mux.HandleFunc(Prefix+"api/fleet", h.handleFleet)
+	h.mux.HandleFunc(Prefix+"api/pools", h.handlePools)
 	h.mux.HandleFunc(Prefix+"api/whatif", h.handleWhatIf)
 	h.mux.HandleFunc(Prefix+"api/", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusNotFound, errorBody{Error: "no such endpoint " + r.URL.Path + "; the page's are api/node, api/boosts, api/fleet, api/whatif"})
+		writeJSON(w, http.StatusNotFound, errorBody{Error: "no such endpoint " + r.URL.Path + "; the page's are api/node, api/boosts, api/fleet, api/pools, api/whatif"})
 	})
 	h.mux.Handle(Prefix, h.static)
 	return h

@@ -509,3 +509,45 @@ func TestWhatIfUnknownPoolHint(t *testing.T) {
 		t.Errorf("whatif?down=EU-Westt: %d %q, want 400 %q", code, body.Error, want)
 	}
 }
+
+// The pools endpoint lists every pool of the table with its status,
+// health and the count of its live health keys, which the table JSON
+// does not give.
+func TestPoolsEndpoint(t *testing.T) {
+	n := startNode(t, nil)
+	cli := devetcd.NewTestClient(t, n.etcd)
+	puts := map[string]string{
+		"pools/hc-pool":    `{"host":"edge-hc-1.example.net:443","residency":"eu","health_check":true}`,
+		"health/hc-pool/a": `{"addr":"10.0.0.1:443"}`,
+		"health/hc-pool/b": `{"addr":"10.0.0.2:443"}`,
+	}
+	for k, v := range puts {
+		if _, err := cli.Put(context.Background(), root+"routing/"+k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tb := n.waitTable(t, func(tb *routing.Table) bool { p, ok := tb.Pool("hc-pool"); return ok && p.Instances == 2 })
+	var body struct {
+		Revision int64
+		Pools    []struct {
+			ID, Status, Host string
+			HealthCheck      bool `json:"health_check"`
+			Healthy          bool
+			Instances        int
+		}
+	}
+	n.getJSON(t, "/ui/api/pools", &body)
+	var ids []string
+	for _, p := range body.Pools {
+		ids = append(ids, p.ID)
+		if p.ID == "hc-pool" && (p.Status != "active" || !p.HealthCheck || !p.Healthy || p.Instances != 2 || p.Host != "edge-hc-1.example.net:443") {
+			t.Errorf("hc-pool: %+v; want active, health_check, healthy, 2 live instances", p)
+		}
+		if p.ID == "eu-west" && (p.HealthCheck || p.Instances != 0 || !p.Healthy) {
+			t.Errorf("eu-west: %+v; want no health_check, healthy, no instances", p)
+		}
+	}
+	if strings.Join(ids, ",") != strings.Join(tb.PoolIDs(), ",") || body.Revision < tb.Revision() {
+		t.Errorf("pools %v at revision %d; the table's %v at %d", ids, body.Revision, tb.PoolIDs(), tb.Revision())
+	}
+}

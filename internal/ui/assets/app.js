@@ -436,7 +436,29 @@
     }
   }
 
+  // ---- pools ----------------------------------------------------------------
+  async function refreshPools() {
+    const r = await getJSON('api/pools');
+    if (r.status !== 200) return; // no table yet: the banner says why
+    const ps = r.body.pools || [];
+    const out = ps.filter((p) => p.status !== 'active').length, sick = ps.filter((p) => !p.healthy).length;
+    const c = $('pools-count');
+    c.textContent = ps.length + (out ? ', ' + out + ' not active' : '') + (sick ? ', ' + sick + ' unhealthy' : '');
+    c.className = 'count' + (out || sick ? ' bad' : '');
+    fill($('pools').tBodies[0], ps.map((p) => {
+      const tr = row([el('td', p.id), el('td', p.status, p.status === 'active' ? '' : 'bad'),
+        el('td', p.healthy ? 'yes' : 'no', p.healthy ? 'ok' : 'bad'),
+        el('td', p.health_check ? p.instances + ' live' : '– (no health_check)', 'num' + (p.health_check && !p.instances ? ' bad' : '')),
+        p.residency, p.region || '–', p.host]);
+      tr.dataset.pool = p.id;
+      return tr;
+    }));
+  }
+
   // ---- what if --------------------------------------------------------------
+  // Past this many pools, the picker shows the pools the filter finds
+  // (and those checked), not a checkbox for each (2,000 buried the page).
+  const pickerMax = 40;
   function renderPools() {
     const box = $('whatif-pools');
     const pools = Object.keys(state.table.pools || {}).sort();
@@ -457,8 +479,31 @@
       cb.value = id;
       cb.checked = checked.has(id);
       label.append(cb, labels[i]);
+      label.dataset.search = (id + labels[i]).toLowerCase();
       return label;
     }));
+    filterPools();
+  }
+
+  // filterPools shows the pools the what-if filter finds, and those
+  // checked; with no filter, every pool of a small table, only the
+  // checked ones of a large one.
+  function filterPools() {
+    const terms = $('whatif-filter').value.toLowerCase().split(/\s+/).filter(Boolean);
+    const labels = [...$('whatif-pools').children];
+    let shown = 0, found = 0;
+    for (const l of labels) {
+      const cb = l.firstChild;
+      const match = terms.length ? terms.every((w) => l.dataset.search.includes(w)) : labels.length <= pickerMax;
+      if (match) found++;
+      const show = cb.checked || (match && found <= pickerMax);
+      l.hidden = !show;
+      if (show) shown++;
+    }
+    const note = $('whatif-pools-note');
+    note.textContent = labels.length <= pickerMax && !terms.length ? '' : !terms.length
+      ? labels.length + ' pools: type part of an id, a status or "unhealthy" to find them (checked ones stay shown)'
+      : found > pickerMax ? found + ' pools match; the first ' + pickerMax + ' shown: type more' : found + ' of ' + labels.length + ' pools match';
   }
 
   async function runWhatIf() {
@@ -533,6 +578,7 @@
         if (changed) {
           renderTable();
           await refreshBoosts();
+          await refreshPools();
           refreshFleet(); // the agents' answers to the change
         }
         state.sig = sig; // drawn: a failure before this draws it again next time
@@ -547,6 +593,7 @@
 
   $('filter').addEventListener('input', applyFilter);
   $('only-problems').addEventListener('change', applyFilter);
+  $('whatif-filter').addEventListener('input', filterPools);
   $('whatif-run').addEventListener('click', () => runWhatIf().catch((e) => {
     $('whatif-result').replaceChildren(el('p', 'what-if: ' + e.message, 'bad'));
   }));
