@@ -911,3 +911,32 @@ func TestStatusPagePoolsAndPicker(t *testing.T) {
 		t.Errorf("errors on the page's console:\n%s", strings.Join(errs, "\n"))
 	}
 }
+
+// TestStatusPageWrittenClearsWhenNoSnapshot: #written marked bad (the
+// file unreadable) is unmarked when the node answers with no snapshot
+// file at all (an agent restarted with --snapshot ""): it kept its bad
+// class. The node's answers are the page's fetch, rewritten in the page.
+func TestStatusPageWrittenClearsWhenNoSnapshot(t *testing.T) {
+	n := startNode(t, nil)
+	ctx, scriptErrors := browser(t)
+	if err := chromedp.Do(ctx, chromedp.Navigate(n.url("/ui/"))); err != nil {
+		t.Fatalf("open the page: %v", err)
+	}
+	waitJS(ctx, t, "the snapshot's age", `document.getElementById("written").textContent.includes(" ago (r")`)
+	eval[int](ctx, t, `(() => { const real = window.fetch; window.__snap = {path: "/x/table.json", error: "read /x/table.json: input/output error"};
+		window.fetch = async (url, opts) => {
+			if (!String(url).endsWith("api/node")) return real(url, opts);
+			const body = {node: "ui-test", version: "v"};
+			if (window.__snap) body.snapshot = window.__snap;
+			return new Response(JSON.stringify(body), {status: 200, headers: {"Content-Type": "application/json"}});
+		}; return 1; })()`)
+	waitJS(ctx, t, "#written unreadable", `document.getElementById("written").textContent === "unreadable" && document.getElementById("written").className === "bad"`)
+	eval[int](ctx, t, `(window.__snap = null, 1)`)
+	waitJS(ctx, t, "#written without a snapshot file", `document.getElementById("written").textContent.startsWith("no snapshot file")`)
+	if c := eval[string](ctx, t, `document.getElementById("written").className`); c != "" {
+		t.Errorf("#written with no snapshot file has class %q, want none (it kept the unreadable file's)", c)
+	}
+	if errs := scriptErrors(); len(errs) > 0 {
+		t.Errorf("errors on the page's console:\n%s", strings.Join(errs, "\n"))
+	}
+}
