@@ -484,13 +484,16 @@ func TestPageJSONEscapesControls(t *testing.T) {
 func TestWhatIfUnknownPoolHint(t *testing.T) {
 	n := startNode(t, nil)
 	cli := devetcd.NewTestClient(t, n.etcd)
+	var last int64
 	for i := range 40 {
-		if _, err := cli.Put(context.Background(), fmt.Sprintf("%srouting/pools/zz-extra-%02d", root, i),
-			fmt.Sprintf(`{"host":"edge-extra-%02d.example.net:443","residency":"eu"}`, i)); err != nil {
+		resp, err := cli.Put(context.Background(), fmt.Sprintf("%srouting/pools/zz-extra-%02d", root, i),
+			fmt.Sprintf(`{"host":"edge-extra-%02d.example.net:443","residency":"eu"}`, i))
+		if err != nil {
 			t.Fatal(err)
 		}
+		last = resp.Header.Revision
 	}
-	tb := n.waitTable(t, func(tb *routing.Table) bool { return tb.NumPools() >= 40 })
+	tb := n.waitTable(t, func(tb *routing.Table) bool { return tb.Revision() >= last }) // every pool in
 	var body struct{ Error string }
 	code, _, b := n.get(t, http.MethodGet, "/ui/api/whatif?down=nope", "")
 	if err := json.Unmarshal(b, &body); err != nil {
