@@ -61,7 +61,10 @@ With etcd authentication on, heartbeat needs nothing but readwrite on
 <root>/routing/health/POOL/ (the role regiond-origin-POOL of regionctl auth
 roles --origin POOL). A refused write exits 1 naming the key and the role,
 and asks whether POOL is the pool's id; when the user could read the pool
-(it exists: an operator's user), it says that the user lacks that role.`,
+(it exists: an operator's user), it says that the user lacks that role.
+A refusal after a lost lease (authentication turned on under a heartbeat
+without credentials, a role revoked) is logged once at ERROR with what to
+do, and retried (1s doubling to 30s) until etcd lets it.`,
 		Example: `  regionctl heartbeat eu-central --instance fra-1a --addr 10.0.0.12:443 --ttl 10s`,
 		Args:    exactArgs(1, "a pool id"),
 	}
@@ -114,7 +117,8 @@ func (a *app) runHeartbeat(ctx context.Context, pool string, o heartbeatOpts) er
 	err = st.Heartbeat(ctx, store.HeartbeatConfig{Pool: pool, Instance: o.instance, Addr: o.addr, TTL: o.ttl,
 		OnUp: func(lease int64, granted time.Duration) {
 			fmt.Fprintf(a.stdout, "heartbeat: %s alive under lease %x (ttl %s%s)\n", key, lease, granted, grantedNote(o.ttl, granted))
-		}})
+		},
+		Explain: func(err error) error { return a.heartbeatRefusedHint(err, pool) }})
 	return a.heartbeatPermHint(err, pool, exists)
 }
 
@@ -156,6 +160,30 @@ func (a *app) heartbeatPermHint(err error, pool string, exists bool) error {
 	}
 	return fmt.Errorf("%w; is %s the pool's id? the role %s covers only its own pool's health keys (regionctl get pools, as an operator or viewer, lists the ids)",
 		err, pool, role)
+}
+
+// heartbeatRefusedHint adds to a refusal met by a running heartbeat,
+// putting its key back after a lost lease, what to do about it: it ran,
+// so the pool id is right and the cause is its credentials or its user's
+// role (authentication turned on under it, a role revoked, a password
+// changed).
+func (a *app) heartbeatRefusedHint(err error, pool string) error {
+	ks, kerr := keyspace.New(a.prefix)
+	if kerr != nil {
+		return err
+	}
+	role := store.NewRoles(ks, a.rolePrefix).Origin(pool).Name
+	var pe *store.PermissionError
+	switch {
+	case errors.As(err, &pe) && pe.User == "":
+		return fmt.Errorf("%w; etcd's authentication is on and this heartbeat has no credentials: put REGIONCTL_USER and REGIONCTL_PASSWORD of a user with the role %s (or REGIONCTL_CERT and REGIONCTL_KEY of a certificate whose common name is that user) in /etc/regiond/heartbeat.env and restart it (systemctl restart 'regiond-heartbeat@*')",
+			err, role)
+	case errors.As(err, &pe):
+		return fmt.Errorf("%w; user %s lacks the role %s, which alone writes the pool's health keys (etcdctl user grant-role %s %s grants it; this heartbeat picks the grant up at its next try)",
+			err, pe.User, role, pe.User, role)
+	}
+	return fmt.Errorf("%w; etcd no longer takes user %s's login (its password changed, or the user was removed): put its credentials in /etc/regiond/heartbeat.env and restart the heartbeat",
+		err, a.userName())
 }
 
 // checkHeartbeatPool reads the pool's key, when the user may: a pool that

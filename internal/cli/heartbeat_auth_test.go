@@ -1,8 +1,16 @@
 package cli
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/logbuf"
+	"github.com/regiond/regiond/routing"
 )
 
 // TestHeartbeatWithOriginRole: with authentication on, an origin's role
@@ -35,5 +43,77 @@ func TestHeartbeatWithOriginRole(t *testing.T) {
 	h := e.startOriginHeartbeat(t)
 	if code := h.stop(); code != ExitOK || h.errb.String() != "" {
 		t.Fatalf("origin heartbeat: exit %d; want 0 and nothing on stderr (the pool check skipped silently):\n%s%s", code, h.out.String(), h.errb.String())
+	}
+}
+
+// TestHeartbeatStrandedByAuthEnable: authentication turned on under a
+// heartbeat that has no credentials ends its lease (etcd refuses its
+// keep-alives) and refuses its new grant ("user name is empty"). The
+// heartbeat says so once, at ERROR, with what to do (credentials in
+// heartbeat.env, a restart), not a WARN on every retry, and keeps
+// retrying: once etcd lets it again, the key comes back. It used to log
+// only "cannot write marker, retrying" WARNs, several a second, with no
+// hint.
+func TestHeartbeatStrandedByAuthEnable(t *testing.T) {
+	t.Parallel()
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	const prefix = "/hbstranded"
+	key := prefix + "/routing/" + routing.HealthKey("eu-central", "fra-1")
+	if _, err := cli.Put(context.Background(), prefix+"/routing/"+routing.PoolKey("eu-central"),
+		`{"host":"edge-fra-1.example.net:443","residency":"eu","status":"active","health_check":true}`); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errb logbuf.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"--endpoints", strings.Join(srv.Endpoints, ","), "--prefix", prefix,
+			"heartbeat", "eu-central", "--instance", "fra-1", "--addr", "10.0.0.1:443", "--ttl", "2s"},
+			&out, &errb, func(string) string { return "" })
+	}()
+	present := func(c *clientv3.Client) bool {
+		resp, err := c.Get(context.Background(), key)
+		return err == nil && len(resp.Kvs) == 1 && resp.Kvs[0].Lease != 0
+	}
+	if _, ok := waitFor(10*time.Second, func() bool { return present(cli) }); !ok {
+		t.Fatalf("health key not written:\n%s%s", out.String(), errb.String())
+	}
+
+	devetcd.EnableTestAuth(t, srv, prefix)
+	root, err := srv.ClientAs("root", devetcd.TestRootPassword)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	hint := "etcd's authentication is on and this heartbeat has no credentials: put REGIONCTL_USER and REGIONCTL_PASSWORD of a user with the role regiond-origin-eu-central"
+	if _, ok := waitFor(30*time.Second, func() bool { return strings.Contains(errb.String(), hint) }); !ok {
+		t.Fatalf("no hint about credentials once auth is on:\n%s", errb.String())
+	}
+	// Time for a few retries (1 s, 2 s apart): fewer on a loaded machine
+	// only weakens the check that they are not logged.
+	time.Sleep(4 * time.Second)
+	logs := errb.String()
+	if n := strings.Count(logs, "level=ERROR"); n != 1 || !strings.Contains(logs, "user name is empty") || strings.Contains(logs, "cannot write marker") {
+		t.Fatalf("want the refusal logged once at ERROR (got %d) naming etcd's \"user name is empty\", and no WARN per retry:\n%s", n, logs)
+	}
+	for _, line := range strings.Split(logs, "\n") {
+		if strings.Contains(line, "level=ERROR") && !strings.Contains(line, hint) {
+			t.Fatalf("the ERROR line lacks the hint:\n%s", line)
+		}
+	}
+
+	// Still retrying: once etcd lets it (here, authentication off
+	// again), the key is back.
+	if _, err := root.AuthDisable(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := waitFor(60*time.Second, func() bool { return present(cli) }); !ok {
+		t.Fatalf("health key not written again once etcd let it:\n%s", errb.String())
+	}
+	cancel()
+	if code := <-done; code != ExitOK {
+		t.Fatalf("heartbeat: exit %d:\n%s", code, errb.String())
 	}
 }

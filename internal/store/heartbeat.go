@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
@@ -27,6 +28,11 @@ type HeartbeatConfig struct {
 	// below its minimum (1.5 election timeouts, rounded up: 2 s at the
 	// default 1 s), so it may exceed TTL.
 	OnUp func(lease int64, granted time.Duration)
+	// Explain, if set, adds the caller's advice to a refusal (a
+	// *PermissionError, or a login etcd no longer takes) met while
+	// putting the marker back after a lost lease, before it is logged:
+	// the command knows where the heartbeat's credentials are set.
+	Explain func(err error) error
 }
 
 // HeartbeatTakenError means a starting heartbeat found its marker held
@@ -73,7 +79,13 @@ func (e *HeartbeatTakenError) Error() string {
 // disappears at once. When the lease is lost (etcd unreachable past the
 // TTL), it grants a new one and writes the marker again. It needs nothing
 // but readwrite on <root>/routing/health/<pool>/ (Roles.Origin); a
-// refused put is a *PermissionError, returned at once.
+// refused put at its start is a *PermissionError, returned at once.
+//
+// A refusal after a lost lease (etcd's authentication turned on under a
+// heartbeat without credentials, its role revoked, its password changed)
+// is not returned: it is logged at ERROR (through c.Explain) once, at
+// debug level while it repeats, and retried 1 s doubling to 30 s apart,
+// so grants put right in etcd are picked up; the marker is gone meanwhile.
 //
 // Its first put is a Txn: a marker held under another live lease is taken
 // over only when it holds the same address (this instance restarted after
@@ -93,26 +105,43 @@ func (s *Store) Heartbeat(ctx context.Context, c HeartbeatConfig) error {
 	}
 	ttl := max(1, int((c.TTL+time.Second-1)/time.Second))
 	bo := backoff.New(200*time.Millisecond, 5*time.Second)
+	refusedBo := backoff.New(time.Second, 30*time.Second) // a refusal lasts until a hand fixes it
+	refused := ""                                         // the refusal last logged at ERROR
 	for first := true; ; first = false {
 		sess, granted, err := s.heartbeatSession(ctx, ttl, c, s.ks.RoutingKey(rel), string(val), first)
-		var (
-			pe    *PermissionError
-			taken *HeartbeatTakenError
-		)
-		if errors.As(err, &pe) || errors.As(err, &taken) {
+		var taken *HeartbeatTakenError
+		if errors.As(err, &taken) || (first && heartbeatRefused(err)) {
 			return fmt.Errorf("heartbeat: %w", err) // a retry cannot fix it
 		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			s.log.Warn("heartbeat: cannot write marker, retrying", "key", rel, "err", err)
-			if bo.Wait(ctx) != nil {
+			wait := bo
+			switch {
+			case heartbeatRefused(err):
+				wait = refusedBo
+				if c.Explain != nil {
+					err = c.Explain(err)
+				}
+				if msg := err.Error(); msg != refused {
+					refused = msg
+					s.log.Error("heartbeat: etcd refuses to put the marker back after the lease was lost, so this instance counts as dead; retrying until etcd lets it (1s doubling to 30s apart, logged again only if the refusal changes)",
+						"key", rel, "err", err)
+				} else {
+					s.log.Debug("heartbeat: still refused, retrying", "key", rel, "err", err)
+				}
+			default:
+				s.log.Warn("heartbeat: cannot write marker, retrying", "key", rel, "err", err)
+			}
+			if wait.Wait(ctx) != nil {
 				return nil
 			}
 			continue
 		}
 		bo.Reset()
+		refusedBo.Reset()
+		refused = ""
 		s.log.Info("heartbeat up", "key", rel, "lease", fmt.Sprintf("%x", int64(sess.Lease())), "ttl_s", int64(granted/time.Second))
 		if c.OnUp != nil {
 			c.OnUp(int64(sess.Lease()), granted)
@@ -271,7 +300,9 @@ func (s *Store) heartbeatSession(ctx context.Context, ttl int, c HeartbeatConfig
 	defer cancel()
 	grant, err := s.cli.Grant(rctx, int64(ttl))
 	if err != nil {
-		return nil, 0, s.rpcErr("grant lease", err)
+		// Refused when authentication is on and the request carries
+		// no user ("user name is empty"): named as the put would be.
+		return nil, 0, s.writeErr("grant a lease for "+key, err, s.roles.WriteNeed(key))
 	}
 	granted := time.Duration(grant.TTL) * time.Second
 	sess, err := concurrency.NewSession(s.cli, concurrency.WithTTL(max(ttl, int(grant.TTL))), concurrency.WithLease(grant.ID),
@@ -314,6 +345,14 @@ func (s *Store) heartbeatSession(ctx context.Context, ttl int, c HeartbeatConfig
 		}
 		guard, took = clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision), kv
 	}
+}
+
+// heartbeatRefused reports whether err is etcd refusing a heartbeat's
+// request for its credentials or grants, which a retry fixes only once a
+// hand does: a *PermissionError, or a login etcd no longer takes.
+func heartbeatRefused(err error) bool {
+	var pe *PermissionError
+	return errors.As(err, &pe) || errors.Is(err, rpctypes.ErrAuthFailed)
 }
 
 // markerAddr is the addr of a marker's value; "" when it does not decode.
