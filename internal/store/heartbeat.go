@@ -107,8 +107,10 @@ func (s *Store) Heartbeat(ctx context.Context, c HeartbeatConfig) error {
 	bo := backoff.New(200*time.Millisecond, 5*time.Second)
 	refusedBo := backoff.New(time.Second, 30*time.Second) // a refusal lasts until a hand fixes it
 	refused := ""                                         // the refusal last logged at ERROR
-	for first := true; ; first = false {
-		sess, granted, err := s.heartbeatSession(ctx, ttl, c, s.ks.RoutingKey(rel), string(val), first)
+	var prev clientv3.LeaseID                             // the lease of the session lost last; 0 before the first
+	for {
+		first := prev == 0
+		sess, granted, err := s.heartbeatSession(ctx, ttl, c, s.ks.RoutingKey(rel), string(val), prev)
 		var taken *HeartbeatTakenError
 		if errors.As(err, &taken) || (first && heartbeatRefused(err)) {
 			return fmt.Errorf("heartbeat: %w", err) // a retry cannot fix it
@@ -163,7 +165,8 @@ func (s *Store) Heartbeat(ctx context.Context, c HeartbeatConfig) error {
 			s.log.Info("heartbeat stopped, lease revoked", "key", rel)
 			return nil
 		case <-sess.Done():
-			s.log.Warn("heartbeat: lease lost, granting a new one", "key", rel)
+			prev = sess.Lease()
+			s.log.Warn("heartbeat: lease lost, granting a new one", "key", rel, "lease", fmt.Sprintf("%x", int64(prev)))
 		}
 	}
 }
@@ -292,10 +295,14 @@ func (s *Store) nextMarkerEvent(ctx context.Context, key string, rev int64) erro
 // marker under it; it returns the TTL etcd granted. The put is a Txn on
 // the key's absence; a key found present is taken over (a Txn on its mod
 // revision) when it has no lease, is under a lease with the same address,
-// or this is not the first session (the lease was lost: the key is put
-// back whatever holds it). Else the lease is revoked and a
-// *HeartbeatTakenError returned.
-func (s *Store) heartbeatSession(ctx context.Context, ttl int, c HeartbeatConfig, key, val string, first bool) (*concurrency.Session, time.Duration, error) {
+// or this is not the first session (prev, the lease this heartbeat lost,
+// is not 0: the key is put back whatever holds it). Else the lease is
+// revoked and a *HeartbeatTakenError returned. A key found under prev
+// (the lease lost by this process but alive in etcd: its keep-alives went
+// unanswered past the TTL, as across a lost quorum, whose new leader
+// renews every lease) is put again under the new lease, and prev revoked.
+func (s *Store) heartbeatSession(ctx context.Context, ttl int, c HeartbeatConfig, key, val string, prev clientv3.LeaseID) (*concurrency.Session, time.Duration, error) {
+	first := prev == 0
 	rctx, cancel := s.reqCtx(ctx)
 	defer cancel()
 	grant, err := s.cli.Grant(rctx, int64(ttl))
@@ -325,7 +332,12 @@ func (s *Store) heartbeatSession(ctx context.Context, ttl int, c HeartbeatConfig
 			return fail(s.writeErr("put "+key, err, s.roles.WriteNeed(key)))
 		}
 		if txn.Succeeded {
-			if took != nil {
+			switch {
+			case took != nil && prev != 0 && clientv3.LeaseID(took.Lease) == prev:
+				s.log.Info(fmt.Sprintf("heartbeat: put the marker again under new lease %x after losing lease %x (still alive in etcd, now revoked)", int64(sess.Lease()), int64(prev)),
+					"key", key, "lease", fmt.Sprintf("%x", int64(sess.Lease())), "old_lease", fmt.Sprintf("%x", int64(prev)))
+				s.revoke(ctx, prev)
+			case took != nil:
 				s.logTakeover(key, c.Addr, sess.Lease(), took)
 			}
 			return sess, granted, nil
