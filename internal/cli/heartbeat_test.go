@@ -369,3 +369,37 @@ func TestHeartbeatPutsItsKeyBack(t *testing.T) {
 		t.Fatalf("first heartbeat on SIGTERM: %v, lease %x\n%s", err, e.healthLease("fra-keep"), firstOut)
 	}
 }
+
+// TestPoolRmNamesLiveHealthKeys: removing a pool while a heartbeat keeps
+// one of its health keys alive warns on stderr naming that key, and that
+// its heartbeat keeps running (a pool re-created with that id would count
+// it); the pool is removed all the same. It used to print just "removed",
+// the heartbeat carrying on silently for ever.
+func TestPoolRmNamesLiveHealthKeys(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	e.must(ExitOK, "pool", "set", "test-hb", "--host", "edge-hb-1.example.net:443", "--residency", "eu")
+	lease, err := testClient.Grant(context.Background(), 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = testClient.Revoke(context.Background(), lease.ID) })
+	key := e.ks.RoutingKey(routing.HealthKey("test-hb", "fra-1"))
+	if _, err := testClient.Put(context.Background(), key, `{"addr":"10.0.0.1:443","since":"2026-01-01T00:00:00Z"}`, clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	r := e.must(ExitOK, "pool", "rm", "test-hb", "--reason", "gone")
+	want := "regionctl: warning: pool test-hb has 1 live health key(s): " + key + " (addr 10.0.0.1:443); their heartbeats keep running"
+	if !strings.Contains(r.stdout, "pool test-hb: removed") || !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "a pool created again with id test-hb would count them") {
+		t.Fatalf("pool rm with a live health key: %s; want it removed and %q", r, want)
+	}
+	// A pool without health keys: no warning.
+	e.must(ExitOK, "pool", "set", "test-hb", "--host", "edge-hb-1.example.net:443", "--residency", "eu")
+	if _, err := testClient.Revoke(context.Background(), lease.ID); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.must(ExitOK, "pool", "rm", "test-hb"); strings.Contains(r.stderr, "health key") {
+		t.Fatalf("pool rm without health keys warns: %s", r)
+	}
+}

@@ -171,20 +171,50 @@ func (a *app) poolRmCmd() *cobra.Command {
 		Use:   "rm ID",
 		Short: "Remove a pool (refused while a route still names it)",
 		Long: `Remove a pool; refused while a route still names it. A pool key whose
-stored value is invalid (a hand edit the agents skip) is removed too.`,
+stored value is invalid (a hand edit the agents skip) is removed too.
+Health keys of the pool still alive are named in a warning: their
+heartbeats keep running (stop them on the origins), and a pool created
+again with this id would count them as its live instances.`,
 		Example: `  regionctl pool rm eu-old --reason "decommissioned"`,
 		Args:    exactArgs(1, "a pool id"),
 	}
 	addWriteFlags(cmd, &w)
 	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, args []string) error {
 		id := args[0]
-		return a.runWrite(ctx, w, removeConfigKey(routing.PoolKey(id), a.routingKey(routing.PoolKey(id)), "pool does not exist", func(cfg *routing.Config) bool {
+		rm := removeConfigKey(routing.PoolKey(id), a.routingKey(routing.PoolKey(id)), "pool does not exist", func(cfg *routing.Config) bool {
 			_, ok := cfg.Pools[id]
 			delete(cfg.Pools, id)
 			return ok
-		}))
+		})
+		return a.runWrite(ctx, w, func(ctx context.Context, cur *store.State) (*store.Plan, error) {
+			p, err := rm(ctx, cur)
+			if err == nil {
+				a.warnLiveHealth(cur, id)
+			}
+			return p, err
+		})
 	})
 	return cmd
+}
+
+// warnLiveHealth warns, for pool rm, of the pool's health keys alive in
+// cur: their heartbeats go on writing them after the pool is gone (they
+// read no pool once running), and a pool created again with the same id
+// would count them.
+func (a *app) warnLiveHealth(cur *store.State, pool string) {
+	prefix := routing.HealthKey(pool, "")
+	var keys []string
+	for rel, h := range cur.Health {
+		if strings.HasPrefix(rel, prefix) {
+			keys = append(keys, fmt.Sprintf("%s (addr %s)", a.routingKey(rel), orDash(h.Addr)))
+		}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	sort.Strings(keys)
+	a.warnAttempt("pool %s has %d live health key(s): %s; their heartbeats keep running and keep them alive after the pool is gone, and a pool created again with id %s would count them as its live instances: stop them on the origins (systemctl disable --now regiond-heartbeat@INSTANCE)",
+		pool, len(keys), strings.Join(keys, ", "), pool)
 }
 
 // configPlanWith is configPlan whose change also sees the state read (its
