@@ -53,7 +53,8 @@ exist exits 1 naming the nearest ids; a pool without health_check is
 warned about (its health keys change nothing). A refused read (the
 origin's role reads no pool) skips that check.
 
---ttl above 60s is warned about: a killed origin counts as live that long.
+--ttl above 60s is warned about: a killed origin counts as live that long;
+above 24h it is a usage error (exit 2).
 etcd grants at least its minimum lease TTL (2s at its default election
 timeout); the line "alive under lease" gives the TTL granted.
 
@@ -85,6 +86,10 @@ func (a *app) runHeartbeat(ctx context.Context, pool string, o heartbeatOpts) er
 	if !routing.ValidPoolID(pool) {
 		return usagef("pool %q: want a pool id (lower-case letters, digits, '.', '_', '-'), e.g. eu-central", pool)
 	}
+	if !routing.ValidInstanceID(o.instance) {
+		return usagef("--instance %q (%d bytes): want an instance id of 1 to %d letters, digits, '.', '_', ':' or '-', unique within the pool (e.g. the host name)",
+			o.instance, len(o.instance), maxInstanceIDLen)
+	}
 	if _, err := routing.ParseKey(routing.HealthKey(pool, o.instance)); err != nil {
 		return usageError{err}
 	}
@@ -93,6 +98,10 @@ func (a *app) runHeartbeat(ctx context.Context, pool string, o heartbeatOpts) er
 	}
 	if o.ttl < time.Second {
 		return usagef("--ttl %s: want at least 1s", o.ttl)
+	}
+	if o.ttl > store.MaxHeartbeatTTL {
+		return usagef("--ttl %s: want at most %s: a killed origin (SIGKILL, a crash, its host down) counts as live for up to --ttl, the agents sending viewers to it meanwhile; use %s or less (default 10s)",
+			o.ttl, store.MaxHeartbeatTTL, maxQuietTTL)
 	}
 	if o.ttl > maxQuietTTL {
 		fmt.Fprintf(a.stderr, "regionctl: warning: --ttl %s: an origin killed (SIGKILL, a crash, its host down) still counts as live for up to %s, the agents sending viewers to it meanwhile; a stop (SIGTERM) removes the key at once whatever the TTL. Use %s or less (default 10s)\n",
@@ -121,6 +130,10 @@ func (a *app) runHeartbeat(ctx context.Context, pool string, o heartbeatOpts) er
 		Explain: func(err error) error { return a.heartbeatRefusedHint(err, pool) }})
 	return a.heartbeatPermHint(err, pool, exists)
 }
+
+// maxInstanceIDLen is the longest --instance routing.ValidInstanceID
+// takes, in bytes.
+const maxInstanceIDLen = 128
 
 // maxQuietTTL is the largest --ttl heartbeat takes without a warning.
 const maxQuietTTL = 60 * time.Second

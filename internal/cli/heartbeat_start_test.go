@@ -320,3 +320,30 @@ func TestHeartbeatGrantedNote(t *testing.T) {
 		}
 	}
 }
+
+// TestHeartbeatRefusesTTLAndInstanceOutOfRange: a --ttl above 24h is a
+// usage error naming the cap (2562047h47m16s overflowed to a 2s lease
+// blamed on etcd's minimum; 2500001h, past etcd's maximum lease TTL, was
+// retried for ever), and an --instance past 128 bytes one naming the
+// grammar and that limit (it said only "want health/<pool>/<instance>").
+// Nothing is written.
+func TestHeartbeatRefusesTTLAndInstanceOutOfRange(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	for _, ttl := range []string{"2562047h47m16s", "2500001h", "24h0m1s"} {
+		r := e.run("heartbeat", "eu-central", "--instance", "fra-1", "--addr", "10.0.0.1:443", "--ttl", ttl)
+		if r.code != ExitUsage || !strings.Contains(r.stderr, "want at most 24h0m0s: a killed origin (SIGKILL, a crash, its host down) counts as live for up to --ttl") {
+			t.Errorf("--ttl %s: %s; want exit 2 naming the 24h cap", ttl, r)
+		}
+	}
+	long := strings.Repeat("a", 129)
+	r := e.run("heartbeat", "eu-central", "--instance", long, "--addr", "10.0.0.1:443")
+	if want := "(129 bytes): want an instance id of 1 to 128 letters, digits, '.', '_', ':' or '-'"; r.code != ExitUsage || !strings.Contains(r.stderr, want) {
+		t.Errorf("--instance of 129 bytes: %s; want exit 2 with %q", r, want)
+	}
+	resp, err := testClient.Get(context.Background(), e.ks.RoutingKey("health/"), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || resp.Count != 0 {
+		t.Fatalf("health keys after refused starts: %v %v; want none", resp, err)
+	}
+}

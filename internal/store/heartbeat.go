@@ -35,6 +35,11 @@ type HeartbeatConfig struct {
 	Explain func(err error) error
 }
 
+// MaxHeartbeatTTL is the longest TTL Heartbeat takes: a killed origin
+// counts as live for up to its TTL. It keeps the TTL within etcd's
+// maximum lease TTL and its rounding to seconds from overflowing.
+const MaxHeartbeatTTL = 24 * time.Hour
+
 // HeartbeatTakenError means a starting heartbeat found its marker held
 // under another live lease with another address: another process keeps
 // the same pool and instance (two origins started with one --instance),
@@ -98,6 +103,9 @@ func (s *Store) Heartbeat(ctx context.Context, c HeartbeatConfig) error {
 	rel := routing.HealthKey(c.Pool, c.Instance)
 	if _, err := routing.ParseKey(rel); err != nil {
 		return fmt.Errorf("heartbeat: %w", err)
+	}
+	if c.TTL <= 0 || c.TTL > MaxHeartbeatTTL {
+		return fmt.Errorf("heartbeat: TTL %s of %s: want above 0 and at most %s", c.TTL, rel, MaxHeartbeatTTL)
 	}
 	val, err := json.Marshal(routing.Health{Addr: c.Addr, Since: s.opts.Now().UTC().Format(time.RFC3339)})
 	if err != nil {

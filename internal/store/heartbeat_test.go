@@ -112,3 +112,21 @@ func waitFor(d time.Duration, cond func() bool) (time.Duration, bool) {
 	}
 	return time.Since(start), cond()
 }
+
+// TestHeartbeatRefusesATTLPastItsCap: Heartbeat refuses a TTL above
+// MaxHeartbeatTTL, writing nothing: 2562047h47m16s overflowed its
+// rounding to whole seconds and ran under a 2s lease.
+func TestHeartbeatRefusesATTLPastItsCap(t *testing.T) {
+	t.Parallel()
+	_, cli, s, _ := storeEnv(t, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := s.Heartbeat(ctx, HeartbeatConfig{Pool: "eu-central", Instance: "i-1", Addr: "10.0.0.1:443", TTL: 2562047*time.Hour + 47*time.Minute + 16*time.Second})
+	if err == nil || !strings.Contains(err.Error(), "want above 0 and at most 24h0m0s") {
+		t.Fatalf("Heartbeat with a TTL past the cap: %v; want it refused naming 24h", err)
+	}
+	key := s.Keyspace().RoutingKey(routing.HealthKey("eu-central", "i-1"))
+	if resp, err := cli.Get(context.Background(), key); err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("marker written: %v %v", resp, err)
+	}
+}
