@@ -152,8 +152,9 @@ type Health struct {
 	// Addr is the instance's address as its heartbeat was given it
 	// (--addr). Informational: the key alone makes a live instance.
 	Addr string `json:"addr"`
-	// Since (RFC 3339 UTC, seconds) is when the heartbeat started;
-	// informational, empty when not written.
+	// Since (RFC 3339 UTC, seconds) is when the heartbeat put the key
+	// after it was absent: its start, or its return after a lost lease
+	// (docs/keys-and-values.md); informational, empty when not written.
 	Since string `json:"since,omitempty"`
 	// Extra holds the stored value's fields this version does not know.
 	Extra Extra `json:"-"`

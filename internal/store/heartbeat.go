@@ -86,6 +86,11 @@ func (e *HeartbeatTakenError) Error() string {
 // but readwrite on <root>/routing/health/<pool>/ (Roles.Origin); a
 // refused put at its start is a *PermissionError, returned at once.
 //
+// The marker's since is when it was put after being absent (or held by
+// another): the start, or the return after a lost lease that etcd ended
+// (the key was gone: the instance counted as dead); a key found under the
+// lease this process lost, still alive in etcd, keeps its since.
+//
 // A refusal after a lost lease (etcd's authentication turned on under a
 // heartbeat without credentials, its role revoked, its password changed)
 // is not returned: it is logged at ERROR (through c.Explain) once, at
@@ -107,8 +112,7 @@ func (s *Store) Heartbeat(ctx context.Context, c HeartbeatConfig) error {
 	if c.TTL <= 0 || c.TTL > MaxHeartbeatTTL {
 		return fmt.Errorf("heartbeat: TTL %s of %s: want above 0 and at most %s", c.TTL, rel, MaxHeartbeatTTL)
 	}
-	val, err := json.Marshal(routing.Health{Addr: c.Addr, Since: s.opts.Now().UTC().Format(time.RFC3339)})
-	if err != nil {
+	if _, err := healthValue(c.Addr, ""); err != nil {
 		return fmt.Errorf("heartbeat: encode marker: %w", err)
 	}
 	ttl := max(1, int((c.TTL+time.Second-1)/time.Second))
@@ -118,7 +122,7 @@ func (s *Store) Heartbeat(ctx context.Context, c HeartbeatConfig) error {
 	var prev clientv3.LeaseID                             // the lease of the session lost last; 0 before the first
 	for {
 		first := prev == 0
-		sess, granted, err := s.heartbeatSession(ctx, ttl, c, s.ks.RoutingKey(rel), string(val), prev)
+		sess, val, granted, err := s.heartbeatSession(ctx, ttl, c, s.ks.RoutingKey(rel), prev)
 		var taken *HeartbeatTakenError
 		if errors.As(err, &taken) || (first && heartbeatRefused(err)) {
 			return fmt.Errorf("heartbeat: %w", err) // a retry cannot fix it
@@ -156,7 +160,7 @@ func (s *Store) Heartbeat(ctx context.Context, c HeartbeatConfig) error {
 		if c.OnUp != nil {
 			c.OnUp(int64(sess.Lease()), granted)
 		}
-		s.keepMarker(ctx, sess, rel, string(val))
+		s.keepMarker(ctx, sess, rel, val)
 		select {
 		case <-ctx.Done():
 			// Revoked within --command-timeout (5 s), not the session's
@@ -300,7 +304,9 @@ func (s *Store) nextMarkerEvent(ctx context.Context, key string, rev int64) erro
 
 // heartbeatSession grants a lease, keeps it alive in a session that
 // outlives ctx (so Close can still revoke after a signal) and puts the
-// marker under it; it returns the TTL etcd granted. The put is a Txn on
+// marker under it; it returns the value put and the TTL etcd granted.
+// The value's since is now: the marker was absent, or held by another,
+// until this put. The put is a Txn on
 // the key's absence; a key found present is taken over (a Txn on its mod
 // revision) when it has no lease, is under a lease with the same address,
 // or this is not the first session (prev, the lease this heartbeat lost,
@@ -308,33 +314,38 @@ func (s *Store) nextMarkerEvent(ctx context.Context, key string, rev int64) erro
 // revoked and a *HeartbeatTakenError returned. A key found under prev
 // (the lease lost by this process but alive in etcd: its keep-alives went
 // unanswered past the TTL, as across a lost quorum, whose new leader
-// renews every lease) is put again under the new lease, and prev revoked.
-func (s *Store) heartbeatSession(ctx context.Context, ttl int, c HeartbeatConfig, key, val string, prev clientv3.LeaseID) (*concurrency.Session, time.Duration, error) {
+// renews every lease) is put again under the new lease, and prev revoked;
+// its since is kept, the key having been there all along.
+func (s *Store) heartbeatSession(ctx context.Context, ttl int, c HeartbeatConfig, key string, prev clientv3.LeaseID) (*concurrency.Session, string, time.Duration, error) {
 	first := prev == 0
+	fresh, err := healthValue(c.Addr, s.opts.Now().UTC().Format(time.RFC3339))
+	if err != nil {
+		return nil, "", 0, fmt.Errorf("encode marker: %w", err)
+	}
 	rctx, cancel := s.reqCtx(ctx)
 	defer cancel()
 	grant, err := s.cli.Grant(rctx, int64(ttl))
 	if err != nil {
 		// Refused when authentication is on and the request carries
 		// no user ("user name is empty"): named as the put would be.
-		return nil, 0, s.writeErr("grant a lease for "+key, err, s.roles.WriteNeed(key))
+		return nil, "", 0, s.writeErr("grant a lease for "+key, err, s.roles.WriteNeed(key))
 	}
 	granted := time.Duration(grant.TTL) * time.Second
 	sess, err := concurrency.NewSession(s.cli, concurrency.WithTTL(max(ttl, int(grant.TTL))), concurrency.WithLease(grant.ID),
 		concurrency.WithContext(context.WithoutCancel(ctx)))
 	if err != nil {
 		s.revoke(ctx, grant.ID)
-		return nil, 0, s.rpcErr("keep lease alive", err)
+		return nil, "", 0, s.rpcErr("keep lease alive", err)
 	}
-	fail := func(err error) (*concurrency.Session, time.Duration, error) {
+	fail := func(err error) (*concurrency.Session, string, time.Duration, error) {
 		sess.Orphan()
 		s.revoke(ctx, sess.Lease())
-		return nil, 0, err
+		return nil, "", 0, err
 	}
-	put := clientv3.OpPut(key, val, clientv3.WithLease(sess.Lease()))
 	absent := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
-	guard, took := absent, (*mvccpb.KeyValue)(nil) // took: the key the guard would take over
+	guard, took, val := absent, (*mvccpb.KeyValue)(nil), fresh // took: the key the guard would take over
 	for {
+		put := clientv3.OpPut(key, val, clientv3.WithLease(sess.Lease()))
 		txn, err := s.cli.Txn(rctx).If(guard).Then(put).Else(clientv3.OpGet(key)).Commit()
 		if err != nil {
 			return fail(s.writeErr("put "+key, err, s.roles.WriteNeed(key)))
@@ -348,11 +359,11 @@ func (s *Store) heartbeatSession(ctx context.Context, ttl int, c HeartbeatConfig
 			case took != nil:
 				s.logTakeover(key, c.Addr, sess.Lease(), took)
 			}
-			return sess, granted, nil
+			return sess, val, granted, nil
 		}
 		kvs := txn.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 { // deleted meanwhile
-			guard, took = absent, nil
+			guard, took, val = absent, nil, fresh
 			continue
 		}
 		kv := kvs[0]
@@ -363,8 +374,19 @@ func (s *Store) heartbeatSession(ctx context.Context, ttl int, c HeartbeatConfig
 			}
 			return fail(taken)
 		}
-		guard, took = clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision), kv
+		guard, took, val = clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision), kv, fresh
+		if since := markerSince(kv.Value); prev != 0 && clientv3.LeaseID(kv.Lease) == prev && since != "" {
+			if v, err := healthValue(c.Addr, since); err == nil { // there all along: live since then
+				val = v
+			}
+		}
 	}
+}
+
+// healthValue is the marker's value: routing.Health of addr and since.
+func healthValue(addr, since string) (string, error) {
+	b, err := json.Marshal(routing.Health{Addr: addr, Since: since})
+	return string(b), err
 }
 
 // heartbeatRefused reports whether err is etcd refusing a heartbeat's
@@ -382,6 +404,15 @@ func markerAddr(value []byte) string {
 		return ""
 	}
 	return h.Addr
+}
+
+// markerSince is the since of a marker's value; "" when it does not decode.
+func markerSince(value []byte) string {
+	var h routing.Health
+	if json.Unmarshal(value, &h) != nil {
+		return ""
+	}
+	return h.Since
 }
 
 // logTakeover logs a marker taken over from another holder (kv, as it

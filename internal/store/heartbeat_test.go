@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -61,10 +62,13 @@ func TestHeartbeatPutsAgainUnderItsOwnLostLease(t *testing.T) {
 	direct := devetcd.NewTestClient(t, srv)
 	cli, proxy := proxiedClient(t, srv)
 	logs := &logbuf.Buffer{}
-	s := newStore(t, cli, Options{RequestTimeout: time.Second,
+	clock := newTestClock()
+	s := newStore(t, cli, Options{RequestTimeout: time.Second, Now: clock.now,
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	up := runHeartbeat(t, s)
 	old := nextUp(t, up, logs)
+	since := markerSinceOf(t, direct, s)
+	clock.advance(time.Hour)
 
 	// etcd keeps the old lease alive (here another client renews it)
 	// while nothing reaches the heartbeat.
@@ -98,6 +102,69 @@ func TestHeartbeatPutsAgainUnderItsOwnLostLease(t *testing.T) {
 	if ttl, err := direct.TimeToLive(context.Background(), clientv3.LeaseID(old)); err != nil || ttl.TTL != -1 {
 		t.Fatalf("the old lease %x: %v %v; want it revoked", old, ttl, err)
 	}
+	// The key was there all along: its since is kept.
+	if got := markerSinceOf(t, direct, s); got != since {
+		t.Fatalf("since %s after the key was put again, want the first put's %s (it was never gone)", got, since)
+	}
+}
+
+// TestHeartbeatSinceIsTheReturnAfterALostLease: a heartbeat whose lease
+// etcd ended (the key gone: the instance counted as dead) puts the key
+// again with since the time of that put, not the process start: since
+// says how long the instance has been live. It kept the start's.
+func TestHeartbeatSinceIsTheReturnAfterALostLease(t *testing.T) {
+	t.Parallel()
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	logs := &logbuf.Buffer{}
+	clock := newTestClock()
+	s := newStore(t, cli, Options{Now: clock.now,
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	up := runHeartbeat(t, s)
+	old := nextUp(t, up, logs)
+	if got, want := markerSinceOf(t, cli, s), clock.now().UTC().Format(time.RFC3339); got != want {
+		t.Fatalf("since %s at start, want %s", got, want)
+	}
+	clock.advance(time.Hour)
+	if _, err := cli.Revoke(context.Background(), clientv3.LeaseID(old)); err != nil {
+		t.Fatal(err)
+	}
+	nextUp(t, up, logs)
+	if got, want := markerSinceOf(t, cli, s), clock.now().UTC().Format(time.RFC3339); got != want {
+		t.Fatalf("since %s after the lease was lost and the key put again, want that put's %s", got, want)
+	}
+}
+
+// testClock is a clock tests move by hand.
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newTestClock() *testClock {
+	return &testClock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+}
+
+func (c *testClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *testClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// markerSinceOf reads the since of the marker of runHeartbeat.
+func markerSinceOf(t *testing.T, cli *clientv3.Client, s *Store) string {
+	t.Helper()
+	resp, err := cli.Get(context.Background(), s.Keyspace().RoutingKey(routing.HealthKey("eu-central", "i-1")))
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("read the marker: %v %v", resp, err)
+	}
+	return markerSince(resp.Kvs[0].Value)
 }
 
 // waitFor polls cond every 50ms until it holds or d passes; it reports
