@@ -205,6 +205,7 @@ const skippedKey = "routes/LU"
 // browser's clock runs 10 minutes ahead of the agent's (an operator's
 // laptop): the ages read by the agent's clock all the same.
 func TestStatusPageInBrowser(t *testing.T) {
+	t.Parallel() // mostly waits on the browser and the agent: beside the other browser tests (at most GOMAXPROCS at once)
 	n := startNode(t, nil)
 	regionctl(t, n, "boost", "KR", "--target", "kr-music=100", "--ttl", "1h", "--reason", "comeback week")
 	if _, err := devetcd.NewTestClient(t, n.etcd).Put(context.Background(), root+"routing/"+skippedKey, `{"targets":5}`); err != nil {
@@ -645,6 +646,7 @@ func (n *node) getJSON(t *testing.T, path string, v any) {
 // long as the lease lived). The banner says so at once when the agent
 // cannot be reached, and keeps saying it.
 func TestStatusPageFollowsTheClock(t *testing.T) {
+	t.Parallel() // mostly waits on the browser and the agent: beside the other browser tests (at most GOMAXPROCS at once)
 	n := startNode(t, nil)
 	ends := time.Now().Add(6 * time.Second).UTC().Format(time.RFC3339Nano)
 	if _, err := devetcd.NewTestClient(t, n.etcd).Put(context.Background(), root+"routing/overrides/kr-short",
@@ -699,6 +701,7 @@ func TestStatusPageFollowsTheClock(t *testing.T) {
 // none of it: no banner, the age in normal colour, lag 0 in green).
 // Once the file is written again, all of it clears.
 func TestStatusPageShowsSnapshotNotWritten(t *testing.T) {
+	t.Parallel() // mostly waits on the browser and the agent: beside the other browser tests (at most GOMAXPROCS at once)
 	n := startNode(t, nil)
 	var node struct{ Snapshot struct{ Path string } }
 	n.getJSON(t, "/ui/api/node", &node)
@@ -765,6 +768,7 @@ func TestStatusPageShowsSnapshotNotWritten(t *testing.T) {
 // table, as regionctl boost ls shows them (a boost of attrs alone was a
 // row with empty targets and nothing else to say what it does).
 func TestStatusPageShowsBoostAttrs(t *testing.T) {
+	t.Parallel() // mostly waits on the browser and the agent: beside the other browser tests (at most GOMAXPROCS at once)
 	n := startNode(t, nil)
 	regionctl(t, n, "boost", "PL", "--attr", "flag.autoplay_preview=off", "--attr", "cdn.tier=gold", "--ttl", "10m", "--reason", "long")
 	n.waitTable(t, func(tb *routing.Table) bool { return len(tb.Overrides()) == 1 })
@@ -789,6 +793,7 @@ func TestStatusPageShowsBoostAttrs(t *testing.T) {
 // alike)", not a bare 2 that reads as two keys keeping the agent from
 // converging), and names the keys in its title.
 func TestStatusPageFleetSkippedServedAlike(t *testing.T) {
+	t.Parallel() // mostly waits on the browser and the agent: beside the other browser tests (at most GOMAXPROCS at once)
 	n := startNode(t, nil)
 	cli := devetcd.NewTestClient(t, n.etcd)
 	for k, v := range map[string]string{skippedKey: `{"targets":5}`, "health/eu-west/h1": "up"} {
@@ -816,6 +821,7 @@ func TestStatusPageFleetSkippedServedAlike(t *testing.T) {
 // after the other countries of its group, as the Countries table does
 // (it came first: "_" sorts before letters).
 func TestStatusPageWhatIfUnknownLast(t *testing.T) {
+	t.Parallel() // mostly waits on the browser and the agent: beside the other browser tests (at most GOMAXPROCS at once)
 	n := startNode(t, nil)
 	var want struct {
 		Changed []string
@@ -850,6 +856,7 @@ func TestStatusPageWhatIfUnknownLast(t *testing.T) {
 // of them buried the Countries table; a pool's status showed nowhere
 // but as a label's suffix).
 func TestStatusPagePoolsAndPicker(t *testing.T) {
+	t.Parallel() // mostly waits on the browser and the agent: beside the other browser tests (at most GOMAXPROCS at once)
 	n := startNode(t, nil)
 	cli := devetcd.NewTestClient(t, n.etcd)
 	for i := range 60 {
@@ -917,6 +924,7 @@ func TestStatusPagePoolsAndPicker(t *testing.T) {
 // file at all (an agent restarted with --snapshot ""): it kept its bad
 // class. The node's answers are the page's fetch, rewritten in the page.
 func TestStatusPageWrittenClearsWhenNoSnapshot(t *testing.T) {
+	t.Parallel() // mostly waits on the browser and the agent: beside the other browser tests (at most GOMAXPROCS at once)
 	n := startNode(t, nil)
 	ctx, scriptErrors := browser(t)
 	if err := chromedp.Do(ctx, chromedp.Navigate(n.url("/ui/"))); err != nil {
