@@ -323,6 +323,7 @@ func TestCommandPrintsPackagePath(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the package (-short)")
 	}
+	t.Parallel() // a build of its own (go run), beside the tests of the one built in-process
 	testprog.Need(t, "dpkg-deb", "apt-get install -y dpkg")
 	out := t.TempDir()
 	var stdout, stderr bytes.Buffer

@@ -19,6 +19,7 @@ import (
 // login alert stayed quiet), while the last good table serves on. With
 // the user back, the agent follows etcd again and the gauge is 0.
 func TestUserGoneUnderARunningAgentIsALoginRefused(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
 	srv := devetcd.NewTest(t)
 	cli := devetcd.NewTestClient(t, srv)
 	loadExample(t, cli)

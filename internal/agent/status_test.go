@@ -624,6 +624,7 @@ func TestSameNodeNameIsReported(t *testing.T) {
 // later at the refresh (the status-page review: regionctl status and the
 // fleet showed a synced_at of before the outage for a minute).
 func TestStatusKeyConfirmsTheReconnect(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
 	srv := devetcd.NewTest(t)
 	cli := devetcd.NewTestClient(t, srv)
 	loadExample(t, cli)
