@@ -20,6 +20,8 @@ func TestStatusHintNamesThePrefix(t *testing.T) {
 		{"/a/agents/n1", "regiond-agent-n1", "(regionctl --prefix /a auth apply --agent n1 makes role regiond-agent-n1"},
 		{"/regiond/v1/agents/n1", "up-agent-n1", "(regionctl auth apply --role-prefix up- --agent n1 makes role"},
 		{"/regiond/v1/agents/n1", "u", "(regionctl auth apply --agent n1=u makes role"},
+		{"/regiond/v1/agents/n1", "agent-n1", "(regionctl auth apply --agent n1=agent-n1 makes role"},
+		{"/regiond/v1/agents/n1", "bad agent-n1", "(regionctl auth apply --agent 'n1=bad agent-n1' makes role"},
 	} {
 		p := &publisher{key: tc.key, node: "n1", user: tc.user}
 		if h := p.hint(rpctypes.ErrPermissionDenied); !strings.Contains(h, tc.want) || !strings.Contains(h, "revoked") {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -679,6 +680,10 @@ func (p *publisher) hint(err error) string {
 		user, p.key, p.node, apply, p.node)
 }
 
+// rolePrefixRE is a --role-prefix a user's name can show: letters,
+// digits, '.', '_' and '-', ending in '-' (as regionctl's roles are named).
+var rolePrefixRE = regexp.MustCompile(`^[A-Za-z0-9._-]*-$`)
+
 // authApply is the regionctl command that makes this agent's role: with
 // the agent's --prefix when it is not the default (the RBAC review: the
 // hint made a role of the default root), and the --role-prefix its user's
@@ -692,12 +697,15 @@ func (p *publisher) authApply() string {
 	}
 	cmd += " auth apply"
 	agent := " --agent " + p.node
-	if rolePrefix, ok := strings.CutSuffix(p.user, "agent-"+p.node); ok {
-		if rolePrefix != "regiond-" {
-			cmd += " --role-prefix " + rolePrefix
-		}
-	} else if p.user != "" {
-		agent += "=" + p.user
+	rolePrefix, ok := strings.CutSuffix(p.user, "agent-"+p.node)
+	switch {
+	case ok && rolePrefix == "regiond-":
+	case ok && rolePrefixRE.MatchString(rolePrefix):
+		cmd += " --role-prefix " + rolePrefix
+	case p.user != "" && strings.ContainsAny(p.user, " '\t\"$`\\&|;<>()*?"):
+		agent = " --agent '" + p.node + "=" + strings.ReplaceAll(p.user, "'", `'\''`) + "'" // quoted for the shell
+	case p.user != "":
+		agent += "=" + p.user // a name that shows no prefix (agent-NODE): the user named
 	}
 	return cmd + agent
 }

@@ -649,6 +649,9 @@ func TestStatusKeyConfirmsTheReconnect(t *testing.T) {
 	if err := px.Restore(); err != nil {
 		t.Fatal(err)
 	}
+	// Without the confirmation put, the next comes at the minute's
+	// refresh, after the watch's 30 s: nextStatus then fails saying the
+	// watch ended with no such put.
 	got := nextStatus(t, wch, func(s routing.AgentStatus) bool {
 		at, err := time.Parse(time.RFC3339, s.SyncedAt)
 		return s.Connected && err == nil && !at.Before(back)
