@@ -367,6 +367,16 @@ func TestStatusNamesAStatusKeyThatDoesNotDecode(t *testing.T) {
 	}
 }
 
+// putStatus puts s as the status key of its node, as an agent would
+// (without a lease).
+func (e *tenv) putStatus(t *testing.T, s routing.AgentStatus) {
+	t.Helper()
+	b, _ := json.Marshal(s)
+	if _, err := testClient.Put(context.Background(), e.ks.Agent(s.Node), string(b)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestAgentOfAnotherHistoryIsNotConverged: after etcd is restored from a
 // backup without --bump-revision (or replaced by another cluster), an
 // agent that has not relisted yet reports a revision etcd has not reached,
@@ -378,13 +388,7 @@ func TestAgentOfAnotherHistoryIsNotConverged(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.seed()
-	putStatus := func(s routing.AgentStatus) {
-		t.Helper()
-		b, _ := json.Marshal(s)
-		if _, err := testClient.Put(context.Background(), e.ks.Agent(s.Node), string(b)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	putStatus := func(s routing.AgentStatus) { t.Helper(); e.putStatus(t, s) }
 	resp, err := testClient.Get(context.Background(), "x")
 	if err != nil {
 		t.Fatal(err)
@@ -443,13 +447,7 @@ func TestAgentOfAnotherClusterIsNotConverged(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.seed()
-	putStatus := func(s routing.AgentStatus) {
-		t.Helper()
-		b, _ := json.Marshal(s)
-		if _, err := testClient.Put(context.Background(), e.ks.Agent(s.Node), string(b)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	putStatus := func(s routing.AgentStatus) { t.Helper(); e.putStatus(t, s) }
 	head := func() *etcdserverpb.ResponseHeader {
 		t.Helper()
 		resp, err := testClient.Get(context.Background(), "x")
