@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/regiond/regiond/internal/didyoumean"
 	"github.com/regiond/regiond/internal/keyspace"
 	"github.com/regiond/regiond/internal/store"
 	"github.com/regiond/regiond/routing"
@@ -324,7 +325,7 @@ func storedNear(cur *store.State, name string) string {
 		}
 	}
 	slices.Sort(names)
-	if near := nearNames(name, slices.Compact(names)); len(near) > 0 {
+	if near := didyoumean.Near(name, slices.Compact(names)); len(near) > 0 {
 		return "; did you mean " + strings.Join(near, " or ") + "?"
 	}
 	return ""

@@ -377,7 +377,7 @@ func liveHealthKeys(cur *store.State, pool string) int {
 // X?" for ids within two edits, else the pools there are (the first ten).
 func poolHint(cfg *routing.Config, id string) string {
 	ids := slices.Sorted(maps.Keys(cfg.Pools))
-	near := nearNames(id, ids)
+	near := didyoumean.Near(id, ids)
 	switch {
 	case len(near) > 0:
 		return "; did you mean " + strings.Join(near, " or ") + "?"
@@ -389,24 +389,6 @@ func poolHint(cfg *routing.Config, id string) string {
 	return " (pools: " + strings.Join(ids, ", ") + ")"
 }
 
-// nearNames lists the names of sorted names within two edits of name
-// (its case aside): the "did you mean" of a pool id or a route name. Two
-// names of two letters (country routes) are never near: every two letters
-// are within two edits of every other (the route checks name the country
-// of a lower-case code).
-func nearNames(name string, names []string) []string {
-	var near []string
-	for _, n := range names {
-		if len(name) <= 2 && len(n) <= 2 {
-			continue
-		}
-		if didyoumean.Distance(strings.ToLower(name), strings.ToLower(n)) <= 2 {
-			near = append(near, n)
-		}
-	}
-	return near
-}
-
 // unknownRoute refuses a reference (key's field) to a route that does not
 // exist in cur when routes near its name do, naming them; nil otherwise
 // (the write's own checks refuse a route near none, or whose stored value
@@ -415,7 +397,7 @@ func unknownRoute(cur *store.State, key, field, route string) error {
 	if _, ok := cur.Config.Routes[route]; ok || invalidAt(cur, routing.RouteKey(route)) != nil {
 		return nil
 	}
-	near := nearNames(route, slices.Sorted(maps.Keys(cur.Config.Routes)))
+	near := didyoumean.Near(route, slices.Sorted(maps.Keys(cur.Config.Routes)))
 	if len(near) == 0 {
 		return nil
 	}

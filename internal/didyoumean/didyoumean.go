@@ -3,6 +3,8 @@
 // project; no dependencies, so that the routing package can use it.
 package didyoumean
 
+import "strings"
+
 // Distance is the Levenshtein distance of a and b (bytes).
 func Distance(a, b string) int {
 	prev := make([]int, len(b)+1)
@@ -22,4 +24,31 @@ func Distance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// maxNear is the longest name Near looks for names near: the distance
+// costs len(name) × len(other), and a name longer than any id the
+// grammar allows is near none.
+const maxNear = 128
+
+// Near returns the names within two edits of name, their case aside, in
+// the order of names: the "did you mean" of a mistyped pool, route or
+// key. Two names of two bytes or less are never near each other (every
+// pair of country codes is within two edits), and a name longer than 128
+// bytes is near none.
+func Near(name string, names []string) []string {
+	if len(name) > maxNear {
+		return nil
+	}
+	lower := strings.ToLower(name)
+	var near []string
+	for _, n := range names {
+		if len(name) <= 2 && len(n) <= 2 {
+			continue
+		}
+		if Distance(lower, strings.ToLower(n)) <= 2 {
+			near = append(near, n)
+		}
+	}
+	return near
 }

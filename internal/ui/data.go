@@ -375,14 +375,7 @@ func parseDown(vals []string, t *routing.Table) ([]string, error) {
 // it (its case aside), else the pools there are, the first ten: a fleet
 // of 2,000 pools made a 16 KB answer of the whole list.
 func poolHint(ids []string, id string) string {
-	var near []string
-	if len(id) <= maxHintID { // the edit distance costs len(id) × len(pool)
-		for _, p := range ids {
-			if (len(id) > 2 || len(p) > 2) && didyoumean.Distance(strings.ToLower(id), strings.ToLower(p)) <= 2 {
-				near = append(near, p)
-			}
-		}
-	}
+	near := didyoumean.Near(id, ids)
 	switch {
 	case len(near) > 0:
 		return "; did you mean " + strings.Join(near, " or ") + "?"
@@ -393,6 +386,3 @@ func poolHint(ids []string, id string) string {
 	}
 	return " (pools: " + strings.Join(ids, ", ") + ")"
 }
-
-// maxHintID is the longest id poolHint looks for pools near.
-const maxHintID = 64

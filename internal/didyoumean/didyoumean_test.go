@@ -1,0 +1,30 @@
+package didyoumean
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+// Near finds the names within two edits, their case aside, in order;
+// never two short codes for each other (every pair of country codes is
+// within two edits), nor anything for a name past 128 bytes.
+func TestNear(t *testing.T) {
+	pools := []string{"eu-central", "eu-west", "us-west", "kr-music"}
+	for _, tc := range []struct {
+		name  string
+		names []string
+		want  []string
+	}{
+		{"EU-Westt", pools, []string{"eu-west"}},
+		{"es-west", pools, []string{"eu-west", "us-west"}},
+		{"nope", pools, nil},
+		{"pl", []string{"PL", "DE", "poland"}, nil},
+		{"pl", []string{"plx"}, []string{"plx"}},
+		{strings.Repeat("a", 129), []string{strings.Repeat("a", 129)}, nil},
+	} {
+		if got := Near(tc.name, tc.names); !slices.Equal(got, tc.want) {
+			t.Errorf("Near(%.20q, %v) = %v, want %v", tc.name, tc.names, got, tc.want)
+		}
+	}
+}
