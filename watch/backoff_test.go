@@ -22,6 +22,7 @@ import (
 // be connected again within seconds of the thaw, not after the 30 s the
 // earlier failures had grown the backoff to.
 func TestHealthyWatchResetsTheBackoff(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the mirror's timeouts: run beside the other such tests
 	_, proxy := exampleBehindProxy(t)
 	// gRPC reconnects every 50 ms, so only the mirror's own backoff delays
 	// the attempts.

@@ -35,6 +35,7 @@ func cutOffMirror(t *testing.T, cfg watch.Config) (*watch.Mirror, *tcpproxy.Prox
 // that expires (its health keys deleted in one revision), and a pool
 // deleted and created again. Once back, the table is etcd's state.
 func TestLongCatchUpAfterCutOff(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the mirror's timeouts: run beside the other such tests
 	m, proxy, direct := cutOffMirror(t, watch.Config{})
 	ctx := context.Background()
 	put(t, direct, "pools/kr-music", `{"host":"edge-icn-1.example.net:443","residency":"apac","status":"active","health_check":true}`)

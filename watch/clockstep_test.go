@@ -22,6 +22,7 @@ import (
 // (the snapshot file is written from it), not only Resolve's answers. It
 // waited for the next unrelated change under routing/ (the clock review).
 func TestBoostBackWhenTheClockStepsBack(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the mirror's timeouts: run beside the other such tests
 	cli := devetcd.NewTestClient(t, devetcd.NewTest(t))
 	m := runFleetMirror(t, Config{Client: cli, ProgressInterval: 200 * time.Millisecond}, nil)
 	ctx := context.Background()

@@ -26,6 +26,7 @@ import (
 // creations, until the endpoint is back and a watch is created; a change
 // then reaches it.
 func TestNotConnectedBeforeTheWatchIsCreated(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the mirror's timeouts: run beside the other such tests
 	direct, proxy := exampleBehindProxy(t)
 	var once sync.Once
 	cut := make(chan struct{})

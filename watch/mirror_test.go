@@ -374,6 +374,7 @@ func TestHealthGrace(t *testing.T) {
 // applied until expires_at, then the mirror rebuilds the table without
 // it, with no etcd event, while its key is still in etcd.
 func TestBoostEndsAtItsExpiresAt(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the mirror's timeouts: run beside the other such tests
 	srv := devetcd.NewTest(t)
 	cli := devetcd.NewTestClient(t, srv)
 	loadExample(t, cli)

@@ -175,6 +175,7 @@ func (o *observed) stable(t *testing.T, d time.Duration, where string) {
 // progress requests, and one whose progress requests (1 min) cannot fire
 // during the test, so that only the require-leader check can end its watch.
 func TestPartitionedMemberIsNotCurrent(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the mirror's timeouts: run beside the other such tests
 	c, writer, rev := startPartitionCluster(t)
 	mirrors := []*observed{
 		startObserved(t, "progress-200ms", c.Client(t, lone), watch.Config{ProgressInterval: 200 * time.Millisecond}),
@@ -249,6 +250,7 @@ func (o *observed) caughtUp(t *testing.T, rev int64, when string, since time.Tim
 // it lands on member 1; no relist is needed. As above, one mirror with 200ms progress requests
 // and one with only the leader check.
 func TestPartitionedEndpointFailsOver(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the mirror's timeouts: run beside the other such tests
 	c, writer, rev := startPartitionCluster(t)
 	var mirrors []*observed
 	var clients []*clientv3.Client

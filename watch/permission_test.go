@@ -20,6 +20,7 @@ import (
 // bare "error"), the mirror is not connected, and it keeps serving its
 // last good table. Once the permission is back, it follows changes again.
 func TestWatchRefusedForPermission(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the mirror's timeouts: run beside the other such tests
 	e := devetcd.NewTestAuthBehindProxy(t, "/regiond/v1/")
 	a, root := e.Auth, e.Root
 	loadExample(t, root)

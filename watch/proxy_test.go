@@ -137,6 +137,7 @@ func sample(m *watch.Mirror, span, every time.Duration) samples {
 // cluster's (the silence probes confirm it current). A change made through
 // the member directly then reaches it through the proxy.
 func TestIdleMirrorBehindProxy(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the mirror's timeouts: run beside the other such tests
 	_, p, direct, _ := proxyCluster(t)
 	// A generous request timeout: a probe slowed past it by a loaded
 	// machine would reopen the watch, which this test counts.
@@ -217,6 +218,7 @@ func byReason(t *testing.T, reg *prometheus.Registry, name, reason string) float
 // time out during the test: what notices the proxy gone is the check of the
 // client's connection, every progress interval.
 func TestProxyRestartLosesNoEvent(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the mirror's timeouts: run beside the other such tests
 	_, p, direct, _ := proxyCluster(t)
 	o := connectedMirror(t, p.Client(t), watch.Config{RequestTimeout: time.Minute})
 	relists := counterSum(t, o.reg, "regiond_watch_resyncs_total")
@@ -266,6 +268,7 @@ func connectedMirror(t *testing.T, cli *clientv3.Client, cfg watch.Config) *obse
 // while the proxy is down cannot be replayed: the mirror relists once
 // (reason compacted) and then holds etcd's state, deletes included.
 func TestCompactionBehindStoppedProxyRelists(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the mirror's timeouts: run beside the other such tests
 	_, p, direct, _ := proxyCluster(t)
 	o := connectedMirror(t, p.Client(t), watch.Config{})
 	p.Stop()
@@ -328,6 +331,7 @@ func TestServerProgressThroughProxy(t *testing.T) {
 // proxy and then serves every change, and logs whether the dead broadcast
 // was met; the range switch has no test that reaches it.
 func TestProxyDeadBroadcast(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the mirror's timeouts: run beside the other such tests
 	if testing.Short() {
 		t.Skip("starts a 3-member etcd cluster and its grpc-proxy")
 	}
@@ -395,6 +399,7 @@ func churnWatchers(t *testing.T, viaProxy, direct *clientv3.Client) {
 // change made while the proxy was down arrives within waitUntil's bound.
 // The client redials as the agent's does (gRPC's backoff capped at 5 s).
 func TestWatchBackSoonAfterLongOutage(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the mirror's timeouts: run beside the other such tests
 	_, p, direct, _ := proxyCluster(t)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{p.URL()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 		DialOptions: []grpc.DialOption{grpc.WithConnectParams(backoff.GRPCReconnect)}})

@@ -24,6 +24,7 @@ import (
 // Its Status says what this looks like and what to do (restart the
 // proxy), and once that watcher is gone the mirror follows etcd.
 func TestProxyAuthWatcherWithoutToken(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the mirror's timeouts: run beside the other such tests
 	if testing.Short() {
 		t.Skip("starts an etcd process and its grpc-proxy")
 	}
@@ -79,6 +80,7 @@ func direct2(t *testing.T, c *etcdproc.Cluster) *clientv3.Client {
 // next. (A reviewer once saw an agent stuck for minutes after such a
 // restart; not reproduced here.)
 func TestProxyRestartWithAuth(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the mirror's timeouts: run beside the other such tests
 	if testing.Short() {
 		t.Skip("starts an etcd process and its grpc-proxy")
 	}

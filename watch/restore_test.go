@@ -33,6 +33,7 @@ import (
 // Two cases: the restored etcd holds fewer keys of the prefix at A than the
 // state (the counts differ), and as many (only the newest keys differ).
 func TestRestoredBackupWrittenPastTheAppliedRevision(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the mirror's timeouts: run beside the other such tests
 	for _, balanced := range []bool{false, true} {
 		t.Run(fmt.Sprintf("same-count=%v", balanced), func(t *testing.T) {
 			if balanced {
@@ -53,6 +54,7 @@ func TestRestoredBackupWrittenPastTheAppliedRevision(t *testing.T) {
 // the pool written after the backup; resyncs_total{reason="regressed"}
 // and revision_regressions_total count it, and the mirror is connected.
 func TestRestoredBackupNotYetWrittenPast(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the mirror's timeouts: run beside the other such tests
 	restoredBackup(t, restoredBehind)
 }
 
@@ -162,6 +164,7 @@ func restoredBackup(t *testing.T, mode int) {
 // "cluster-change"} count it; the revisions of two clusters are not
 // compared, so no regression is counted.
 func TestAnotherClusterUnderTheMirrorRelists(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the mirror's timeouts: run beside the other such tests
 	ctx := context.Background()
 	port, err := freeport.Get() // the client URL both clusters serve
 	if err != nil {

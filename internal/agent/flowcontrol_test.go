@@ -60,6 +60,7 @@ func (p *pingCounter) frames(dst io.Writer, src io.Reader) {
 // waited for in the snapshot file, cost no more than a few PINGs (the
 // keepalive's), not one or more each.
 func TestWatchSendsNoPingPerChange(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
 	srv := devetcd.NewTest(t)
 	cli := devetcd.NewTestClient(t, srv)
 	loadExample(t, cli)

@@ -26,6 +26,7 @@ import (
 // record said; back, it is live again; a clean stop removes the record
 // with the status key, so a node stopped on purpose is not lost.
 func TestNodeRecord(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
 	srv := devetcd.NewTest(t)
 	cli := devetcd.NewTestClient(t, srv)
 	loadExample(t, cli)
@@ -81,6 +82,7 @@ func TestNodeRecord(t *testing.T) {
 // its status key all the same, and says once what to run; /v1/status has
 // no status_error for it.
 func TestNodeRecordRefusedToAnOldRole(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
 	// Not t.Parallel: under a loaded machine's parallel runs its 10 s
 	// status lease was starved out, or a timed-out put left the node
 	// record's guard stale (the diff review).
@@ -249,6 +251,7 @@ func TestNodeRecordOfAnotherAgentIsLeftAtStop(t *testing.T) {
 // such a put left the record at the stop, and regionctl status named the
 // stopped node lost until regionctl agent rm).
 func TestNodeRecordOfATimedOutPutIsDeletedAtStop(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
 	srv := devetcd.NewTest(t)
 	cli := devetcd.NewTestClient(t, srv)
 	loadExample(t, cli)

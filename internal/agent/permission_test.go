@@ -67,6 +67,7 @@ func TestStatusSaysTheWatchIsRefused(t *testing.T) {
 // regiond_agent_status_put_failures_total; once the write is granted
 // back the put succeeds, is logged once, and the key holds the change.
 func TestStatusPutFailuresAreLoggedOnce(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
 	// Not t.Parallel: under a loaded machine's parallel runs its 10 s
 	// status lease was starved out, or a timed-out put left the node
 	// record's guard stale (the diff review).
@@ -158,6 +159,7 @@ func TestStatusPutFailuresAreLoggedOnce(t *testing.T) {
 // ends. That counts in regiond_agent_status_put_failures_total (the alert
 // RegiondStatusNotPublished), as a failed put does.
 func TestAuthTurnedOnUnderAnAgentIsCounted(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
 	srv := devetcd.NewTest(t)
 	cli := devetcd.NewTestClient(t, srv)
 	loadExample(t, cli)
@@ -181,6 +183,7 @@ func TestAuthTurnedOnUnderAnAgentIsCounted(t *testing.T) {
 // as status_error (the agent used to vanish from regionctl status with
 // only a log line to say why), and drops it once a put succeeds.
 func TestNoSpaceAlarmIsShownInStatus(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
 	srv := devetcd.NewTest(t)
 	cli := devetcd.NewTestClient(t, srv)
 	loadExample(t, cli)

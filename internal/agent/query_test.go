@@ -118,6 +118,7 @@ func TestAPIErrorsAreJSON(t *testing.T) {
 // TCP listener (and the socket's) for as long as they liked. The
 // connection ends within the read's 10 s bound (it was held for good).
 func TestAnnouncedBodyDoesNotHoldTheConnection(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
 	h, _ := startExampleAgent(t)
 	for _, tc := range []struct{ req, status string }{
 		{"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 200000\r\n\r\n", "HTTP/1.1 400 "},

@@ -27,6 +27,7 @@ import (
 // writer's own goroutine after the change is served). Once the index can
 // be written again, the retry writes it and the status key is cleared.
 func TestSnapshotErrorIsPublished(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
 	h, cli := startExampleAgent(t)
 	idx := snapshot.IndexPath(filepath.Join(h.dir, "shm", "table.json"))
 	// The first write done (it may come after the first answer), nothing

@@ -127,6 +127,7 @@ func TestSnapshotInUseIsRefused(t *testing.T) {
 // answers (the API had been unreachable at the path, with no word, until
 // a restart: the host review); a clean stop removes the new file.
 func TestDeletedSocketIsMadeAgain(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
 	cfg := offlineConfig(t.TempDir())
 	stop := runOffline(t, cfg)
 	if err := os.Remove(cfg.Socket); err != nil {

@@ -267,6 +267,7 @@ func nextStatus(t *testing.T, wch clientv3.WatchChan, ok func(routing.AgentStatu
 // key is written (its version stays), unless for a connection that came
 // or went; once the clock passes statusRefresh, each re-puts once.
 func TestIdleAgentsDoNotDriveEachOthersStatus(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
 	srv := devetcd.NewTest(t)
 	cli := devetcd.NewTestClient(t, srv)
 	loadRev := loadExample(t, cli)
@@ -450,6 +451,7 @@ func TestStatusKeyFollowsARelist(t *testing.T) {
 // be closer together than the decisions were. The publisher's instants
 // never are, unless the spacing is broken.
 func TestStatusPutsForChangesAreSpaced(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
 	for _, tc := range []struct {
 		name    string
 		spacing time.Duration

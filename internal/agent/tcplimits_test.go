@@ -17,6 +17,7 @@ import (
 // them all);
 // a request sent at once is answered.
 func TestTCPRequestLimits(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
 	h, _ := startExampleAgent(t)
 	addr := h.a.Addr()
 	req := func(extra string) string {

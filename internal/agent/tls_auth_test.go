@@ -146,6 +146,7 @@ func TestStartsWithAuthWhileEtcdIsDown(t *testing.T) {
 // user and the endpoints, and retries: once the user's password in etcd is
 // changed to the one the agent has, it syncs, without a restart.
 func TestRefusedLoginServesSnapshotAndRetries(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
 	sec := devetcd.NewTestSecure(t, "/regiond/v1/")
 	srv, certs, a := sec.Server, sec.Certs, sec.Auth
 	loadExample(t, sec.Client)

@@ -17,6 +17,7 @@ import (
 // client held a connection and a goroutine for the agent's life); the
 // agent goes on answering others.
 func TestClientThatStopsReadingIsCut(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
 	h, _ := startExampleAgent(t, func(c *agent.Config) { c.WriteTimeout = 300 * time.Millisecond })
 	for _, l := range []struct{ network, addr string }{{"unix", filepath.Join(h.dir, "run", "regiond.sock")}, {"tcp", h.a.Addr()}} {
 		c, err := net.Dial(l.network, l.addr)

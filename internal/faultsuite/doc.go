@@ -1,6 +1,6 @@
 // Package faultsuite holds regiond's fleet fault suite: its tests run a
 // real 3-member etcd cluster (internal/etcdproc), etcd's grpc-proxy in
-// front of some agents, and ten or more regiond agent processes, write a
+// front of some agents, and six or more regiond agent processes, write a
 // random history of thousands of operations while injecting faults (a
 // compaction every 200 ms, the leader killed and restarted, a member
 // partitioned, held until it says it has no leader, the proxy restarted,
@@ -20,8 +20,10 @@
 //     503 exactly where the reference resolver says NoRoute.
 //
 // The package has no code of its own outside its tests. `go test ./...`
-// runs the CI-sized suite (a few minutes, most of them TestFleetFaults);
-// the long variant is
+// runs the CI-sized suite (six agents, two of them behind the proxy: about
+// two minutes under -race on 2 cores, most of it TestFleetFaults; ten
+// agents took twice as long, their checkers slowing the writers, for no
+// fault kind the six miss); the long variant is
 //
 //	go test ./internal/faultsuite -run TestFleetFaults -timeout 60m -args -fleet.ops=50000 -fleet.agents=20
 package faultsuite

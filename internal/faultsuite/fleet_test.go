@@ -21,7 +21,7 @@ import (
 
 var (
 	flagOps    = flag.Int("fleet.ops", 5000, "operations in the random history of TestFleetFaults")
-	flagAgents = flag.Int("fleet.agents", 10, "agent processes in TestFleetFaults (a third of them through the grpc-proxy)")
+	flagAgents = flag.Int("fleet.agents", 6, "agent processes in TestFleetFaults (a third of them through the grpc-proxy)")
 	flagSeed   = flag.Uint64("fleet.seed", 0, "random seed of TestFleetFaults (0: from the clock; the seed is logged)")
 )
 
