@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/keyspace"
+	"github.com/regiond/regiond/internal/logbuf"
 	"github.com/regiond/regiond/internal/store"
 	"github.com/regiond/regiond/routing"
 )
@@ -509,7 +509,7 @@ func viewerJobs(t *testing.T, e *rbacEnv) {
 // run as the origin's user, until stop.
 type originHeartbeat struct {
 	key       string
-	out, errb bytes.Buffer
+	out, errb logbuf.Buffer // read while it runs
 	cancel    context.CancelFunc
 	done      chan int
 	present   func() bool // the key exists, under a lease

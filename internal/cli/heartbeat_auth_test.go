@@ -117,3 +117,83 @@ func TestHeartbeatStrandedByAuthEnable(t *testing.T) {
 		t.Fatalf("heartbeat: exit %d:\n%s", code, errb.String())
 	}
 }
+
+// TestHeartbeatPasswordChangedUnderIt: its user's password changed while
+// a heartbeat runs, etcd keeps its lease alive (keep-alives ask for no
+// login) but refuses the login the heartbeat needs once the lease is lost
+// (revoked here). The heartbeat says so once, at ERROR, naming its user
+// and what to do (its credentials in heartbeat.env, a restart), and keeps
+// retrying: with the old password back, its key comes back.
+func TestHeartbeatPasswordChangedUnderIt(t *testing.T) {
+	t.Parallel()
+	e := newRBACEnv(t, true)
+	if r := e.as(rbacOperator, "apply", "-f", exampleConfig, "--reason", "seed"); r.code != ExitOK {
+		t.Fatalf("operator apply: %s", r)
+	}
+	h := e.startOriginHeartbeat(t)
+	defer h.stop()
+	ctx := context.Background()
+	if _, err := e.root.UserChangePassword(ctx, rbacOrigin, "changed-by-the-test"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := e.root.Get(ctx, h.key)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("health key: %v %v", resp, err)
+	}
+	if _, err := e.root.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	hint := "etcd no longer takes user " + rbacOrigin + "'s login (its password changed, or the user was removed): put its credentials in /etc/regiond/heartbeat.env and restart the heartbeat"
+	if _, ok := waitFor(30*time.Second, func() bool { return strings.Contains(h.errb.String(), hint) }); !ok {
+		t.Fatalf("no hint about the refused login once the lease was lost:\n%s", h.errb.String())
+	}
+	time.Sleep(4 * time.Second) // a few retries (1 s, 2 s apart), which must not be logged again
+	logs := h.errb.String()
+	if n := strings.Count(logs, "level=ERROR"); n != 1 || h.present() {
+		t.Fatalf("want the refusal logged once at ERROR (got %d) and no key (present %v):\n%s", n, h.present(), logs)
+	}
+	if _, err := e.root.UserChangePassword(ctx, rbacOrigin, e.passwords[rbacOrigin]); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := waitFor(60*time.Second, h.present); !ok {
+		t.Fatalf("health key not written again with the old password back:\n%s", h.errb.String())
+	}
+}
+
+// TestHeartbeatRoleRevokedUnderIt: its user's role revoked while a
+// heartbeat runs and its marker deleted (its lease lives on), the
+// heartbeat's read and put-back are refused. It says so once, at ERROR,
+// naming the user and the role to grant, not a WARN every few seconds as
+// it did, and keeps retrying: with the role granted again, the marker is
+// back.
+func TestHeartbeatRoleRevokedUnderIt(t *testing.T) {
+	t.Parallel()
+	e := newRBACEnv(t, true)
+	if r := e.as(rbacOperator, "apply", "-f", exampleConfig, "--reason", "seed"); r.code != ExitOK {
+		t.Fatalf("operator apply: %s", r)
+	}
+	h := e.startOriginHeartbeat(t)
+	defer h.stop()
+	ctx := context.Background()
+	if _, err := e.root.UserRevokeRole(ctx, rbacOrigin, rbacOrigin); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.root.Delete(ctx, h.key); err != nil {
+		t.Fatal(err)
+	}
+	hint := "user " + rbacOrigin + " lacks the role " + rbacOrigin + ", which alone writes the pool's health keys"
+	if _, ok := waitFor(30*time.Second, func() bool { return strings.Contains(h.errb.String(), hint) }); !ok {
+		t.Fatalf("no hint about the revoked role:\n%s", h.errb.String())
+	}
+	time.Sleep(4 * time.Second) // a few retries (1 s, 2 s apart), which must not be logged again
+	logs := h.errb.String()
+	if n := strings.Count(logs, "level=ERROR"); n != 1 || strings.Contains(logs, "cannot follow the marker") || h.present() {
+		t.Fatalf("want the refusal logged once at ERROR (got %d), no WARN per retry, and no key (present %v):\n%s", n, h.present(), logs)
+	}
+	if _, err := e.root.UserGrantRole(ctx, rbacOrigin, rbacOrigin); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := waitFor(60*time.Second, h.present); !ok {
+		t.Fatalf("marker not put back with the role granted again:\n%s", h.errb.String())
+	}
+}

@@ -222,3 +222,24 @@ func otherWarning(stderr string) bool {
 	}
 	return false
 }
+
+// TestStatusThroughAGrpcProxy: etcd's grpc-proxy answers the member list
+// with the address it advertises (--advertise-client-url, 127.0.0.1:23790
+// unless set; with --resolver-prefix, every proxy registered there), not
+// etcd's members. Status through it says so and warns of no member down:
+// it named the proxy's address as a member that does not answer.
+func TestStatusThroughAGrpcProxy(t *testing.T) {
+	t.Parallel()
+	c := etcdproc.Start(t, etcdproc.Config{Members: 1})
+	p := c.StartProxy(t, etcdproc.ProxyConfig{}) // advertises its listen address
+	want := regexp.MustCompile(`^etcd: members not known: the endpoints are etcd's grpc-proxy: its member list names the proxies \(` + regexp.QuoteMeta(p.Addr) +
+		`\), not etcd's members, whose health cannot be seen through it; point regionctl status at the members \(--endpoints https://etcd-1:2379,\.\.\.\) to see them; status goes on with the agents\n`)
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	code := run(ctx, []string{"--endpoints", p.URL(), "--prefix", "/drill/proxy", "--dial-timeout", "10s", "status"}, &out, &errb, func(string) string { return "" })
+	r := result{code: code, stdout: out.String(), stderr: errb.String()}
+	if r.code != ExitOK || !want.MatchString(r.stdout) || strings.Contains(r.stderr, "etcd member") {
+		t.Fatalf("status through a grpc-proxy: %s\nwant exit 0, a first line matching %s, no warning of a member down", r, want)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -118,7 +119,7 @@ func (s *Store) Heartbeat(ctx context.Context, c HeartbeatConfig) error {
 	ttl := max(1, int((c.TTL+time.Second-1)/time.Second))
 	bo := backoff.New(200*time.Millisecond, 5*time.Second)
 	refusedBo := backoff.New(time.Second, 30*time.Second) // a refusal lasts until a hand fixes it
-	refused := ""                                         // the refusal last logged at ERROR
+	refused := ""                                         // the cause of the refusal last logged at ERROR (refusalCause)
 	var prev clientv3.LeaseID                             // the lease of the session lost last; 0 before the first
 	for {
 		first := prev == 0
@@ -135,11 +136,12 @@ func (s *Store) Heartbeat(ctx context.Context, c HeartbeatConfig) error {
 			switch {
 			case heartbeatRefused(err):
 				wait = refusedBo
+				cause := refusalCause(err)
 				if c.Explain != nil {
 					err = c.Explain(err)
 				}
-				if msg := err.Error(); msg != refused {
-					refused = msg
+				if cause != refused {
+					refused = cause
 					s.log.Error("heartbeat: etcd refuses to put the marker back after the lease was lost, so this instance counts as dead; retrying until etcd lets it (1s doubling to 30s apart, logged again only if the refusal changes)",
 						"key", rel, "err", err)
 				} else {
@@ -160,7 +162,7 @@ func (s *Store) Heartbeat(ctx context.Context, c HeartbeatConfig) error {
 		if c.OnUp != nil {
 			c.OnUp(int64(sess.Lease()), granted)
 		}
-		s.keepMarker(ctx, sess, rel, val)
+		s.keepMarker(ctx, sess, rel, val, c.Explain, &refused)
 		select {
 		case <-ctx.Done():
 			// Revoked within --command-timeout (5 s), not the session's
@@ -192,8 +194,13 @@ func (s *Store) Heartbeat(ctx context.Context, c HeartbeatConfig) error {
 // this process: a Txn on its mod revision), and a key under another lease
 // (a second heartbeat with the same --instance) is logged, once per lease,
 // and put back once that one is gone. A watch or read that fails is
-// retried with a backoff: the lease keeps the key meanwhile.
-func (s *Store) keepMarker(ctx context.Context, sess *concurrency.Session, rel, val string) {
+// retried with a backoff: the lease keeps the key meanwhile. A refusal
+// (the user's role revoked under it) is logged as Heartbeat logs one,
+// through explain: at ERROR once, then at debug while it repeats, retried
+// 1 s doubling to 30 s apart; refused is the cause last logged, shared
+// with Heartbeat (the same refusal met by its grant after the lease is
+// lost is not logged again).
+func (s *Store) keepMarker(ctx context.Context, sess *concurrency.Session, rel, val string, explain func(error) error, refused *string) {
 	key := s.ks.RoutingKey(rel)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -205,23 +212,42 @@ func (s *Store) keepMarker(ctx context.Context, sess *concurrency.Session, rel, 
 		}
 	}()
 	bo := backoff.New(200*time.Millisecond, 5*time.Second)
-	warned := noLease // the other lease last logged
+	refusedBo := backoff.New(time.Second, 30*time.Second) // a refusal lasts until a hand fixes it
+	warned := noLease                                     // the other lease last logged
 	for ctx.Err() == nil {
 		rev, err := s.ensureMarker(ctx, sess.Lease(), rel, key, val, &warned)
 		if err == nil {
-			err = s.nextMarkerEvent(ctx, key, rev)
+			err = s.permErr("watch "+key, s.nextMarkerEvent(ctx, key, rev), s.roles.WriteNeed(key))
 		}
 		if ctx.Err() != nil {
 			return
 		}
-		if err != nil {
+		switch {
+		case err != nil && heartbeatRefused(err):
+			cause := refusalCause(err)
+			if explain != nil {
+				err = explain(err)
+			}
+			if cause != *refused {
+				*refused = cause
+				s.log.Error("heartbeat: etcd refuses this heartbeat its marker while the lease lives: a marker deleted meanwhile stays gone (this instance counts as dead); retrying until etcd lets it (1s doubling to 30s apart, logged again only if the refusal changes)",
+					"key", rel, "err", err)
+			} else {
+				s.log.Debug("heartbeat: marker still refused, retrying", "key", rel, "err", err)
+			}
+			if refusedBo.Wait(ctx) != nil {
+				return
+			}
+		case err != nil:
 			s.log.Warn("heartbeat: cannot follow the marker, retrying", "key", rel, "err", err)
 			if bo.Wait(ctx) != nil {
 				return
 			}
-			continue
+		default:
+			bo.Reset()
+			refusedBo.Reset()
+			*refused = ""
 		}
-		bo.Reset()
 	}
 }
 
@@ -234,7 +260,7 @@ func (s *Store) ensureMarker(ctx context.Context, lease clientv3.LeaseID, rel, k
 		resp, err := s.cli.Get(rctx, key)
 		cancel()
 		if err != nil {
-			return 0, s.rpcErr("read "+key, err)
+			return 0, s.permErr("read "+key, err, s.roles.WriteNeed(key))
 		}
 		// Put back: where the key is absent, or (a put by hand without a
 		// lease, which would outlive this process and keep a stopped
@@ -387,6 +413,17 @@ func (s *Store) heartbeatSession(ctx context.Context, ttl int, c HeartbeatConfig
 func healthValue(addr, since string) (string, error) {
 	b, err := json.Marshal(routing.Health{Addr: addr, Since: since})
 	return string(b), err
+}
+
+// refusalCause is what a heartbeat's refusal (heartbeatRefused) is
+// logged once for: the user refused a permission (whichever request met
+// it), or a login.
+func refusalCause(err error) string {
+	var pe *PermissionError
+	if errors.As(err, &pe) {
+		return "permission denied to user " + strconv.Quote(pe.User)
+	}
+	return "login refused"
 }
 
 // heartbeatRefused reports whether err is etcd refusing a heartbeat's

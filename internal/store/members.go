@@ -11,6 +11,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -147,6 +148,9 @@ func (s *Store) EtcdMembers(ctx context.Context, tc *tls.Config) *EtcdCluster {
 		}
 		return &EtcdCluster{Error: fmt.Sprintf("member list: %v", err)}
 	}
+	if why := proxyMemberList(ml); why != "" {
+		return &EtcdCluster{Error: why}
+	}
 	// Every URL to ask, once: the members' own, then the endpoints.
 	var urls []string
 	for _, m := range ml.Members {
@@ -228,6 +232,26 @@ func (s *Store) EtcdMembers(ctx context.Context, tc *tls.Config) *EtcdCluster {
 	out.Quorum = out.Voting/2 + 1
 	out.QuorumAtRisk = out.Healthy-1 < out.Quorum
 	return out
+}
+
+// proxyMemberList says so when ml is not etcd's member list but the one
+// etcd's grpc-proxy makes up when it runs with --advertise-client-url:
+// the proxies (or itself), each without a member ID, and no header, where
+// etcd names its cluster and every member has an ID. Their health is not
+// etcd's members': "" for etcd's own list.
+func proxyMemberList(ml *clientv3.MemberListResponse) string {
+	if ml.Header.GetClusterId() != 0 || len(ml.Members) == 0 {
+		return ""
+	}
+	var urls []string
+	for _, m := range ml.Members {
+		if m.ID != 0 {
+			return ""
+		}
+		urls = append(urls, m.ClientURLs...)
+	}
+	return fmt.Sprintf("the endpoints are etcd's grpc-proxy: its member list names the proxies (%s), not etcd's members, whose health cannot be seen through it; "+
+		"point regionctl status at the members (--endpoints https://etcd-1:2379,...) to see them", strings.Join(urls, ", "))
 }
 
 // memberStatus asks the member at url for its Status, over a connection
