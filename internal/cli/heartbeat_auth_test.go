@@ -126,12 +126,7 @@ func TestHeartbeatStrandedByAuthEnable(t *testing.T) {
 // retrying: with the old password back, its key comes back.
 func TestHeartbeatPasswordChangedUnderIt(t *testing.T) {
 	t.Parallel()
-	e := newRBACEnv(t, true)
-	if r := e.as(rbacOperator, "apply", "-f", exampleConfig, "--reason", "seed"); r.code != ExitOK {
-		t.Fatalf("operator apply: %s", r)
-	}
-	h := e.startOriginHeartbeat(t)
-	defer h.stop()
+	e, h := startSeededOriginHeartbeat(t)
 	ctx := context.Background()
 	if _, err := e.root.UserChangePassword(ctx, rbacOrigin, "changed-by-the-test"); err != nil {
 		t.Fatal(err)
@@ -143,15 +138,7 @@ func TestHeartbeatPasswordChangedUnderIt(t *testing.T) {
 	if _, err := e.root.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
 		t.Fatal(err)
 	}
-	hint := "etcd no longer takes user " + rbacOrigin + "'s login (its password changed, or the user was removed): put its credentials in /etc/regiond/heartbeat.env and restart the heartbeat"
-	if _, ok := waitFor(30*time.Second, func() bool { return strings.Contains(h.errb.String(), hint) }); !ok {
-		t.Fatalf("no hint about the refused login once the lease was lost:\n%s", h.errb.String())
-	}
-	time.Sleep(4 * time.Second) // a few retries (1 s, 2 s apart), which must not be logged again
-	logs := h.errb.String()
-	if n := strings.Count(logs, "level=ERROR"); n != 1 || h.present() {
-		t.Fatalf("want the refusal logged once at ERROR (got %d) and no key (present %v):\n%s", n, h.present(), logs)
-	}
+	h.refusedOnce(t, "etcd no longer takes user "+rbacOrigin+"'s login (its password changed, or the user was removed): put its credentials in /etc/regiond/heartbeat.env and restart the heartbeat")
 	if _, err := e.root.UserChangePassword(ctx, rbacOrigin, e.passwords[rbacOrigin]); err != nil {
 		t.Fatal(err)
 	}
@@ -168,12 +155,7 @@ func TestHeartbeatPasswordChangedUnderIt(t *testing.T) {
 // back.
 func TestHeartbeatRoleRevokedUnderIt(t *testing.T) {
 	t.Parallel()
-	e := newRBACEnv(t, true)
-	if r := e.as(rbacOperator, "apply", "-f", exampleConfig, "--reason", "seed"); r.code != ExitOK {
-		t.Fatalf("operator apply: %s", r)
-	}
-	h := e.startOriginHeartbeat(t)
-	defer h.stop()
+	e, h := startSeededOriginHeartbeat(t)
 	ctx := context.Background()
 	if _, err := e.root.UserRevokeRole(ctx, rbacOrigin, rbacOrigin); err != nil {
 		t.Fatal(err)
@@ -181,19 +163,40 @@ func TestHeartbeatRoleRevokedUnderIt(t *testing.T) {
 	if _, err := e.root.Delete(ctx, h.key); err != nil {
 		t.Fatal(err)
 	}
-	hint := "user " + rbacOrigin + " lacks the role " + rbacOrigin + ", which alone writes the pool's health keys"
-	if _, ok := waitFor(30*time.Second, func() bool { return strings.Contains(h.errb.String(), hint) }); !ok {
-		t.Fatalf("no hint about the revoked role:\n%s", h.errb.String())
-	}
-	time.Sleep(4 * time.Second) // a few retries (1 s, 2 s apart), which must not be logged again
-	logs := h.errb.String()
-	if n := strings.Count(logs, "level=ERROR"); n != 1 || strings.Contains(logs, "cannot follow the marker") || h.present() {
-		t.Fatalf("want the refusal logged once at ERROR (got %d), no WARN per retry, and no key (present %v):\n%s", n, h.present(), logs)
-	}
+	h.refusedOnce(t, "user "+rbacOrigin+" lacks the role "+rbacOrigin+", which alone writes the pool's health keys")
 	if _, err := e.root.UserGrantRole(ctx, rbacOrigin, rbacOrigin); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := waitFor(60*time.Second, h.present); !ok {
 		t.Fatalf("marker not put back with the role granted again:\n%s", h.errb.String())
+	}
+}
+
+// startSeededOriginHeartbeat starts an etcd with authentication on, the
+// example config applied, and the origin's heartbeat running (stopped at
+// the test's end).
+func startSeededOriginHeartbeat(t *testing.T) (*rbacEnv, *originHeartbeat) {
+	t.Helper()
+	e := newRBACEnv(t, true)
+	if r := e.as(rbacOperator, "apply", "-f", exampleConfig, "--reason", "seed"); r.code != ExitOK {
+		t.Fatalf("operator apply: %s", r)
+	}
+	h := e.startOriginHeartbeat(t)
+	t.Cleanup(func() { h.stop() })
+	return e, h
+}
+
+// refusedOnce waits for the heartbeat to log hint, then checks, after a
+// few retries (1 s, 2 s apart), that it logged one ERROR line, no WARN per
+// retry, and that its key is gone.
+func (h *originHeartbeat) refusedOnce(t *testing.T, hint string) {
+	t.Helper()
+	if _, ok := waitFor(30*time.Second, func() bool { return strings.Contains(h.errb.String(), hint) }); !ok {
+		t.Fatalf("no ERROR with %q:\n%s", hint, h.errb.String())
+	}
+	time.Sleep(4 * time.Second) // retries, which must not be logged again
+	logs := h.errb.String()
+	if n := strings.Count(logs, "level=ERROR"); n != 1 || strings.Contains(logs, "level=WARN msg=\"heartbeat: cannot") || h.present() {
+		t.Fatalf("want the refusal logged once at ERROR (got %d), no WARN per retry, and no key (present %v):\n%s", n, h.present(), logs)
 	}
 }
