@@ -91,6 +91,10 @@ func (r getResult) MarshalJSON() ([]byte, error) {
 		// PoolProvenance is beside pools, not in their values: those are
 		// the stored values.
 		PoolProvenance *map[string]poolProvenance `json:"pool_provenance,omitempty"`
+		// HealthTTLSeconds is beside health, as PoolProvenance: each
+		// health key's lease's remaining life in whole seconds, null for
+		// a key without a lease.
+		HealthTTLSeconds *map[string]*int64 `json:"health_ttl_seconds,omitempty"`
 	}
 	out.Revision, out.Epoch, out.Policy, out.PolicyDefault = r.Revision, r.Epoch, r.Policy, r.PolicyDefault
 	shown := r.shown
@@ -111,6 +115,17 @@ func (r getResult) MarshalJSON() ([]byte, error) {
 	}
 	if shown("health") {
 		out.Health = nonNilMap(r.Health)
+		if r.healthTTLs != nil {
+			ttls := map[string]*int64{}
+			for k := range r.Health {
+				ttls[k] = nil
+				if d, ok := r.healthTTLs[k]; ok {
+					s := int64(d / time.Second)
+					ttls[k] = &s
+				}
+			}
+			out.HealthTTLSeconds = &ttls
+		}
 	}
 	if shown("skipped") {
 		sk := r.Skipped
@@ -173,10 +188,8 @@ func (a *app) runGet(ctx context.Context, section string) error {
 	}
 	if show("health") {
 		out.Health = cur.Health
-		if a.output == "table" {
-			if out.healthTTLs, err = a.healthTTLs(ctx, cur); err != nil {
-				return err
-			}
+		if out.healthTTLs, err = a.healthTTLs(ctx, cur); err != nil {
+			return err
 		}
 	}
 	if show("skipped") {

@@ -300,6 +300,28 @@ func TestGetHealth(t *testing.T) {
 	if strings.Contains(r.stdout, "(pool eu-central:") || !strings.Contains(r.stdout, "(pool us-east: health_check on, 0 live instances") {
 		t.Fatalf("get health: %s; want us-east alone named with 0 live instances", r)
 	}
+	// -o json: the TTLs beside the values, null for a key without a lease.
+	r = e.must(ExitOK, "get", "health", "-o", "json")
+	var js struct {
+		Health map[string]routing.Health `json:"health"`
+		TTLs   map[string]*int64         `json:"health_ttl_seconds"`
+	}
+	mustJSON(t, r.stdout, &js)
+	if len(js.TTLs) != len(js.Health) || len(js.Health) != 4 {
+		t.Fatalf("get health -o json: %s; want health_ttl_seconds for each of the 4 health keys", r.stdout)
+	}
+	for rel, leased := range map[string]bool{
+		routing.HealthKey("eu-central", "fra-1"): true,
+		routing.HealthKey("eu-centrl", "fra-2"):  true,
+		routing.HealthKey("eu-west", "ams-1"):    false,
+		routing.HealthKey("eu-central", "hand"):  false,
+	} {
+		ttl, ok := js.TTLs[rel]
+		if !ok || leased != (ttl != nil) || leased && (*ttl < 1 || *ttl > 60) {
+			t.Fatalf("get health -o json: health_ttl_seconds[%s] = %v (present %v); want %s", rel, ttl, ok,
+				map[bool]string{true: "1-60 (a 60s lease)", false: "null (no lease)"}[leased])
+		}
+	}
 }
 
 // TestHeartbeatGrantedNote: the "alive under lease" line says why the TTL
