@@ -281,9 +281,9 @@ func TestHelpEverywhere(t *testing.T) {
 // ("context deadline exceeded (…: dial: operation was canceled)").
 func TestInterruptWhileDialing(t *testing.T) {
 	t.Parallel()
-	// With a user, the client logs in first, which waits out
-	// --dial-timeout whatever the interrupt; without, the interrupt ends
-	// the first request at once.
+	// With a user, the client logs in first: that login waited out
+	// --dial-timeout whatever the interrupt (5 minutes here: the test
+	// would wait them out). Without, the interrupt ends the first request.
 	for _, user := range []string{"alice:pw", ""} {
 		e := newEnv(t)
 		// A member that takes connections and never answers: a stopped
@@ -312,7 +312,16 @@ func TestInterruptWhileDialing(t *testing.T) {
 				interrupt() // the operator's Ctrl-C, once regionctl is dialing
 			}
 		}()
-		r := e.runCtx(ctx, "--dial-timeout", "2s", "--user", user, "pool", "drain", "apac-tokyo", "--reason", "x")
+		done := make(chan result, 1)
+		go func() {
+			done <- e.runCtx(ctx, "--dial-timeout", "5m", "--user", user, "pool", "drain", "apac-tokyo", "--reason", "x")
+		}()
+		var r result
+		select {
+		case r = <-done:
+		case <-time.After(time.Minute):
+			t.Fatalf("--user %q: still dialing a minute after the interrupt: it waits out --dial-timeout (5m)", user)
+		}
 		want := "regionctl: interrupted before etcd at " + ln.Addr().String() + " answered: nothing was written"
 		if r.code != ExitRefused || !strings.Contains(r.stderr, want) || strings.Contains(r.stderr, "unreachable") {
 			t.Errorf("an interrupt while dialing, --user %q: %s; want exit 1 saying %q", user, r, want)

@@ -86,7 +86,7 @@ func Dial(ctx context.Context, c DialConfig) (*clientv3.Client, error) {
 		// etcd that answers, its pool's health keys expiring meanwhile.
 		DialOptions: append([]grpc.DialOption{grpc.WithConnectParams(backoff.GRPCReconnect)}, c.DialOptions...),
 	}
-	cli, err := clientv3.New(cfg)
+	cli, err := newClient(ctx, cfg)
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrAuthFailed) || NoPasswordUser(err) {
 			return nil, &AuthError{User: c.Username, Endpoints: c.Endpoints, Err: err, NoPassword: NoPasswordUser(err)}
@@ -118,6 +118,33 @@ func Dial(ctx context.Context, c DialConfig) (*clientv3.Client, error) {
 			func(string, error) error { return fmt.Errorf("first request to etcd at %v: %w", c.Endpoints, err) })
 	}
 	return cli, nil
+}
+
+// newClient is clientv3.New, given up when ctx ends first. With a user,
+// New logs in before it returns, waiting up to the dial timeout for an
+// etcd that does not answer: a Ctrl-C (ctx) must not wait for it. A
+// client made after ctx ended is closed.
+func newClient(ctx context.Context, cfg clientv3.Config) (*clientv3.Client, error) {
+	type made struct {
+		cli *clientv3.Client
+		err error
+	}
+	ch := make(chan made, 1)
+	go func() {
+		cli, err := clientv3.New(cfg)
+		ch <- made{cli, err}
+	}()
+	select {
+	case m := <-ch:
+		return m.cli, m.err
+	case <-ctx.Done():
+		go func() {
+			if m := <-ch; m.cli != nil {
+				m.cli.Close()
+			}
+		}()
+		return nil, ctx.Err()
+	}
 }
 
 // AuthError means etcd refused to log the user in: a wrong user or
