@@ -217,7 +217,7 @@ func (s *Store) keepMarker(ctx context.Context, sess *concurrency.Session, rel, 
 	for ctx.Err() == nil {
 		rev, err := s.ensureMarker(ctx, sess.Lease(), rel, key, val, &warned)
 		if err == nil {
-			err = s.permErr("watch "+key, s.nextMarkerEvent(ctx, key, rev), s.roles.WriteNeed(key))
+			err = s.nextMarkerEvent(ctx, key, rev)
 		}
 		if ctx.Err() != nil {
 			return
@@ -313,13 +313,14 @@ func (s *Store) ensureMarker(ctx context.Context, lease clientv3.LeaseID, rel, k
 const noLease clientv3.LeaseID = -1
 
 // nextMarkerEvent returns at the first change of key after rev; an error
-// when the watch ends without one (ctx done, no leader, compacted).
+// when the watch ends without one (ctx done, no leader, compacted; a
+// refusal is a *PermissionError).
 func (s *Store) nextMarkerEvent(ctx context.Context, key string, rev int64) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	for resp := range s.cli.Watch(wctx, key, clientv3.WithRev(rev+1)) {
 		if err := resp.Err(); err != nil {
-			return fmt.Errorf("watch %s: %w", key, err)
+			return s.permErr("watch "+key, err, s.roles.WriteNeed(key))
 		}
 		if len(resp.Events) > 0 {
 			return nil
