@@ -161,7 +161,6 @@ func TestListPublishedAtStopSwapsNothingIn(t *testing.T) {
 // creation's wait. Without that, the select picked at random between the
 // fired timer and the answer, so this tries a dozen times.
 func TestLongPublishIsNoCreationTimeout(t *testing.T) {
-	t.Parallel() // mostly idle, waiting out etcd's and the mirror's timeouts: run beside the other such tests
 	m, _, _ := listedMirror(t)
 	m.cfg.RequestTimeout = 100 * time.Millisecond
 	ctx := context.Background()

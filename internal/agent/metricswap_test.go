@@ -18,7 +18,6 @@ import (
 // scrape (or an alert's rule) that came between the two found neither, or
 // -1, before the swap was done under one lock with the seed inside it.
 func TestStalenessGaugesThroughTheMirrorSwap(t *testing.T) {
-	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
 	for i := 0; i < 150; i++ {
 		dir := t.TempDir()
 		if err := os.MkdirAll(filepath.Join(dir, "shm"), 0o755); err != nil {

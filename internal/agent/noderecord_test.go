@@ -82,7 +82,6 @@ func TestNodeRecord(t *testing.T) {
 // its status key all the same, and says once what to run; /v1/status has
 // no status_error for it.
 func TestNodeRecordRefusedToAnOldRole(t *testing.T) {
-	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
 	// Not t.Parallel: under a loaded machine's parallel runs its 10 s
 	// status lease was starved out, or a timed-out put left the node
 	// record's guard stale (the diff review).

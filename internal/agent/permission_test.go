@@ -67,7 +67,6 @@ func TestStatusSaysTheWatchIsRefused(t *testing.T) {
 // regiond_agent_status_put_failures_total; once the write is granted
 // back the put succeeds, is logged once, and the key holds the change.
 func TestStatusPutFailuresAreLoggedOnce(t *testing.T) {
-	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
 	// Not t.Parallel: under a loaded machine's parallel runs its 10 s
 	// status lease was starved out, or a timed-out put left the node
 	// record's guard stale (the diff review).

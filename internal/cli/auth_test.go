@@ -519,7 +519,14 @@ type originHeartbeat struct {
 // until its health key is there; it fails the test otherwise.
 func (e *rbacEnv) startOriginHeartbeat(t *testing.T) *originHeartbeat {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	return e.startOriginHeartbeatCtx(t, context.Background())
+}
+
+// startOriginHeartbeatCtx is startOriginHeartbeat under parent (which may
+// carry a dialOptionsHook).
+func (e *rbacEnv) startOriginHeartbeatCtx(t *testing.T, parent context.Context) *originHeartbeat {
+	t.Helper()
+	ctx, cancel := context.WithCancel(parent)
 	h := &originHeartbeat{key: e.ks.RoutingKey(routing.HealthKey("eu-central", "fra-1")), cancel: cancel, done: make(chan int, 1)}
 	t.Cleanup(cancel)
 	go func() {

@@ -3,10 +3,12 @@ package cli
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/logbuf"
@@ -152,10 +154,20 @@ func TestHeartbeatPasswordChangedUnderIt(t *testing.T) {
 // heartbeat's read and put-back are refused. It says so once, at ERROR,
 // naming the user and the role to grant, not a WARN every few seconds as
 // it did, and keeps retrying: with the role granted again, the marker is
-// back.
+// back; revoked again, it says so again.
 func TestHeartbeatRoleRevokedUnderIt(t *testing.T) {
 	t.Parallel()
-	e, h := startSeededOriginHeartbeat(t)
+	var cutWatch atomic.Pointer[context.CancelFunc] // ends the heartbeat's latest watch stream
+	cut := grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn,
+		method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		if method == "/etcdserverpb.Watch/Watch" {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithCancel(ctx)
+			cutWatch.Store(&cancel)
+		}
+		return streamer(ctx, desc, cc, method, opts...)
+	})
+	e, h := startSeededOriginHeartbeatCtx(t, context.WithValue(context.Background(), dialOptionsHook{}, []grpc.DialOption{cut}))
 	ctx := context.Background()
 	if _, err := e.root.UserRevokeRole(ctx, rbacOrigin, rbacOrigin); err != nil {
 		t.Fatal(err)
@@ -170,6 +182,18 @@ func TestHeartbeatRoleRevokedUnderIt(t *testing.T) {
 	if _, ok := waitFor(60*time.Second, h.present); !ok {
 		t.Fatalf("marker not put back with the role granted again:\n%s", h.errb.String())
 	}
+	// Revoked again, the marker left in place, and the marker's watch
+	// stream cut (a network blip): the watch made again and the reads are
+	// refused. The first refusal was put right meanwhile, so this one is
+	// news: at ERROR again (it was logged at debug when the watch ended
+	// before the marker changed).
+	if _, err := e.root.UserRevokeRole(ctx, rbacOrigin, rbacOrigin); err != nil {
+		t.Fatal(err)
+	}
+	(*cutWatch.Load())()
+	if _, ok := waitFor(30*time.Second, func() bool { return strings.Count(h.errb.String(), "level=ERROR") == 2 }); !ok {
+		t.Fatalf("the role revoked a second time: want a second ERROR:\n%s", h.errb.String())
+	}
 }
 
 // startSeededOriginHeartbeat starts an etcd with authentication on, the
@@ -177,11 +201,18 @@ func TestHeartbeatRoleRevokedUnderIt(t *testing.T) {
 // the test's end).
 func startSeededOriginHeartbeat(t *testing.T) (*rbacEnv, *originHeartbeat) {
 	t.Helper()
+	return startSeededOriginHeartbeatCtx(t, context.Background())
+}
+
+// startSeededOriginHeartbeatCtx is startSeededOriginHeartbeat with the
+// heartbeat under parent (which may carry a dialOptionsHook).
+func startSeededOriginHeartbeatCtx(t *testing.T, parent context.Context) (*rbacEnv, *originHeartbeat) {
+	t.Helper()
 	e := newRBACEnv(t, true)
 	if r := e.as(rbacOperator, "apply", "-f", exampleConfig, "--reason", "seed"); r.code != ExitOK {
 		t.Fatalf("operator apply: %s", r)
 	}
-	h := e.startOriginHeartbeat(t)
+	h := e.startOriginHeartbeatCtx(t, parent)
 	t.Cleanup(func() { h.stop() })
 	return e, h
 }

@@ -217,6 +217,9 @@ func (s *Store) keepMarker(ctx context.Context, sess *concurrency.Session, rel, 
 	for ctx.Err() == nil {
 		rev, err := s.ensureMarker(ctx, sess.Lease(), rel, key, val, &warned)
 		if err == nil {
+			// Read (and put back) again: a refusal met later is news.
+			refusedBo.Reset()
+			*refused = ""
 			err = s.nextMarkerEvent(ctx, key, rev)
 		}
 		if ctx.Err() != nil {
@@ -245,8 +248,6 @@ func (s *Store) keepMarker(ctx context.Context, sess *concurrency.Session, rel, 
 			}
 		default:
 			bo.Reset()
-			refusedBo.Reset()
-			*refused = ""
 		}
 	}
 }
