@@ -69,7 +69,7 @@ type Fleet struct {
 // one.
 func (s *Store) Fleet(ctx context.Context) (*Fleet, error) {
 	prefix := s.ks.AgentsPrefix()
-	kvs, rev, err := s.getRange(ctx, prefix, clientv3.GetPrefixRangeEnd(prefix), 0)
+	kvs, rev, cluster, err := s.getRangeCluster(ctx, prefix, clientv3.GetPrefixRangeEnd(prefix), 0)
 	if err != nil {
 		return nil, err
 	}
@@ -79,8 +79,8 @@ func (s *Store) Fleet(ctx context.Context) (*Fleet, error) {
 		return nil, err
 	}
 	f := &Fleet{Revision: rev, Agents: []AgentInfo{}}
-	if f.ClusterID, err = s.clusterAt(ctx, rev); err != nil {
-		return nil, err
+	if cluster != 0 {
+		f.ClusterID = fmt.Sprintf("%x", cluster)
 	}
 	var epochRev int64 // the epoch key's mod revision
 	for _, kv := range rkvs {
@@ -134,24 +134,6 @@ func (s *Store) lostNodes(ctx context.Context, rev int64, live map[string]bool, 
 		lost = append(lost, agentInfo(string(kv.Key), node, kv.Value, want, rev))
 	}
 	return lost, "", nil
-}
-
-// clusterAt returns the ID (hex) of the etcd cluster that answers a read
-// at rev, "" when its answer does not say.
-func (s *Store) clusterAt(ctx context.Context, rev int64) (string, error) {
-	rctx, cancel := s.reqCtx(ctx)
-	defer cancel()
-	resp, err := s.cli.Get(rctx, s.ks.Epoch(), clientv3.WithRev(rev), clientv3.WithCountOnly())
-	if errors.Is(err, rpctypes.ErrCompacted) {
-		return "", fmt.Errorf("read the cluster at revision %d: %w", rev, ErrCompacted)
-	}
-	if err != nil {
-		return "", s.permErr(fmt.Sprintf("read %s at revision %d", s.ks.Epoch(), rev), err, s.roles.ReadNeed(s.ks.Epoch()))
-	}
-	if id := resp.Header.GetClusterId(); id != 0 {
-		return fmt.Sprintf("%x", id), nil
-	}
-	return "", nil
 }
 
 // checkCluster marks a as of another history when its table was listed

@@ -147,7 +147,15 @@ func (s *Store) LoadAt(ctx context.Context, rev int64) (*State, error) {
 // getRange reads [key, end) at rev (0: current) in pages and returns the
 // keys and the revision read at.
 func (s *Store) getRange(ctx context.Context, key, end string, rev int64, extra ...clientv3.OpOption) ([]*mvccpb.KeyValue, int64, error) {
+	kvs, rev, _, err := s.getRangeCluster(ctx, key, end, rev, extra...)
+	return kvs, rev, err
+}
+
+// getRangeCluster is getRange, also returning the ID of the etcd cluster
+// that answered its first page (0 when the answer does not say).
+func (s *Store) getRangeCluster(ctx context.Context, key, end string, rev int64, extra ...clientv3.OpOption) ([]*mvccpb.KeyValue, int64, uint64, error) {
 	var out []*mvccpb.KeyValue
+	var cluster uint64
 	start := key
 	for {
 		opts := append([]clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(s.opts.PageSize)}, extra...)
@@ -158,17 +166,20 @@ func (s *Store) getRange(ctx context.Context, key, end string, rev int64, extra 
 		resp, err := s.cli.Get(rctx, key, opts...)
 		cancel()
 		if errors.Is(err, rpctypes.ErrCompacted) {
-			return nil, 0, fmt.Errorf("read %s at revision %d: %w", key, rev, ErrCompacted)
+			return nil, 0, 0, fmt.Errorf("read %s at revision %d: %w", key, rev, ErrCompacted)
 		}
 		if err != nil {
-			return nil, 0, s.permErr("read "+start, err, s.roles.ReadNeed(start))
+			return nil, 0, 0, s.permErr("read "+start, err, s.roles.ReadNeed(start))
 		}
 		if rev == 0 {
 			rev = resp.Header.Revision
 		}
+		if cluster == 0 {
+			cluster = resp.Header.GetClusterId()
+		}
 		out = append(out, resp.Kvs...)
 		if !resp.More || len(resp.Kvs) == 0 {
-			return out, rev, nil
+			return out, rev, cluster, nil
 		}
 		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
