@@ -431,7 +431,8 @@ func authFailed(err error) bool {
 
 // refuse records and logs that etcd refused the client's user what (a
 // list, watch or check) of the prefix, or its login: Status.Refused until
-// a list or a watch is answered again.
+// a list or a watch is answered again, or times out (etcd holds it: the
+// refusal is no longer what is known).
 func (m *Mirror) refuse(what string, err error) {
 	if authFailed(err) {
 		msg := fmt.Sprintf("etcd refuses the login of user %s (authentication failed) for the %s of %s: its password in etcd is not the agent's, or the user is gone (deleted, or etcd restored from a backup made before it): regionctl auth apply makes the agents' users again, then give the agent the password it sets",

@@ -84,6 +84,43 @@ func TestWatchRefusedForPermission(t *testing.T) {
 	}
 }
 
+// TestRefusalClearedWhenEtcdHoldsRequests: a watch etcd refused (the
+// user's role lost its read) is in Status().Refused; once etcd holds the
+// mirror's requests past the request timeout instead (its read granted
+// again), the refusal is no longer what is known, and Refused is cleared:
+// it said "permission denied" of an etcd that granted the read (the
+// restore drill's agents, whose old tokens etcd held).
+func TestRefusalClearedWhenEtcdHoldsRequests(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out the mirror's timeouts: run beside the other such tests
+	e := devetcd.NewTestAuthBehindProxy(t, "/regiond/v1/")
+	a, root := e.Auth, e.Root
+	loadExample(t, root)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Proxy.URL()}, DialTimeout: 5 * time.Second,
+		Username: a.User, Password: a.Password})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	m := startMirror(t, cli, watch.Config{Registerer: prometheus.NewRegistry(), RequestTimeout: time.Second, User: a.User})
+	e.SetAccess(t, false)
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(m.Status().Refused, "permission denied") {
+		if time.Now().After(deadline) {
+			t.Fatalf("Status().Refused %q: want the refused list", m.Status().Refused)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	e.SetAccess(t, true)
+	e.Proxy.FreezeReplies() // the requests reach etcd, no answer comes back
+	deadline = time.Now().Add(30 * time.Second)
+	for m.Status().Refused != "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("Status().Refused %q while lists time out on an etcd that grants the read: want it cleared", m.Status().Refused)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // createFailures returns regiond_watch_create_failures_total{reason}.
 func createFailures(t *testing.T, reg *prometheus.Registry, reason string) float64 {
 	t.Helper()

@@ -72,6 +72,9 @@ func (m *Mirror) Run(ctx context.Context) error {
 			if refused(err) {
 				m.refuse("list", err)
 			} else {
+				if errors.Is(err, context.DeadlineExceeded) {
+					m.refused.Store(nil) // etcd holds the list: an earlier refusal is no longer what is known
+				}
 				msg := "list failed; keeping the last good table"
 				if m.Table() == nil {
 					msg = "list failed; no table yet: nothing is served until a list succeeds"

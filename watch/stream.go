@@ -240,6 +240,9 @@ func (m *Mirror) abandon(ctx context.Context, s *stream, chc <-chan clientv3.Wat
 		<-chc
 	}
 	m.noteDown()
+	if why == createTimeout {
+		m.refused.Store(nil) // etcd holds the creation: an earlier refusal is no longer what is known
+	}
 	if why != "" && !relists(why) {
 		m.metrics.openFailures.WithLabelValues(why).Inc()
 		attrs := []any{"reason", why, "applied_revision", m.applied}

@@ -17,6 +17,7 @@ import (
 	"github.com/regiond/regiond/internal/backoff"
 	"github.com/regiond/regiond/internal/etcddiag"
 	"github.com/regiond/regiond/internal/keyspace"
+	"github.com/regiond/regiond/internal/relogin"
 	"github.com/regiond/regiond/internal/snapshot"
 	"github.com/regiond/regiond/internal/store"
 	"github.com/regiond/regiond/routing"
@@ -208,13 +209,19 @@ func (a *Agent) dial(ctx context.Context) *clientv3.Client {
 // dialTo is dial to endpoints, calling failed before each retry.
 func (a *Agent) dialTo(ctx context.Context, endpoints []string, failed func(error, time.Duration)) *clientv3.Client {
 	bo := dialBackoff()
+	opts := []grpc.DialOption{grpc.WithStaticStreamWindowSize(grpcWindow), grpc.WithStaticConnWindowSize(grpcWindow),
+		grpc.WithConnectParams(backoff.GRPCReconnect)}
+	if a.cfg.Username != "" {
+		// After etcd is restored from a backup, it holds the requests
+		// carrying a token of before it instead of refusing them: a list
+		// retried on its own would time out until a restart.
+		opts = append(opts, grpc.WithChainUnaryInterceptor(relogin.Interceptor(relogin.Every)))
+	}
 	for {
 		cli, err := clientv3.New(clientv3.Config{
 			Endpoints: endpoints, TLS: a.cfg.TLS, Username: a.cfg.Username, Password: a.cfg.Password,
 			DialTimeout: a.cfg.DialTimeout, DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 5 * time.Second,
-			Logger: zap.NewNop(), Context: ctx,
-			DialOptions: []grpc.DialOption{grpc.WithStaticStreamWindowSize(grpcWindow), grpc.WithStaticConnWindowSize(grpcWindow),
-				grpc.WithConnectParams(backoff.GRPCReconnect)},
+			Logger: zap.NewNop(), Context: ctx, DialOptions: opts,
 		})
 		if err == nil {
 			return cli

@@ -18,6 +18,7 @@ import (
 
 	"github.com/regiond/regiond/internal/backoff"
 	"github.com/regiond/regiond/internal/etcddiag"
+	"github.com/regiond/regiond/internal/relogin"
 )
 
 // DefaultDialTimeout bounds the first contact with etcd.
@@ -85,6 +86,12 @@ func Dial(ctx context.Context, c DialConfig) (*clientv3.Client, error) {
 		// gRPC's own redial delay (up to 120 s) would keep it away from an
 		// etcd that answers, its pool's health keys expiring meanwhile.
 		DialOptions: append([]grpc.DialOption{grpc.WithConnectParams(backoff.GRPCReconnect)}, c.DialOptions...),
+	}
+	if c.Username != "" {
+		// A heartbeat outlives a restore of etcd from a backup, whose
+		// etcd holds its requests carrying a token of before it: log in
+		// again after a timeout instead of timing out for good.
+		cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(relogin.Interceptor(relogin.Every)))
 	}
 	cli, err := newClient(ctx, cfg)
 	if err != nil {
