@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,7 +12,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/regiond/regiond/internal/devetcd"
-	"github.com/regiond/regiond/internal/freeport"
 	"github.com/regiond/regiond/internal/relogin"
 )
 
@@ -27,27 +24,11 @@ import (
 // out makes the client log in again, and the next reads are answered.
 func TestLoginRenewedAfterARestore(t *testing.T) {
 	ctx := context.Background()
-	base := t.TempDir()
-	dir, backup := filepath.Join(base, "data"), filepath.Join(base, "backup")
-	port, err := freeport.Get() // the client URL stays across restarts
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := devetcd.Config{Dir: dir, ClientURL: fmt.Sprintf("http://127.0.0.1:%d", port)}
-	srv, err := devetcd.Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	root := devetcd.EnableTestRootAuth(t, srv)
+	r := devetcd.NewTestRestorable(t)
+	root := devetcd.EnableTestRootAuth(t, r.Server)
 	root.Close()
-	srv.Close()
-	if err := os.CopyFS(backup, os.DirFS(dir)); err != nil { // the backup, taken with etcd stopped
-		t.Fatal(err)
-	}
-	if srv, err = devetcd.Start(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
+	r.Backup()
+	srv := r.Server
 	// The raft log moves on past the backup's, then the clients log in.
 	writer, err := srv.ClientAs("root", devetcd.TestRootPassword)
 	if err != nil {
@@ -78,16 +59,7 @@ func TestLoginRenewedAfterARestore(t *testing.T) {
 
 	// Restore the backup in place: the same member, its raft log back
 	// where it was.
-	srv.Close()
-	if err := os.RemoveAll(dir); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.CopyFS(dir, os.DirFS(backup)); err != nil {
-		t.Fatal(err)
-	}
-	if srv, err = devetcd.Start(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
+	r.Restore()
 	get := func(cli *clientv3.Client) error {
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
