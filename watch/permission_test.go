@@ -21,15 +21,8 @@ import (
 // last good table. Once the permission is back, it follows changes again.
 func TestWatchRefusedForPermission(t *testing.T) {
 	t.Parallel() // mostly idle, waiting out etcd's and the mirror's timeouts: run beside the other such tests
-	e := devetcd.NewTestAuthBehindProxy(t, "/regiond/v1/")
+	e, cli := userBehindProxy(t)
 	a, root := e.Auth, e.Root
-	loadExample(t, root)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Proxy.URL()}, DialTimeout: 5 * time.Second,
-		Username: a.User, Password: a.Password})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
 	reg := prometheus.NewRegistry()
 	logs := &logbuf.Buffer{}
 	m := startMirror(t, cli, watch.Config{Registerer: reg, Logger: debugLogger(logs), RequestTimeout: 5 * time.Second, User: a.User})
@@ -92,16 +85,8 @@ func TestWatchRefusedForPermission(t *testing.T) {
 // restore drill's agents, whose old tokens etcd held).
 func TestRefusalClearedWhenEtcdHoldsRequests(t *testing.T) {
 	t.Parallel() // mostly idle, waiting out the mirror's timeouts: run beside the other such tests
-	e := devetcd.NewTestAuthBehindProxy(t, "/regiond/v1/")
-	a, root := e.Auth, e.Root
-	loadExample(t, root)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Proxy.URL()}, DialTimeout: 5 * time.Second,
-		Username: a.User, Password: a.Password})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	m := startMirror(t, cli, watch.Config{Registerer: prometheus.NewRegistry(), RequestTimeout: time.Second, User: a.User})
+	e, cli := userBehindProxy(t)
+	m := startMirror(t, cli, watch.Config{Registerer: prometheus.NewRegistry(), RequestTimeout: time.Second, User: e.Auth.User})
 	e.SetAccess(t, false)
 	deadline := time.Now().Add(15 * time.Second)
 	for !strings.Contains(m.Status().Refused, "permission denied") {
@@ -119,6 +104,22 @@ func TestRefusalClearedWhenEtcdHoldsRequests(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// userBehindProxy starts an etcd with authentication on, behind a TCP
+// proxy, loads the example fleet, and returns a client of the test user
+// through the proxy (closed when the test ends).
+func userBehindProxy(t *testing.T) (*devetcd.AuthBehindProxy, *clientv3.Client) {
+	t.Helper()
+	e := devetcd.NewTestAuthBehindProxy(t, "/regiond/v1/")
+	loadExample(t, e.Root)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Proxy.URL()}, DialTimeout: 5 * time.Second,
+		Username: e.Auth.User, Password: e.Auth.Password})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return e, cli
 }
 
 // createFailures returns regiond_watch_create_failures_total{reason}.

@@ -61,7 +61,7 @@ func TestAgentListsAfterARestoreHeldItsToken(t *testing.T) {
 	})
 
 	r.Restore()
-	waitWithin(t, 60*time.Second, "the restored etcd's table, connected", func() bool {
+	waitWithin(t, 2*time.Minute, "the restored etcd's table, connected", func() bool {
 		st = api.Status{}
 		h.get("/v1/status", &st)
 		return st.Connected && st.Revision >= rev

@@ -24,6 +24,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 )
 
@@ -39,10 +40,15 @@ const authenticate = "/etcdserverpb.Auth/Authenticate"
 // interceptor logs in before any stream it opens.
 const watchStream = "/etcdserverpb.Watch/Watch"
 
+// renewTimeout bounds a login: etcd's bcrypt check of the password can
+// take seconds on a loaded member, and a login given up that early would
+// never be done.
+const renewTimeout = 30 * time.Second
+
 // Interceptor returns a unary client interceptor, for a clientv3 client
 // that logs in with a password (clientv3.Config.DialOptions), that makes
 // the client log in again, in the background, after a request that timed
-// out, at most once per every (Every when 0). A client without a user
+// out on a ready connection, at most once per every (Every when 0). A client without a user
 // opens a stream for nothing, as often.
 func Interceptor(every time.Duration) grpc.UnaryClientInterceptor {
 	if every <= 0 {
@@ -51,23 +57,25 @@ func Interceptor(every time.Duration) grpc.UnaryClientInterceptor {
 	var last atomic.Int64 // when the last login was started, UnixNano; 0: never
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		err := invoker(ctx, method, req, reply, cc, opts...)
-		if err == nil || method == authenticate || !timedOut(err) {
+		// A timeout while the connection is down says nothing of the
+		// token: a login then would spend the next every for nothing.
+		if err == nil || method == authenticate || !timedOut(err) || cc.GetState() != connectivity.Ready {
 			return err
 		}
 		now, prev := time.Now().UnixNano(), last.Load()
 		if prev != 0 && now-prev < int64(every) || !last.CompareAndSwap(prev, now) {
 			return err
 		}
-		go renew(cc, every)
+		go renew(cc)
 		return err
 	}
 }
 
 // renew opens a watch stream on cc, which logs the client in again (or
 // fails to, when etcd does not answer), and closes it. It gives up after
-// timeout.
-func renew(cc *grpc.ClientConn, timeout time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+// renewTimeout.
+func renew(cc *grpc.ClientConn) {
+	ctx, cancel := context.WithTimeout(context.Background(), renewTimeout)
 	defer cancel()
 	s, err := cc.NewStream(ctx, &grpc.StreamDesc{StreamName: "Watch", ServerStreams: true, ClientStreams: true}, watchStream)
 	if err == nil {

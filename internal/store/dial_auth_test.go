@@ -126,7 +126,7 @@ func TestDialLogsInAgainAfterARestore(t *testing.T) {
 	devetcd.EnableTestRootAuth(t, r.Server).Close()
 	r.Backup()
 	ctx := context.Background()
-	cli, err := Dial(ctx, DialConfig{Endpoints: r.Server.Endpoints, Username: "root", Password: devetcd.TestRootPassword})
+	cli, err := Dial(ctx, DialConfig{Endpoints: r.Server.Endpoints, Username: "root", Password: devetcd.TestRootPassword, DialTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestDialLogsInAgainAfterARestore(t *testing.T) {
 	}
 	// The token named an index below the writes: log in again past them.
 	cli.Close()
-	if cli, err = Dial(ctx, DialConfig{Endpoints: r.Server.Endpoints, Username: "root", Password: devetcd.TestRootPassword}); err != nil {
+	if cli, err = Dial(ctx, DialConfig{Endpoints: r.Server.Endpoints, Username: "root", Password: devetcd.TestRootPassword, DialTimeout: 30 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	r.Restore()
