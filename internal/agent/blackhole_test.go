@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/regiond/regiond/internal/agent"
 	"github.com/regiond/regiond/internal/api"
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/etcddiag"
@@ -76,6 +79,19 @@ func TestSilentPathIsNoticedAndFailedOver(t *testing.T) {
 
 // proxyTo returns a severable proxy (tcpproxy) to srv's first endpoint,
 // closed when the test ends.
+// exampleBehindProxy starts an embedded etcd holding the example fleet and
+// a TCP proxy to it (to cut), and returns a client of etcd, the proxy, a
+// directory for the agent and its config as node, dialing the proxy.
+func exampleBehindProxy(t *testing.T, node string) (*clientv3.Client, *tcpproxy.Proxy, string, agent.Config) {
+	t.Helper()
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	px := proxyTo(t, srv)
+	dir := t.TempDir()
+	return cli, px, dir, tcpConfig(dir, []string{px.URL()}, node)
+}
+
 func proxyTo(t *testing.T, srv *devetcd.Server) *tcpproxy.Proxy {
 	t.Helper()
 	px, err := tcpproxy.New(strings.TrimPrefix(srv.Endpoints[0], "http://"))

@@ -27,12 +27,7 @@ import (
 // with the status key, so a node stopped on purpose is not lost.
 func TestNodeRecord(t *testing.T) {
 	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
-	px := proxyTo(t, srv)
-	dir := t.TempDir()
-	cfg := tcpConfig(dir, []string{px.URL()}, "node-rec")
+	cli, px, dir, cfg := exampleBehindProxy(t, "node-rec")
 	cfg.StatusTTL = 2 * time.Second
 	h := runAgent(t, dir, cfg)
 	ks := keyspace.Default()
@@ -251,12 +246,7 @@ func TestNodeRecordOfAnotherAgentIsLeftAtStop(t *testing.T) {
 // stopped node lost until regionctl agent rm).
 func TestNodeRecordOfATimedOutPutIsDeletedAtStop(t *testing.T) {
 	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
-	px := proxyTo(t, srv)
-	dir := t.TempDir()
-	cfg := tcpConfig(dir, []string{px.URL()}, "node-lost-answer")
+	cli, px, dir, cfg := exampleBehindProxy(t, "node-lost-answer")
 	var (
 		armed    atomic.Bool
 		puts     atomic.Int32

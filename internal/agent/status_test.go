@@ -405,13 +405,8 @@ func explainPuts(t *testing.T, cli *clientv3.Client, node string, rev int64, pre
 // to the status key as soon as the relisted table is in, like a change
 // from the watch, with no tick of the publisher's check.
 func TestStatusKeyFollowsARelist(t *testing.T) {
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
-	px := proxyTo(t, srv)
+	cli, px, dir, cfg := exampleBehindProxy(t, "node-1")
 	clock := newFakeClock()
-	dir := t.TempDir()
-	cfg := tcpConfig(dir, []string{px.URL()}, "node-1")
 	cfg.StatusTTL, cfg.ProgressInterval = 30*time.Second, 100*time.Millisecond
 	h := runAgent(t, dir, cfg, clock.install)
 	waitFor(t, "first table", func() bool { c, _ := h.resolve("DE", "k"); return c == 200 })
@@ -627,12 +622,7 @@ func TestSameNodeNameIsReported(t *testing.T) {
 // fleet showed a synced_at of before the outage for a minute).
 func TestStatusKeyConfirmsTheReconnect(t *testing.T) {
 	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
-	px := proxyTo(t, srv)
-	dir := t.TempDir()
-	cfg := tcpConfig(dir, []string{px.URL()}, "node-1")
+	cli, px, dir, cfg := exampleBehindProxy(t, "node-1")
 	cfg.StatusTTL, cfg.ProgressInterval = 30*time.Second, 100*time.Millisecond
 	h := runAgent(t, dir, cfg)
 	var st api.Status

@@ -116,9 +116,8 @@ type boostsBody struct {
 // handleBoosts lists the table's live overrides, with the time left of
 // each one's lease read from etcd (the table does not hold leases).
 func (h *handler) handleBoosts(w http.ResponseWriter, r *http.Request) {
-	t := h.cfg.Table()
+	t := h.tableOr503(w)
 	if t == nil {
-		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "no routing table loaded yet"})
 		return
 	}
 	body := boostsBody{Revision: t.Revision(), Boosts: []boost{}}
@@ -245,6 +244,16 @@ type poolRow struct {
 	Instances int `json:"instances"`
 }
 
+// tableOr503 returns the table the agent serves, or answers 503 (no
+// table loaded yet) and returns nil.
+func (h *handler) tableOr503(w http.ResponseWriter) *routing.Table {
+	t := h.cfg.Table()
+	if t == nil {
+		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "no routing table loaded yet"})
+	}
+	return t
+}
+
 // poolsBody is /ui/api/pools.
 type poolsBody struct {
 	Revision int64     `json:"revision"`
@@ -254,9 +263,8 @@ type poolsBody struct {
 // handlePools lists the table's pools with what the table JSON does not
 // say of them: the count of each one's live health keys.
 func (h *handler) handlePools(w http.ResponseWriter, _ *http.Request) {
-	t := h.cfg.Table()
+	t := h.tableOr503(w)
 	if t == nil {
-		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "no routing table loaded yet"})
 		return
 	}
 	now := time.Now()
@@ -287,9 +295,8 @@ type whatIfBody struct {
 // handleWhatIf resolves every country with the pools of ?down= down, as
 // regionctl resolve --down does, on the table the agent serves.
 func (h *handler) handleWhatIf(w http.ResponseWriter, r *http.Request) {
-	t := h.cfg.Table()
+	t := h.tableOr503(w)
 	if t == nil {
-		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "no routing table loaded yet"})
 		return
 	}
 	down, err := parseDown(r.URL.Query()["down"], t)

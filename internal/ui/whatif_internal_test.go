@@ -61,3 +61,17 @@ func TestWhatIfOneAtATime(t *testing.T) {
 	}
 	<-h.whatIfBusy
 }
+
+// TestAPIWithoutATable: before the agent has a table, each /ui/api/ that
+// reads one answers 503 with a JSON error saying so, not a panic or an
+// empty list that would read as "no pools".
+func TestAPIWithoutATable(t *testing.T) {
+	h := New(Config{Table: func() *routing.Table { return nil }}).(*handler)
+	for _, path := range []string{"/ui/api/boosts", "/ui/api/pools", "/ui/api/whatif?down=eu-west"} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://localhost"+path, nil))
+		if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), `"error":"no routing table loaded yet"`) {
+			t.Errorf("%s without a table: %d %s; want 503 with the JSON error", path, rec.Code, rec.Body)
+		}
+	}
+}
