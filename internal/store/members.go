@@ -235,8 +235,10 @@ func (s *Store) EtcdMembers(ctx context.Context, tc *tls.Config) *EtcdCluster {
 }
 
 // proxyMemberList says so when ml is not etcd's member list but the one
-// etcd's grpc-proxy makes up when it runs with --advertise-client-url:
-// the proxies (or itself), each without a member ID, and no header, where
+// etcd's grpc-proxy makes up unless started with an empty
+// --advertise-client-url (whose default is 127.0.0.1:23790): itself at
+// that address, or the proxies registered under its --resolver-prefix,
+// each without a member ID, and no header, where
 // etcd names its cluster and every member has an ID. Their health is not
 // etcd's members': "" for etcd's own list.
 func proxyMemberList(ml *clientv3.MemberListResponse) string {
