@@ -23,7 +23,7 @@ import (
 	"syscall"
 )
 
-// NoGroup, as Ensure's or Check's gid, asks for no particular group.
+// NoGroup is the gid to give Ensure or Check to ask for no particular group.
 const NoGroup = -1
 
 // Ensure makes dir ready to publish into. When it is missing it is
