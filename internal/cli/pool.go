@@ -243,7 +243,7 @@ func removeConfigKey(rel, full, absent string, del func(cfg *routing.Config) boo
 		if invalidAt(cur, rel) == nil {
 			for _, sk := range cur.Skipped {
 				if sk.Key == rel { // outside the key grammar: no id regionctl can name
-					return nil, refusef(rel, "%s, but a key by this name is stored outside the key grammar (%s): regionctl does not write such keys and the agents count it nowhere; remove it with etcdctl del %s (regionctl get skipped lists it)",
+					return nil, refusef(rel, "%s, but a key by this name is stored outside the key grammar (%s): regionctl does not write such keys and the agents leave it out of their tables (each counts it as skipped); remove it with etcdctl del %s (regionctl get skipped lists it)",
 						absent, sk.Error, full)
 				}
 			}
