@@ -60,6 +60,9 @@ func (a *app) runRollback(ctx context.Context, epoch int64, w writeOpts) error {
 			for _, n := range notes {
 				fmt.Fprintf(a.stderr, "regionctl: warning: %s\n", n)
 			}
+			// What apply and validate warn of in a file (a part of the EU
+			// in no class: the policy of a release before it was added).
+			a.warnConfig(cfg, fmt.Sprintf("the config of epoch %d", epoch))
 		}
 		undone = laterEpochs(ctx, st, epoch, cur.Epoch)
 		return &store.Plan{Config: cfg, Prune: true}, nil

@@ -10,7 +10,8 @@ import (
 // own (Réunion RE, Åland AX, …) are in the example's eu class, so their
 // viewers get EU pools only (the _default route's us-east was half of
 // RE's picks); a policy that holds France but not RE is still valid but
-// warned about, in a file and in the stored config, naming each code.
+// warned about, in a file, in the stored config and in a rollback to it,
+// naming each code.
 func TestEUTerritoriesStayInTheEU(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -41,6 +42,12 @@ func TestEUTerritoriesStayInTheEU(t *testing.T) {
 	}
 	if r := e.must(ExitOK, "validate", "-f", exampleConfig); r.stderr != "" {
 		t.Fatalf("validate of the example: %s; want no warning", r)
+	}
+	// A rollback to that epoch (a release's policy before the
+	// territories) warns as apply did.
+	e.must(ExitOK, "apply", "-f", exampleConfig)
+	if r := e.must(ExitOK, "rollback", "2", "--dry-run"); !strings.Contains(r.stderr, "regionctl: warning: the config of epoch 2: policy/residency: RE (part of FR) is in no class") {
+		t.Fatalf("rollback to the policy without the territories: %s; want its warnings", r)
 	}
 
 	// Fallbacks on _default are followed only by chains naming _default.
