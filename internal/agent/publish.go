@@ -464,7 +464,7 @@ func (p *publisher) putOwn(ctx context.Context, v string, lease clientv3.LeaseID
 	err := p.putOwnOps(ctx, v, lease, check, record)
 	if err == nil && record && !p.noRecordAt.IsZero() {
 		p.noRecordAt = time.Time{}
-		p.log.Info("agent status: the node record is written again (the role allows it now)", "key", p.record)
+		p.log.Info("agent status: the node record is written (the role allows it now)", "key", p.record)
 	}
 	if err == nil || !record || !watch.PermissionDenied(err) || ctx.Err() != nil {
 		return err
