@@ -380,7 +380,7 @@ func (s *Server) tableFor(w http.ResponseWriter, r *http.Request, q url.Values, 
 		return nil, "", false
 	}
 	met := func(t *routing.Table, now time.Time) bool {
-		return t != nil && t.Revision() >= min && (inm == "" || !matchesETag(inm, s.etags.of(t, now)))
+		return t != nil && t.Revision() >= min && (inm == "" || !matchesETag(inm, s.etags.of(t, now).tag))
 	}
 	if t := s.src.Table(); met(t, time.Now()) {
 		return t, WaitMet, true // no wait: it takes no place among the waiting
@@ -453,17 +453,17 @@ func (s *Server) lastLook(met func(*routing.Table, time.Time) bool) (*routing.Ta
 
 // tableHeaders sets the headers of an answer from t at now: its ETag,
 // revision and when it was last confirmed current against etcd. It
-// returns the ETag and that time (zero when never).
-func (s *Server) tableHeaders(w http.ResponseWriter, t *routing.Table, now time.Time) (string, time.Time) {
+// returns the table's ETag entry and that time (zero when never).
+func (s *Server) tableHeaders(w http.ResponseWriter, t *routing.Table, now time.Time) (*etagEntry, time.Time) {
 	h := w.Header()
-	tag := s.etags.of(t, now)
-	h.Set("ETag", tag)
+	e := s.etags.of(t, now)
+	h.Set("ETag", e.tag)
 	h.Set(HeaderRevision, strconv.FormatInt(t.Revision(), 10))
 	synced := s.src.Status().SyncedAt
 	if !synced.IsZero() {
 		h.Set(HeaderSyncedAt, synced.UTC().Format(time.RFC3339Nano))
 	}
-	return tag, synced
+	return e, synced
 }
 
 // Causes of a decision for the unknown country
@@ -589,8 +589,8 @@ func (s *Server) handleTable(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := time.Now()
-	tag, synced := s.tableHeaders(w, t, now)
-	if inm != "" && matchesETag(inm, tag) {
+	e, synced := s.tableHeaders(w, t, now)
+	if inm != "" && matchesETag(inm, e.tag) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
@@ -598,6 +598,14 @@ func (s *Server) handleTable(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, CodeInternal, "render table: "+err.Error())
 		return
+	}
+	// The table JSON as the snapshot files have it, but for DEL and the
+	// C1 controls (a key an origin named with one), escaped as in every
+	// other answer of the API: the same JSON, which no longer drives the
+	// terminal of whoever curls it. Known per table (its ETag's pass), so
+	// a table without them, the common case, is served as rendered.
+	if e.controls {
+		b = EscapeControls(b)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
@@ -716,8 +724,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // drives the terminal of whoever curls the API. js itself when it holds
 // none. The status page's JSON (internal/ui) goes through it too.
 func EscapeControls(js []byte) []byte {
-	i := bytes.IndexFunc(js, func(r rune) bool { return r == 0x7f || r >= 0x80 && r <= 0x9f })
-	if i < 0 {
+	if !hasControls(js) {
 		return js
 	}
 	out := make([]byte, 0, len(js)+16)
@@ -729,6 +736,25 @@ func EscapeControls(js []byte) []byte {
 		}
 	}
 	return out
+}
+
+// hasControls reports whether b holds DEL or a C1 control in UTF-8
+// (0xc2 0x80 to 0xc2 0x9f), what EscapeControls escapes: two scans of
+// bytes.IndexByte, fast for the size of a table JSON.
+func hasControls(b []byte) bool {
+	if bytes.IndexByte(b, 0x7f) >= 0 {
+		return true
+	}
+	for {
+		i := bytes.IndexByte(b, 0xc2)
+		if i < 0 || i+1 >= len(b) {
+			return false
+		}
+		if c := b[i+1]; c >= 0x80 && c <= 0x9f {
+			return true
+		}
+		b = b[i+1:]
+	}
 }
 
 func writeText(w http.ResponseWriter, status int, s string) {

@@ -72,3 +72,37 @@ func TestWriteJSONWritesCharactersAsTheyAre(t *testing.T) {
 		t.Fatalf("decoded %+v, %v; want %q", back, err, msg)
 	}
 }
+
+// TestHasControlsFindsWhatEscapeControlsEscapes: the byte scan that
+// decides whether a JSON document is escaped (hasControls) finds DEL and
+// each C1 control, wherever it stands, and nothing else: not the Latin-1
+// characters sharing their lead byte 0xc2 (U+00A0 to U+00BF), nor a lone
+// 0xc2. A document without them comes back from EscapeControls as itself,
+// not a copy.
+func TestHasControlsFindsWhatEscapeControlsEscapes(t *testing.T) {
+	for _, tc := range []struct {
+		s    string
+		want bool
+	}{
+		{`{"k":"plain"}`, false},
+		{`{"k":"caf\u00e9 \u00a9 \u00a0 \u00bf"}`, false},
+		{"{\"k\":\"\u0080\"}", true},
+		{"{\"k\":\"\u009b31m\"}", true},
+		{"{\"k\":\"\u00a0\u009f\"}", true},
+		{"\u009f", true},
+		{"x\x7f", true},
+		{"x\xc2", false},
+		{"x\xc2\xc2\x9b", true},
+		{"\xc3\x9b", false}, // U+00DB, its second byte a C1's
+	} {
+		if got := hasControls([]byte(tc.s)); got != tc.want {
+			t.Errorf("hasControls(%q) = %v, want %v", tc.s, got, tc.want)
+		}
+		in := []byte(tc.s)
+		if out := EscapeControls(in); !tc.want && &out[0] != &in[0] {
+			t.Errorf("EscapeControls(%q) copied a document with nothing to escape", tc.s)
+		} else if tc.want && hasControls(out) {
+			t.Errorf("EscapeControls(%q) = %q, still holding a control", tc.s, out)
+		}
+	}
+}
