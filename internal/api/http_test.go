@@ -328,6 +328,8 @@ func TestErrorsCarryACode(t *testing.T) {
 		{"GET", "/v1/resolve?country=PL&country=DE", nil, 400, CodeRepeatedParam, `given 2 times`},
 		{"GET", "/v1/resolve?explain=yes", nil, 400, CodeBadParam, "explain=yes"},
 		{"GET", "/v1/resolve?min_revision=abc", nil, 400, CodeBadParam, "min_revision"},
+		{"GET", "/v1/resolve?min_revision=", nil, 400, CodeBadParam, `min_revision ""`},
+		{"GET", "/v1/table?min_revision=1&wait=", nil, 400, CodeBadParam, `wait ""`},
 		{"GET", "/v1/resolve?min_revision=1&wait=forever", nil, 400, CodeBadParam, "wait"},
 		{"GET", "/v1/resolve?wait=5s", nil, 400, CodeBadParam, "wait needs min_revision"},
 		{"GET", "/v1/table?wait=5s", nil, 400, CodeBadParam, "wait needs min_revision or If-None-Match"},
@@ -440,6 +442,27 @@ func TestErrorsCarryACode(t *testing.T) {
 	ok.decode(t, &routed)
 	if ok.code != 200 || routed.Revision == nil || *routed.Revision != nr.Revision || routed.Epoch == nil || routed.Code != "" {
 		t.Fatalf("US explained: %s; want 200 with revision %d and epoch, no code", ok, nr.Revision)
+	}
+}
+
+// TestEmptyExplainIsThePlainDecision: explain= (empty), explain=0 and
+// explain=false answer the plain Decision, as docs/agent.md says (a front
+// door building ?explain=$var with $var empty gets a decision, not a 400).
+func TestEmptyExplainIsThePlainDecision(t *testing.T) {
+	h := startAPI(t, Config{}, false)
+	for _, v := range []string{"", "0", "false"} {
+		a := h.get("/v1/resolve?country=PL&key=k&explain=" + v)
+		var body map[string]json.RawMessage
+		a.decode(t, &body)
+		if _, explained := body["routes"]; a.code != 200 || explained || body["pool"] == nil {
+			t.Errorf("explain=%s: %s; want 200 and the plain Decision (a pool, no routes)", v, a)
+		}
+	}
+	a := h.get("/v1/resolve?country=PL&key=k&explain=1")
+	var body map[string]json.RawMessage
+	a.decode(t, &body)
+	if _, explained := body["routes"]; a.code != 200 || !explained {
+		t.Errorf("explain=1: %s; want 200 and the Explanation (its routes)", a)
 	}
 }
 
