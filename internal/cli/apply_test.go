@@ -37,6 +37,59 @@ func TestExportApplyNoOp(t *testing.T) {
 	}
 }
 
+// TestExportControlCharactersRoundTrip: a stored value holding control
+// characters (an ESC, DEL, a C1 control, a right-to-left override, a line
+// separator, a noncharacter; an attr key with one too) is exported as a
+// double-quoted YAML string with them escaped, and applying the export is
+// a no-op. The YAML encoder refused DEL and U+0085 (export failed whole),
+// read U+0085 back as a space and wrote U+202E raw (apply changed the value).
+func TestExportControlCharactersRoundTrip(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	attrs := map[string]string{
+		"x":          "a\u001b[31mRED\u007f\u0085\u202eevil",
+		"nel":        "a\u0085b",
+		"rlo":        "shard\u202e",
+		"lines":      "one\ntwo\u001b \"q\" back\\slash",
+		"sep":        "a\u2028b\uffff",
+		"k\u202ekey": "plain",
+	}
+	var pool map[string]any
+	mustJSON(t, e.get(e.ks.RoutingKey("pools/eu-north")), &pool)
+	pool["attrs"] = attrs
+	b, _ := json.Marshal(pool)
+	if _, err := testClient.Put(context.Background(), e.ks.RoutingKey("pools/eu-north"), string(b)); err != nil {
+		t.Fatal(err)
+	}
+	r := e.must(ExitOK, "export")
+	if !strings.Contains(r.stdout, `x: "a\x1b[31mRED\u007f\u0085\u202eevil"`) || !strings.Contains(r.stdout, `"k\u202ekey": plain`) {
+		t.Errorf("export: want the values double-quoted, escaped:\n%s", r)
+	}
+	if i := firstControl([]byte(r.stdout)); i >= 0 {
+		t.Errorf("export wrote a control character raw at byte %d:\n%q", i, r.stdout)
+	}
+	cfg, err := routing.ParseConfig([]byte(r.stdout))
+	if err != nil {
+		t.Fatalf("export's output does not parse: %v\n%s", err, r.stdout)
+	}
+	for k, v := range attrs {
+		if got := cfg.Pools["eu-north"].Attrs[k]; got != v {
+			t.Errorf("attr %q read back from export as %q, want %q", k, got, v)
+		}
+	}
+	path := writeFile(t, "exported.yaml", r.stdout)
+	rev, n := e.fingerprint()
+	for _, args := range [][]string{{"diff", "-f", path, "--prune", "--exit-code"}, {"apply", "-f", path, "--prune"}} {
+		if r := e.must(ExitOK, args...); !strings.Contains(r.stdout, "no changes") {
+			t.Errorf("regionctl %s: want no changes, got %s", strings.Join(args, " "), r)
+		}
+	}
+	if rev2, n2 := e.fingerprint(); rev2 != rev || n2 != n {
+		t.Errorf("apply of the export wrote: revision %d → %d, keys %d → %d", rev, rev2, n, n2)
+	}
+}
+
 // TestDryRun: --dry-run prints exactly the diff a real run then writes,
 // and writes nothing.
 func TestDryRun(t *testing.T) {
