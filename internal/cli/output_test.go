@@ -135,3 +135,24 @@ func TestControlCharactersFromEtcdAreEscaped(t *testing.T) {
 		t.Errorf("get -o json: attr %q, want %q as stored", got.Routes["SE"].Attrs["cdn"], bad)
 	}
 }
+
+// TestTableCellsEscapeAsDocumented: a table cell shows a value's control
+// characters as every other output does (\x1b, DEL as \u007f, \u0085,
+// \u202e), and its quotes and backslashes as they are: the table quoted
+// the cell as Go does (DEL as \x7f, \" and \\ added).
+func TestTableCellsEscapeAsDocumented(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	var pool map[string]any
+	mustJSON(t, e.get(e.ks.RoutingKey("pools/eu-north")), &pool)
+	pool["attrs"] = map[string]string{"x": "a\x1b[31mRED\x7f\u0085\u202eevil", "y": `say "hi" C:\tmp`}
+	b, _ := json.Marshal(pool)
+	if _, err := testClient.Put(context.Background(), e.ks.RoutingKey("pools/eu-north"), string(b)); err != nil {
+		t.Fatal(err)
+	}
+	r := e.must(ExitOK, "get", "pools")
+	if want := `x=a\x1b[31mRED\u007f\u0085\u202eevil,y=say "hi" C:\tmp`; !strings.Contains(r.stdout, want) {
+		t.Errorf("get pools: want the attrs cell %s:\n%s", want, r.stdout)
+	}
+}

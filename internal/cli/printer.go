@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"strconv"
 	"strings"
 	"text/tabwriter"
-	"unicode"
 
 	"sigs.k8s.io/yaml"
 )
@@ -92,20 +90,28 @@ func escapeStrings(v any) any {
 	return v
 }
 
-// row writes one tab-separated table row. A cell with a control
-// character (a --reason of several lines, a tab) shows it escaped, as Go
-// quotes it (\n, \t): raw, it would break the table's rows and columns,
-// or drive the terminal.
+// row writes one tab-separated table row. A cell's control characters
+// are escaped as termSafe escapes them (\x1b, \u007f, \u0085, \u202e),
+// newline and tab as \n and \t (a --reason of several lines): raw, they
+// would break the table's rows and columns, or drive the terminal.
 func row(w io.Writer, cols ...any) {
 	parts := make([]string, len(cols))
 	for i, c := range cols {
-		parts[i] = fmt.Sprint(c)
-		if strings.IndexFunc(parts[i], unicode.IsControl) >= 0 {
-			q := strconv.Quote(parts[i])
-			parts[i] = q[1 : len(q)-1]
-		}
+		parts[i] = cellText(fmt.Sprint(c))
 	}
 	fmt.Fprintln(w, strings.Join(parts, "\t"))
+}
+
+// cellText returns s as a table cell shows it: escaped as termSafe
+// escapes text, and newline and tab as \n and \t; other text, quotes and
+// backslashes included, as it is.
+func cellText(s string) string {
+	if firstControl([]byte(s)) < 0 && !strings.ContainsAny(s, "\n\t") {
+		return s
+	}
+	var b strings.Builder
+	termSafe{&b}.Write([]byte(strings.NewReplacer("\n", `\n`, "\t", `\t`).Replace(s)))
+	return b.String()
 }
 
 // kvList renders a map as "k=v,k=v" in key order ("-" when empty).
