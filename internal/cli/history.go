@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/regiond/regiond/internal/didyoumean"
 	"github.com/regiond/regiond/internal/keyspace"
@@ -103,6 +104,9 @@ func (a *app) runHistory(ctx context.Context, limit int64) error {
 		}
 		a.warnMissing(st, gaps)
 	}
+	if len(recs) > 0 {
+		a.warnOldestMissing(ctx, st, recs[len(recs)-1].Epoch)
+	}
 	return a.printer().print(recs, func(w io.Writer) {
 		row(w, "EPOCH", "AT", "USER", "KEYS", "REASON", "COMMAND")
 		for _, r := range recs {
@@ -160,6 +164,10 @@ func (a *app) runHistoryKeys(ctx context.Context, specs []string, limit int64) e
 		}
 	}
 	a.warnMissing(st, res.Missing)
+	if res.Newest > 0 && !res.Capped && (limit == 0 || int64(len(res.Records)) < limit) {
+		// Searched back to the oldest record kept.
+		a.warnOldestMissing(ctx, st, res.Oldest)
+	}
 	keys := strings.Join(f.keys, ", ")
 	switch {
 	case res.Newest == 0:
@@ -202,6 +210,54 @@ func (a *app) warnMissing(st *store.Store, gaps []store.EpochRange) {
 	}
 	fmt.Fprintf(a.stderr, "regionctl: warning: the audit %s missing, though older and newer ones are kept: deleted around regionctl (by hand? the operator role can write %s; regionctl deletes only the oldest records), so the changes of those epochs are not listed, and rollback cannot rebuild a config through them\n",
 		what, st.Keyspace().AuditPrefix())
+}
+
+// warnOldestMissing names on stderr the epochs whose audit records are
+// missing below oldest, the epoch of the oldest record a listing reached,
+// when that is the oldest record kept: regionctl keeps the newest
+// store.DefaultAuditKeep records, those from max(1, current-keep+1), and
+// deletes only older ones, so these were deleted around it (warnMissing
+// sees only the holes between records kept). It reads the oldest audit
+// key and the epoch key, after the listing: a commit meanwhile can only
+// hide such a hole, never make one up.
+func (a *app) warnOldestMissing(ctx context.Context, st *store.Store, oldest int64) {
+	ks := st.Keyspace()
+	rctx, cancel := context.WithTimeout(ctx, a.commandTimeout)
+	defer cancel()
+	first, err := st.Client().Get(rctx, ks.AuditPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))
+	if err != nil {
+		fmt.Fprintf(a.stderr, "regionctl: warning: could not check the list for missing records: read the oldest audit key under %s: %v\n", ks.AuditPrefix(), err)
+		return
+	}
+	if len(first.Kvs) == 0 {
+		return
+	}
+	if kept, err := ks.ParseAudit(string(first.Kvs[0].Key)); err != nil || kept != oldest {
+		return // the listing stopped short of the oldest record kept
+	}
+	resp, err := st.Client().Get(rctx, ks.Epoch())
+	if err != nil {
+		fmt.Fprintf(a.stderr, "regionctl: warning: could not check the list for missing records: read the epoch key %s: %v\n", ks.Epoch(), err)
+		return
+	}
+	if len(resp.Kvs) == 0 {
+		return
+	}
+	cur, err := strconv.ParseInt(strings.TrimSpace(string(resp.Kvs[0].Value)), 10, 64)
+	if err != nil || oldest > cur {
+		return // an epoch key put by hand: other verbs name it
+	}
+	from := max(1, cur-store.DefaultAuditKeep+1)
+	if oldest <= from {
+		return
+	}
+	gap := store.EpochRange{From: from, To: oldest - 1}
+	what := "record of epoch " + gap.String() + " is"
+	if gap.To > gap.From {
+		what = "records of epochs " + gap.String() + " are"
+	}
+	fmt.Fprintf(a.stderr, "regionctl: warning: the audit %s missing, though regionctl keeps the newest %d and the current epoch is %d (the oldest record kept is of epoch %d): deleted around regionctl (by hand? the operator role can write %s), so the changes of those epochs are not listed, and rollback cannot rebuild a config through them\n",
+		what, store.DefaultAuditKeep, cur, oldest, ks.AuditPrefix())
 }
 
 // keyFilter is what history --touching matches: changes of keys, and of the

@@ -319,3 +319,36 @@ func TestHistoryNamesADeletedRecord(t *testing.T) {
 		t.Fatalf("history 1 after the oldest records were deleted: %s; want it named missing", r)
 	}
 }
+
+// TestHistoryNamesDeletedOldestRecords: the oldest audit records deleted
+// by hand, while regionctl keeps the newest 10000, are named in a warning
+// by a listing that reaches back to the oldest record kept (the list,
+// --limit 0 -o json, --touching), as a hole between records kept is; a
+// listing that stops short of it says nothing. The review found the list
+// silent (only history 1 explained it).
+func TestHistoryNamesDeletedOldestRecords(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()                       // epoch 1
+	for w := 60; w > 30; w -= 10 { // 2 to 4
+		e.must(ExitOK, "route", "set", "PL", "--target", fmt.Sprintf("eu-central=%d", w), "--target", fmt.Sprintf("eu-west=%d", 100-w))
+	}
+	if _, err := testClient.Delete(context.Background(), e.ks.Audit(1)); err != nil {
+		t.Fatal(err)
+	}
+	want := "regionctl: warning: the audit record of epoch 1 is missing, though regionctl keeps the newest 10000 and the current epoch is 4 (the oldest record kept is of epoch 2): deleted around regionctl"
+	for _, args := range [][]string{{"history"}, {"history", "--limit", "0", "-o", "json"}, {"history", "--limit", "3"}, {"history", "--touching", "PL", "--limit", "0"}} {
+		if r := e.must(ExitOK, args...); !strings.Contains(r.stderr, want) {
+			t.Errorf("%s after epoch 1's record was deleted: %s; want %q", strings.Join(args, " "), r, want)
+		}
+	}
+	if r := e.must(ExitOK, "history", "--limit", "2"); strings.Contains(r.stderr, "missing") {
+		t.Errorf("history --limit 2 (epochs 4 and 3) warns of records it does not reach:\n%s", r)
+	}
+	if _, err := testClient.Delete(context.Background(), e.ks.Audit(2)); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.must(ExitOK, "history"); !strings.Contains(r.stderr, "the audit records of epochs 1 to 2 are missing, though regionctl keeps the newest 10000 and the current epoch is 4 (the oldest record kept is of epoch 3)") {
+		t.Errorf("history after epochs 1 and 2's records were deleted: %s; want both named", r)
+	}
+}
