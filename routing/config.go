@@ -101,9 +101,10 @@ func decodeSection(errs *Errors, raw json.RawMessage, section string, set func(s
 }
 
 // decodeStrict decodes one value of a config file and refuses unknown
-// fields, at the top level and inside nested objects.
+// fields, at the top level and inside nested objects. Its size is not
+// measured here (decodeFileValue).
 func decodeStrict(errs *Errors, rel string, raw []byte) (Value, bool) {
-	v, unknown, err := decodeValue(rel, raw)
+	v, unknown, err := decodeFileValue(rel, raw)
 	if err != nil {
 		if es, ok := err.(Errors); ok {
 			*errs = append(*errs, es...)
@@ -165,32 +166,42 @@ func unknownFields(rel string, raw []byte) []string {
 }
 
 // Values returns the config as the values stored under <root>/routing/,
-// keyed by relative key, each compact JSON. A config without a residency
+// keyed by relative key, each compact JSON (encodeValue: the bytes a
+// write puts, which Validate measures). A config without a residency
 // policy stores none (the agent then uses the built-in default).
 func (c *Config) Values() (map[string][]byte, error) {
 	out := make(map[string][]byte, len(c.Pools)+len(c.Routes)+1)
 	if c.Policy.Residency != nil {
-		b, err := json.Marshal(c.Policy.Residency)
+		b, err := encodeValue(c.Policy.Residency)
 		if err != nil {
 			return nil, fmt.Errorf("encode %s: %w", PolicyKey, err)
 		}
 		out[PolicyKey] = b
 	}
 	for id, p := range c.Pools {
-		b, err := json.Marshal(p)
+		b, err := encodeValue(p)
 		if err != nil {
 			return nil, fmt.Errorf("encode %s: %w", PoolKey(id), err)
 		}
 		out[PoolKey(id)] = b
 	}
 	for name, r := range c.Routes {
-		b, err := json.Marshal(r)
+		b, err := encodeValue(r)
 		if err != nil {
 			return nil, fmt.Errorf("encode %s: %w", RouteKey(name), err)
 		}
 		out[RouteKey(name)] = b
 	}
 	return out, nil
+}
+
+// encodeValue encodes a config value as regionctl writes it: compact
+// JSON, with "&", "<" and ">" in strings escaped as \u0026, \u003c and
+// \u003e (json.Marshal's HTML escaping; every value regionctl has written
+// is so, and the agents' table JSON copies a pool's unknown fields as stored,
+// so the bytes are kept). Validate measures these bytes.
+func encodeValue(v any) ([]byte, error) {
+	return json.Marshal(v)
 }
 
 // YAML returns the config as a config file.

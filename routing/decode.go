@@ -29,7 +29,15 @@ func DecodeValue(rel string, raw []byte) (Value, error) {
 // inside nested objects ("targets[0].wieght"), which DecodeValue ignores
 // and config files refuse.
 func decodeValue(rel string, raw []byte) (Value, []string, error) {
-	return decodeValueWith(rel, raw, false)
+	return decodeValueWith(rel, raw, false, true)
+}
+
+// decodeFileValue is decodeValue for a value of a config file, whose size
+// is not measured: its JSON (converted from YAML) is not what etcd would
+// hold. Validate measures the bytes regionctl writes for it, and a write
+// the bytes it puts.
+func decodeFileValue(rel string, raw []byte) (Value, []string, error) {
+	return decodeValueWith(rel, raw, false, false)
 }
 
 // decodeKept is DecodeValue for a value whose bytes the table keeps (as a
@@ -37,26 +45,27 @@ func decodeValue(rel string, raw []byte) (Value, []string, error) {
 // memory instead of copying it, which halves what decoding a pool
 // allocates.
 func decodeKept(rel string, raw []byte) (Value, error) {
-	v, _, err := decodeValueWith(rel, raw, true)
+	v, _, err := decodeValueWith(rel, raw, true, true)
 	return v, err
 }
 
 // decodeValueWith is decodeValue; with shared, the strings of the value
-// may share raw's memory.
-func decodeValueWith(rel string, raw []byte, shared bool) (Value, []string, error) {
+// may share raw's memory; with sized, raw's size is limited to
+// MaxValueSize.
+func decodeValueWith(rel string, raw []byte, shared, sized bool) (Value, []string, error) {
 	k, err := ParseKey(rel)
 	if err != nil {
 		return nil, nil, err
 	}
-	v, unknown, errs := decodeKind(k, raw, shared)
+	v, unknown, errs := decodeKind(k, raw, shared, sized)
 	if len(errs) > 0 {
 		return nil, nil, errs.prefixed(rel)
 	}
 	return v, unknown, nil
 }
 
-func decodeKind(k Key, raw []byte, shared bool) (Value, []string, Errors) {
-	if len(raw) > MaxValueSize {
+func decodeKind(k Key, raw []byte, shared, sized bool) (Value, []string, Errors) {
+	if sized && len(raw) > MaxValueSize {
 		return nil, nil, Errors{{Msg: fmt.Sprintf("value is %d bytes, larger than the %d-byte limit", len(raw), MaxValueSize)}}
 	}
 	if k.Kind == KindEpoch {

@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -14,14 +15,33 @@ const MaxFallbackDepth = 8
 // Validate checks a whole proposed config against the invariants of
 // docs/keys-and-values.md and returns every problem found, sorted by key;
 // nil means the config may be written. It never stops at the first
-// problem.
+// problem. Each value's size is measured by the bytes regionctl writes
+// for it (Values): the check of a config file, every value of which a
+// write may put.
 func Validate(cfg *Config) Errors {
+	return validate(cfg, true)
+}
+
+// ValidateExceptSize is Validate without the size limit, for a caller
+// that measures each value by its own bytes, as the agents do: the store
+// measures the bytes a write puts (CheckWriteSize) and leaves a value the
+// write does not change to its stored bytes, which decoding measured (a
+// stored value over the limit does not decode). Validate's measure of
+// such a value, its encoding as regionctl would write it, is not what
+// etcd holds (a hand edit's "&" is 1 byte stored and 6 written as
+// \u0026; a missing status is written "active").
+func ValidateExceptSize(cfg *Config) Errors {
+	return validate(cfg, false)
+}
+
+// validate is Validate, measuring each value's size when sized.
+func validate(cfg *Config, sized bool) Errors {
 	var errs Errors
 	pol := cfg.ResidencyOrDefault()
 	policyOK := true
 	if cfg.Policy.Residency != nil {
 		cp := *cfg.Policy.Residency
-		perrs := checkValue(PolicyKey, &cp, cp.normalize)
+		perrs := checkValue(PolicyKey, &cp, cp.normalize, sized)
 		errs = append(errs, perrs...)
 		pol, policyOK = cp, len(perrs) == 0
 	}
@@ -30,7 +50,7 @@ func Validate(cfg *Config) Errors {
 		if !ValidPoolID(id) {
 			errs.add(PoolKey(id), "", "invalid pool id (want lower-case letters, digits, '.', '_', '-')")
 		}
-		errs = append(errs, checkValue(PoolKey(id), &p, p.normalize)...)
+		errs = append(errs, checkValue(PoolKey(id), &p, p.normalize, sized)...)
 	}
 	for _, name := range sortedKeys(cfg.Routes) {
 		r := cfg.Routes[name]
@@ -39,7 +59,7 @@ func Validate(cfg *Config) Errors {
 		} else if cc := lookalikeCountry(name); cc != "" {
 			errs.add(RouteKey(name), "", "group name %q spells the country %s: country routes are upper case (routes/%s)", name, cc, cc)
 		}
-		errs = append(errs, checkValue(RouteKey(name), &r, func() Errors { return r.normalize(name) })...)
+		errs = append(errs, checkValue(RouteKey(name), &r, func() Errors { return r.normalize(name) }, sized)...)
 		checkRouteRefs(&errs, cfg, name, &r, pol)
 	}
 	if _, ok := cfg.Routes[DefaultRoute]; !ok {
@@ -55,12 +75,34 @@ func Validate(cfg *Config) Errors {
 	return errs
 }
 
-// checkValue runs a value's own checks and its size limit.
-func checkValue(key string, v any, normalize func() Errors) Errors {
-	errs := normalize().prefixed(key)
-	if b, err := json.Marshal(v); err == nil && len(b) > MaxValueSize {
-		errs.add(key, "", "value is %d bytes, larger than the %d-byte limit", len(b), MaxValueSize)
+// checkValue runs a value's own checks and, when sized, its size limit
+// on the bytes regionctl writes for it (encodeValue of the value as it
+// is, before normalize fills in defaults: Values does not normalize).
+func checkValue(key string, v any, normalize func() Errors, sized bool) Errors {
+	var size Errors
+	if sized {
+		if b, err := encodeValue(v); err == nil {
+			size = CheckWriteSize(key, b)
+		}
 	}
+	errs := normalize().prefixed(key)
+	return append(errs, size...)
+}
+
+// CheckWriteSize returns the size problem of value b that a write is
+// about to put at key (relative to <root>/routing/), measured as the
+// agents measure a stored value: by its bytes. nil when b is within
+// MaxValueSize.
+func CheckWriteSize(key string, b []byte) Errors {
+	if len(b) <= MaxValueSize {
+		return nil
+	}
+	var errs Errors
+	note := ""
+	if bytes.Contains(b, []byte(`\u0026`)) || bytes.Contains(b, []byte(`\u003c`)) || bytes.Contains(b, []byte(`\u003e`)) {
+		note = ` (as regionctl writes it: each "&", "<" and ">" as \u0026, \u003c and \u003e, 6 bytes)`
+	}
+	errs.add(key, "", "value is %d bytes%s, larger than the %d-byte limit", len(b), note, MaxValueSize)
 	return errs
 }
 
@@ -265,14 +307,16 @@ func compileConfigTable(cfg *Config, pol Residency) *Table {
 
 // ValidateOverride checks an override against a config: the route exists,
 // its targets name existing pools, and for a country route every target is
-// allowed for the country's class. id is the override id.
+// allowed for the country's class. id is the override id. Its size is not
+// measured: the writer measures the bytes it puts (CheckWriteSize), and a
+// stored boost's bytes were measured when it was decoded.
 func ValidateOverride(cfg *Config, id string, o Override) Errors {
 	key := OverrideKey(id)
 	var errs Errors
 	if !ValidOverrideID(id) {
 		errs.add(key, "", "invalid override id")
 	}
-	errs = append(errs, checkValue(key, &o, o.normalize)...)
+	errs = append(errs, checkValue(key, &o, o.normalize, false)...)
 	if _, ok := cfg.Routes[o.Route]; !ok {
 		if up := lookalikeCountry(o.Route); up != "" {
 			errs.add(key, "route", "route %s does not exist (country codes are upper case: %s)", o.Route, up)

@@ -169,8 +169,10 @@ func TestValidate(t *testing.T) {
 			want: []string{`routes/de: group name "de" spells the country DE: country routes are upper case (routes/DE)`}},
 		{name: "route bad affinity", change: setRoute("US", Route{Targets: tg("us-east", 100), Affinity: "round-robin"}),
 			want: []string{`routes/US: affinity: must be sticky or random, got "round-robin"`}},
+		// Measured as Values writes the route: as given, without the
+		// affinity normalize fills in.
 		{name: "oversize value", change: setRoute("US", Route{Targets: tg("us-east", 100), Attrs: map[string]string{"blob": strings.Repeat("x", MaxValueSize)}}),
-			want: []string{"routes/US: value is 65621 bytes, larger than the 65536-byte limit"}},
+			want: []string{"routes/US: value is 65601 bytes, larger than the 65536-byte limit"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -224,6 +226,37 @@ func TestValidateDoesNotChangeTheConfig(t *testing.T) {
 		if string(before[k]) != string(after[k]) {
 			t.Errorf("%s changed: %s -> %s", k, before[k], after[k])
 		}
+	}
+}
+
+// TestValidateMeasuresWrittenBytes: a config file's value is measured by
+// the bytes regionctl writes for it, not by the file's JSON: 12,000 "&"
+// (6 bytes each as written, \u0026) are refused saying why, while
+// ValidateExceptSize, for a caller measuring bytes itself, passes them.
+func TestValidateMeasuresWrittenBytes(t *testing.T) {
+	cfg := baseConfig()
+	p := cfg.Pools["eu-central"]
+	p.Attrs = map[string]string{"x": strings.Repeat("&", 12000)}
+	cfg.Pools["eu-central"] = p
+	y, err := cfg.YAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, err := ParseConfig(y)
+	if err != nil {
+		t.Fatalf("ParseConfig: %v", err)
+	}
+	vals, err := file.Values()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(vals[PoolKey("eu-central")])
+	want := []string{fmt.Sprintf(`pools/eu-central: value is %d bytes (as regionctl writes it: each "&", "<" and ">" as \u0026, \u003c and \u003e, 6 bytes), larger than the 65536-byte limit`, n)}
+	if got := errStrings(Validate(file)); n <= MaxValueSize || !slices.Equal(got, want) {
+		t.Errorf("Validate of a %d-byte value:\n got  %q\n want %q", n, got, want)
+	}
+	if errs := ValidateExceptSize(file); len(errs) != 0 {
+		t.Errorf("ValidateExceptSize: %v", errs)
 	}
 }
 

@@ -48,6 +48,7 @@ type State struct {
 	epochErr   error
 	epochValue string            // the epoch key's value when it holds no epoch
 	invalid    map[string][]byte // config keys whose values do not decode
+	stored     map[string][]byte // config keys whose values decode: the bytes etcd holds
 }
 
 // WrittenAround returns the config and boost keys (relative) put after
@@ -130,6 +131,7 @@ func (s *Store) LoadAt(ctx context.Context, rev int64) (*State, error) {
 		Overrides:    map[string]LiveOverride{},
 		Health:       map[string]routing.Health{},
 		invalid:      map[string][]byte{},
+		stored:       map[string][]byte{},
 		BadOverrides: map[string]LiveOverrideRaw{},
 	}
 	for _, kv := range kvs {
@@ -220,6 +222,9 @@ func (st *State) add(rel string, kv *mvccpb.KeyValue) {
 			st.BadOverrides[k.ID] = LiveOverrideRaw{Value: kv.Value, Lease: kv.Lease, ModRevision: kv.ModRevision, Err: err}
 		}
 		return
+	}
+	if routing.IsConfigKey(rel) {
+		st.stored[rel] = kv.Value
 	}
 	switch x := v.(type) {
 	case *routing.Pool:

@@ -74,8 +74,9 @@ func (s *Store) prepare(st *State, p *Plan) ([]op, string, error) {
 	next := st.Config
 	var errs routing.Errors
 	if p.Config != nil {
+		// Sizes are measured below, on the bytes written (writeSizes).
 		next = p.Config
-		errs = append(errs, routing.Validate(next)...)
+		errs = append(errs, routing.ValidateExceptSize(next)...)
 	}
 	// One clock for the checks and the boosts written: each boost's
 	// expires_at is set first, so the checks see what is written.
@@ -91,6 +92,7 @@ func (s *Store) prepare(st *State, p *Plan) ([]op, string, error) {
 		return nil, "", err
 	}
 	ops = append(ops, ovOps...)
+	errs = append(errs, writeSizes(ops)...)
 	if e := policyRefused(st, ops); e != nil {
 		errs = append(errs, e)
 	}
@@ -112,6 +114,21 @@ func (s *Store) prepare(st *State, p *Plan) ([]op, string, error) {
 		return nil, "", &RefusedError{Errs: errs, Changes: changes(ops)}
 	}
 	return ops, forced, nil
+}
+
+// writeSizes measures each value a write puts by the bytes it puts, as
+// the agents measure it. A value the write leaves as it is is not
+// measured again: its stored bytes decoded, so they are within the limit
+// (a stored value over it is an invalid key), whatever regionctl's
+// encoding of it would weigh.
+func writeSizes(ops []op) routing.Errors {
+	var errs routing.Errors
+	for _, o := range ops {
+		if o.after != nil {
+			errs = append(errs, routing.CheckWriteSize(o.rel, o.after)...)
+		}
+	}
+	return errs
 }
 
 // invalidLeft names, beside a refused write's problems errs, each pool or
@@ -163,7 +180,9 @@ func policyRefused(st *State, ops []op) *routing.FieldError {
 // configOps returns the puts and deletes that turn the stored config into
 // next, comparing canonical encodings so that formatting alone is no change;
 // with prune every stored value that does not decode is deleted, else
-// those of deleteInvalid.
+// those of deleteInvalid. An op's before is the value etcd holds, byte for
+// byte (the audit record's and the diff's before, judged as the agents
+// judge it), not regionctl's encoding of it, which may be larger.
 func configOps(st *State, next *routing.Config, changed, prune bool, deleteInvalid []string) ([]op, error) {
 	if !changed {
 		return nil, nil
@@ -185,11 +204,11 @@ func configOps(st *State, next *routing.Config, changed, prune bool, deleteInval
 		if ok && bytes.Equal(before, after) {
 			continue
 		}
-		ops = append(ops, op{rel: rel, before: nilIfAbsent(before, ok), after: after})
+		ops = append(ops, op{rel: rel, before: nilIfAbsent(st.storedOr(rel, before), ok), after: after})
 	}
 	for rel, before := range cur {
 		if _, ok := want[rel]; !ok {
-			ops = append(ops, op{rel: rel, before: before})
+			ops = append(ops, op{rel: rel, before: st.storedOr(rel, before)})
 		}
 	}
 	for rel, raw := range st.invalid {
@@ -198,6 +217,15 @@ func configOps(st *State, next *routing.Config, changed, prune bool, deleteInval
 		}
 	}
 	return ops, nil
+}
+
+// storedOr returns the bytes etcd holds at config key rel, or enc (its
+// encoding) for a state not loaded from etcd.
+func (st *State) storedOr(rel string, enc []byte) []byte {
+	if raw, ok := st.stored[rel]; ok {
+		return raw
+	}
+	return enc
 }
 
 func nilIfAbsent(b []byte, ok bool) []byte {
