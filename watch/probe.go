@@ -35,7 +35,7 @@ const unansweredSilences = 2
 // answered. It returns the watch to follow,
 // or nil and why none is left.
 func (m *Mirror) silent(ctx context.Context, s *stream) (*stream, string) {
-	res, rev := m.probe(s)
+	res, rev := m.probe(s.ctx, true)
 	switch res {
 	case probeCurrent:
 		if s.probedPast && !m.progressIgnored {
@@ -60,6 +60,17 @@ func (m *Mirror) silent(ctx context.Context, s *stream) (*stream, string) {
 		return nil, ReasonRegressed
 	case probeCluster:
 		return nil, ReasonCluster
+	}
+	if res == probeBehind && s.afterBehind && !s.answered {
+		// The watch that replaced one found behind heard nothing either:
+		// behind etcd's grpc-proxy it was joined to a dead upstream watch
+		// (below), or to one etcd refused (an expired token: see
+		// ReasonBehind). A list lets the next watch start at etcd's
+		// revision, where the proxy's live upstream watch can take it.
+		m.otherRange = !m.otherRange
+		m.log.Warn("the watch that replaced one found behind etcd heard nothing either: relisting, so that the next starts at etcd's revision (behind etcd's grpc-proxy with authentication on: see docs/operations.md)",
+			"applied_revision", m.applied, "revision", rev)
+		return nil, ReasonBehind
 	}
 	if res == probeBehind {
 		// etcd holds changes the watch was created to deliver and did not:
@@ -88,9 +99,36 @@ func (m *Mirror) silent(ctx context.Context, s *stream) (*stream, string) {
 		}
 		return nil, why
 	}
+	next.afterBehind = res == probeBehind
 	m.metrics.reopens.WithLabelValues(ReasonSilent).Inc()
 	m.log.Info("silent watch replaced by a new one from the applied revision", "probe", res, "applied_revision", m.applied)
 	return next, ""
+}
+
+// uncreated handles a watch whose creation went unanswered (abandoned as
+// createTimeout). Behind etcd's grpc-proxy with authentication on, that is
+// a new upstream watch etcd refused (the proxy's one upstream stream
+// carries the token of the watcher that opened it, which may have expired),
+// which the proxy never passes on; a watch from at or past the revision of
+// an upstream watch the proxy has is joined to it and needs no new one. So
+// the next watch takes the other key range (see silent), and a probe asks
+// etcd where it is: nothing changed since the applied revision moves the
+// applied revision to etcd's (confirm), and the next watch starts there;
+// changes since it, and the next watch starts after a list
+// (ReasonUncreated). A probe that fails (etcd overloaded or away) changes
+// nothing: the watch is opened again from the applied revision, backing
+// off. It returns a relist reason, or "".
+func (m *Mirror) uncreated(ctx context.Context) string {
+	m.otherRange = !m.otherRange
+	switch res, _ := m.probe(clientv3.WithRequireLeader(ctx), false); res {
+	case probeBehind:
+		return ReasonUncreated
+	case probeRegressed:
+		return ReasonRegressed
+	case probeCluster:
+		return ReasonCluster
+	}
+	return ""
 }
 
 // probe reads the keys of the prefix modified after the applied revision,
@@ -99,11 +137,13 @@ func (m *Mirror) silent(ctx context.Context, s *stream) (*stream, string) {
 // newer than the applied revision and as many keys as the state means
 // etcd's prefix at its current revision is the state: every key there was
 // last written at or before the applied revision, so it is in the state
-// with that value, and none is missing. The read carries the watch's
-// require-leader metadata: a member without a leader fails it at once. It
-// returns the result and etcd's revision.
-func (m *Mirror) probe(s *stream) (string, int64) {
-	gctx, cancel := context.WithTimeout(s.ctx, m.cfg.RequestTimeout)
+// with that value, and none is missing. ctx carries require-leader
+// metadata (the watch's): a member without a leader fails it at once.
+// silence says whether a silent watch is probed (counted in the silence
+// probes metric) or a watch not created. It returns the result and etcd's
+// revision.
+func (m *Mirror) probe(ctx context.Context, silence bool) (string, int64) {
+	gctx, cancel := context.WithTimeout(ctx, m.cfg.RequestTimeout)
 	defer cancel()
 	resp, err := m.cfg.Client.Get(gctx, m.firstKey(), clientv3.WithRange(clientv3.GetPrefixRangeEnd(m.cfg.Prefix)),
 		clientv3.WithKeysOnly(), clientv3.WithMinModRev(m.applied+1))
@@ -125,7 +165,9 @@ func (m *Mirror) probe(s *stream) (string, int64) {
 		rev = resp.Header.Revision
 		m.confirm(rev)
 	}
-	m.metrics.probes.WithLabelValues(res).Inc()
+	if silence {
+		m.metrics.probes.WithLabelValues(res).Inc()
+	}
 	return res, rev
 }
 

@@ -36,7 +36,7 @@ func TestProbe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res, rev := m.probe(s); res != probeCurrent || rev != d.Header.Revision {
+	if res, rev := m.probe(s.ctx, true); res != probeCurrent || rev != d.Header.Revision {
 		t.Fatalf("probe = %s at %d, want current at etcd's %d", res, rev, d.Header.Revision)
 	}
 	if got := m.Status().Revision; got != d.Header.Revision {
@@ -54,7 +54,7 @@ func TestProbe(t *testing.T) {
 	if _, err := cli.Put(ctx, faultPrefix+"pools/zz", zzA); err != nil {
 		t.Fatal(err)
 	}
-	if res, _ := m.probe(s); res != probeBehind {
+	if res, _ := m.probe(s.ctx, true); res != probeBehind {
 		t.Fatalf("probe after a put in the prefix = %s, want %s", res, probeBehind)
 	}
 	if _, err := m.relist(ctx, ReasonInitial); err != nil {
@@ -63,7 +63,7 @@ func TestProbe(t *testing.T) {
 	if _, err := cli.Delete(ctx, faultPrefix+"pools/zz"); err != nil {
 		t.Fatal(err)
 	}
-	if res, _ := m.probe(s); res != probeBehind {
+	if res, _ := m.probe(s.ctx, true); res != probeBehind {
 		t.Fatalf("probe after a delete in the prefix = %s, want %s", res, probeBehind)
 	}
 }
@@ -123,5 +123,50 @@ func TestSilentReopenMakesBeforeBreak(t *testing.T) {
 	}
 	if _, ok := m.Table().Pool("zz"); !ok || m.Table().Revision() < p.Header.Revision {
 		t.Fatalf("pools/zz (revision %d) not replayed by the new watch (table revision %d)", p.Header.Revision, m.Table().Revision())
+	}
+}
+
+// TestBehindTwiceRelists: a watch that replaced one found behind etcd, and
+// heard nothing since, found behind in its turn ends in a relist
+// (ReasonBehind): reopening from the applied revision again would be
+// joined by etcd's grpc-proxy to the same dead upstream watch, or need a
+// new one etcd refuses (an expired token). One that delivered something
+// since is replaced as any silent watch is; so is the first found behind
+// (TestSilentReopenMakesBeforeBreak). And a watch whose creation went
+// unanswered relists when etcd holds changes past the applied revision,
+// and opens again at etcd's revision when it holds none.
+func TestBehindTwiceRelists(t *testing.T) {
+	m, cli, r0 := listedMirror(t)
+	ctx := context.Background()
+	if _, err := cli.Put(ctx, faultPrefix+"pools/zz", zzA); err != nil {
+		t.Fatal(err)
+	}
+	quiet := &stream{ctx: ctx, start: r0 + 1, afterBehind: true}
+	if next, why := m.silent(ctx, quiet); next != nil || why != ReasonBehind || !relists(why) {
+		t.Fatalf("a replacement that heard nothing, behind again: next %v, %q; want a relist (%s)", next, why, ReasonBehind)
+	}
+	heard := &stream{ctx: ctx, start: r0 + 1, afterBehind: true, answered: true}
+	next, why := m.silent(ctx, heard)
+	if next == nil {
+		t.Fatalf("a replacement that delivered, behind: %q; want a new watch", why)
+	}
+	next.cancel()
+	if !next.afterBehind {
+		t.Fatal("the watch replacing one found behind is not marked so")
+	}
+
+	if why := m.uncreated(ctx); why != ReasonUncreated {
+		t.Fatalf("uncreated with a change past the applied revision: %q, want %s", why, ReasonUncreated)
+	}
+	rev, err := m.relist(ctx, ReasonUncreated)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := cli.Put(ctx, "/regiond/v1/agents/node-1", `{}`) // outside the prefix
+	if err != nil {
+		t.Fatal(err)
+	}
+	if why := m.uncreated(ctx); why != "" || m.applied != p.Header.Revision {
+		t.Fatalf("uncreated with nothing changed since %d: %q, applied %d; want to open again from etcd's revision %d", rev, why, m.applied, p.Header.Revision)
 	}
 }

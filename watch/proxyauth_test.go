@@ -11,6 +11,7 @@ import (
 
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/etcdproc"
+	"github.com/regiond/regiond/internal/tcpproxy"
 	"github.com/regiond/regiond/routing"
 	"github.com/regiond/regiond/watch"
 )
@@ -108,5 +109,76 @@ func TestProxyRestartWithAuth(t *testing.T) {
 	waitUntil(t, m, "the change made while the proxy was down", func(tb *routing.Table) bool { return tb.Revision() >= rev })
 	rev = putWithin(t, root, "routes/DE", deRoute(45))
 	waitUntil(t, m, "the change after the restart", func(tb *routing.Table) bool { return tb.Revision() >= rev })
+	watchStatus(t, m, "connected", 30*time.Second, connected, func(watch.Status) error { return nil })
+}
+
+// TestProxyExpiredTokenStream: etcd's grpc-proxy (v3.7.3) opens every
+// upstream watch on one stream, which carries the token of the watcher
+// that opened it; once that token has expired (--auth-token-ttl, here 2 s;
+// the watcher itself uses it for nothing more), etcd refuses each new
+// upstream watch, and the proxy never says so. A watch the proxy can join
+// to the upstream watch it has (one from at or past that watch's
+// revision) needs none. A mirror cut off while changes are made reopens
+// from its applied revision, behind that upstream watch: the creation is
+// never answered. The mirror then asks etcd where it is and, as etcd holds
+// changes past its table, relists, and watches from etcd's revision, which
+// the proxy joins to its live watch: it serves the changes made while it
+// was cut off, and the next (it reopened from the applied revision for
+// good before; seen).
+func TestProxyExpiredTokenStream(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the mirror's timeouts: run beside the other such tests
+	if testing.Short() {
+		t.Skip("starts an etcd process and its grpc-proxy")
+	}
+	c := etcdproc.Start(t, etcdproc.Config{Members: 1, Args: []string{"--auth-token-ttl=2"}})
+	direct := c.Client(t)
+	ctx := context.Background()
+	loadExample(t, direct)
+	if err := devetcd.EnableAuth(ctx, direct, devetcd.Auth{RootPassword: "root-pw", User: "agent", Password: "agent-pw", Prefix: "/regiond/"}); err != nil {
+		t.Fatal(err)
+	}
+	p := c.StartProxy(t, etcdproc.ProxyConfig{AuthOn: true})
+	agent := func(endpoint string) *clientv3.Client {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Username: "agent", Password: "agent-pw", Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cli.Close() })
+		return cli
+	}
+	// Another agent's watch opens the proxy's upstream stream first, and
+	// keeps it: its token is the stream's.
+	wctx, stopFirst := context.WithCancel(ctx)
+	defer stopFirst()
+	first := agent(p.URL()).Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	if wr := <-first; !wr.Created {
+		t.Fatalf("the first watcher: %+v", wr)
+	}
+	go func() {
+		for range first { // it follows, as a live agent does
+		}
+	}()
+	path, err := tcpproxy.New(strings.TrimPrefix(p.URL(), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { path.Close() })
+	m := startMirror(t, agent(path.URL()), watch.Config{})
+	connected := func(s watch.Status) bool { return s.Connected }
+	watchStatus(t, m, "connected", 30*time.Second, connected, func(watch.Status) error { return nil })
+	time.Sleep(3 * time.Second) // the stream's token expires
+
+	root := direct2(t, c)
+	path.Sever()
+	var rev int64
+	for i := range 3 {
+		rev = putWithin(t, root, "routes/DE", deRoute(20+i))
+	}
+	if err := path.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, m, "the changes made while it was cut off", func(tb *routing.Table) bool { return tb.Revision() >= rev })
+	rev = putWithin(t, root, "routes/DE", deRoute(30))
+	waitUntil(t, m, "the change after", func(tb *routing.Table) bool { return tb.Revision() >= rev })
 	watchStatus(t, m, "connected", 30*time.Second, connected, func(watch.Status) error { return nil })
 }

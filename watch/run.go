@@ -22,6 +22,18 @@ const (
 	ReasonCluster    = "cluster-change" // an answer from another etcd cluster than the list's
 	ReasonDiverged   = "diverged"       // etcd's prefix at the applied revision is not the state (a restored cluster since written past it?)
 	ReasonListFailed = "list-failed"
+	// ReasonBehind: a watch that replaced one a silence probe found behind
+	// etcd heard nothing either, and etcd is behind it again. ReasonUncreated:
+	// a watch's creation went unanswered while etcd answered a read and held
+	// changes past the applied revision. Both start the next watch at etcd's
+	// current revision after a list, where etcd's grpc-proxy can join it to
+	// a watch it already has upstream, rather than replay history from the
+	// applied revision, which needs a new upstream watch: behind a proxy
+	// with authentication on, etcd refuses that once the token of the
+	// watcher that opened the proxy's one upstream stream has expired, and
+	// the proxy never says so (etcd issue 19296).
+	ReasonBehind    = "behind"
+	ReasonUncreated = "uncreated"
 )
 
 // Reopen reasons, the values of the reopens metric's reason label: why a
@@ -39,7 +51,7 @@ const (
 // relists reports whether a reason ending a watch needs a relist.
 func relists(reason string) bool {
 	switch reason {
-	case ReasonCompacted, ReasonOutOfOrder, ReasonRegressed, ReasonCluster, ReasonDiverged:
+	case ReasonCompacted, ReasonOutOfOrder, ReasonRegressed, ReasonCluster, ReasonDiverged, ReasonBehind, ReasonUncreated:
 		return true
 	}
 	return false

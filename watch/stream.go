@@ -30,6 +30,10 @@ type stream struct {
 	opened     time.Time // when its creation was answered
 	heard      time.Time // when it last answered, or a probe confirmed the table
 	probedPast bool      // a probe found etcd's revision at or past start
+	answered   bool      // it delivered a response after its creation
+	// afterBehind: it replaced a watch a silence probe found behind etcd
+	// (see Mirror.silent).
+	afterBehind bool
 }
 
 // createTimeout is the create failures metric's reason for a creation not
@@ -60,6 +64,9 @@ func (m *Mirror) follow(ctx context.Context, bo *backoff.Backoff, publish func()
 		// answering now may hold another history (see verify).
 		s, why := m.open(ctx, publish, again)
 		publish = nil
+		if s == nil && why == createTimeout && ctx.Err() == nil {
+			why = m.uncreated(ctx)
+		}
 		if s == nil {
 			if ctx.Err() != nil || relists(why) {
 				return why
@@ -311,7 +318,7 @@ func (m *Mirror) serve(ctx context.Context, s *stream) (string, *stream) {
 			if why := m.drain(s.ch, resp, ok); why != "" {
 				return why, s
 			}
-			s.heard = time.Now()
+			s.heard, s.answered = time.Now(), true
 		case <-tick.C:
 			if !m.transportReady() {
 				m.log.Warn("no connection to etcd; watching again once there is one",
