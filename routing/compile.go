@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // CompileOptions are the inputs of Compile that do not come from etcd.
@@ -192,6 +193,9 @@ func (t *Table) trackLost(prev *Table, now time.Time) {
 func checkHealthValue(key string, raw []byte) string {
 	if len(raw) > MaxValueSize {
 		return fmt.Sprintf("%s: value is %d bytes, larger than the %d-byte limit", key, len(raw), MaxValueSize)
+	}
+	if !utf8.Valid(raw) {
+		return key + ": " + notUTF8(raw)
 	}
 	t := bytes.TrimSpace(raw)
 	ok, depth := false, 0

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Value is a decoded value of the routing prefix: *Pool, *Route,
@@ -67,6 +68,9 @@ func decodeValueWith(rel string, raw []byte, shared, sized bool) (Value, []strin
 func decodeKind(k Key, raw []byte, shared, sized bool) (Value, []string, Errors) {
 	if sized && len(raw) > MaxValueSize {
 		return nil, nil, Errors{{Msg: fmt.Sprintf("value is %d bytes, larger than the %d-byte limit", len(raw), MaxValueSize)}}
+	}
+	if !utf8.Valid(raw) {
+		return nil, nil, Errors{{Msg: notUTF8(raw)}}
 	}
 	if k.Kind == KindEpoch {
 		n, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
@@ -144,6 +148,29 @@ func unmarshalUnknown(raw []byte, v any, shared bool) ([]string, Errors) {
 		return nil, Errors{{Msg: "invalid JSON: " + err.Error()}}
 	}
 	return decodeJSONObject(trimmed, v, shared) // not reached: validJSON (json.Valid) and json.Unmarshal agree
+}
+
+// notUTF8 says where raw, which is not valid UTF-8, stops being UTF-8.
+// Such a value is refused wherever its bytes are (an unknown field kept
+// and copied into the table JSON included): JSON is UTF-8, a reader such
+// as PHP's json_decode refuses a whole document holding other bytes, and
+// a lone byte such as 0x9b is a control sequence on a terminal.
+func notUTF8(raw []byte) string {
+	off := invalidUTF8At(raw)
+	return fmt.Sprintf("value is not valid UTF-8 (JSON must be): byte 0x%02x at offset %d (counting from 0) begins no UTF-8 character", raw[off], off)
+}
+
+// invalidUTF8At returns the offset of the first byte of b that begins no
+// valid UTF-8 encoding of a character (len(b) when b is valid UTF-8).
+func invalidUTF8At(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
 }
 
 func truncate(raw []byte) string {

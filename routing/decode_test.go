@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestDecodeValue(t *testing.T) {
@@ -366,5 +367,42 @@ func TestNameGrammars(t *testing.T) {
 				t.Errorf("%s %q: %v, regexp says %v", g.name, s, got, want)
 			}
 		}
+	}
+}
+
+// TestValueNotUTF8IsRefused: a value holding bytes that are not UTF-8,
+// anywhere (a known string, an unknown field kept and copied into the
+// table JSON raw, an unknown field's name, a health value the agent only
+// checks), is refused naming the key, the byte and its offset; so is a
+// character cut short at the end. encoding/json accepts such bytes and
+// json.Compact copied them into /v1/table and the snapshot file, where
+// PHP's json_decode refuses the whole table and a lone 0x9b is the 8-bit
+// CSI of a terminal. Valid UTF-8 beyond ASCII is accepted.
+func TestValueNotUTF8IsRefused(t *testing.T) {
+	for _, tc := range []struct{ key, raw, want string }{
+		{"pools/p", "{\"host\":\"h:443\",\"residency\":\"eu\",\"x\":\"a\x9b31mb\"}", "pools/p: value is not valid UTF-8 (JSON must be): byte 0x9b at offset 39 (counting from 0) begins no UTF-8 character"},
+		{"pools/p", "{\"host\":\"h:443\",\"residency\":\"eu\",\"x\x9b\":1}", "byte 0x9b at offset 35"},
+		{"pools/p", "{\"host\":\"h:443\",\"residency\":\"eu\",\"attrs\":{\"a\":\"\xc3\"}}", "byte 0xc3 at offset 47"},
+		{"routes/PL", "{\"targets\":[{\"pool\":\"a\",\"weight\":100,\"note\":\"\xff\"}]}", "routes/PL: value is not valid UTF-8 (JSON must be): byte 0xff at offset 45"},
+		{"overrides/o1", "{\"route\":\"PL\",\"attrs\":{\"a\":\"b\"},\"reason\":\"\xe2\x82\"}", "byte 0xe2 at offset 42"},
+		{"policy/residency", "{\"classes\":{},\"x\":\"\xed\xa0\x80\"}", "byte 0xed at offset 19"}, // a surrogate's encoding is no UTF-8
+		{"health/p/i", "{\"addr\":\"a\x9b\"}", "health/p/i: value is not valid UTF-8 (JSON must be): byte 0x9b at offset 10"},
+		{"epoch", "4\x9b", "epoch: value is not valid UTF-8 (JSON must be): byte 0x9b at offset 1"},
+	} {
+		_, err := DecodeValue(tc.key, []byte(tc.raw))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %q: %v, want it refused: %s", tc.key, tc.raw, err, tc.want)
+		}
+		if err != nil && !utf8.ValidString(err.Error()) {
+			t.Errorf("%s: the refusal %q is not valid UTF-8 itself", tc.key, err)
+		}
+	}
+	// The agent checks a health value without decoding it, and refuses it too.
+	if msg := checkHealthValue("health/p/i", []byte("{\"addr\":\"a\",\"x\":\"\x9b\"}")); !strings.Contains(msg, "health/p/i: value is not valid UTF-8 (JSON must be): byte 0x9b at offset 17") {
+		t.Errorf("the agent's check of a health value not UTF-8: %q, want it refused naming the offset", msg)
+	}
+	// UTF-8 beyond ASCII, raw and escaped, is fine, in an unknown field too.
+	if _, err := DecodeValue("pools/p", []byte(`{"host":"h:443","residency":"eu","x":"é😀\u00e9","attrs":{"ü":"ß"}}`)); err != nil {
+		t.Errorf("a value in UTF-8 beyond ASCII: %v, want it accepted", err)
 	}
 }

@@ -67,19 +67,22 @@ const MaxValueDepth = 64
 const MaxKeyLen = 512
 
 // ShortKey returns rel as a string, or a stand-in of at most about 150
-// bytes naming it, for a key longer than MaxKeyLen (never a valid one) or
-// one shaped like a stand-in: its first 64 bytes, its length and a digest
-// of the whole key. A stand-in is no valid key, and two keys give the same
-// name only if they are equal (or their digests collide): a key left as it
-// is never has a stand-in's shape. A role that may write under a prefix
-// (an origin's, under its pool's health/) may write keys of any length,
-// which every agent would otherwise hold, and name in its refusals.
+// bytes naming it, for a key longer than MaxKeyLen (never a valid one),
+// one that is not valid UTF-8 (neither) or one shaped like a stand-in:
+// its first 64 bytes (up to its first byte that is not UTF-8), its length
+// and a digest of the whole key. A stand-in is no valid key, is valid
+// UTF-8 (it goes into JSON, whose readers refuse other bytes, and onto
+// terminals), and two keys give the same name only if they are equal (or
+// their digests collide): a key left as it is never has a stand-in's
+// shape. A role that may write under a prefix (an origin's, under its
+// pool's health/) may write keys of any length and bytes, which every
+// agent would otherwise hold, and name in its refusals.
 func ShortKey(rel []byte) string {
-	if len(rel) <= MaxKeyLen && (len(rel) == 0 || rel[len(rel)-1] != ')' || !standInShape.Match(rel)) {
+	if len(rel) <= MaxKeyLen && (len(rel) == 0 || rel[len(rel)-1] != ')' || !standInShape.Match(rel)) && utf8.Valid(rel) {
 		return string(rel)
 	}
 	sum := sha256.Sum256(rel)
-	head := rel[:min(len(rel), 64)]
+	head := rel[:min(len(rel), 64, invalidUTF8At(rel))]
 	for len(head) > 0 && !utf8.Valid(head) {
 		head = head[:len(head)-1] // not a rune cut in two
 	}
