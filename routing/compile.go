@@ -198,15 +198,18 @@ func checkHealthValue(key string, raw []byte) string {
 		return key + ": " + notUTF8(raw)
 	}
 	t := bytes.TrimSpace(raw)
-	ok, depth := false, 0
+	ok, depth, lone := false, 0, -1
 	if len(t) > 0 && t[0] == '{' {
-		ok, depth = validJSONDepth(t)
+		ok, depth, lone = validJSONCheck(t)
 	}
 	if !ok {
 		return fmt.Sprintf("%s: value must be a JSON object, got %q", key, truncate(raw))
 	}
 	if depth > MaxValueDepth {
 		return fmt.Sprintf("%s: value is nested %d levels deep (objects and lists), more than the %d accepted", key, depth, MaxValueDepth)
+	}
+	if lone >= 0 {
+		return key + ": " + loneSurrogate(t, lone, cap(raw)-cap(t))
 	}
 	// The case-twin rule of the decoder (decodeFields), without decoding.
 	var buf [8]jsonMember

@@ -134,9 +134,13 @@ func unmarshalUnknown(raw []byte, v any, shared bool) ([]string, Errors) {
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return nil, Errors{{Msg: fmt.Sprintf("value must be a JSON object, got %q", truncate(raw))}}
 	}
-	if ok, depth := validJSONDepth(trimmed); ok {
+	if ok, depth, lone := validJSONCheck(trimmed); ok {
 		if depth > MaxValueDepth {
 			return nil, Errors{{Msg: fmt.Sprintf("value is nested %d levels deep (objects and lists), more than the %d accepted", depth, MaxValueDepth)}}
+		}
+		if lone >= 0 {
+			// trimmed is raw from its first byte that is no space on.
+			return nil, Errors{{Msg: loneSurrogate(trimmed, lone, cap(raw)-cap(trimmed))}}
 		}
 		return decodeJSONObject(trimmed, v, shared)
 	}
@@ -158,6 +162,14 @@ func unmarshalUnknown(raw []byte, v any, shared bool) ([]string, Errors) {
 func notUTF8(raw []byte) string {
 	off := invalidUTF8At(raw)
 	return fmt.Sprintf("value is not valid UTF-8 (JSON must be): byte 0x%02x at offset %d (counting from 0) begins no UTF-8 character", raw[off], off)
+}
+
+// loneSurrogate says that the \u escape at offset at of b, which starts
+// at offset lead of the stored value, is half a UTF-16 surrogate pair
+// alone (see validJSONCheck).
+func loneSurrogate(b []byte, at, lead int) string {
+	return fmt.Sprintf("value holds the escape %s at offset %d (counting from 0), half of a UTF-16 surrogate pair without its other half: "+
+		"no character (JSON readers such as PHP's json_decode refuse it)", b[at:at+6], lead+at)
 }
 
 // invalidUTF8At returns the offset of the first byte of b that begins no

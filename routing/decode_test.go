@@ -406,3 +406,38 @@ func TestValueNotUTF8IsRefused(t *testing.T) {
 		t.Errorf("a value in UTF-8 beyond ASCII: %v, want it accepted", err)
 	}
 }
+
+// TestLoneSurrogateEscapeIsRefused: a \u escape of half a UTF-16
+// surrogate pair without its other half encodes no character. JSON's
+// grammar and encoding/json accept it, and json.Compact copied it, in an
+// unknown field, into the table JSON, where PHP's json_decode refuses the
+// whole table (JSON_ERROR_UTF16); in a known field it was decoded as
+// U+FFFD, not what was written. Such a value is refused anywhere, a health
+// value too, naming the escape and its offset; a whole pair, in either
+// case of hex digits, is a character and accepted.
+func TestLoneSurrogateEscapeIsRefused(t *testing.T) {
+	for _, tc := range []struct{ key, raw, want string }{
+		{"pools/p", `{"host":"h:443","residency":"eu","x":"a\ud800b"}`, `pools/p: value holds the escape \ud800 at offset 39 (counting from 0), half of a UTF-16 surrogate pair without its other half`},
+		{"pools/p", ` {"host":"h:443","residency":"eu","x":"\uDC00\ud83d\ude00"}`, `escape \uDC00 at offset 39`},
+		{"pools/p", `{"host":"h:443","residency":"eu","x":"\ud83d\u0041"}`, `escape \ud83d at offset 38`},
+		{"pools/p", `{"host":"h:443","residency":"eu","x":"\ud83d"}`, `escape \ud83d at offset 38`},
+		{"pools/p", `{"host":"h:443","residency":"eu","attrs":{"a":"\ud800"}}`, `escape \ud800 at offset 47`},
+		{"routes/PL", `{"targets":[{"pool":"a","weight":100,"\udfff":1}]}`, `routes/PL: value holds the escape \udfff at offset 38`},
+	} {
+		_, err := DecodeValue(tc.key, []byte(tc.raw))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %s: %v, want it refused: %s", tc.key, tc.raw, err, tc.want)
+		}
+	}
+	if msg := checkHealthValue("health/p/i", []byte(`{"addr":"a","x":"\ud800"}`)); !strings.Contains(msg, `health/p/i: value holds the escape \ud800 at offset 17`) {
+		t.Errorf("the agent's check of a health value with a lone surrogate: %q, want it refused naming the offset", msg)
+	}
+	for _, raw := range []string{
+		`{"host":"h:443","residency":"eu","x":"\ud83d\ude00 \uD83D\uDE00 \ud7ff \ue000 \\ud800"}`,
+		`{"host":"h:443","residency":"eu","attrs":{"a":"\ud83d\ude00"},"y":["\u00e9"]}`,
+	} {
+		if _, err := DecodeValue("pools/p", []byte(raw)); err != nil {
+			t.Errorf("%s: %v, want it accepted (whole pairs, no surrogates, an escaped backslash)", raw, err)
+		}
+	}
+}

@@ -16,9 +16,21 @@ func validJSON(b []byte) bool {
 // validJSONDepth is validJSON, also returning the deepest nesting of
 // objects and lists met (0 for a scalar).
 func validJSONDepth(b []byte) (bool, int) {
-	v := jsonValidator{b: b}
+	ok, depth, _ := validJSONCheck(b)
+	return ok, depth
+}
+
+// validJSONCheck is validJSONDepth, also returning the offset in b of the
+// first \u escape of a UTF-16 surrogate without its other half
+// ("\ud800" alone, or "\udc00" first), or -1 when there is none. JSON's
+// grammar, and encoding/json, accept such an escape (decoding it as
+// U+FFFD), but it encodes no character, and readers such as PHP's
+// json_decode refuse a whole document holding one. It is looked for only
+// at escapes: a value without any is checked as fast as before.
+func validJSONCheck(b []byte) (ok bool, depth, lone int) {
+	v := jsonValidator{b: b, lone: -1}
 	i, ok := v.value(v.ws(0), 0)
-	return ok && v.ws(i) == len(b), v.deepest
+	return ok && v.ws(i) == len(b), v.deepest, v.lone
 }
 
 // maxJSONDepth is encoding/json's limit on nesting.
@@ -28,6 +40,7 @@ const maxJSONDepth = 10000
 type jsonValidator struct {
 	b       []byte
 	deepest int // the deepest nesting met
+	lone    int // the offset of the first escape of a lone surrogate, or -1
 }
 
 // ws returns the index of the first byte at or after i that is not
@@ -167,6 +180,14 @@ func (v *jsonValidator) str(i int) (int, bool) {
 						return i, false
 					}
 				}
+				if r := hex4(b[i+1 : i+5]); r >= 0xd800 && r <= 0xdfff {
+					if low := i + 7; r < 0xdc00 && len(b)-low >= 4 && b[i+5] == '\\' && b[i+6] == 'u' && isHex4(b[low:low+4]) &&
+						hex4(b[low:low+4]) >= 0xdc00 && hex4(b[low:low+4]) <= 0xdfff {
+						i += 6 // the pair's second half, read with the first
+					} else if v.lone < 0 {
+						v.lone = i - 1
+					}
+				}
 				i += 4
 			default:
 				return i, false
@@ -177,6 +198,25 @@ func (v *jsonValidator) str(i int) (int, bool) {
 }
 
 func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
+
+// isHex4 reports whether h is four hex digits.
+func isHex4(h []byte) bool { return isHex(h[0]) && isHex(h[1]) && isHex(h[2]) && isHex(h[3]) }
+
+// hex4 returns the value of four hex digits.
+func hex4(h []byte) int {
+	n := 0
+	for _, c := range h[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			n = n<<4 | int(c-'0')
+		case c >= 'a' && c <= 'f':
+			n = n<<4 | int(c-'a'+10)
+		default:
+			n = n<<4 | int(c-'A'+10)
+		}
+	}
+	return n
+}
 
 // number checks the number starting at i: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
 func (v *jsonValidator) number(i int) (int, bool) {
