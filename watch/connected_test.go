@@ -84,7 +84,7 @@ func TestMetricsLint(t *testing.T) {
 		t.Fatalf("metrics lint: %v %v", problems, err)
 	}
 	for name, labels := range map[string]int{
-		"regiond_watch_resyncs_total":         7,
+		"regiond_watch_resyncs_total":         9,
 		"regiond_watch_reopens_total":         6,
 		"regiond_watch_create_failures_total": 5,
 		"regiond_watch_silence_probes_total":  5,

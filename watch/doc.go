@@ -29,7 +29,7 @@
 //
 // # Relist or reopen
 //
-// Besides the first list and the retries of a failed one, only five things
+// Besides the first list and the retries of a failed one, only these
 // relist (list again and replace the state; metric
 // regiond_watch_resyncs_total{reason}): a compaction past the applied
 // revision (at once), an event out of order or at or below a progress
@@ -39,7 +39,8 @@
 // ended, or in place of a silent one, is kept only once a keys-only read
 // of the prefix at the applied revision finds the state's key count and
 // newest keys (a cluster restored from an older backup and written past
-// that revision since).
+// that revision since); and a watch that cannot catch up from the applied
+// revision (below: Expired tokens behind the proxy).
 //
 // Everything else reopens: a new watch from applied+1, no list, and history
 // replays whatever the old watch missed (regiond_watch_reopens_total
@@ -118,6 +119,26 @@
 // serves from another broadcast (TestProxyDeadBroadcast). The bare prefix,
 // the one key between them, is no key of the state: lists, probes and
 // watches skip it.
+//
+// # Expired tokens behind the proxy
+//
+// With authentication on, the proxy opens all its upstream watches on one
+// gRPC stream carrying the token of the watcher that opened it, and etcd
+// checks each new upstream watch against that token: once it has expired
+// (--auth-token-ttl after its last use; the watcher itself uses it for
+// nothing more), every new one is refused, and the proxy never says so
+// (etcd issue 19296). A watch from at or past the revision of a broadcast
+// the proxy has is joined to it and needs none; one from an applied
+// revision behind it (a mirror cut off or paused while changes were made)
+// needs one. So a creation not answered on a connection up all along is
+// followed by a probe: changes past the applied revision relist
+// (ReasonUncreated), and the next watch starts at etcd's revision; none,
+// and it starts there at once. The broadcast it is joined to may itself
+// be a refused one (it counts a response, so the proxy joins watchers to
+// it, and keeps it while any is left): a watch opened since one was found
+// behind or not created that delivers nothing and is found behind relists
+// too (ReasonBehind), and until a watch delivers, silent ones are probed
+// after half a progress interval (TestProxyExpiredTokenStream).
 //
 // One limit of the proxy: it does not honour WithRequireLeader for the
 // watches it forwards (v3.7.3 reads the metadata from the outgoing context of

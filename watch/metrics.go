@@ -61,7 +61,7 @@ func newMetrics(m *Mirror, reg prometheus.Registerer) (*metrics, error) {
 		swaps: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "table_swaps_total", Help: "Routing tables swapped in."}),
 	}
-	for _, r := range []string{ReasonInitial, ReasonCompacted, ReasonOutOfOrder, ReasonRegressed, ReasonCluster, ReasonDiverged, ReasonListFailed} {
+	for _, r := range []string{ReasonInitial, ReasonCompacted, ReasonOutOfOrder, ReasonRegressed, ReasonCluster, ReasonDiverged, ReasonListFailed, ReasonBehind, ReasonUncreated} {
 		mt.resyncs.WithLabelValues(r)
 	}
 	for _, r := range []string{ReasonSilent, ReasonClosed, ReasonError, ReasonNoLeader, ReasonDisconnected, ReasonPermission} {

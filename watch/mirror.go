@@ -189,6 +189,12 @@ type Mirror struct {
 	// the state: lists and probes skip it too), but etcd's grpc-proxy keeps
 	// one upstream watch per range. See silent.
 	otherRange bool
+	// stuck: a watch was found behind etcd, or its creation went
+	// unanswered, and no watch has delivered since, nor has a probe found
+	// the table current. A watch opened meanwhile is probed after half a
+	// progress interval of silence, not three, and relists when found
+	// behind (ReasonBehind). See silent and uncreated.
+	stuck bool
 	// progressIgnored: progress requests go unanswered on this path (etcd's
 	// grpc-proxy drops them), so none are sent until a notification comes.
 	progressIgnored bool

@@ -54,25 +54,27 @@ func (m *Mirror) silent(ctx context.Context, s *stream) (*stream, string) {
 			}
 		}
 		s.probedPast = s.probedPast || rev >= s.start
-		s.heard = time.Now()
+		s.heard, m.stuck = time.Now(), false
 		return s, ""
 	case probeRegressed:
 		return nil, ReasonRegressed
 	case probeCluster:
 		return nil, ReasonCluster
 	}
-	if res == probeBehind && s.afterBehind && !s.answered {
-		// The watch that replaced one found behind heard nothing either:
-		// behind etcd's grpc-proxy it was joined to a dead upstream watch
-		// (below), or to one etcd refused (an expired token: see
-		// ReasonBehind). A list lets the next watch start at etcd's
+	if res == probeBehind && m.stuck && !s.answered {
+		// A watch opened since one was found behind, or not created,
+		// heard nothing either: behind etcd's grpc-proxy it was joined
+		// to a dead upstream watch (below), or to one etcd refused (an
+		// expired token: see ReasonBehind), which another stuck watcher
+		// keeps in the proxy. A list lets the next watch start at etcd's
 		// revision, where the proxy's live upstream watch can take it.
 		m.otherRange = !m.otherRange
-		m.log.Warn("the watch that replaced one found behind etcd heard nothing either: relisting, so that the next starts at etcd's revision (behind etcd's grpc-proxy with authentication on: see docs/operations.md)",
+		m.log.Warn("a watch opened since one was found behind etcd heard nothing either: relisting, so that the next starts at etcd's revision (behind etcd's grpc-proxy with authentication on: see docs/operations.md)",
 			"applied_revision", m.applied, "revision", rev)
 		return nil, ReasonBehind
 	}
 	if res == probeBehind {
+		m.stuck = true
 		// etcd holds changes the watch was created to deliver and did not:
 		// the path that serves it is broken. Behind etcd's grpc-proxy that
 		// path can be a dead broadcast (the proxy's own watch on etcd ended,
@@ -99,14 +101,14 @@ func (m *Mirror) silent(ctx context.Context, s *stream) (*stream, string) {
 		}
 		return nil, why
 	}
-	next.afterBehind = res == probeBehind
 	m.metrics.reopens.WithLabelValues(ReasonSilent).Inc()
 	m.log.Info("silent watch replaced by a new one from the applied revision", "probe", res, "applied_revision", m.applied)
 	return next, ""
 }
 
 // uncreated handles a watch whose creation went unanswered (abandoned as
-// createTimeout). Behind etcd's grpc-proxy with authentication on, that is
+// createTimeout) on a connection up all along (a creation asked while the
+// connection is down waits for it; that outage is no sign of this). Behind etcd's grpc-proxy with authentication on, that is
 // a new upstream watch etcd refused (the proxy's one upstream stream
 // carries the token of the watcher that opened it, which may have expired),
 // which the proxy never passes on; a watch from at or past the revision of
@@ -119,9 +121,11 @@ func (m *Mirror) silent(ctx context.Context, s *stream) (*stream, string) {
 // nothing: the watch is opened again from the applied revision, backing
 // off. It returns a relist reason, or "".
 func (m *Mirror) uncreated(ctx context.Context) string {
-	m.otherRange = !m.otherRange
-	switch res, _ := m.probe(clientv3.WithRequireLeader(ctx), false); res {
+	m.otherRange, m.stuck = !m.otherRange, true
+	switch res, rev := m.probe(clientv3.WithRequireLeader(ctx), false); res {
 	case probeBehind:
+		m.log.Warn("a watch's creation went unanswered while etcd holds changes past the table: relisting, so that the next starts at etcd's revision (behind etcd's grpc-proxy with authentication on: see docs/operations.md)",
+			"applied_revision", m.applied, "revision", rev)
 		return ReasonUncreated
 	case probeRegressed:
 		return ReasonRegressed

@@ -126,37 +126,46 @@ func TestSilentReopenMakesBeforeBreak(t *testing.T) {
 	}
 }
 
-// TestBehindTwiceRelists: a watch that replaced one found behind etcd, and
-// heard nothing since, found behind in its turn ends in a relist
-// (ReasonBehind): reopening from the applied revision again would be
-// joined by etcd's grpc-proxy to the same dead upstream watch, or need a
-// new one etcd refuses (an expired token). One that delivered something
-// since is replaced as any silent watch is; so is the first found behind
-// (TestSilentReopenMakesBeforeBreak). And a watch whose creation went
-// unanswered relists when etcd holds changes past the applied revision,
-// and opens again at etcd's revision when it holds none.
+// TestBehindTwiceRelists: a watch opened since one was found behind etcd
+// (the mirror stuck), that heard nothing since, found behind in its turn
+// ends in a relist (ReasonBehind): reopening from the applied revision
+// again would be joined by etcd's grpc-proxy to the same dead upstream
+// watch, or need a new one etcd refuses (an expired token). One that
+// delivered something since is replaced as any silent watch is; so is the
+// first found behind, which makes the mirror stuck
+// (TestSilentReopenMakesBeforeBreak). A probe that finds the table current
+// ends it. And a watch whose creation went unanswered relists when etcd
+// holds changes past the applied revision, and opens again at etcd's
+// revision when it holds none; either way the mirror is stuck until a
+// watch delivers.
 func TestBehindTwiceRelists(t *testing.T) {
 	m, cli, r0 := listedMirror(t)
 	ctx := context.Background()
 	if _, err := cli.Put(ctx, faultPrefix+"pools/zz", zzA); err != nil {
 		t.Fatal(err)
 	}
-	quiet := &stream{ctx: ctx, start: r0 + 1, afterBehind: true}
-	if next, why := m.silent(ctx, quiet); next != nil || why != ReasonBehind || !relists(why) {
-		t.Fatalf("a replacement that heard nothing, behind again: next %v, %q; want a relist (%s)", next, why, ReasonBehind)
-	}
-	heard := &stream{ctx: ctx, start: r0 + 1, afterBehind: true, answered: true}
-	next, why := m.silent(ctx, heard)
-	if next == nil {
-		t.Fatalf("a replacement that delivered, behind: %q; want a new watch", why)
+	first := &stream{ctx: ctx, start: r0 + 1}
+	next, why := m.silent(ctx, first)
+	if next == nil || !m.stuck {
+		t.Fatalf("the first watch found behind: %q, stuck %v; want a new watch, and the mirror stuck", why, m.stuck)
 	}
 	next.cancel()
-	if !next.afterBehind {
-		t.Fatal("the watch replacing one found behind is not marked so")
+	if m.silentAfter() >= m.cfg.ProgressInterval {
+		t.Fatalf("stuck, a watch is probed after %v of silence; want less than one progress interval (%v)", m.silentAfter(), m.cfg.ProgressInterval)
 	}
+	quiet := &stream{ctx: ctx, start: r0 + 1}
+	if next, why := m.silent(ctx, quiet); next != nil || why != ReasonBehind || !relists(why) {
+		t.Fatalf("a watch that heard nothing, behind while stuck: next %v, %q; want a relist (%s)", next, why, ReasonBehind)
+	}
+	heard := &stream{ctx: ctx, start: r0 + 1, answered: true}
+	next, why = m.silent(ctx, heard)
+	if next == nil {
+		t.Fatalf("a watch that delivered, behind while stuck: %q; want a new watch", why)
+	}
+	next.cancel()
 
-	if why := m.uncreated(ctx); why != ReasonUncreated {
-		t.Fatalf("uncreated with a change past the applied revision: %q, want %s", why, ReasonUncreated)
+	if why := m.uncreated(ctx); why != ReasonUncreated || !m.stuck {
+		t.Fatalf("uncreated with a change past the applied revision: %q, stuck %v; want %s, stuck", why, m.stuck, ReasonUncreated)
 	}
 	rev, err := m.relist(ctx, ReasonUncreated)
 	if err != nil {
@@ -168,5 +177,9 @@ func TestBehindTwiceRelists(t *testing.T) {
 	}
 	if why := m.uncreated(ctx); why != "" || m.applied != p.Header.Revision {
 		t.Fatalf("uncreated with nothing changed since %d: %q, applied %d; want to open again from etcd's revision %d", rev, why, m.applied, p.Header.Revision)
+	}
+	current := &stream{ctx: ctx, start: m.applied + 1}
+	if n, why := m.silent(ctx, current); n != current || m.stuck {
+		t.Fatalf("a probe that finds the table current: %q, stuck %v; want the watch kept and the mirror no longer stuck", why, m.stuck)
 	}
 }

@@ -31,9 +31,6 @@ type stream struct {
 	heard      time.Time // when it last answered, or a probe confirmed the table
 	probedPast bool      // a probe found etcd's revision at or past start
 	answered   bool      // it delivered a response after its creation
-	// afterBehind: it replaced a watch a silence probe found behind etcd
-	// (see Mirror.silent).
-	afterBehind bool
 }
 
 // createTimeout is the create failures metric's reason for a creation not
@@ -64,9 +61,6 @@ func (m *Mirror) follow(ctx context.Context, bo *backoff.Backoff, publish func()
 		// answering now may hold another history (see verify).
 		s, why := m.open(ctx, publish, again)
 		publish = nil
-		if s == nil && why == createTimeout && ctx.Err() == nil {
-			why = m.uncreated(ctx)
-		}
 		if s == nil {
 			if ctx.Err() != nil || relists(why) {
 				return why
@@ -115,10 +109,12 @@ func (m *Mirror) follow(ctx context.Context, bo *backoff.Backoff, publish func()
 // comes first (see Mirror.list), and in any case before open returns.
 // With check, the watch is kept only once verify finds etcd's prefix at
 // the applied revision to be the state; a failed check counts as a failed
-// creation.
+// creation. A creation not answered on a connection up all along may end
+// in a relist reason (see uncreated).
 func (m *Mirror) open(ctx context.Context, publish func(), check bool) (*stream, string) {
 	p := newDuePublish(publish)
 	defer p.now()
+	ready := m.transportReady()
 	s, chc := m.startWatch(ctx)
 	created, why := m.awaitCreation(ctx, s, chc, p)
 	if created && check {
@@ -128,6 +124,12 @@ func (m *Mirror) open(ctx context.Context, publish func(), check bool) (*stream,
 	}
 	if !created {
 		m.abandon(ctx, s, chc, why)
+		if why == createTimeout && ready && m.transportReady() && ctx.Err() == nil {
+			// Not answered on a connection up all along: see uncreated.
+			if r := m.uncreated(ctx); r != "" {
+				why = r
+			}
+		}
 		return nil, why
 	}
 	s.opened = time.Now()
@@ -309,7 +311,6 @@ func PermissionDenied(err error) bool {
 func (m *Mirror) serve(ctx context.Context, s *stream) (string, *stream) {
 	tick := time.NewTicker(m.cfg.ProgressInterval)
 	defer tick.Stop()
-	silentAfter := 3*m.cfg.ProgressInterval - m.cfg.ProgressInterval/2 // the third tick
 	for {
 		select {
 		case <-ctx.Done():
@@ -318,14 +319,14 @@ func (m *Mirror) serve(ctx context.Context, s *stream) (string, *stream) {
 			if why := m.drain(s.ch, resp, ok); why != "" {
 				return why, s
 			}
-			s.heard, s.answered = time.Now(), true
+			s.heard, s.answered, m.stuck = time.Now(), true, false
 		case <-tick.C:
 			if !m.transportReady() {
 				m.log.Warn("no connection to etcd; watching again once there is one",
 					append([]any{"applied_revision", m.applied}, m.unreachable(ctx)...)...)
 				return ReasonDisconnected, s
 			}
-			if time.Since(s.heard) < silentAfter {
+			if time.Since(s.heard) < m.silentAfter() {
 				m.requestProgress(s)
 				continue
 			}
@@ -339,6 +340,17 @@ func (m *Mirror) serve(ctx context.Context, s *stream) (string, *stream) {
 			}
 		}
 	}
+}
+
+// silentAfter is how long a watch may answer nothing before a probe asks
+// etcd whether it is behind: until the third progress tick, or, while the
+// mirror is stuck (a watch found behind or not created, none heard since),
+// the first.
+func (m *Mirror) silentAfter() time.Duration {
+	if m.stuck {
+		return m.cfg.ProgressInterval / 2
+	}
+	return 3*m.cfg.ProgressInterval - m.cfg.ProgressInterval/2
 }
 
 // transportReady reports whether the client has a connection to some
