@@ -85,20 +85,8 @@ func TestProxyRestartWithAuth(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an etcd process and its grpc-proxy")
 	}
-	c := etcdproc.Start(t, etcdproc.Config{Members: 1, Args: []string{"--auth-token-ttl=2"}})
-	direct := c.Client(t)
-	ctx := context.Background()
-	loadExample(t, direct)
-	if err := devetcd.EnableAuth(ctx, direct, devetcd.Auth{RootPassword: "root-pw", User: "agent", Password: "agent-pw", Prefix: "/regiond/"}); err != nil {
-		t.Fatal(err)
-	}
-	p := c.StartProxy(t, etcdproc.ProxyConfig{AuthOn: true})
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{p.URL()}, DialTimeout: 5 * time.Second, Username: "agent", Password: "agent-pw", Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	m := startMirror(t, cli, watch.Config{})
+	c, p, agent := shortTokenProxy(t)
+	m := startMirror(t, agent(p.URL()), watch.Config{})
 	connected := func(s watch.Status) bool { return s.Connected }
 	watchStatus(t, m, "connected", 30*time.Second, connected, func(watch.Status) error { return nil })
 	root := direct2(t, c)
@@ -130,22 +118,8 @@ func TestProxyExpiredTokenStream(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an etcd process and its grpc-proxy")
 	}
-	c := etcdproc.Start(t, etcdproc.Config{Members: 1, Args: []string{"--auth-token-ttl=2"}})
-	direct := c.Client(t)
+	c, p, agent := shortTokenProxy(t)
 	ctx := context.Background()
-	loadExample(t, direct)
-	if err := devetcd.EnableAuth(ctx, direct, devetcd.Auth{RootPassword: "root-pw", User: "agent", Password: "agent-pw", Prefix: "/regiond/"}); err != nil {
-		t.Fatal(err)
-	}
-	p := c.StartProxy(t, etcdproc.ProxyConfig{AuthOn: true})
-	agent := func(endpoint string) *clientv3.Client {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Username: "agent", Password: "agent-pw", Logger: zap.NewNop()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cli.Close() })
-		return cli
-	}
 	// Another agent's watch opens the proxy's upstream stream first, and
 	// keeps it: its token is the stream's.
 	wctx, stopFirst := context.WithCancel(ctx)
@@ -181,4 +155,29 @@ func TestProxyExpiredTokenStream(t *testing.T) {
 	rev = putWithin(t, root, "routes/DE", deRoute(30))
 	waitUntil(t, m, "the change after", func(tb *routing.Table) bool { return tb.Revision() >= rev })
 	watchStatus(t, m, "connected", 30*time.Second, connected, func(watch.Status) error { return nil })
+}
+
+// shortTokenProxy starts an etcd process whose tokens expire 2 s after
+// their last use (--auth-token-ttl), with the example fleet loaded,
+// authentication on (root-pw; user agent may read /regiond/) and a
+// grpc-proxy in front of it; agent returns a client of user agent at an
+// endpoint, closed when the test ends.
+func shortTokenProxy(t *testing.T) (c *etcdproc.Cluster, p *etcdproc.Proxy, agent func(endpoint string) *clientv3.Client) {
+	t.Helper()
+	c = etcdproc.Start(t, etcdproc.Config{Members: 1, Args: []string{"--auth-token-ttl=2"}})
+	direct := c.Client(t)
+	loadExample(t, direct)
+	if err := devetcd.EnableAuth(context.Background(), direct, devetcd.Auth{RootPassword: "root-pw", User: "agent", Password: "agent-pw", Prefix: "/regiond/"}); err != nil {
+		t.Fatal(err)
+	}
+	p = c.StartProxy(t, etcdproc.ProxyConfig{AuthOn: true})
+	agent = func(endpoint string) *clientv3.Client {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Username: "agent", Password: "agent-pw", Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cli.Close() })
+		return cli
+	}
+	return c, p, agent
 }
