@@ -138,7 +138,7 @@
 // it, and keeps it while any is left): a watch opened since one was found
 // behind or not created that delivers nothing and is found behind relists
 // too (ReasonBehind), and until a watch delivers, silent ones are probed
-// after half a progress interval (TestProxyExpiredTokenStream).
+// at the next progress tick (TestProxyExpiredTokenStream).
 //
 // One limit of the proxy: it does not honour WithRequireLeader for the
 // watches it forwards (v3.7.3 reads the metadata from the outgoing context of

@@ -191,9 +191,9 @@ type Mirror struct {
 	otherRange bool
 	// stuck: a watch was found behind etcd, or its creation went
 	// unanswered, and no watch has delivered since, nor has a probe found
-	// the table current. A watch opened meanwhile is probed after half a
-	// progress interval of silence, not three, and relists when found
-	// behind (ReasonBehind). See silent and uncreated.
+	// the table current. A silent watch opened meanwhile is probed at the
+	// next progress tick, not the third, and relists when found behind
+	// (ReasonBehind). See silent and uncreated.
 	stuck bool
 	// progressIgnored: progress requests go unanswered on this path (etcd's
 	// grpc-proxy drops them), so none are sent until a notification comes.
