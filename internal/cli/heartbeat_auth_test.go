@@ -187,6 +187,11 @@ func TestHeartbeatRoleRevokedUnderIt(t *testing.T) {
 	// refused. The first refusal was put right meanwhile, so this one is
 	// news: at ERROR again (it was logged at debug when the watch ended
 	// before the marker changed).
+	// The marker's watch stream is there to cut (under CI's load it was
+	// not yet when the marker was back: a nil cut).
+	if _, ok := waitFor(30*time.Second, func() bool { return cutWatch.Load() != nil }); !ok {
+		t.Fatalf("the heartbeat opened no watch stream:\n%s", h.errb.String())
+	}
 	if _, err := e.root.UserRevokeRole(ctx, rbacOrigin, rbacOrigin); err != nil {
 		t.Fatal(err)
 	}
