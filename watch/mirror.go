@@ -125,7 +125,7 @@ const noLeaderMsg = "the etcd member answering has no leader: a quorum of member
 // token (by a watcher from before `etcdctl auth enable`).
 const (
 	silentReadsMsg    = "etcd takes the connection but answers no read within the request timeout: the member may have lost its leader (behind a grpc-proxy, which does not pass \"no leader\" on: check the proxy's members, etcdctl endpoint status -w table) or be overloaded"
-	uncreatedWatchMsg = "etcd takes the connection but does not answer the creation of a watch within the request timeout: behind etcd's grpc-proxy with authentication on, the proxy's one upstream stream carries the token of the watcher that opened it, and once that token is not valid (expired: --auth-token-ttl; that watcher connected before auth was enabled; etcd restored or restarted) etcd refuses each new upstream watch (this agent relists to join the proxy's live one, and keeps its table current so): restart the proxy, then this agent if it stays disconnected; else the member may have lost its leader or be overloaded"
+	uncreatedWatchMsg = "etcd takes the connection but does not answer the creation of a watch within the request timeout: behind etcd's grpc-proxy with authentication on, the proxy's one upstream stream carries the token of the watcher that opened it, and once that token is not valid (expired: --auth-token-ttl; that watcher connected before auth was enabled; etcd restored or restarted) etcd refuses each new upstream watch (this agent starts its next watch at etcd's revision, after a list when etcd moved on, to join the proxy's live one): restart the proxy, then this agent if it stays disconnected; else the member may have lost its leader or be overloaded"
 )
 
 // Mirror keeps a routing.Table equal to the routing prefix of etcd.
@@ -191,10 +191,13 @@ type Mirror struct {
 	otherRange bool
 	// stuck: a watch was found behind etcd, or its creation went
 	// unanswered, and no watch has delivered since, nor has a probe found
-	// the table current. A silent watch opened meanwhile is probed at the
-	// next progress tick, not the third, and relists when found behind
-	// (ReasonBehind). See silent and uncreated.
+	// the table current (a silence probe). A silent watch opened
+	// meanwhile is probed at the next progress tick, not the third, and
+	// relists when found behind (ReasonBehind). See silent and uncreated.
 	stuck bool
+	// unanswered counts the watch creations in a row not answered on a
+	// connection up all along (see open).
+	unanswered int
 	// progressIgnored: progress requests go unanswered on this path (etcd's
 	// grpc-proxy drops them), so none are sent until a notification comes.
 	progressIgnored bool

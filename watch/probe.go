@@ -107,9 +107,10 @@ func (m *Mirror) silent(ctx context.Context, s *stream) (*stream, string) {
 }
 
 // uncreated handles a watch whose creation went unanswered (abandoned as
-// createTimeout) on a connection up all along (a creation asked while the
-// connection is down waits for it; that outage is no sign of this). Behind etcd's grpc-proxy with authentication on, that is
-// a new upstream watch etcd refused (the proxy's one upstream stream
+// createTimeout) on a connection up all along, the second in a row (a
+// creation asked while the connection is down waits for it; that outage
+// is no sign of this). Behind etcd's grpc-proxy with authentication on,
+// that is a new upstream watch etcd refused (the proxy's one upstream stream
 // carries the token of the watcher that opened it, which may have expired),
 // which the proxy never passes on; a watch from at or past the revision of
 // an upstream watch the proxy has is joined to it and needs no new one. So

@@ -80,7 +80,10 @@ func (m *Mirror) follow(ctx context.Context, bo *backoff.Backoff, publish func()
 		// the backoff's first delay instead of where earlier failures left
 		// it (up to 30 s: one list failing after a compaction would then
 		// leave the agent that long behind).
-		healthy := time.Since(s.opened) >= healthyAfter
+		// A watch found stuck behind a proxy (behind, uncreated) lasted
+		// without following: no success, or a stuck agent would relist
+		// every few seconds at the backoff's first delay.
+		healthy := time.Since(s.opened) >= healthyAfter && why != ReasonBehind && why != ReasonUncreated
 		if healthy {
 			bo.Reset()
 		}
@@ -125,13 +128,18 @@ func (m *Mirror) open(ctx context.Context, publish func(), check bool) (*stream,
 	if !created {
 		m.abandon(ctx, s, chc, why)
 		if why == createTimeout && ready && m.transportReady() && ctx.Err() == nil {
-			// Not answered on a connection up all along: see uncreated.
-			if r := m.uncreated(ctx); r != "" {
-				why = r
+			// Not answered on a connection up all along, twice in a row
+			// (once alone is as likely a loaded etcd, which a relist
+			// would load more): see uncreated.
+			if m.unanswered++; m.unanswered >= 2 {
+				if r := m.uncreated(ctx); r != "" {
+					why = r
+				}
 			}
 		}
 		return nil, why
 	}
+	m.unanswered = 0
 	s.opened = time.Now()
 	s.heard = s.opened
 	m.downAt = time.Time{}
