@@ -284,11 +284,7 @@ func TestHistoryKeySearchIsCapped(t *testing.T) {
 // and that explanation, with 17 records kept).
 func TestHistoryNamesADeletedRecord(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.seed()                       // epoch 1
-	for w := 60; w > 10; w -= 10 { // 2 to 6
-		e.must(ExitOK, "route", "set", "PL", "--target", fmt.Sprintf("eu-central=%d", w), "--target", fmt.Sprintf("eu-west=%d", 100-w))
-	}
+	e := epochsOfPL(t, 6)
 	if r := e.must(ExitOK, "history", "--limit", "0"); strings.Contains(r.stderr, "missing") {
 		t.Fatalf("history of a whole trail warns:\n%s", r)
 	}
@@ -328,11 +324,7 @@ func TestHistoryNamesADeletedRecord(t *testing.T) {
 // silent (only history 1 explained it).
 func TestHistoryNamesDeletedOldestRecords(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.seed()                       // epoch 1
-	for w := 60; w > 30; w -= 10 { // 2 to 4
-		e.must(ExitOK, "route", "set", "PL", "--target", fmt.Sprintf("eu-central=%d", w), "--target", fmt.Sprintf("eu-west=%d", 100-w))
-	}
+	e := epochsOfPL(t, 4)
 	if _, err := testClient.Delete(context.Background(), e.ks.Audit(1)); err != nil {
 		t.Fatal(err)
 	}
@@ -351,4 +343,16 @@ func TestHistoryNamesDeletedOldestRecords(t *testing.T) {
 	if r := e.must(ExitOK, "history"); !strings.Contains(r.stderr, "the audit records of epochs 1 to 2 are missing, though regionctl keeps the newest 10000 and the current epoch is 4 (the oldest record kept is of epoch 3)") {
 		t.Errorf("history after epochs 1 and 2's records were deleted: %s; want both named", r)
 	}
+}
+
+// epochsOfPL returns an env whose epochs 1 to last are the seed, then
+// route set PL with new weights each time.
+func epochsOfPL(t *testing.T, last int) *tenv {
+	t.Helper()
+	e := newEnv(t)
+	e.seed() // epoch 1
+	for w := 60; w > 60-10*(last-1); w -= 10 {
+		e.must(ExitOK, "route", "set", "PL", "--target", fmt.Sprintf("eu-central=%d", w), "--target", fmt.Sprintf("eu-west=%d", 100-w))
+	}
+	return e
 }
