@@ -107,6 +107,7 @@ func (a *app) runHistory(ctx context.Context, limit int64) error {
 	if len(recs) > 0 {
 		a.warnOldestMissing(ctx, st, recs[len(recs)-1].Epoch)
 	}
+	a.warnNewestMissing(ctx, st)
 	return a.printer().print(recs, func(w io.Writer) {
 		row(w, "EPOCH", "AT", "USER", "KEYS", "REASON", "COMMAND")
 		for _, r := range recs {
@@ -164,6 +165,7 @@ func (a *app) runHistoryKeys(ctx context.Context, specs []string, limit int64) e
 		}
 	}
 	a.warnMissing(st, res.Missing)
+	a.warnNewestMissing(ctx, st)
 	if res.Newest > 0 && !res.Capped && (limit == 0 || int64(len(res.Records)) < limit) {
 		// Searched back to the oldest record kept.
 		a.warnOldestMissing(ctx, st, res.Oldest)
@@ -258,6 +260,55 @@ func (a *app) warnOldestMissing(ctx context.Context, st *store.Store, oldest int
 	}
 	fmt.Fprintf(a.stderr, "regionctl: warning: the audit %s missing, though regionctl keeps the newest %d and the current epoch is %d (the oldest record kept is of epoch %d): deleted around regionctl (by hand? the operator role can write %s), so the changes of those epochs are not listed, and rollback cannot rebuild a config through them\n",
 		what, store.DefaultAuditKeep, cur, oldest, ks.AuditPrefix())
+}
+
+// warnNewestMissing names on stderr the epochs up to the current one
+// whose audit records are missing above the newest record kept: every
+// commit writes its record in the Txn that sets the epoch, so these were
+// deleted around regionctl, or the epoch key was put forward by hand
+// (warnMissing sees only the holes between records kept, which a later
+// commit would make of these). The epoch key and the newest audit key
+// are read in one Txn, at one revision: a commit meanwhile cannot make
+// up a hole.
+func (a *app) warnNewestMissing(ctx context.Context, st *store.Store) {
+	ks := st.Keyspace()
+	rctx, cancel := context.WithTimeout(ctx, a.commandTimeout)
+	defer cancel()
+	newestKey := append([]clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly()}, clientv3.WithLastKey()...)
+	resp, err := st.Client().Txn(rctx).Then(clientv3.OpGet(ks.Epoch()), clientv3.OpGet(ks.AuditPrefix(), newestKey...)).Commit()
+	if err != nil {
+		fmt.Fprintf(a.stderr, "regionctl: warning: could not check the list for missing records: read the epoch key %s and the newest audit key: %v\n", ks.Epoch(), err)
+		return
+	}
+	epochKVs := resp.Responses[0].GetResponseRange().GetKvs()
+	if len(epochKVs) == 0 {
+		return
+	}
+	cur, err := strconv.ParseInt(strings.TrimSpace(string(epochKVs[0].Value)), 10, 64)
+	if err != nil || cur < 1 {
+		return // a malformed epoch key: other verbs name it
+	}
+	var newest int64
+	if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		if newest, err = ks.ParseAudit(string(kvs[0].Key)); err != nil {
+			return // a key put by hand under audit/ sorts last: not a record
+		}
+	}
+	from := max(newest+1, cur-store.DefaultAuditKeep+1, 1)
+	if from > cur {
+		return
+	}
+	gap := store.EpochRange{From: from, To: cur}
+	what := "record of epoch " + gap.String() + " is"
+	if gap.To > gap.From {
+		what = "records of epochs " + gap.String() + " are"
+	}
+	kept := "no record is kept"
+	if newest > 0 {
+		kept = fmt.Sprintf("the newest record kept is of epoch %d", newest)
+	}
+	fmt.Fprintf(a.stderr, "regionctl: warning: the audit %s missing, though the current epoch is %d (%s): deleted around regionctl (by hand? the operator role can write %s; regionctl deletes only the oldest records), or the epoch key %s put forward by hand, so the changes of those epochs are not listed, and rollback cannot rebuild a config through them\n",
+		what, cur, kept, ks.AuditPrefix(), ks.Epoch())
 }
 
 // keyFilter is what history --touching matches: changes of keys, and of the

@@ -345,6 +345,36 @@ func TestHistoryNamesDeletedOldestRecords(t *testing.T) {
 	}
 }
 
+// TestHistoryNamesDeletedNewestRecords: records deleted by hand above the
+// newest one kept, up to the current epoch, are named (no hole between
+// records kept shows them), and once a commit is past them the hole is.
+func TestHistoryNamesDeletedNewestRecords(t *testing.T) {
+	t.Parallel()
+	e := epochsOfPL(t, 4)
+	if r := e.must(ExitOK, "history"); strings.Contains(r.stderr, "missing") {
+		t.Fatalf("history with every record kept warns:\n%s", r)
+	}
+	if _, err := testClient.Delete(context.Background(), e.ks.Audit(4)); err != nil {
+		t.Fatal(err)
+	}
+	want := "regionctl: warning: the audit record of epoch 4 is missing, though the current epoch is 4 (the newest record kept is of epoch 3): deleted around regionctl"
+	for _, args := range [][]string{{"history"}, {"history", "--limit", "1", "-o", "json"}, {"history", "--touching", "PL"}} {
+		if r := e.must(ExitOK, args...); !strings.Contains(r.stderr, want) {
+			t.Errorf("%s after epoch 4's record was deleted: %s; want %q", strings.Join(args, " "), r, want)
+		}
+	}
+	if _, err := testClient.Delete(context.Background(), e.ks.AuditPrefix(), clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.must(ExitOK, "history"); !strings.Contains(r.stderr, "the audit records of epochs 1 to 4 are missing, though the current epoch is 4 (no record is kept)") {
+		t.Errorf("history after every record was deleted: %s; want epochs 1 to 4 named", r)
+	}
+	e.must(ExitOK, "route", "set", "PL", "--target", "eu-central=50", "--target", "eu-west=50") // epoch 5
+	if r := e.must(ExitOK, "history"); strings.Contains(r.stderr, "missing, though the current epoch") || !strings.Contains(r.stderr, "epochs 1 to 4 are missing") {
+		t.Errorf("history with the newest record kept: want only the oldest records named (epochs 1 to 4):\n%s", r)
+	}
+}
+
 // epochsOfPL returns an env whose epochs 1 to last are the seed, then
 // route set PL with new weights each time.
 func epochsOfPL(t *testing.T, last int) *tenv {
