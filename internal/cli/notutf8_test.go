@@ -34,3 +34,20 @@ func TestValueNotUTF8IsNamed(t *testing.T) {
 		t.Errorf("validate -f of a file not UTF-8: want %q\n%s", want, r)
 	}
 }
+
+// TestReasonNotUTF8IsRefused: a --reason that is not UTF-8 is a usage
+// error naming the byte, before anything is written (the audit record is
+// JSON: it was written with U+FFFD in the byte's place).
+func TestReasonNotUTF8IsRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	r := e.must(ExitUsage, "pool", "drain", "eu-west", "--reason", "maint\x9bx")
+	if want := "--reason: byte 0x9b at offset 5 (counting from 0) begins no UTF-8 character"; !strings.Contains(r.stderr, want) || !utf8.ValidString(r.stderr) {
+		t.Errorf("a --reason not UTF-8: want %q, in UTF-8\n%s", want, r)
+	}
+	if r := e.must(ExitOK, "history", "--limit", "1", "-o", "json"); !strings.Contains(r.stdout, `"epoch": 1`) {
+		t.Errorf("a refused --reason wrote a record:\n%s", r)
+	}
+	e.must(ExitOK, "pool", "drain", "eu-west", "--reason", "maintenance — Zürich")
+}
