@@ -183,3 +183,26 @@ func TestBehindTwiceRelists(t *testing.T) {
 		t.Fatalf("a probe that finds the table current: %q, stuck %v; want the watch kept and the mirror no longer stuck", why, m.stuck)
 	}
 }
+
+// TestStuckWatchIsNoSuccess: a watch that lasted is a success for the
+// backoff (TestHealthyWatchResetsTheBackoff), unless it ended found stuck
+// (behind, or a replacement not created): reset, a stuck agent relisted,
+// a full list each time, every few seconds for good (the diff review).
+func TestStuckWatchIsNoSuccess(t *testing.T) {
+	opened := time.Now()
+	s := &stream{opened: opened}
+	lasted := opened.Add(healthyAfter)
+	for _, why := range []string{ReasonCompacted, ReasonClosed, ReasonError, ReasonDisconnected, ReasonSilent} {
+		if !s.followed(why, lasted) {
+			t.Errorf("a watch that lasted %v and ended %s: no success; want one (the backoff starts over)", healthyAfter, why)
+		}
+		if s.followed(why, lasted.Add(-time.Millisecond)) {
+			t.Errorf("a watch that ended %s before %v: a success; want none", why, healthyAfter)
+		}
+	}
+	for _, why := range []string{ReasonBehind, ReasonUncreated} {
+		if s.followed(why, opened.Add(time.Hour)) {
+			t.Errorf("a watch that lasted an hour and ended %s (stuck): a success; want none (the backoff keeps growing)", why)
+		}
+	}
+}

@@ -75,15 +75,7 @@ func (m *Mirror) follow(ctx context.Context, bo *backoff.Backoff, publish func()
 		s.cancel()
 		m.noteDown()
 		m.setConnected(false)
-		// A watch that lasted is a success: what failed before it (lists,
-		// opens) says nothing about the next attempts, which start over at
-		// the backoff's first delay instead of where earlier failures left
-		// it (up to 30 s: one list failing after a compaction would then
-		// leave the agent that long behind).
-		// A watch found stuck behind a proxy (behind, uncreated) lasted
-		// without following: no success, or a stuck agent would relist
-		// every few seconds at the backoff's first delay.
-		healthy := time.Since(s.opened) >= healthyAfter && why != ReasonBehind && why != ReasonUncreated
+		healthy := s.followed(why, time.Now())
 		if healthy {
 			bo.Reset()
 		}
@@ -102,6 +94,19 @@ func (m *Mirror) follow(ctx context.Context, bo *backoff.Backoff, publish func()
 		}
 	}
 	return ""
+}
+
+// followed reports whether s, ended at now for why, was a success for the
+// backoff. A watch that lasted is one: what failed before it (lists,
+// opens) says nothing about the next attempts, which start over at the
+// backoff's first delay instead of where earlier failures left it (up to
+// 30 s: one list failing after a compaction would then leave the agent
+// that long behind). A watch found stuck behind a proxy (behind,
+// uncreated) lasted without following: no success, or a stuck agent
+// would relist, a full list each time, every few seconds at the
+// backoff's first delay (the diff review saw it every ~6 s).
+func (s *stream) followed(why string, now time.Time) bool {
+	return now.Sub(s.opened) >= healthyAfter && why != ReasonBehind && why != ReasonUncreated
 }
 
 // open creates a watch from applied+1 and waits, up to RequestTimeout, for
