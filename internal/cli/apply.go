@@ -37,5 +37,5 @@ func (a *app) runApply(ctx context.Context, file string, prune bool, w writeOpts
 	if err != nil {
 		return err
 	}
-	return a.runWrite(ctx, w, filePlan(cfg, prune))
+	return a.runWrite(ctx, w, a.filePlan(cfg, configFileName(file), prune))
 }

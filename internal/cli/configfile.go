@@ -15,7 +15,10 @@ import (
 )
 
 // readConfigFile reads and strictly parses a config file. A missing file is
-// a usage error; a file that does not parse is refused (exit 1).
+// a usage error; a file that does not parse is refused (exit 1). It warns
+// of nothing: a file taken as the whole config is warned of as such
+// (warnConfig), one merged into the stored config as the config it makes
+// (mergedWarnings).
 func (a *app) readConfigFile(path string) (*routing.Config, error) {
 	if path == "" {
 		return nil, usagef("-f FILE is required (- reads standard input)")
@@ -24,7 +27,7 @@ func (a *app) readConfigFile(path string) (*routing.Config, error) {
 	var err error
 	if path == "-" {
 		data, err = io.ReadAll(a.stdin)
-		path = "(standard input)"
+		path = configFileName(path)
 	} else {
 		data, err = os.ReadFile(path)
 	}
@@ -46,8 +49,16 @@ func (a *app) readConfigFile(path string) (*routing.Config, error) {
 		}
 		return nil, refusef(path, "%v", err)
 	}
-	a.warnConfig(cfg, path)
 	return cfg, nil
+}
+
+// configFileName is how messages name the config file path ("-":
+// standard input).
+func configFileName(path string) string {
+	if path == "-" {
+		return "(standard input)"
+	}
+	return path
 }
 
 // warnConfig prints, on stderr, what in cfg is valid but likely not meant
@@ -60,11 +71,34 @@ func (a *app) warnConfig(cfg *routing.Config, where string) {
 	}
 }
 
+// mergedWarnings returns the warnings of cfg, the config that applying
+// the file path to the stored config makes (with prune, the file alone),
+// each saying where: a file applied in parts (pools first, then routes,
+// as a config over etcd's limits must be) was warned of as if it were the
+// whole config (a route file's fallback named no pool of its class,
+// though the pools stored were).
+func mergedWarnings(cfg *routing.Config, path string, prune bool) []string {
+	where := path
+	if !prune {
+		where = path + " with the stored config"
+	}
+	ws := routing.Warnings(cfg)
+	for i, w := range ws {
+		ws[i] = where + ": " + w
+	}
+	return ws
+}
+
 // filePlan is the build step of apply: the file's objects replace the
 // stored ones; with prune, stored config keys absent from the file go.
-func filePlan(file *routing.Config, prune bool) buildFunc {
+// What the merged config warns of is queued with the attempt.
+func (a *app) filePlan(file *routing.Config, path string, prune bool) buildFunc {
 	return func(_ context.Context, cur *store.State) (*store.Plan, error) {
-		return &store.Plan{Config: mergeConfig(cur.Config, file, prune), Prune: prune}, nil
+		cfg := mergeConfig(cur.Config, file, prune)
+		for _, w := range mergedWarnings(cfg, path, prune) {
+			a.warnAttempt("%s", w)
+		}
+		return &store.Plan{Config: cfg, Prune: prune}, nil
 	}
 }
 

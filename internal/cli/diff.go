@@ -97,6 +97,9 @@ func (a *app) runDiff(ctx context.Context, file string, prune, force, exitCode b
 		return err
 	}
 	plan := &store.Plan{Config: mergeConfig(cur.Config, cfg, prune), Prune: prune, Force: force}
+	for _, w := range mergedWarnings(plan.Config, configFileName(file), prune) {
+		fmt.Fprintf(a.stderr, "regionctl: warning: %s\n", w)
+	}
 	c, err := a.st.Check(cur, plan) // what apply checks, no less
 	if err != nil {
 		return err

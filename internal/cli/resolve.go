@@ -75,6 +75,7 @@ func (a *app) resolveTable(ctx context.Context, file string, opts routing.Compil
 		if err != nil {
 			return nil, err
 		}
+		a.warnConfig(cfg, configFileName(file))
 		return routing.CompileConfig(cfg, nil, opts)
 	}
 	if a.cert != "" && a.tlsKey == "" {

@@ -58,3 +58,32 @@ func TestEUTerritoriesStayInTheEU(t *testing.T) {
 		t.Fatalf("validate -f of a _default with fallbacks: %s; want the warning", r)
 	}
 }
+
+// TestApplyInPartsWarnsOfTheMergedConfig: a file applied without --prune
+// is warned of as the config it makes with the stored one, not as if it
+// were the whole config: a routes file applied after its pools (a config
+// over etcd's limits is applied in parts, as regionctl.md says) whose
+// fallback's pools are stored of the route's class gets no warning (it
+// was told the fallback could never serve the route), and one whose
+// fallback's stored pools are of another class gets it, saying so.
+func TestApplyInPartsWarnsOfTheMergedConfig(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	parts := writeFile(t, "routes.yaml", "routes:\n  PL: {targets: [{pool: eu-central, weight: 100}], fallback: [eu-spare]}\n  eu-spare: {targets: [{pool: eu-north, weight: 100}]}\n")
+	for _, args := range [][]string{{"diff", "-f", parts}, {"apply", "-f", parts, "--dry-run"}, {"apply", "-f", parts}} {
+		if r := e.must(ExitOK, args...); strings.Contains(r.stderr, "can never serve") {
+			t.Errorf("%s, its fallback's pool stored of class eu: %s; want no warning", strings.Join(args, " "), r)
+		}
+	}
+	wrong := writeFile(t, "wrong.yaml", "routes:\n  PL: {targets: [{pool: eu-central, weight: 100}], fallback: [us-spare]}\n  us-spare: {targets: [{pool: us-east, weight: 100}]}\n")
+	want := "regionctl: warning: " + wrong + " with the stored config: routes/PL: fallback us-spare can never serve PL (class eu): none of its pools (us-east) is of class eu"
+	for _, args := range [][]string{{"diff", "-f", wrong}, {"apply", "-f", wrong}} {
+		if r := e.must(ExitOK, args...); strings.Count(r.stderr, want) != 1 {
+			t.Errorf("%s, its fallback's pool stored of class us: %s; want once %q", strings.Join(args, " "), r, want)
+		}
+	}
+	if r := e.must(ExitRefused, "validate", "-f", parts); !strings.Contains(r.stderr, "regionctl: warning: "+parts+": routes/PL: fallback eu-spare can never serve PL") {
+		t.Errorf("validate -f of the routes file (the whole config: no pools, refused): %s; want the file warned of alone", r)
+	}
+}

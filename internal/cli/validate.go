@@ -74,6 +74,9 @@ func (a *app) runValidate(ctx context.Context, file string) error {
 func (a *app) configToValidate(ctx context.Context, file string) (*routing.Config, string, routing.Errors, error) {
 	if file != "" {
 		cfg, err := a.readConfigFile(file)
+		if err == nil {
+			a.warnConfig(cfg, configFileName(file))
+		}
 		return cfg, file, nil, err
 	}
 	st, err := a.store(ctx)

@@ -12,14 +12,17 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultPageSize       = 500
+	DefaultPageSize       = 5000
 	DefaultAuditKeep      = 10000
 	DefaultRequestTimeout = 5 * time.Second
 )
 
 // Options tune a Store. The zero value uses the defaults.
 type Options struct {
-	// PageSize is the number of keys read per Get when loading a prefix.
+	// PageSize is the number of keys read per Get when loading a prefix
+	// (default 5000, as the agents' list: etcd counts the rest of the
+	// range at every page, so small pages make a large prefix's read
+	// quadratic: 500 took 6.1 s for 200k health keys, 5000 1.1 s).
 	PageSize int64
 	// AuditKeep is the number of newest audit records kept; older ones are
 	// deleted by the Txn that writes a new one.
