@@ -138,3 +138,34 @@ func rowWith(out, first, s string) bool {
 	}
 	return false
 }
+
+// TestAgentRmSeveral: agent rm takes several nodes (a rack taken out of
+// the fleet: one call, not one per node); each is forgotten or refused
+// on its own, and any refusal exits 1 naming each.
+func TestAgentRmSeveral(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	lease := grantLease(t)
+	rev, _ := e.fingerprint()
+	now := time.Now().UTC().Format(time.RFC3339)
+	for _, n := range []string{"r1", "r2", "r3"} {
+		e.putNodeRecord(routing.AgentStatus{Node: n, Revision: rev, Connected: true, Version: "test", SyncedAt: now})
+	}
+	e.putAgentStatus(routing.AgentStatus{Node: "r3", Revision: rev, Connected: true, Version: "test", SyncedAt: now}, lease)
+	if r := e.run("agent", "rm"); r.code != ExitUsage || !strings.Contains(r.stderr, "takes one or more node names") {
+		t.Fatalf("agent rm with no node: %s; want a usage error", r)
+	}
+	if r := e.run("agent", "rm", "r1", "a/b"); r.code != ExitUsage || e.get(e.ks.Node("r1")) == "" {
+		t.Fatalf("agent rm r1 a/b: %s; want a usage error before anything is forgotten", r)
+	}
+	r := e.run("agent", "rm", "r1", "r2", "r3", "r9", "r1")
+	if r.code != ExitRefused || strings.Count(r.stdout, "forgot node ") != 2 || !strings.Contains(r.stdout, "forgot node r1 ") || !strings.Contains(r.stdout, "forgot node r2 ") ||
+		!strings.Contains(r.stderr, e.ks.Node("r3")+": ") || !strings.Contains(r.stderr, "its agent is live") ||
+		!strings.Contains(r.stderr, e.ks.Node("r9")+": ") || !strings.Contains(r.stderr, "no node record") || strings.Contains(r.stderr, e.ks.Node("r1")) {
+		t.Fatalf("agent rm r1 r2 r3 r9 r1: %s; want r1 and r2 forgotten, r3 (live) and r9 (no record) refused, exit 1", r)
+	}
+	if e.get(e.ks.Node("r1")) != "" || e.get(e.ks.Node("r2")) != "" || e.get(e.ks.Node("r3")) == "" {
+		t.Fatal("agent rm r1 r2 r3 r9: want r1 and r2's records gone, r3's kept")
+	}
+}
