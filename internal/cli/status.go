@@ -18,7 +18,7 @@ import (
 func (a *app) statusCmd() *cobra.Command {
 	var maxLag int64
 	cmd := &cobra.Command{
-		Use:   "status [--max-lag N] [--expect-agents N]",
+		Use:   "status [--max-lag N] [--expect-agents N] [--not-converged]",
 		Short: "Show which revision every live agent serves",
 		Long: `status lists the live agents (from <root>/agents/), after a summary (how
 many are converged, as --max-lag 0 counts, and how many run each version:
@@ -27,7 +27,16 @@ an upgrade's progress), with the revision and epoch each serves, its lag
 its newest key, or a delete an agent reports having applied) and its
 skipped keys: keys whose current value the agent refused, so that it
 serves their last good value or nothing, where another agent may serve
-something else. With --max-lag N it exits 5 when an agent lags more than N
+something else. The summary breaks the agents not converged down by
+why (a status key that does not decode, of another history, serving
+refused values, snapshot files not written, behind: each agent under the
+first that applies); under the table, the agents not converged for
+another reason than their lag are named with why, those of one message
+together (the first 10 names, and how many more). --not-converged lists
+only the agents not converged (as --max-lag judges them when given, else
+as --max-lag 0 does) and the LOST nodes, sorted by why (column REASON),
+the most behind first: the rows to look at in a fleet of thousands; the
+summary stays the fleet's. With --max-lag N it exits 5 when an agent lags more than N
 revisions (0: every agent must be current) or serves refused values of a
 pool, route, policy, boost or the epoch, naming the node and the keys (fix
 or delete those keys: regionctl validate says what is wrong with them;
@@ -58,12 +67,15 @@ not answer, or answers without a leader, is also a warning on stderr.
 None of this changes the exit code, which is about the agents; if etcd
 refuses the member list to the user, the line says so.`,
 		Example: `  regionctl status
+  regionctl status --not-converged
   regionctl status --max-lag 0 -o json`,
 		Args: exactArgs(0, "no arguments"),
 	}
 	cmd.Flags().Int64Var(&maxLag, "max-lag", -1, "exit 5 when an agent, or a lost node as its record last said, lags more than N revisions, serves refused values or follows another history, or none is live (-1: never)")
 	var expect int
 	cmd.Flags().IntVar(&expect, "expect-agents", 0, "exit 5 when fewer than N agents are live (the fleet's size; set REGIONCTL_EXPECT_AGENTS per fleet), and with --max-lag, when fewer than N are within it")
+	var problems bool
+	cmd.Flags().BoolVar(&problems, "not-converged", false, "list only the agents not converged (as --max-lag judges them, 0 when not given) and the lost nodes, sorted by why (column REASON; -o json: agents and lost hold only those); the summary stays the fleet's")
 	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, _ []string) error {
 		if maxLag < -1 {
 			return usagef("--max-lag %d: want 0 or more revisions (or -1, the default: never exit 5)", maxLag)
@@ -71,12 +83,12 @@ refuses the member list to the user, the line says so.`,
 		if expect < 0 {
 			return usagef("--expect-agents %d: want the fleet's number of agents (0, the default: no check)", expect)
 		}
-		return a.runStatus(ctx, maxLag, expect)
+		return a.runStatus(ctx, maxLag, expect, fleetView{problems: problems, maxLag: max(maxLag, 0)})
 	})
 	return cmd
 }
 
-func (a *app) runStatus(ctx context.Context, maxLag int64, expect int) error {
+func (a *app) runStatus(ctx context.Context, maxLag int64, expect int, view fleetView) error {
 	st, err := a.store(ctx)
 	if err != nil {
 		return err
@@ -114,19 +126,21 @@ func (a *app) runStatus(ctx context.Context, maxLag int64, expect int) error {
 		}
 		aheadJSON[c.Node] = c.Ahead.Seconds()
 	}
-	// -o json: the fleet, and the summary's counts beside it.
+	// -o json: the fleet (only its problems with --not-converged), and
+	// the summary's counts beside it, the whole fleet's.
 	out := struct {
 		*store.Fleet
-		Converged   int                `json:"converged"`
-		Versions    map[string]int     `json:"versions"`
-		Etcd        *store.EtcdCluster `json:"etcd"`
-		ClocksAhead map[string]float64 `json:"clocks_ahead,omitempty"`
-	}{fleet, len(fleet.Agents) - len(fleet.Unconverged(0)), versionTally(fleet.Agents), etcd, aheadJSON}
+		Converged    int                `json:"converged"`
+		NotConverged map[string]int     `json:"not_converged"`
+		Versions     map[string]int     `json:"versions"`
+		Etcd         *store.EtcdCluster `json:"etcd"`
+		ClocksAhead  map[string]float64 `json:"clocks_ahead,omitempty"`
+	}{view.fleet(fleet), len(fleet.Agents) - len(fleet.Unconverged(0)), store.ReasonCounts(fleet.Agents, 0), versionTally(fleet.Agents), etcd, aheadJSON}
 	err = a.printer().print(out, func(w io.Writer) {
 		for _, l := range etcdLines(etcd) {
 			fmt.Fprintln(w, l)
 		}
-		printFleet(w, fleet)
+		printFleet(w, fleet, view)
 	})
 	if err != nil {
 		return err
@@ -256,12 +270,55 @@ func plural(n int) string {
 	return "s"
 }
 
-func printFleet(w io.Writer, f *store.Fleet) {
+// fleetView is how status shows the fleet: whole, or with problems set
+// (--not-converged) only the agents not converged at maxLag and the lost
+// nodes, sorted by why.
+type fleetView struct {
+	problems bool
+	maxLag   int64
+}
+
+// fleet is f as the view lists it: f itself, or a copy with only the
+// agents not converged, in the order of rows (the lost nodes are all
+// listed).
+func (v fleetView) fleet(f *store.Fleet) *store.Fleet {
+	if !v.problems {
+		return f
+	}
+	g := *f
+	g.Agents = v.rows(f.Agents)
+	return &g
+}
+
+// rows are the agents not converged at maxLag, by why (store.Reasons'
+// order), then the most behind first, then by node.
+func (v fleetView) rows(agents []store.AgentInfo) []store.AgentInfo {
+	rank := map[string]int{}
+	for i, r := range store.Reasons {
+		rank[r] = i
+	}
+	out := []store.AgentInfo{}
+	for _, a := range agents {
+		if !a.Converged(v.maxLag) {
+			out = append(out, a)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b store.AgentInfo) int {
+		return cmp.Or(cmp.Compare(rank[a.NotConvergedReason(v.maxLag)], rank[b.NotConvergedReason(v.maxLag)]),
+			cmp.Compare(b.Lag, a.Lag), cmp.Compare(a.Node, b.Node))
+	})
+	return out
+}
+
+func printFleet(w io.Writer, f *store.Fleet, view fleetView) {
 	// The summary first: a fleet of thousands does not fit a screen.
 	fmt.Fprintf(w, "epoch %d, newest routing change at revision %d, %d live agent(s)", f.Epoch, f.RoutingRevision, len(f.Agents))
 	if n := len(f.Agents); n > 0 {
 		behind := len(f.Unconverged(0))
 		fmt.Fprintf(w, ": %d converged, %d not", n-behind, behind)
+		if behind > 0 { // why, at a glance: 600 spread through the table say nothing
+			fmt.Fprintf(w, " (%s)", store.ReasonsString(store.ReasonCounts(f.Agents, 0)))
+		}
 		// Converged counts revisions; an agent at the newest one whose
 		// watch is down follows no change until it is back.
 		if off := disconnected(f.Agents); off > 0 {
@@ -275,30 +332,100 @@ func printFleet(w io.Writer, f *store.Fleet) {
 		fmt.Fprintf(w, "\nversions: %s", versionCounts(f.Agents))
 	}
 	fmt.Fprint(w, "\n\n")
-	row(w, "NODE", "REVISION", "LAG", "EPOCH", "CONNECTED", "SYNCED_AT", "VERSION", "SKIPPED")
-	for _, a := range f.Agents {
+	printAgents(w, f, view)
+	for _, l := range notConvergedNotes(f.Agents) {
+		fmt.Fprintf(w, "\n%s\n", l)
+	}
+}
+
+// printAgents writes status's table: every live agent, then the lost
+// nodes; with view.problems, only the agents view.rows keeps and the
+// lost nodes, with column REASON.
+func printAgents(w io.Writer, f *store.Fleet, view fleetView) {
+	agents := f.Agents
+	cols := []any{"NODE", "REVISION", "LAG", "EPOCH", "CONNECTED", "SYNCED_AT", "VERSION", "SKIPPED"}
+	if view.problems {
+		agents = view.rows(f.Agents)
+		if len(agents) == 0 && len(f.Lost) == 0 {
+			fmt.Fprintf(w, "every live agent is converged (lag at most %d) and no node is lost\n", view.maxLag)
+			return
+		}
+		cols = append(cols, "REASON")
+	}
+	row(w, cols...)
+	// reason is the REASON cell, when the view has the column.
+	reason := func(r string) []any {
+		if !view.problems {
+			return nil
+		}
+		return []any{r}
+	}
+	for _, a := range agents {
 		if a.Invalid != "" {
-			row(w, a.Node, "?", "?", "?", "?", "invalid status: "+a.Invalid, "-", "?")
+			row(w, append([]any{a.Node, "?", "?", "?", "?", "invalid status: " + a.Invalid, "-", "?"}, reason(store.ReasonInvalid)...)...)
 			continue
 		}
-		row(w, a.Node, a.Revision, a.Lag, a.Epoch, a.Connected, orDash(a.SyncedAt), orDash(a.Version), store.SkippedString(a.AgentStatus))
+		row(w, append([]any{a.Node, a.Revision, a.Lag, a.Epoch, a.Connected, orDash(a.SyncedAt), orDash(a.Version), store.SkippedString(a.AgentStatus)},
+			reason(a.NotConvergedReason(view.maxLag))...)...)
 	}
 	// A lost node as its record last said: what it may still serve.
 	for _, a := range f.Lost {
 		if a.Invalid != "" {
-			row(w, a.Node, "?", "?", "?", "LOST", "invalid record: "+a.Invalid, "-", "?")
+			row(w, append([]any{a.Node, "?", "?", "?", "LOST", "invalid record: " + a.Invalid, "-", "?"}, reason(store.ReasonLost)...)...)
 			continue
 		}
-		row(w, a.Node, a.Revision, a.Lag, a.Epoch, "LOST", orDash(a.SyncedAt), orDash(a.Version), store.SkippedString(a.AgentStatus))
+		row(w, append([]any{a.Node, a.Revision, a.Lag, a.Epoch, "LOST", orDash(a.SyncedAt), orDash(a.Version), store.SkippedString(a.AgentStatus)},
+			reason(store.ReasonLost)...)...)
 	}
-	for _, a := range f.Agents {
+}
+
+// maxNoteGroups is how many distinct messages notConvergedNotes writes.
+const maxNoteGroups = 10
+
+// notConvergedNotes are the paragraphs under status's table that say why
+// agents are not converged beyond their lag (of another history, snapshot
+// files not written): one per distinct message, the most agents first; a
+// single agent's as "node: not converged: why", several agents' as "N
+// agents: not converged: why" and a line naming the first
+// store.MaxNamedAgents of them and how many more (the scale review: 200
+// paragraphs alike at 5,000 agents). Past maxNoteGroups messages, one
+// line says how many more there are.
+func notConvergedNotes(agents []store.AgentInfo) []string {
+	nodes := map[string][]string{} // message → its agents, in key order
+	var order []string
+	add := func(msg, node string) {
+		if _, ok := nodes[msg]; !ok {
+			order = append(order, msg)
+		}
+		nodes[msg] = append(nodes[msg], node)
+	}
+	for _, a := range agents {
 		if a.Diverged != "" {
-			fmt.Fprintf(w, "\n%s: not converged: %s\n", a.Node, a.Diverged)
+			add(a.Diverged, a.Node)
 		}
 		if a.SnapshotError != "" {
-			fmt.Fprintf(w, "\n%s: not converged: %s\n", a.Node, store.SnapshotErrorString(a.SnapshotError))
+			add(store.SnapshotErrorString(a.SnapshotError), a.Node)
 		}
 	}
+	slices.SortStableFunc(order, func(a, b string) int { return cmp.Compare(len(nodes[b]), len(nodes[a])) })
+	var out []string
+	for i, msg := range order {
+		if i == maxNoteGroups {
+			rest := 0
+			for _, m := range order[i:] {
+				rest += len(nodes[m])
+			}
+			out = append(out, fmt.Sprintf("and %d more message(s), of %d agent(s) (regionctl status -o json has each agent's diverged and snapshot_error)", len(order)-i, rest))
+			break
+		}
+		ns := nodes[msg]
+		if len(ns) == 1 {
+			out = append(out, fmt.Sprintf("%s: not converged: %s", ns[0], msg))
+			continue
+		}
+		out = append(out, fmt.Sprintf("%d agents: not converged: %s\n  %s", len(ns), msg, store.FirstNames(ns, ", ")))
+	}
+	return out
 }
 
 // versionCounts is "v1.4.0 (2998), v1.3.2 (2)": each version the agents

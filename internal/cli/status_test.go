@@ -95,7 +95,7 @@ func TestStatus(t *testing.T) {
 	if _, err := testClient.Put(context.Background(), e.ks.Agent("node-a"), string(b), clientv3.WithLease(lease)); err != nil {
 		t.Fatal(err)
 	}
-	if table := e.must(ExitOK, "status").stdout; !strings.Contains(table, "1 converged, 1 not; 1 not connected to etcd") {
+	if table := e.must(ExitOK, "status").stdout; !strings.Contains(table, "1 converged, 1 not (1 behind); 1 not connected to etcd") {
 		t.Fatalf("status with node-a disconnected:\n%s", table)
 	}
 }
@@ -241,7 +241,7 @@ func TestStatusSkippedKeys(t *testing.T) {
 		SkippedKeys: []string{"bogus/key", "health/eu-central/h1", "pools/UPPER"}}, lease)
 
 	table := e.must(ExitOK, "status").stdout
-	if !strings.Contains(table, "4 live agent(s): 2 converged, 2 not\nversions: - (4)\n") {
+	if !strings.Contains(table, "4 live agent(s): 2 converged, 2 not (2 serving refused values)\nversions: - (4)\n") {
 		t.Fatalf("status summary:\n%s", table)
 	}
 	if !strings.Contains(table, "SKIPPED") || !regexp.MustCompile(`node-b .*2: policy/residency, routes/PL`).MatchString(table) ||
@@ -362,7 +362,7 @@ func TestStatusNamesAStatusKeyThatDoesNotDecode(t *testing.T) {
 		!strings.Contains(r.stderr, "half (its status key "+e.ks.Agent("half")+" does not decode: ") {
 		t.Fatalf("status with undecodable status keys: %s", r)
 	}
-	if !strings.Contains(r.stdout, "2 live agent(s): 0 converged, 2 not\nversions: ? (2)\n") {
+	if !strings.Contains(r.stdout, "2 live agent(s): 0 converged, 2 not (2 with a status key that does not decode)\nversions: ? (2)\n") {
 		t.Fatalf("status summary with undecodable status keys:\n%s", r.stdout)
 	}
 }
@@ -598,7 +598,7 @@ func TestSnapshotErrorIsNotConverged(t *testing.T) {
 	e := newEnv(t)
 	e.agentBeside(routing.AgentStatus{Node: "node-full", SnapshotError: "write snapshot index: no space left on device"})
 	r := e.must(ExitOK, "status")
-	if !strings.Contains(r.stdout, "2 live agent(s): 1 converged, 1 not") ||
+	if !strings.Contains(r.stdout, "2 live agent(s): 1 converged, 1 not (1 with snapshot files not written)") ||
 		!strings.Contains(r.stdout, "node-full: not converged: its snapshot files are not written, so the front doors reading them route by an older table: write snapshot index: no space left on device") ||
 		strings.Contains(r.stdout, "node-ok: not converged") {
 		t.Fatalf("status with an agent whose snapshot files are not written: %s\n%s", r, r.stdout)

@@ -55,10 +55,18 @@ type writeResult struct {
 	Diff      []string         `json:"diff"`
 	Changes   []routing.Change `json:"changes"`
 	Converged *bool            `json:"converged,omitempty"`
-	// ConvergedAgents is how many live agents confirmed the revision,
-	// when Converged.
-	ConvergedAgents int      `json:"converged_agents,omitempty"`
-	Notes           []string `json:"notes,omitempty"`
+	// ConvergedAgents is how many live agents confirmed the revision
+	// (also when the wait failed: how many had).
+	ConvergedAgents int `json:"converged_agents,omitempty"`
+	// NotConverged, when the wait failed, counts the agents it names by
+	// why they are not converged (the keys of store.Reasons: behind,
+	// refused_values, snapshot_not_written, other_history,
+	// invalid_status, lost, vanished), and NotConvergedNodes names the
+	// first store.MaxNamedAgents of each, by node: what stderr says, for
+	// scripts (the scale review: only "converged": false).
+	NotConverged      map[string]int      `json:"not_converged,omitempty"`
+	NotConvergedNodes map[string][]string `json:"not_converged_nodes,omitempty"`
+	Notes             []string            `json:"notes,omitempty"`
 	// Forced names the countries a --force write leaves with no eligible
 	// pool, which a write without it refuses.
 	Forced string `json:"forced,omitempty"`
@@ -259,8 +267,10 @@ func (a *app) waitConverged(ctx context.Context, st *store.Store, rev int64, wai
 	}
 	ok := err == nil
 	out.Converged = &ok
-	if ok {
-		out.ConvergedAgents = conv.Agents
+	out.ConvergedAgents = conv.Agents
+	var nce *store.NotConvergedError
+	if errors.As(err, &nce) {
+		out.NotConverged, out.NotConvergedNodes = nce.ByReason()
 	}
 	if !skews { // not judged (see afterNoOp)
 		return err

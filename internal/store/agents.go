@@ -244,6 +244,95 @@ func (a AgentInfo) ServesRefused() bool {
 	return a.Skipped > len(a.SkippedKeys)
 }
 
+// Why an agent is not converged, as NotConvergedReason and
+// NotConvergedError.ByReason name it (the keys of regionctl's -o json
+// counts, and status --not-converged's REASON column).
+const (
+	// ReasonInvalid: its status key (or node record) does not decode.
+	ReasonInvalid = "invalid_status"
+	// ReasonDiverged: it follows another history or cluster (Diverged).
+	ReasonDiverged = "other_history"
+	// ReasonRefused: it serves refused values (ServesRefused).
+	ReasonRefused = "refused_values"
+	// ReasonSnapshot: its snapshot files are not written (SnapshotError).
+	ReasonSnapshot = "snapshot_not_written"
+	// ReasonBehind: only behind the revision.
+	ReasonBehind = "behind"
+	// ReasonLost: a lost node (Fleet.Lost), as its record last said.
+	ReasonLost = "lost"
+	// ReasonVanished: its status key disappeared during a wait before it
+	// confirmed the revision (NotConvergedError.Vanished).
+	ReasonVanished = "vanished"
+)
+
+// Reasons lists every reason in the order they are judged and shown:
+// those a lag alone does not explain first, as NotConvergedError names
+// them first.
+var Reasons = []string{ReasonInvalid, ReasonDiverged, ReasonRefused, ReasonSnapshot, ReasonBehind, ReasonLost, ReasonVanished}
+
+// reasonText is how a summary says each reason.
+var reasonText = map[string]string{
+	ReasonInvalid:  "with a status key that does not decode",
+	ReasonDiverged: "of another history",
+	ReasonRefused:  "serving refused values",
+	ReasonSnapshot: "with snapshot files not written",
+	ReasonBehind:   "behind",
+	ReasonLost:     "lost",
+	ReasonVanished: "whose status key disappeared during the wait",
+}
+
+// ReasonsString is counts (by reason) as a summary says them, in the
+// order of Reasons, those of no agent left out: "200 with snapshot files
+// not written, 400 behind".
+func ReasonsString(counts map[string]int) string {
+	var parts []string
+	for _, r := range Reasons {
+		if n := counts[r]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, reasonText[r]))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// problem is why an agent known not to be converged is not: the first of
+// Reasons that applies to it, ReasonBehind when none but its lag does.
+func (a AgentInfo) problem() string {
+	switch {
+	case a.Invalid != "":
+		return ReasonInvalid
+	case a.Diverged != "":
+		return ReasonDiverged
+	case a.ServesRefused():
+		return ReasonRefused
+	case a.SnapshotError != "":
+		return ReasonSnapshot
+	}
+	return ReasonBehind
+}
+
+// NotConvergedReason says why the agent is not Converged(maxLag): the
+// first of Reasons that applies ("" when it is converged). An agent that
+// is behind and also, say, has its snapshot files not written counts
+// under the latter: its lag alone does not explain it.
+func (a AgentInfo) NotConvergedReason(maxLag int64) string {
+	if a.Converged(maxLag) {
+		return ""
+	}
+	return a.problem()
+}
+
+// ReasonCounts counts the agents that are not Converged(maxLag) by
+// NotConvergedReason; never nil.
+func ReasonCounts(agents []AgentInfo, maxLag int64) map[string]int {
+	counts := map[string]int{}
+	for _, a := range agents {
+		if r := a.NotConvergedReason(maxLag); r != "" {
+			counts[r]++
+		}
+	}
+	return counts
+}
+
 // Unconverged returns the agents that are not Converged(maxLag).
 func (f *Fleet) Unconverged(maxLag int64) []AgentInfo {
 	var out []AgentInfo

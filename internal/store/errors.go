@@ -108,14 +108,26 @@ func (e *UnreachableError) Unwrap() error { return e.Err }
 // key does not decode, of another history, serving refused values or with
 // its snapshot files not written.
 func (a AgentInfo) lagAlone() int {
-	if a.Invalid != "" || a.Diverged != "" || a.ServesRefused() || a.SnapshotError != "" {
+	if a.problem() != ReasonBehind {
 		return 0
 	}
 	return 1
 }
 
-// maxNamedAgents is how many agents a NotConvergedError names.
-const maxNamedAgents = 10
+// MaxNamedAgents is how many agents a message names (a NotConvergedError,
+// status's paragraphs) before "and N more": a fleet of thousands would
+// make a message no terminal shows.
+const MaxNamedAgents = 10
+
+// FirstNames joins the first MaxNamedAgents of names with sep, then "and
+// N more" for the rest: "n1; n2; and 3 more" (sep "; ").
+func FirstNames(names []string, sep string) string {
+	if len(names) <= MaxNamedAgents {
+		return strings.Join(names, sep)
+	}
+	shown := slices.Clone(names[:MaxNamedAgents])
+	return strings.Join(append(shown, fmt.Sprintf("and %d more", len(names)-MaxNamedAgents)), sep)
+}
 
 // NotConvergedError means some live agents did not reach a revision in
 // time or serve refused values (skipped keys), or their status could not
@@ -196,11 +208,11 @@ func (e *NotConvergedError) Error() string {
 		// among thousands merely behind.
 		lagging := slices.Clone(e.Lagging)
 		slices.SortStableFunc(lagging, func(a, b AgentInfo) int { return cmp.Compare(a.lagAlone(), b.lagAlone()) })
-		names := make([]string, 0, min(len(lagging), maxNamedAgents+1))
+		names := make([]string, 0, min(len(lagging), MaxNamedAgents+1))
 		skipping := false
 		for i, a := range lagging {
 			skipping = skipping || a.ServesRefused()
-			if i >= maxNamedAgents {
+			if i >= MaxNamedAgents {
 				continue
 			}
 			n := fmt.Sprintf("%s@%d", a.Node, a.Revision)
@@ -249,6 +261,34 @@ func (e *NotConvergedError) Error() string {
 // Unwrap returns Err.
 func (e *NotConvergedError) Unwrap() error { return e.Err }
 
+// ByReason counts the agents the error names by why they are not
+// converged (the keys of Reasons: the lagging agents by
+// AgentInfo.NotConvergedReason, then ReasonVanished and ReasonLost), and
+// names the first MaxNamedAgents of each reason, in node order, for -o
+// json. Both are empty when nothing is named (the status keys could not
+// be read, no agent was live, only fewer than expected confirmed).
+func (e *NotConvergedError) ByReason() (counts map[string]int, first map[string][]string) {
+	counts, first = map[string]int{}, map[string][]string{}
+	add := func(reason string, agents []AgentInfo) {
+		nodes := slices.Clone(agents)
+		slices.SortStableFunc(nodes, func(a, b AgentInfo) int { return cmp.Compare(a.Node, b.Node) })
+		for _, a := range nodes {
+			r := reason
+			if r == "" {
+				r = a.problem()
+			}
+			counts[r]++
+			if len(first[r]) < MaxNamedAgents {
+				first[r] = append(first[r], a.Node)
+			}
+		}
+	}
+	add("", e.Lagging)
+	add(ReasonVanished, e.Vanished)
+	add(ReasonLost, e.Lost)
+	return counts, first
+}
+
 // vanishedString names the agents whose status key disappeared during a
 // wait, and what that may mean.
 func vanishedString(vanished []AgentInfo) string {
@@ -256,18 +296,14 @@ func vanishedString(vanished []AgentInfo) string {
 		len(vanished), nodesAt(vanished))
 }
 
-// nodesAt is "n1@12; n2@9", the first maxNamedAgents agents by node and
+// nodesAt is "n1@12; n2@9", the first MaxNamedAgents agents by node and
 // revision, then "and N more".
 func nodesAt(agents []AgentInfo) string {
-	names := make([]string, 0, min(len(agents), maxNamedAgents+1))
+	names := make([]string, len(agents))
 	for i, a := range agents {
-		if i == maxNamedAgents {
-			names = append(names, fmt.Sprintf("and %d more", len(agents)-i))
-			break
-		}
-		names = append(names, fmt.Sprintf("%s@%d", a.Node, a.Revision))
+		names[i] = fmt.Sprintf("%s@%d", a.Node, a.Revision)
 	}
-	return strings.Join(names, "; ")
+	return FirstNames(names, "; ")
 }
 
 // LostString names lost nodes (Fleet.Lost), each with the revision its
