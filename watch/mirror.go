@@ -198,6 +198,9 @@ type Mirror struct {
 	// unanswered counts the watch creations in a row not answered on a
 	// connection up all along (see open).
 	unanswered int
+	// tokenMisses counts the watches etcd refused for a login token the
+	// member did not know (unknownToken) since a watch was last created.
+	tokenMisses int
 	// progressIgnored: progress requests go unanswered on this path (etcd's
 	// grpc-proxy drops them), so none are sent until a notification comes.
 	progressIgnored bool

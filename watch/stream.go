@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -124,6 +125,7 @@ func (m *Mirror) open(ctx context.Context, publish func(), check bool) (*stream,
 	defer p.now()
 	ready := m.transportReady()
 	s, chc := m.startWatch(ctx)
+	misses := m.tokenMisses
 	created, why := m.awaitCreation(ctx, s, chc, p)
 	if created && check {
 		if why = m.verify(s.ctx); why != "" {
@@ -131,7 +133,7 @@ func (m *Mirror) open(ctx context.Context, publish func(), check bool) (*stream,
 		}
 	}
 	if !created {
-		m.abandon(ctx, s, chc, why)
+		m.abandon(ctx, s, chc, why, m.abandonLevel(misses))
 		if why == createTimeout && ready && m.transportReady() && ctx.Err() == nil {
 			// Not answered on a connection up all along, twice in a row
 			// (once alone is as likely a loaded etcd, which a relist
@@ -144,7 +146,7 @@ func (m *Mirror) open(ctx context.Context, publish func(), check bool) (*stream,
 		}
 		return nil, why
 	}
-	m.unanswered = 0
+	m.unanswered, m.tokenMisses = 0, 0
 	s.opened = time.Now()
 	s.heard = s.opened
 	m.downAt = time.Time{}
@@ -250,13 +252,24 @@ func (m *Mirror) awaitCreation(ctx context.Context, s *stream, chc <-chan client
 	return false, ""
 }
 
+// abandonLevel is the level of the "watch not created" line of a
+// creation that failed while misses watches had been refused for an
+// unknown token before it: INFO when this one was the first such refusal
+// in a row (see tokenMiss), WARN otherwise.
+func (m *Mirror) abandonLevel(misses int) slog.Level {
+	if misses == 0 && m.tokenMisses == 1 {
+		return slog.LevelInfo
+	}
+	return slog.LevelWarn
+}
+
 // abandon ends the watch s whose creation was not answered, or whose
 // check failed, why ("" when ctx is done): it cancels it and waits for
 // clientv3's Watch to return, which it does once its context is
 // cancelled, so no goroutine of it outlives open. A failure that does not
-// relist is counted and logged, a timeout with what the endpoints answer
-// when the connection is down (unreachable).
-func (m *Mirror) abandon(ctx context.Context, s *stream, chc <-chan clientv3.WatchChan, why string) {
+// relist is counted and logged at level, a timeout with what the
+// endpoints answer when the connection is down (unreachable).
+func (m *Mirror) abandon(ctx context.Context, s *stream, chc <-chan clientv3.WatchChan, why string, level slog.Level) {
 	s.cancel()
 	if s.ch == nil {
 		<-chc
@@ -272,7 +285,7 @@ func (m *Mirror) abandon(ctx context.Context, s *stream, chc <-chan clientv3.Wat
 			attrs = append(attrs, m.unreachable(ctx)...)
 			m.noteStalled(uncreatedWatchMsg)
 		}
-		m.log.Warn("watch not created", attrs...)
+		m.log.Log(ctx, level, "watch not created", attrs...)
 	}
 }
 
@@ -304,12 +317,53 @@ func (m *Mirror) watchError(resp clientv3.WatchResponse) string {
 		m.refuse("watch", err)
 		return ReasonPermission
 	}
+	if unknownToken(err) {
+		m.tokenMiss(err)
+		return ReasonError
+	}
 	m.log.Warn("watch error", "err", err)
 	if errors.Is(err, rpctypes.ErrNoLeader) {
 		m.leaderless.Store(true)
 		return ReasonNoLeader
 	}
 	return ReasonError
+}
+
+// Logged when etcd refuses a watch for a login token the member does not
+// know (unknownToken): the first time in a row at INFO, tokenMissMsg,
+// then at WARN, tokenMissAgainMsg.
+const (
+	tokenMissMsg      = "etcd member did not know the login token (it had not applied the login yet, or restarted since it: etcd's simple tokens); logging in again"
+	tokenMissAgainMsg = "etcd member did not know the login token, again; logging in again: a member that keeps refusing new logins lags behind the others (etcdctl endpoint status -w table: its raft applied index); etcd --auth-token jwt tokens are known to every member at once"
+)
+
+// unknownToken reports whether err is etcd refusing a watch for a login
+// token the member does not know ("invalid auth token"). With etcd's
+// simple tokens (its default --auth-token), clientv3 logs in before it
+// opens each watch stream, and the login goes to one member while the
+// stream may go to another (it round-robins the endpoints). Each member
+// learns a token when it applies the login, but checks a token only
+// against the raft index before that login (etcd v3.7.3: the token is
+// named after the consistent index as the login is applied, the index of
+// the entry before it; etcd issue 18437): a member that has applied that
+// entry but not the login refuses the token, at once. A member restarted since a login knows none of the tokens before
+// it. Either way the next watch logs in again, and its creation succeeds.
+func unknownToken(err error) bool {
+	return errors.Is(err, rpctypes.ErrInvalidAuthToken) || errors.Is(err, rpctypes.ErrGRPCInvalidAuthToken) ||
+		strings.Contains(err.Error(), rpctypes.ErrInvalidAuthToken.Error())
+}
+
+// tokenMiss logs a watch refused for an unknown token (unknownToken): at
+// INFO the first time since a watch was last created, a race of etcd's
+// that the next watch's login ends; at WARN when it repeats, as a member
+// that does not catch up would.
+func (m *Mirror) tokenMiss(err error) {
+	m.tokenMisses++
+	if m.tokenMisses == 1 {
+		m.log.Info(tokenMissMsg, "err", err)
+		return
+	}
+	m.log.Warn(tokenMissAgainMsg, "err", err, "in_a_row", m.tokenMisses)
 }
 
 // PermissionDenied reports whether etcd refused a request to the client's

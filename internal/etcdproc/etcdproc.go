@@ -7,6 +7,8 @@
 //	cli := c.Client(t, 2)   // talks to member 2 only
 //	c.Partition(2)          // member 2 can no longer reach its peers, nor they it
 //	c.Heal(2)
+//	c.Freeze(2)             // its peer traffic held (a follower lagging behind), until
+//	c.Thaw(2)
 //
 // Members are indexed from 0 and named "m0", "m1", …. Clients reach every
 // member directly on its client URL; only peer (raft) traffic is routed
@@ -336,6 +338,24 @@ func (c *Cluster) Heal(i int) {
 		c.t.Fatalf("etcdproc: heal %s: %v", m.Name, err)
 	}
 	m.cut.Store(false)
+}
+
+// Freeze holds member i's peer traffic, both ways, without closing a
+// connection (tcpproxy.Proxy.Freeze): a follower that lags, still sure of
+// its leader until its election timeout, which applies nothing the
+// others commit meanwhile and still answers its clients from what it
+// has. Thaw delivers what was held.
+func (c *Cluster) Freeze(i int) {
+	m := c.Members[i]
+	m.in.Freeze()
+	m.out.Freeze()
+}
+
+// Thaw undoes Freeze(i).
+func (c *Cluster) Thaw(i int) {
+	m := c.Members[i]
+	m.in.Thaw()
+	m.out.Thaw()
 }
 
 // Endpoints returns the client URLs of the given members, in that order;
