@@ -346,8 +346,9 @@ const (
 // against the raft index before that login (etcd v3.7.3: the token is
 // named after the consistent index as the login is applied, the index of
 // the entry before it; etcd issue 18437): a member that has applied that
-// entry but not the login refuses the token, at once. A member restarted since a login knows none of the tokens before
-// it. Either way the next watch logs in again, and its creation succeeds.
+// entry but not the login refuses the token, at once. A member restarted
+// since a login knows none of the tokens before it. Either way the next
+// watch logs in again, and its creation succeeds.
 func unknownToken(err error) bool {
 	return errors.Is(err, rpctypes.ErrInvalidAuthToken) || errors.Is(err, rpctypes.ErrGRPCInvalidAuthToken) ||
 		strings.Contains(err.Error(), rpctypes.ErrInvalidAuthToken.Error())
