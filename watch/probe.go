@@ -156,6 +156,14 @@ func (m *Mirror) probe(ctx context.Context, silence bool) (string, int64) {
 	switch {
 	case err != nil:
 		res = probeFailed
+		if refused(err) {
+			// A fact of the user's role (or login), not of the path: said
+			// at once, as a refused list or watch is, not after the
+			// watch's own refusal, which may wait behind its creations'
+			// timeouts (a login etcd is slow to check).
+			m.refuse("read", err)
+			break
+		}
 		m.log.Debug("probe of a silent watch failed", "err", err)
 	case resp.Header.GetClusterId() != 0 && resp.Header.GetClusterId() != m.clusterID:
 		res = probeCluster
