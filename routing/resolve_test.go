@@ -75,12 +75,13 @@ func TestCountries(t *testing.T) {
 // reasonStore is the routing prefix of the reason-code cases: every pool
 // state in one place. It is compiled without validation, as an agent would.
 var reasonStore = store{
-	"policy/residency":  `{"classes":{"eu":["PL","DE","FR","IT","ES"]},"unknown_country_class":"eu"}`,
+	"policy/residency":  `{"classes":{"eu":["PL","DE","FR","IT","ES","SE"]},"unknown_country_class":"eu"}`,
 	"pools/fra":         `{"host":"edge-fra-1.example.net","residency":"eu","attrs":{"shard":"eu-1"}}`,
 	"pools/ams":         `{"host":"edge-ams-1.example.net","residency":"eu","status":"draining"}`,
 	"pools/mad":         `{"host":"edge-mad-1.example.net","residency":"eu","status":"down"}`,
 	"pools/mil":         `{"host":"edge-mil-1.example.net","residency":"eu","health_check":true}`,
 	"pools/iad":         `{"host":"edge-iad-1.example.net","residency":"us"}`,
+	"pools/dfw":         `{"host":"edge-dfw-1.example.net","residency":"us","status":"down"}`,
 	"routes/_default":   `{"targets":[{"pool":"iad","weight":100}]}`,
 	"routes/PL":         `{"targets":[{"pool":"fra","weight":100}]}`,
 	"routes/DE":         `{"targets":[{"pool":"gone","weight":50},{"pool":"fra","weight":50}]}`,
@@ -90,6 +91,7 @@ var reasonStore = store{
 	"routes/CH":         `{"targets":[{"pool":"mad","weight":60},{"pool":"ams","weight":40}]}`,
 	"routes/eu-general": `{"targets":[{"pool":"fra","weight":100}]}`,
 	"routes/US":         `{"targets":[{"pool":"iad","weight":100}]}`,
+	"routes/SE":         `{"targets":[{"pool":"dfw","weight":50},{"pool":"fra","weight":50}]}`,
 }
 
 func TestResolveReasons(t *testing.T) {
@@ -118,6 +120,10 @@ func TestResolveReasons(t *testing.T) {
 		{name: "unknown country is EU and blocked", country: "XX",
 			reasons: []string{"residency-blocked:iad"}},
 		{name: "padded lower-case country", country: "pl ", route: "PL", pool: "fra"},
+		// Residency is tested first: a down pool of another class is
+		// blocked, whatever its state (resolution.md's order).
+		{name: "down pool of another class is residency-blocked", country: "SE", route: "SE", pool: "fra",
+			reasons: []string{"residency-blocked:dfw"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

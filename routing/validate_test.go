@@ -293,6 +293,13 @@ func TestValidateOverride(t *testing.T) {
 			}
 		})
 	}
+	// A policy built in Go without a class list (no decoder normalized
+	// it) is the built-in one: PL stays in class eu (the mutation review).
+	bare := baseConfig()
+	bare.Policy.Residency = &Residency{UnknownCountryClass: "eu"}
+	if got := errStrings(ValidateOverride(bare, "x1", Override{Route: "PL", Targets: tg("us-east", 100)})); len(got) != 1 || !strings.Contains(got[0], "not allowed for PL (class eu)") {
+		t.Errorf("ValidateOverride of a boost of PL to us-east under a policy without classes: %q; want the residency error", got)
+	}
 }
 
 // TestResidencyGaps: a class that holds a member state but not its parts

@@ -137,10 +137,12 @@
 // (etcd issue 19296). A watch from at or past the revision of a broadcast
 // the proxy has is joined to it and needs none; one from an applied
 // revision behind it (a mirror cut off or paused while changes were made)
-// needs one. So a creation not answered on a connection up all along is
-// followed by a probe: changes past the applied revision relist
-// (ReasonUncreated), and the next watch starts at etcd's revision; none,
-// and it starts there at once. The broadcast it is joined to may itself
+// needs one. So the second creation in a row not answered on a
+// connection up all along (one alone is as likely a loaded etcd, which a
+// relist would load more) is followed by a probe: changes past the
+// applied revision relist (ReasonUncreated), and the next watch starts at
+// etcd's revision; none, and it starts there at once. The count starts
+// over after the probe, and at a creation that fails otherwise. The broadcast it is joined to may itself
 // be a refused one (it counts a response, so the proxy joins watchers to
 // it, and keeps it while any is left): a watch opened since one was found
 // behind or not created that delivers nothing and is found behind relists

@@ -137,12 +137,16 @@ func (m *Mirror) open(ctx context.Context, publish func(), check bool) (*stream,
 		if why == createTimeout && ready && m.transportReady() && ctx.Err() == nil {
 			// Not answered on a connection up all along, twice in a row
 			// (once alone is as likely a loaded etcd, which a relist
-			// would load more): see uncreated.
+			// would load more): see uncreated. The count starts over
+			// once the probe has acted on the pair.
 			if m.unanswered++; m.unanswered >= 2 {
+				m.unanswered = 0
 				if r := m.uncreated(ctx); r != "" {
 					why = r
 				}
 			}
+		} else {
+			m.unanswered = 0 // failed otherwise: the row is broken
 		}
 		return nil, why
 	}

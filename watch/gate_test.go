@@ -1,0 +1,185 @@
+package watch
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/regiond/regiond/internal/backoff"
+	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/fleettest"
+)
+
+// gate decides how many responses of each watch stream reach clientv3, as
+// etcd's grpc-proxy with an expired stream token does: -1 all, 0 none (a
+// creation never answered: a new upstream watch refused), 1 the creation
+// alone (a watch joined to a refused or dead upstream watch). Reads pass.
+type gate struct{ pass atomic.Int32 }
+
+// gatedStream is a watch stream behind a gate.
+type gatedStream struct {
+	grpc.ClientStream
+	g    *gate
+	seen int32
+}
+
+// RecvMsg passes the responses the gate lets through, then blocks until
+// the stream ends.
+func (s *gatedStream) RecvMsg(m any) error {
+	if p := s.g.pass.Load(); p >= 0 && s.seen >= p {
+		<-s.Context().Done()
+		return s.Context().Err()
+	}
+	s.seen++
+	return s.ClientStream.RecvMsg(m)
+}
+
+// gatedMirror is listedMirror with its watch streams behind g (open at
+// first), a 300 ms request timeout and 1.2 s progress interval; it also
+// returns a client that is not behind g.
+func gatedMirror(t *testing.T, g *gate) (*Mirror, *clientv3.Client) {
+	t.Helper()
+	g.pass.Store(-1)
+	srv := devetcd.NewTest(t)
+	direct := devetcd.NewTestClient(t, srv)
+	fleettest.Load(t, direct, faultPrefix)
+	icpt := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		cs, err := streamer(ctx, desc, cc, method, opts...)
+		if err != nil || method != "/etcdserverpb.Watch/Watch" {
+			return cs, err
+		}
+		return &gatedStream{ClientStream: cs, g: g}, nil
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithStreamInterceptor(icpt)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	m, err := New(Config{Client: cli, Prefix: faultPrefix, RequestTimeout: 300 * time.Millisecond, ProgressInterval: 1200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.relist(context.Background(), ReasonInitial); err != nil {
+		t.Fatal(err)
+	}
+	return m, direct
+}
+
+// TestUnansweredCreationsInARow: a creation not answered on a connection
+// up all along leads to the probe (and, with changes past the table, the
+// relist) only at the second in a row; the count starts over after the
+// probe, and at a watch created in between (review: after one relist,
+// every single unanswered creation relisted, a full list each).
+func TestUnansweredCreationsInARow(t *testing.T) {
+	t.Parallel()
+	g := &gate{}
+	m, direct := gatedMirror(t, g)
+	ctx := context.Background()
+	put := func() {
+		t.Helper()
+		if _, err := direct.Put(ctx, faultPrefix+"pools/zz", zzA+" "); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pair := func(what string) {
+		t.Helper()
+		put()
+		if s, why := m.open(ctx, nil, false); s != nil || why != createTimeout {
+			t.Fatalf("%s, the first unanswered creation: %v %q; want %q (no probe: it would find the put and relist)", what, s, why, createTimeout)
+		}
+		if s, why := m.open(ctx, nil, false); s != nil || why != ReasonUncreated || !m.stuck {
+			t.Fatalf("%s, the second unanswered creation in a row: %v %q, stuck %v; want %q", what, s, why, m.stuck, ReasonUncreated)
+		}
+		if _, err := m.relist(ctx, ReasonUncreated); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.pass.Store(0)
+	pair("at first")
+	pair("after the relist")
+	put()
+	if s, why := m.open(ctx, nil, false); s != nil || why != createTimeout {
+		t.Fatalf("an unanswered creation: %v %q; want %q", s, why, createTimeout)
+	}
+	g.pass.Store(-1)
+	s, why := m.open(ctx, nil, false)
+	if s == nil {
+		t.Fatalf("open with creations answered: %q", why)
+	}
+	s.cancel()
+	g.pass.Store(0)
+	pair("after a watch created")
+}
+
+// TestStuckWatchKeepsTheBackoff: a watch created that lasted past a second
+// but ended stuck (behind: joined to a refused upstream watch) is no
+// success for the backoff, which keeps growing (reset, a stuck agent
+// relisted, a full list each time, every few seconds for good: the diff
+// review); one that lasted and ended otherwise resets it
+// (TestHealthyWatchResetsTheBackoff).
+func TestStuckWatchKeepsTheBackoff(t *testing.T) {
+	t.Parallel()
+	g := &gate{}
+	m, direct := gatedMirror(t, g)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := direct.Put(ctx, faultPrefix+"pools/zz", zzA); err != nil {
+		t.Fatal(err)
+	}
+	bo := backoff.New(50*time.Millisecond, 30*time.Second)
+	bo.Factor, bo.Jitter, bo.ResetAft = 10, 0, time.Hour
+	bo.Next()
+	bo.Next()       // 500 ms: the next is 5 s
+	m.stuck = true  // a watch was found behind before
+	g.pass.Store(1) // created, then silent
+	began := time.Now()
+	if why := m.follow(ctx, bo, nil); why != ReasonBehind {
+		t.Fatalf("follow: %q; want %q", why, ReasonBehind)
+	}
+	if lasted := time.Since(began); lasted < healthyAfter {
+		t.Fatalf("the watch lasted %v: want more than %v for the test to mean anything", lasted, healthyAfter)
+	}
+	if d := bo.Next(); d < 5*time.Second {
+		t.Fatalf("the next delay after a watch that ended behind: %v; want 5 s (the backoff was reset)", d)
+	}
+}
+
+// TestDeliveryEndsStuck: a watch that delivers ends the stuck state (the
+// silent watches after it are probed at the third progress tick again,
+// not at the first, and one found behind is replaced, not relisted).
+func TestDeliveryEndsStuck(t *testing.T) {
+	t.Parallel()
+	g := &gate{}
+	m, direct := gatedMirror(t, g)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, why := m.open(ctx, nil, false)
+	if s == nil {
+		t.Fatalf("open: %q", why)
+	}
+	m.stuck = true
+	p, err := direct.Put(ctx, faultPrefix+"pools/zz", zzA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); m.serve(ctx, s) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for m.Table().Revision() < p.Header.Revision {
+		if time.Now().After(deadline) {
+			t.Fatal("the put was not delivered")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if m.stuck {
+		t.Fatal("stuck after a watch delivered; want it ended")
+	}
+}
