@@ -183,3 +183,25 @@ func TestDeliveryEndsStuck(t *testing.T) {
 		t.Fatal("stuck after a watch delivered; want it ended")
 	}
 }
+
+// TestFailingOpensBackOff: creations that keep failing are retried with
+// the backoff past the first quick retries (each attempt a creation, and
+// every second one a probe, on an etcd that may be struggling), not in a
+// loop (the mutation review: no test counted them).
+func TestFailingOpensBackOff(t *testing.T) {
+	t.Parallel()
+	g := &gate{}
+	m, _ := gatedMirror(t, g)
+	bo := backoff.New(time.Second, 30*time.Second)
+	bo.Factor, bo.Jitter, bo.ResetAft = 10, 0, time.Hour
+	g.pass.Store(0) // no creation is answered
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	defer cancel()
+	if why := m.follow(ctx, bo, nil); why != "" {
+		t.Fatalf("follow: %q; want it to retry until the context ends", why)
+	}
+	// 1 s, then 10 s (cut short by the context): the next is the cap.
+	if d := bo.Next(); d != 30*time.Second {
+		t.Fatalf("the next delay after 4 s of failing creations: %v; want 30 s (two waits of the backoff taken)", d)
+	}
+}
