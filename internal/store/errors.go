@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,10 +36,26 @@ type ConflictError struct {
 	// state with no epoch of its own: by etcdctl or a script, not
 	// regionctl.
 	Outside bool
+	// EpochByHand says the epoch key was written (put forward, put again,
+	// or deleted: EpochDeleted) since the write read it, with no audit
+	// record of the next epoch: around regionctl, by etcdctl or a
+	// script, no write of regionctl's. EpochValue is what it holds then.
+	EpochByHand, EpochDeleted bool
+	EpochValue                string
 }
 
 // Error tells the operator what happened and what to do.
 func (e *ConflictError) Error() string {
+	if e.EpochByHand {
+		what := fmt.Sprintf("put again (%q)", e.EpochValue)
+		if e.EpochDeleted {
+			what = "deleted"
+		} else if e.EpochValue != strconv.FormatInt(e.Epoch, 10) {
+			what = fmt.Sprintf("put to %q (from %d)", e.EpochValue, e.Epoch)
+		}
+		return fmt.Sprintf("the epoch key was %s around regionctl (etcdctl, a script: no audit record of epoch %d) after this write read it; nothing written; "+
+			"re-run: the write builds on the epoch key as it is now (no history record names that change)", what, e.Epoch+1)
+	}
 	if e.Key != "" && e.Epoch == e.Now && e.Outside {
 		return fmt.Sprintf("%s was written outside regionctl (etcdctl, a script: no epoch, no audit record) after this write read it, so it was not overwritten; "+
 			"re-run: the write reads it as it is now (regionctl get shows it), and a verb that sets it, as apply -f does, writes its value over the hand edit, its audit record naming the hand edit as replaced", e.Key)

@@ -204,8 +204,13 @@ func (s *Store) guardFailed(ctx context.Context, st *State, ops []op, t *txnPlan
 	if audit := firstKV(resp.Responses[1]); audit != nil && epochRev == st.EpochModRevision {
 		return s.epochReset(ctx, st, epochKV == nil, string(audit.Key))
 	}
-	ce := s.conflict(st, ops, epochKV)
-	if ce.Epoch == ce.Now {
+	// The epoch key changed with no record of the next epoch: written
+	// around regionctl (put forward, put again, deleted), no write of it.
+	// (Put back below the epoch read, it is named as the epoch going back:
+	// as likely another cluster or history answering.)
+	byHand := epochRev != st.EpochModRevision && firstKV(resp.Responses[1]) == nil && !epochBelow(epochKV, st.Epoch)
+	ce := s.conflict(st, ops, epochKV, byHand)
+	if ce.Epoch == ce.Now && !byHand {
 		// The epoch did not move: a guarded key did. A config key written
 		// since the read is in the Txn's own answer (its Else).
 		for _, r := range resp.Responses[2:] {
@@ -249,10 +254,28 @@ func (s *Store) epochReset(ctx context.Context, st *State, missing bool, found s
 	return e
 }
 
+// epochBelow reports whether the epoch key kv holds an epoch below
+// epoch.
+func epochBelow(kv *mvccpb.KeyValue, epoch int64) bool {
+	if kv == nil {
+		return false
+	}
+	n, err := strconv.ParseInt(string(kv.Value), 10, 64)
+	return err == nil && n < epoch
+}
+
 // conflict describes a failed guard: the epoch moved, or a guarded boost
 // changed under the same epoch (it expired). epochKV is the epoch key as
-// the Txn found it (nil: absent).
-func (s *Store) conflict(st *State, ops []op, epochKV *mvccpb.KeyValue) *ConflictError {
+// the Txn found it (nil: absent); byHand says it was written around
+// regionctl (no record of the next epoch).
+func (s *Store) conflict(st *State, ops []op, epochKV *mvccpb.KeyValue, byHand bool) *ConflictError {
+	if byHand {
+		ce := &ConflictError{Epoch: st.Epoch, Now: st.Epoch, EpochByHand: true, EpochDeleted: epochKV == nil}
+		if epochKV != nil {
+			ce.EpochValue = string(epochKV.Value)
+		}
+		return ce
+	}
 	now := st.Epoch
 	if epochKV != nil {
 		now, _ = strconv.ParseInt(string(epochKV.Value), 10, 64)
