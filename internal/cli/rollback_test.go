@@ -99,4 +99,13 @@ func TestRollbackToTheCurrentEpoch(t *testing.T) {
 	if got := e.get(key); got != orig {
 		t.Errorf("after rollback 1: pools/eu-north = %s, want epoch 1's %s", got, orig)
 	}
+	// A key added by hand since, whose value does not decode, is not in
+	// that epoch's config: the rollback deletes it too (a mutation
+	// review: no test held it).
+	added := e.ks.RoutingKey(routing.RouteKey("SK"))
+	e.putHandEdit(routing.RouteKey("SK"), "{")
+	e.must(ExitOK, "rollback", "1", "--reason", "undo a bad hand edit")
+	if got := e.get(added); got != "" {
+		t.Errorf("after rollback 1: routes/SK = %q, added by hand since and not decoding; want it deleted", got)
+	}
 }
