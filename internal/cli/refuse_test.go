@@ -220,3 +220,23 @@ func TestRefusedVerbs(t *testing.T) {
 		t.Fatalf("a forced undrain warned: %s", r)
 	}
 }
+
+// TestCountriesWithoutAPoolAlreadyDoNotRefuse: a write is refused for the
+// countries it leaves without an eligible pool, not for those that had
+// none before it (a forced drain of every EU pool): an unrelated write
+// then goes through without --force (the mutation review: no test held
+// it).
+func TestCountriesWithoutAPoolAlreadyDoNotRefuse(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	for _, p := range []string{"eu-central", "eu-west", "eu-north"} {
+		e.must(ExitOK, "pool", "drain", p, "--force", "--reason", "EU edges down")
+	}
+	if r := e.must(ExitRefused, "pool", "drain", "us-east", "--dry-run"); !strings.Contains(r.stderr, "no eligible pool") {
+		t.Fatalf("drain of us-east: %s; want refused, naming the countries it leaves without a pool (the set-up's check)", r)
+	}
+	if r := e.must(ExitOK, "pool", "set", "us-east", "--host", "edge-iad-2.example.net:443", "--residency", "us", "--reason", "new host"); strings.Contains(r.stderr, "no eligible pool") {
+		t.Errorf("a write that leaves no country without a pool, beside EU countries that had none before: %s", r)
+	}
+}

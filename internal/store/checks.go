@@ -62,12 +62,10 @@ func lostCountries(st *State, next *routing.Config, p *Plan, now time.Time) stri
 	}
 	ovs := st.OverrideMap()
 	// The plan's boosts are written in one Txn, after every stored one:
-	// one revision, newer than all (the agents apply the newest boost of
-	// a route last, so it wins; ties by id, as in the agents).
+	// one revision, newer than all, as every stored key was written at or
+	// before the read's revision (the agents apply the newest boost of a
+	// route last, so it wins; ties by id, as in the agents).
 	written := st.Revision + 1
-	for _, o := range ovs {
-		written = max(written, o.ModRevision+1)
-	}
 	for _, id := range p.DeleteOverrides {
 		delete(ovs, id)
 	}
