@@ -2,10 +2,12 @@ package watch
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -18,8 +20,12 @@ import (
 // gate decides how many responses of each watch stream reach clientv3, as
 // etcd's grpc-proxy with an expired stream token does: -1 all, 0 none (a
 // creation never answered: a new upstream watch refused), 1 the creation
-// alone (a watch joined to a refused or dead upstream watch). Reads pass.
-type gate struct{ pass atomic.Int32 }
+// alone (a watch joined to a refused or dead upstream watch). Reads pass,
+// unless refuseReads: then etcd refuses them (permission denied).
+type gate struct {
+	pass        atomic.Int32
+	refuseReads atomic.Bool
+}
 
 // gatedStream is a watch stream behind a gate.
 type gatedStream struct {
@@ -55,8 +61,14 @@ func gatedMirror(t *testing.T, g *gate) (*Mirror, *clientv3.Client) {
 		}
 		return &gatedStream{ClientStream: cs, g: g}, nil
 	}
+	reads := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if method == "/etcdserverpb.KV/Range" && g.refuseReads.Load() {
+			return rpctypes.ErrGRPCPermissionDenied
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithStreamInterceptor(icpt)}})
+		DialOptions: []grpc.DialOption{grpc.WithStreamInterceptor(icpt), grpc.WithUnaryInterceptor(reads)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,8 +77,16 @@ func gatedMirror(t *testing.T, g *gate) (*Mirror, *clientv3.Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.relist(context.Background(), ReasonInitial); err != nil {
-		t.Fatal(err)
+	// The list has the mirror's short request timeout: a loaded machine
+	// (-race, the other packages' tests) may need more than one.
+	for attempt := 1; ; attempt++ {
+		_, err := m.relist(context.Background(), ReasonInitial)
+		if err == nil {
+			break
+		}
+		if attempt == 10 {
+			t.Fatal(err)
+		}
 	}
 	return m, direct
 }
@@ -115,6 +135,51 @@ func TestUnansweredCreationsInARow(t *testing.T) {
 	s.cancel()
 	g.pass.Store(0)
 	pair("after a watch created")
+
+	// A creation that fails otherwise breaks the row: here its check's
+	// read is refused (permission denied) between two unanswered ones.
+	put()
+	if s, why := m.open(ctx, nil, false); s != nil || why != createTimeout {
+		t.Fatalf("an unanswered creation: %v %q; want %q", s, why, createTimeout)
+	}
+	g.pass.Store(-1)
+	g.refuseReads.Store(true)
+	if s, why := m.open(ctx, nil, true); s != nil || why != ReasonPermission {
+		t.Fatalf("a creation whose check is refused: %v %q; want %q", s, why, ReasonPermission)
+	}
+	g.refuseReads.Store(false)
+	g.pass.Store(0)
+	if s, why := m.open(ctx, nil, false); s != nil || why != createTimeout {
+		t.Fatalf("the unanswered creation after one that failed otherwise: %v %q; want %q (the row broken: no probe)", s, why, createTimeout)
+	}
+}
+
+// TestReadRefusalHoldsWhileCreationsGoUnanswered: a probe whose read etcd
+// refuses names the refusal in Status at once, and it stays named while
+// creations go unanswered (behind a grpc-proxy: a watch creation held, a
+// read refused), until a read is answered: it flapped, cleared by every
+// unanswered creation and set again by every second one's probe (the
+// diff review).
+func TestReadRefusalHoldsWhileCreationsGoUnanswered(t *testing.T) {
+	t.Parallel()
+	g := &gate{}
+	m, _ := gatedMirror(t, g)
+	ctx := context.Background()
+	g.pass.Store(0)
+	g.refuseReads.Store(true)
+	for i := 1; i <= 5; i++ {
+		m.open(ctx, nil, false)
+		refused := strings.Contains(m.Status().Refused, "etcd refuses the read")
+		if i >= 2 && !refused {
+			t.Fatalf("after unanswered creation %d (a probe's read refused at the second): Status().Refused %q; want the refused read named", i, m.Status().Refused)
+		}
+	}
+	g.refuseReads.Store(false)
+	m.open(ctx, nil, false)
+	m.open(ctx, nil, false) // the probe's read is answered
+	if r := m.Status().Refused; r != "" {
+		t.Fatalf("after a read answered: Status().Refused %q; want it cleared", r)
+	}
 }
 
 // TestStuckWatchKeepsTheBackoff: a watch created that lasted past a second

@@ -425,6 +425,9 @@ func (m *Mirror) setConnected(c bool) {
 type refusal struct {
 	msg   string
 	login bool
+	// read: a read's refusal (a probe's, a check's), which a creation
+	// that times out does not clear: only a read answered or timed out.
+	read bool
 }
 
 // refused reports whether err is etcd refusing the client's user a
@@ -449,7 +452,7 @@ func (m *Mirror) refuse(what string, err error) {
 	if authFailed(err) {
 		msg := fmt.Sprintf("etcd refuses the login of user %s (authentication failed) for the %s of %s: its password in etcd is not the agent's, or the user is gone (deleted, or etcd restored from a backup made before it): regionctl auth apply makes the agents' users again, then give the agent the password it sets",
 			m.cfg.User, what, m.cfg.Prefix)
-		m.refused.Store(&refusal{msg: msg, login: true})
+		m.refused.Store(&refusal{msg: msg, login: true, read: what == "read"})
 		m.log.Error(msg+"; keeping the last good table and retrying", "prefix", m.cfg.Prefix, "user", m.cfg.User, "err", err)
 		return
 	}
@@ -462,7 +465,7 @@ func (m *Mirror) refuse(what string, err error) {
 		who = "to a client with no etcd user: with auth on, give --user, or --cert with a certificate whose common name is an etcd user"
 	}
 	msg := fmt.Sprintf("etcd refuses the %s of %s (permission denied) %s", what, m.cfg.Prefix, who)
-	m.refused.Store(&refusal{msg: msg})
+	m.refused.Store(&refusal{msg: msg, read: what == "read"})
 	m.log.Error(msg+"; keeping the last good table and retrying", "prefix", m.cfg.Prefix, "err", err)
 }
 

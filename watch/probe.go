@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -164,6 +165,9 @@ func (m *Mirror) probe(ctx context.Context, silence bool) (string, int64) {
 			m.refuse("read", err)
 			break
 		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			m.refused.Store(nil) // etcd holds the read: a refusal is no longer what is known
+		}
 		m.log.Debug("probe of a silent watch failed", "err", err)
 	case resp.Header.GetClusterId() != 0 && resp.Header.GetClusterId() != m.clusterID:
 		res = probeCluster
@@ -177,6 +181,9 @@ func (m *Mirror) probe(ctx context.Context, silence bool) (string, int64) {
 	default:
 		rev = resp.Header.Revision
 		m.confirm(rev)
+	}
+	if err == nil {
+		m.refused.Store(nil) // the read is answered: granted
 	}
 	if silence {
 		m.metrics.probes.WithLabelValues(res).Inc()

@@ -280,7 +280,13 @@ func (m *Mirror) abandon(ctx context.Context, s *stream, chc <-chan clientv3.Wat
 	}
 	m.noteDown()
 	if why == createTimeout {
-		m.refused.Store(nil) // etcd holds the creation: an earlier refusal is no longer what is known
+		// etcd holds the creation: an earlier refusal of a list or watch
+		// is no longer what is known. One of a read since (a probe's) is:
+		// behind a grpc-proxy, creations can go unanswered while reads
+		// are refused (it flapped, set by every second creation's probe).
+		if r := m.refused.Load(); r == nil || !r.read {
+			m.refused.Store(nil)
+		}
 	}
 	if why != "" && !relists(why) {
 		m.metrics.openFailures.WithLabelValues(why).Inc()
