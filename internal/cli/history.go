@@ -226,7 +226,7 @@ func (a *app) warnOldestMissing(ctx context.Context, st *store.Store, oldest int
 	ks := st.Keyspace()
 	rctx, cancel := context.WithTimeout(ctx, a.commandTimeout)
 	defer cancel()
-	first, err := st.Client().Get(rctx, ks.AuditPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))
+	first, err := st.Client().Get(rctx, ks.Audit(0), clientv3.WithRange(auditRecordsEnd(ks)), clientv3.WithKeysOnly(), clientv3.WithLimit(1))
 	if err != nil {
 		fmt.Fprintf(a.stderr, "regionctl: warning: could not check the list for missing records: read the oldest audit key under %s: %v\n", ks.AuditPrefix(), err)
 		return
@@ -274,8 +274,9 @@ func (a *app) warnNewestMissing(ctx context.Context, st *store.Store) {
 	ks := st.Keyspace()
 	rctx, cancel := context.WithTimeout(ctx, a.commandTimeout)
 	defer cancel()
-	newestKey := append([]clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly()}, clientv3.WithLastKey()...)
-	resp, err := st.Client().Txn(rctx).Then(clientv3.OpGet(ks.Epoch()), clientv3.OpGet(ks.AuditPrefix(), newestKey...)).Commit()
+	newestKey := []clientv3.OpOption{clientv3.WithRange(auditRecordsEnd(ks)), clientv3.WithKeysOnly(),
+		clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(1)}
+	resp, err := st.Client().Txn(rctx).Then(clientv3.OpGet(ks.Epoch()), clientv3.OpGet(ks.Audit(0), newestKey...)).Commit()
 	if err != nil {
 		fmt.Fprintf(a.stderr, "regionctl: warning: could not check the list for missing records: read the epoch key %s and the newest audit key: %v\n", ks.Epoch(), err)
 		return
@@ -291,7 +292,7 @@ func (a *app) warnNewestMissing(ctx context.Context, st *store.Store) {
 	var newest int64
 	if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 0 {
 		if newest, err = ks.ParseAudit(string(kvs[0].Key)); err != nil {
-			return // a key put by hand under audit/ sorts last: not a record
+			return // a key put by hand among the records' digits: not a record
 		}
 	}
 	from := max(newest+1, cur-store.DefaultAuditKeep+1, 1)
@@ -310,6 +311,12 @@ func (a *app) warnNewestMissing(ctx context.Context, st *store.Store) {
 	fmt.Fprintf(a.stderr, "regionctl: warning: the audit %s missing, though the current epoch is %d (%s): deleted around regionctl (by hand? the operator role can write %s; regionctl deletes only the oldest records), or the epoch key %s put forward by hand, so the changes of those epochs are not listed, and rollback cannot rebuild a config through them\n",
 		what, cur, kept, ks.AuditPrefix(), ks.Epoch())
 }
+
+// auditRecordsEnd is the end of the range of the audit records' keys,
+// from ks.Audit(0): their epochs are digits, so a key put by hand under
+// the audit prefix with a name of letters (audit/zz-note) sorts outside
+// it, and hides neither the newest nor the oldest record.
+func auditRecordsEnd(ks keyspace.Space) string { return ks.AuditPrefix() + ":" }
 
 // keyFilter is what history --touching matches: changes of keys, and of the
 // boosts of routes.

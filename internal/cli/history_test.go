@@ -363,6 +363,14 @@ func TestHistoryNamesDeletedNewestRecords(t *testing.T) {
 			t.Errorf("%s after epoch 4's record was deleted: %s; want %q", strings.Join(args, " "), r, want)
 		}
 	}
+	// A key put by hand under the audit prefix, named with letters, sorts
+	// after the records: it hides nothing.
+	if _, err := testClient.Put(context.Background(), e.ks.AuditPrefix()+"zz-note", "by hand"); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.must(ExitOK, "history"); !strings.Contains(r.stderr, want) {
+		t.Errorf("history with audit/zz-note put by hand: %s; want %q", r, want)
+	}
 	if _, err := testClient.Delete(context.Background(), e.ks.AuditPrefix(), clientv3.WithPrefix()); err != nil {
 		t.Fatal(err)
 	}

@@ -347,6 +347,10 @@ func printAgents(w io.Writer, f *store.Fleet, view fleetView) {
 	if view.problems {
 		agents = view.rows(f.Agents)
 		if len(agents) == 0 && len(f.Lost) == 0 {
+			if len(f.Agents) == 0 {
+				fmt.Fprintln(w, "no live agent, and no node is lost")
+				return
+			}
 			fmt.Fprintf(w, "every live agent is converged (lag at most %d) and no node is lost\n", view.maxLag)
 			return
 		}

@@ -144,9 +144,13 @@ func TestStatusNotConvergedAtScale(t *testing.T) {
 		t.Fatalf("status --not-converged -o json: %+v", problems)
 	}
 
-	// A fleet in step: no row, and a line that says so.
+	// A fleet in step: no row, and a line that says so; an empty one
+	// says it has no agent, not that every agent is converged.
 	e2 := newEnv(t)
 	e2.seed()
+	if out := e2.must(ExitOK, "status", "--not-converged").stdout; !strings.Contains(out, "no live agent, and no node is lost") || strings.Contains(out, "converged (lag") {
+		t.Fatalf("status --not-converged of no fleet:\n%s", out)
+	}
 	rev, _ := e2.fingerprint()
 	e2.putAgent("edge-a", rev, grantLease(t))
 	if out := e2.must(ExitOK, "status", "--not-converged").stdout; len(rowsOf(out)) != 0 || !strings.Contains(out, "every live agent is converged (lag at most 0) and no node is lost") {

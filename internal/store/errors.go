@@ -50,7 +50,7 @@ func (e *ConflictError) Error() string {
 		what := fmt.Sprintf("put again (%q)", e.EpochValue)
 		if e.EpochDeleted {
 			what = "deleted"
-		} else if e.EpochValue != strconv.FormatInt(e.Epoch, 10) {
+		} else if strings.TrimSpace(e.EpochValue) != strconv.FormatInt(e.Epoch, 10) {
 			what = fmt.Sprintf("put to %q (from %d)", e.EpochValue, e.Epoch)
 		}
 		return fmt.Sprintf("the epoch key was %s around regionctl (etcdctl, a script: no audit record of epoch %d) after this write read it; nothing written; "+

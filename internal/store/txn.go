@@ -209,6 +209,14 @@ func (s *Store) guardFailed(ctx context.Context, st *State, ops []op, t *txnPlan
 	// (Put back below the epoch read, it is named as the epoch going back:
 	// as likely another cluster or history answering.)
 	byHand := epochRev != st.EpochModRevision && firstKV(resp.Responses[1]) == nil && !epochBelow(epochKV, st.Epoch)
+	if byHand && epochKV == nil {
+		// Deleted: a re-run would be refused by the audit guard while
+		// records are kept; say what that re-run would, the etcdctl put
+		// that restores the key (exit 1), not "re-run" (3).
+		if r := s.epochReset(ctx, st, true, ""); r.Newest > 0 {
+			return r
+		}
+	}
 	ce := s.conflict(st, ops, epochKV, byHand)
 	if ce.Epoch == ce.Now && !byHand {
 		// The epoch did not move: a guarded key did. A config key written
@@ -260,7 +268,7 @@ func epochBelow(kv *mvccpb.KeyValue, epoch int64) bool {
 	if kv == nil {
 		return false
 	}
-	n, err := strconv.ParseInt(string(kv.Value), 10, 64)
+	n, err := strconv.ParseInt(strings.TrimSpace(string(kv.Value)), 10, 64)
 	return err == nil && n < epoch
 }
 
@@ -278,7 +286,7 @@ func (s *Store) conflict(st *State, ops []op, epochKV *mvccpb.KeyValue, byHand b
 	}
 	now := st.Epoch
 	if epochKV != nil {
-		now, _ = strconv.ParseInt(string(epochKV.Value), 10, 64)
+		now, _ = strconv.ParseInt(strings.TrimSpace(string(epochKV.Value)), 10, 64)
 		if epochKV.ModRevision != st.EpochModRevision && now == st.Epoch {
 			now = st.Epoch + 1 // rewritten by hand; still a conflict
 		}

@@ -330,3 +330,41 @@ func TestRebuildIgnoresBoosts(t *testing.T) {
 		t.Errorf("rebuild of 1 through a cancelled bad boost: %v", err)
 	}
 }
+
+// TestEpochDeletedMeanwhileIsRefused: the epoch key deleted by hand
+// between the read and the commit, with audit records kept: refused (an
+// *EpochResetError, exit 1) naming the etcdctl put that restores it, as a
+// re-run would be, not a conflict whose "re-run" meets that refusal; an
+// epoch key put again as "1\n" (etcdctl put KEY < file) is "put again".
+func TestEpochDeletedMeanwhileIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx, cli, s, cfg := storeEnv(t, Options{})
+	put(ctx, t, s, cfg) // epoch 1
+	meanwhile := func(edit func()) error {
+		builds := 0
+		_, err := s.Write(ctx, WriteRequest{Command: "x", Build: func(_ context.Context, cur *State) (*Plan, error) {
+			if builds++; builds == 1 {
+				edit()
+			}
+			return &Plan{Config: withPool(cur.Config, "eu-west", "n", fmt.Sprint(builds))}, nil
+		}})
+		return err
+	}
+	err := meanwhile(func() {
+		if _, err := cli.Put(ctx, s.Keyspace().Epoch(), "1\n"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if !strings.Contains(fmt.Sprint(err), `the epoch key was put again ("1\n") around regionctl`) {
+		t.Errorf("the epoch key put again as 1 and a newline meanwhile: %v; want it named as put again", err)
+	}
+	err = meanwhile(func() {
+		if _, err := cli.Delete(ctx, s.Keyspace().Epoch()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	var re *EpochResetError
+	if !errors.As(err, &re) || !re.Missing || !strings.Contains(err.Error(), "etcdctl put "+s.Keyspace().Epoch()+" 1") {
+		t.Errorf("the epoch key deleted meanwhile: %v; want an *EpochResetError naming etcdctl put KEY 1", err)
+	}
+}
