@@ -44,7 +44,7 @@ func (f *agentFlags) register(fs *pflag.FlagSet, dev bool) {
 	if !dev {
 		fs.StringSliceVar(&f.cfg.Endpoints, "endpoints", d.Endpoints, "etcd client URLs, comma-separated")
 		fs.StringSliceVar(&f.cfg.StatusEndpoints, "status-endpoints", nil,
-			"etcd client URLs of the status key and its lease, when not --endpoints: the members, when --endpoints is a grpc-proxy and etcd's auth is on (the proxy renews leases without the client's login, which etcd refuses)")
+			"etcd client URLs of the status key and its lease, when not --endpoints: the members, when --endpoints is a grpc-proxy (the proxy renews leases without the client's login, which etcd refuses with auth on, and unreliably under load)")
 		fs.StringVar(&f.cacert, "cacert", "", "CA bundle (PEM) to verify etcd's certificate; enables TLS")
 		fs.StringVar(&f.cert, "cert", "", "client certificate (PEM) for etcd")
 		fs.StringVar(&f.keyPEM, "key", "", "client key (PEM) for etcd")
