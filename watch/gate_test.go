@@ -25,6 +25,7 @@ import (
 type gate struct {
 	pass        atomic.Int32
 	refuseReads atomic.Bool
+	holdReads   atomic.Bool // reads get no answer (until their deadline)
 }
 
 // gatedStream is a watch stream behind a gate.
@@ -64,6 +65,10 @@ func gatedMirror(t *testing.T, g *gate) (*Mirror, *clientv3.Client) {
 	reads := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		if method == "/etcdserverpb.KV/Range" && g.refuseReads.Load() {
 			return rpctypes.ErrGRPCPermissionDenied
+		}
+		if method == "/etcdserverpb.KV/Range" && g.holdReads.Load() {
+			<-ctx.Done()
+			return ctx.Err()
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
@@ -269,4 +274,35 @@ func TestFailingOpensBackOff(t *testing.T) {
 	if d := bo.Next(); d != 30*time.Second {
 		t.Fatalf("the next delay after 4 s of failing creations: %v; want 30 s (two waits of the backoff taken)", d)
 	}
+}
+
+// TestListTimeoutIsSaid: lists whose pages get no answer on a connection
+// that is up are said in Status (etcd_error in /v1/status) while they
+// fail, not left unexplained (the herd review: 30 s of "connected":
+// false and no reason, as a fleet's agents listed at once through an
+// overloaded proxy); a list answered ends it.
+func TestListTimeoutIsSaid(t *testing.T) {
+	t.Parallel()
+	g := &gate{}
+	m, _ := gatedMirror(t, g)
+	g.holdReads.Store(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	wait := func(what string, cond func(Status) bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for st := m.Status(); !cond(st); st = m.Status() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: status %+v", what, st)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	wait("the list timing out said", func(st Status) bool {
+		return !st.Connected && strings.Contains(st.Unreachable, "a page of the list of the prefix got no answer within the request timeout (300ms")
+	})
+	g.holdReads.Store(false)
+	wait("connected once a list is answered", func(st Status) bool { return st.Connected && st.Unreachable == "" })
 }

@@ -125,6 +125,7 @@ const noLeaderMsg = "the etcd member answering has no leader: a quorum of member
 // token (by a watcher from before `etcdctl auth enable`).
 const (
 	silentReadsMsg    = "etcd takes the connection but answers no read within the request timeout: the member may have lost its leader (behind a grpc-proxy, which does not pass \"no leader\" on: check the proxy's members, etcdctl endpoint status -w table) or be overloaded"
+	listTimeoutMsg    = "etcd takes the connection but a page of the list of the prefix got no answer within the request timeout (%s for up to 5,000 keys): etcd or its grpc-proxy may be overloaded (a fleet's agents listing at once, after a restart), or the member lost its leader; listing again with backoff"
 	uncreatedWatchMsg = "etcd takes the connection but does not answer the creation of a watch within the request timeout: behind etcd's grpc-proxy with authentication on, the proxy's one upstream stream carries the token of the watcher that opened it, and once that token is not valid (expired: --auth-token-ttl; that watcher connected before auth was enabled; etcd restored or restarted) etcd refuses each new upstream watch (this agent starts its next watch at etcd's revision, after a list when etcd moved on, to join the proxy's live one): restart the proxy, then this agent if it stays disconnected; else the member may have lost its leader or be overloaded"
 )
 

@@ -86,6 +86,9 @@ func (m *Mirror) Run(ctx context.Context) error {
 			} else {
 				if errors.Is(err, context.DeadlineExceeded) {
 					m.refused.Store(nil) // etcd holds the list: an earlier refusal is no longer what is known
+					// Said in Status while the connection is up (the herd
+					// review: /v1/status gave no reason for 30 s of them).
+					m.noteStalled(fmt.Sprintf(listTimeoutMsg, m.cfg.RequestTimeout))
 				}
 				msg := "list failed; keeping the last good table"
 				if m.Table() == nil {
