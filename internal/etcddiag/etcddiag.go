@@ -212,7 +212,14 @@ func proxyHealth(ctx context.Context, network, addr, host string) (string, bool)
 	if h.Reason != "" {
 		why += " (GET /proxy/health: " + h.Reason + ")"
 	}
-	return why + ": check the proxy's --endpoints and those members", true
+	why += ": check the proxy's --endpoints and those members"
+	if strings.Contains(h.Reason, "deadline exceeded") {
+		// Its check timed out: as likely an overloaded proxy or member
+		// (the herd review: a fleet's agents listing at once, every
+		// member answering).
+		why += " (a check that timed out may also be an overloaded proxy or member: a fleet's agents listing at once?)"
+	}
+	return why, true
 }
 
 // get asks the plaintext HTTP/1.1 server at addr for path, within d; ok
