@@ -29,6 +29,8 @@ type gate struct {
 	refuseReads  atomic.Bool
 	holdReads    atomic.Bool  // reads get no answer (until their deadline)
 	progressReqs atomic.Int32 // progress requests sent on watch streams
+	reads        atomic.Int32 // the reads (Range) made
+	holdRead     atomic.Int32 // the read of that number gets no answer (0: none)
 }
 
 // SendMsg counts the progress requests sent.
@@ -60,7 +62,7 @@ func (s *gatedStream) RecvMsg(m any) error {
 // gatedMirror is listedMirror with its watch streams behind g (open at
 // first), a 300 ms request timeout and 1.2 s progress interval; it also
 // returns a client that is not behind g.
-func gatedMirror(t *testing.T, g *gate) (*Mirror, *clientv3.Client) {
+func gatedMirror(t *testing.T, g *gate, tweak ...func(*Config)) (*Mirror, *clientv3.Client) {
 	t.Helper()
 	g.pass.Store(-1)
 	srv := devetcd.NewTest(t)
@@ -77,7 +79,7 @@ func gatedMirror(t *testing.T, g *gate) (*Mirror, *clientv3.Client) {
 		if method == "/etcdserverpb.KV/Range" && g.refuseReads.Load() {
 			return rpctypes.ErrGRPCPermissionDenied
 		}
-		if method == "/etcdserverpb.KV/Range" && g.holdReads.Load() {
+		if method == "/etcdserverpb.KV/Range" && (g.reads.Add(1) == g.holdRead.Load() || g.holdReads.Load()) {
 			<-ctx.Done()
 			return ctx.Err()
 		}
@@ -89,7 +91,11 @@ func gatedMirror(t *testing.T, g *gate) (*Mirror, *clientv3.Client) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	m, err := New(Config{Client: cli, Prefix: faultPrefix, RequestTimeout: 300 * time.Millisecond, ProgressInterval: 1200 * time.Millisecond})
+	cfg := Config{Client: cli, Prefix: faultPrefix, RequestTimeout: 300 * time.Millisecond, ProgressInterval: 1200 * time.Millisecond}
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	m, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,5 +356,31 @@ func TestNoProgressRequestsWhileChangesFlow(t *testing.T) {
 			t.Fatal("no progress request from a quiet watch within 10 s; want one per progress interval")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestListPageAskedAgain: a page of a list that gets no answer within the
+// request timeout is asked again at the list's revision, and the list
+// goes on from there, instead of being thrown away and started over (the
+// herd review: agents listing at once through an overloaded proxy lost
+// up to 7 pages each time, and failed together again).
+func TestListPageAskedAgain(t *testing.T) {
+	t.Parallel()
+	g := &gate{}
+	m, _ := gatedMirror(t, g, func(c *Config) { c.PageSize = 10 })
+	want := len(m.state)
+	if want <= 30 {
+		t.Fatalf("the fleet has %d keys: want more than three pages of 10", want)
+	}
+	before := g.reads.Load()
+	g.holdRead.Store(before + 3) // the third page of the next list
+	if _, err := m.relist(context.Background(), ReasonInitial); err != nil {
+		t.Fatalf("a list whose third page got no answer once: %v; want the page asked again and the list done", err)
+	}
+	if len(m.state) != want {
+		t.Fatalf("listed %d keys; want %d", len(m.state), want)
+	}
+	if n, pages := g.reads.Load()-before, int32((want+9)/10); n != pages+1 {
+		t.Fatalf("%d reads for a list of %d pages, one held; want %d (the held page once more, not the list again)", n, pages, pages+1)
 	}
 }

@@ -118,6 +118,30 @@ func (m *Mirror) Run(ctx context.Context) error {
 	return nil
 }
 
+// pageRetries is how many times a page after the first that got no
+// answer within the request timeout is asked again, at the list's
+// revision, before the list is given up: a fleet's agents listing at
+// once through an overloaded proxy threw away the pages they had and
+// started over, again and again together (the herd review: 79 of 96
+// agents listed more than once, losing up to 7 pages each time).
+const pageRetries = 2
+
+// getPage reads one page of the list from key (at rev when not 0),
+// within the request timeout; a page at a revision that times out is
+// asked again up to pageRetries times.
+func (m *Mirror) getPage(ctx context.Context, key string, rev int64, opts []clientv3.OpOption) (*clientv3.GetResponse, error) {
+	for attempt := 0; ; attempt++ {
+		gctx, cancel := context.WithTimeout(ctx, m.cfg.RequestTimeout)
+		resp, err := m.cfg.Client.Get(gctx, key, opts...)
+		cancel()
+		if err == nil || rev == 0 || attempt == pageRetries || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return resp, err
+		}
+		m.log.Info("a page of the list got no answer within the request timeout; asking again at the list's revision",
+			"from", key, "revision", rev, "attempt", attempt+1)
+	}
+}
+
 // relist reads the whole prefix at one revision and replaces the state:
 // keys absent from the new list are deleted; then the table is built from
 // it. It returns the list revision. It does not touch Connected: only a
@@ -321,9 +345,7 @@ func (m *Mirror) getAll(ctx context.Context) ([]routing.KV, *routing.Decoded, in
 		if rev > 0 {
 			opts = append(opts, clientv3.WithRev(rev))
 		}
-		gctx, cancel := context.WithTimeout(ctx, m.cfg.RequestTimeout)
-		resp, err := m.cfg.Client.Get(gctx, key, opts...)
-		cancel()
+		resp, err := m.getPage(ctx, key, rev, opts)
 		if err != nil {
 			failed.Store(true)
 			finish()
