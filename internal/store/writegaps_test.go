@@ -23,21 +23,18 @@ import (
 	"github.com/regiond/regiond/routing"
 )
 
-// TestEpochPutForwardByHandMeanwhile: the epoch key put forward by hand between the read and the commit:
-// a conflict, and the epoch key is not moved back.
+// TestEpochPutForwardByHandMeanwhile: the epoch key put forward by hand
+// between the read and the commit: a conflict that says so, and the
+// epoch key is not moved back.
 func TestEpochPutForwardByHandMeanwhile(t *testing.T) {
 	t.Parallel()
 	ctx, cli, s, cfg := storeEnv(t, Options{})
 	put(ctx, t, s, cfg) // epoch 1
-	builds := 0
-	_, err := s.Write(ctx, WriteRequest{Command: "x", Build: func(_ context.Context, cur *State) (*Plan, error) {
-		if builds++; builds == 1 {
-			if _, err := cli.Put(ctx, s.Keyspace().Epoch(), "6"); err != nil {
-				t.Fatal(err)
-			}
+	err := writeEditedMeanwhile(ctx, t, s, func() {
+		if _, err := cli.Put(ctx, s.Keyspace().Epoch(), "6"); err != nil {
+			t.Fatal(err)
 		}
-		return &Plan{Config: withPool(cur.Config, "eu-west", "n", "1")}, nil
-	}})
+	})
 	var ce *ConflictError
 	if !errors.As(err, &ce) || !ce.EpochByHand || !strings.Contains(err.Error(), `the epoch key was put to "6" (from 1) around regionctl (etcdctl, a script: no audit record of epoch 2)`) {
 		t.Errorf("epoch put forward 1 -> 6 by hand meanwhile: %v; want a conflict naming the hand edit (not 5 writes history would list)", err)
@@ -48,25 +45,36 @@ func TestEpochPutForwardByHandMeanwhile(t *testing.T) {
 	}
 }
 
-// TestEpochPutAgainByHandMeanwhile: the epoch key put again by hand with the same value meanwhile: a
-// conflict that says so.
+// TestEpochPutAgainByHandMeanwhile: the epoch key put again by hand with
+// the same value meanwhile: a conflict that says so.
 func TestEpochPutAgainByHandMeanwhile(t *testing.T) {
 	t.Parallel()
 	ctx, cli, s, cfg := storeEnv(t, Options{})
 	put(ctx, t, s, cfg) // epoch 1
-	builds := 0
-	_, err := s.Write(ctx, WriteRequest{Command: "x", Build: func(_ context.Context, cur *State) (*Plan, error) {
-		if builds++; builds == 1 {
-			if _, err := cli.Put(ctx, s.Keyspace().Epoch(), "1"); err != nil {
-				t.Fatal(err)
-			}
+	err := writeEditedMeanwhile(ctx, t, s, func() {
+		if _, err := cli.Put(ctx, s.Keyspace().Epoch(), "1"); err != nil {
+			t.Fatal(err)
 		}
-		return &Plan{Config: withPool(cur.Config, "eu-west", "n", "1")}, nil
-	}})
+	})
 	var ce *ConflictError
 	if !errors.As(err, &ce) || !ce.EpochByHand || !strings.Contains(err.Error(), `the epoch key was put again ("1") around regionctl`) {
 		t.Errorf("the epoch key put again by hand with its value meanwhile: %v; want a conflict naming the hand edit (not an epoch 2 history would not know)", err)
 	}
+}
+
+// writeEditedMeanwhile makes a write (an attr of pool eu-west) whose first
+// build runs edit, as a hand edit between its read and its commit, and
+// returns its error.
+func writeEditedMeanwhile(ctx context.Context, t *testing.T, s *Store, edit func()) error {
+	t.Helper()
+	builds := 0
+	_, err := s.Write(ctx, WriteRequest{Command: "x", Build: func(_ context.Context, cur *State) (*Plan, error) {
+		if builds++; builds == 1 {
+			edit()
+		}
+		return &Plan{Config: withPool(cur.Config, "eu-west", "n", fmt.Sprint(builds))}, nil
+	}})
+	return err
 }
 
 // TestBoostEndedMeanwhileIsNotPutAgain: a boost whose lease ends between the read and the commit of its
@@ -340,17 +348,7 @@ func TestEpochDeletedMeanwhileIsRefused(t *testing.T) {
 	t.Parallel()
 	ctx, cli, s, cfg := storeEnv(t, Options{})
 	put(ctx, t, s, cfg) // epoch 1
-	meanwhile := func(edit func()) error {
-		builds := 0
-		_, err := s.Write(ctx, WriteRequest{Command: "x", Build: func(_ context.Context, cur *State) (*Plan, error) {
-			if builds++; builds == 1 {
-				edit()
-			}
-			return &Plan{Config: withPool(cur.Config, "eu-west", "n", fmt.Sprint(builds))}, nil
-		}})
-		return err
-	}
-	err := meanwhile(func() {
+	err := writeEditedMeanwhile(ctx, t, s, func() {
 		if _, err := cli.Put(ctx, s.Keyspace().Epoch(), "1\n"); err != nil {
 			t.Fatal(err)
 		}
@@ -358,7 +356,7 @@ func TestEpochDeletedMeanwhileIsRefused(t *testing.T) {
 	if !strings.Contains(fmt.Sprint(err), `the epoch key was put again ("1\n") around regionctl`) {
 		t.Errorf("the epoch key put again as 1 and a newline meanwhile: %v; want it named as put again", err)
 	}
-	err = meanwhile(func() {
+	err = writeEditedMeanwhile(ctx, t, s, func() {
 		if _, err := cli.Delete(ctx, s.Keyspace().Epoch()); err != nil {
 			t.Fatal(err)
 		}
