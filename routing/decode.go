@@ -160,7 +160,7 @@ func unmarshalUnknown(raw []byte, v any, shared bool) ([]string, Errors) {
 // as PHP's json_decode refuses a whole document holding other bytes, and
 // a lone byte such as 0x9b is a control sequence on a terminal.
 func notUTF8(raw []byte) string {
-	off := invalidUTF8At(raw)
+	off := InvalidUTF8At(raw)
 	return fmt.Sprintf("value is not valid UTF-8 (JSON must be): byte 0x%02x at offset %d (counting from 0) begins no UTF-8 character", raw[off], off)
 }
 
@@ -172,9 +172,11 @@ func loneSurrogate(b []byte, at, lead int) string {
 		"no character (JSON readers such as PHP's json_decode refuse it)", b[at:at+6], lead+at)
 }
 
-// invalidUTF8At returns the offset of the first byte of b that begins no
-// valid UTF-8 encoding of a character (len(b) when b is valid UTF-8).
-func invalidUTF8At(b []byte) int {
+// InvalidUTF8At returns the offset of the first byte of b that begins no
+// valid UTF-8 encoding of a character (len(b) when b is valid UTF-8):
+// where a value, a key or a config file stops being UTF-8, for messages
+// that name the byte.
+func InvalidUTF8At(b []byte) int {
 	for i := 0; i < len(b); {
 		r, n := utf8.DecodeRune(b[i:])
 		if r == utf8.RuneError && n == 1 {

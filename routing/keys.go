@@ -82,7 +82,7 @@ func ShortKey(rel []byte) string {
 		return string(rel)
 	}
 	sum := sha256.Sum256(rel)
-	head := rel[:min(len(rel), 64, invalidUTF8At(rel))]
+	head := rel[:min(len(rel), 64, InvalidUTF8At(rel))]
 	for len(head) > 0 && !utf8.Valid(head) {
 		head = head[:len(head)-1] // not a rune cut in two
 	}

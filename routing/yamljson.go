@@ -20,7 +20,7 @@ func yamlToJSON(data []byte) ([]byte, error) {
 	// A UTF-16 byte order mark: the parser reads UTF-16.
 	utf16 := bytes.HasPrefix(data, []byte{0xff, 0xfe}) || bytes.HasPrefix(data, []byte{0xfe, 0xff})
 	if !utf16 && !utf8.Valid(data) { // the parser's own error names no place of the byte
-		off := invalidUTF8At(data)
+		off := InvalidUTF8At(data)
 		line := bytes.Count(data[:off], []byte("\n")) + 1
 		col := off - (bytes.LastIndexByte(data[:off], '\n') + 1) + 1
 		return nil, fmt.Errorf("the file is not valid UTF-8: byte 0x%02x at line %d, column %d (byte %d, counting from 0) begins no UTF-8 character", data[off], line, col, off)

@@ -200,18 +200,24 @@ func (a *app) warnMissing(st *store.Store, gaps []store.EpochRange) {
 	if len(gaps) == 0 {
 		return
 	}
+	what := missingRecords(gaps...)
+	fmt.Fprintf(a.stderr, "regionctl: warning: the audit %s missing, though older and newer ones are kept: deleted around regionctl (by hand? the operator role can write %s; regionctl deletes only the oldest records), so the changes of those epochs are not listed, and rollback cannot rebuild a config through them\n",
+		what, st.Keyspace().AuditPrefix())
+}
+
+// missingRecords says which audit records are missing, as the warnings
+// name them: "record of epoch 4 is", "records of epochs 1 to 2, 7 are".
+func missingRecords(gaps ...store.EpochRange) string {
 	var n int64
 	runs := make([]string, len(gaps))
 	for i, g := range gaps {
 		n += g.To - g.From + 1
 		runs[i] = g.String()
 	}
-	what := "record of epoch " + runs[0] + " is"
-	if n > 1 {
-		what = "records of epochs " + strings.Join(runs, ", ") + " are"
+	if n == 1 {
+		return "record of epoch " + runs[0] + " is"
 	}
-	fmt.Fprintf(a.stderr, "regionctl: warning: the audit %s missing, though older and newer ones are kept: deleted around regionctl (by hand? the operator role can write %s; regionctl deletes only the oldest records), so the changes of those epochs are not listed, and rollback cannot rebuild a config through them\n",
-		what, st.Keyspace().AuditPrefix())
+	return "records of epochs " + strings.Join(runs, ", ") + " are"
 }
 
 // warnOldestMissing names on stderr the epochs whose audit records are
@@ -253,11 +259,7 @@ func (a *app) warnOldestMissing(ctx context.Context, st *store.Store, oldest int
 	if oldest <= from {
 		return
 	}
-	gap := store.EpochRange{From: from, To: oldest - 1}
-	what := "record of epoch " + gap.String() + " is"
-	if gap.To > gap.From {
-		what = "records of epochs " + gap.String() + " are"
-	}
+	what := missingRecords(store.EpochRange{From: from, To: oldest - 1})
 	fmt.Fprintf(a.stderr, "regionctl: warning: the audit %s missing, though regionctl keeps the newest %d and the current epoch is %d (the oldest record kept is of epoch %d): deleted around regionctl (by hand? the operator role can write %s), so the changes of those epochs are not listed, and rollback cannot rebuild a config through them\n",
 		what, store.DefaultAuditKeep, cur, oldest, ks.AuditPrefix())
 }
@@ -299,11 +301,7 @@ func (a *app) warnNewestMissing(ctx context.Context, st *store.Store) {
 	if from > cur {
 		return
 	}
-	gap := store.EpochRange{From: from, To: cur}
-	what := "record of epoch " + gap.String() + " is"
-	if gap.To > gap.From {
-		what = "records of epochs " + gap.String() + " are"
-	}
+	what := missingRecords(store.EpochRange{From: from, To: cur})
 	kept := "no record is kept"
 	if newest > 0 {
 		kept = fmt.Sprintf("the newest record kept is of epoch %d", newest)

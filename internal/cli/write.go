@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"time"
-	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -113,7 +112,7 @@ func (a *app) runWrite(ctx context.Context, w writeOpts, build buildFunc) error 
 	if w.expect < 0 {
 		return usagef("--expect-agents %d: want the fleet's number of agents (0, the default: any number, at least one)", w.expect)
 	}
-	if off := notUTF8At(w.reason); off >= 0 {
+	if off := routing.InvalidUTF8At([]byte(w.reason)); off < len(w.reason) {
 		return usagef("--reason: byte 0x%02x at offset %d (counting from 0) begins no UTF-8 character: the audit record is JSON, which would hold U+FFFD in its place; give the reason in UTF-8", w.reason[off], off)
 	}
 	a.writing(w)
@@ -328,17 +327,4 @@ func printWriteTable(w io.Writer, r writeResult) {
 	if r.Converged != nil && *r.Converged {
 		fmt.Fprintf(w, "converged: every live agent (%d) serves revision %d or later\n", r.ConvergedAgents, r.Revision)
 	}
-}
-
-// notUTF8At returns the offset of the first byte of s that begins no
-// UTF-8 encoding of a character, or -1 when s is valid UTF-8.
-func notUTF8At(s string) int {
-	for i, r := range s {
-		if r == utf8.RuneError {
-			if _, n := utf8.DecodeRuneInString(s[i:]); n == 1 {
-				return i
-			}
-		}
-	}
-	return -1
 }
