@@ -218,6 +218,7 @@ func (p *publisher) run(ctx context.Context, m *watch.Mirror) {
 	for ctx.Err() == nil {
 		sess, err := p.newSession(ctx)
 		if err != nil && ctx.Err() != nil {
+			p.deleteRecord() // a clean stop between leases (one lost, the next not granted yet): the record goes all the same
 			return
 		}
 		if err != nil {
@@ -229,6 +230,7 @@ func (p *publisher) run(ctx context.Context, m *watch.Mirror) {
 			p.setErr("no lease for the status key", err)
 			p.log.Log(ctx, firstAt(p.failed, slog.LevelWarn), "agent status: no lease for the status key; retrying (logged again at debug level)", p.withHint([]any{"err", err, "failures", p.failed}, err)...)
 			if p.waitRetry(ctx, bo, m) != nil {
+				p.deleteRecord()
 				return
 			}
 			continue
