@@ -339,3 +339,36 @@ func TestNodeRecordDeletedAtAStopBetweenLeases(t *testing.T) {
 		t.Fatalf("node record after a clean stop between leases: %v %v; want it deleted", resp.Kvs, err)
 	}
 }
+
+// TestNodeRecordDeletedAtAStopDuringALostLeasesRevoke: the status key's
+// lease is lost on a silent path, the publisher revokes it (up to 2 s
+// while etcd does not answer), and the stop comes during that revoke,
+// etcd answering again meanwhile: the record goes (the shutdown review:
+// run's loop ended on its condition with no delete, and regionctl status
+// listed the node stopped on purpose LOST).
+func TestNodeRecordDeletedAtAStopDuringALostLeasesRevoke(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
+	cli, px, dir, cfg := exampleBehindProxy(t, "node-rv")
+	cfg.StatusTTL = 2 * time.Second
+	var logs logbuf.Buffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	h := runAgent(t, dir, cfg)
+	ks := keyspace.Default()
+	ctx := context.Background()
+	waitFor(t, "the node record", func() bool {
+		r, err := cli.Get(ctx, ks.Node("node-rv"))
+		return err == nil && len(r.Kvs) == 1
+	})
+	px.Freeze()
+	waitWithin(t, time.Minute, "the lease lost", func() bool { return strings.Contains(logs.String(), "lease lost") })
+	h.cancel() // the publisher revokes the lost lease on the frozen path now
+	px.Thaw()
+	h.stop()
+	f, err := store.New(cli, ks, store.Options{}).Fleet(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := cli.Get(ctx, ks.Node("node-rv")); err != nil || len(r.Kvs) != 0 || len(f.Lost) != 0 {
+		t.Fatalf("after a clean stop during the lost lease's revoke: node record %v (%v), lost %+v; want none\n%s", r.Kvs, err, f.Lost, logs.String())
+	}
+}

@@ -202,23 +202,33 @@ func skippedKeys(sk []routing.Skipped) (n, alike int, names []string) {
 	return len(names), len(same), slices.Clip(names[:min(len(names), routing.MaxStatusSkippedKeys)])
 }
 
-// run publishes the status of m until ctx is done, then revokes the lease
-// so the key goes.
+// run publishes the status of m until ctx is done, then deletes the node
+// record and revokes the lease so the key goes.
 func (p *publisher) run(ctx context.Context, m *watch.Mirror) {
+	// run returns only at a stop (ctx done), and the node record goes
+	// wherever the stop finds the publisher: before the first list (a
+	// record of an earlier run goes too), between leases (the last one
+	// lost, the next not granted yet), during the revoke of a lost lease
+	// (the shutdown review: each of these returned without the delete,
+	// and regionctl status listed the node stopped on purpose LOST).
+	deleted := false
+	defer func() {
+		if !deleted {
+			p.deleteRecord()
+		}
+	}()
 	// Nothing is put before the first list is served: a put while the
 	// mirror lists moves etcd's revision past the list's, so its watch
 	// (from the list's revision + 1) would start behind etcd's, and etcd
 	// catches such a watch up only every 100 ms: the first changes after
 	// the start would wait for it (see watch.Mirror.list).
 	if m.WaitReady(ctx) != nil {
-		p.deleteRecord() // a clean stop before the first list: a record of an earlier run goes too
 		return
 	}
 	bo := p.retry
 	for ctx.Err() == nil {
 		sess, err := p.newSession(ctx)
 		if err != nil && ctx.Err() != nil {
-			p.deleteRecord() // a clean stop between leases (one lost, the next not granted yet): the record goes all the same
 			return
 		}
 		if err != nil {
@@ -230,20 +240,24 @@ func (p *publisher) run(ctx context.Context, m *watch.Mirror) {
 			p.setErr("no lease for the status key", err)
 			p.log.Log(ctx, firstAt(p.failed, slog.LevelWarn), "agent status: no lease for the status key; retrying (logged again at debug level)", p.withHint([]any{"err", err, "failures", p.failed}, err)...)
 			if p.waitRetry(ctx, bo, m) != nil {
-				p.deleteRecord()
 				return
 			}
 			continue
 		}
 		bo.Reset()
 		p.publish(ctx, sess, m)
-		if ctx.Err() != nil {
-			p.deleteRecord()
+		stopping := ctx.Err() != nil
+		if stopping {
+			p.deleteRecord() // before the revoke: the record never outlives the key
+			deleted = true
 		}
 		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		p.cli.Revoke(rctx, sess.Lease()) // key goes at once on shutdown
+		_, err = p.cli.Revoke(rctx, sess.Lease()) // key goes at once on shutdown
 		cancel()
 		sess.Orphan()
+		if stopping && err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			p.log.Warn(fmt.Sprintf("agent status: cannot revoke the status key's lease at stop: the key stays until its TTL (%s) ends", p.ttl), "key", p.key, "err", err)
+		}
 	}
 }
 
@@ -541,7 +555,11 @@ func (p *publisher) deleteRecord() {
 			p.log.Info("agent status: the node record was written since this run's last put, or is an earlier run's while a status key lives (another agent of the same --node?): left in place", "key", p.record)
 		}
 	}
-	if err != nil && !watch.PermissionDenied(err) {
+	if err != nil && !watch.PermissionDenied(err) && p.recordRev == 0 && len(p.leases) == 0 {
+		// This run put no record: one of an earlier run's, if any, stays
+		// (after a clean stop there is none).
+		p.log.Info("agent status: could not check for a node record of an earlier run at stop", "key", p.record, "err", err)
+	} else if err != nil && !watch.PermissionDenied(err) {
 		p.log.Warn("agent status: cannot delete the node record at stop: regionctl status names this node lost until it runs again (regionctl agent rm "+p.node+" forgets it)", "key", p.record, "err", err)
 	}
 }
