@@ -3,6 +3,8 @@ package agent_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -12,6 +14,8 @@ import (
 	"time"
 
 	"github.com/regiond/regiond/internal/agent"
+	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/logbuf"
 )
 
 // socketGet answers GET path over the unix socket at sock, or an error.
@@ -146,5 +150,57 @@ func TestDeletedSocketIsMadeAgain(t *testing.T) {
 	stop()
 	if _, err := os.Lstat(cfg.Socket); !os.IsNotExist(err) {
 		t.Errorf("socket file after a clean stop: %v, want it removed", err)
+	}
+}
+
+// TestStopWithAClientThatDoesNotRead: a client on the socket that asked
+// for the table (20 times, pipelined: answers past the socket's buffers,
+// as one larger table's would) and reads nothing does not make a clean
+// stop fail: after the grace its connection is closed, Run returns nil,
+// "regiond agent stopped" is logged (the shutdown review: Run returned
+// "context deadline exceeded", regiond exited 1 and systemd marked the
+// unit failed).
+func TestStopWithAClientThatDoesNotRead(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out the shutdown's grace
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	dir := t.TempDir()
+	cfg := tcpConfig(dir, srv.Endpoints, "node-slow")
+	cfg.Socket = filepath.Join(dir, "run", "regiond.sock")
+	var logs logbuf.Buffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	a, err := agent.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "the table served", func() bool { code, _ := socketGet(cfg.Socket, "/v1/table"); return code == 200 })
+	c, err := net.Dial("unix", cfg.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(strings.Repeat("GET /v1/table HTTP/1.1\r\nHost: x\r\n\r\n", 20))); err != nil {
+		t.Fatal(err)
+	}
+	// The first bytes of the first answer: the server answers, and will
+	// block on the rest.
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(c, make([]byte, 64)); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the agent did not stop within 30 s")
+	}
+	done <- nil // for the deferred receive
+	if err != nil || !strings.Contains(logs.String(), "regiond agent stopped") || !strings.Contains(logs.String(), "closed") {
+		t.Fatalf("a clean stop with a client that does not read: Run returned %v; want nil, the connection closed and said\n%s", err, logs.String())
 	}
 }
