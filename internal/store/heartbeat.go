@@ -130,7 +130,7 @@ func (s *Store) Heartbeat(ctx context.Context, c HeartbeatConfig) error {
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil
+				return s.stopHeartbeat(ctx, rel, prev, "heartbeat stopped between leases")
 			}
 			wait := bo
 			switch {
@@ -151,7 +151,7 @@ func (s *Store) Heartbeat(ctx context.Context, c HeartbeatConfig) error {
 				s.log.Warn("heartbeat: cannot write marker, retrying", "key", rel, "err", err)
 			}
 			if wait.Wait(ctx) != nil {
-				return nil
+				return s.stopHeartbeat(ctx, rel, prev, "heartbeat stopped between leases")
 			}
 			continue
 		}
@@ -165,19 +165,8 @@ func (s *Store) Heartbeat(ctx context.Context, c HeartbeatConfig) error {
 		s.keepMarker(ctx, sess, rel, val, c.Explain, &refused)
 		select {
 		case <-ctx.Done():
-			// Revoked within --command-timeout (5 s), not the session's
-			// Close, which waits up to the TTL: a stop under systemd
-			// (TimeoutStopSec=10s) ends before the unit's kill.
 			sess.Orphan()
-			rctx, cancel := s.reqCtx(context.WithoutCancel(ctx))
-			_, err := s.cli.Revoke(rctx, sess.Lease())
-			cancel()
-			if err != nil {
-				key := s.ks.RoutingKey(rel)
-				return s.writeErr("heartbeat: revoke the lease of "+key, err, s.roles.WriteNeed(key))
-			}
-			s.log.Info("heartbeat stopped, lease revoked", "key", rel)
-			return nil
+			return s.stopHeartbeat(ctx, rel, sess.Lease(), "heartbeat stopped")
 		case <-sess.Done():
 			prev = sess.Lease()
 			s.log.Warn("heartbeat: lease lost, granting a new one", "key", rel, "lease", fmt.Sprintf("%x", int64(prev)))
@@ -367,7 +356,13 @@ func (s *Store) heartbeatSession(ctx context.Context, ttl int, c HeartbeatConfig
 	}
 	fail := func(err error) (*concurrency.Session, string, time.Duration, error) {
 		sess.Orphan()
-		s.revoke(ctx, sess.Lease())
+		if ctx.Err() != nil { // a stop: within its bound (stopHeartbeat revokes prev after it)
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(s.opts.RequestTimeout, heartbeatStopRevoke))
+			s.cli.Revoke(rctx, sess.Lease())
+			cancel()
+		} else {
+			s.revoke(ctx, sess.Lease())
+		}
 		return nil, "", 0, err
 	}
 	absent := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
@@ -467,4 +462,41 @@ func (s *Store) logTakeover(key, addr string, lease clientv3.LeaseID, kv *mvccpb
 	default:
 		s.log.Error("heartbeat: after losing its lease, took the marker from another lease with another --addr: another heartbeat runs with the same --instance (--instance must be unique within the pool)", attrs...)
 	}
+}
+
+// heartbeatStopRevoke bounds each revoke at a heartbeat's stop, whatever
+// --command-timeout says: at most two (a lease granted as the stop came,
+// and the one lost before it) end within the package unit's
+// TimeoutStopSec (10 s), before systemd's SIGKILL.
+const heartbeatStopRevoke = 4 * time.Second
+
+// stopHeartbeat ends a heartbeat stopped on purpose: it revokes lease (the
+// session's; or, stopped between leases, the one it lost, which etcd may
+// have kept alive and holding the marker, as across a lost quorum; 0:
+// none), so the marker goes at once. A revoke refused by permission is
+// the error returned; one etcd does not answer is a warning (the marker
+// goes when the lease's TTL ends), and the stop is clean: a stop while
+// etcd is away did exit 1, and systemd marked the unit failed (the
+// shutdown review, which also found the lost lease left unrevoked).
+func (s *Store) stopHeartbeat(ctx context.Context, rel string, lease clientv3.LeaseID, what string) error {
+	if lease == 0 {
+		s.log.Info(what, "key", rel)
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(s.opts.RequestTimeout, heartbeatStopRevoke))
+	_, err := s.cli.Revoke(rctx, lease)
+	cancel()
+	key := s.ks.RoutingKey(rel)
+	switch {
+	case err == nil:
+		s.log.Info(what+", lease revoked", "key", rel, "lease", fmt.Sprintf("%x", int64(lease)))
+		return nil
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		s.log.Info(what+", its lease already ended", "key", rel, "lease", fmt.Sprintf("%x", int64(lease)))
+		return nil
+	case isPermissionDenied(err):
+		return s.writeErr("heartbeat: revoke the lease of "+key, err, s.roles.WriteNeed(key))
+	}
+	s.log.Warn(what+"; etcd did not revoke its lease: the marker goes when the lease's TTL ends", "key", rel, "lease", fmt.Sprintf("%x", int64(lease)), "err", err)
+	return nil
 }

@@ -197,3 +197,86 @@ func TestHeartbeatRefusesATTLPastItsCap(t *testing.T) {
 		t.Fatalf("marker written: %v %v", resp, err)
 	}
 }
+
+// TestHeartbeatStopBetweenLeasesRevokesTheLostOne: a heartbeat that lost
+// its lease while etcd kept it (another client renews it here, as a new
+// leader does after a lost quorum) and is stopped before it put its key
+// under a new lease revokes the lost one: the key goes at once (the
+// shutdown review: it returned with no word, and the key outlived the
+// stopped origin by the lease's TTL).
+func TestHeartbeatStopBetweenLeasesRevokesTheLostOne(t *testing.T) {
+	t.Parallel()
+	srv := devetcd.NewTest(t)
+	direct := devetcd.NewTestClient(t, srv)
+	cli, proxy := proxiedClient(t, srv)
+	logs := &logbuf.Buffer{}
+	s := newStore(t, cli, Options{RequestTimeout: time.Second,
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	up := make(chan int64, 8)
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Heartbeat(ctx, HeartbeatConfig{Pool: "eu-central", Instance: "i-1", Addr: "10.0.0.1:443", TTL: 3 * time.Second,
+			OnUp: func(l int64, _ time.Duration) { up <- l }})
+	}()
+	old := nextUp(t, up, logs)
+	kctx, kcancel := context.WithCancel(context.Background())
+	defer kcancel()
+	ka, err := direct.KeepAlive(kctx, clientv3.LeaseID(old))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for range ka {
+		}
+	}()
+	proxy.Freeze()
+	if _, ok := waitFor(30*time.Second, func() bool { return strings.Contains(logs.String(), "heartbeat: lease lost") }); !ok {
+		proxy.Thaw()
+		t.Fatalf("the heartbeat did not lose its lease behind a frozen connection:\n%s", logs)
+	}
+	cancel() // the stop, as the heartbeat grants a new lease
+	time.Sleep(50 * time.Millisecond)
+	proxy.Thaw() // etcd answers again
+	kcancel()    // and nothing renews the old lease any more
+	if err := <-done; err != nil {
+		t.Fatalf("Heartbeat: %v", err)
+	}
+	key := s.Keyspace().RoutingKey(routing.HealthKey("eu-central", "i-1"))
+	if resp, err := direct.Get(context.Background(), key); err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("after the stop, %s: %v %v; want it gone with the lost lease %x revoked\n%s", key, resp.Kvs, err, old, logs)
+	}
+}
+
+// TestHeartbeatStopWhileEtcdDoesNotAnswer: a stop whose revoke etcd does
+// not answer is clean (nil, so the unit is not marked failed), warns that
+// the marker goes with the lease's TTL, and ends within the revoke's
+// bound (before, it returned the timeout: exit 1).
+func TestHeartbeatStopWhileEtcdDoesNotAnswer(t *testing.T) {
+	t.Parallel()
+	srv := devetcd.NewTest(t)
+	cli, proxy := proxiedClient(t, srv)
+	logs := &logbuf.Buffer{}
+	s := newStore(t, cli, Options{RequestTimeout: time.Second, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	up := make(chan int64, 8)
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Heartbeat(ctx, HeartbeatConfig{Pool: "eu-central", Instance: "i-1", Addr: "10.0.0.1:443", TTL: 10 * time.Second,
+			OnUp: func(l int64, _ time.Duration) { up <- l }})
+	}()
+	nextUp(t, up, logs)
+	proxy.Freeze()
+	defer proxy.Thaw()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil || !strings.Contains(logs.String(), "the marker goes when the lease's TTL ends") {
+			t.Fatalf("a stop etcd does not answer: %v; want nil and the warning\n%s", err, logs)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the heartbeat did not stop within 30 s")
+	}
+}
