@@ -130,7 +130,7 @@ func New(cfg Config) (*Agent, error) {
 	a.nodeConflicts = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "regiond", Subsystem: "agent", Name: "node_conflicts_total",
 		Help: "Puts of the status key that found it under another agent's lease: another agent runs with the same --node."})
 	a.copyErrors = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "regiond", Subsystem: "snapshot", Name: "copy_errors_total",
-		Help: "Failed writes of the snapshot's copy on disk (--snapshot-copy), and a start that found the copy but could not write the snapshot files from it."})
+		Help: "Failed writes of the snapshot's copy on disk (--snapshot-copy), copies skipped because the snapshot file does not decode, and a start that found the copy but could not write the snapshot files from it."})
 	a.copyLastWrite = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "regiond", Subsystem: "snapshot", Name: "copy_last_write_timestamp_seconds",
 		Help: "Unix time of the last write of the snapshot's copy on disk (--snapshot-copy); 0 before the first."})
 	a.registry.MustRegister(a.statusPutFailures, a.nodeConflicts, a.copyErrors, a.copyLastWrite)
@@ -305,7 +305,7 @@ func (a *Agent) loadSnapshot() {
 		return
 	}
 	b, err := atomicfile.ReadFile(a.cfg.Snapshot)
-	if errors.Is(err, os.ErrNotExist) && a.restoreSnapshotCopy() {
+	if errors.Is(err, os.ErrNotExist) && a.restoreSnapshotCopy("no snapshot file (after a reboot?)") {
 		return
 	}
 	if err != nil {
@@ -317,6 +317,11 @@ func (a *Agent) loadSnapshot() {
 	t, h, err := routing.LoadTableJSONHeader(b)
 	if err != nil {
 		a.log.Warn("snapshot file not loaded: does not decode", "path", a.cfg.Snapshot, "err", err)
+		// Truncated, or of a newer agent after a downgrade: the copy, if
+		// it decodes, is served and rewrites the files (the shutdown
+		// review: the agent served 503 beside a good copy, and copied
+		// the bad file over it at its stop).
+		a.restoreSnapshotCopy("the snapshot file does not decode")
 		return
 	}
 	a.seed, a.seedAt = t, h.SyncedAt

@@ -30,12 +30,12 @@ func (a *Agent) makeSnapshotCopyDir() ([]safedir.Made, error) {
 }
 
 // restoreSnapshotCopy is loadSnapshot's way when the snapshot file is
-// missing (a reboot empties /run and /dev/shm): the copy on persistent
-// disk, if any, becomes the seed, and the snapshot files are written from
-// it at once, so the front doors serve the last table (its synced_at
-// says how old: they mark it stale) even when etcd does not answer at
-// boot. It reports whether it seeded.
-func (a *Agent) restoreSnapshotCopy() bool {
+// missing (a reboot empties /run and /dev/shm) or does not decode (why
+// says which): the copy on persistent disk, if any, becomes the seed, and
+// the snapshot files are written from it at once, so the front doors
+// serve the last table (its synced_at says how old: they mark it stale)
+// even when etcd does not answer at boot. It reports whether it seeded.
+func (a *Agent) restoreSnapshotCopy(why string) bool {
 	if a.cfg.SnapshotCopy == "" {
 		return false
 	}
@@ -70,7 +70,7 @@ func (a *Agent) restoreSnapshotCopy() bool {
 			break
 		}
 	}
-	a.log.Warn("no snapshot file (after a reboot?): serving its copy until synced with etcd", "copy", a.cfg.SnapshotCopy,
+	a.log.Warn(why+": serving its copy until synced with etcd", "copy", a.cfg.SnapshotCopy,
 		"path", a.cfg.Snapshot, "revision", t.Revision(), "synced_at", a.seedAt)
 	return true
 }
@@ -98,9 +98,10 @@ func (a *Agent) keepSnapshotCopy(ctx context.Context) {
 
 // copySnapshot writes the snapshot file's bytes to the copy, durably,
 // unless their digest is last (the copy's: a digest, not the bytes, is
-// kept between copies, so the agent holds no second table); it returns
-// the copy's digest (last when the file could not be read or the copy
-// written).
+// kept between copies, so the agent holds no second table) or they do
+// not decode as a table (a file truncated or put there by another hand
+// never replaces a copy that would load); it returns the copy's digest
+// (last when the file could not be read or the copy written).
 func (a *Agent) copySnapshot(last [sha256.Size]byte) [sha256.Size]byte {
 	b, err := atomicfile.ReadFile(a.cfg.Snapshot)
 	if err != nil {
@@ -108,6 +109,11 @@ func (a *Agent) copySnapshot(last [sha256.Size]byte) [sha256.Size]byte {
 	}
 	sum := sha256.Sum256(b)
 	if sum == last {
+		return last
+	}
+	if _, _, err := routing.LoadTableJSONHeader(b); err != nil {
+		a.copyErrors.Inc()
+		a.log.Warn("snapshot copy not written: the snapshot file does not decode", "path", a.cfg.Snapshot, "copy", a.cfg.SnapshotCopy, "err", err)
 		return last
 	}
 	if err := atomicfile.WriteFile(a.cfg.SnapshotCopy, b, 0o600); err != nil {

@@ -76,6 +76,79 @@ func TestSnapshotCopySurvivesAReboot(t *testing.T) {
 	}
 }
 
+// TestSnapshotCopyServesForAFileThatDoesNotDecode: a snapshot file that
+// does not decode (truncated) beside a good copy, etcd unreachable: the
+// agent serves the copy and writes the files from it, and at its stop the
+// copy is still one that loads (the shutdown review: it served 503, and
+// copied the bad file over the good copy, leaving a reboot nothing).
+func TestSnapshotCopyServesForAFileThatDoesNotDecode(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	rev := loadExample(t, cli)
+	dir := t.TempDir()
+	cfg := offlineConfig(dir)
+	cfg.Endpoints = srv.Endpoints
+	cfg.SnapshotCopy = filepath.Join(dir, "state", "table.json")
+	h := runAgent(t, dir, cfg)
+	waitFor(t, "synced and snapshot written", func() bool { s := h.snapshot(); return s != nil && s.Revision() >= rev })
+	_, before := h.resolve("PL", "k")
+	h.stop()
+	good, err := os.ReadFile(cfg.SnapshotCopy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg.Snapshot, good[:len(good)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Endpoints = []string{"http://127.0.0.1:1"}
+	h = runAgent(t, dir, cfg)
+	if code, d := h.resolve("PL", "k"); code != 200 || d.Pool != before.Pool {
+		t.Fatalf("PL with a file that does not decode and etcd away: %d %+v; want the copy's %s", code, d, before.Pool)
+	}
+	if tb := h.snapshot(); tb == nil || tb.Revision() != rev {
+		t.Fatalf("the snapshot file: %v; want it written from the copy, at revision %d", tb, rev)
+	}
+	h.stop()
+	now, err := os.ReadFile(cfg.SnapshotCopy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := routing.LoadTableJSONHeader(now); err != nil {
+		t.Fatalf("the copy after the stop does not decode (%v): the good copy (%d bytes) was replaced (%d bytes)", err, len(good), len(now))
+	}
+}
+
+// TestSnapshotCopyIsNotReplacedByAFileThatDoesNotDecode: the copy is
+// written only from bytes that decode: a file made undecodable while the
+// agent runs cut off from etcd (a hand, a disk error) is not copied at
+// the stop.
+func TestSnapshotCopyIsNotReplacedByAFileThatDoesNotDecode(t *testing.T) {
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	rev := loadExample(t, cli)
+	dir := t.TempDir()
+	cfg := offlineConfig(dir)
+	cfg.Endpoints = srv.Endpoints
+	cfg.SnapshotCopy = filepath.Join(dir, "state", "table.json")
+	h := runAgent(t, dir, cfg)
+	waitFor(t, "synced and snapshot written", func() bool { s := h.snapshot(); return s != nil && s.Revision() >= rev })
+	h.stop()
+	good, err := os.ReadFile(cfg.SnapshotCopy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Endpoints = []string{"http://127.0.0.1:1"}
+	h = runAgent(t, dir, cfg)
+	waitFor(t, "the snapshot file served", func() bool { code, _ := h.resolve("PL", "k"); return code == 200 })
+	if err := os.WriteFile(cfg.Snapshot, []byte(`{"format":1,"revision":`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.stop()
+	if now, err := os.ReadFile(cfg.SnapshotCopy); err != nil || !bytes.Equal(now, good) {
+		t.Fatalf("the copy after a stop with a file that does not decode: %d bytes (%v); want the good copy's %d", len(now), err, len(good))
+	}
+}
+
 // TestSnapshotCopyMetrics: the copy's last write time is exported while
 // the agent runs, and a copy that cannot be written (a directory at its
 // path) is counted in regiond_snapshot_copy_errors_total, for an alert: a
