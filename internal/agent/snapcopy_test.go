@@ -139,7 +139,11 @@ func TestSnapshotCopyIsNotReplacedByAFileThatDoesNotDecode(t *testing.T) {
 	}
 	cfg.Endpoints = []string{"http://127.0.0.1:1"}
 	h = runAgent(t, dir, cfg)
-	waitFor(t, "the snapshot file served", func() bool { code, _ := h.resolve("PL", "k"); return code == 200 })
+	// The agent writes the seed it serves (stale) at start: after that.
+	waitFor(t, "the snapshot file written again, stale", func() bool {
+		b, err := os.ReadFile(cfg.Snapshot)
+		return err == nil && !bytes.Equal(b, good) && bytes.Contains(b, []byte(`"stale":true`))
+	})
 	if err := os.WriteFile(cfg.Snapshot, []byte(`{"format":1,"revision":`), 0o644); err != nil {
 		t.Fatal(err)
 	}
