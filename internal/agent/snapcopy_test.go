@@ -25,15 +25,7 @@ import (
 // it stale), and the API serves it. Without a copy it would serve
 // nothing (503) until etcd answered.
 func TestSnapshotCopySurvivesAReboot(t *testing.T) {
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	rev := loadExample(t, cli)
-	dir := t.TempDir()
-	cfg := offlineConfig(dir)
-	cfg.Endpoints = srv.Endpoints
-	cfg.SnapshotCopy = filepath.Join(dir, "state", "table.json")
-	h := runAgent(t, dir, cfg)
-	waitFor(t, "synced and snapshot written", func() bool { s := h.snapshot(); return s != nil && s.Revision() >= rev })
+	h, dir, cfg, rev := syncedWithCopy(t)
 	_, before := h.resolve("PL", "k")
 	h.stop()
 	written, err := os.ReadFile(cfg.Snapshot)
@@ -76,21 +68,29 @@ func TestSnapshotCopySurvivesAReboot(t *testing.T) {
 	}
 }
 
+// syncedWithCopy runs an agent with --snapshot-copy, synced with an etcd
+// holding the example config at rev, its files in dir.
+func syncedWithCopy(t *testing.T) (h *harness, dir string, cfg agent.Config, rev int64) {
+	t.Helper()
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	rev = loadExample(t, cli)
+	dir = t.TempDir()
+	cfg = offlineConfig(dir)
+	cfg.Endpoints = srv.Endpoints
+	cfg.SnapshotCopy = filepath.Join(dir, "state", "table.json")
+	h = runAgent(t, dir, cfg)
+	waitFor(t, "synced and snapshot written", func() bool { s := h.snapshot(); return s != nil && s.Revision() >= rev })
+	return h, dir, cfg, rev
+}
+
 // TestSnapshotCopyServesForAFileThatDoesNotDecode: a snapshot file that
 // does not decode (truncated) beside a good copy, etcd unreachable: the
 // agent serves the copy and writes the files from it, and at its stop the
 // copy is still one that loads (the shutdown review: it served 503, and
 // copied the bad file over the good copy, leaving a reboot nothing).
 func TestSnapshotCopyServesForAFileThatDoesNotDecode(t *testing.T) {
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	rev := loadExample(t, cli)
-	dir := t.TempDir()
-	cfg := offlineConfig(dir)
-	cfg.Endpoints = srv.Endpoints
-	cfg.SnapshotCopy = filepath.Join(dir, "state", "table.json")
-	h := runAgent(t, dir, cfg)
-	waitFor(t, "synced and snapshot written", func() bool { s := h.snapshot(); return s != nil && s.Revision() >= rev })
+	h, dir, cfg, rev := syncedWithCopy(t)
 	_, before := h.resolve("PL", "k")
 	h.stop()
 	good, err := os.ReadFile(cfg.SnapshotCopy)
@@ -123,15 +123,7 @@ func TestSnapshotCopyServesForAFileThatDoesNotDecode(t *testing.T) {
 // agent runs cut off from etcd (a hand, a disk error) is not copied at
 // the stop.
 func TestSnapshotCopyIsNotReplacedByAFileThatDoesNotDecode(t *testing.T) {
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	rev := loadExample(t, cli)
-	dir := t.TempDir()
-	cfg := offlineConfig(dir)
-	cfg.Endpoints = srv.Endpoints
-	cfg.SnapshotCopy = filepath.Join(dir, "state", "table.json")
-	h := runAgent(t, dir, cfg)
-	waitFor(t, "synced and snapshot written", func() bool { s := h.snapshot(); return s != nil && s.Revision() >= rev })
+	h, dir, cfg, _ := syncedWithCopy(t)
 	h.stop()
 	good, err := os.ReadFile(cfg.SnapshotCopy)
 	if err != nil {

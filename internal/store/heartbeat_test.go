@@ -13,6 +13,7 @@ import (
 
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/logbuf"
+	"github.com/regiond/regiond/internal/tcpproxy"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -20,20 +21,52 @@ import (
 // 2s) until the test ends; its OnUp leases arrive on the channel.
 func runHeartbeat(t *testing.T, s *Store) <-chan int64 {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	up := make(chan int64, 8)
-	done := make(chan error, 1)
-	go func() {
-		done <- s.Heartbeat(ctx, HeartbeatConfig{Pool: "eu-central", Instance: "i-1", Addr: "10.0.0.1:443", TTL: 2 * time.Second,
-			OnUp: func(l int64, _ time.Duration) { up <- l }})
-	}()
+	up, stop := startHeartbeat(s, 2*time.Second)
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			t.Errorf("heartbeat: %v", err)
 		}
 	})
 	return up
+}
+
+// startHeartbeat runs s's heartbeat of eu-central/i-1 with ttl; stop ends
+// it (once) and returns what Heartbeat returned.
+func startHeartbeat(s *Store, ttl time.Duration) (up <-chan int64, stop func() error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ups := make(chan int64, 8)
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Heartbeat(ctx, HeartbeatConfig{Pool: "eu-central", Instance: "i-1", Addr: "10.0.0.1:443", TTL: ttl,
+			OnUp: func(l int64, _ time.Duration) { ups <- l }})
+	}()
+	var once sync.Once
+	var err error
+	return ups, func() error { once.Do(func() { cancel(); err = <-done }); return err }
+}
+
+// loseLeaseEtcdKeeps has the heartbeat lose its lease old while etcd
+// keeps it (another client renews it, as a new leader does after a lost
+// quorum) behind the frozen proxy; the proxy stays frozen. The returned
+// func stops renewing old.
+func loseLeaseEtcdKeeps(t *testing.T, direct *clientv3.Client, proxy *tcpproxy.Proxy, old int64, logs *logbuf.Buffer) (release func()) {
+	t.Helper()
+	kctx, kcancel := context.WithCancel(context.Background())
+	t.Cleanup(kcancel)
+	ka, err := direct.KeepAlive(kctx, clientv3.LeaseID(old))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for range ka {
+		}
+	}()
+	proxy.Freeze()
+	if _, ok := waitFor(30*time.Second, func() bool { return strings.Contains(logs.String(), "heartbeat: lease lost") }); !ok {
+		proxy.Thaw()
+		t.Fatalf("the heartbeat did not lose its lease behind a frozen connection:\n%s", logs)
+	}
+	return kcancel
 }
 
 // nextUp returns the next lease a heartbeat came up under.
@@ -72,21 +105,7 @@ func TestHeartbeatPutsAgainUnderItsOwnLostLease(t *testing.T) {
 
 	// etcd keeps the old lease alive (here another client renews it)
 	// while nothing reaches the heartbeat.
-	kctx, kcancel := context.WithCancel(context.Background())
-	defer kcancel()
-	ka, err := direct.KeepAlive(kctx, clientv3.LeaseID(old))
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		for range ka {
-		}
-	}()
-	proxy.Freeze()
-	if _, ok := waitFor(30*time.Second, func() bool { return strings.Contains(logs.String(), "heartbeat: lease lost") }); !ok {
-		proxy.Thaw()
-		t.Fatalf("the heartbeat did not lose its lease behind a frozen connection:\n%s", logs)
-	}
+	loseLeaseEtcdKeeps(t, direct, proxy, old, logs)
 	proxy.Thaw()
 	lease := nextUp(t, up, logs)
 
@@ -212,35 +231,16 @@ func TestHeartbeatStopBetweenLeasesRevokesTheLostOne(t *testing.T) {
 	logs := &logbuf.Buffer{}
 	s := newStore(t, cli, Options{RequestTimeout: time.Second,
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	up := make(chan int64, 8)
-	done := make(chan error, 1)
-	go func() {
-		done <- s.Heartbeat(ctx, HeartbeatConfig{Pool: "eu-central", Instance: "i-1", Addr: "10.0.0.1:443", TTL: 3 * time.Second,
-			OnUp: func(l int64, _ time.Duration) { up <- l }})
-	}()
+	up, stop := startHeartbeat(s, 3*time.Second)
+	defer stop()
 	old := nextUp(t, up, logs)
-	kctx, kcancel := context.WithCancel(context.Background())
-	defer kcancel()
-	ka, err := direct.KeepAlive(kctx, clientv3.LeaseID(old))
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		for range ka {
-		}
-	}()
-	proxy.Freeze()
-	if _, ok := waitFor(30*time.Second, func() bool { return strings.Contains(logs.String(), "heartbeat: lease lost") }); !ok {
-		proxy.Thaw()
-		t.Fatalf("the heartbeat did not lose its lease behind a frozen connection:\n%s", logs)
-	}
-	cancel() // the stop, as the heartbeat grants a new lease
+	release := loseLeaseEtcdKeeps(t, direct, proxy, old, logs)
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }() // the stop, as the heartbeat grants a new lease
 	time.Sleep(50 * time.Millisecond)
 	proxy.Thaw() // etcd answers again
-	kcancel()    // and nothing renews the old lease any more
-	if err := <-done; err != nil {
+	release()    // and nothing renews the old lease any more
+	if err := <-stopped; err != nil {
 		t.Fatalf("Heartbeat: %v", err)
 	}
 	key := s.Keyspace().RoutingKey(routing.HealthKey("eu-central", "i-1"))
@@ -259,18 +259,13 @@ func TestHeartbeatStopWhileEtcdDoesNotAnswer(t *testing.T) {
 	cli, proxy := proxiedClient(t, srv)
 	logs := &logbuf.Buffer{}
 	s := newStore(t, cli, Options{RequestTimeout: time.Second, Logger: slog.New(slog.NewTextHandler(logs, nil))})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	up := make(chan int64, 8)
-	done := make(chan error, 1)
-	go func() {
-		done <- s.Heartbeat(ctx, HeartbeatConfig{Pool: "eu-central", Instance: "i-1", Addr: "10.0.0.1:443", TTL: 10 * time.Second,
-			OnUp: func(l int64, _ time.Duration) { up <- l }})
-	}()
+	up, stop := startHeartbeat(s, 10*time.Second)
+	defer stop()
 	nextUp(t, up, logs)
 	proxy.Freeze()
 	defer proxy.Thaw()
-	cancel()
+	done := make(chan error, 1)
+	go func() { done <- stop() }()
 	select {
 	case err := <-done:
 		if err != nil || !strings.Contains(logs.String(), "the marker goes when the lease's TTL ends") {
