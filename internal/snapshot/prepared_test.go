@@ -256,8 +256,11 @@ func TestSettledFollowsARevisionThatWentBack(t *testing.T) {
 	w, _ := startWriter(t, Config{Path: path, Source: src})
 	src.set(table(50, 50))
 	waitRevision(t, path, 50)
+	deadline := time.Now().Add(10 * time.Second)             // a hang guard, not a timing assertion
 	for ok := false; !ok; time.Sleep(5 * time.Millisecond) { // settled once its write is finished
-		ok, _ = w.Settled(50)
+		if ok, _ = w.Settled(50); !ok && time.Now().After(deadline) {
+			t.Fatal("revision 50, written, was never settled")
+		}
 	}
 	_, next := w.Settled(0)
 	src.set(table(20, 30)) // restored: a lower revision, other content
