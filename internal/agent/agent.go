@@ -399,8 +399,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	// Registered before the API serves: a scrape never finds the agent
 	// without its connection and staleness gauges.
 	offline := a.registerOfflineGauges()
-	g.Go(func() error { return a.runEtcd(gctx, offline) })
-	g.Go(func() error { a.keepSnapshotCopy(gctx); return nil })
+	etcdDone := make(chan struct{}) // the mirror, the snapshot writer and the status publisher have stopped
+	g.Go(func() error { defer close(etcdDone); return a.runEtcd(gctx, offline) })
+	g.Go(func() error { a.keepSnapshotCopy(gctx, etcdDone); return nil })
 	g.Go(func() error { a.keepSocket(gctx); return nil })
 	for _, s := range []struct {
 		ln       *connLimit

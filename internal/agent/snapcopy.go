@@ -77,8 +77,10 @@ func (a *Agent) restoreSnapshotCopy(why string) bool {
 
 // keepSnapshotCopy copies the snapshot file to --snapshot-copy every
 // snapshotCopyEvery when it changed, and once more when ctx ends (a
-// clean stop or a reboot keeps the newest table).
-func (a *Agent) keepSnapshotCopy(ctx context.Context) {
+// clean stop or a reboot keeps the newest table), after the snapshot
+// writer's last write (writerDone closed: its last write at stop is a
+// change its pacing held).
+func (a *Agent) keepSnapshotCopy(ctx context.Context, writerDone <-chan struct{}) {
 	if a.cfg.SnapshotCopy == "" || a.cfg.Snapshot == "" {
 		return
 	}
@@ -88,6 +90,7 @@ func (a *Agent) keepSnapshotCopy(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
+			<-writerDone
 			a.copySnapshot(last)
 			return
 		case <-tick.C:

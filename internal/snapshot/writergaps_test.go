@@ -288,3 +288,28 @@ func TestAfterChangeAfterRunReturned(t *testing.T) {
 		t.Fatalf("directory after the stop: %v, want only table.idx and table.json", got)
 	}
 }
+
+// TestWriterWritesAHeldChangeAtStop: a change the pacing holds when Run
+// ends is written before it returns: the files are what front doors read
+// while the agent is away, and the agent's copy on disk is taken from
+// them at its stop (the shutdown review: both kept the table before the
+// last change).
+func TestWriterWritesAHeldChangeAtStop(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "table.json")
+	src := newSource()
+	// A budget so small, and waits so long, that a second change waits
+	// an hour: only the stop writes it.
+	_, stop := startWriter(t, Config{Path: path, Source: src, Logger: discardLogger,
+		Budget: 1e-9, Burst: time.Nanosecond, MaxDelay: time.Hour, Quiet: time.Hour})
+	src.set(table(1, 50))
+	waitRevision(t, path, 1)
+	src.set(table(2, 60))
+	time.Sleep(100 * time.Millisecond) // the writer sees it, and holds it
+	if r := readRevision(t, path); r != 1 {
+		t.Fatalf("the file at %d before the stop: want the change held (the test means nothing otherwise)", r)
+	}
+	stop()
+	if r := readRevision(t, path); r != 2 {
+		t.Fatalf("the file after the stop holds revision %d, want the held change's 2", r)
+	}
+}
