@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/regiond/regiond/internal/agent"
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/logbuf"
@@ -154,17 +156,31 @@ func TestDeletedSocketIsMadeAgain(t *testing.T) {
 }
 
 // TestStopWithAClientThatDoesNotRead: a client on the socket that asked
-// for the table (20 times, pipelined: answers past the socket's buffers,
-// as one larger table's would) and reads nothing does not make a clean
-// stop fail: after the grace its connection is closed, Run returns nil,
-// "regiond agent stopped" is logged (the shutdown review: Run returned
-// "context deadline exceeded", regiond exited 1 and systemd marked the
-// unit failed).
+// for the table (over a megabyte: 4,000 pools more than the example, past
+// any socket buffer, so the answer is still being written at the stop)
+// and reads nothing does not make a clean stop fail: after the grace its
+// connection is closed, Run returns nil, "regiond agent stopped" is
+// logged (the shutdown review: Run returned "context deadline exceeded",
+// regiond exited 1 and systemd marked the unit failed).
 func TestStopWithAClientThatDoesNotRead(t *testing.T) {
 	t.Parallel() // mostly idle, waiting out the shutdown's grace
 	srv := devetcd.NewTest(t)
 	cli := devetcd.NewTestClient(t, srv)
 	loadExample(t, cli)
+	var last int64
+	note := strings.Repeat("n", 250)
+	for i := 0; i < 4000; i += 100 {
+		var ops []clientv3.Op
+		for j := i; j < i+100; j++ {
+			ops = append(ops, clientv3.OpPut(fmt.Sprintf("%spools/big-%04d", prefix, j),
+				fmt.Sprintf(`{"host":"big-%04d.example.net:443","residency":"eu","attrs":{"note":"%s"}}`, j, note)))
+		}
+		resp, err := cli.Txn(context.Background()).Then(ops...).Commit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = resp.Header.Revision
+	}
 	dir := t.TempDir()
 	cfg := tcpConfig(dir, srv.Endpoints, "node-slow")
 	cfg.Socket = filepath.Join(dir, "run", "regiond.sock")
@@ -178,13 +194,13 @@ func TestStopWithAClientThatDoesNotRead(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	waitFor(t, "the table served", func() bool { code, _ := socketGet(cfg.Socket, "/v1/table"); return code == 200 })
+	waitFor(t, "the big table served", func() bool { m := a.Mirror(); return m != nil && m.Table() != nil && m.Table().Revision() >= last })
 	c, err := net.Dial("unix", cfg.Socket)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.Write([]byte(strings.Repeat("GET /v1/table HTTP/1.1\r\nHost: x\r\n\r\n", 20))); err != nil {
+	if _, err := c.Write([]byte(strings.Repeat("GET /v1/table HTTP/1.1\r\nHost: x\r\n\r\n", 2))); err != nil {
 		t.Fatal(err)
 	}
 	// The first bytes of the first answer: the server answers, and will
