@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/regiond/regiond/internal/fleettest"
 	"github.com/regiond/regiond/routing"
 	"github.com/regiond/regiond/watch"
 )
@@ -45,15 +45,7 @@ func (f *fixedSource) setStatus(st watch.Status) { f.st.Store(&st) }
 // extra (key, value, …).
 func exampleKVs(t *testing.T, extra ...string) []routing.KV {
 	t.Helper()
-	b, err := os.ReadFile("../../examples/routing.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := routing.ParseConfig(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vals, err := cfg.Values()
+	vals, err := fleettest.Config(t).Values()
 	if err != nil {
 		t.Fatal(err)
 	}
