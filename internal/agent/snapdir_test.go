@@ -210,13 +210,15 @@ func TestWriterRecreatesTheDirectoryAsAtStart(t *testing.T) {
 	cfg.SnapshotGroup = strconv.Itoa(otherGID)
 	h := runAgent(t, dir, cfg)
 	shm := filepath.Dir(cfg.Snapshot)
-	// The index goes after the JSON: once it is there, the write is over
-	// (a removal racing with it would find the directory not empty).
+	// The index goes after the JSON, and its next temp file is prepared
+	// last: once that is there, the write is over (a removal racing with
+	// it would find the directory not empty: it failed so in CI).
 	written := func(rev int64) func() bool {
 		return func() bool {
 			s := h.snapshot()
 			_, err := os.Stat(filepath.Join(shm, "table.idx"))
-			return s != nil && s.Revision() >= rev && err == nil
+			prepared, _ := filepath.Glob(filepath.Join(shm, ".table.idx.tmp-*"))
+			return s != nil && s.Revision() >= rev && err == nil && len(prepared) > 0
 		}
 	}
 	waitFor(t, "snapshot written", written(0))
