@@ -13,6 +13,7 @@ import (
 
 	"github.com/regiond/regiond/internal/agent"
 	"github.com/regiond/regiond/internal/logbuf"
+	"github.com/regiond/regiond/internal/poll"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -96,7 +97,7 @@ func agentRuns(t *testing.T, e *rbacEnv) {
 	var logs logbuf.Buffer
 	a, stop := e.runRBACAgent(t, &logs)
 	rev := e.state().Revision
-	if _, ok := waitFor(20*time.Second, func() bool {
+	if _, ok := poll.Until(20*time.Second, func() bool {
 		code, d, err := agentResolve(a, "PL")
 		return err == nil && code == 200 && d.Revision >= rev && len(d.Degraded) == 0
 	}); !ok {
@@ -104,7 +105,7 @@ func agentRuns(t *testing.T, e *rbacEnv) {
 	}
 	statusKey := e.ks.Agent("n1")
 	var st routing.AgentStatus
-	if _, ok := waitFor(20*time.Second, func() bool {
+	if _, ok := poll.Until(20*time.Second, func() bool {
 		resp, err := e.root.Get(context.Background(), statusKey)
 		if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease == 0 {
 			return false
@@ -167,7 +168,7 @@ func skippedHealthKey(t *testing.T, e *rbacEnv, statusKey string) {
 			t.Errorf("the origin deleting its health key: %v", err)
 		}
 	}()
-	if _, ok := waitFor(20*time.Second, func() bool {
+	if _, ok := poll.Until(20*time.Second, func() bool {
 		resp, err := e.root.Get(ctx, statusKey)
 		var st routing.AgentStatus
 		return err == nil && len(resp.Kvs) == 1 && json.Unmarshal(resp.Kvs[0].Value, &st) == nil &&

@@ -18,6 +18,7 @@ import (
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/keyspace"
 	"github.com/regiond/regiond/internal/logbuf"
+	"github.com/regiond/regiond/internal/poll"
 	"github.com/regiond/regiond/internal/store"
 	"github.com/regiond/regiond/routing"
 )
@@ -537,7 +538,7 @@ func (e *rbacEnv) startOriginHeartbeatCtx(t *testing.T, parent context.Context) 
 		resp, err := e.root.Get(context.Background(), h.key)
 		return err == nil && len(resp.Kvs) == 1 && resp.Kvs[0].Lease != 0
 	}
-	if _, ok := waitFor(10*time.Second, h.present); !ok {
+	if _, ok := poll.Until(10*time.Second, h.present); !ok {
 		h.stop()
 		t.Fatalf("origin heartbeat wrote no health key:\n%s%s", h.out.String(), h.errb.String())
 	}
@@ -560,7 +561,7 @@ func originJobs(t *testing.T, e *rbacEnv) {
 	if _, err := e.root.Delete(context.Background(), h.key); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := waitFor(10*time.Second, h.present); !ok {
+	if _, ok := poll.Until(10*time.Second, h.present); !ok {
 		h.stop()
 		t.Fatalf("origin heartbeat did not put its deleted key back:\n%s%s", h.out.String(), h.errb.String())
 	}

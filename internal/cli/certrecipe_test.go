@@ -23,6 +23,7 @@ import (
 	"github.com/regiond/regiond/internal/etcdproc"
 	"github.com/regiond/regiond/internal/freeport"
 	"github.com/regiond/regiond/internal/logbuf"
+	"github.com/regiond/regiond/internal/poll"
 	"github.com/regiond/regiond/internal/testprog"
 )
 
@@ -155,7 +156,7 @@ func behindTheProxy(t *testing.T, dir string, etcd []string, as func(user string
 	cfg.TLS, cfg.Username, cfg.Password = dial(user), user, m[1]
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	a, _ := startAgent(t, cfg)
-	if _, ok := waitFor(20*time.Second, func() bool {
+	if _, ok := poll.Until(20*time.Second, func() bool {
 		code, d, err := agentResolve(a, "DE")
 		return err == nil && code == 200 && d.Pool == "eu-central"
 	}); !ok {

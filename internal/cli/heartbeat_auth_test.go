@@ -12,6 +12,7 @@ import (
 
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/logbuf"
+	"github.com/regiond/regiond/internal/poll"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -79,7 +80,7 @@ func TestHeartbeatStrandedByAuthEnable(t *testing.T) {
 		resp, err := c.Get(context.Background(), key)
 		return err == nil && len(resp.Kvs) == 1 && resp.Kvs[0].Lease != 0
 	}
-	if _, ok := waitFor(10*time.Second, func() bool { return present(cli) }); !ok {
+	if _, ok := poll.Until(10*time.Second, func() bool { return present(cli) }); !ok {
 		t.Fatalf("health key not written:\n%s%s", out.String(), errb.String())
 	}
 
@@ -90,7 +91,7 @@ func TestHeartbeatStrandedByAuthEnable(t *testing.T) {
 	}
 	defer root.Close()
 	hint := "etcd's authentication is on and this heartbeat has no credentials: put REGIONCTL_USER and REGIONCTL_PASSWORD of a user with the role regiond-origin-eu-central"
-	if _, ok := waitFor(30*time.Second, func() bool { return strings.Contains(errb.String(), hint) }); !ok {
+	if _, ok := poll.Until(30*time.Second, func() bool { return strings.Contains(errb.String(), hint) }); !ok {
 		t.Fatalf("no hint about credentials once auth is on:\n%s", errb.String())
 	}
 	// Time for a few retries (1 s, 2 s apart): fewer on a loaded machine
@@ -111,7 +112,7 @@ func TestHeartbeatStrandedByAuthEnable(t *testing.T) {
 	if _, err := root.AuthDisable(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := waitFor(60*time.Second, func() bool { return present(cli) }); !ok {
+	if _, ok := poll.Until(60*time.Second, func() bool { return present(cli) }); !ok {
 		t.Fatalf("health key not written again once etcd let it:\n%s", errb.String())
 	}
 	cancel()
@@ -144,7 +145,7 @@ func TestHeartbeatPasswordChangedUnderIt(t *testing.T) {
 	if _, err := e.root.UserChangePassword(ctx, rbacOrigin, e.passwords[rbacOrigin]); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := waitFor(60*time.Second, h.present); !ok {
+	if _, ok := poll.Until(60*time.Second, h.present); !ok {
 		t.Fatalf("health key not written again with the old password back:\n%s", h.errb.String())
 	}
 }
@@ -179,7 +180,7 @@ func TestHeartbeatRoleRevokedUnderIt(t *testing.T) {
 	if _, err := e.root.UserGrantRole(ctx, rbacOrigin, rbacOrigin); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := waitFor(60*time.Second, h.present); !ok {
+	if _, ok := poll.Until(60*time.Second, h.present); !ok {
 		t.Fatalf("marker not put back with the role granted again:\n%s", h.errb.String())
 	}
 	// Revoked again, the marker left in place, and the marker's watch
@@ -189,14 +190,14 @@ func TestHeartbeatRoleRevokedUnderIt(t *testing.T) {
 	// before the marker changed).
 	// The marker's watch stream is there to cut (under CI's load it was
 	// not yet when the marker was back: a nil cut).
-	if _, ok := waitFor(30*time.Second, func() bool { return cutWatch.Load() != nil }); !ok {
+	if _, ok := poll.Until(30*time.Second, func() bool { return cutWatch.Load() != nil }); !ok {
 		t.Fatalf("the heartbeat opened no watch stream:\n%s", h.errb.String())
 	}
 	if _, err := e.root.UserRevokeRole(ctx, rbacOrigin, rbacOrigin); err != nil {
 		t.Fatal(err)
 	}
 	(*cutWatch.Load())()
-	if _, ok := waitFor(30*time.Second, func() bool { return strings.Count(h.errb.String(), "level=ERROR") == 2 }); !ok {
+	if _, ok := poll.Until(30*time.Second, func() bool { return strings.Count(h.errb.String(), "level=ERROR") == 2 }); !ok {
 		t.Fatalf("the role revoked a second time: want a second ERROR:\n%s", h.errb.String())
 	}
 }
@@ -227,7 +228,7 @@ func startSeededOriginHeartbeatCtx(t *testing.T, parent context.Context) (*rbacE
 // retry, and that its key is gone.
 func (h *originHeartbeat) refusedOnce(t *testing.T, hint string) {
 	t.Helper()
-	if _, ok := waitFor(30*time.Second, func() bool { return strings.Contains(h.errb.String(), hint) }); !ok {
+	if _, ok := poll.Until(30*time.Second, func() bool { return strings.Contains(h.errb.String(), hint) }); !ok {
 		t.Fatalf("no ERROR with %q:\n%s", hint, h.errb.String())
 	}
 	time.Sleep(4 * time.Second) // retries, which must not be logged again

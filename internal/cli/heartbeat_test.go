@@ -18,6 +18,7 @@ import (
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/freeport"
 	"github.com/regiond/regiond/internal/logbuf"
+	"github.com/regiond/regiond/internal/poll"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -112,19 +113,6 @@ func (e *tenv) revokeHealthLease(t *testing.T, instance string) int64 {
 	return 0
 }
 
-// waitFor polls cond every 50ms until it holds or d passes; it returns how
-// long it took and whether cond held.
-func waitFor(d time.Duration, cond func() bool) (time.Duration, bool) {
-	start := time.Now()
-	for time.Since(start) < d {
-		if cond() {
-			return time.Since(start), true
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return time.Since(start), cond()
-}
-
 // TestHeartbeat runs two heartbeat processes with a 2s TTL: the keys live
 // past the TTL, one re-grants after its lease is revoked under it and then
 // vanishes within the TTL of a SIGKILL; the other is removed at once on
@@ -136,17 +124,17 @@ func TestHeartbeat(t *testing.T) {
 	e.seed()
 	killed, killedOut := e.startHeartbeat(t, bin, "fra-kill")
 	termed, termedOut := e.startHeartbeat(t, bin, "fra-term")
-	if _, ok := waitFor(10*time.Second, func() bool { return e.healthLease("fra-kill") != 0 && e.healthLease("fra-term") != 0 }); !ok {
+	if _, ok := poll.Until(10*time.Second, func() bool { return e.healthLease("fra-kill") != 0 && e.healthLease("fra-term") != 0 }); !ok {
 		t.Fatalf("health keys not written:\n%s\n%s", killedOut, termedOut)
 	}
 	time.Sleep(2500 * time.Millisecond) // longer than the TTL: kept alive
-	if _, ok := waitFor(time.Second, func() bool { return e.healthLease("fra-kill") != 0 && e.healthLease("fra-term") != 0 }); !ok {
+	if _, ok := poll.Until(time.Second, func() bool { return e.healthLease("fra-kill") != 0 && e.healthLease("fra-term") != 0 }); !ok {
 		t.Fatal("health key expired while its heartbeat runs")
 	}
 
 	// Losing the lease under a running heartbeat: it grants a new one.
 	lease := e.revokeHealthLease(t, "fra-kill")
-	took, ok := waitFor(5*time.Second, func() bool { l := e.healthLease("fra-kill"); return l != 0 && l != lease })
+	took, ok := poll.Until(5*time.Second, func() bool { l := e.healthLease("fra-kill"); return l != 0 && l != lease })
 	if !ok {
 		t.Fatalf("heartbeat did not re-grant after its lease was revoked:\n%s", killedOut)
 	}
@@ -166,7 +154,7 @@ func TestHeartbeat(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = killed.Wait()
-	took, ok = waitFor(6*time.Second, func() bool { return e.healthLease("fra-kill") == 0 })
+	took, ok = poll.Until(6*time.Second, func() bool { return e.healthLease("fra-kill") == 0 })
 	t.Logf("health key gone %s after SIGKILL (TTL 2s)", took.Round(time.Millisecond))
 	// The lease ends at most a TTL after its last keepalive; allow 2×TTL
 	// for a busy machine (etcd's expiry is not exact, etcd#9395).
@@ -207,7 +195,7 @@ func TestHeartbeatWaitsForEtcd(t *testing.T) {
 	stopped, stoppedOut := start("fra-stop")
 	waiting, waitingOut := start("fra-wait")
 	for _, o := range []*logbuf.Buffer{stoppedOut, waitingOut} {
-		if _, ok := waitFor(30*time.Second, func() bool { return strings.Contains(o.String(), "heartbeat: etcd unreachable; retrying") }); !ok {
+		if _, ok := poll.Until(30*time.Second, func() bool { return strings.Contains(o.String(), "heartbeat: etcd unreachable; retrying") }); !ok {
 			t.Fatalf("no retry while etcd is unreachable:\n%s", o)
 		}
 	}
@@ -233,7 +221,7 @@ func TestHeartbeatWaitsForEtcd(t *testing.T) {
 		r, err := cli.Get(context.Background(), key)
 		return err == nil && len(r.Kvs) == 1 && r.Kvs[0].Lease != 0
 	}
-	if _, ok := waitFor(60*time.Second, exists); !ok {
+	if _, ok := poll.Until(60*time.Second, exists); !ok {
 		t.Fatalf("health key %s not written once etcd listens:\n%s", key, waitingOut)
 	}
 	if err := waiting.Process.Signal(syscall.SIGTERM); err != nil {
@@ -296,7 +284,7 @@ func TestHeartbeatPutsItsKeyBack(t *testing.T) {
 	e.seed()
 	first, firstOut := e.startHeartbeat(t, bin, "fra-keep")
 	var lease int64
-	if _, ok := waitFor(10*time.Second, func() bool { lease = e.healthLease("fra-keep"); return lease != 0 }); !ok {
+	if _, ok := poll.Until(10*time.Second, func() bool { lease = e.healthLease("fra-keep"); return lease != 0 }); !ok {
 		t.Fatalf("health key not written:\n%s", firstOut)
 	}
 	key := e.ks.RoutingKey(routing.HealthKey("eu-central", "fra-keep"))
@@ -304,10 +292,10 @@ func TestHeartbeatPutsItsKeyBack(t *testing.T) {
 	if _, err := testClient.Delete(context.Background(), key); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := waitFor(5*time.Second, func() bool { return e.healthLease("fra-keep") == lease }); !ok {
+	if _, ok := poll.Until(5*time.Second, func() bool { return e.healthLease("fra-keep") == lease }); !ok {
 		t.Fatalf("the deleted key was not put back under lease %x:\n%s", lease, firstOut)
 	}
-	if _, ok := waitFor(5*time.Second, func() bool {
+	if _, ok := poll.Until(5*time.Second, func() bool {
 		return strings.Contains(firstOut.String(), "the marker was deleted by someone else (a hand edit such as etcdctl del, or another heartbeat with the same --instance stopping) while this heartbeat runs; put it back under its lease")
 	}); !ok { // logged just after the put
 		t.Fatalf("the put back is not logged:\n%s", firstOut)
@@ -318,10 +306,10 @@ func TestHeartbeatPutsItsKeyBack(t *testing.T) {
 	if _, err := testClient.Put(context.Background(), key, `{"addr":"10.0.0.1:443","since":"2026-01-01T00:00:00Z"}`); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := waitFor(5*time.Second, func() bool { return e.healthLease("fra-keep") == lease }); !ok {
+	if _, ok := poll.Until(5*time.Second, func() bool { return e.healthLease("fra-keep") == lease }); !ok {
 		t.Fatalf("the leaseless key was not taken back under lease %x:\n%s", lease, firstOut)
 	}
-	if _, ok := waitFor(5*time.Second, func() bool {
+	if _, ok := poll.Until(5*time.Second, func() bool {
 		return strings.Contains(firstOut.String(), "the marker was put without a lease (it would outlive this process) while this heartbeat runs; put it back under its lease")
 	}); !ok {
 		t.Fatalf("the take-back is not logged:\n%s", firstOut)
@@ -329,10 +317,10 @@ func TestHeartbeatPutsItsKeyBack(t *testing.T) {
 
 	second, secondOut := e.startHeartbeat(t, bin, "fra-keep")
 	var other int64
-	if _, ok := waitFor(10*time.Second, func() bool { other = e.healthLease("fra-keep"); return other != 0 && other != lease }); !ok {
+	if _, ok := poll.Until(10*time.Second, func() bool { other = e.healthLease("fra-keep"); return other != 0 && other != lease }); !ok {
 		t.Fatalf("the second heartbeat did not put its key:\n%s", secondOut)
 	}
-	if _, ok := waitFor(5*time.Second, func() bool {
+	if _, ok := poll.Until(5*time.Second, func() bool {
 		return strings.Contains(firstOut.String(), "the marker is held by another lease") && strings.Contains(firstOut.String(), "--instance must be unique")
 	}); !ok {
 		t.Fatalf("the conflict is not named:\n%s", firstOut)
@@ -346,12 +334,12 @@ func TestHeartbeatPutsItsKeyBack(t *testing.T) {
 	if err := second.Wait(); err != nil {
 		t.Fatalf("second heartbeat on SIGTERM: %v\n%s", err, secondOut)
 	}
-	if _, ok := waitFor(5*time.Second, func() bool { return e.healthLease("fra-keep") == lease }); !ok {
+	if _, ok := poll.Until(5*time.Second, func() bool { return e.healthLease("fra-keep") == lease }); !ok {
 		t.Fatalf("the key was not put back under lease %x once the second heartbeat stopped (now %x):\n%s", lease, e.healthLease("fra-keep"), firstOut)
 	}
 	// Said as it is: the other heartbeat's stop deleted it (it said "the
 	// marker was deleted while this heartbeat runs", as of a hand's del).
-	if _, ok := waitFor(5*time.Second, func() bool {
+	if _, ok := poll.Until(5*time.Second, func() bool {
 		return strings.Contains(firstOut.String(), "the marker was deleted by someone else (the other heartbeat with the same --instance, whose lease held it, stopped or died; or a hand edit) while this heartbeat runs; put it back under its lease") &&
 			strings.Contains(firstOut.String(), fmt.Sprintf("other_lease=%x", other))
 	}); !ok {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/logbuf"
+	"github.com/regiond/regiond/internal/poll"
 	"github.com/regiond/regiond/internal/tcpproxy"
 	"github.com/regiond/regiond/routing"
 )
@@ -62,7 +63,7 @@ func loseLeaseEtcdKeeps(t *testing.T, direct *clientv3.Client, proxy *tcpproxy.P
 		}
 	}()
 	proxy.Freeze()
-	if _, ok := waitFor(30*time.Second, func() bool { return strings.Contains(logs.String(), "heartbeat: lease lost") }); !ok {
+	if _, ok := poll.Until(30*time.Second, func() bool { return strings.Contains(logs.String(), "heartbeat: lease lost") }); !ok {
 		proxy.Thaw()
 		t.Fatalf("the heartbeat did not lose its lease behind a frozen connection:\n%s", logs)
 	}
@@ -184,19 +185,6 @@ func markerSinceOf(t *testing.T, cli *clientv3.Client, s *Store) string {
 		t.Fatalf("read the marker: %v %v", resp, err)
 	}
 	return markerSince(resp.Kvs[0].Value)
-}
-
-// waitFor polls cond every 50ms until it holds or d passes; it reports
-// whether cond held.
-func waitFor(d time.Duration, cond func() bool) (time.Duration, bool) {
-	start := time.Now()
-	for time.Since(start) < d {
-		if cond() {
-			return time.Since(start), true
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return time.Since(start), cond()
 }
 
 // TestHeartbeatRefusesATTLPastItsCap: Heartbeat refuses a TTL above
