@@ -73,8 +73,8 @@ func decodeKind(k Key, raw []byte, shared, sized bool) (Value, []string, Errors)
 		return nil, nil, Errors{{Msg: notUTF8(raw)}}
 	}
 	if k.Kind == KindEpoch {
-		n, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
-		if err != nil || n < 0 || n > MaxEpoch {
+		n, ok := ParseEpoch(raw)
+		if !ok {
 			return nil, nil, Errors{{Msg: fmt.Sprintf("epoch must be a decimal integer from 0 to %d, got %q", MaxEpoch, truncate(raw))}}
 		}
 		return n, nil, nil

@@ -441,3 +441,22 @@ func TestLoneSurrogateEscapeIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestParseEpoch: the one reading of the epoch key's value that the
+// agents' decoder and regionctl's checks share: decimal, 0 to MaxEpoch,
+// spaces around allowed; anything else is not an epoch (0, false).
+func TestParseEpoch(t *testing.T) {
+	for raw, want := range map[string]int64{"0": 0, "7": 7, " 42\n": 42, "9007199254740991": MaxEpoch} {
+		if n, ok := ParseEpoch([]byte(raw)); !ok || n != want {
+			t.Errorf("ParseEpoch(%q) = %d, %v; want %d, true", raw, n, ok, want)
+		}
+	}
+	for _, raw := range []string{"", "-1", "9007199254740992", "1e3", "0x10", "5 6", "99999999999999999999"} {
+		if n, ok := ParseEpoch([]byte(raw)); ok || n != 0 {
+			t.Errorf("ParseEpoch(%q) = %d, %v; want 0, false", raw, n, ok)
+		}
+		if _, err := DecodeValue(EpochKey, []byte(raw)); err == nil {
+			t.Errorf("the decoder took %q as an epoch", raw)
+		}
+	}
+}

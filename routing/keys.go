@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -51,6 +52,18 @@ const (
 // reader holds exactly (JavaScript's numbers are doubles). regionctl
 // counts up from 1; only a hand edit gets past it.
 const MaxEpoch = 1<<53 - 1
+
+// ParseEpoch reads the epoch key's value, as the agents and regionctl
+// all read it: a decimal integer from 0 to MaxEpoch, with spaces around it
+// allowed (etcdctl put … "5\n"). ok is false for anything else, and epoch
+// is then 0.
+func ParseEpoch(raw []byte) (epoch int64, ok bool) {
+	n, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
+	if err != nil || n < 0 || n > MaxEpoch {
+		return 0, false
+	}
+	return n, true
+}
 
 // MaxValueSize is the largest value accepted for any key (64 KiB).
 const MaxValueSize = 64 << 10

@@ -251,8 +251,8 @@ func (a *app) warnOldestMissing(ctx context.Context, st *store.Store, oldest int
 	if len(resp.Kvs) == 0 {
 		return
 	}
-	cur, err := strconv.ParseInt(strings.TrimSpace(string(resp.Kvs[0].Value)), 10, 64)
-	if err != nil || oldest > cur {
+	cur, ok := routing.ParseEpoch(resp.Kvs[0].Value)
+	if !ok || oldest > cur {
 		return // an epoch key put by hand: other verbs name it
 	}
 	from := max(1, cur-store.DefaultAuditKeep+1)
@@ -287,8 +287,8 @@ func (a *app) warnNewestMissing(ctx context.Context, st *store.Store) {
 	if len(epochKVs) == 0 {
 		return
 	}
-	cur, err := strconv.ParseInt(strings.TrimSpace(string(epochKVs[0].Value)), 10, 64)
-	if err != nil || cur < 1 {
+	cur, ok := routing.ParseEpoch(epochKVs[0].Value)
+	if !ok || cur < 1 {
 		return // a malformed epoch key: other verbs name it
 	}
 	var newest int64

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
-	"strings"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -202,12 +201,12 @@ func (st *State) add(rel string, kv *mvccpb.KeyValue) {
 	}
 	if k.Kind == routing.KindEpoch {
 		st.EpochModRevision = kv.ModRevision
-		n, err := strconv.ParseInt(strings.TrimSpace(string(kv.Value)), 10, 64)
-		if err != nil || n < 0 || n > routing.MaxEpoch {
+		n, ok := routing.ParseEpoch(kv.Value)
+		if !ok {
 			st.epochErr = fmt.Errorf("the epoch key holds %q, not an integer from 0 to %d; repair it with etcdctl before writing", kv.Value, int64(routing.MaxEpoch))
 			st.epochValue = string(kv.Value)
 			st.skip(rel, st.epochErr)
-			return // Epoch stays 0: ParseInt's value of an overflow is no epoch
+			return // Epoch stays 0
 		}
 		st.Epoch = n
 		return

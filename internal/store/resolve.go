@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/regiond/regiond/internal/backoff"
+	"github.com/regiond/regiond/routing"
 )
 
 // resolveTimeouts is how long, in request timeouts, a write whose commit
@@ -78,7 +79,7 @@ func (s *Store) fence(ctx context.Context, st *State, t *txnPlan) (readBack, err
 	}
 	rb := readBack{rev: resp.Header.Revision, now: st.Epoch + 1}
 	if kv := firstKV(resp.Responses[1]); kv != nil {
-		if n, err := strconv.ParseInt(string(kv.Value), 10, 64); err == nil && n != st.Epoch {
+		if n, ok := routing.ParseEpoch(kv.Value); ok && n != st.Epoch {
 			rb.now = n
 		}
 	}

@@ -268,8 +268,8 @@ func epochBelow(kv *mvccpb.KeyValue, epoch int64) bool {
 	if kv == nil {
 		return false
 	}
-	n, err := strconv.ParseInt(strings.TrimSpace(string(kv.Value)), 10, 64)
-	return err == nil && n < epoch
+	n, ok := routing.ParseEpoch(kv.Value)
+	return ok && n < epoch
 }
 
 // conflict describes a failed guard: the epoch moved, or a guarded boost
@@ -286,7 +286,7 @@ func (s *Store) conflict(st *State, ops []op, epochKV *mvccpb.KeyValue, byHand b
 	}
 	now := st.Epoch
 	if epochKV != nil {
-		now, _ = strconv.ParseInt(strings.TrimSpace(string(epochKV.Value)), 10, 64)
+		now, _ = routing.ParseEpoch(epochKV.Value)
 		if epochKV.ModRevision != st.EpochModRevision && now == st.Epoch {
 			now = st.Epoch + 1 // rewritten by hand; still a conflict
 		}
