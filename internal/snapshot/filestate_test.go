@@ -95,3 +95,41 @@ func TestRefreshCountsFromTheJSONsWrite(t *testing.T) {
 		t.Fatalf("the JSON's written_at %v after the refresh; want t0+60s, %v", got, t0.Add(60*time.Second))
 	}
 }
+
+// TestInlineWritesUnderAMillisecond pins inlineMax's documented meaning
+// (agent.md, the status key: the writer writes from the mirror's
+// goroutine with "a write under a millisecond"): AfterChange writes in
+// the caller's goroutine while the last write took less than 1 ms, and
+// leaves the change to Run once one took 1 ms or more. A change of the
+// constant, or of its comparison, fails one of the three cases.
+func TestInlineWritesUnderAMillisecond(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "table.json")
+	src := newSource()
+	w := New(Config{Path: path, Source: src, Logger: discardLogger})
+	t.Cleanup(func() { closeOutputs(w) })
+	w.memFS = 1 // the test's directory may be on a disk
+	rev := int64(0)
+	for _, c := range []struct {
+		last   time.Duration
+		inline bool
+	}{
+		{999 * time.Microsecond, true},
+		{time.Millisecond, false},
+		{time.Millisecond + time.Nanosecond, false},
+		{0, true},
+	} {
+		prev := readRevision(t, path)
+		rev++
+		src.set(table(rev, int(rev)))
+		w.pace.lastStart, w.pace.credit = time.Now().Add(-time.Hour), 0 // the pacing allows a write
+		w.lastWall = c.last
+		w.AfterChange()
+		want := prev
+		if c.inline {
+			want = rev
+		}
+		if r := readRevision(t, path); r != want {
+			t.Errorf("the last write took %v: AfterChange left the file at revision %d; want %d (inline: %v)", c.last, r, want, c.inline)
+		}
+	}
+}

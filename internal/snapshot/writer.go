@@ -273,8 +273,9 @@ func (w *Writer) flush(now time.Time) {
 // waking the writer's goroutine (on another CPU, with cold caches).
 // Anything else is left to Run. The caller must not be held up by a slow
 // or hung file system: AfterChange writes only to a file system held in
-// memory (tmpfs, such as the default /dev/shm), and not while the last
-// write took longer than inlineMax.
+// memory (tmpfs, such as the default /dev/shm), and only while the last
+// write took less than inlineMax (1 ms: agent.md, "a write under a
+// millisecond").
 func (w *Writer) AfterChange() {
 	if w.cfg.Yield != nil && w.cfg.Yield() {
 		return
@@ -291,7 +292,7 @@ func (w *Writer) AfterChange() {
 			}
 		}
 	}
-	if w.stopped || w.memFS != 1 || w.lastWall > inlineMax {
+	if w.stopped || w.memFS != 1 || w.lastWall >= inlineMax {
 		return
 	}
 	w.step(time.Now(), true)
@@ -307,7 +308,8 @@ func cpuClock() func() time.Duration {
 	return func() time.Duration { return time.Since(start) }
 }
 
-// inlineMax: AfterChange writes only while writes take less than this.
+// inlineMax: AfterChange writes only while the last write took less than
+// this (TestInlineWritesUnderAMillisecond).
 const inlineMax = time.Millisecond
 
 // finish brings every output to rest after its last write: the replaced
