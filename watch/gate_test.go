@@ -31,6 +31,9 @@ type gate struct {
 	progressReqs atomic.Int32 // progress requests sent on watch streams
 	reads        atomic.Int32 // the reads (Range) made
 	holdRead     atomic.Int32 // the read of that number gets no answer (0: none)
+	// onWatch, if set, runs as each watch stream is opened (in clientv3's
+	// goroutine, before the stream's creation is sent).
+	onWatch atomic.Pointer[func()]
 }
 
 // SendMsg counts the progress requests sent.
@@ -69,6 +72,9 @@ func gatedMirror(t *testing.T, g *gate, tweak ...func(*Config)) (*Mirror, *clien
 	direct := devetcd.NewTestClient(t, srv)
 	fleettest.Load(t, direct, faultPrefix)
 	icpt := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		if f := g.onWatch.Load(); f != nil && method == "/etcdserverpb.Watch/Watch" {
+			(*f)()
+		}
 		cs, err := streamer(ctx, desc, cc, method, opts...)
 		if err != nil || method != "/etcdserverpb.Watch/Watch" {
 			return cs, err

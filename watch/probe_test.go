@@ -3,6 +3,7 @@ package watch
 import (
 	"context"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -182,5 +183,53 @@ func TestBehindTwiceRelists(t *testing.T) {
 	current := &stream{ctx: ctx, start: m.applied + 1}
 	if n, why := m.silent(ctx, current); n != current || m.stuck {
 		t.Fatalf("a probe that finds the table current: %q, stuck %v; want the watch kept and the mirror no longer stuck", why, m.stuck)
+	}
+}
+
+// TestFailedProbeDisconnectsAtOnce: a silent watch whose probe gets no
+// answer within RequestTimeout says Connected false at once, before the
+// watch that replaces it is asked for, and Status names the silent reads
+// (doc.go, silent: "a failed probe (no answer) sets Connected false at
+// once, until the new watch's creation is answered"). Without it (the
+// mutation review's survivor) Connected stayed true through the new
+// watch's creation, up to RequestTimeout more, and, that creation not
+// answered either, until follow gave the watch up.
+func TestFailedProbeDisconnectsAtOnce(t *testing.T) {
+	t.Parallel()
+	g := &gate{}
+	m, _ := gatedMirror(t, g)
+	ctx := context.Background()
+	s, why := m.open(ctx, nil, false)
+	if s == nil {
+		t.Fatalf("open: %q", why)
+	}
+	defer s.cancel()
+	if !m.Status().Connected {
+		t.Fatal("setup: not connected once the watch was created")
+	}
+	g.holdReads.Store(true) // the probe gets no answer
+	g.pass.Store(0)         // nor does the creation of the watch after it
+	var asked atomic.Int32
+	var atCreation atomic.Pointer[Status]
+	note := func() {
+		if asked.Add(1) == 1 {
+			st := m.Status()
+			atCreation.Store(&st)
+		}
+	}
+	g.onWatch.Store(&note)
+	next, why := m.silent(ctx, s)
+	if next != nil || why != ReasonSilent {
+		t.Fatalf("silent with the probe and the creation unanswered: %v %q; want no watch, %q", next, why, ReasonSilent)
+	}
+	st := atCreation.Load()
+	if st == nil {
+		t.Fatal("no watch was asked for after the failed probe")
+	}
+	if st.Connected {
+		t.Fatal("Connected true as the watch replacing one whose probe failed was asked for; want false at once")
+	}
+	if st.Unreachable != silentReadsMsg {
+		t.Fatalf("Status.Unreachable %q after the failed probe; want %q", st.Unreachable, silentReadsMsg)
 	}
 }
