@@ -13,10 +13,13 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/connectivity"
 
 	"github.com/regiond/regiond/internal/backoff"
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/fleettest"
+	"github.com/regiond/regiond/internal/tcpproxy"
 )
 
 // gate decides how many responses of each watch stream reach clientv3, as
@@ -67,10 +70,32 @@ func (s *gatedStream) RecvMsg(m any) error {
 // returns a client that is not behind g.
 func gatedMirror(t *testing.T, g *gate, tweak ...func(*Config)) (*Mirror, *clientv3.Client) {
 	t.Helper()
+	m, direct, _ := gatedMirrorVia(t, g, false, tweak...)
+	return m, direct
+}
+
+// gatedMirrorVia is gatedMirror whose client, with proxied, reaches etcd
+// through a TCP proxy (returned) that the test can sever and restore;
+// gRPC then redials every 50 ms.
+func gatedMirrorVia(t *testing.T, g *gate, proxied bool, tweak ...func(*Config)) (*Mirror, *clientv3.Client, *tcpproxy.Proxy) {
+	t.Helper()
 	g.pass.Store(-1)
 	srv := devetcd.NewTest(t)
 	direct := devetcd.NewTestClient(t, srv)
 	fleettest.Load(t, direct, faultPrefix)
+	endpoints := srv.Endpoints
+	var proxy *tcpproxy.Proxy
+	var redial []grpc.DialOption
+	if proxied {
+		var err error
+		if proxy, err = tcpproxy.New(strings.TrimPrefix(srv.Endpoints[0], "http://")); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { proxy.Close() })
+		endpoints = []string{proxy.URL()}
+		redial = append(redial, grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 200 * time.Millisecond,
+			Backoff: grpcbackoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1, MaxDelay: 50 * time.Millisecond}}))
+	}
 	icpt := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 		if f := g.onWatch.Load(); f != nil && method == "/etcdserverpb.Watch/Watch" {
 			(*f)()
@@ -91,8 +116,8 @@ func gatedMirror(t *testing.T, g *gate, tweak ...func(*Config)) (*Mirror, *clien
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithStreamInterceptor(icpt), grpc.WithUnaryInterceptor(reads)}})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: append(redial, grpc.WithStreamInterceptor(icpt), grpc.WithUnaryInterceptor(reads))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +141,7 @@ func gatedMirror(t *testing.T, g *gate, tweak ...func(*Config)) (*Mirror, *clien
 			t.Fatal(err)
 		}
 	}
-	return m, direct
+	return m, direct, proxy
 }
 
 // TestUnansweredCreationsInARow: a creation not answered on a connection
@@ -179,6 +204,75 @@ func TestUnansweredCreationsInARow(t *testing.T) {
 	g.pass.Store(0)
 	if s, why := m.open(ctx, nil, false); s != nil || why != createTimeout {
 		t.Fatalf("the unanswered creation after one that failed otherwise: %v %q; want %q (the row broken: no probe)", s, why, createTimeout)
+	}
+}
+
+// TestCreationAskedWhileDownIsNotUnanswered: a creation asked while the
+// client had no connection to etcd, and not answered by its timeout
+// although the connection was back by then, is no creation "not answered
+// on a connection up all along" (open's ready): it breaks the row instead
+// of counting in it (doc.go: two in a row lead to the probe, and with
+// changes past the table to a relist, a full list). Two such creations,
+// then one on a connection up all along, lead to no probe: only the next
+// one does, the second of a real row. Counted (the mutation review's
+// survivor, "ready &&" dropped), the second such creation relisted.
+func TestCreationAskedWhileDownIsNotUnanswered(t *testing.T) {
+	t.Parallel()
+	g := &gate{}
+	m, direct, proxy := gatedMirrorVia(t, g, true)
+	ctx := context.Background()
+	conn := m.cfg.Client.ActiveConnection()
+	// toState waits until the client's connection is ready (or, with
+	// ready false, is not), bounded; it reports whether it got there.
+	toState := func(ready bool) bool {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		for st := conn.GetState(); (st == connectivity.Ready) != ready; st = conn.GetState() {
+			if st == connectivity.Idle {
+				conn.Connect()
+			}
+			if !conn.WaitForStateChange(wctx, st) {
+				return false
+			}
+		}
+		return true
+	}
+	if _, err := direct.Put(ctx, faultPrefix+"pools/zz", zzA); err != nil { // a probe would find it and relist
+		t.Fatal(err)
+	}
+	g.pass.Store(0) // no creation is answered
+	// restore, run as the watch stream is opened (after open found the
+	// connection down), brings the connection back before the creation
+	// is sent: it is up when the creation times out.
+	restore := func() {
+		if err := proxy.Restore(); err != nil {
+			t.Error(err)
+		}
+		if !toState(true) {
+			t.Error("the connection did not come back within 10 s of the restore")
+		}
+	}
+	for i := 1; i <= 2; i++ {
+		proxy.Sever()
+		if !toState(false) {
+			t.Fatal("the connection still ready 10 s after the proxy was severed")
+		}
+		g.onWatch.Store(&restore)
+		s, why := m.open(ctx, nil, false)
+		g.onWatch.Store(nil)
+		if t.Failed() {
+			t.FailNow()
+		}
+		if s != nil || why != createTimeout || m.stuck {
+			t.Fatalf("creation %d, asked while down, back up before its timeout: %v %q, stuck %v; want %q, no probe (it would find the put and relist)",
+				i, s, why, m.stuck, createTimeout)
+		}
+	}
+	if s, why := m.open(ctx, nil, false); s != nil || why != createTimeout || m.stuck {
+		t.Fatalf("the first creation on a connection up all along: %v %q, stuck %v; want %q (one alone: no probe)", s, why, m.stuck, createTimeout)
+	}
+	if s, why := m.open(ctx, nil, false); s != nil || why != ReasonUncreated {
+		t.Fatalf("the second creation in a row on a connection up all along: %v %q; want %q (the probe found the put)", s, why, ReasonUncreated)
 	}
 }
 
