@@ -32,9 +32,12 @@
 // Besides the first list and the retries of a failed one, only these
 // relist (list again and replace the state; metric
 // regiond_watch_resyncs_total{reason}): a compaction past the applied
-// revision (at once), an event out of order or at or below a progress
-// notification's revision, etcd's revision below the applied one (a
-// restored cluster), an answer from another cluster than the list's, and
+// revision (at once, unless within a second of the list before it: then,
+// as every other relist, after the backoff, so that a history compacted
+// as fast as it is listed is not listed in a loop), an event out of order
+// or at or below a progress notification's revision, etcd's revision
+// below the applied one (a restored cluster), an answer from another
+// cluster than the list's, and
 // another history at the applied revision: a watch opened again after one
 // ended, or in place of a silent one, is kept only once a keys-only read
 // of the prefix at the applied revision finds the state's key count and

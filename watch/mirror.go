@@ -165,6 +165,9 @@ type Mirror struct {
 	otherHistory bool
 	beforeSwap   func() // tests only: run just before a compiled table is swapped in
 	uncompiled   bool   // state changed since the table was compiled
+	// now, if set, is Run's clock for a compaction's relist (tests only:
+	// see clock); nil is time.Now.
+	now func() time.Time
 	// pending holds the events applied to the state since the table was
 	// compiled; incremental says they are all of them (no relist since),
 	// so the next table can be the current one updated with them.

@@ -102,13 +102,16 @@ func (m *Mirror) Run(ctx context.Context) error {
 			continue
 		}
 		m.refused.Store(nil)
-		listed := time.Now()
+		listed := m.clock()
 		if reason = m.follow(ctx, bo, publish); ctx.Err() != nil {
 			break
 		}
 		m.log.Info("relisting", "reason", reason, "applied_revision", m.applied)
-		if reason == ReasonCompacted && time.Since(listed) > time.Second {
-			continue // the history moved on: relist at once
+		if reason == ReasonCompacted && m.clock().Sub(listed) > time.Second {
+			// The history moved on: relist at once. Within a second of
+			// the list, after the backoff: a history compacted as fast
+			// as it is listed would otherwise be listed in a loop.
+			continue
 		}
 		if m.retryWait(ctx, bo) != nil {
 			break
@@ -116,6 +119,15 @@ func (m *Mirror) Run(ctx context.Context) error {
 	}
 	m.setConnected(false)
 	return nil
+}
+
+// clock is the time of Run's rule for a compaction (relist at once, or
+// after the backoff): time.Now, or the tests' m.now.
+func (m *Mirror) clock() time.Time {
+	if m.now != nil {
+		return m.now()
+	}
+	return time.Now()
 }
 
 // pageRetries is how many times a page after the first that got no
