@@ -9,11 +9,15 @@ import (
 // SetStatusClock makes the agent's status publisher tick on tick and read
 // the time from now; call it before Run.
 func SetStatusClock(a *Agent, tick <-chan time.Time, now func() time.Time) {
-	a.statusClock = statusClock{
-		newTicker: func(time.Duration) (<-chan time.Time, func()) { return tick, func() {} },
-		now:       now,
-	}
+	a.statusClock.newTicker = func(time.Duration) (<-chan time.Time, func()) { return tick, func() {} }
+	a.statusClock.now = now
 }
+
+// SetStatusObserver makes the agent's status publisher call f in its
+// goroutine at each of its waits (statusClock.observe: "retry",
+// "retry-check", "spacing", "spacing-kick", "settle"), with the wait's
+// length or time left; f may hold the publisher there. Call it before Run.
+func SetStatusObserver(a *Agent, f func(what string, d time.Duration)) { a.statusClock.observe = f }
 
 // SetBeforeStatusPut makes the agent's status publisher call f before each
 // put, with the instant it decided on the put, on the clock that spaces
@@ -51,6 +55,10 @@ const (
 	StatusSpacing      = statusSpacing
 	StatusQuietSpacing = statusQuietSpacing
 )
+
+// SnapshotSettleMax is snapshotSettleMax: how long a status put for a
+// change waits at most for the snapshot writer.
+const SnapshotSettleMax = snapshotSettleMax
 
 // EtcdUser is a's etcd user, as its status page names it.
 func EtcdUser(a *Agent) string { return a.etcdUser() }

@@ -54,3 +54,14 @@ func TestLeaseLostAgainNamesStatusEndpoints(t *testing.T) {
 		})
 	}
 }
+
+// TestStatusHintWithoutAUser: a refusal to an agent with no etcd user
+// (neither --user nor a certificate's CN) says so, and how to set one,
+// rather than naming an empty user. (Mutation review: dropping it passed
+// the suite.)
+func TestStatusHintWithoutAUser(t *testing.T) {
+	p := &publisher{key: "/regiond/v1/agents/n1", node: "n1"}
+	if h := p.hint(rpctypes.ErrPermissionDenied); !strings.Contains(h, "etcd user (no user: set --user, or --cert with a certificate whose CN is an etcd user) may not write") {
+		t.Fatalf("hint for a refusal without a user: %q", h)
+	}
+}

@@ -30,11 +30,23 @@ import (
 
 // statusClock is the time source of the status publisher: a ticker that
 // re-checks the status (the connection, the refresh) and the current time.
-// Tests inject one that never ticks and never advances.
+// Tests inject one that never ticks and never advances, and may follow the
+// publisher's waits (observe).
 type statusClock struct {
 	// newTicker returns a ticker's channel and its stop function.
 	newTicker func(d time.Duration) (<-chan time.Time, func())
 	now       func() time.Time
+	// observe, if set, is told of the publisher's waits, in its goroutine
+	// (which it holds while it runs): tests follow the publisher's
+	// decisions by it, rather than by timing its puts. what is "retry" (a
+	// wait before another attempt at a session; d the backoff's delay),
+	// "retry-check" (that wait's check of the connection, before it
+	// reads it), "spacing" (a wait out the spacing of changes; d its
+	// length), "spacing-kick" (a change woke that wait, before it reads
+	// the epoch) or "settle" (the snapshot writer has not settled the
+	// change due; d the time left to wait for it, none when <= 0). nil in
+	// production.
+	observe func(what string, d time.Duration)
 }
 
 // realClock is the wall clock.
@@ -269,7 +281,9 @@ func (p *publisher) run(ctx context.Context, m *watch.Mirror) {
 // the abandoned lease's end deleted it meanwhile: regionctl status listed
 // live agents LOST.
 func (p *publisher) waitRetry(ctx context.Context, bo *backoff.Backoff, m *watch.Mirror) error {
-	t := time.NewTimer(bo.Next())
+	d := bo.Next()
+	p.observe("retry", d)
+	t := time.NewTimer(d)
 	defer t.Stop()
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
@@ -281,6 +295,7 @@ func (p *publisher) waitRetry(ctx context.Context, bo *backoff.Backoff, m *watch
 		case <-t.C:
 			return nil
 		case <-tick.C:
+			p.observe("retry-check", 0)
 			up := m.Status().Connected
 			if down && up {
 				return nil
@@ -778,6 +793,7 @@ func firstAt(n int, level slog.Level) slog.Level {
 // it (a regionctl write) ends the wait, after statusYield; others only
 // wake it.
 func (p *publisher) waitSpacing(ctx context.Context, sess *concurrency.Session, m *watch.Mirror, d time.Duration, quiet bool, epoch int64) bool {
+	p.observe("spacing", d)
 	t := time.NewTimer(d)
 	defer t.Stop()
 	var kick chan struct{}
@@ -794,6 +810,7 @@ func (p *publisher) waitSpacing(ctx context.Context, sess *concurrency.Session, 
 		case <-t.C:
 			return true
 		case <-kick:
+			p.observe("spacing-kick", 0)
 			if m.Status().Epoch != epoch {
 				return sleep(ctx, statusYield)
 			}
@@ -838,7 +855,16 @@ func (p *publisher) settleWait(m *watch.Mirror, by *time.Time) (<-chan struct{},
 	if by.IsZero() {
 		*by = time.Now().Add(snapshotSettleMax)
 	}
-	return ch, time.Now().Before(*by)
+	left := time.Until(*by)
+	p.observe("settle", left)
+	return ch, left > 0
+}
+
+// observe tells the clock's observer, if any, of a wait (statusClock).
+func (p *publisher) observe(what string, d time.Duration) {
+	if p.clock.observe != nil {
+		p.clock.observe(what, d)
+	}
 }
 
 // waitSettled waits for the snapshot writer's next settling, at most

@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,7 +19,9 @@ import (
 	"github.com/regiond/regiond/internal/fleettest"
 	"github.com/regiond/regiond/internal/keyspace"
 	"github.com/regiond/regiond/internal/logbuf"
+	"github.com/regiond/regiond/internal/snapshot"
 	"github.com/regiond/regiond/internal/store"
+	"github.com/regiond/regiond/routing"
 )
 
 // statusLease waits for node's status key and returns its lease.
@@ -34,6 +39,108 @@ func statusLease(t *testing.T, cli *clientv3.Client, node string) clientv3.Lease
 		return lease != 0
 	})
 	return clientv3.LeaseID(lease)
+}
+
+// runNode runs an agent of node on endpoints (tcpConfig) with a 2 s status
+// TTL, logging into logs unless it is nil; each setup is applied to it
+// before it runs.
+func runNode(t *testing.T, endpoints []string, node string, logs *logbuf.Buffer, setup ...func(*agent.Agent)) *harness {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := tcpConfig(dir, endpoints, node)
+	cfg.StatusTTL = 2 * time.Second
+	if logs != nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	}
+	return runAgent(t, dir, cfg, setup...)
+}
+
+// revoke revokes lease, as etcd does when a lease ends.
+func revoke(t *testing.T, cli *clientv3.Client, lease clientv3.LeaseID) {
+	t.Helper()
+	if _, err := cli.Revoke(context.Background(), lease); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// awaitNewLease waits for node's status key under another lease than old,
+// and returns it.
+func awaitNewLease(t *testing.T, cli *clientv3.Client, node string, old clientv3.LeaseID) clientv3.LeaseID {
+	t.Helper()
+	var l clientv3.LeaseID
+	waitFor(t, "the status key of "+node+" under a new lease", func() bool {
+		_, l, _ = kv(t, cli, keyspace.Default().Agent(node))
+		return l != 0 && l != old
+	})
+	return l
+}
+
+// waitLog records the status publisher's waits (agent.SetStatusObserver),
+// and holds the publisher at the next wait of a kind when asked to: the
+// tests follow the publisher's own decisions by it, not the time its puts
+// take.
+type waitLog struct {
+	mu    sync.Mutex
+	waits []statusWait
+	hold  string          // the kind of wait to hold the publisher at, once ("": none)
+	held  chan statusWait // gets the wait held
+	letGo chan struct{}   // closed to let the held publisher go on
+}
+
+// statusWait is one wait of the status publisher's: its kind, its length
+// or the time left (see agent.SetStatusObserver), and when it was seen.
+type statusWait struct {
+	what string
+	d    time.Duration
+	at   time.Time
+}
+
+// install is the agent setup that makes the publisher report to w.
+func (w *waitLog) install(a *agent.Agent) { agent.SetStatusObserver(a, w.observe) }
+
+func (w *waitLog) observe(what string, d time.Duration) {
+	w.mu.Lock()
+	sw := statusWait{what, d, time.Now()}
+	w.waits = append(w.waits, sw)
+	if what != w.hold {
+		w.mu.Unlock()
+		return
+	}
+	w.hold = ""
+	held, letGo := w.held, w.letGo
+	w.mu.Unlock()
+	held <- sw
+	<-letGo
+}
+
+// all returns the waits of a kind seen so far.
+func (w *waitLog) all(what string) []statusWait {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []statusWait
+	for _, sw := range w.waits {
+		if sw.what == what {
+			out = append(out, sw)
+		}
+	}
+	return out
+}
+
+// count returns how many waits of a kind were seen so far.
+func (w *waitLog) count(what string) int { return len(w.all(what)) }
+
+// holdNext holds the publisher at its next wait of kind what: the wait
+// comes on the channel returned, and the publisher goes on once release
+// is called (at the latest when the test ends, before the agent stops).
+func (w *waitLog) holdNext(t *testing.T, what string) (<-chan statusWait, func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.hold, w.held, w.letGo = what, make(chan statusWait, 1), make(chan struct{})
+	letGo := w.letGo
+	var once sync.Once
+	release := func() { once.Do(func() { close(letGo) }) }
+	t.Cleanup(release)
+	return w.held, release
 }
 
 // TestNodeRecordKeptBetweenLeases: while the status key has no lease (the
@@ -384,5 +491,227 @@ func TestNodeRecordDeletedBeforeTheRevoke(t *testing.T) {
 	}
 	if keyGone == 0 || recGone == 0 || recGone > keyGone {
 		t.Fatalf("at a clean stop: record deleted at revision %d, status key at %d; want the record first", recGone, keyGone)
+	}
+}
+
+// TestStatusLeaseGrantsBackOffWhileConnected: a grant etcd refuses while
+// the mirror stays connected (NOSPACE) is retried after the backoff's
+// delay (an hour here), not at the first of the retry wait's connection
+// checks that finds the mirror connected: a check ends the wait only for a
+// connection that came back. The test counts the publisher's own checks
+// (its observer), not time. (Mutation review: the wait ending at any check
+// that found the mirror connected passed the suite: a refused grant was
+// retried every 250 ms.)
+func TestStatusLeaseGrantsBackOffWhileConnected(t *testing.T) {
+	t.Parallel()
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	var waits waitLog
+	h := runNode(t, srv.Endpoints, "node-bo", nil, waits.install, func(a *agent.Agent) { agent.SetStatusRetry(a, time.Hour, time.Hour) })
+	lease := statusLease(t, cli, "node-bo")
+	disarm := devetcd.RaiseNoSpaceAlarm(t, cli)
+	defer disarm()
+	retries := waits.count("retry")
+	revoke(t, cli, lease)
+	waitFor(t, "a refused grant's wait", func() bool { return waits.count("retry") > retries })
+	// A check's wait is seen before the check: once a second is seen, the
+	// first has been made, and any grant it led to counted.
+	checks := waits.count("retry-check")
+	waitFor(t, "two connection checks of the wait", func() bool { return waits.count("retry-check") >= checks+2 })
+	if n := waits.count("retry") - retries; n != 1 || !h.a.Mirror().Status().Connected {
+		t.Fatalf("%d refused grants after two checks that found the mirror connected (%v now), with an hour's backoff; want 1", n, h.a.Mirror().Status().Connected)
+	}
+}
+
+// TestStatusLeaseRetryStartsOverAfterASession: a session granted after
+// failed grants resets the backoff: the next lease lost and refused is
+// retried after the initial delay (50 to 100 ms here), not the grown one,
+// so the status key is back (the node live again) as soon as etcd takes
+// grants. The test reads the delay the publisher chose (its observer).
+// (Mutation review: dropping the reset passed the suite.)
+func TestStatusLeaseRetryStartsOverAfterASession(t *testing.T) {
+	t.Parallel()
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	var waits waitLog
+	const initial = 50 * time.Millisecond
+	runNode(t, srv.Endpoints, "node-rs", nil, waits.install, func(a *agent.Agent) { agent.SetStatusRetry(a, initial, 10*time.Second) })
+	lease := statusLease(t, cli, "node-rs")
+	disarm := devetcd.RaiseNoSpaceAlarm(t, cli)
+	revoke(t, cli, lease)
+	waitFor(t, "three refused grants", func() bool { return waits.count("retry") >= 3 })
+	disarm()
+	lease = awaitNewLease(t, cli, "node-rs", lease)
+	all := waits.all("retry")
+	grown := all[len(all)-1].d
+	disarm = devetcd.RaiseNoSpaceAlarm(t, cli)
+	defer disarm()
+	revoke(t, cli, lease)
+	waitFor(t, "a refused grant after the session", func() bool { return waits.count("retry") > len(all) })
+	// Jittered: from [d, 2d) for a delay d.
+	if d := waits.all("retry")[len(all)].d; d >= 2*initial {
+		t.Fatalf("the first retry after a session waits %v (the last before it %v); want the initial delay, %v to %v: the backoff starts over", d, grown, initial, 2*initial)
+	}
+}
+
+// TestLeaseLostDuringASpacingIsReported: a status lease that ends while
+// the publisher waits out the spacing of changes that left the epoch as it
+// is (a storm of health changes) is reported as any other loss (the
+// warning, status_error, and a count toward the grpc-proxy hint). The
+// lease is revoked once the publisher is in that wait (its observer).
+// (Mutation review: the spacing's wait ending without reporting the loss
+// passed the suite.)
+func TestLeaseLostDuringASpacingIsReported(t *testing.T) {
+	t.Parallel()
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	var logs logbuf.Buffer
+	var waits waitLog
+	runNode(t, srv.Endpoints, "node-sp", &logs, quietHour, waits.install)
+	lease := statusLease(t, cli, "node-sp")
+	// A put that says connected is the last: a change then is one alone.
+	waitFor(t, "the status key connected", func() bool { st, _, _ := statusKV(t, cli, "node-sp"); return st.Connected })
+	spacings := waits.count("spacing")
+	// A change that leaves the epoch as it is: its put waits an hour.
+	if _, err := cli.Put(context.Background(), prefix+"routes/DE", deRoute(30)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the publisher waiting out the quiet spacing", func() bool { return waits.count("spacing") > spacings })
+	revoke(t, cli, lease)
+	awaitNewLease(t, cli, "node-sp", lease)
+	if !strings.Contains(logs.String(), "agent status: lease lost") {
+		t.Fatalf("a lease ended during the spacing's wait is not reported:\n%s", logs.String())
+	}
+}
+
+// TestStatusPutFailuresWarnedAgainAfterARecovery: put failures are a
+// warning once per episode: after a put passes ("put again", logged once)
+// the next failure is a warning again. Under NOSPACE deletes still apply
+// and are changes to put; a failed put is retried at the publisher's next
+// check, which the test ticks. (Mutation review: not resetting the failure
+// count on success passed the suite: the second outage logged no warning,
+// and every put after the first recovery logged "put again".)
+func TestStatusPutFailuresWarnedAgainAfterARecovery(t *testing.T) {
+	t.Parallel()
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	var logs logbuf.Buffer
+	clock := newFakeClock()
+	h := runNode(t, srv.Endpoints, "node-1", &logs, clock.install, func(a *agent.Agent) { agent.SetStatusQuietSpacing(a, time.Millisecond) })
+	settleStatus(t, cli, h, clock)
+	const warn = `level=WARN msg="agent status: put failed`
+	const failures = "regiond_agent_status_put_failures_total"
+	for i, route := range []string{"routes/AT", "routes/PL"} {
+		failed := counter(t, h, failures)
+		disarm := devetcd.RaiseNoSpaceAlarm(t, cli)
+		d, err := cli.Delete(context.Background(), prefix+route)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the delete's put refused", func() bool { return counter(t, h, failures) > failed })
+		disarm()
+		// The put passes at a check; the failure's log line came before.
+		waitFor(t, "the status key at the delete", func() bool {
+			clock.fire()
+			st, _, _ := statusKV(t, cli, "node-1")
+			return st.ChangeRevision >= d.Header.Revision
+		})
+		if n := strings.Count(logs.String(), warn); n != i+1 {
+			t.Fatalf("%d warnings of a failed put after %d outages; want %d:\n%s", n, i+1, i+1, logs.String())
+		}
+	}
+	// More puts after the recovery log nothing more.
+	rev, _ := regionctlWrite(t, cli, clientv3.OpPut(prefix+"routes/DE", deRoute(30)))
+	waitFor(t, "the status key at the write", func() bool { st, _, _ := statusKV(t, cli, "node-1"); return st.Revision >= rev })
+	if n := strings.Count(logs.String(), "agent status: put again"); n != 2 {
+		t.Fatalf("\"put again\" logged %d times for 2 recoveries; want 2:\n%s", n, logs.String())
+	}
+}
+
+// TestSnapshotErrorOfALaterChangeIsInItsFirstPut: as
+// TestSnapshotErrorIsPublished, for a change that is not the first one the
+// publisher waited on: each put for a change waits for the snapshot
+// writer again (at most SnapshotSettleMax from that change on), so the
+// first status that confirms a later change says what the files hold for
+// it, and --wait-converged does not count the agent converged on a file
+// it does not have, nor failed on one it has. The writer is held back by
+// its own backoff after a failed write (the index made a directory); the
+// publisher, by the test, at its look at the later change (its observer)
+// until the writer has written it. (Mutation review: the wait's deadline
+// not reset after a put passed the suite: every change more than a second
+// after the first wait went out without waiting, with the files' state of
+// before it.)
+func TestSnapshotErrorOfALaterChangeIsInItsFirstPut(t *testing.T) {
+	t.Parallel()
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	var waits waitLog
+	h := runNode(t, srv.Endpoints, "node-1", nil, waits.install)
+	idx := snapshot.IndexPath(filepath.Join(h.dir, "shm", "table.json"))
+	waitFor(t, "the first snapshot index", func() bool { fi, err := os.Stat(idx); return err == nil && fi.Mode().IsRegular() })
+	waitFor(t, "the status key connected", func() bool { st, _, _ := statusKV(t, cli, "node-1"); return st.Connected })
+	snapshotError := func() string { var st api.Status; h.get("/v1/status", &st); return st.SnapshotError }
+	failure := "write snapshot index " + idx + ": is a directory"
+	if err := os.RemoveAll(idx); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(idx, "in-the-way"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w := 30
+	write := func() int64 {
+		w++
+		rev, _ := regionctlWrite(t, cli, clientv3.OpPut(prefix+"routes/DE", deRoute(w)))
+		return rev
+	}
+	putAt := func(rev int64) bool { st, _, _ := statusKV(t, cli, "node-1"); return st.Revision >= rev }
+	// Changes (each put before the next) until the publisher has found
+	// one the writer had not settled: the writer fails them, and after a
+	// failure holds the next back for its backoff (a second at least).
+	for waits.count("settle") == 0 {
+		rev := write()
+		waitFor(t, "the status key at the change", func() bool { return putAt(rev) })
+	}
+	// The later change comes more than SnapshotSettleMax after that wait
+	// began, each until the publisher looks at one the writer has not
+	// settled; it is held there.
+	time.Sleep(time.Until(waits.all("settle")[0].at.Add(agent.SnapshotSettleMax + 100*time.Millisecond)))
+	held, release := waits.holdNext(t, "settle")
+	var look statusWait
+	var rev int64
+	for rev == 0 {
+		r := write()
+		waitFor(t, "the publisher's look at the change, or its put", func() bool {
+			select {
+			case look = <-held:
+				rev = r
+				return true
+			default:
+				return putAt(r)
+			}
+		})
+	}
+	if got := snapshotError(); got != failure {
+		t.Fatalf("snapshot_error before the writer wrote the later change: %q, want %q", got, failure)
+	}
+	_, _, from := statusKV(t, cli, "node-1")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	puts := cli.Watch(ctx, "/regiond/v1/agents/node-1", clientv3.WithRev(from+1))
+	// The writer writes it at its retry, the index's way cleared.
+	if err := os.RemoveAll(idx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the writer's retry writing the later change", func() bool { return snapshotError() == "" })
+	release()
+	st := nextStatus(t, puts, func(st routing.AgentStatus) bool { return st.Revision >= rev })
+	if st.SnapshotError != "" || look.d <= 0 {
+		t.Fatalf("first put of a later change, written by the writer after the publisher looked: snapshot_error %q, want none "+
+			"(the publisher's look found %v left to wait for the writer, want up to %v)", st.SnapshotError, look.d, agent.SnapshotSettleMax)
 	}
 }
