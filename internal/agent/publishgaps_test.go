@@ -55,6 +55,28 @@ func runNode(t *testing.T, endpoints []string, node string, logs *logbuf.Buffer,
 	return runAgent(t, dir, cfg, setup...)
 }
 
+// writeAndAwaitRecord makes a regionctl write (DE's route moved) and waits
+// for node's record at the write's epoch: the agent's checked put of it,
+// in one Txn with its status key.
+func writeAndAwaitRecord(t *testing.T, cli *clientv3.Client, node string) {
+	t.Helper()
+	_, epoch := regionctlWrite(t, cli, clientv3.OpPut(prefix+"routes/DE", deRoute(30)))
+	waitFor(t, fmt.Sprintf("the node record of %s at the write's epoch %d", node, epoch), func() bool {
+		rec, _, _ := kv(t, cli, keyspace.Default().Node(node))
+		return strings.Contains(rec, fmt.Sprintf(`"epoch":%d`, epoch))
+	})
+}
+
+// awaitStatusError waits until the agent's status_error says want.
+func awaitStatusError(t *testing.T, h *harness, want string) {
+	t.Helper()
+	waitFor(t, "status_error: "+want, func() bool {
+		var st api.Status
+		h.get("/v1/status", &st)
+		return strings.Contains(st.StatusError, want)
+	})
+}
+
 // revoke revokes lease, as etcd does when a lease ends.
 func revoke(t *testing.T, cli *clientv3.Client, lease clientv3.LeaseID) {
 	t.Helper()
@@ -160,15 +182,9 @@ func TestNodeRecordKeptBetweenLeases(t *testing.T) {
 	lease := statusLease(t, cli, "node-1")
 	disarm := devetcd.RaiseNoSpaceAlarm(t, cli)
 	defer disarm()
-	if _, err := cli.Revoke(ctx, lease); err != nil {
-		t.Fatal(err)
-	}
+	revoke(t, cli, lease)
 	// The grant is refused after the session's end was handled.
-	waitFor(t, "the agent without a lease", func() bool {
-		var st api.Status
-		h.get("/v1/status", &st)
-		return strings.Contains(st.StatusError, "no lease for the status key")
-	})
+	awaitStatusError(t, h, "no lease for the status key")
 	f, err := store.New(cli, ks, store.Options{}).Fleet(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -252,14 +268,8 @@ func TestRestartAfterACrashIsNoConflict(t *testing.T) {
 	if _, err := cli.Put(ctx, ks.Agent("node-cr"), `{"node":"node-cr"}`, clientv3.WithLease(old.ID)); err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	cfg := tcpConfig(dir, srv.Endpoints, "node-cr")
-	cfg.StatusTTL = 2 * time.Second
-	h := runAgent(t, dir, cfg)
-	waitFor(t, "the status key under the new run's lease", func() bool {
-		_, l, _ := kv(t, cli, ks.Agent("node-cr"))
-		return l != 0 && l != old.ID
-	})
+	h := runNode(t, srv.Endpoints, "node-cr", nil)
+	awaitNewLease(t, cli, "node-cr", old.ID)
 	if n := counter(t, h, "regiond_agent_node_conflicts_total"); n != 0 {
 		t.Fatalf("regiond_agent_node_conflicts_total %v after a restart within the crashed run's TTL; want 0", n)
 	}
@@ -280,26 +290,19 @@ func TestStatusKeyPutAgainAfterTheDuplicateStops(t *testing.T) {
 	cli := devetcd.NewTestClient(t, srv)
 	loadExample(t, cli)
 	ks := keyspace.Default()
-	run := func() *harness {
-		dir := t.TempDir()
-		cfg := tcpConfig(dir, srv.Endpoints, "node-dup2")
-		cfg.StatusTTL = 2 * time.Second
-		return runAgent(t, dir, cfg)
-	}
-	a := run()
+	a := runNode(t, srv.Endpoints, "node-dup2", nil)
 	first := statusLease(t, cli, "node-dup2")
-	b := run()
-	waitFor(t, "the duplicate's status key", func() bool { _, l, _ := kv(t, cli, ks.Agent("node-dup2")); return l != 0 && l != first })
+	b := runNode(t, srv.Endpoints, "node-dup2", nil)
+	awaitNewLease(t, cli, "node-dup2", first)
 	b.stop()
 	if v, _, _ := kv(t, cli, ks.Agent("node-dup2")); v != "" {
 		t.Fatalf("status key after the duplicate's stop: %s", v)
 	}
-	_, epoch := regionctlWrite(t, cli, clientv3.OpPut(prefix+"routes/DE", deRoute(30)))
-	waitFor(t, "the first agent's status key and record at the write", func() bool {
-		_, l, _ := kv(t, cli, ks.Agent("node-dup2"))
-		rec, _, _ := kv(t, cli, ks.Node("node-dup2"))
-		return l == first && strings.Contains(rec, fmt.Sprintf(`"epoch":%d`, epoch))
-	})
+	// The record and the key are put in one Txn: the key is back too.
+	writeAndAwaitRecord(t, cli, "node-dup2")
+	if _, l, _ := kv(t, cli, ks.Agent("node-dup2")); l != first {
+		t.Fatalf("status key's lease at the write: %x; want the first agent's %x", l, first)
+	}
 	compactAll(t, cli)
 	a.stop()
 	if rec, _, _ := kv(t, cli, ks.Node("node-dup2")); rec != "" {
@@ -320,11 +323,7 @@ func TestNodeRecordDeletedAtAStopPastACompaction(t *testing.T) {
 	h := startAgent(t, t.TempDir(), srv.Endpoints)
 	ks := keyspace.Default()
 	statusLease(t, cli, "node-1")
-	_, epoch := regionctlWrite(t, cli, clientv3.OpPut(prefix+"routes/DE", deRoute(30)))
-	waitFor(t, "the record at the write", func() bool {
-		rec, _, _ := kv(t, cli, ks.Node("node-1"))
-		return strings.Contains(rec, fmt.Sprintf(`"epoch":%d`, epoch))
-	})
+	writeAndAwaitRecord(t, cli, "node-1")
 	compactAll(t, cli)
 	h.stop()
 	if rec, _, _ := kv(t, cli, ks.Node("node-1")); rec != "" {
@@ -353,19 +352,9 @@ func TestNodeRecordAtAStopBeforeTheFirstPut(t *testing.T) {
 	liveRec, _, _ := kv(t, cli, ks.Node("node-live"))
 	disarm := devetcd.RaiseNoSpaceAlarm(t, cli) // keep-alives pass: node-live stays live
 	defer disarm()
-	var hs []*harness
-	for _, node := range []string{"node-crashed", "node-live"} {
-		dir := t.TempDir()
-		cfg := tcpConfig(dir, srv.Endpoints, node)
-		cfg.StatusTTL = 2 * time.Second
-		hs = append(hs, runAgent(t, dir, cfg))
-	}
+	hs := []*harness{runNode(t, srv.Endpoints, "node-crashed", nil), runNode(t, srv.Endpoints, "node-live", nil)}
 	for _, h := range hs {
-		waitFor(t, "no lease", func() bool {
-			var st api.Status
-			h.get("/v1/status", &st)
-			return strings.Contains(st.StatusError, "no lease for the status key")
-		})
+		awaitStatusError(t, h, "no lease for the status key")
 		h.stop()
 	}
 	if rec, _, _ := kv(t, cli, ks.Node("node-crashed")); rec != "" {
@@ -388,15 +377,9 @@ func TestNodeRecordOfADuplicateIsLeftAtItsStop(t *testing.T) {
 	cli := devetcd.NewTestClient(t, srv)
 	loadExample(t, cli)
 	ks := keyspace.Default()
-	run := func() *harness {
-		dir := t.TempDir()
-		cfg := tcpConfig(dir, srv.Endpoints, "node-dup3")
-		cfg.StatusTTL = 2 * time.Second
-		return runAgent(t, dir, cfg)
-	}
-	a := run()
+	a := runNode(t, srv.Endpoints, "node-dup3", nil)
 	first := statusLease(t, cli, "node-dup3")
-	run()
+	runNode(t, srv.Endpoints, "node-dup3", nil)
 	var rec string
 	waitFor(t, "the duplicate's status key and record", func() bool {
 		st, l, rev := kv(t, cli, ks.Agent("node-dup3"))
@@ -438,16 +421,8 @@ func TestNodeRecordTxnFailureIsNotBlamedOnTheRole(t *testing.T) {
 		}
 	}
 	var logs logbuf.Buffer
-	dir := t.TempDir()
-	cfg := tcpConfig(dir, srv.Endpoints, "node-txn")
-	cfg.StatusTTL, cfg.Logger = 2*time.Second, slog.New(slog.NewTextHandler(&logs, nil))
-	h := runAgent(t, dir, cfg)
-	var st api.Status
-	waitFor(t, "status_error naming the failed Txn", func() bool {
-		st = api.Status{}
-		h.get("/v1/status", &st)
-		return strings.Contains(st.StatusError, "too many operations in txn request")
-	})
+	h := runNode(t, srv.Endpoints, "node-txn", &logs)
+	awaitStatusError(t, h, "too many operations in txn request")
 	if strings.Contains(logs.String(), "etcd refuses the node record") {
 		t.Fatalf("a failed Txn blamed on the role:\n%s", logs.String())
 	}
