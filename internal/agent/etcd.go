@@ -84,9 +84,16 @@ func (a *Agent) runEtcd(ctx context.Context, offline []prometheus.Collector) err
 			// for the status endpoints. pub.cli is the publisher's
 			// goroutine's alone (the status page reads a.etcd).
 			pub.statusEndpoints, pub.tls = a.cfg.StatusEndpoints, a.cfg.TLS
-			if pub.cli = a.dialTo(gctx, a.cfg.StatusEndpoints, pub.dialFailed); pub.cli == nil {
-				return nil // ctx is done
+			scli := a.dialTo(gctx, a.cfg.StatusEndpoints, pub.dialFailed)
+			if scli == nil {
+				// Stopped during the login there (the status
+				// endpoints not reachable yet): a record an earlier
+				// run left goes all the same, through pub.cli, still
+				// the mirror's client (the same etcd).
+				pub.deleteRecord()
+				return nil
 			}
+			pub.cli = scli
 			defer pub.cli.Close()
 		}
 		pub.run(gctx, m)

@@ -105,6 +105,10 @@ type publisher struct {
 	// a lease's grant times out there.
 	statusEndpoints []string
 	tls             *tls.Config
+	// mirrorCli is the client of --endpoints (the mirror's): cli too,
+	// without --status-endpoints. With them, the stop deletes the node
+	// record through it when cli has no connection (deleteRecord).
+	mirrorCli *clientv3.Client
 	// lostAt are the times the status key's lease was lost within
 	// leaseLossWindow (leaseLost).
 	lostAt []time.Time
@@ -150,7 +154,7 @@ const snapshotSettleMax = time.Second
 // before the mirror, whose AfterChange calls its changed; run is given
 // the mirror to publish the status of.
 func newPublisher(cli *clientv3.Client, key, record string, a *Agent) *publisher {
-	return &publisher{cli: cli, key: key, record: record, node: a.cfg.Node, user: a.etcdUser(), version: a.cfg.Version, ttl: a.cfg.StatusTTL,
+	return &publisher{cli: cli, mirrorCli: cli, key: key, record: record, node: a.cfg.Node, user: a.etcdUser(), version: a.cfg.Version, ttl: a.cfg.StatusTTL,
 		log: a.log.With("component", "status"), clock: a.statusClock, kick: make(chan struct{}, 1),
 		quietSpacing: cmp.Or(a.statusQuietSpacing, statusQuietSpacing), recordRetry: cmp.Or(a.recordRetry, statusRefresh),
 		retry:     cmp.Or(a.statusRetry, backoff.Default()),
@@ -548,13 +552,23 @@ func (p *publisher) putOwn(ctx context.Context, v string, lease clientv3.LeaseID
 // earlier run while no live agent holds the status key: an agent started
 // with a live one's --node by mistake must not take the live one's record
 // with it when it stops (the drills: the live agent was missing from
-// regionctl status until its next refresh, up to a minute).
+// regionctl status until its next refresh, up to a minute). With
+// --status-endpoints, it goes through the mirror's client when the
+// status key's has no connection.
 func (p *publisher) deleteRecord() {
 	if !p.noRecordAt.IsZero() {
 		return
 	}
 	var err error
-	if conn := p.cli.ActiveConnection(); conn != nil && conn.GetState() != connectivity.Ready {
+	cli := p.cli
+	if !connected(cli) && connected(p.mirrorCli) {
+		// --status-endpoints not answering (or not reached yet): the
+		// mirror's --endpoints are the same etcd (the shutdown review:
+		// an earlier run's record stayed, the node stopped on purpose
+		// listed LOST).
+		cli = p.mirrorCli
+	}
+	if conn := cli.ActiveConnection(); conn != nil && conn.GetState() != connectivity.Ready {
 		// No connection to etcd: the stop does not wait for one (an
 		// agent that never reached etcd, or cut off as it stops).
 		err = fmt.Errorf("no connection to etcd (%s)", conn.GetState())
@@ -562,8 +576,8 @@ func (p *publisher) deleteRecord() {
 		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		var resp *clientv3.TxnResponse
 		var ours clientv3.Cmp
-		if ours, err = p.ownRecord(dctx); err == nil {
-			resp, err = p.cli.Txn(dctx).If(ours).Then(clientv3.OpDelete(p.record)).Commit()
+		if ours, err = p.ownRecord(dctx, cli); err == nil {
+			resp, err = cli.Txn(dctx).If(ours).Then(clientv3.OpDelete(p.record)).Commit()
 		}
 		cancel()
 		if err == nil && !resp.Succeeded {
@@ -579,15 +593,22 @@ func (p *publisher) deleteRecord() {
 	}
 }
 
-// ownRecord returns the condition under which the node record is this
-// run's to delete at stop: it is at the revision of this run's last put
-// of it, or at a revision where the status key was put under a lease of
-// this run's puts of the record (the same Txn put both: a put etcd
-// applied while its answer was lost, which recordRev does not know).
+// connected reports whether cli has a ready connection to etcd.
+func connected(cli *clientv3.Client) bool {
+	conn := cli.ActiveConnection()
+	return conn == nil || conn.GetState() == connectivity.Ready
+}
+
+// ownRecord returns the condition, read through cli, under which the
+// node record is this run's to delete at stop: it is at the revision of
+// this run's last put of it, or at a revision where the status key was
+// put under a lease of this run's puts of the record (the same Txn put
+// both: a put etcd applied while its answer was lost, which recordRev
+// does not know).
 // Before this run put one, it is an earlier run's while no status key
 // lives. A record whose revision is compacted away from the status key's
 // history is taken as another's.
-func (p *publisher) ownRecord(ctx context.Context) (clientv3.Cmp, error) {
+func (p *publisher) ownRecord(ctx context.Context, cli *clientv3.Client) (clientv3.Cmp, error) {
 	at := func(rev int64) clientv3.Cmp { return clientv3.Compare(clientv3.ModRevision(p.record), "=", rev) }
 	ours := at(p.recordRev)
 	if p.recordRev == 0 {
@@ -596,7 +617,7 @@ func (p *publisher) ownRecord(ctx context.Context) (clientv3.Cmp, error) {
 	if len(p.leases) == 0 {
 		return ours, nil
 	}
-	resp, err := p.cli.Get(ctx, p.record)
+	resp, err := cli.Get(ctx, p.record)
 	if err != nil {
 		return ours, fmt.Errorf("read the node record: %w", err)
 	}
@@ -604,7 +625,7 @@ func (p *publisher) ownRecord(ctx context.Context) (clientv3.Cmp, error) {
 		return ours, nil
 	}
 	rev := resp.Kvs[0].ModRevision
-	st, err := p.cli.Get(ctx, p.key, clientv3.WithRev(rev))
+	st, err := cli.Get(ctx, p.key, clientv3.WithRev(rev))
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrCompacted) {
 			return ours, nil

@@ -1,0 +1,133 @@
+package agent_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/regiond/regiond/internal/api"
+	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/keyspace"
+	"github.com/regiond/regiond/internal/logbuf"
+	"github.com/regiond/regiond/internal/store"
+)
+
+// TestEarlierRunsRecordDeletedAtAStopDuringTheStatusEndpointsLogin: with
+// --status-endpoints and --user, the status key's client logs in there
+// before the publisher runs; a stop while that login still waits for the
+// status endpoints (not reachable yet) returned with no delete (the
+// shutdown review), and the record an earlier run of the node left (it
+// crashed, or was cut off) stayed: regionctl status listed the node
+// stopped on purpose LOST. The record goes through --endpoints, the same
+// etcd, which the mirror reached.
+func TestEarlierRunsRecordDeletedAtAStopDuringTheStatusEndpointsLogin(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
+	srv, root := exampleWithAuth(t)
+	const node = "node-sl"
+	agentUserFor(t, root, node, "agent-sl")
+	plantEarlierRecord(t, root, node)
+	status := proxyTo(t, srv)
+	status.Sever() // the status endpoints refuse connections: the login there is retried
+	var logs logbuf.Buffer
+	dir := t.TempDir()
+	cfg := tcpConfig(dir, srv.Endpoints, node)
+	cfg.StatusEndpoints, cfg.Username, cfg.Password = []string{status.URL()}, "agent-sl", "agent-pw"
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil)) // --dial-timeout 5s: a login (a bcrypt hash) takes seconds under -race
+	h := runAgent(t, dir, cfg)
+	waitFor(t, "the mirror connected, the status endpoints' login failed", func() bool {
+		var st api.Status
+		h.get("/v1/status", &st)
+		return st.Connected && strings.Contains(st.StatusError, "connect to --status-endpoints")
+	})
+	h.stop()
+	assertNoRecordNorLost(t, root, node, &logs)
+}
+
+// TestEarlierRunsRecordDeletedAtAStopWhileTheStatusEndpointsDoNotAnswer:
+// without --user the status key's client is made at once, and the stop
+// found it with no connection to the status endpoints: the record an
+// earlier run left stayed ("could not check for a node record"), and the
+// node stopped on purpose was listed LOST. It goes through --endpoints.
+func TestEarlierRunsRecordDeletedAtAStopWhileTheStatusEndpointsDoNotAnswer(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	const node = "node-sn"
+	plantEarlierRecord(t, cli, node)
+	status := proxyTo(t, srv)
+	status.Sever()
+	var logs logbuf.Buffer
+	dir := t.TempDir()
+	cfg := tcpConfig(dir, srv.Endpoints, node)
+	cfg.StatusEndpoints, cfg.Logger = []string{status.URL()}, slog.New(slog.NewTextHandler(&logs, nil))
+	h := runAgent(t, dir, cfg)
+	waitFor(t, "the mirror connected, no lease on the status endpoints", func() bool {
+		var st api.Status
+		h.get("/v1/status", &st)
+		return st.Connected && strings.Contains(st.StatusError, "no lease for the status key")
+	})
+	h.stop()
+	assertNoRecordNorLost(t, cli, node, &logs)
+}
+
+// agentUserFor makes user (password agent-pw) with node's agent role.
+func agentUserFor(t *testing.T, root *clientv3.Client, node, user string) {
+	t.Helper()
+	ctx := context.Background()
+	role := store.NewRoles(keyspace.Default(), "").Agent(node)
+	if _, err := root.RoleAdd(ctx, role.Name); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range role.Grants {
+		if _, err := root.RoleGrantPermission(ctx, role.Name, g.Key, g.End, clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := root.UserAdd(ctx, user, "agent-pw"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.UserGrantRole(ctx, user, role.Name); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// plantEarlierRecord puts the node record an earlier run of node left
+// (it crashed: no status key), and checks that regionctl status lists
+// the node LOST.
+func plantEarlierRecord(t *testing.T, cli *clientv3.Client, node string) {
+	t.Helper()
+	ks := keyspace.Default()
+	if _, err := cli.Put(context.Background(), ks.Node(node), `{"node":"`+node+`","revision":1,"epoch":1,"connected":true,"version":"earlier"}`); err != nil {
+		t.Fatal(err)
+	}
+	if f := fleetOf(t, cli); len(f.Lost) != 1 || f.Lost[0].Node != node {
+		t.Fatalf("lost %+v: want the earlier run's %s", f.Lost, node)
+	}
+}
+
+// assertNoRecordNorLost fails the test if node's record is still there
+// or regionctl status lists a node LOST.
+func assertNoRecordNorLost(t *testing.T, cli *clientv3.Client, node string, logs *logbuf.Buffer) {
+	t.Helper()
+	r, err := cli.Get(context.Background(), keyspace.Default().Node(node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := fleetOf(t, cli); len(r.Kvs) != 0 || len(f.Lost) != 0 {
+		t.Fatalf("after a clean stop: node record %v, lost %+v; want neither\n%s", r.Kvs, f.Lost, logs.String())
+	}
+}
+
+// fleetOf is the fleet as regionctl status reads it.
+func fleetOf(t *testing.T, cli *clientv3.Client) *store.Fleet {
+	t.Helper()
+	f, err := store.New(cli, keyspace.Default(), store.Options{}).Fleet(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
