@@ -395,7 +395,17 @@ const maxHeaderBytes = 60 << 10
 // fails; etcd unreachable or refusing the agent's login is retried, with
 // the last table served meanwhile.
 func (a *Agent) Run(ctx context.Context) error {
-	g, gctx := errgroup.WithContext(ctx)
+	// The components run under run, cancelled once the stop is said: a
+	// line the stop causes (a "disconnected", a warning of the
+	// publisher's) never comes before it (the shutdown review).
+	run, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stopping := context.AfterFunc(ctx, func() {
+		a.log.Info("regiond agent stopping: revoking its status key, closing the API")
+		cancel()
+	})
+	defer stopping()
+	g, gctx := errgroup.WithContext(run)
 	// Registered before the API serves: a scrape never finds the agent
 	// without its connection and staleness gauges.
 	offline := a.registerOfflineGauges()
@@ -456,13 +466,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	g.Go(func() error { a.notifySystemd(gctx); return nil })
 	a.log.Info("regiond agent running", "node", a.cfg.Node, "endpoints", a.cfg.Endpoints,
 		"prefix", a.cfg.Prefix, "socket", a.cfg.Socket, "listen", a.Addr(), "snapshot", a.cfg.Snapshot)
-	g.Go(func() error {
-		<-gctx.Done()
-		if ctx.Err() != nil { // asked (SIGTERM, SIGINT), not a failure: said before the "disconnected" lines it causes
-			a.log.Info("regiond agent stopping: revoking its status key, closing the API")
-		}
-		return nil
-	})
 	err := g.Wait()
 	if a.sock != nil {
 		a.sock.Remove()

@@ -3,8 +3,11 @@ package agent_test
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -14,6 +17,71 @@ import (
 	"github.com/regiond/regiond/internal/logbuf"
 	"github.com/regiond/regiond/internal/store"
 )
+
+// TestStoppingIsLoggedFirst: "regiond agent stopping" was logged from a
+// goroutine of its own, woken with the components by the stop, so a
+// warning the stop caused (here the node record's delete, etcd cut off)
+// could come before it and read like trouble of its own (the shutdown
+// review). It is said before the components see the stop: a log handler
+// that takes its time over the line (a busy journal) does not let
+// anything else in before it.
+func TestStoppingIsLoggedFirst(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
+	cli, px, dir, cfg := exampleBehindProxy(t, "node-stop")
+	logs := &orderedLog{slowOn: "regiond agent stopping", delay: 300 * time.Millisecond}
+	cfg.Logger = slog.New(logs)
+	h := runAgent(t, dir, cfg)
+	waitFor(t, "the node record", func() bool {
+		r, err := cli.Get(context.Background(), keyspace.Default().Node("node-stop"))
+		return err == nil && len(r.Kvs) == 1
+	})
+	px.Sever() // the stop's delete fails at once: a warning
+	waitFor(t, "the mirror disconnected", func() bool {
+		var st api.Status
+		h.get("/v1/status", &st)
+		return !st.Connected
+	})
+	from := len(logs.messages())
+	h.stop()
+	got := logs.messages()[from:]
+	stopping := slices.IndexFunc(got, func(m string) bool { return strings.HasPrefix(m, "regiond agent stopping") })
+	warned := slices.IndexFunc(got, func(m string) bool {
+		return strings.HasPrefix(m, "agent status: cannot delete the node record at stop")
+	})
+	if stopping != 0 || warned < 0 {
+		t.Fatalf("the stop's log lines %q: want \"regiond agent stopping\" first, and the delete's warning", got)
+	}
+}
+
+// orderedLog is a slog.Handler that keeps the messages in the order their
+// records are handled, taking delay over each message starting with
+// slowOn before it keeps it.
+type orderedLog struct {
+	slowOn string
+	delay  time.Duration
+	mu     sync.Mutex
+	msgs   []string
+}
+
+func (l *orderedLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *orderedLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *orderedLog) WithGroup(string) slog.Handler            { return l }
+
+func (l *orderedLog) Handle(_ context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, l.slowOn) {
+		time.Sleep(l.delay)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.msgs = append(l.msgs, r.Message)
+	return nil
+}
+
+func (l *orderedLog) messages() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.msgs)
+}
 
 // TestEarlierRunsRecordDeletedAtAStopDuringTheStatusEndpointsLogin: with
 // --status-endpoints and --user, the status key's client logs in there
