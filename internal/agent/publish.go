@@ -577,10 +577,15 @@ func (p *publisher) deleteRecord() {
 		var resp *clientv3.TxnResponse
 		var ours clientv3.Cmp
 		if ours, err = p.ownRecord(dctx, cli); err == nil {
-			resp, err = cli.Txn(dctx).If(ours).Then(clientv3.OpDelete(p.record)).Commit()
+			resp, err = cli.Txn(dctx).If(ours).Then(clientv3.OpDelete(p.record)).
+				Else(clientv3.OpGet(p.record, clientv3.WithCountOnly())).Commit()
 		}
 		cancel()
-		if err == nil && !resp.Succeeded {
+		if err == nil && !resp.Succeeded && resp.Responses[0].GetResponseRange().GetCount() == 0 {
+			// Deleted already (regionctl agent rm, another agent of the
+			// same --node at its stop): nothing left, nothing to say.
+			p.log.Debug("agent status: no node record to delete at stop (already gone)", "key", p.record)
+		} else if err == nil && !resp.Succeeded {
 			p.log.Info("agent status: the node record was written since this run's last put, or is an earlier run's while a status key lives (another agent of the same --node?): left in place", "key", p.record)
 		}
 	}
