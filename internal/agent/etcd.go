@@ -90,7 +90,7 @@ func (a *Agent) runEtcd(ctx context.Context, offline []prometheus.Collector) err
 				// endpoints not reachable yet): a record an earlier
 				// run left goes all the same, through pub.cli, still
 				// the mirror's client (the same etcd).
-				pub.deleteRecord()
+				pub.deleteRecord(true)
 				return nil
 			}
 			pub.cli = scli

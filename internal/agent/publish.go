@@ -43,9 +43,10 @@ type statusClock struct {
 	// "retry-check" (that wait's check of the connection, before it
 	// reads it), "spacing" (a wait out the spacing of changes; d its
 	// length), "spacing-kick" (a change woke that wait, before it reads
-	// the epoch) or "settle" (the snapshot writer has not settled the
-	// change due; d the time left to wait for it, none when <= 0). nil in
-	// production.
+	// the epoch), "settle" (the snapshot writer has not settled the
+	// change due; d the time left to wait for it, none when <= 0) or
+	// "delete-check" (the stop's delete of the node record has decided
+	// whether it is this run's, before its Txn). nil in production.
 	observe func(what string, d time.Duration)
 }
 
@@ -230,7 +231,7 @@ func (p *publisher) run(ctx context.Context, m *watch.Mirror) {
 	deleted := false
 	defer func() {
 		if !deleted {
-			p.deleteRecord()
+			p.deleteRecord(true)
 		}
 	}()
 	// Nothing is put before the first list is served: a put while the
@@ -263,8 +264,9 @@ func (p *publisher) run(ctx context.Context, m *watch.Mirror) {
 		bo.Reset()
 		p.publish(ctx, sess, m)
 		stopping := ctx.Err() != nil
+		again := false
 		if stopping {
-			p.deleteRecord() // before the revoke: the record never outlives the key
+			again = !p.deleteRecord(false) // before the revoke: the record never outlives the key
 			deleted = true
 		}
 		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -273,6 +275,15 @@ func (p *publisher) run(ctx context.Context, m *watch.Mirror) {
 		sess.Orphan()
 		if stopping && err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			p.log.Warn(fmt.Sprintf("agent status: cannot revoke the status key's lease at stop: the key stays until its TTL (%s) ends", p.ttl), "key", p.key, "err", err)
+		}
+		if again {
+			// The record changed between the delete's check and its
+			// Txn: a put of this run the stop abandoned in flight, which
+			// etcd applied meanwhile, can have done it. With the lease
+			// revoked no such put lands any more: the check is final
+			// (the stop-path review: the node stopped on purpose stayed
+			// LOST).
+			p.deleteRecord(true)
 		}
 	}
 }
@@ -555,9 +566,14 @@ func (p *publisher) putOwn(ctx context.Context, v string, lease clientv3.LeaseID
 // regionctl status until its next refresh, up to a minute). With
 // --status-endpoints, it goes through the mirror's client when the
 // status key's has no connection.
-func (p *publisher) deleteRecord() {
+//
+// A record that changed between the check and the delete is left, and
+// said so, only when final; otherwise deleteRecord reports false, for
+// the caller to ask again once no put of this run can land (the lease
+// revoked). Every other outcome reports true.
+func (p *publisher) deleteRecord(final bool) bool {
 	if !p.noRecordAt.IsZero() {
-		return
+		return true
 	}
 	var err error
 	cli := p.cli
@@ -577,6 +593,7 @@ func (p *publisher) deleteRecord() {
 		var resp *clientv3.TxnResponse
 		var ours clientv3.Cmp
 		if ours, err = p.ownRecord(dctx, cli); err == nil {
+			p.observe("delete-check", 0)
 			resp, err = cli.Txn(dctx).If(ours).Then(clientv3.OpDelete(p.record)).
 				Else(clientv3.OpGet(p.record, clientv3.WithCountOnly())).Commit()
 		}
@@ -585,6 +602,9 @@ func (p *publisher) deleteRecord() {
 			// Deleted already (regionctl agent rm, another agent of the
 			// same --node at its stop): nothing left, nothing to say.
 			p.log.Debug("agent status: no node record to delete at stop (already gone)", "key", p.record)
+		} else if err == nil && !resp.Succeeded && !final {
+			p.log.Debug("agent status: the node record changed since the delete's check: checked again after the revoke", "key", p.record)
+			return false
 		} else if err == nil && !resp.Succeeded {
 			p.log.Info("agent status: the node record was written since this run's last put, or is an earlier run's while a status key lives (another agent of the same --node?): left in place", "key", p.record)
 		}
@@ -596,6 +616,7 @@ func (p *publisher) deleteRecord() {
 	} else if err != nil && !watch.PermissionDenied(err) {
 		p.log.Warn("agent status: cannot delete the node record at stop: regionctl status names this node lost until it runs again (regionctl agent rm "+p.node+" forgets it)", "key", p.record, "err", err)
 	}
+	return true
 }
 
 // connected reports whether cli has a ready connection to etcd.

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/regiond/regiond/internal/agent"
 	"github.com/regiond/regiond/internal/api"
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/keyspace"
@@ -250,5 +252,59 @@ func TestNodeRecordAlreadyGoneAtStopIsNotSaidLeft(t *testing.T) {
 	}
 	if !strings.Contains(logs, "level=INFO msg=\"agent status: the node record was written since this run's last put") || !strings.Contains(logs, leftInPlace) {
 		t.Errorf("a stop that left another's record: want it said left in place:\n%s", logs)
+	}
+}
+
+// TestNodeRecordPutInFlightAtTheStopIsDeleted: a status put the stop
+// abandoned in flight can be applied by etcd after the stop's delete read
+// the record and before its Txn: the record then is this run's, at a
+// revision the check did not know. The delete asks again once the lease is
+// revoked (no put of this run lands after that): the node stopped on
+// purpose is not left LOST. The test lands such a put (the status key
+// under the run's lease and the record, in one Txn, as the publisher puts
+// them) between the check and the Txn.
+func TestNodeRecordPutInFlightAtTheStopIsDeleted(t *testing.T) {
+	t.Parallel()
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	ks := keyspace.Default()
+	var logs logbuf.Buffer
+	var landed sync.Once
+	var putErr error
+	inFlight := func(what string, _ time.Duration) {
+		if what != "delete-check" {
+			return
+		}
+		landed.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			st, err := cli.Get(ctx, ks.Agent("node-fl"))
+			if err != nil || len(st.Kvs) != 1 {
+				putErr = fmt.Errorf("read the status key: %v (%d keys)", err, len(st.Kvs))
+				return
+			}
+			rec, err := cli.Get(ctx, ks.Node("node-fl"))
+			if err != nil || len(rec.Kvs) != 1 {
+				putErr = fmt.Errorf("read the node record: %v (%d keys)", err, len(rec.Kvs))
+				return
+			}
+			lease := clientv3.LeaseID(st.Kvs[0].Lease)
+			_, putErr = cli.Txn(ctx).Then(
+				clientv3.OpPut(ks.Agent("node-fl"), string(st.Kvs[0].Value), clientv3.WithLease(lease)),
+				clientv3.OpPut(ks.Node("node-fl"), string(rec.Kvs[0].Value))).Commit()
+		})
+	}
+	h := runNode(t, srv.Endpoints, "node-fl", &logs, func(a *agent.Agent) { agent.SetStatusObserver(a, inFlight) })
+	writeAndAwaitRecord(t, cli, "node-fl")
+	h.stop()
+	if putErr != nil {
+		t.Fatal(putErr)
+	}
+	if rec, _, _ := kv(t, cli, ks.Node("node-fl")); rec != "" {
+		t.Fatalf("node record left after a clean stop whose put landed in flight: %s\n%s", rec, logs.String())
+	}
+	if strings.Contains(logs.String(), "left in place") {
+		t.Fatalf("the record said left in place:\n%s", logs.String())
 	}
 }
