@@ -770,6 +770,28 @@ func TestExpectAgents(t *testing.T) {
 	}
 }
 
+// TestStatusExpectAgentsWithMaxLag: status --max-lag 0 --expect-agents N
+// exits 0 with N agents live and converged, and with one of them behind
+// exits 5 naming it and how many of the N are within --max-lag, not how
+// many are live. (Mutation review: "fewer than expected" taken as "at
+// most expected", and the live count said for those within --max-lag,
+// each survived every test.)
+func TestStatusExpectAgentsWithMaxLag(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	lease := grantLease(t)
+	rev, _ := e.fingerprint()
+	e.putAgent("node-a", rev, lease)
+	e.putAgent("node-b", rev, lease)
+	e.must(ExitOK, "status", "--max-lag", "0", "--expect-agents", "2")
+	e.putAgent("node-b", rev-1, lease)
+	r := e.must(ExitNotConverged, "status", "--max-lag", "0", "--expect-agents", "2")
+	if !strings.Contains(r.stderr, "node-b@") || !strings.Contains(r.stderr, "1 of the 2 agents expected (--expect-agents) confirmed it") {
+		t.Fatalf("status --max-lag 0 --expect-agents 2 with node-b behind: %s", r)
+	}
+}
+
 // TestWrongPrefixIsAskedAbout: a write naming a pool under a prefix where
 // nothing is stored (a typo in --prefix) asks whether --prefix is right
 // (the CLI review: "no pool is stored" alone).

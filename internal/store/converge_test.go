@@ -221,11 +221,17 @@ func TestWaitConvergedWaitsForAVanishedLaggard(t *testing.T) {
 // TestWaitConvergedVanishedAcrossARelist: a laggard whose key disappears
 // while the wait's watch is down (the trouble that ends watches lets
 // leases end too), its delete compacted away, is missing from the relist:
-// it vanished, it is not forgotten.
+// it vanished, it is not forgotten. Its node record, left as an agent cut
+// off leaves it, does not name it lost as well (mutation review: the
+// vanished check of the lost filter taken out survived; the node was
+// named, and counted, twice).
 func TestWaitConvergedVanishedAcrossARelist(t *testing.T) {
 	t.Parallel()
 	srv, cli, s, res := laggingFleet(t, "node-a", "node-b")
 	ctx := context.Background()
+	for _, n := range []string{"node-a", "node-b"} { // the agents' records, as their status keys say
+		putStatusAt(ctx, t, cli, s, s.Keyspace().Node(n), routing.AgentStatus{Node: n, Revision: res.Revision - 1, Connected: true})
+	}
 
 	pcli, proxy := proxiedClient(t, srv)
 	ws := New(pcli, s.Keyspace(), Options{RequestTimeout: 300 * time.Millisecond})
@@ -256,18 +262,21 @@ func TestWaitConvergedVanishedAcrossARelist(t *testing.T) {
 	}
 	err = <-done
 	var nc *NotConvergedError
-	if !errors.As(err, &nc) || len(nc.Vanished) != 1 || nc.Vanished[0].Node != "node-b" || len(nc.Lagging) != 0 {
-		t.Fatalf("node-b deleted while the wait's watch was down: %v; want not converged, node-b vanished", err)
+	if !errors.As(err, &nc) || len(nc.Vanished) != 1 || nc.Vanished[0].Node != "node-b" || len(nc.Lagging) != 0 || len(nc.Lost) != 0 {
+		t.Fatalf("node-b deleted while the wait's watch was down: %v; want not converged, node-b vanished (and not lost)", err)
 	}
 }
 
 // TestWaitConvergedRefused: a user that may not read agents/ gets a
 // *NotConvergedError whose Err is a *PermissionError naming the watch and
-// the roles that may read it, not a retry until the deadline.
+// the roles that may read it, not a retry until the deadline: no round
+// is retried (mutation review: the retryable check taken out survived,
+// the refusal being the last error at the deadline too).
 func TestWaitConvergedRefused(t *testing.T) {
 	t.Parallel()
 	sec := devetcd.NewTestSecure(t, "/regiond/v1/routing/") // readwrite routing/ only
-	s := New(sec.Client, keyspace.Default(), Options{User: sec.Auth.User, RequestTimeout: 2 * time.Second})
+	retrying := &signalHandler{msg: "wait converged: retrying", ch: make(chan struct{}, 1)}
+	s := New(sec.Client, keyspace.Default(), Options{User: sec.Auth.User, RequestTimeout: 2 * time.Second, Logger: slog.New(retrying)})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, err := s.WaitConverged(ctx, 1)
@@ -276,6 +285,11 @@ func TestWaitConvergedRefused(t *testing.T) {
 	if !errors.As(err, &nc) || !errors.As(nc.Err, &pe) || !nc.Unknown ||
 		!strings.Contains(err.Error(), "watch /regiond/v1/agents/ needs read on /regiond/v1/agents/ (role regiond-viewer or regiond-operator)") {
 		t.Fatalf("WaitConverged without read on agents/: %v", err)
+	}
+	select {
+	case <-retrying.ch:
+		t.Fatalf("WaitConverged retried a refusal: %v", err)
+	default:
 	}
 }
 
