@@ -400,12 +400,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	// publisher's) never comes before it (the shutdown review).
 	run, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
+	g, gctx := errgroup.WithContext(run)
 	stopping := context.AfterFunc(ctx, func() {
-		a.log.Info("regiond agent stopping: revoking its status key, closing the API")
+		if gctx.Err() == nil { // not during a component's failure, which stops the rest already
+			a.log.Info("regiond agent stopping: revoking its status key, closing the API")
+		}
 		cancel()
 	})
 	defer stopping()
-	g, gctx := errgroup.WithContext(run)
 	// Registered before the API serves: a scrape never finds the agent
 	// without its connection and staleness gauges.
 	offline := a.registerOfflineGauges()

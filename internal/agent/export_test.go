@@ -65,3 +65,7 @@ func EtcdUser(a *Agent) string { return a.etcdUser() }
 
 // SetSnapshotCopyEvery sets how often a's snapshot copy is refreshed.
 func SetSnapshotCopyEvery(a *Agent, d time.Duration) { a.copyEvery = d }
+
+// FailAPIListener closes the agent's TCP listener under its API server, as
+// a failure would: Run returns that server's error.
+func FailAPIListener(a *Agent) error { return a.tcpLn.Listener.Close() }

@@ -17,6 +17,7 @@ import (
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/keyspace"
 	"github.com/regiond/regiond/internal/logbuf"
+	"github.com/regiond/regiond/internal/poll"
 	"github.com/regiond/regiond/internal/store"
 )
 
@@ -306,5 +307,54 @@ func TestNodeRecordPutInFlightAtTheStopIsDeleted(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "left in place") {
 		t.Fatalf("the record said left in place:\n%s", logs.String())
+	}
+}
+
+// TestStoppingNotSaidDuringAFailure: a stop asked while a component's
+// failure is already stopping the agent does not log "regiond agent
+// stopping" (a clean stop's line) ahead of the failure Run returns (the
+// diff review: it read as a clean stop, the failure's reason printed only
+// at exit). The stop is asked while the failure's shutdown holds the
+// publisher at its node record delete.
+func TestStoppingNotSaidDuringAFailure(t *testing.T) {
+	t.Parallel()
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	logs := &orderedLog{}
+	var h *harness
+	var asked sync.Once
+	stopDuringTheFailure := func(what string, _ time.Duration) {
+		if what != "delete-check" {
+			return
+		}
+		asked.Do(func() {
+			h.cancel()
+			// Without the check, the stop's line came within
+			// milliseconds of the cancel (its own goroutine).
+			poll.Until(2*time.Second, func() bool {
+				return slices.Contains(logs.messages(), "regiond agent stopping: revoking its status key, closing the API")
+			})
+		})
+	}
+	dir := t.TempDir()
+	cfg := tcpConfig(dir, srv.Endpoints, "node-fail")
+	cfg.Logger = slog.New(logs)
+	h = runAgent(t, dir, cfg, func(a *agent.Agent) { agent.SetStatusObserver(a, stopDuringTheFailure) })
+	statusLease(t, cli, "node-fail")
+	if err := agent.FailAPIListener(h.a); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-h.done:
+		if err == nil {
+			t.Fatal("Run returned nil after its API's listener failed")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the agent did not stop within 20 s of its API's failure")
+	}
+	h.cancel = nil
+	if got := logs.messages(); slices.ContainsFunc(got, func(m string) bool { return strings.HasPrefix(m, "regiond agent stopping") }) {
+		t.Fatalf("a failure's shutdown logged the clean stop's line: %q", got)
 	}
 }
