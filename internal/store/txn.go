@@ -204,6 +204,14 @@ func (s *Store) guardFailed(ctx context.Context, st *State, ops []op, t *txnPlan
 	if audit := firstKV(resp.Responses[1]); audit != nil && epochRev == st.EpochModRevision {
 		return s.epochReset(ctx, st, epochKV == nil, string(audit.Key))
 	}
+	if _, ok := routing.ParseEpoch(epochKV.GetValue()); epochKV != nil && !ok && epochRev != st.EpochModRevision {
+		// Put by hand to a value that is no epoch: refused as a re-run
+		// would be, with the etcdctl put that restores it (exit 1), not
+		// a conflict whose "re-run" meets that refusal (the diff review).
+		e := s.epochReset(ctx, st, false, "")
+		e.Malformed = epochKV.Value
+		return e
+	}
 	// The epoch key changed with no record of the next epoch: written
 	// around regionctl (put forward, put again, deleted), no write of it.
 	// (Put back below the epoch read, it is named as the epoch going back:

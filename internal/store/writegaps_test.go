@@ -366,3 +366,37 @@ func TestEpochDeletedMeanwhileIsRefused(t *testing.T) {
 		t.Errorf("the epoch key deleted meanwhile: %v; want an *EpochResetError naming etcdctl put KEY 1", err)
 	}
 }
+
+// TestEpochPutToNoEpochMeanwhileIsRefused: the epoch key put by hand to a
+// value that is no epoch ("-3") between the read and the commit: refused
+// as the re-run would be (an *EpochResetError naming the etcdctl put that
+// restores it), not a conflict saying "re-run", nor the epoch going back
+// (the diff review). A value with spaces around an epoch is the epoch.
+func TestEpochPutToNoEpochMeanwhileIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx, cli, s, cfg := storeEnv(t, Options{})
+	put(ctx, t, s, cfg) // epoch 1
+	for _, bad := range []string{"-3", "9007199254740992"} {
+		err := writeEditedMeanwhile(ctx, t, s, func() {
+			if _, err := cli.Put(ctx, s.Keyspace().Epoch(), bad); err != nil {
+				t.Fatal(err)
+			}
+		})
+		var re *EpochResetError
+		if !errors.As(err, &re) || string(re.Malformed) != bad || !strings.Contains(err.Error(), "etcdctl put "+s.Keyspace().Epoch()+" 1") {
+			t.Errorf("the epoch key put to %q meanwhile: %v; want an *EpochResetError naming etcdctl put KEY 1", bad, err)
+		}
+		if _, err := cli.Put(ctx, s.Keyspace().Epoch(), "1"); err != nil { // restored, as the error says
+			t.Fatal(err)
+		}
+	}
+	err := writeEditedMeanwhile(ctx, t, s, func() {
+		if _, err := cli.Put(ctx, s.Keyspace().Epoch(), " 7\n"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	var ce *ConflictError
+	if !errors.As(err, &ce) || !ce.EpochByHand || !strings.Contains(err.Error(), `the epoch key was put to " 7\n" (from 1) around regionctl`) {
+		t.Errorf("the epoch key put forward to \" 7\\n\" meanwhile: %v; want a conflict naming the hand edit", err)
+	}
+}
