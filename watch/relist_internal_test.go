@@ -13,6 +13,7 @@ import (
 
 	"github.com/regiond/regiond/internal/backoff"
 	"github.com/regiond/regiond/internal/logbuf"
+	"github.com/regiond/regiond/internal/poll"
 )
 
 // compactingRun runs a gated mirror (creations answered) whose first
@@ -68,21 +69,6 @@ func compactingRun(t *testing.T, advance time.Duration) (m *Mirror, bo *backoff.
 	return m, bo, logs, last, stop
 }
 
-// waitRun waits, bounded, until cond holds.
-func waitRun(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if t.Failed() {
-			t.FailNow()
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 15 s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestCompactionRelistsAtOnce: a watch that finds its history compacted
 // more than a second after the list relists at once, without the
 // backoff's wait (agent.md, doc.go: a compaction relists at once). Here
@@ -92,7 +78,7 @@ func waitRun(t *testing.T, what string, cond func() bool) {
 func TestCompactionRelistsAtOnce(t *testing.T) {
 	t.Parallel()
 	m, bo, _, last, stop := compactingRun(t, 2*time.Second)
-	waitRun(t, "the relist after the compaction, and a watch created after it", func() bool {
+	poll.Must(t, 15*time.Second, "the relist after the compaction, and a watch created after it", func() bool {
 		tb := m.Table()
 		return testutil.ToFloat64(m.metrics.resyncs.WithLabelValues(ReasonCompacted)) == 1 &&
 			last.Load() > 0 && tb != nil && tb.Revision() >= last.Load() && m.Status().Connected
@@ -111,7 +97,7 @@ func TestCompactionRelistsAtOnce(t *testing.T) {
 func TestRelistsBackOff(t *testing.T) {
 	t.Parallel()
 	m, bo, logs, _, stop := compactingRun(t, 0)
-	waitRun(t, "the compacted watch's relist begun", func() bool {
+	poll.Must(t, 15*time.Second, "the compacted watch's relist begun", func() bool {
 		for _, l := range strings.Split(logs.String(), "\n") {
 			if strings.Contains(l, "msg=relisting") && strings.Contains(l, "reason=compacted") {
 				return true

@@ -20,6 +20,7 @@ import (
 	"github.com/regiond/regiond/internal/api"
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/fleettest"
+	"github.com/regiond/regiond/internal/poll"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -98,11 +99,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // (a hang guard, not a timing assertion).
 func waitWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(d); !cond(); time.Sleep(25 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s (%v)", what, d)
-		}
-	}
+	poll.Must(t, d, what, cond)
 }
 
 func (h *harness) resolve(cc, key string) (int, routing.Decision) {

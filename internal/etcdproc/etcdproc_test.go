@@ -8,6 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/regiond/regiond/internal/etcdproc"
+	"github.com/regiond/regiond/internal/poll"
 )
 
 // get reads key from the one member cli talks to, without asking the
@@ -26,18 +27,6 @@ func get(t *testing.T, cli *clientv3.Client, key string) string {
 	return string(resp.Kvs[0].Value)
 }
 
-// eventually waits, up to 15s, until cond holds.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestPartitionCutsBothWays checks the topology: a partitioned member gets
 // no raft message at all (it loses its leader, which it would not if either
 // direction still carried traffic), the others go on without it, and after
@@ -53,7 +42,7 @@ func TestPartitionCutsBothWays(t *testing.T) {
 	if _, err := w.Put(context.Background(), "k", "v1"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "m2 to apply v1", func() bool { return get(t, lone, "k") == "v1" })
+	poll.Must(t, 15*time.Second, "m2 to apply v1", func() bool { return get(t, lone, "k") == "v1" })
 
 	c.Partition(2)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -61,7 +50,7 @@ func TestPartitionCutsBothWays(t *testing.T) {
 	if _, err := w.Put(ctx, "k", "v2"); err != nil {
 		t.Fatalf("write through the majority: %v", err)
 	}
-	eventually(t, "m2 to lose its leader", func() bool {
+	poll.Must(t, 15*time.Second, "m2 to lose its leader", func() bool {
 		st, err := c.MemberStatus(context.Background(), 2)
 		return err == nil && st.Leader == 0
 	})
@@ -73,8 +62,8 @@ func TestPartitionCutsBothWays(t *testing.T) {
 	}
 
 	c.Heal(2)
-	eventually(t, "m2 to catch up", func() bool { return get(t, lone, "k") == "v2" })
-	eventually(t, "m2 to know the leader again", func() bool {
+	poll.Must(t, 15*time.Second, "m2 to catch up", func() bool { return get(t, lone, "k") == "v2" })
+	poll.Must(t, 15*time.Second, "m2 to know the leader again", func() bool {
 		st, err := c.MemberStatus(context.Background(), 2)
 		return err == nil && st.Leader != 0
 	})
@@ -104,5 +93,5 @@ func TestKillLeaderAndRestart(t *testing.T) {
 	}
 	c.Restart(killed, 30*time.Second)
 	back := c.Client(t, killed)
-	eventually(t, "the restarted member to catch up", func() bool { return get(t, back, "k") == "after-kill" })
+	poll.Must(t, 15*time.Second, "the restarted member to catch up", func() bool { return get(t, back, "k") == "after-kill" })
 }

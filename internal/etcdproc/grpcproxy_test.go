@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/regiond/regiond/internal/etcdproc"
+	"github.com/regiond/regiond/internal/poll"
 )
 
 // putVia writes key through cli, bounded.
@@ -66,7 +67,7 @@ func TestProxyForwardsAndRestarts(t *testing.T) {
 	if err := cli.RequestProgress(clientv3.WithRequireLeader(wctx)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the proxy to log the dropped progress request", func() bool {
+	poll.Must(t, 15*time.Second, "the proxy to log the dropped progress request", func() bool {
 		b, err := os.ReadFile(p.LogPath)
 		return err == nil && strings.Contains(string(b), "not supported request type by gRPC proxy")
 	})
@@ -84,7 +85,7 @@ func TestProxyForwardsAndRestarts(t *testing.T) {
 		if p.Addr != addr {
 			t.Fatalf("started again on %s, want %s", p.Addr, addr)
 		}
-		eventually(t, "the client to reach the proxy started again after "+fault.name, func() bool { return reachable(cli) })
+		poll.Must(t, 15*time.Second, "the client to reach the proxy started again after "+fault.name, func() bool { return reachable(cli) })
 		if got := get(t, cli, "k"); got != "v2" {
 			t.Fatalf("after %s and start: k = %q through the proxy", fault.name, got)
 		}
