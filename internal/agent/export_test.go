@@ -14,9 +14,9 @@ func SetStatusClock(a *Agent, tick <-chan time.Time, now func() time.Time) {
 }
 
 // SetStatusObserver makes the agent's status publisher call f in its
-// goroutine at each of its waits (statusClock.observe: "retry",
-// "retry-check", "spacing", "spacing-kick", "settle", "delete-check"), with the wait's
-// length or time left; f may hold the publisher there. Call it before Run.
+// goroutine at each of its waits, with the wait's length or time left
+// (statusClock.observe lists them); f may hold the publisher there. Call
+// it before Run.
 func SetStatusObserver(a *Agent, f func(what string, d time.Duration)) { a.statusClock.observe = f }
 
 // SetBeforeStatusPut makes the agent's status publisher call f before each
