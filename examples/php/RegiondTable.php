@@ -922,7 +922,14 @@ final class RegiondTable
         return null;
     }
 
-    /** RFC 3339 (Go's RFC3339Nano) to Unix seconds, or null. */
+    /**
+     * RFC 3339 (Go's RFC3339Nano) to Unix seconds, or null: also for a
+     * month, day, hour, minute or second out of range ("2026-02-31",
+     * "25:00", "10:00:60"), or an offset past Go's (hour 24, minute 60),
+     * which Go's time.Parse refuses, so that the reader refuses the files
+     * the Go reader refuses (the day count would take them as another
+     * instant).
+     */
     private static function parseTime(string $s): ?float
     {
         // The agent's form, UTC with a fraction ("2026-12-02T10:00:00.123Z"),
@@ -931,36 +938,40 @@ final class RegiondTable
         if (
             $n >= 22 && $n <= 30 && $s[4] === '-' && $s[7] === '-' && $s[10] === 'T' && $s[13] === ':' && $s[16] === ':'
             && $s[19] === '.' && $s[$n - 1] === 'Z' && strspn($s, '0123456789', 20, $n - 21) === $n - 21
-            && strspn($s, '0123456789-T:', 0, 19) === 19
+            && strspn($s, '0123456789', 0, 4) === 4 && strspn($s, '0123456789', 5, 2) === 2 && strspn($s, '0123456789', 8, 2) === 2
+            && strspn($s, '0123456789', 11, 2) === 2 && strspn($s, '0123456789', 14, 2) === 2 && strspn($s, '0123456789', 17, 2) === 2
         ) {
-            // Days from the civil date (H. Hinnant's days_from_civil), not
-            // gmmktime: a quarter of the cost in a cold php-fpm request.
-            $y = (int) substr($s, 0, 4);
-            $m = (int) substr($s, 5, 2);
-            $d = (int) substr($s, 8, 2);
-            if ($m >= 1 && $m <= 12 && $d >= 1 && $d <= 31) {
-                $y -= $m <= 2 ? 1 : 0;
-                $era = intdiv($y >= 0 ? $y : $y - 399, 400);
-                $yoe = $y - $era * 400;
-                $doe = $yoe * 365 + intdiv($yoe, 4) - intdiv($yoe, 100) + intdiv(153 * ($m > 2 ? $m - 3 : $m + 9) + 2, 5) + $d - 1;
-                $days = $era * 146097 + $doe - 719468;
-                return $days * 86400 + (int) substr($s, 11, 2) * 3600 + (int) substr($s, 14, 2) * 60 + (int) substr($s, 17, 2)
-                    + (float) ('0' . substr($s, 19, $n - 20));
+            [$y, $m, $d] = [(int) substr($s, 0, 4), (int) substr($s, 5, 2), (int) substr($s, 8, 2)];
+            [$hh, $mm, $ss] = [(int) substr($s, 11, 2), (int) substr($s, 14, 2), (int) substr($s, 17, 2)];
+            $frac = (float) ('0' . substr($s, 19, $n - 20));
+            $off = 0;
+        } else {
+            $re = '/^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?(?:[Zz]|([+-])(\d{2}):(\d{2}))$/';
+            if (!preg_match($re, $s, $g)) {
+                return null;
+            }
+            [$y, $m, $d, $hh, $mm, $ss] = [(int) $g[1], (int) $g[2], (int) $g[3], (int) $g[4], (int) $g[5], (int) $g[6]];
+            $frac = (float) ('0' . ($g[7] ?? ''));
+            $off = 0;
+            if (($g[8] ?? '') !== '') {
+                if ((int) $g[9] > 24 || (int) $g[10] > 60) {
+                    return null;
+                }
+                $off = ((int) $g[9] * 3600 + (int) $g[10] * 60) * ($g[8] === '+' ? -1 : 1);
             }
         }
-        $re = '/^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?(?:[Zz]|([+-])(\d{2}):(\d{2}))$/';
-        if (!preg_match($re, $s, $m)) {
+        // checkdate wants a year from 1: + 400 keeps the leap years.
+        if (!checkdate($m, $d, $y + 400) || $hh > 23 || $mm > 59 || $ss > 59) {
             return null;
         }
-        $t = gmmktime((int) $m[4], (int) $m[5], (int) $m[6], (int) $m[2], (int) $m[3], (int) $m[1]);
-        if ($t === false) {
-            return null;
-        }
-        $t += (float) ('0' . ($m[7] ?? ''));
-        if (($m[8] ?? '') !== '') {
-            $off = (int) $m[9] * 3600 + (int) $m[10] * 60;
-            $t += $m[8] === '+' ? -$off : $off;
-        }
-        return $t;
+        // Days from the civil date (H. Hinnant's days_from_civil), not
+        // gmmktime: a quarter of the cost in a cold php-fpm request, and
+        // no two-digit years (gmmktime takes year 69 for 2069).
+        $y -= $m <= 2 ? 1 : 0;
+        $era = intdiv($y >= 0 ? $y : $y - 399, 400);
+        $yoe = $y - $era * 400;
+        $doe = $yoe * 365 + intdiv($yoe, 4) - intdiv($yoe, 100) + intdiv(153 * ($m > 2 ? $m - 3 : $m + 9) + 2, 5) + $d - 1;
+        $days = $era * 146097 + $doe - 719468;
+        return $days * 86400 + $hh * 3600 + $mm * 60 + $ss + $off + $frac;
     }
 }

@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -115,5 +117,89 @@ loaded 900
 `
 	if string(out) != want {
 		t.Fatalf("php said:\n%s\nwant:\n%s", out, want)
+	}
+}
+
+// TestReaderRefusesATimeOutOfRange: a written_at or synced_at whose date or
+// time is out of range (2026-02-31, hour 25, second 60, month 13, an offset
+// minute of 75) is no RFC 3339 time: Go's time.Parse refuses it, and so
+// does the Go reader the file. The PHP reader took it as another instant
+// (the day count and gmmktime roll 02-31 over to 03-03, 25:00 to the next
+// day): a synced_at pushed ahead kept a table from turning stale-table.
+// (And gmmktime read years 0 to 100 as two-digit ones.)
+// Now it refuses the file as Go does, through the header JSON of an index
+// and the table JSON, and still reads what Go reads at the edges (a leap
+// day, year 0, offsets +24:00 and +05:60, ten digits of fraction).
+func TestReaderRefusesATimeOutOfRange(t *testing.T) {
+	php(t)
+	t.Parallel()
+	bad := []string{"2026-02-31T10:00:00.5Z", "2026-02-29T10:00:00.5Z", "2100-02-29T10:00:00Z", "2026-13-02T10:00:00.5Z",
+		"2026-00-10T10:00:00Z", "2026-12-00T10:00:00.5Z", "2026-12-02T24:00:00.5Z", "2026-12-02T25:00:00Z",
+		"2026-12-02T10:61:00.5Z", "2026-12-02T10:00:60.5Z", "2026-12-02T10:00:60Z", "2026-12-02T10:00:00.5+05:75",
+		"2026-12-02T10:00:00+25:00", "2026-12-02T1-:00:00.5Z", "2026-12-02T10::0:00.5Z"}
+	// Also years 0 to 100 without a fraction: gmmktime took 0069 for 2069.
+	good := []string{"2028-02-29T23:59:59.5Z", "0000-01-01T00:00:00.5Z", "0000-02-29T00:00:00Z", "0069-01-01T00:00:00Z", "2026-12-02T10:00:00+24:00",
+		"2026-12-02T10:00:00.5+05:60", "2026-12-02T10:00:00.1234567891Z", "2026-12-31T23:59:59.999999999Z"}
+	for _, s := range bad {
+		if _, err := time.Parse(time.RFC3339Nano, s); err == nil {
+			t.Fatalf("Go parses %s", s)
+		}
+	}
+	out := phpScript(t, `require 'RegiondTable.php';
+$p = new ReflectionMethod(\Regiond\RegiondTable::class, 'parseTime');
+echo json_encode(array_map(fn ($s) => $p->invoke(null, $s), array_slice($argv, 1)));`, append(slices.Clone(bad), good...)...)
+	var got []*float64
+	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got) != len(bad)+len(good) {
+		t.Fatalf("php: %v: %s", err, out)
+	}
+	for i, s := range bad {
+		if got[i] != nil {
+			t.Errorf("parseTime(%s) = %f, want null (Go: out of range)", s, *got[i])
+		}
+	}
+	for i, s := range good {
+		tm, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := got[len(bad)+i]; g == nil || math.Abs(*g-(float64(tm.Unix())+float64(tm.Nanosecond())/1e9)) > 1e-3 {
+			gs := "null"
+			if g != nil {
+				gs = strconv.FormatFloat(*g, 'f', 6, 64)
+			}
+			t.Errorf("parseTime(%s) = %s, want %d.%09d as Go", s, gs, tm.Unix(), tm.Nanosecond())
+		}
+	}
+
+	// Through the files: the index's header JSON (no block) with written_at
+	// on 02-31, and the table JSON with synced_at at 25:00; each the same
+	// length as the agent's, so every offset holds.
+	now := time.Now()
+	tab := compile(t, fleet(t), routing.CompileOptions{Now: now})
+	h := routing.JSONHeader{WrittenAt: now, SyncedAt: now}
+	day := regexp.MustCompile(`("written_at":"\d{4})-\d\d-\d\d`)
+	idxPath := withoutBlock(t, writeSnapshot(t, tab, h, true))
+	idx := filepath.Join(filepath.Dir(idxPath), "table.idx")
+	b, err := os.ReadFile(idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(idx, day.ReplaceAll(b, []byte("${1}-02-31")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if m := metaPHP(t, idxPath, 180); !strings.Contains(m.Error, idx+": written_at or synced_at is not RFC 3339") {
+		t.Errorf("an index whose written_at is on 02-31: %+v, want it refused naming the file", m)
+	}
+	hour := regexp.MustCompile(`("synced_at":"\d{4}-\d\d-\d\dT)\d\d`)
+	jsPath := writeSnapshot(t, tab, h, false)
+	b, err = os.ReadFile(jsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(jsPath, hour.ReplaceAll(b, []byte("${1}25")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if m := metaPHP(t, jsPath, 180); !strings.Contains(m.Error, "snapshot "+jsPath+" is not a regiond table: synced_at") {
+		t.Errorf("a table JSON whose synced_at is at 25:00: %+v, want it refused naming synced_at", m)
 	}
 }
