@@ -125,12 +125,20 @@ func (h *harness) snapshot() *routing.Table {
 // decision.
 func startExampleAgent(t *testing.T, with ...func(*agent.Config)) (*harness, *clientv3.Client) {
 	t.Helper()
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	h := startAgent(t, t.TempDir(), srv.Endpoints, with...)
 	waitFor(t, "first table", func() bool { c, _ := h.resolve("DE", "k"); return c == 200 })
 	return h, cli
+}
+
+// exampleEtcd starts an embedded etcd holding the example fleet and
+// returns it with a client of it.
+func exampleEtcd(t *testing.T) (*devetcd.Server, *clientv3.Client) {
+	t.Helper()
+	srv := devetcd.NewTest(t)
+	cli := devetcd.NewTestClient(t, srv)
+	loadExample(t, cli)
+	return srv, cli
 }
 
 func loadExample(t *testing.T, cli *clientv3.Client) int64 {
@@ -203,9 +211,7 @@ func TestChangesReachAPIAndSnapshot(t *testing.T) {
 }
 
 func TestInvalidValueShowsInStatusAndMetrics(t *testing.T) {
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	h := startAgent(t, t.TempDir(), srv.Endpoints)
 	waitFor(t, "first table", func() bool { _, d := h.resolve("NL", "k"); return d.Pool == "eu-west" })
 	if _, err := cli.Put(context.Background(), prefix+"pools/eu-west", `{"host":"","residency":"EU","status":"sleeping"}`); err != nil {
@@ -301,9 +307,7 @@ func TestStatusKeyPublishedAndRevoked(t *testing.T) {
 }
 
 func TestRefusesNonGetAndForeignHost(t *testing.T) {
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, _ := exampleEtcd(t)
 	h := startAgent(t, t.TempDir(), srv.Endpoints)
 	resp, err := h.http.Post("http://"+h.a.Addr()+"/v1/resolve?country=PL", "text/plain", nil)
 	if err != nil {

@@ -29,9 +29,7 @@ import (
 // (Sever) is noticed at once; only this one needs the timeouts.
 func TestSilentPathIsNoticedAndFailedOver(t *testing.T) {
 	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	var px [2]*tcpproxy.Proxy
 	for i := range px {
 		px[i] = proxyTo(t, srv)
@@ -84,9 +82,7 @@ func TestSilentPathIsNoticedAndFailedOver(t *testing.T) {
 // directory for the agent and its config as node, dialing the proxy.
 func exampleBehindProxy(t *testing.T, node string) (*clientv3.Client, *tcpproxy.Proxy, string, agent.Config) {
 	t.Helper()
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	px := proxyTo(t, srv)
 	dir := t.TempDir()
 	return cli, px, dir, tcpConfig(dir, []string{px.URL()}, node)

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/regiond/regiond/internal/agent"
-	"github.com/regiond/regiond/internal/devetcd"
 )
 
 // floodQuery is a blocking query for a revision that never comes, with the
@@ -92,9 +91,7 @@ func (f *flood) stop() {
 // resolves on new connections still answer; the snapshot file still
 // follows changes.
 func TestBlockingQueryFloodIsBounded(t *testing.T) {
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	dir := t.TempDir()
 	cfg := agent.DefaultConfig()
 	cfg.Endpoints, cfg.Node, cfg.Logger = srv.Endpoints, "node-1", quietLogger()

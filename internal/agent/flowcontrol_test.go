@@ -10,7 +10,6 @@ import (
 
 	"golang.org/x/net/http2"
 
-	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/tcpproxy"
 )
 
@@ -61,9 +60,7 @@ func (p *pingCounter) frames(dst io.Writer, src io.Reader) {
 // keepalive's), not one or more each.
 func TestWatchSendsNoPingPerChange(t *testing.T) {
 	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	pc, proxy := newPingCounter(t, strings.TrimPrefix(srv.Endpoints[0], "http://"))
 	h := startAgent(t, t.TempDir(), []string{proxy.URL()})
 	waitFor(t, "first table", func() bool { c, _ := h.resolve("DE", "k"); return c == 200 })

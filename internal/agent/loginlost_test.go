@@ -20,9 +20,7 @@ import (
 // the user back, the agent follows etcd again and the gauge is 0.
 func TestUserGoneUnderARunningAgentIsALoginRefused(t *testing.T) {
 	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, _ := exampleEtcd(t)
 	a := devetcd.EnableTestAuth(t, srv, "/regiond/v1/")
 	root, err := srv.ClientAs("root", devetcd.TestRootPassword)
 	if err != nil {

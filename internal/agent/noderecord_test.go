@@ -184,9 +184,7 @@ func TestNodeRecordNotBlamedForAWrongNode(t *testing.T) {
 // client of root, closed when the test ends.
 func exampleWithAuth(t *testing.T) (*devetcd.Server, *clientv3.Client) {
 	t.Helper()
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	if err := devetcd.EnableAuth(context.Background(), cli, devetcd.Auth{RootPassword: "root-pw"}); err != nil {
 		t.Fatal(err)
 	}
@@ -214,9 +212,7 @@ func runAgentAs(t *testing.T, srv *devetcd.Server, node, user string, logs *logb
 // another agent of the same --node (put by the test here) stays (the
 // drills: a duplicate's stop took the live agent's record with it).
 func TestNodeRecordOfAnotherAgentIsLeftAtStop(t *testing.T) {
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	dir := t.TempDir()
 	cfg := tcpConfig(dir, srv.Endpoints, "node-dup")
 	h := runAgent(t, dir, cfg)

@@ -159,9 +159,7 @@ func TestStatusPutFailuresAreLoggedOnce(t *testing.T) {
 // RegiondStatusNotPublished), as a failed put does.
 func TestAuthTurnedOnUnderAnAgentIsCounted(t *testing.T) {
 	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, _ := exampleEtcd(t)
 	cfg := offlineConfig(t.TempDir())
 	cfg.Endpoints, cfg.StatusTTL = srv.Endpoints, 2*time.Second
 	h := runAgent(t, t.TempDir(), cfg)
@@ -183,9 +181,7 @@ func TestAuthTurnedOnUnderAnAgentIsCounted(t *testing.T) {
 // only a log line to say why), and drops it once a put succeeds.
 func TestNoSpaceAlarmIsShownInStatus(t *testing.T) {
 	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	h := startAgent(t, t.TempDir(), srv.Endpoints)
 	waitFor(t, "first table", func() bool { c, _ := h.resolve("DE", "k"); return c == 200 })
 	ctx := context.Background()

@@ -173,9 +173,7 @@ func (w *waitLog) holdNext(t *testing.T, what string) (<-chan statusWait, func()
 // session, not only at a stop, passed the suite.)
 func TestNodeRecordKeptBetweenLeases(t *testing.T) {
 	t.Parallel()
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	h := startAgent(t, t.TempDir(), srv.Endpoints)
 	ks := keyspace.Default()
 	ctx := context.Background()
@@ -256,9 +254,7 @@ func compactAll(t *testing.T, cli *clientv3.Client) {
 // the suite.)
 func TestRestartAfterACrashIsNoConflict(t *testing.T) {
 	t.Parallel()
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	ks := keyspace.Default()
 	ctx := context.Background()
 	old, err := cli.Grant(ctx, 30) // the crashed run's lease, not yet ended
@@ -286,9 +282,7 @@ func TestRestartAfterACrashIsNoConflict(t *testing.T) {
 // lost, the second left its record at a clean stop: LOST.)
 func TestStatusKeyPutAgainAfterTheDuplicateStops(t *testing.T) {
 	t.Parallel()
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	ks := keyspace.Default()
 	a := runNode(t, srv.Endpoints, "node-dup2", nil)
 	first := statusLease(t, cli, "node-dup2")
@@ -317,9 +311,7 @@ func TestStatusKeyPutAgainAfterTheDuplicateStops(t *testing.T) {
 // passed the suite; the record stayed, the stopped node LOST.)
 func TestNodeRecordDeletedAtAStopPastACompaction(t *testing.T) {
 	t.Parallel()
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	h := startAgent(t, t.TempDir(), srv.Endpoints)
 	ks := keyspace.Default()
 	statusLease(t, cli, "node-1")
@@ -339,9 +331,7 @@ func TestNodeRecordDeletedAtAStopPastACompaction(t *testing.T) {
 // create-revision compare, or making it always true, passed the suite.)
 func TestNodeRecordAtAStopBeforeTheFirstPut(t *testing.T) {
 	t.Parallel()
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	ks := keyspace.Default()
 	ctx := context.Background()
 	if _, err := cli.Put(ctx, ks.Node("node-crashed"), `{"node":"node-crashed","revision":1}`); err != nil {
@@ -373,9 +363,7 @@ func TestNodeRecordAtAStopBeforeTheFirstPut(t *testing.T) {
 // suite: the live duplicate's record went with the first's stop.)
 func TestNodeRecordOfADuplicateIsLeftAtItsStop(t *testing.T) {
 	t.Parallel()
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	ks := keyspace.Default()
 	a := runNode(t, srv.Endpoints, "node-dup3", nil)
 	first := statusLease(t, cli, "node-dup3")
@@ -436,9 +424,7 @@ func TestNodeRecordTxnFailureIsNotBlamedOnTheRole(t *testing.T) {
 // passed the suite.)
 func TestNodeRecordDeletedBeforeTheRevoke(t *testing.T) {
 	t.Parallel()
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	h := startAgent(t, t.TempDir(), srv.Endpoints)
 	ks := keyspace.Default()
 	statusLease(t, cli, "node-1")
@@ -479,9 +465,7 @@ func TestNodeRecordDeletedBeforeTheRevoke(t *testing.T) {
 // retried every 250 ms.)
 func TestStatusLeaseGrantsBackOffWhileConnected(t *testing.T) {
 	t.Parallel()
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	var waits waitLog
 	h := runNode(t, srv.Endpoints, "node-bo", nil, waits.install, func(a *agent.Agent) { agent.SetStatusRetry(a, time.Hour, time.Hour) })
 	lease := statusLease(t, cli, "node-bo")
@@ -507,9 +491,7 @@ func TestStatusLeaseGrantsBackOffWhileConnected(t *testing.T) {
 // (Mutation review: dropping the reset passed the suite.)
 func TestStatusLeaseRetryStartsOverAfterASession(t *testing.T) {
 	t.Parallel()
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	var waits waitLog
 	const initial = 50 * time.Millisecond
 	runNode(t, srv.Endpoints, "node-rs", nil, waits.install, func(a *agent.Agent) { agent.SetStatusRetry(a, initial, 10*time.Second) })
@@ -540,9 +522,7 @@ func TestStatusLeaseRetryStartsOverAfterASession(t *testing.T) {
 // passed the suite.)
 func TestLeaseLostDuringASpacingIsReported(t *testing.T) {
 	t.Parallel()
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	var logs logbuf.Buffer
 	var waits waitLog
 	runNode(t, srv.Endpoints, "node-sp", &logs, quietHour, waits.install)
@@ -571,9 +551,7 @@ func TestLeaseLostDuringASpacingIsReported(t *testing.T) {
 // and every put after the first recovery logged "put again".)
 func TestStatusPutFailuresWarnedAgainAfterARecovery(t *testing.T) {
 	t.Parallel()
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	var logs logbuf.Buffer
 	clock := newFakeClock()
 	h := runNode(t, srv.Endpoints, "node-1", &logs, clock.install, func(a *agent.Agent) { agent.SetStatusQuietSpacing(a, time.Millisecond) })
@@ -622,9 +600,7 @@ func TestStatusPutFailuresWarnedAgainAfterARecovery(t *testing.T) {
 // before it.)
 func TestSnapshotErrorOfALaterChangeIsInItsFirstPut(t *testing.T) {
 	t.Parallel()
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	var waits waitLog
 	h := runNode(t, srv.Endpoints, "node-1", nil, waits.install)
 	idx := snapshot.IndexPath(filepath.Join(h.dir, "shm", "table.json"))

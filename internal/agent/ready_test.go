@@ -81,9 +81,7 @@ func TestNotReadyWithoutPools(t *testing.T) {
 // (front doors reading it keep routing), with regiond_snapshot_held 1 and
 // regiond_watch_pools 0; the first table with pools is written.
 func TestSnapshotWithPoolsIsNotReplacedByOneWithout(t *testing.T) {
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	dir := t.TempDir()
 	h1 := startAgent(t, dir, srv.Endpoints)
 	waitFor(t, "the example in the snapshot file", func() bool { s := h1.snapshot(); return s != nil && s.NumPools() > 0 })

@@ -8,7 +8,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -21,9 +20,7 @@ import (
 // check and no time passing on its clock: the change itself brings the
 // put.
 func TestStatusKeyNamesSkippedKeys(t *testing.T) {
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	clock := newFakeClock()
 	dir := t.TempDir()
 	cfg := tcpConfig(dir, srv.Endpoints, "node-1")

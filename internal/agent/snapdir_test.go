@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/regiond/regiond/internal/agent"
-	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -201,9 +200,7 @@ func TestCreatesTheSnapshotDirectory(t *testing.T) {
 // --snapshot-group) by the next write; one put back by someone else is
 // not written into.
 func TestWriterRecreatesTheDirectoryAsAtStart(t *testing.T) {
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	dir := t.TempDir()
 	cfg := offlineConfig(dir)
 	cfg.Endpoints, cfg.DialTimeout, cfg.StatusTTL = srv.Endpoints, time.Second, 2*time.Second

@@ -16,7 +16,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/regiond/regiond/internal/agent"
-	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/logbuf"
 )
 
@@ -164,9 +163,7 @@ func TestDeletedSocketIsMadeAgain(t *testing.T) {
 // regiond exited 1 and systemd marked the unit failed).
 func TestStopWithAClientThatDoesNotRead(t *testing.T) {
 	t.Parallel() // mostly idle, waiting out the shutdown's grace
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	var last int64
 	note := strings.Repeat("n", 250)
 	for i := 0; i < 4000; i += 100 {

@@ -89,9 +89,7 @@ func settleStatus(t *testing.T, cli *clientv3.Client, h *harness, clock *fakeClo
 // at the last one. Its change_revision names the newest event applied, a
 // delete too.
 func TestStatusKeyFollowsChangesAtOnce(t *testing.T) {
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	clock := newFakeClock()
 	dir := t.TempDir()
 	cfg := tcpConfig(dir, srv.Endpoints, "node-1")
@@ -142,9 +140,7 @@ func TestStatusKeyFollowsChangesAtOnce(t *testing.T) {
 // one put carrying the latest of them, with no tick of the publisher's
 // check.
 func TestStatusPutsCoalesce(t *testing.T) {
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	clock := newFakeClock()
 	var held atomic.Bool
 	var inFlight, most atomic.Int32
@@ -524,9 +520,7 @@ func TestStatusPutsForChangesAreSpaced(t *testing.T) {
 // observer), so that it is the wait that must end for the write, not a
 // look at the status after a quiet change ended it.
 func TestQuietChangesDoNotHoldBackAWrite(t *testing.T) {
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	clock := newFakeClock()
 	var puts atomic.Int32
 	var waits waitLog
@@ -586,9 +580,7 @@ func TestQuietChangesDoNotHoldBackAWrite(t *testing.T) {
 // naming the key and --node, and counts it in
 // regiond_agent_node_conflicts_total. One agent alone never does.
 func TestSameNodeNameIsReported(t *testing.T) {
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	key := "/regiond/v1/agents/node-1"
 	// status returns the key's lease and the revision its value reports.
 	status := func() (int64, int64) {
@@ -648,9 +640,7 @@ func TestSameNodeNameIsReported(t *testing.T) {
 // confirm) has the cut made again.
 func TestStatusKeyConfirmsTheReconnect(t *testing.T) {
 	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	px := proxyTo(t, srv)
 	dir := t.TempDir()
 	cfg := tcpConfig(dir, []string{px.URL()}, "node-1")

@@ -14,7 +14,6 @@ import (
 
 	"github.com/regiond/regiond/internal/agent"
 	"github.com/regiond/regiond/internal/api"
-	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/keyspace"
 	"github.com/regiond/regiond/internal/logbuf"
 	"github.com/regiond/regiond/internal/poll"
@@ -124,9 +123,7 @@ func TestEarlierRunsRecordDeletedAtAStopDuringTheStatusEndpointsLogin(t *testing
 // node stopped on purpose was listed LOST. It goes through --endpoints.
 func TestEarlierRunsRecordDeletedAtAStopWhileTheStatusEndpointsDoNotAnswer(t *testing.T) {
 	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	const node = "node-sn"
 	plantEarlierRecord(t, cli, node)
 	status := proxyTo(t, srv)
@@ -210,9 +207,7 @@ func fleetOf(t *testing.T, cli *clientv3.Client) *store.Fleet {
 // by another agent is still said left in place, and stays.
 func TestNodeRecordAlreadyGoneAtStopIsNotSaidLeft(t *testing.T) {
 	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	ctx := context.Background()
 	ks := keyspace.Default()
 	// stopAfter runs an agent of node until its record is there, calls
@@ -266,9 +261,7 @@ func TestNodeRecordAlreadyGoneAtStopIsNotSaidLeft(t *testing.T) {
 // them) between the check and the Txn.
 func TestNodeRecordPutInFlightAtTheStopIsDeleted(t *testing.T) {
 	t.Parallel()
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	ks := keyspace.Default()
 	var logs logbuf.Buffer
 	var landed sync.Once
@@ -318,9 +311,7 @@ func TestNodeRecordPutInFlightAtTheStopIsDeleted(t *testing.T) {
 // publisher at its node record delete.
 func TestStoppingNotSaidDuringAFailure(t *testing.T) {
 	t.Parallel()
-	srv := devetcd.NewTest(t)
-	cli := devetcd.NewTestClient(t, srv)
-	loadExample(t, cli)
+	srv, cli := exampleEtcd(t)
 	logs := &orderedLog{}
 	var h *harness
 	var asked sync.Once
