@@ -69,3 +69,11 @@ func SetSnapshotCopyEvery(a *Agent, d time.Duration) { a.copyEvery = d }
 // FailAPIListener closes the agent's TCP listener under its API server, as
 // a failure would: Run returns that server's error.
 func FailAPIListener(a *Agent) error { return a.tcpLn.Listener.Close() }
+
+// StatusClientConnected reports whether the status publisher's client (the
+// status key's: --status-endpoints' when set) has a ready connection; false
+// before the publisher starts.
+func StatusClientConnected(a *Agent) bool {
+	p := a.pub.Load()
+	return p != nil && connected(p.cli)
+}

@@ -269,9 +269,7 @@ func (p *publisher) run(ctx context.Context, m *watch.Mirror) {
 			again = !p.deleteRecord(false) // before the revoke: the record never outlives the key
 			deleted = true
 		}
-		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, err = p.cli.Revoke(rctx, sess.Lease()) // key goes at once on shutdown
-		cancel()
+		err = p.revoke(sess.Lease(), stopping) // key goes at once on shutdown
 		sess.Orphan()
 		if stopping && err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			p.log.Warn(fmt.Sprintf("agent status: cannot revoke the status key's lease at stop: the key stays until its TTL (%s) ends", p.ttl), "key", p.key, "err", err)
@@ -576,18 +574,11 @@ func (p *publisher) deleteRecord(final bool) bool {
 		return true
 	}
 	var err error
-	cli := p.cli
-	if !connected(cli) && connected(p.mirrorCli) {
-		// --status-endpoints not answering (or not reached yet): the
-		// mirror's --endpoints are the same etcd (the shutdown review:
-		// an earlier run's record stayed, the node stopped on purpose
-		// listed LOST).
-		cli = p.mirrorCli
-	}
-	if conn := cli.ActiveConnection(); conn != nil && conn.GetState() != connectivity.Ready {
+	cli := p.stopClient()
+	if !connected(cli) {
 		// No connection to etcd: the stop does not wait for one (an
 		// agent that never reached etcd, or cut off as it stops).
-		err = fmt.Errorf("no connection to etcd (%s)", conn.GetState())
+		err = fmt.Errorf("no connection to etcd (%s)", cli.ActiveConnection().GetState())
 	} else {
 		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		var resp *clientv3.TxnResponse
@@ -617,6 +608,33 @@ func (p *publisher) deleteRecord(final bool) bool {
 		p.log.Warn("agent status: cannot delete the node record at stop: regionctl status names this node lost until it runs again (regionctl agent rm "+p.node+" forgets it)", "key", p.record, "err", err)
 	}
 	return true
+}
+
+// stopClient is the client a stop's requests (the node record's delete,
+// the lease's revoke) go through: the status key's, or the mirror's when
+// only that one has a connection. --status-endpoints not answering (or
+// not reached yet), the mirror's --endpoints reach the same etcd (the
+// shutdown review: an earlier run's record stayed, the node stopped on
+// purpose listed LOST; the status key lived out its TTL).
+func (p *publisher) stopClient() *clientv3.Client {
+	if !connected(p.cli) && connected(p.mirrorCli) {
+		return p.mirrorCli
+	}
+	return p.cli
+}
+
+// revoke revokes the status key's lease, which deletes the key; at a stop
+// through stopClient. A revoke that does not come through within 2 s is
+// given up (the key then lives out its TTL).
+func (p *publisher) revoke(lease clientv3.LeaseID, stopping bool) error {
+	cli := p.cli
+	if stopping {
+		cli = p.stopClient()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := cli.Revoke(ctx, lease)
+	return err
 }
 
 // connected reports whether cli has a ready connection to etcd.

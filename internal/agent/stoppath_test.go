@@ -349,3 +349,43 @@ func TestStoppingNotSaidDuringAFailure(t *testing.T) {
 		t.Fatalf("a failure's shutdown logged the clean stop's line: %q", got)
 	}
 }
+
+// TestStatusKeyRevokedThroughEndpointsAtAStopWhileTheStatusEndpointsDoNotAnswer:
+// with --status-endpoints gone (their proxy down) at a stop, the status
+// key's lease was revoked through the status client alone: the revoke gave
+// up after 2 s ("cannot revoke the status key's lease at stop"), and the
+// key lived out its TTL, listing the node stopped on purpose as live. The
+// revoke goes through --endpoints, the same etcd, as the record's delete.
+func TestStatusKeyRevokedThroughEndpointsAtAStopWhileTheStatusEndpointsDoNotAnswer(t *testing.T) {
+	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
+	srv, cli := exampleEtcd(t)
+	const node = "node-sr"
+	status := proxyTo(t, srv)
+	var logs logbuf.Buffer
+	dir := t.TempDir()
+	cfg := tcpConfig(dir, srv.Endpoints, node)
+	cfg.StatusEndpoints, cfg.Logger = []string{status.URL()}, slog.New(slog.NewTextHandler(&logs, nil))
+	cfg.StatusTTL = time.Minute // the key outliving the stop is not the TTL's end
+	var a *agent.Agent
+	h := runAgent(t, dir, cfg, func(x *agent.Agent) { a = x })
+	ks := keyspace.Default()
+	waitFor(t, "the status key and the node record", func() bool {
+		r, err := cli.Get(context.Background(), ks.Agent(node))
+		n, err2 := cli.Get(context.Background(), ks.Node(node))
+		return err == nil && err2 == nil && len(r.Kvs) == 1 && len(n.Kvs) == 1
+	})
+	status.Sever()
+	waitFor(t, "the status client without a connection", func() bool { return !agent.StatusClientConnected(a) })
+	h.stop()
+	r, err := cli.Get(context.Background(), ks.Agent(node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Kvs) != 0 {
+		t.Fatalf("status key %s still there after a clean stop (its lease not revoked)\n%s", r.Kvs[0].Key, logs.String())
+	}
+	assertNoRecordNorLost(t, cli, node, &logs)
+	if strings.Contains(logs.String(), "cannot revoke") {
+		t.Fatalf("the stop warned of the revoke:\n%s", logs.String())
+	}
+}
