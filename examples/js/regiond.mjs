@@ -163,15 +163,31 @@ export function countryKey(raw) {
   return assigned[slot] === 1 ? slotCode(slot) : UNKNOWN;
 }
 
+// DAYS_IN_MONTH is each month's length in a common year.
+const DAYS_IN_MONTH = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+
+// MS_400Y is the length of 400 years of the Gregorian calendar, in ms.
+const MS_400Y = 146097 * 86400000;
+
 /**
  * Milliseconds since the epoch of an RFC 3339 time (Go's RFC3339Nano), or
- * NaN; "" and absent are NaN (never).
+ * NaN; "" and absent are NaN (never). Also NaN for a month, day, hour,
+ * minute or second out of range ("2026-02-31", "25:00", "10:00:60") or an
+ * offset past Go's (hour 24, minute 60), which Go's time.Parse refuses, so
+ * that the reader refuses the files the Go reader refuses (Date.UTC would
+ * roll them over into another instant).
  */
 export function parseTime(s) {
   if (typeof s !== 'string') return NaN;
   const m = /^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|([+-])(\d{2}):(\d{2}))$/.exec(s);
   if (!m) return NaN;
-  let t = Date.UTC(+m[1], +m[2] - 1, +m[3], +m[4], +m[5], +m[6]);
+  const y = +m[1], mo = +m[2], d = +m[3], hh = +m[4], mm = +m[5], ss = +m[6];
+  const leap = mo === 2 && y % 4 === 0 && (y % 100 !== 0 || y % 400 === 0);
+  if (mo < 1 || mo > 12 || d < 1 || d > DAYS_IN_MONTH[mo - 1] + (leap ? 1 : 0) || hh > 23 || mm > 59 || ss > 59) return NaN;
+  if (m[9] && (+m[10] > 24 || +m[11] > 60)) return NaN;
+  // Date.UTC takes years 0 to 99 for 1900 to 1999: 400 years on, the same
+  // day of the week and leap years, and back.
+  let t = Date.UTC(y + 400, mo - 1, d, hh, mm, ss) - MS_400Y;
   if (m[7]) t += Number('0' + m[7]) * 1000;
   if (m[9]) t += (m[9] === '+' ? -1 : 1) * (+m[10] * 60 + +m[11]) * 60000;
   return t;

@@ -1,0 +1,128 @@
+package js_test
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/regiond/regiond/internal/fleettest"
+	"github.com/regiond/regiond/internal/snapindex"
+	"github.com/regiond/regiond/routing"
+)
+
+// parseTimesJS returns the JS reader's parseTime of each of ss, in
+// seconds, nil where it is NaN.
+func parseTimesJS(t *testing.T, ss []string) []*float64 {
+	t.Helper()
+	script := `
+import { parseTime } from './regiond.mjs';
+console.log(JSON.stringify(process.argv.slice(1).map((s) => { const v = parseTime(s); return Number.isNaN(v) ? null : v / 1000; })));
+`
+	out, err := exec.Command(node(t), append([]string{"--input-type=module", "-e", script}, ss...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, out)
+	}
+	var got []*float64
+	if err := json.Unmarshal(out, &got); err != nil || len(got) != len(ss) {
+		t.Fatalf("node: %v: %s", err, out)
+	}
+	return got
+}
+
+// TestReaderRefusesATimeOutOfRange: a written_at or synced_at whose date or
+// time is out of range (2026-02-31, hour 25, second 60, month 13, an offset
+// minute of 75) is no RFC 3339 time: Go's time.Parse refuses it, and so
+// do the Go and PHP readers the file. The JS reader took it as another
+// instant (Date.UTC rolls 02-31 over to 03-03, 25:00 to the next day): a
+// synced_at pushed ahead kept a table from turning stale-table. (And
+// Date.UTC read years 0 to 99 as 1900 to 1999.) Now it refuses the file
+// as Go does, through the header JSON of an index and a KV value, and
+// still reads what Go reads at the edges (a leap day, year 0, offsets
+// +24:00 and +05:60, ten digits of fraction). The cases are examples/php's
+// TestReaderRefusesATimeOutOfRange's.
+func TestReaderRefusesATimeOutOfRange(t *testing.T) {
+	node(t)
+	t.Parallel()
+	bad := []string{"2026-02-31T10:00:00.5Z", "2026-02-29T10:00:00.5Z", "2100-02-29T10:00:00Z", "2026-13-02T10:00:00.5Z",
+		"2026-00-10T10:00:00Z", "2026-12-00T10:00:00.5Z", "2026-12-02T24:00:00.5Z", "2026-12-02T25:00:00Z",
+		"2026-12-02T10:61:00.5Z", "2026-12-02T10:00:60.5Z", "2026-12-02T10:00:60Z", "2026-12-02T10:00:00.5+05:75",
+		"2026-12-02T10:00:00+25:00", "2026-12-02T1-:00:00.5Z", "2026-12-02T10::0:00.5Z"}
+	// Also years 0 to 99: Date.UTC took 0069 for 1969.
+	good := []string{"2028-02-29T23:59:59.5Z", "0000-01-01T00:00:00.5Z", "0000-02-29T00:00:00Z", "0069-01-01T00:00:00Z", "2026-12-02T10:00:00+24:00",
+		"2026-12-02T10:00:00.5+05:60", "2026-12-02T10:00:00.1234567891Z", "2026-12-31T23:59:59.999999999Z"}
+	for _, s := range bad {
+		if _, err := time.Parse(time.RFC3339Nano, s); err == nil {
+			t.Fatalf("Go parses %s", s)
+		}
+	}
+	got := parseTimesJS(t, append(slices.Clone(bad), good...))
+	for i, s := range bad {
+		if got[i] != nil {
+			t.Errorf("parseTime(%s) = %f s, want NaN (Go: out of range)", s, *got[i])
+		}
+	}
+	for i, s := range good {
+		tm, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := got[len(bad)+i]; g == nil || math.Abs(*g-(float64(tm.Unix())+float64(tm.Nanosecond())/1e9)) > 1e-3 {
+			gs := "NaN"
+			if g != nil {
+				gs = strconv.FormatFloat(*g, 'f', 6, 64)
+			}
+			t.Errorf("parseTime(%s) = %s s, want %.6f as Go", s, gs, float64(tm.Unix())+float64(tm.Nanosecond())/1e9)
+		}
+	}
+
+	// Through the files: the index's header JSON with written_at on 02-31,
+	// and a KV value with synced_at at 25:00; each the same length as the
+	// agent's, so every offset holds.
+	now := time.Now()
+	tab := fleettest.Scenarios(t, now)[0].Table
+	idx := indexFile(t, tab, now, now)
+	b, err := os.ReadFile(idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	day := regexp.MustCompile(`("written_at":"\d{4})-\d\d-\d\d`)
+	if err := os.WriteFile(idx, day.ReplaceAll(b, []byte("${1}-02-31")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	vs, err := snapindex.KVValues(tab, routing.JSONHeader{WrittenAt: now, SyncedAt: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pl string
+	for _, v := range vs {
+		if v.Key == "PL" {
+			pl = regexp.MustCompile(`("synced_at":"\d{4}-\d\d-\d\dT)\d\d`).ReplaceAllString(string(v.Value), "${1}25")
+		}
+	}
+	script := `
+import { readIndexFile, decideFromIndexFileAsync, decideFromValue } from './node.mjs';
+const out = [];
+try { readIndexFile(process.argv[1], 'PL', process.getuid()); out.push('read'); } catch (e) { out.push(e.name + ': ' + e.message); }
+try { await decideFromIndexFileAsync(process.argv[1], 'PL', '', { owner: process.getuid() }); out.push('read'); } catch (e) { out.push(e.name + ': ' + e.message); }
+try { decideFromValue(process.argv[2], '', {}, 'KV key PL'); out.push('read'); } catch (e) { out.push(e.name + ': ' + e.message); }
+console.log(out.join('\n'));
+`
+	out, err := exec.Command(node(t), "--input-type=module", "-e", script, idx, pl).CombinedOutput()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	wantIdx := "TableError: regiond: " + idx + `: written_at "`
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], wantIdx) || !strings.HasPrefix(lines[1], wantIdx) ||
+		!strings.Contains(lines[0], `-02-31T`) || !strings.HasSuffix(lines[0], `" is not an RFC 3339 time`) ||
+		!strings.HasPrefix(lines[2], `TableError: regiond: KV key PL: synced_at "`) || !strings.HasSuffix(lines[2], `" is not an RFC 3339 time`) {
+		t.Errorf("an index whose written_at is on 02-31 (sync, async) and a KV value whose synced_at is at 25:00:\n%s\nwant each refused naming the file or key and the member", out)
+	}
+}
