@@ -175,11 +175,13 @@ const MS_400Y = 146097 * 86400000;
  * minute or second out of range ("2026-02-31", "25:00", "10:00:60") or an
  * offset past Go's (hour 24, minute 60), which Go's time.Parse refuses, so
  * that the reader refuses the files the Go reader refuses (Date.UTC would
- * roll them over into another instant).
+ * roll them over into another instant); and for a lower-case "t" or "z",
+ * which Go refuses too.
  */
 export function parseTime(s) {
   if (typeof s !== 'string') return NaN;
-  const m = /^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|([+-])(\d{2}):(\d{2}))$/.exec(s);
+  // Upper-case T and Z only, as Go's time.Parse.
+  const m = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(\.\d+)?(Z|([+-])(\d{2}):(\d{2}))$/.exec(s);
   if (!m) return NaN;
   const y = +m[1], mo = +m[2], d = +m[3], hh = +m[4], mm = +m[5], ss = +m[6];
   const leap = mo === 2 && y % 4 === 0 && (y % 100 !== 0 || y % 400 === 0);

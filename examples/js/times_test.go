@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -124,5 +125,78 @@ console.log(out.join('\n'));
 		!strings.Contains(lines[0], `-02-31T`) || !strings.HasSuffix(lines[0], `" is not an RFC 3339 time`) ||
 		!strings.HasPrefix(lines[2], `TableError: regiond: KV key PL: synced_at "`) || !strings.HasSuffix(lines[2], `" is not an RFC 3339 time`) {
 		t.Errorf("an index whose written_at is on 02-31 (sync, async) and a KV value whose synced_at is at 25:00:\n%s\nwant each refused naming the file or key and the member", out)
+	}
+}
+
+// goRefuses are times Go's time.Parse(time.RFC3339Nano, …) refuses though
+// the JS reader's pattern took them: a lower-case "t" or "z" (only upper
+// case matches the layout's literal T and its Z07:00). The trailing
+// newlines are examples/php's (PCRE's $ matched before one).
+var goRefuses = []string{
+	"2026-12-07t08:00:00z", "2026-12-07t08:00:00Z", "2026-12-07T08:00:00z", "2026-12-07t08:00:00.5Z",
+	"2026-12-07T08:00:00.5z", "2026-12-07t08:00:00.123456789z", "2026-12-07t08:00:00+01:00",
+	"2026-12-07T08:00:00Z\n", "2026-12-07T08:00:00.5Z\n", "2026-12-07T08:00:00+01:00\n", "2026-12-07T08:00:00.123456789Z\n",
+}
+
+// timesAsGo are times whose reading by the reader is compared with Go's
+// time.Parse(time.RFC3339Nano, …) (goRefuses, and the forms Go reads):
+// examples/php's.
+var timesAsGo = append([]string{
+	"2026-12-07T08:00:00Z", "2026-12-07T08:00:00.5Z", "2026-12-07T08:00:00.123456789Z", "2026-12-07T08:00:00.5+01:00",
+	"2026-12-07T08:00:00-00:00", "2026-12-07T08:00:00Z ", " 2026-12-07T08:00:00Z", "\n2026-12-07T08:00:00Z",
+	"2026-12-07 08:00:00Z", "2026-12-07T08:00:00", "2026-12-07T08:00:00+0100", "2026-12-07T08:00:00.Z",
+}, goRefuses...)
+
+// TestReaderReadsTimesAsGo: the reader's parseTime takes an RFC 3339 time
+// exactly where Go's time.Parse(time.RFC3339Nano, …) does, Go of go.mod: it
+// took a lower-case "t" between date and time and a lower-case "z" (RFC
+// 3339 allows both; Go's layout matches upper case only), which Go
+// refuses, and so the Go reader the file. An index whose written_at ends
+// in a lower-case "z" is refused naming it, as snapindex.Parse refuses it.
+// (examples/php has the same test.)
+func TestReaderReadsTimesAsGo(t *testing.T) {
+	node(t)
+	t.Parallel()
+	for _, s := range goRefuses {
+		if _, err := time.Parse(time.RFC3339Nano, s); err == nil {
+			t.Fatalf("Go %s parses %q: this test's premise is gone", runtime.Version(), s)
+		}
+	}
+	got := parseTimesJS(t, timesAsGo)
+	for i, s := range timesAsGo {
+		tm, err := time.Parse(time.RFC3339Nano, s)
+		switch {
+		case err != nil && got[i] != nil:
+			t.Errorf("parseTime(%q) = %f s, want NaN as Go's time.Parse (%v)", s, *got[i], err)
+		case err == nil && got[i] == nil:
+			t.Errorf("parseTime(%q) = NaN, want %s as Go's time.Parse", s, tm.Format(time.RFC3339Nano))
+		case err == nil && math.Abs(*got[i]-(float64(tm.Unix())+float64(tm.Nanosecond())/1e9)) > 1e-6:
+			t.Errorf("parseTime(%q) = %f s, want %s as Go's time.Parse", s, *got[i], tm.Format(time.RFC3339Nano))
+		}
+	}
+
+	now := time.Now()
+	idx := indexFile(t, fleettest.Scenarios(t, now)[0].Table, now, now)
+	b, err := os.ReadFile(idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = regexp.MustCompile(`("written_at":"[^"]*)Z"`).ReplaceAll(b, []byte(`${1}z"`))
+	if err := os.WriteFile(idx, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := snapindex.Parse(idx, b); err == nil || !strings.Contains(err.Error(), "written_at") {
+		t.Fatalf("Go reads a written_at with a lower-case z: %v", err)
+	}
+	script := `
+import { readIndexFile } from './node.mjs';
+try { readIndexFile(process.argv[1], 'PL', process.getuid()); console.log('read'); } catch (e) { console.log(e.name + ': ' + e.message); }
+`
+	out, err := exec.Command(node(t), "--input-type=module", "-e", script, idx).CombinedOutput()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, out)
+	}
+	if want := "TableError: regiond: " + idx + `: written_at "`; !strings.HasPrefix(string(out), want) || !strings.Contains(string(out), `z" is not an RFC 3339 time`) {
+		t.Errorf("an index whose written_at ends in a lower-case z: %s, want it refused naming the file and written_at", out)
 	}
 }

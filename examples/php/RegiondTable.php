@@ -928,7 +928,8 @@ final class RegiondTable
      * "25:00", "10:00:60"), or an offset past Go's (hour 24, minute 60),
      * which Go's time.Parse refuses, so that the reader refuses the files
      * the Go reader refuses (the day count would take them as another
-     * instant).
+     * instant); and for a lower-case "t" or "z" or a trailing newline,
+     * which Go refuses too.
      */
     private static function parseTime(string $s): ?float
     {
@@ -946,7 +947,9 @@ final class RegiondTable
             $frac = (float) ('0' . substr($s, 19, $n - 20));
             $off = 0;
         } else {
-            $re = '/^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?(?:[Zz]|([+-])(\d{2}):(\d{2}))$/';
+            // Upper-case T and Z only, and nothing after (D: no "\n"), as
+            // Go's time.Parse.
+            $re = '/^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(\.\d+)?(?:Z|([+-])(\d{2}):(\d{2}))$/D';
             if (!preg_match($re, $s, $g)) {
                 return null;
             }
