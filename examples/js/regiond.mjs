@@ -176,12 +176,14 @@ const MS_400Y = 146097 * 86400000;
  * offset past Go's (hour 24, minute 60), which Go's time.Parse refuses, so
  * that the reader refuses the files the Go reader refuses (Date.UTC would
  * roll them over into another instant); and for a lower-case "t" or "z",
- * which Go refuses too.
+ * which Go refuses too. Like Go it reads an hour of one digit ("T8:00:00Z")
+ * and a comma before the fraction ("00,5Z").
  */
 export function parseTime(s) {
   if (typeof s !== 'string') return NaN;
-  // Upper-case T and Z only, as Go's time.Parse.
-  const m = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(\.\d+)?(Z|([+-])(\d{2}):(\d{2}))$/.exec(s);
+  // As Go's time.Parse reads RFC3339Nano: upper-case T and Z only, and
+  // also an hour of one digit and a comma before the fraction.
+  const m = /^(\d{4})-(\d{2})-(\d{2})T(\d{1,2}):(\d{2}):(\d{2})(?:[.,](\d+))?(Z|([+-])(\d{2}):(\d{2}))$/.exec(s);
   if (!m) return NaN;
   const y = +m[1], mo = +m[2], d = +m[3], hh = +m[4], mm = +m[5], ss = +m[6];
   const leap = mo === 2 && y % 4 === 0 && (y % 100 !== 0 || y % 400 === 0);
@@ -190,7 +192,7 @@ export function parseTime(s) {
   // Date.UTC takes years 0 to 99 for 1900 to 1999: 400 years on, the same
   // day of the week and leap years, and back.
   let t = Date.UTC(y + 400, mo - 1, d, hh, mm, ss) - MS_400Y;
-  if (m[7]) t += Number('0' + m[7]) * 1000;
+  if (m[7]) t += Number('0.' + m[7]) * 1000;
   if (m[9]) t += (m[9] === '+' ? -1 : 1) * (+m[10] * 60 + +m[11]) * 60000;
   return t;
 }

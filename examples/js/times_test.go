@@ -138,28 +138,47 @@ var goRefuses = []string{
 	"2026-12-07T08:00:00Z\n", "2026-12-07T08:00:00.5Z\n", "2026-12-07T08:00:00+01:00\n", "2026-12-07T08:00:00.123456789Z\n",
 }
 
+// goReads are times Go's time.Parse(time.RFC3339Nano, …) reads though
+// they are no RFC 3339 and the JS reader's pattern refused them: a comma
+// before the fraction (Go's parser takes either) and an hour of one digit
+// (the layout's "15", where minute and second are "04", "05").
+var goReads = []string{
+	"2026-12-07T08:00:00,5Z", "2026-12-07T08:00:00,123456789Z", "2026-12-07T8:00:00Z", "2026-12-07T8:00:00.5Z",
+	"2026-12-07T8:00:00,5+01:00", "0000-01-01T0:00:00Z", "2028-02-29T9:59:59,999999999-05:30",
+}
+
 // timesAsGo are times whose reading by the reader is compared with Go's
-// time.Parse(time.RFC3339Nano, …) (goRefuses, and the forms Go reads):
-// examples/php's.
-var timesAsGo = append([]string{
+// time.Parse(time.RFC3339Nano, …) (goRefuses, goReads, and the forms
+// around them): examples/php's.
+var timesAsGo = append(append([]string{
 	"2026-12-07T08:00:00Z", "2026-12-07T08:00:00.5Z", "2026-12-07T08:00:00.123456789Z", "2026-12-07T08:00:00.5+01:00",
 	"2026-12-07T08:00:00-00:00", "2026-12-07T08:00:00Z ", " 2026-12-07T08:00:00Z", "\n2026-12-07T08:00:00Z",
 	"2026-12-07 08:00:00Z", "2026-12-07T08:00:00", "2026-12-07T08:00:00+0100", "2026-12-07T08:00:00.Z",
-}, goRefuses...)
+	"2026-12-07T08:00:00,Z", "2026-12-07T08:00:00.,5Z", "2026-12-07T08:00:00.5,5Z", "2026-12-07T 8:00:00Z",
+	"2026-12-07T08:0:00Z", "2026-12-07T08:00:0Z", "2026-12-07T008:00:00Z", "2026-12-07T9:00:60Z", "2026-02-29T8:00:00Z",
+	"2026-12-07T24:00:00Z", "2026-1-07T08:00:00Z", "2026-12-07T08:00:00+1:00",
+}, goRefuses...), goReads...)
 
 // TestReaderReadsTimesAsGo: the reader's parseTime takes an RFC 3339 time
 // exactly where Go's time.Parse(time.RFC3339Nano, …) does, Go of go.mod: it
 // took a lower-case "t" between date and time and a lower-case "z" (RFC
 // 3339 allows both; Go's layout matches upper case only), which Go
-// refuses, and so the Go reader the file. An index whose written_at ends
-// in a lower-case "z" is refused naming it, as snapindex.Parse refuses it.
-// (examples/php has the same test.)
+// refuses, and so the Go reader the file; and it refused a comma before
+// the fraction and an hour of one digit, which Go reads. An index whose
+// written_at ends in a lower-case "z" is refused naming it, as
+// snapindex.Parse refuses it; a KV value whose synced_at has a comma and
+// an hour of one digit is read. (examples/php has the same test.)
 func TestReaderReadsTimesAsGo(t *testing.T) {
 	node(t)
 	t.Parallel()
 	for _, s := range goRefuses {
 		if _, err := time.Parse(time.RFC3339Nano, s); err == nil {
 			t.Fatalf("Go %s parses %q: this test's premise is gone", runtime.Version(), s)
+		}
+	}
+	for _, s := range goReads {
+		if _, err := time.Parse(time.RFC3339Nano, s); err != nil {
+			t.Fatalf("Go %s: %v: this test's premise is gone", runtime.Version(), err)
 		}
 	}
 	got := parseTimesJS(t, timesAsGo)
@@ -176,7 +195,8 @@ func TestReaderReadsTimesAsGo(t *testing.T) {
 	}
 
 	now := time.Now()
-	idx := indexFile(t, fleettest.Scenarios(t, now)[0].Table, now, now)
+	tab := fleettest.Scenarios(t, now)[0].Table
+	idx := indexFile(t, tab, now, now)
 	b, err := os.ReadFile(idx)
 	if err != nil {
 		t.Fatal(err)
@@ -188,15 +208,34 @@ func TestReaderReadsTimesAsGo(t *testing.T) {
 	if _, err := snapindex.Parse(idx, b); err == nil || !strings.Contains(err.Error(), "written_at") {
 		t.Fatalf("Go reads a written_at with a lower-case z: %v", err)
 	}
+	vs, err := snapindex.KVValues(tab, routing.JSONHeader{WrittenAt: now, SyncedAt: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pl string
+	for _, v := range vs {
+		if v.Key == "PL" {
+			pl = regexp.MustCompile(`"synced_at":"[^"]*"`).ReplaceAllString(string(v.Value), `"synced_at":"2026-12-07T8:00:00,5+01:00"`)
+		}
+	}
 	script := `
-import { readIndexFile } from './node.mjs';
+import { readIndexFile, valueEntry, parseTime } from './node.mjs';
 try { readIndexFile(process.argv[1], 'PL', process.getuid()); console.log('read'); } catch (e) { console.log(e.name + ': ' + e.message); }
+try { console.log('read ' + parseTime(valueEntry(process.argv[2], 'KV key PL').header.synced_at)); } catch (e) { console.log(e.name + ': ' + e.message); }
 `
-	out, err := exec.Command(node(t), "--input-type=module", "-e", script, idx).CombinedOutput()
+	out, err := exec.Command(node(t), "--input-type=module", "-e", script, idx, pl).CombinedOutput()
 	if err != nil {
 		t.Fatalf("node: %v\n%s", err, out)
 	}
-	if want := "TableError: regiond: " + idx + `: written_at "`; !strings.HasPrefix(string(out), want) || !strings.Contains(string(out), `z" is not an RFC 3339 time`) {
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if want := "TableError: regiond: " + idx + `: written_at "`; len(lines) != 2 || !strings.HasPrefix(lines[0], want) || !strings.HasSuffix(lines[0], `z" is not an RFC 3339 time`) {
 		t.Errorf("an index whose written_at ends in a lower-case z: %s, want it refused naming the file and written_at", out)
+	}
+	synced, err := time.Parse(time.RFC3339Nano, "2026-12-07T8:00:00,5+01:00")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "read " + strconv.FormatInt(synced.UnixMilli(), 10); len(lines) != 2 || lines[1] != want {
+		t.Errorf("a KV value whose synced_at is 2026-12-07T8:00:00,5+01:00: %s, want %q (Go's)", out, want)
 	}
 }

@@ -929,7 +929,8 @@ final class RegiondTable
      * which Go's time.Parse refuses, so that the reader refuses the files
      * the Go reader refuses (the day count would take them as another
      * instant); and for a lower-case "t" or "z" or a trailing newline,
-     * which Go refuses too.
+     * which Go refuses too. Like Go it reads an hour of one digit
+     * ("T8:00:00Z") and a comma before the fraction ("00,5Z").
      */
     private static function parseTime(string $s): ?float
     {
@@ -947,14 +948,15 @@ final class RegiondTable
             $frac = (float) ('0' . substr($s, 19, $n - 20));
             $off = 0;
         } else {
-            // Upper-case T and Z only, and nothing after (D: no "\n"), as
-            // Go's time.Parse.
-            $re = '/^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(\.\d+)?(?:Z|([+-])(\d{2}):(\d{2}))$/D';
+            // As Go's time.Parse reads RFC3339Nano: upper-case T and Z
+            // only, nothing after (D: no "\n"), and also an hour of one
+            // digit and a comma before the fraction.
+            $re = '/^(\d{4})-(\d{2})-(\d{2})T(\d{1,2}):(\d{2}):(\d{2})(?:[.,](\d+))?(?:Z|([+-])(\d{2}):(\d{2}))$/D';
             if (!preg_match($re, $s, $g)) {
                 return null;
             }
             [$y, $m, $d, $hh, $mm, $ss] = [(int) $g[1], (int) $g[2], (int) $g[3], (int) $g[4], (int) $g[5], (int) $g[6]];
-            $frac = (float) ('0' . ($g[7] ?? ''));
+            $frac = (float) ('0.' . ($g[7] ?? ''));
             $off = 0;
             if (($g[8] ?? '') !== '') {
                 if ((int) $g[9] > 24 || (int) $g[10] > 60) {
