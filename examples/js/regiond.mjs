@@ -208,17 +208,21 @@ function checkHeader(h, where) {
     if (!Number.isSafeInteger(h[k])) throw new TableError(`regiond: ${where}: ${k} is not an integer`);
   }
   if (h.stale !== undefined && typeof h.stale !== 'boolean') throw new TableError(`regiond: ${where}: stale is not a boolean`);
-  for (const k of ['written_at', 'synced_at', 'valid_until']) {
-    if (h[k] !== undefined && h[k] !== '' && Number.isNaN(parseTime(h[k]))) {
-      throw new TableError(`regiond: ${where}: ${k} ${JSON.stringify(h[k])} is not an RFC 3339 time`);
-    }
-  }
+  const badTime = (k) => new TableError(`regiond: ${where}: ${k} ${JSON.stringify(h[k])} is not an RFC 3339 time`);
+  // written_at is every header's: the Go reader refuses one without it
+  // (absent, null or "").
+  if (h.written_at === undefined) throw new TableError(`regiond: ${where}: no written_at`);
+  if (Number.isNaN(parseTime(h.written_at))) throw badTime('written_at');
+  // synced_at absent, null or "" is none (an older agent's file: isStale
+  // counts from written_at), as the Go reader takes it.
+  if (h.synced_at !== undefined && h.synced_at !== null && h.synced_at !== '' && Number.isNaN(parseTime(h.synced_at))) throw badTime('synced_at');
+  if (h.valid_until !== undefined && h.valid_until !== '' && Number.isNaN(parseTime(h.valid_until))) throw badTime('valid_until');
 }
 
 /**
  * Whether a table header says stale: marked stale by the agent, past its
  * valid_until (a KV export's), or synced_at (written_at when synced_at is
- * absent or empty, as the PHP and Go readers do) older than maxAgeSeconds;
+ * absent, null or empty, as the PHP and Go readers do) older than maxAgeSeconds;
  * a header with neither is stale.
  */
 export function isStale(h, { maxAgeSeconds = DEFAULT_MAX_AGE, now = Date.now() } = {}) {

@@ -1,6 +1,7 @@
 package js_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"os"
@@ -237,5 +238,107 @@ try { console.log('read ' + parseTime(valueEntry(process.argv[2], 'KV key PL').h
 	}
 	if want := "read " + strconv.FormatInt(synced.UnixMilli(), 10); len(lines) != 2 || lines[1] != want {
 		t.Errorf("a KV value whose synced_at is 2026-12-07T8:00:00,5+01:00: %s, want %q (Go's)", out, want)
+	}
+}
+
+// TestReaderTakesANullOrEmptySyncedAtAsNone: a synced_at that is null or
+// "" is none, as when it is absent (an older agent's file): the reader
+// counts staleness from written_at, in the index's header JSON and in a
+// KV value, as the Go reader (snapindex.Parse) takes all three. The JS
+// reader refused a null one ("synced_at null is not an RFC 3339 time"), a
+// file Go reads. A written_at absent, null or "" is refused, as by Go
+// (and the PHP reader); the JS reader took an absent or empty one (every
+// decision stale-table, or staleness from synced_at alone). Here
+// written_at is now and synced_at an hour ago: with a max age of 60 s the
+// table is stale only while synced_at is there. (examples/php has the
+// same test for its reader.)
+func TestReaderTakesANullOrEmptySyncedAtAsNone(t *testing.T) {
+	node(t)
+	t.Parallel()
+	now := time.Now()
+	tab := fleettest.Scenarios(t, now)[0].Table
+	h := routing.JSONHeader{WrittenAt: now, SyncedAt: now.Add(-time.Hour)}
+	// The index without its header block (whose flag says synced_at is
+	// there: Go's reader would refuse the disagreement); the JS reader
+	// reads the header JSON.
+	idx0, err := snapindex.Encode(nil, tab, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if idx0, err = snapindex.WithoutBlock(idx0); err != nil {
+		t.Fatal(err)
+	}
+	vs, err := snapindex.KVValues(tab, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pl []byte
+	for _, v := range vs {
+		if v.Key == "PL" {
+			pl = v.Value
+		}
+	}
+	synced, written := regexp.MustCompile(`"synced_at":"[^"]*"`), regexp.MustCompile(`"written_at":"[^"]*"`)
+	type outcome struct {
+		Error string `json:"error"`
+		Stale bool   `json:"stale"`
+	}
+	for _, c := range []struct {
+		name   string
+		member *regexp.Regexp // nil: the file as written
+		repl   string
+		ok     bool // read (else refused)
+		stale  bool // synced_at there, an hour old
+	}{
+		{"synced_at an hour ago", nil, "", true, true},
+		{"synced_at null", synced, `"synced_at":null`, true, false},
+		{`synced_at ""`, synced, `"synced_at":""`, true, false},
+		{"no synced_at", synced, `"synced_atx":0`, true, false},
+		{"written_at null", written, `"written_at":null`, false, false},
+		{`written_at ""`, written, `"written_at":""`, false, false},
+		{"no written_at", written, `"written_atx":0`, false, false},
+	} {
+		// Padded with spaces to the member's length: every offset holds.
+		edit := func(b []byte) []byte {
+			if c.member == nil {
+				return b
+			}
+			return c.member.ReplaceAllFunc(b, func(m []byte) []byte {
+				return []byte(c.repl + strings.Repeat(" ", len(m)-len(c.repl)))
+			})
+		}
+		ib := edit(bytes.Clone(idx0))
+		x, err := snapindex.Parse("table.idx", ib)
+		if (err == nil) != c.ok || c.ok && x.Header.SyncedAt.IsZero() == c.stale {
+			t.Fatalf("index, %s: Go's reader: %v", c.name, err)
+		}
+		idx := writeTemp(t, "table.idx", ib)
+		script := `
+import { readIndexFile, valueEntry, isStale } from './node.mjs';
+const out = [];
+for (const read of [() => readIndexFile(process.argv[1], 'PL', process.getuid()), () => valueEntry(process.argv[2], 'KV key PL')]) {
+  try { out.push({ stale: isStale(read().header, { maxAgeSeconds: 60 }) }); } catch (e) { out.push({ error: e.name + ': ' + e.message }); }
+}
+console.log(JSON.stringify(out));
+`
+		out, err := exec.Command(node(t), "--input-type=module", "-e", script, idx, string(edit(bytes.Clone(pl)))).CombinedOutput()
+		if err != nil {
+			t.Fatalf("node: %v\n%s", err, out)
+		}
+		var got []outcome
+		if err := json.Unmarshal(out, &got); err != nil || len(got) != 2 {
+			t.Fatalf("node: %v: %s", err, out)
+		}
+		for i, where := range []string{"regiond: " + idx + ": ", "regiond: KV key PL: "} {
+			what := []string{"index", "KV value"}[i]
+			switch g := got[i]; {
+			case !c.ok && (!strings.HasPrefix(g.Error, "TableError: "+where) || !strings.Contains(g.Error, "written_at")):
+				t.Errorf("%s, %s: %+v, want a TableError naming it and written_at, as Go's reader refuses it", what, c.name, g)
+			case c.ok && g.Error != "":
+				t.Errorf("%s, %s: %s, want it read, as Go's reader reads it", what, c.name, g.Error)
+			case c.ok && g.Stale != c.stale:
+				t.Errorf("%s, %s: stale %v, want %v (synced_at none: counted from written_at, now)", what, c.name, g.Stale, c.stale)
+			}
+		}
 	}
 }

@@ -868,8 +868,11 @@ final class RegiondTable
         if ($writtenAt === null) {
             throw $bad("written_at {$d['written_at']} is not RFC 3339");
         }
+        // synced_at absent, null or "" is none (an older agent's file):
+        // staleness counts from written_at, as the Go reader
+        // (routing.LoadTableJSONHeader) and the index's header take it.
         $syncedAt = $writtenAt;
-        if (array_key_exists('synced_at', $d)) {
+        if (($d['synced_at'] ?? '') !== '') {
             $syncedAt = is_string($d['synced_at']) ? self::parseTime($d['synced_at']) : null;
             if ($syncedAt === null) {
                 throw $bad('synced_at ' . json_encode($d['synced_at']) . ' is not RFC 3339');

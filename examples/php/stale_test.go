@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/regiond/regiond/internal/fleettest"
+	"github.com/regiond/regiond/internal/snapindex"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -53,7 +55,8 @@ func metaPHP(t *testing.T, path string, maxAge float64) phpTimes {
 // rewritten a moment ago (the agent alive, etcd lost) whose table was not
 // confirmed for longer than the max age says stale-table; one confirmed
 // within it does not. A file without synced_at counts from written_at; a
-// malformed synced_at is refused.
+// malformed synced_at is refused (null and "" are none, as to the Go
+// reader: TestReaderTakesANullOrEmptySyncedAtAsNone).
 func TestReaderStaleFromSyncedAt(t *testing.T) {
 	php(t)
 	t.Parallel()
@@ -80,7 +83,7 @@ func TestReaderStaleFromSyncedAt(t *testing.T) {
 		t.Errorf("php: a file without synced_at: %+v, want synced_at = written_at, stale", m)
 	}
 	b, _ := os.ReadFile(confirmed)
-	for _, v := range []string{`"yesterday"`, `12`, `null`} {
+	for _, v := range []string{`"yesterday"`, `12`, `false`} {
 		bad := bytes.Replace(b, []byte(`"synced_at":"`), []byte(`"synced_at":`+v+`,"x":"`), 1)
 		path := filepath.Join(t.TempDir(), "table.json")
 		if err := os.WriteFile(path, bad, 0o644); err != nil {
@@ -88,6 +91,83 @@ func TestReaderStaleFromSyncedAt(t *testing.T) {
 		}
 		if m := metaPHP(t, path, 60); !strings.Contains(m.Error, "synced_at") {
 			t.Errorf("php: synced_at %s: %+v, want an error naming synced_at", v, m)
+		}
+	}
+}
+
+// TestReaderTakesANullOrEmptySyncedAtAsNone: a synced_at that is null or
+// "" is none, as when it is absent (an older agent's file): the reader
+// counts staleness from written_at, in the table JSON and in the index's
+// header JSON, as the Go readers (routing.LoadTableJSONHeader,
+// snapindex.Parse) take all three. The PHP reader refused a table JSON
+// with either ("synced_at null is not RFC 3339"), a file the Go reader
+// and the agent load. A written_at absent, null or "" stays refused, as
+// by Go (naming the file). Here written_at is now and synced_at an hour ago: with a max age
+// of 60 s the table is stale only while synced_at is there.
+func TestReaderTakesANullOrEmptySyncedAtAsNone(t *testing.T) {
+	php(t)
+	t.Parallel()
+	now := time.Now()
+	tab := fleettest.Scenarios(t, now)[0].Table
+	h := routing.JSONHeader{WrittenAt: now, SyncedAt: now.Add(-time.Hour)}
+	synced, written := regexp.MustCompile(`"synced_at":"[^"]*"`), regexp.MustCompile(`"written_at":"[^"]*"`)
+	for _, c := range []struct {
+		name   string
+		member *regexp.Regexp // nil: the file as written
+		repl   string
+		ok     bool // read (else refused)
+		stale  bool // synced_at there, an hour old
+	}{
+		{"synced_at an hour ago", nil, "", true, true},
+		{"synced_at null", synced, `"synced_at":null`, true, false},
+		{`synced_at ""`, synced, `"synced_at":""`, true, false},
+		{"no synced_at", synced, `"synced_atx":0`, true, false},
+		{"written_at null", written, `"written_at":null`, false, false},
+		{`written_at ""`, written, `"written_at":""`, false, false},
+		{"no written_at", written, `"written_atx":0`, false, false},
+	} {
+		edit := func(b []byte) []byte {
+			if c.member == nil {
+				return b
+			}
+			return c.member.ReplaceAll(b, []byte(c.repl))
+		}
+		// The table JSON, without an index beside it.
+		js := writeSnapshot(t, tab, h, false)
+		b, err := os.ReadFile(js)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b = edit(b)
+		if err := os.WriteFile(js, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, gh, err := routing.LoadTableJSONHeader(b)
+		if (err == nil) != c.ok || c.ok && gh.SyncedAt.IsZero() == c.stale {
+			t.Fatalf("table JSON, %s: Go's reader: %v, synced_at %v", c.name, err, gh.SyncedAt)
+		}
+		// The index's header JSON (without the header block, whose flag
+		// says synced_at is there).
+		idx := withoutBlock(t, writeSnapshot(t, tab, h, true))
+		withHeader(t, idx, edit)
+		ib, err := os.ReadFile(filepath.Join(filepath.Dir(idx), "table.idx"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, err := snapindex.Parse("table.idx", ib)
+		if (err == nil) != c.ok || c.ok && x.Header.SyncedAt.IsZero() == c.stale {
+			t.Fatalf("index, %s: Go's reader: %v", c.name, err)
+		}
+		for _, f := range []struct{ what, path string }{{"table JSON", js}, {"index", idx}} {
+			m := metaPHP(t, f.path, 60)
+			switch {
+			case !c.ok && !strings.Contains(m.Error, filepath.Dir(f.path)):
+				t.Errorf("%s, %s: %+v, want it refused naming the file, as Go's reader refuses it", f.what, c.name, m)
+			case c.ok && m.Error != "":
+				t.Errorf("%s, %s: %s, want it read, as Go's reader reads it", f.what, c.name, m.Error)
+			case c.ok && (m.Stale != c.stale || !c.stale && m.SyncedAt != m.WrittenAt):
+				t.Errorf("%s, %s: %+v, want stale %v (synced_at none: counted from written_at, now)", f.what, c.name, m, c.stale)
+			}
 		}
 	}
 }
