@@ -79,7 +79,10 @@ func (p *pacer) creditAt(now time.Time) time.Duration {
 // credit: the debt after it (one average write more) stays within what
 // max repays, where the pacing would otherwise forgive it. So borrowed
 // writes are paid back by the writes after them, and a write dearer than
-// half of that is never borrowed.
+// half of that is not borrowed right after a paced write (later in the
+// interval, the refill can let it: the debt after it still stays within
+// what max repays). step asks again only at a change or at Quiet; it
+// does not wake when borrowing becomes possible later in an interval.
 func (p *pacer) mayBorrow(now time.Time) bool {
 	return p.avg > 0 && p.creditAt(now)-p.avg > -time.Duration(float64(p.max)*p.budget)
 }

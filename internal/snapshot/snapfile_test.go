@@ -271,7 +271,7 @@ func testPacing(t *testing.T, writeCost time.Duration) {
 // right after a paced write would wait the pacing interval (cost/Budget);
 // when it is the last of its burst it is written Quiet after it, on
 // credit. A write dearer than half of what MaxDelay repays is not
-// borrowed: it waits its interval.
+// borrowed right after a paced write: it waits its interval.
 func TestWriterBorrowsAtTheEndOfABurst(t *testing.T) {
 	for _, tc := range []struct {
 		cost   time.Duration
