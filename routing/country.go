@@ -88,8 +88,9 @@ var eea = strings.Fields(eeaCodes)
 // classes that hold the others; and, one line per code, the parts of the
 // EU with codes of their own (Réunion RE, Åland AX, …) in no class while
 // their member state is in one. Their viewers may be sent to pools of any
-// residency, although the GDPR applies there. Sorted; none for the
-// built-in default, nor for a policy that puts no EEA country in a class.
+// residency, although the GDPR applies there. The first line ends with
+// ShrinkRefusedNote. Sorted; none for the built-in default, nor for a
+// policy that puts no EEA country in a class.
 func ResidencyGaps(r Residency) []string {
 	classOf := map[string]string{} // the first class by name, for a country in two
 	for _, name := range slices.Sorted(maps.Keys(r.Classes)) {
@@ -128,8 +129,16 @@ func ResidencyGaps(r Residency) []string {
 				t, state, state, c, t, c))
 		}
 	}
+	if len(out) > 0 { // once: the first line says it for all
+		out[0] += "; " + ShrinkRefusedNote
+	}
 	return out
 }
+
+// ShrinkRefusedNote ends each warning of a code left in no class: a
+// write of such a policy that takes a code out of its class is refused
+// (regionctl's check of ResidencyChanges), though the policy is valid.
+const ShrinkRefusedNote = "a write (apply, rollback) whose policy takes a code out of the class the stored policy puts it in (with none stored, the built-in one) is refused unless given --allow-residency-change"
 
 // Warnings names what in cfg is valid but likely not what its author
 // meant, one line each: the parts of the EU its policy leaves in no class
@@ -158,8 +167,8 @@ func Warnings(cfg *Config) []string {
 			}
 		}
 		if eu := poolsOfResidency(cfg, "eu"); len(eu) > 0 && !slices.ContainsFunc(eea, func(cc string) bool { c, _ := classFor(*r, cc); return c != "" }) {
-			out = append(out, fmt.Sprintf("policy/residency: no EEA member state is in a class while pools have residency eu (%s): EEA viewers may be sent to pools of any residency (the built-in policy's class eu holds the EEA and the EU's territories: docs/keys-and-values.md)",
-				strings.Join(eu, ", ")))
+			out = append(out, fmt.Sprintf("policy/residency: no EEA member state is in a class while pools have residency eu (%s): EEA viewers may be sent to pools of any residency (the built-in policy's class eu holds the EEA and the EU's territories: docs/keys-and-values.md); %s",
+				strings.Join(eu, ", "), ShrinkRefusedNote))
 		}
 	}
 	if d, ok := cfg.Routes[DefaultRoute]; ok && len(d.Fallback) > 0 {

@@ -204,15 +204,24 @@ func seedConfig(ctx context.Context, srv *devetcd.Server, dataDir, prefix, path 
 	if u, err := user.Current(); err == nil {
 		who = u.Username
 	}
-	_, err = st.Write(lctx, store.WriteRequest{
+	res, err := st.Write(lctx, store.WriteRequest{
 		Command: "regiond dev --config " + path, Reason: "regiond dev: initial config",
 		User: who, Host: host,
-		Build: func(context.Context, *store.State) (*store.Plan, error) { return &store.Plan{Config: cfg}, nil },
+		Build: func(context.Context, *store.State) (*store.Plan, error) {
+			// The file is the dev store's first config: a policy narrower
+			// than the built-in one (which counts as stored in an empty
+			// store) is what it asks for, said below, not refused as
+			// regionctl apply refuses it without --allow-residency-change.
+			return &store.Plan{Config: cfg, AllowResidencyChange: true}, nil
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("load %s into the dev store:\n%s", path, strings.TrimSpace(err.Error()))
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "loaded %s into the empty store (epoch 1)\n", path)
+	if res.ResidencyChanged != "" {
+		fmt.Fprintf(cmd.OutOrStdout(), "note: its residency policy differs from the built-in one: %s\n", res.ResidencyChanged)
+	}
 	return cfg, nil
 }
 

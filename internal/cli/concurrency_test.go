@@ -28,7 +28,7 @@ func TestConcurrentWriters(t *testing.T) {
 	// A small fleet: the test is about the write path under contention,
 	// not about config size (the example fleet makes each attempt ~10×
 	// dearer under -race).
-	e.must(ExitOK, "apply", "-f", writeFile(t, "base.yaml", baseConfig), "--reason", "seed")
+	e.must(ExitOK, "apply", "-f", writeFile(t, "base.yaml", baseConfig), "--reason", "seed", "--allow-residency-change") // class eu narrower than the built-in one
 	var conflicts, retried atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)

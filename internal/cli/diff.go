@@ -17,6 +17,7 @@ func (a *app) diffCmd() *cobra.Command {
 	var (
 		file         string
 		prune, force bool
+		allowRes     bool
 		exitCode     bool
 	)
 	cmd := &cobra.Command{
@@ -24,7 +25,8 @@ func (a *app) diffCmd() *cobra.Command {
 		Short: "Show what apply -f FILE would change, and whether it would be refused",
 		Long: `diff reads the stored state, merges the file into it as apply would, and
 runs every check apply runs (the whole config's validation, live boosts,
-countries left with no eligible pool unless --force). It prints the
+countries left with no eligible pool unless --force, countries taken out
+of their residency class unless --allow-residency-change). It prints the
 changes and exits 0 when apply would write them, 1 when apply would refuse
 (naming why), also when etcd's NOSPACE alarm would refuse the write. It
 writes nothing.
@@ -41,9 +43,10 @@ file does not name count as drift too).`,
 	cmd.Flags().StringVarP(&file, "file", "f", "", "config file (YAML or JSON; - reads standard input)")
 	cmd.Flags().BoolVar(&prune, "prune", false, "as apply --prune")
 	cmd.Flags().BoolVar(&force, "force", false, "as apply --force: do not refuse a change that leaves some country with no eligible pool")
+	addResidencyFlag(cmd, &allowRes)
 	cmd.Flags().BoolVar(&exitCode, "exit-code", false, "exit 6 when apply would change something, 0 when nothing differs")
 	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, _ []string) error {
-		return a.runDiff(ctx, file, prune, force, exitCode)
+		return a.runDiff(ctx, file, diffOpts{prune: prune, force: force, allowResidency: allowRes, exitCode: exitCode})
 	})
 	return cmd
 }
@@ -60,6 +63,14 @@ type diffResult struct {
 	// Forced, with --force: the countries apply would leave with no
 	// eligible pool (see writeResult).
 	Forced string `json:"forced,omitempty"`
+	// ResidencyChanged, with --allow-residency-change: the codes apply
+	// would take out of their residency class (see writeResult).
+	ResidencyChanged string `json:"residency_changed,omitempty"`
+}
+
+// diffOpts are diff's flags.
+type diffOpts struct {
+	prune, force, allowResidency, exitCode bool
 }
 
 // problemLines are errs as the REFUSED lines print them.
@@ -78,7 +89,8 @@ type differsError struct{ changes int }
 // Error says how many changes differ.
 func (e differsError) Error() string { return fmt.Sprintf("%d change(s) differ", e.changes) }
 
-func (a *app) runDiff(ctx context.Context, file string, prune, force, exitCode bool) error {
+func (a *app) runDiff(ctx context.Context, file string, o diffOpts) error {
+	prune := o.prune
 	cfg, err := a.readConfigFile(file)
 	var bad refusedError
 	if errors.As(err, &bad) && a.output != "table" {
@@ -96,7 +108,7 @@ func (a *app) runDiff(ctx context.Context, file string, prune, force, exitCode b
 	if err != nil {
 		return err
 	}
-	plan := &store.Plan{Config: mergeConfig(cur.Config, cfg, prune), Prune: prune, Force: force}
+	plan := &store.Plan{Config: mergeConfig(cur.Config, cfg, prune), Prune: prune, Force: o.force, AllowResidencyChange: o.allowResidency}
 	for _, w := range mergedWarnings(plan.Config, configFileName(file), prune) {
 		fmt.Fprintf(a.stderr, "regionctl: warning: %s\n", w)
 	}
@@ -106,7 +118,9 @@ func (a *app) runDiff(ctx context.Context, file string, prune, force, exitCode b
 	}
 	chg, errs := c.Changes, c.Problems
 	a.warnForced(c.Forced)
-	out := diffResult{Epoch: cur.Epoch, Diff: diffLines(chg), Changes: chg, Valid: len(errs) == 0, Problems: problemLines(errs), Forced: c.Forced}
+	a.warnResidencyChanged(c.ResidencyChanged)
+	out := diffResult{Epoch: cur.Epoch, Diff: diffLines(chg), Changes: chg, Valid: len(errs) == 0, Problems: problemLines(errs), Forced: c.Forced,
+		ResidencyChanged: c.ResidencyChanged}
 	err = a.printer().print(out, func(w io.Writer) {
 		for _, l := range out.Diff {
 			fmt.Fprintln(w, l)
@@ -126,7 +140,7 @@ func (a *app) runDiff(ctx context.Context, file string, prune, force, exitCode b
 			return err
 		}
 	}
-	if exitCode && len(out.Diff) > 0 {
+	if o.exitCode && len(out.Diff) > 0 {
 		return differsError{len(out.Diff)}
 	}
 	return nil

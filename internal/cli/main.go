@@ -157,8 +157,9 @@ func (a *app) rootCmd() *cobra.Command {
 Every write reads the whole state, validates the whole proposed state, and
 commits it in one transaction guarded by the epoch, with an audit record.
 
-Exit codes: 0 ok, 1 refused (validation, an epoch key reset by hand, other
-errors; nothing written), 2 usage, 3 conflict (changed concurrently; re-run
+Exit codes: 0 ok, 1 refused (validation, a residency class shrunk without
+--allow-residency-change, an epoch key reset by hand, other errors; nothing
+written), 2 usage, 3 conflict (changed concurrently; re-run
 or use --retry), 4 etcd unreachable (nothing written, unless the message says
 the outcome is unknown: then check regionctl history first), 5 written but not
 converged, or no live agent confirmed it (the write is committed: do not
@@ -166,9 +167,9 @@ re-run it; also status --max-lag with an agent lagging, serving refused values,
 of another history or with its snapshot files not written, or with no live
 agent), 6 diff --exit-code found
 differences.
-Every flag can also be set as REGIONCTL_<FLAG> (REGIONCTL_ENDPOINTS,
-REGIONCTL_PREFIX, …; another REGIONCTL_ variable is warned about, as a
-typo); the password of --user is read from REGIONCTL_PASSWORD
+Every flag but --allow-residency-change can also be set as REGIONCTL_<FLAG>
+(REGIONCTL_ENDPOINTS, REGIONCTL_PREFIX, …; another REGIONCTL_ variable is
+warned about, as a typo); the password of --user is read from REGIONCTL_PASSWORD
 (or asked on the terminal; --user NAME:PASSWORD works too, as in etcdctl,
 but shows the password to anyone who lists processes on this machine).
 With etcd authentication on, each job has its least-privilege role (see
@@ -212,7 +213,7 @@ func (a *app) applyEnv(cmd *cobra.Command) error {
 	set := func(f *pflag.Flag) bool {
 		name := envName(f.Name)
 		v := a.getenv(name)
-		if f.Changed || f.Name == "help" || v == "" {
+		if f.Changed || f.Name == "help" || v == "" || commandLineOnly[f.Name] {
 			return false
 		}
 		if err := f.Value.Set(v); err != nil {
@@ -263,6 +264,13 @@ func envName(flag string) string {
 	return envPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
 
+// commandLineOnly are the flags never read from the environment: each
+// lets a write through a refusal that keeps viewers in their residency
+// class, which a variable left set in a shell or a CI job would let
+// through for every later write unseen. Their variables are warned about
+// (warnUnknownEnv).
+var commandLineOnly = map[string]bool{allowResidencyFlag: true}
+
 // otherEnv are the variables regionctl reads that set no flag of the same
 // name: the password of --user, and the heartbeat unit's extra flags
 // (expanded by systemd into the command line, so set in its environment).
@@ -283,7 +291,7 @@ func (a *app) warnUnknownEnv(root *cobra.Command) {
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
 		add := func(f *pflag.Flag) {
-			if f.Name != "help" { // never read from the environment
+			if f.Name != "help" && !commandLineOnly[f.Name] { // never read from the environment
 				known[envName(f.Name)] = true
 			}
 		}
@@ -304,6 +312,11 @@ func (a *app) warnUnknownEnv(root *cobra.Command) {
 	}
 	slices.Sort(unknown)
 	for _, name := range unknown {
+		if flag := commandLineFlag(name); flag != "" {
+			fmt.Fprintf(a.stderr, "regionctl: warning: %s is set, but regionctl reads --%s from the command line only, so it is ignored; give --%s on the command line of the write that is meant to change residency\n",
+				name, flag, flag)
+			continue
+		}
 		var near []string
 		for _, k := range names {
 			if didyoumean.Distance(name, k) <= 2 {
@@ -316,6 +329,17 @@ func (a *app) warnUnknownEnv(root *cobra.Command) {
 		}
 		fmt.Fprintf(a.stderr, "regionctl: warning: %s is set, but regionctl reads no such variable, so it is ignored; %s\n", name, hint)
 	}
+}
+
+// commandLineFlag returns the flag of commandLineOnly whose variable is
+// name, or "".
+func commandLineFlag(name string) string {
+	for f := range commandLineOnly {
+		if envName(f) == name {
+			return f
+		}
+	}
+	return ""
 }
 
 // flagOrEnv names where flag name's value came from: the environment

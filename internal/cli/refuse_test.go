@@ -111,7 +111,7 @@ func TestRefusedConfigs(t *testing.T) {
 	}
 	e := newEnv(t)
 	base := writeFile(t, "base.yaml", baseConfig)
-	e.must(ExitOK, "apply", "-f", base, "--reason", "base")
+	e.must(ExitOK, "apply", "-f", base, "--reason", "base", "--allow-residency-change") // class eu narrower than the built-in one
 	for _, tc := range invalidConfigs {
 		t.Run(tc.name, func(t *testing.T) {
 			path := writeFile(t, "bad.yaml", tc.yaml)

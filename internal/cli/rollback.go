@@ -24,13 +24,18 @@ Boosts and health keys are not touched.
 It undoes every epoch written after EPOCH, not only the next one: when
 that is more than one (another operator's drain since?), a warning names
 each, in the dry run too. To undo one change only, make the opposite
-change (pool undrain, route set).`,
+change (pool undrain, route set).
+
+A rollback to a residency policy that takes a country out of the class
+the stored policy puts it in is refused, as apply's is, unless
+--allow-residency-change is given.`,
 		Example: `  regionctl history
   regionctl rollback 41 --reason "42 broke PL" --dry-run
   regionctl rollback 41 --reason "42 broke PL" --wait-converged`,
 		Args: exactArgs(1, "an epoch"),
 	}
 	addWriteFlags(cmd, &w)
+	addResidencyFlag(cmd, &w.allowResidency)
 	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, args []string) error {
 		epoch, err := parseEpoch(args[0])
 		if err != nil {

@@ -35,7 +35,13 @@ func TestEUTerritoriesStayInTheEU(t *testing.T) {
 		!strings.Contains(r.stderr, "RE (part of FR) is in no class while FR is in class eu: its viewers may be sent to any pool; add RE to class eu") {
 		t.Fatalf("validate -f of a policy without the territories: %s; want 7 warnings naming each", r)
 	}
-	e.must(ExitOK, "apply", "-f", old)
+	// Stored with the territories, a write of it takes them out of
+	// class eu: refused without --allow-residency-change.
+	r = e.must(ExitRefused, "apply", "-f", old)
+	if !strings.Contains(r.stderr, "REFUSED policy/residency: this write takes AX, GF, GP, MF, MQ, RE, YT out of class eu (into no class)") {
+		t.Fatalf("apply -f of a policy without the territories over one with them: %s; want refused, naming each", r)
+	}
+	e.must(ExitOK, "apply", "-f", old, "--allow-residency-change")
 	r = e.must(ExitOK, "validate")
 	if !strings.Contains(r.stderr, "warning: the stored config at epoch 2: policy/residency: AX (part of FI)") {
 		t.Fatalf("validate of the stored policy without the territories: %s", r)
@@ -46,8 +52,14 @@ func TestEUTerritoriesStayInTheEU(t *testing.T) {
 	// A rollback to that epoch (a release's policy before the
 	// territories) warns as apply did.
 	e.must(ExitOK, "apply", "-f", exampleConfig)
-	if r := e.must(ExitOK, "rollback", "2", "--dry-run"); !strings.Contains(r.stderr, "regionctl: warning: the config of epoch 2: policy/residency: RE (part of FR) is in no class") {
-		t.Fatalf("rollback to the policy without the territories: %s; want its warnings", r)
+	// warns as apply did, and is refused as apply is without
+	// --allow-residency-change.
+	if r := e.must(ExitRefused, "rollback", "2", "--dry-run"); !strings.Contains(r.stderr, "regionctl: warning: the config of epoch 2: policy/residency: RE (part of FR) is in no class") ||
+		!strings.Contains(r.stderr, "REFUSED policy/residency: this write takes AX, GF, GP, MF, MQ, RE, YT out of class eu") {
+		t.Fatalf("rollback to the policy without the territories: %s; want its warnings and the refusal", r)
+	}
+	if r := e.must(ExitOK, "rollback", "2", "--dry-run", "--allow-residency-change"); !strings.Contains(r.stderr, "regionctl: warning: the config of epoch 2: policy/residency: RE (part of FR) is in no class") {
+		t.Fatalf("rollback to the policy without the territories, allowed: %s; want its warnings", r)
 	}
 
 	// Fallbacks on _default are followed only by chains naming _default.

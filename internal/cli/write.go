@@ -25,7 +25,10 @@ type writeOpts struct {
 	expect int // --expect-agents
 	retry  int
 	force  bool
-	notes  []string // printed after the diff of a real write
+	// allowResidency is --allow-residency-change, of the verbs that may
+	// write the residency policy (apply, rollback).
+	allowResidency bool
+	notes          []string // printed after the diff of a real write
 	// warning, if set, is called once the write is made (or dry-run), not
 	// for one that changes nothing: what it returns, if not "", is a
 	// warning on stderr.
@@ -42,6 +45,18 @@ func addWriteFlags(cmd *cobra.Command, w *writeOpts) {
 	f.IntVar(&w.expect, "expect-agents", 0, "with --wait-converged, also wait until at least N live agents confirm it (the fleet's size: an agent whose status key expired before the wait is otherwise unknown to it; set REGIONCTL_EXPECT_AGENTS per fleet)")
 	f.IntVar(&w.retry, "retry", 0, "on a concurrent change, re-read and retry up to N times")
 	f.BoolVar(&w.force, "force", false, "write even if some country would be left with no eligible pool")
+}
+
+// allowResidencyFlag is the flag that lets a write take countries out of
+// their residency class. It is read from the command line alone (see
+// commandLineOnly), and --force does not stand for it.
+const allowResidencyFlag = "allow-residency-change"
+
+// addResidencyFlag adds --allow-residency-change, to the verbs that may
+// write the residency policy (apply, rollback) and to diff.
+func addResidencyFlag(cmd *cobra.Command, allow *bool) {
+	cmd.Flags().BoolVar(allow, allowResidencyFlag, false,
+		"write even if the residency policy written takes a country out of the class the stored policy (or, with none stored, the built-in one) puts it in, so that its viewers may be sent to pools of another residency (--force does not allow it; not read from the environment)")
 }
 
 // writeResult is the JSON/YAML output of a write.
@@ -69,6 +84,10 @@ type writeResult struct {
 	// Forced names the countries a --force write leaves with no eligible
 	// pool, which a write without it refuses.
 	Forced string `json:"forced,omitempty"`
+	// ResidencyChanged names the codes an --allow-residency-change write
+	// takes out of their residency class, which a write without it
+	// refuses.
+	ResidencyChanged string `json:"residency_changed,omitempty"`
 }
 
 // afterReadHook is a context key for tests: a func() run after each read
@@ -132,6 +151,7 @@ func (a *app) runWrite(ctx context.Context, w writeOpts, build buildFunc) error 
 			p, err := build(ctx, cur)
 			if p != nil {
 				p.Force = p.Force || w.force
+				p.AllowResidencyChange = p.AllowResidencyChange || w.allowResidency
 			}
 			return p, err
 		},
@@ -147,6 +167,7 @@ func (a *app) runWrite(ctx context.Context, w writeOpts, build buildFunc) error 
 		return err
 	}
 	a.warnForced(res.Forced)
+	a.warnResidencyChanged(res.ResidencyChanged)
 	if res.Limits != "" {
 		fmt.Fprintf(a.stderr, "regionctl: warning: this commit would hold %s: a cluster at those defaults refuses it (raise them on every member, or apply in parts: apply without --prune keeps what a file does not name)\n", res.Limits)
 	}
@@ -187,6 +208,15 @@ func (a *app) warnForced(forced string) {
 		from = env + " set in the environment"
 	}
 	fmt.Fprintf(a.stderr, "regionctl: warning: forced (%s): %s\n", from, forced)
+}
+
+// warnResidencyChanged says on stderr, whatever the output format, what
+// an --allow-residency-change write does that one without the flag
+// refuses (changed: Result.ResidencyChanged; nothing when "").
+func (a *app) warnResidencyChanged(changed string) {
+	if changed != "" {
+		fmt.Fprintf(a.stderr, "regionctl: warning: residency change allowed (--%s): %s\n", allowResidencyFlag, changed)
+	}
 }
 
 // writing makes a refused probe name what a write needs (a dry run only
@@ -294,7 +324,8 @@ func writeResultOf(res *store.Result) writeResult {
 		rev = res.State.NewestChange()
 	}
 	return writeResult{PrevEpoch: res.PrevEpoch, Epoch: res.Epoch, Revision: rev,
-		DryRun: res.DryRun, NoOp: res.NoOp, Changes: res.Changes, Diff: diffLines(res.Changes), Forced: res.Forced}
+		DryRun: res.DryRun, NoOp: res.NoOp, Changes: res.Changes, Diff: diffLines(res.Changes), Forced: res.Forced,
+		ResidencyChanged: res.ResidencyChanged}
 }
 
 func (a *app) printWrite(out writeResult) error {

@@ -35,6 +35,10 @@ type Plan struct {
 	// Force skips the check that refuses a change after which some country
 	// that has an eligible pool now would have none.
 	Force bool
+	// AllowResidencyChange skips the check that refuses a change of the
+	// residency policy that takes a code out of the class the stored
+	// policy puts it in (see residencyChanges); Force does not.
+	AllowResidencyChange bool
 }
 
 // OverridePut is a boost to write under a new lease of TTL. Its
@@ -59,16 +63,26 @@ type op struct {
 	oldLease      int64 // lease to revoke after commit
 }
 
+// effects are what a write does that a write without its Plan's Force or
+// AllowResidencyChange refuses ("" for none).
+type effects struct {
+	// forced names the countries the write leaves with no eligible
+	// pool (see lostCountries).
+	forced string
+	// residency names the codes the write takes out of their residency
+	// class (see residencyChanges).
+	residency string
+}
+
 // prepare validates the proposed state and returns the key writes, sorted
-// by key, and, for a plan with Force, the countries it leaves with no
-// eligible pool ("" for none: see lostCountries), which a write without
-// Force refuses. An empty result means the plan changes nothing.
-func (s *Store) prepare(st *State, p *Plan) ([]op, string, error) {
+// by key, and what the plan does that its Force or AllowResidencyChange
+// lets through. An empty result means the plan changes nothing.
+func (s *Store) prepare(st *State, p *Plan) ([]op, effects, error) {
 	if st.epochErr != nil {
-		return nil, "", st.epochErr
+		return nil, effects{}, st.epochErr
 	}
 	if st.Epoch >= routing.MaxEpoch { // only a hand edit gets here: regionctl counts from 1
-		return nil, "", fmt.Errorf("the epoch key %s holds %d, the largest epoch (2^53−1): the next would be refused as malformed by every agent; put a smaller one with etcdctl (the newest audit record's epoch), then re-run",
+		return nil, effects{}, fmt.Errorf("the epoch key %s holds %d, the largest epoch (2^53−1): the next would be refused as malformed by every agent; put a smaller one with etcdctl (the newest audit record's epoch), then re-run",
 			s.ks.Epoch(), st.Epoch)
 	}
 	next := st.Config
@@ -85,24 +99,42 @@ func (s *Store) prepare(st *State, p *Plan) ([]op, string, error) {
 	errs = append(errs, checkOverrides(st, next, p, now)...)
 	ops, err := configOps(st, next, p.Config != nil, p.Prune, p.DeleteInvalid)
 	if err != nil {
-		return nil, "", err
+		return nil, effects{}, err
 	}
 	ovOps, err := overrideOps(st, p)
 	if err != nil {
-		return nil, "", err
+		return nil, effects{}, err
 	}
 	ops = append(ops, ovOps...)
 	errs = append(errs, writeSizes(ops)...)
 	if e := policyRefused(st, ops); e != nil {
 		errs = append(errs, e)
 	}
-	var forced string
+	var eff effects
+	if slices.ContainsFunc(ops, func(o op) bool { return o.rel == routing.PolicyKey }) {
+		// Judged against the policy of the state read, the read the
+		// Txn's compares are based on: a policy written meanwhile is a
+		// conflict, and a retry judges the write against it.
+		changed := residencyChanges(st, next)
+		switch {
+		case len(changed) > 0 && p.AllowResidencyChange:
+			lines := make([]string, len(changed))
+			for i, c := range changed {
+				lines[i] = c.what
+			}
+			eff.residency = strings.Join(lines, "; ")
+		case len(changed) > 0:
+			for _, c := range changed {
+				errs = append(errs, &routing.FieldError{Key: routing.PolicyKey, Msg: c.what + "; " + c.how})
+			}
+		}
+	}
 	if len(errs) == 0 && mayLoseCandidates(ops) {
 		// Forced or not, the effect is worked out: a forced write (and
 		// its dry run) says what it does rather than nothing.
 		switch lost := lostCountries(st, next, p, now); {
 		case lost != "" && p.Force:
-			forced = lost
+			eff.forced = lost
 		case lost != "":
 			errs = append(errs, &routing.FieldError{Key: "effect", Msg: lost + "; re-run with --force to write anyway"})
 		}
@@ -111,10 +143,73 @@ func (s *Store) prepare(st *State, p *Plan) ([]op, string, error) {
 	if len(errs) > 0 {
 		errs = append(errs, invalidLeft(st, ops, errs)...)
 		errs.Sort()
-		return nil, "", &RefusedError{Errs: errs, Changes: changes(ops)}
+		return nil, effects{}, &RefusedError{Errs: errs, Changes: changes(ops)}
 	}
-	return ops, forced, nil
+	return ops, eff, nil
 }
+
+// residencyChange is one line of residencyChanges: what the write does,
+// and what to do instead, or to write it anyway.
+type residencyChange struct{ what, how string }
+
+// residencyChanges names, one line per group of codes alike, the codes
+// that next's residency policy takes out of the class the stored one
+// (st's: the built-in policy when no policy key is stored, or when the
+// stored value is refused) puts them in, into no class or another, each
+// group with the class, and the routes that may then send its viewers to
+// pools of another residency (routing.ResidencyChanges). None when the
+// policy only adds codes to classes.
+func residencyChanges(st *State, next *routing.Config) []residencyChange {
+	type group struct {
+		codes    []string
+		from, to string
+		routes   []string
+	}
+	var groups []*group
+	byKey := map[string]*group{}
+	for _, c := range routing.ResidencyChanges(st.Config.ResidencyOrDefault(), next) {
+		k := c.From + "|" + c.To + "|" + strings.Join(c.Routes, "|")
+		g := byKey[k]
+		if g == nil {
+			g = &group{from: c.From, to: c.To, routes: c.Routes}
+			byKey[k] = g
+			groups = append(groups, g)
+		}
+		code := c.Code
+		if code == routing.Unknown {
+			code = unknownCountry
+		}
+		g.codes = append(g.codes, code)
+	}
+	out := make([]residencyChange, 0, len(groups))
+	for _, g := range groups {
+		into := "into no class"
+		if g.to != "" {
+			into = "into class " + g.to
+		}
+		whose := "its"
+		if len(g.codes) > 1 {
+			whose = "their"
+		}
+		line := fmt.Sprintf("this write takes %s out of class %s (%s)", strings.Join(g.codes, ", "), g.from, into)
+		if len(g.routes) > 0 {
+			line += fmt.Sprintf(": %s may then send %s viewers to pools of another residency than %s", strings.Join(g.routes, ", "), whose, g.from)
+		} else {
+			line += fmt.Sprintf(": no route of %s chain sends %s viewers to a pool of another residency yet, but no check holds them to class %s any more", whose, whose, g.from)
+		}
+		codes := strings.Join(g.codes, ", ")
+		back := fmt.Sprintf("put %s back in class %s", codes, g.from)
+		if len(g.codes) == 1 && g.codes[0] == unknownCountry {
+			back = "set unknown_country_class back to " + g.from
+		}
+		out = append(out, residencyChange{what: line, how: fmt.Sprintf("%s, or, if %s viewers are meant to leave class %s, re-run with --allow-residency-change (--force does not allow it)",
+			back, whose, g.from)})
+	}
+	return out
+}
+
+// unknownCountry is how residencyChanges names routing.Unknown.
+const unknownCountry = "the unknown country (unknown_country_class)"
 
 // writeSizes measures each value a write puts by the bytes it puts, as
 // the agents measure it. A value the write leaves as it is is not
@@ -333,15 +428,19 @@ type Checked struct {
 	// Forced, as Result.Forced: what p with Force does that a write
 	// without it refuses.
 	Forced string
+	// ResidencyChanged, as Result.ResidencyChanged: what p with
+	// AllowResidencyChange does that a write without it refuses.
+	ResidencyChanged string
 }
 
 // Check runs the checks a write of p runs (validation of the whole
 // state, live boosts, countries left with no eligible pool unless
-// p.Force) and writes nothing: the changes p makes and, when a write would
+// p.Force, codes taken out of their residency class unless
+// p.AllowResidencyChange) and writes nothing: the changes p makes and, when a write would
 // be refused, why. diff uses it, so that it refuses exactly what apply
 // refuses.
 func (s *Store) Check(st *State, p *Plan) (Checked, error) {
-	ops, forced, err := s.prepare(st, p)
+	ops, eff, err := s.prepare(st, p)
 	var re *RefusedError
 	switch {
 	case errors.As(err, &re):
@@ -349,5 +448,5 @@ func (s *Store) Check(st *State, p *Plan) (Checked, error) {
 	case err != nil:
 		return Checked{}, err
 	}
-	return Checked{Changes: changes(ops), Forced: forced}, nil
+	return Checked{Changes: changes(ops), Forced: eff.forced, ResidencyChanged: eff.residency}, nil
 }

@@ -47,6 +47,11 @@ type Result struct {
 	// with no eligible pool, and why: what a write without Force refuses
 	// ("" for none).
 	Forced string
+	// ResidencyChanged, for a plan with AllowResidencyChange, names the
+	// codes the write takes out of their residency class, and the routes
+	// that may then send their viewers to pools of another residency:
+	// what a write without it refuses ("" for none).
+	ResidencyChanged string
 	// Attempts is how many times the write was built and tried: 1, plus
 	// one per conflict retried.
 	Attempts int
@@ -93,11 +98,12 @@ func (s *Store) writeOnce(ctx context.Context, req WriteRequest) (*Result, error
 	if err != nil {
 		return nil, err
 	}
-	ops, forced, err := s.prepare(st, plan)
+	ops, eff, err := s.prepare(st, plan)
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{PrevEpoch: st.Epoch, Epoch: st.Epoch, Revision: st.Revision, Changes: changes(ops), State: st, Forced: forced}
+	res := &Result{PrevEpoch: st.Epoch, Epoch: st.Epoch, Revision: st.Revision, Changes: changes(ops), State: st,
+		Forced: eff.forced, ResidencyChanged: eff.residency}
 	switch {
 	case len(ops) == 0:
 		res.NoOp, res.DryRun = true, req.DryRun
