@@ -46,5 +46,6 @@ func (a *app) runApply(ctx context.Context, file string, prune bool, w writeOpts
 	if err != nil {
 		return err
 	}
+	w.ownWarnings = true // filePlan's: of the file with the stored config
 	return a.runWrite(ctx, w, a.filePlan(cfg, configFileName(file), prune))
 }

@@ -54,7 +54,8 @@ func (a *app) runRollback(ctx context.Context, epoch int64, w writeOpts) error {
 	}
 	var undone string
 	w.warning = func() string { return undone }
-	notesShown := false // once, not per retry
+	w.ownWarnings = true // of the epoch's config, below
+	notesShown := false  // once, not per retry
 	return a.runWrite(ctx, w, func(ctx context.Context, cur *store.State) (*store.Plan, error) {
 		cfg, notes, err := st.ConfigAt(ctx, epoch, cur)
 		if err != nil {

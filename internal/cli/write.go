@@ -28,7 +28,11 @@ type writeOpts struct {
 	// allowResidency is --allow-residency-change, of the verbs that may
 	// write the residency policy (apply, rollback).
 	allowResidency bool
-	notes          []string // printed after the diff of a real write
+	// ownWarnings: the verb warns of what validate warns of in the
+	// config it writes itself (apply, of the file merged; rollback, of
+	// the epoch's config), so runWrite does not.
+	ownWarnings bool
+	notes       []string // printed after the diff of a real write
 	// warning, if set, is called once the write is made (or dry-run), not
 	// for one that changes nothing: what it returns, if not "", is a
 	// warning on stderr.
@@ -152,6 +156,14 @@ func (a *app) runWrite(ctx context.Context, w writeOpts, build buildFunc) error 
 			if p != nil {
 				p.Force = p.Force || w.force
 				p.AllowResidencyChange = p.AllowResidencyChange || w.allowResidency
+				if p.Config != nil && !w.ownWarnings {
+					// What validate warns of in the config this write
+					// makes (a route set's fallback that can never
+					// serve its country), refused or not.
+					for _, msg := range routing.Warnings(p.Config) {
+						a.warnAttempt("the config after this write: %s", msg)
+					}
+				}
 			}
 			return p, err
 		},
