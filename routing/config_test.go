@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -144,7 +145,19 @@ func TestParseConfigErrors(t *testing.T) {
 		{name: "attr value not a string", yaml: "routes:\n  PL: {attrs: {cron_minutes: 15}}\n",
 			want: []string{"routes/PL: attrs.cron_minutes: expected a string, got the number 15 (quote it: \"15\")"}},
 		{name: "tab indentation", yaml: "pools:\n\tp: {}\n",
+			want: []string{"parse config: yaml: line 2: found character that cannot start any token (line 2 is indented with a tab: YAML indents with spaces only)"}},
+		{name: "tab after spaces", yaml: "pools:\n  p:\n  \thost: h\n",
+			want: []string{"parse config: yaml: line 3: found character that cannot start any token (line 3 is indented with a tab: YAML indents with spaces only)"}},
+		{name: "no token, no tab", yaml: "pools:\n  p: @x\n",
 			want: []string{"parse config: yaml: line 2: found character that cannot start any token"}},
+		// go-yaml names the mapping's start; the line that breaks it is
+		// named too when it is another.
+		{name: "line indented one space short", yaml: "routes:\n  _default:\n    affinity: sticky\n   attrs: {}\n",
+			want: []string{`parse config: yaml: did not find expected key, at line 2: "  _default:" or below (a line indented wrong, or a list item where a key belongs); lines 1 to 3 parse, line 4 breaks them: "   attrs: {}"`}},
+		// A flow collection over lines: go-yaml names its first line,
+		// which is where it breaks (a prefix cut inside it fails so).
+		{name: "flow over lines", yaml: "routes:\n  PL: {targets: [{pool: p, weight: 100}],\n    affinity: sticky\n    attrs: {}}\n",
+			want: []string{`parse config: yaml: did not find expected ',' or '}', at line 2: "  PL: {targets: [{pool: p, weight: 100}]," or below (a {…} or […] not closed, or two items without a comma between them)`}},
 		{name: "duplicate key", yaml: "pools:\n  p: {host: h, residency: eu}\n  p: {host: h, residency: us}\n",
 			want: []string{`parse config: line 3: key "p" defined twice`}},
 		{name: "alias", yaml: "pools:\n  p: &p {host: h, residency: eu}\n  q: *p\n",
@@ -217,5 +230,33 @@ func TestIsConfigKey(t *testing.T) {
 		if got := IsConfigKey(rel); got != want {
 			t.Errorf("IsConfigKey(%q) = %v", rel, got)
 		}
+	}
+}
+
+// A line indented one space short deep in a long file (the operator
+// drill's): go-yaml names the first key of the mapping (line 2); the
+// error names line 451 too, found in about log2(lines) parses, not one per
+// line.
+func TestYAMLErrorNamesBreakingLine(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("routes:\n")
+	for i := 0; strings.Count(b.String(), "\n") < 10000; i++ {
+		fmt.Fprintf(&b, "  g%d:\n    affinity: sticky\n    attrs: {}\n", i)
+	}
+	lines := strings.SplitAfter(b.String(), "\n")
+	lines[450] = strings.TrimPrefix(lines[450], " ") // "   attrs: {}", under "    affinity: sticky"
+	data := []byte(strings.Join(lines, ""))
+	_, err := ParseConfig(data)
+	want := `parse config: yaml: did not find expected key, at line 2: "  g0:" or below (a line indented wrong, or a list item where a key belongs); lines 1 to 450 parse, line 451 breaks them: "   attrs: {}"`
+	if err == nil || err.Error() != want {
+		t.Fatalf("error:\n got  %v\n want %s", err, want)
+	}
+	parses := 0
+	count := func(p []byte) error { parses++; return parseYAML(p) }
+	if got := breakingLine(data, "yaml: line 1: did not find expected key", count); got != 451 {
+		t.Fatalf("breakingLine = %d, want 451", got)
+	}
+	if n := strings.Count(string(data), "\n"); parses > 15 {
+		t.Fatalf("%d parses for a file of %d lines: want about log2 of it", parses, n)
 	}
 }
