@@ -112,6 +112,11 @@ func (a *app) runBoost(ctx context.Context, route, id, ttlFlag string, targetSpe
 		if err := unknownRoute(cur, routing.OverrideKey(id), "route", route); err != nil {
 			return nil, err
 		}
+		for i, tg := range targets {
+			if err := unknownPool(cur, routing.OverrideKey(id), fmt.Sprintf("targets[%d].pool", i), tg.Pool); err != nil {
+				return nil, err
+			}
+		}
 		if others := liveBoostsOf(cur, route, time.Now()); len(others) > 0 {
 			effect := "so this one's targets override theirs while it lives, and theirs apply again if it ends first"
 			if len(ov.Targets) == 0 {

@@ -79,6 +79,10 @@ func TestExitUsage(t *testing.T) {
 		"history --limit -1":                       "--limit -1: want 0 (all) or more",
 		"--command-timeout 0 get":                  "--command-timeout 0s: want a timeout above 0",
 		"--dial-timeout -1s get":                   "--dial-timeout -1s: want a timeout above 0",
+		// A name or value near a known one names it.
+		"get pool":                    `get "pool": want one of pools, routes, boosts, health, policy, skipped; did you mean pools?`,
+		"get -o yml":                  `-o "yml": want table, json or yaml; did you mean yaml?`,
+		"resolve DE --down eu-centrl": "--down eu-centrl: no such pool; did you mean eu-central?",
 	} {
 		argv := strings.Fields(args)
 		if i := slices.Index(argv, "--addr"); i >= 0 { // the rest is the flag's value, spaces and all

@@ -149,7 +149,7 @@ func nonNilMap[K comparable, V any](m map[K]V) *map[K]V {
 
 func (a *app) runGet(ctx context.Context, section string) error {
 	if section != "" && !contains(getSections, section) {
-		return usagef("get %q: want one of %s", section, strings.Join(getSections, ", "))
+		return usagef("get %q: want one of %s%s", section, strings.Join(getSections, ", "), valueHint(section, getSections))
 	}
 	cur, err := a.load(ctx)
 	if err != nil {

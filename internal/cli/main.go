@@ -253,7 +253,7 @@ func (a *app) applyEnv(cmd *cobra.Command) error {
 	case "table", "json", "yaml":
 		return nil
 	}
-	return fmt.Errorf("%s %q: want table, json or yaml", a.flagOrEnv("output", "-o"), a.output)
+	return fmt.Errorf("%s %q: want table, json or yaml%s", a.flagOrEnv("output", "-o"), a.output, valueHint(a.output, []string{"table", "json", "yaml"}))
 }
 
 // envPrefix starts the name of every variable regionctl reads.

@@ -32,6 +32,9 @@ func (a *app) poolCmd() *cobra.Command {
 	return cmd
 }
 
+// poolStatuses are the statuses a pool may have.
+var poolStatuses = []string{routing.StatusActive, routing.StatusDraining, routing.StatusDown}
+
 // poolSetOpts are the flags of pool set.
 type poolSetOpts struct {
 	host, residency, region, status string
@@ -97,6 +100,10 @@ func (a *app) runPoolSet(ctx context.Context, cmd *cobra.Command, id string, o p
 		}
 		if changed("status") {
 			p.Status = o.status
+			if hint := valueHint(o.status, poolStatuses); hint != "" && !slices.Contains(poolStatuses, o.status) {
+				return refusedError{routing.Errors{{Key: routing.PoolKey(id), Field: "status",
+					Msg: fmt.Sprintf("must be active, draining or down, got %q%s", o.status, hint)}}}
+			}
 		}
 		if changed("health-check") {
 			if o.healthCheck && !p.HealthCheck && liveHealthKeys(cur, id) == 0 {
@@ -387,6 +394,39 @@ func poolHint(cfg *routing.Config, id string) string {
 		return fmt.Sprintf(" (pools: %s and %d more; regionctl get pools)", strings.Join(ids[:10], ", "), len(ids)-10)
 	}
 	return " (pools: " + strings.Join(ids, ", ") + ")"
+}
+
+// nearHint is "; did you mean X?" for the names within two edits of name
+// (didyoumean.Near), "" for none.
+func nearHint(name string, names []string) string {
+	if near := didyoumean.Near(name, names); len(near) > 0 {
+		return "; did you mean " + strings.Join(near, " or ") + "?"
+	}
+	return ""
+}
+
+// valueHint is "; did you mean X?" for the values of a fixed set near
+// value (didyoumean.NearValue: drained, draining), "" for none.
+func valueHint(value string, values []string) string {
+	if near := didyoumean.NearValue(value, values); len(near) > 0 {
+		return "; did you mean " + strings.Join(near, " or ") + "?"
+	}
+	return ""
+}
+
+// unknownPool refuses a reference (key's field) to a pool that does not
+// exist in cur when pools near its id do, naming them; nil otherwise (the
+// write's own checks refuse a pool near none, or whose stored value does
+// not decode, as they do).
+func unknownPool(cur *store.State, key, field, pool string) error {
+	if _, ok := cur.Config.Pools[pool]; ok || invalidAt(cur, routing.PoolKey(pool)) != nil {
+		return nil
+	}
+	hint := nearHint(pool, slices.Sorted(maps.Keys(cur.Config.Pools)))
+	if hint == "" {
+		return nil
+	}
+	return refusedError{routing.Errors{{Key: key, Field: field, Msg: fmt.Sprintf("pool %s does not exist%s", pool, hint)}}}
 }
 
 // unknownRoute refuses a reference (key's field) to a route that does not

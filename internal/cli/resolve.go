@@ -56,7 +56,7 @@ func (a *app) runResolve(ctx context.Context, country string, o resolveOpts) err
 	}
 	for _, p := range o.down {
 		if _, ok := t.Pool(p); !ok {
-			return usagef("--down %s: no such pool", p)
+			return usagef("--down %s: no such pool%s", p, nearHint(p, t.PoolIDs()))
 		}
 	}
 	if routing.NormalizeCountry(country) == routing.Unknown && country != routing.Unknown {

@@ -108,6 +108,11 @@ func (a *app) runRouteSet(ctx context.Context, cmd *cobra.Command, name string, 
 		}
 		if changed("target") {
 			r.Targets = targets
+			for i, tg := range targets {
+				if err := unknownPool(cur, routing.RouteKey(name), fmt.Sprintf("targets[%d].pool", i), tg.Pool); err != nil {
+					return err
+				}
+			}
 		}
 		if changed("fallback") {
 			r.Fallback = o.fallback

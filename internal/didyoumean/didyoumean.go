@@ -52,3 +52,33 @@ func Near(name string, names []string) []string {
 	}
 	return near
 }
+
+// stem is how many leading bytes a mistyped value must share with a
+// value of a fixed set for NearValue to name it whatever its distance.
+const stem = 4
+
+// NearValue returns the values of a fixed set (an enum: a status, an
+// output format, a section) near name, their case aside, in the order of
+// values: those Near finds, and those sharing name's first four bytes or
+// more ("drained" is three edits from "draining", but the same word).
+func NearValue(name string, values []string) []string {
+	if len(name) > maxNear {
+		return nil
+	}
+	lower := strings.ToLower(name)
+	var near []string
+	for _, v := range values {
+		lv := strings.ToLower(v)
+		if len(lower) >= stem && len(lv) >= stem && lower[:stem] == lv[:stem] {
+			near = append(near, v)
+			continue
+		}
+		if len(name) <= 2 && len(v) <= 2 {
+			continue
+		}
+		if Distance(lower, lv) <= 2 {
+			near = append(near, v)
+		}
+	}
+	return near
+}

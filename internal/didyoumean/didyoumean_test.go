@@ -28,3 +28,26 @@ func TestNear(t *testing.T) {
 		}
 	}
 }
+
+// NearValue finds what Near does, and the values sharing the first four
+// bytes of a word further off: a value typo of a fixed set.
+func TestNearValue(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		values []string
+		want   []string
+	}{
+		{"drained", []string{"active", "draining", "down"}, []string{"draining"}},
+		{"activ", []string{"active", "draining", "down"}, []string{"active"}},
+		{"DRAINED", []string{"active", "draining", "down"}, []string{"draining"}},
+		{"paused", []string{"active", "draining", "down"}, nil},
+		{"yml", []string{"table", "json", "yaml"}, []string{"yaml"}},
+		{"pool", []string{"pools", "routes", "boosts", "health", "policy", "skipped"}, []string{"pools"}},
+		{"dra", []string{"draining"}, nil},
+		{strings.Repeat("a", 129), []string{strings.Repeat("a", 129)}, nil},
+	} {
+		if got := NearValue(tc.name, tc.values); !slices.Equal(got, tc.want) {
+			t.Errorf("NearValue(%.20q, %v) = %v, want %v", tc.name, tc.values, got, tc.want)
+		}
+	}
+}
