@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -318,6 +319,8 @@ func (a *app) boostExtendCmd() *cobra.Command {
 		id := args[0]
 		clocks := false // checked once, not per retry
 		w.notes = []string{fmt.Sprintf("boost %s now lasts %s: until its new expires_at above, or its lease's end if that comes first", id, ttl)}
+		var old string // the expires_at the committing attempt read
+		w.changesWarning = func(chg []routing.Change) string { return shortened(id, old, ttlFlag, chg) }
 		return a.runWrite(ctx, w, func(ctx context.Context, cur *store.State) (*store.Plan, error) {
 			if !clocks {
 				clocks = true
@@ -330,10 +333,30 @@ func (a *app) boostExtendCmd() *cobra.Command {
 			if !ok {
 				return nil, noSuchBoost(cur, "extend", id)
 			}
+			old = lo.Override.ExpiresAt
 			return &store.Plan{PutOverrides: []store.OverridePut{{ID: id, Override: lo.Override, TTL: ttl}}}, nil
 		})
 	})
 	return cmd
+}
+
+// shortened says, when boost id's expires_at written (in chg) is before
+// old, the one it had, that the extend shortens it, naming both ("" when
+// it does not): --ttl is a new remaining life from now, which may be
+// shorter than the life left.
+func shortened(id, old, ttl string, chg []routing.Change) string {
+	was := (&routing.Override{ExpiresAt: old}).Expiry()
+	for _, c := range chg {
+		var now routing.Override
+		if c.Key != routing.OverrideKey(id) || json.Unmarshal(c.After, &now) != nil {
+			continue
+		}
+		if end := now.Expiry(); !was.IsZero() && !end.IsZero() && end.Before(was) {
+			return fmt.Sprintf("boost %s now ends earlier than it would have: expires_at %s, was %s (%s sooner); --ttl %s is its new remaining life from now, not time added (give a longer --ttl to lengthen it)",
+				id, now.ExpiresAt, old, was.Sub(end), ttl)
+		}
+	}
+	return ""
 }
 
 // noSuchBoost refuses boost verb (cancel, extend) of id, which names no

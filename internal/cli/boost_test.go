@@ -110,6 +110,33 @@ func TestBoostCancelExtend(t *testing.T) {
 	e.must(ExitUsage, "boost", "KR", "--ttl", "1h")
 }
 
+// TestBoostExtendShorterWarns: boost extend's --ttl is a new remaining
+// life from now, so one shorter than the life left shortens the boost: a
+// warning on stderr names the new and the old expires_at (in the dry run
+// too), the exit code unchanged; one that lengthens it says nothing.
+func TestBoostExtendShorterWarns(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	e.must(ExitOK, "boost", "KR", "--target", "kr-music=100", "--ttl", "20m", "--id", "kr")
+	var first routing.Override
+	mustJSON(t, e.get(e.ks.RoutingKey("overrides/kr")), &first)
+	warn := "regionctl: warning: boost kr now ends earlier than it would have: expires_at "
+	if r := e.must(ExitOK, "boost", "extend", "kr", "--ttl", "30s", "--dry-run"); !strings.Contains(r.stderr, warn) ||
+		!strings.Contains(r.stderr, ", was "+first.ExpiresAt+" (") {
+		t.Fatalf("dry run of a shortening extend: %s; want the warning naming both expires_at", r)
+	}
+	r := e.must(ExitOK, "boost", "extend", "kr", "--ttl", "30s", "--reason", "shorter")
+	var now routing.Override
+	mustJSON(t, e.get(e.ks.RoutingKey("overrides/kr")), &now)
+	if !strings.Contains(r.stderr, warn+now.ExpiresAt+", was "+first.ExpiresAt+" (") || !strings.Contains(r.stderr, "--ttl 30s is its new remaining life from now") {
+		t.Fatalf("a shortening extend: %s; want a warning naming expires_at %s and %s", r, now.ExpiresAt, first.ExpiresAt)
+	}
+	if r := e.must(ExitOK, "boost", "extend", "kr", "--ttl", "1h", "--reason", "longer"); strings.Contains(r.stderr, "ends earlier") {
+		t.Fatalf("a lengthening extend warned: %s", r)
+	}
+}
+
 // TestBoostEndsAtExpiresAtWhenItsLeaseLivesOn: etcd renews every lease to
 // its full TTL when a member becomes leader (without lease checkpoints),
 // so a boost's key can outlive its --ttl. The boost's value carries

@@ -37,6 +37,10 @@ type writeOpts struct {
 	// for one that changes nothing: what it returns, if not "", is a
 	// warning on stderr.
 	warning func() string
+	// changesWarning, if set, is called as warning is, with the keys
+	// written (or a dry run's): a warning of what the store computed at
+	// the write (a boost's new expires_at).
+	changesWarning func([]routing.Change) string
 }
 
 func addWriteFlags(cmd *cobra.Command, w *writeOpts) {
@@ -185,6 +189,11 @@ func (a *app) runWrite(ctx context.Context, w writeOpts, build buildFunc) error 
 	}
 	if w.warning != nil && !res.NoOp {
 		if msg := w.warning(); msg != "" {
+			fmt.Fprintf(a.stderr, "regionctl: warning: %s\n", msg)
+		}
+	}
+	if w.changesWarning != nil && !res.NoOp {
+		if msg := w.changesWarning(res.Changes); msg != "" {
 			fmt.Fprintf(a.stderr, "regionctl: warning: %s\n", msg)
 		}
 	}
