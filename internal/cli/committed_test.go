@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -143,8 +144,9 @@ func TestOutcomeUnknownExitsUnreachable(t *testing.T) {
 	}
 	ctx := context.WithValue(context.Background(), dialOptionsHook{}, []grpc.DialOption{grpc.WithChainUnaryInterceptor(drop)})
 	r := e.runCtx(ctx, "pool", "drain", "eu-west", "--reason", "lost", "--command-timeout", "1s")
-	if r.code != ExitUnreachable || !strings.Contains(r.stderr, "outcome unknown") || !strings.Contains(r.stderr, "regionctl history") {
-		t.Fatalf("a commit and its read-back unanswered: want exit 4 naming the outcome unknown and history, got %s", r)
+	if r.code != ExitUnreachable || !strings.Contains(r.stderr, "outcome unknown") || !strings.Contains(r.stderr, "regionctl history") ||
+		strings.Contains(r.stderr, "nothing") {
+		t.Fatalf("a commit and its read-back unanswered: want exit 4 naming the outcome unknown and history, and never nothing written, got %s", r)
 	}
 	if rec := e.audit(2); !strings.HasPrefix(rec.Command, "pool drain eu-west") {
 		t.Fatalf("audit 2: %+v; the commit applied (its reply alone was lost)", rec)
@@ -174,5 +176,57 @@ func TestEpochResetExitsRefused(t *testing.T) {
 	}
 	if e.get(e.ks.Audit(1)) != first {
 		t.Fatal("audit record of epoch 1 overwritten")
+	}
+}
+
+// TestUnreachableWriteSaysNothingWritten: a write that meets an etcd not
+// answering before its Txn is sent (its read, a boost's lease grant)
+// exits 4 saying nothing was written, as a refusal does, and writes
+// nothing; a read that meets it does not say so (it writes nothing
+// anyway). The dial's own failure is TestExitUnreachable's; a commit's
+// unknown outcome, which must never say it,
+// TestOutcomeUnknownExitsUnreachable's.
+func TestUnreachableWriteSaysNothingWritten(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	e.must(ExitOK, "boost", "KR", "--target", "kr-music=100", "--ttl", "1h", "--id", "kr-week")
+	rev, n := e.fingerprint()
+	unanswered := func(fail func(method string, req any) bool) context.Context {
+		intercept := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if fail(method, req) {
+				return status.Error(codes.Unavailable, "no answer (injected network fault)")
+			}
+			return invoke(ctx, method, req, reply, cc, opts...)
+		}
+		return context.WithValue(context.Background(), dialOptionsHook{}, []grpc.DialOption{grpc.WithChainUnaryInterceptor(intercept)})
+	}
+	// The state's read (the dial's probe, a count, is answered).
+	load := unanswered(func(method string, req any) bool {
+		r, ok := req.(*pb.RangeRequest)
+		return method == "/etcdserverpb.KV/Range" && ok && !r.CountOnly
+	})
+	grant := unanswered(func(method string, _ any) bool { return method == "/etcdserverpb.Lease/LeaseGrant" })
+	for _, tc := range []struct {
+		ctx  context.Context
+		args []string
+		want string
+	}{
+		{load, []string{"pool", "drain", "eu-west", "--reason", "x"}, "; nothing was written"},
+		{load, []string{"pool", "drain", "eu-west", "--dry-run"}, "; nothing was written"},
+		{load, []string{"rollback", "1"}, "; nothing was written"},
+		{grant, []string{"boost", "KR", "--target", "kr-music=100", "--ttl", "1h"}, "; nothing was written"},
+		{grant, []string{"boost", "extend", "kr-week", "--ttl", "2h"}, "; nothing was written"},
+	} {
+		r := e.runCtx(tc.ctx, append([]string{"--command-timeout", "1s"}, tc.args...)...)
+		if r.code != ExitUnreachable || !strings.Contains(r.stderr, "etcd unreachable at ") || !strings.HasSuffix(strings.TrimSpace(r.stderr), tc.want) {
+			t.Errorf("regionctl %s with etcd not answering before the commit: want exit 4 ending %q, got %s", strings.Join(tc.args, " "), tc.want, r)
+		}
+	}
+	if r := e.runCtx(load, "--command-timeout", "1s", "get"); r.code != ExitUnreachable || strings.Contains(r.stderr, "nothing") {
+		t.Errorf("regionctl get with etcd not answering: want exit 4 without a word of writing, got %s", r)
+	}
+	if rev2, n2 := e.fingerprint(); rev2 != rev || n2 != n {
+		t.Fatalf("etcd changed: newest revision %d → %d, keys %d → %d", rev, rev2, n, n2)
 	}
 }

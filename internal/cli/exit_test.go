@@ -106,7 +106,7 @@ func TestExitUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	ep := fmt.Sprintf("127.0.0.1:%d", port)
-	for _, args := range [][]string{{"get"}, {"pool", "drain", "eu-north"}, {"status"}} {
+	for _, args := range [][]string{{"get"}, {"pool", "drain", "eu-north"}, {"status"}, {"rollback", "1"}} {
 		start := time.Now()
 		var out, errb strings.Builder
 		code := run(context.Background(), append([]string{"--endpoints", ep}, args...), &out, &errb, func(string) string { return "" })
@@ -115,6 +115,11 @@ func TestExitUnreachable(t *testing.T) {
 		if code != ExitUnreachable || !strings.Contains(errb.String(), "etcd unreachable at "+ep) ||
 			!strings.Contains(errb.String(), "connection refused") || took > 10*time.Second {
 			t.Errorf("regionctl %s against %s: exit %d after %s, stderr %q", strings.Join(args, " "), ep, code, took, errb.String())
+		}
+		// A write says nothing was written (no Txn was sent); a read does
+		// not speak of writing.
+		if write := args[0] == "pool" || args[0] == "rollback"; strings.HasSuffix(strings.TrimSpace(errb.String()), "; nothing was written") != write {
+			t.Errorf("regionctl %s against %s: stderr %q; want it to end \"; nothing was written\" only for a write", strings.Join(args, " "), ep, errb.String())
 		}
 	}
 

@@ -50,7 +50,7 @@ func (a *app) runRollback(ctx context.Context, epoch int64, w writeOpts) error {
 	a.writing(w)
 	st, err := a.store(ctx)
 	if err != nil {
-		return err
+		return store.NothingWritten(err) // etcd not reached: no Txn sent
 	}
 	var undone string
 	w.warning = func() string { return undone }

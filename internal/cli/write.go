@@ -145,7 +145,7 @@ func (a *app) runWrite(ctx context.Context, w writeOpts, build buildFunc) error 
 	a.writing(w)
 	st, err := a.store(ctx)
 	if err != nil {
-		return err
+		return store.NothingWritten(err) // etcd not reached: no Txn sent
 	}
 	host, _ := os.Hostname()
 	res, err := st.Write(ctx, store.WriteRequest{

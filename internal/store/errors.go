@@ -107,15 +107,40 @@ type UnreachableError struct {
 	// did not: etcd there did not answer, as a member without a leader
 	// does when a quorum of members is down.
 	Connected []string
+	// NothingWritten is set (NothingWritten) for a write whose Txn etcd
+	// certainly did not apply: the failure came before it was sent, or
+	// etcd answered that it did not apply it. The message then says
+	// nothing was written. Never set when the outcome is unknown (that is
+	// an *OutcomeUnknownError).
+	NothingWritten bool
 }
 
 // Error names the endpoints tried, and what each answered when known.
 func (e *UnreachableError) Error() string {
+	var msg string
 	if e.Why != "" {
-		return fmt.Sprintf("etcd unreachable at %s: %v (%s)", strings.Join(e.Endpoints, ","), e.Err, etcddiag.Describe(e.Why, e.Connected))
+		msg = fmt.Sprintf("etcd unreachable at %s: %v (%s)", strings.Join(e.Endpoints, ","), e.Err, etcddiag.Describe(e.Why, e.Connected))
+	} else {
+		msg = fmt.Sprintf("etcd unreachable at %s: %v (check --endpoints, TLS flags and that the cluster has a leader)",
+			strings.Join(e.Endpoints, ","), e.Err)
 	}
-	return fmt.Sprintf("etcd unreachable at %s: %v (check --endpoints, TLS flags and that the cluster has a leader)",
-		strings.Join(e.Endpoints, ","), e.Err)
+	if e.NothingWritten && !strings.Contains(fmt.Sprint(e.Err), "nothing written") {
+		msg += "; nothing was written"
+	}
+	return msg
+}
+
+// NothingWritten marks err, when it is an *UnreachableError, as the
+// failure of a write whose Txn etcd certainly did not apply (see
+// UnreachableError.NothingWritten), and returns it. A caller that dials
+// for a write marks the dial's error so.
+func NothingWritten(err error) error {
+	var ue *UnreachableError
+	var unknown *OutcomeUnknownError
+	if errors.As(err, &ue) && !errors.As(err, &unknown) {
+		ue.NothingWritten = true
+	}
+	return err
 }
 
 // Unwrap returns the underlying error.

@@ -147,8 +147,9 @@ func TestLostRequestNotCommitted(t *testing.T) {
 	faulty := New(faultClient(t, srv, onNextTxn(&armed, false, false)), s.Keyspace(), Options{})
 	_, err := faulty.Write(ctx, WriteRequest{Command: "boost", Build: boostPlan("kr-1", time.Hour)})
 	var ue *UnreachableError
-	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "not applied, nothing written") {
-		t.Fatalf("want unreachable, nothing written: %v", err)
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "not applied, nothing written") || !ue.NothingWritten ||
+		strings.Count(err.Error(), "nothing") != 1 {
+		t.Fatalf("want unreachable, nothing written (said once): %v (NothingWritten %v)", err, ue != nil && ue.NothingWritten)
 	}
 	if lease, _ := boostLease(ctx, t, cli, s, "kr-1"); lease != 0 {
 		t.Fatalf("boost written by a write reported as not applied (lease %x)", lease)
@@ -186,6 +187,9 @@ func TestOutcomeUnknownKeepsLease(t *testing.T) {
 	var oe *OutcomeUnknownError
 	if !errors.As(err, &oe) || oe.Epoch != 2 || !strings.Contains(err.Error(), "regionctl history 2") || txns.Load() < 2 {
 		t.Fatalf("want outcome unknown for epoch 2 after a read-back: %v (%d Txns)", err, txns.Load())
+	}
+	if strings.Contains(NothingWritten(err).Error(), "nothing") { // never said of an unknown outcome
+		t.Fatalf("an unknown outcome said nothing was written: %v", err)
 	}
 	if lease, ttl := boostLease(ctx, t, cli, s, "kr-1"); lease == 0 || ttl <= 0 {
 		t.Fatalf("the applied boost lost its lease: lease %x ttl %s", lease, ttl)

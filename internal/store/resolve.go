@@ -49,7 +49,7 @@ func (s *Store) resolve(ctx context.Context, st *State, t *txnPlan, cause error)
 			return rb.rev, nil
 		case err == nil && rb.fenced:
 			what := fmt.Sprintf("commit epoch %d got no answer; read back at revision %d: not applied, nothing written (a re-run is safe)", t.epoch, rb.rev)
-			return 0, s.rpcErr(what, cause)
+			return 0, NothingWritten(s.rpcErr(what, cause))
 		case err == nil:
 			return 0, &ConflictError{Epoch: st.Epoch, Now: rb.now}
 		}

@@ -91,7 +91,7 @@ func (s *Store) runTxn(ctx context.Context, st *State, ops []op, t *txnPlan) (in
 	case err != nil && tooLarge(err):
 		return 0, fmt.Errorf("commit epoch %d: refused, nothing written: %w (%s)", t.epoch, err, t.limitHint())
 	case err != nil && notApplied(err):
-		return 0, s.rpcErr(fmt.Sprintf("commit epoch %d: refused by etcd, nothing written", t.epoch), err)
+		return 0, NothingWritten(s.rpcErr(fmt.Sprintf("commit epoch %d: refused by etcd, nothing written", t.epoch), err))
 	case err != nil:
 		return s.resolve(ctx, st, t, err)
 	case !resp.Succeeded:

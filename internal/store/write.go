@@ -89,18 +89,21 @@ func retryDelay(attempt int) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
+// writeOnce reads, builds and commits the write once. Until commit sends
+// the Txn, nothing can be written: an etcd unreachable meanwhile is said
+// so (NothingWritten).
 func (s *Store) writeOnce(ctx context.Context, req WriteRequest) (*Result, error) {
 	st, err := s.Load(ctx)
 	if err != nil {
-		return nil, err
+		return nil, NothingWritten(err)
 	}
 	plan, err := req.Build(ctx, st)
 	if err != nil {
-		return nil, err
+		return nil, NothingWritten(err)
 	}
 	ops, eff, err := s.prepare(st, plan)
 	if err != nil {
-		return nil, err
+		return nil, NothingWritten(err)
 	}
 	res := &Result{PrevEpoch: st.Epoch, Epoch: st.Epoch, Revision: st.Revision, Changes: changes(ops), State: st,
 		Forced: eff.forced, ResidencyChanged: eff.residency}
@@ -110,10 +113,10 @@ func (s *Store) writeOnce(ctx context.Context, req WriteRequest) (*Result, error
 		return res, nil
 	case req.DryRun:
 		if err := s.auditGuard(ctx, st); err != nil {
-			return nil, err
+			return nil, NothingWritten(err)
 		}
 		if err := s.AlarmRaised(ctx, "dry run"); err != nil {
-			return nil, err
+			return nil, NothingWritten(err)
 		}
 		res.DryRun, res.Epoch = true, st.Epoch+1
 		if t, err := s.buildTxn(st, ops, nil, req, res.Changes); err == nil {
@@ -135,13 +138,13 @@ func (s *Store) writeOnce(ctx context.Context, req WriteRequest) (*Result, error
 // stays unknown they are left to end with their TTL.
 func (s *Store) commit(ctx context.Context, st *State, ops []op, req WriteRequest, chg []routing.Change) (int64, error) {
 	leases, err := s.grantLeases(ctx, ops)
-	if err != nil {
-		return 0, err
+	if err != nil { // before the Txn: a lease granted unanswered ends with its TTL
+		return 0, NothingWritten(err)
 	}
 	t, err := s.buildTxn(st, ops, leases, req, chg)
 	if err != nil {
 		s.revokeAll(ctx, leases)
-		return 0, err
+		return 0, NothingWritten(err)
 	}
 	rev, err := s.runTxn(ctx, st, ops, t)
 	var unknown *OutcomeUnknownError
