@@ -92,6 +92,20 @@ func TestExitUsage(t *testing.T) {
 			t.Errorf("regionctl %s: want exit 2 with %q, got %s", args, want, r)
 		}
 	}
+	// A config file that does not exist, or cannot be read (a directory),
+	// is a usage error (2), not a refusal (1), for every verb that reads one.
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"apply", "-f", "/does/not/exist.yaml"},
+		{"apply", "-f", dir},
+		{"diff", "-f", "/does/not/exist.yaml"},
+		{"validate", "-f", dir},
+		{"resolve", "PL", "-f", "/does/not/exist.yaml"},
+	} {
+		if r := e.run(args...); r.code != ExitUsage || !strings.Contains(r.stderr, "regionctl: read config file: ") {
+			t.Errorf("regionctl %s: want exit 2 saying the file cannot be read, got %s", strings.Join(args, " "), r)
+		}
+	}
 	if rev2, n2 := e.fingerprint(); rev2 != rev || n2 != n {
 		t.Fatal("a usage error wrote to etcd")
 	}
