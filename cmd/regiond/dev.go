@@ -28,7 +28,7 @@ import (
 
 type devFlags struct {
 	agentFlags
-	dataDir, clientURL, listen, config, snapshot string
+	dataDir, clientURL, peerURL, listen, config, snapshot string
 }
 
 func newDevCommand() *cobra.Command {
@@ -54,6 +54,7 @@ or start afresh with another --data-dir.`,
 	f.register(fs, true)
 	fs.StringVar(&f.dataDir, "data-dir", "./.regiond-dev", "where the embedded etcd, the socket and the snapshot live")
 	fs.StringVar(&f.clientURL, "client-url", "http://127.0.0.1:2379", "client URL of the embedded etcd (regionctl --endpoints)")
+	fs.StringVar(&f.peerURL, "peer-url", "", "peer URL of the embedded etcd, a loopback http URL (default: a free loopback port)")
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:7420", "loopback address of the API")
 	fs.StringVar(&f.config, "config", "examples/routing.yaml", "config loaded when the store is empty")
 	fs.StringVar(&f.snapshot, "snapshot", "", "snapshot file (default <data-dir>/table.json)")
@@ -84,6 +85,11 @@ func runDev(ctx context.Context, f *devFlags, cmd *cobra.Command) error {
 	if u, err := url.Parse(f.clientURL); err != nil || u.Host == "" || !api.IsLoopbackHost(u.Hostname()) {
 		return usageError{fmt.Errorf("--client-url %q: want a loopback URL such as http://127.0.0.1:2379 (the embedded etcd has no authentication)", f.clientURL)}
 	}
+	if f.peerURL != "" { // its peers' port: off loopback, a member could join it
+		if u, err := url.Parse(f.peerURL); err != nil || u.Scheme != "http" || u.Port() == "" || !api.IsLoopbackHost(u.Hostname()) {
+			return usageError{fmt.Errorf("--peer-url %q: want a loopback http URL with a port, such as http://127.0.0.1:2380 (the embedded etcd has no authentication)", f.peerURL)}
+		}
+	}
 	f.cfg.Endpoints = []string{f.clientURL}
 	cfg, err := f.finish()
 	if err != nil {
@@ -111,11 +117,21 @@ func runDev(ctx context.Context, f *devFlags, cmd *cobra.Command) error {
 		_ = a.Run(done)
 		return err
 	}
-	srv, err := devetcd.Start(ctx, devetcd.Config{Dir: filepath.Join(dataDir, "etcd"), ClientURL: f.clientURL})
+	srv, err := devetcd.Start(ctx, devetcd.Config{Dir: filepath.Join(dataDir, "etcd"), ClientURL: f.clientURL, PeerURL: f.peerURL})
 	if err != nil {
+		if f.peerURL != "" {
+			return abandon(fmt.Errorf("%w (is another etcd or regiond dev using %s or %s? pick others with --client-url and --peer-url)", err, f.clientURL, f.peerURL))
+		}
 		return abandon(fmt.Errorf("%w (is another etcd or regiond dev using %s? pick another with --client-url)", err, f.clientURL))
 	}
-	defer srv.Close()
+	defer func() {
+		// etcd's stop waits for its clients' streams (an agent's watch)
+		// to end: seconds, which were silent.
+		start := time.Now()
+		cfg.Logger.Info("stopping embedded etcd", "data_dir", filepath.Join(dataDir, "etcd"))
+		srv.Close()
+		cfg.Logger.Info("embedded etcd stopped", "took", time.Since(start).Round(time.Millisecond))
+	}()
 	inForce, err := seedConfig(ctx, srv, dataDir, cfg.Prefix, f.config, seed, readErr, cmd)
 	if err != nil {
 		return abandon(err)
