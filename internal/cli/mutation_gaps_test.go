@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -375,4 +376,72 @@ func TestDiffOfAnExtendWithinTheSameSecond(t *testing.T) {
 		return
 	}
 	t.Fatal("no two boost extends in 20 fell within one second")
+}
+
+// TestGetPoolsProvenanceFollowsFourWrites: get follows a pool key's writes
+// back at most 4 (docs/regionctl.md): a drain followed by three attr sets
+// is the 4th write back, and is found, with its reason.
+func TestGetPoolsProvenanceFollowsFourWrites(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	e.must(ExitOK, "pool", "drain", "eu-west", "--reason", "disk failure") // 2
+	for i := range 3 {                                                     // 3, 4, 5
+		e.must(ExitOK, "pool", "set", "eu-west", "--attr", fmt.Sprintf("n=%d", i))
+	}
+	want := `^eu-west draining since epoch 2 \(` + auditWhen + `: "disk failure"\)$`
+	if line := provenanceLines(e.must(ExitOK, "get", "pools").stdout)["eu-west"]; !regexp.MustCompile(want).MatchString(line) {
+		t.Errorf("get pools, the drain 4 writes back: %q, want %s", line, want)
+	}
+}
+
+// TestExportJSONLeavesOutUnknownFields: export -o json, like the YAML,
+// leaves out the stored fields this regionctl does not know (a config
+// file is strict): its output applies as a no-op.
+func TestExportJSONLeavesOutUnknownFields(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	if _, err := testClient.Put(context.Background(), e.ks.RoutingKey(routing.PoolKey("eu-north")),
+		`{"host":"edge-sto-1.example.net:443","region":"eu-north","residency":"eu","status":"active","weight_hint":3}`); err != nil {
+		t.Fatal(err)
+	}
+	x := e.must(ExitOK, "export", "-o", "json")
+	if strings.Contains(x.stdout, "weight_hint") || !strings.Contains(x.stderr, "pools/eu-north (weight_hint)") {
+		t.Fatalf("export -o json: %s; want weight_hint left out and named on stderr", x)
+	}
+	path := writeFile(t, "exported.json", x.stdout)
+	if r := e.must(ExitOK, "apply", "-f", path, "--prune"); !strings.Contains(r.stdout, "no changes") {
+		t.Errorf("apply --prune of export -o json: %s, want no changes", r)
+	}
+}
+
+// TestExportEscapesDELAlone: a value whose only control character is DEL
+// is exported double-quoted, escaped, and reads back the same.
+func TestExportEscapesDELAlone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	e.must(ExitOK, "pool", "set", "eu-north", "--attr", "del=a\x7fb")
+	r := e.must(ExitOK, "export")
+	if !strings.Contains(r.stdout, `del: "a\u007fb"`) || strings.Contains(r.stdout, "\x7f") {
+		t.Fatalf("export of an attr holding DEL: %s; want it double-quoted, escaped", r)
+	}
+	if r := e.must(ExitOK, "apply", "-f", writeFile(t, "exported.yaml", r.stdout), "--prune"); !strings.Contains(r.stdout, "no changes") {
+		t.Errorf("apply of the export: %s, want no changes", r)
+	}
+}
+
+// TestMissingConfigFileIsAUsageError: -f naming no file is a usage error
+// (2), for apply, diff and validate alike.
+func TestMissingConfigFileIsAUsageError(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	missing := filepath.Join(t.TempDir(), "nope.yaml")
+	for _, verb := range []string{"apply", "diff", "validate"} {
+		if r := e.run(verb, "-f", missing); r.code != ExitUsage || !strings.Contains(r.stderr, "read config file: ") {
+			t.Errorf("regionctl %s -f %s: %s; want a usage error", verb, missing, r)
+		}
+	}
 }
