@@ -207,14 +207,21 @@ again with this id would count them as its live instances.`,
 // warnLiveHealth warns, for pool rm, of the pool's health keys alive in
 // cur: their heartbeats go on writing them after the pool is gone (they
 // read no pool once running), and a pool created again with the same id
-// would count them.
+// would count them. A key whose value does not decode is named too: the
+// agents count it live whatever its value (as get pools and
+// liveHealthKeys do).
 func (a *app) warnLiveHealth(cur *store.State, pool string) {
 	prefix := routing.HealthKey(pool, "")
 	var keys []string
-	for rel, h := range cur.Health {
-		if strings.HasPrefix(rel, prefix) {
-			keys = append(keys, fmt.Sprintf("%s (addr %s)", a.routingKey(rel), orDash(h.Addr)))
+	for _, kv := range cur.KVs {
+		if !strings.HasPrefix(kv.Key, prefix) {
+			continue
 		}
+		addr := "its value does not decode"
+		if h, ok := cur.Health[kv.Key]; ok {
+			addr = "addr " + orDash(h.Addr)
+		}
+		keys = append(keys, fmt.Sprintf("%s (%s)", a.routingKey(kv.Key), addr))
 	}
 	if len(keys) == 0 {
 		return
