@@ -304,6 +304,12 @@ func TestRollbackNeverNamesItsOwnEpochUndone(t *testing.T) {
 	if strings.Contains(r.stderr, "first: 2 (") || strings.Contains(r.stderr, ", 2 (") {
 		t.Errorf("rollback 2 --dry-run: %s; want epoch 2 not named among the epochs it undoes", r)
 	}
+	// Epochs 3 and 4 are undone; 4's record is gone: the warning said
+	// nothing at all (one record found past the target).
+	if !strings.Contains(r.stderr, "undoes the config changes of 2 later epochs, not only the first: 3 (") ||
+		!strings.Contains(r.stderr, "and whatever epoch(s) 4 changed: their audit records are not kept") {
+		t.Errorf("rollback 2 --dry-run over epoch 3 and epoch 4 without its record: %s; want both named undone", r)
+	}
 }
 
 // TestDiffOfReorderedTargets: the same targets in another order are a

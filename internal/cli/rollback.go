@@ -100,8 +100,10 @@ func laterEpochs(ctx context.Context, st *store.Store, epoch, cur int64) string 
 	}
 	var named []string
 	undone := 0
+	kept := map[int64]bool{}
 	for i := len(recs) - 1; i >= 0; i-- {
 		r := recs[i]
+		kept[r.Epoch] = true
 		if r.Epoch <= epoch || !changesConfig(r.Changes) {
 			continue
 		}
@@ -118,11 +120,30 @@ func laterEpochs(ctx context.Context, st *store.Store, epoch, cur int64) string 
 			named = append(named, desc)
 		}
 	}
-	if undone < 2 && n <= maxReadEpochs {
+	// Epochs of the range whose audit record is not kept (deleted by
+	// hand: the records are kept far longer than maxReadEpochs) may have
+	// changed the config: their changes are undone too, unseen (the
+	// write-verbs review: a rollback over one said nothing).
+	var missing []string
+	if n <= maxReadEpochs {
+		for e := epoch + 1; e <= cur; e++ {
+			if !kept[e] {
+				missing = append(missing, fmt.Sprint(e))
+			}
+		}
+	}
+	if undone+len(missing) < 2 && n <= maxReadEpochs {
 		return ""
 	}
 	if more := undone - len(named); more > 0 {
 		named = append(named, fmt.Sprintf("and %d more", more))
+	}
+	if len(missing) > 0 {
+		if len(missing) > maxNamedEpochs {
+			missing = append(missing[:maxNamedEpochs], fmt.Sprintf("and %d more", len(missing)-maxNamedEpochs))
+		}
+		named = append(named, fmt.Sprintf("and whatever epoch(s) %s changed: their audit records are not kept (deleted by hand?)", strings.Join(missing, ", ")))
+		undone += len(missing)
 	}
 	count := fmt.Sprint(undone)
 	if n > maxReadEpochs {
