@@ -54,7 +54,7 @@ client certificate's key file, as in every verb.)`,
 		if len(args) == 1 {
 			epoch, err := parseEpoch(args[0])
 			if err != nil {
-				if len(keys) == 0 {
+				if _, nerr := strconv.ParseInt(args[0], 10, 64); len(keys) == 0 && nerr != nil {
 					return usagef("history %q: want an epoch (a positive integer); the records that changed a key: regionctl history --touching %s", args[0], args[0])
 				}
 				return err

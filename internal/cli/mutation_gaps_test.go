@@ -284,9 +284,12 @@ func TestEpochZeroIsAUsageError(t *testing.T) {
 	e := newEnv(t)
 	e.seed()
 	for _, args := range [][]string{{"history", "0"}, {"rollback", "0", "--dry-run"}} {
-		if r := e.run(args...); r.code != ExitUsage || !strings.Contains(r.stderr, "a positive integer") {
-			t.Errorf("regionctl %s: %s; want a usage error asking for a positive integer", strings.Join(args, " "), r)
+		if r := e.run(args...); r.code != ExitUsage || !strings.Contains(r.stderr, "a positive integer") || strings.Contains(r.stderr, "--touching") {
+			t.Errorf("regionctl %s: %s; want a usage error asking for a positive integer (and no --touching 0: a number is no key)", strings.Join(args, " "), r)
 		}
+	}
+	if r := e.run("history", "PL"); r.code != ExitUsage || !strings.Contains(r.stderr, "regionctl history --touching PL") {
+		t.Errorf("regionctl history PL: %s; want a usage error suggesting --touching PL", r)
 	}
 }
 
