@@ -3,11 +3,9 @@ package js_test
 import (
 	"bytes"
 	"encoding/json"
-	"math"
 	"os"
 	"os/exec"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -52,37 +50,9 @@ console.log(JSON.stringify(process.argv.slice(1).map((s) => { const v = parseTim
 func TestReaderRefusesATimeOutOfRange(t *testing.T) {
 	node(t)
 	t.Parallel()
-	bad := []string{"2026-02-31T10:00:00.5Z", "2026-02-29T10:00:00.5Z", "2100-02-29T10:00:00Z", "2026-13-02T10:00:00.5Z",
-		"2026-00-10T10:00:00Z", "2026-12-00T10:00:00.5Z", "2026-12-02T24:00:00.5Z", "2026-12-02T25:00:00Z",
-		"2026-12-02T10:61:00.5Z", "2026-12-02T10:00:60.5Z", "2026-12-02T10:00:60Z", "2026-12-02T10:00:00.5+05:75",
-		"2026-12-02T10:00:00+25:00", "2026-12-02T1-:00:00.5Z", "2026-12-02T10::0:00.5Z"}
-	// Also years 0 to 99: Date.UTC took 0069 for 1969.
-	good := []string{"2028-02-29T23:59:59.5Z", "0000-01-01T00:00:00.5Z", "0000-02-29T00:00:00Z", "0069-01-01T00:00:00Z", "2026-12-02T10:00:00+24:00",
-		"2026-12-02T10:00:00.5+05:60", "2026-12-02T10:00:00.1234567891Z", "2026-12-31T23:59:59.999999999Z"}
-	for _, s := range bad {
-		if _, err := time.Parse(time.RFC3339Nano, s); err == nil {
-			t.Fatalf("Go parses %s", s)
-		}
-	}
-	got := parseTimesJS(t, append(slices.Clone(bad), good...))
-	for i, s := range bad {
-		if got[i] != nil {
-			t.Errorf("parseTime(%s) = %f s, want NaN (Go: out of range)", s, *got[i])
-		}
-	}
-	for i, s := range good {
-		tm, err := time.Parse(time.RFC3339Nano, s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if g := got[len(bad)+i]; g == nil || math.Abs(*g-(float64(tm.Unix())+float64(tm.Nanosecond())/1e9)) > 1e-3 {
-			gs := "NaN"
-			if g != nil {
-				gs = strconv.FormatFloat(*g, 'f', 6, 64)
-			}
-			t.Errorf("parseTime(%s) = %s s, want %.6f as Go", s, gs, float64(tm.Unix())+float64(tm.Nanosecond())/1e9)
-		}
-	}
+	fleettest.CheckTimePremises(t)
+	ss := append(slices.Clone(fleettest.TimesOutOfRange), fleettest.TimesAtTheEdges...)
+	fleettest.CheckTimesAsGo(t, "JS", ss, parseTimesJS(t, ss))
 
 	// Through the files: the index's header JSON with written_at on 02-31,
 	// and a KV value with synced_at at 25:00; each the same length as the
@@ -129,37 +99,6 @@ console.log(out.join('\n'));
 	}
 }
 
-// goRefuses are times Go's time.Parse(time.RFC3339Nano, …) refuses though
-// the JS reader's pattern took them: a lower-case "t" or "z" (only upper
-// case matches the layout's literal T and its Z07:00). The trailing
-// newlines are examples/php's (PCRE's $ matched before one).
-var goRefuses = []string{
-	"2026-12-07t08:00:00z", "2026-12-07t08:00:00Z", "2026-12-07T08:00:00z", "2026-12-07t08:00:00.5Z",
-	"2026-12-07T08:00:00.5z", "2026-12-07t08:00:00.123456789z", "2026-12-07t08:00:00+01:00",
-	"2026-12-07T08:00:00Z\n", "2026-12-07T08:00:00.5Z\n", "2026-12-07T08:00:00+01:00\n", "2026-12-07T08:00:00.123456789Z\n",
-}
-
-// goReads are times Go's time.Parse(time.RFC3339Nano, …) reads though
-// they are no RFC 3339 and the JS reader's pattern refused them: a comma
-// before the fraction (Go's parser takes either) and an hour of one digit
-// (the layout's "15", where minute and second are "04", "05").
-var goReads = []string{
-	"2026-12-07T08:00:00,5Z", "2026-12-07T08:00:00,123456789Z", "2026-12-07T8:00:00Z", "2026-12-07T8:00:00.5Z",
-	"2026-12-07T8:00:00,5+01:00", "0000-01-01T0:00:00Z", "2028-02-29T9:59:59,999999999-05:30",
-}
-
-// timesAsGo are times whose reading by the reader is compared with Go's
-// time.Parse(time.RFC3339Nano, …) (goRefuses, goReads, and the forms
-// around them): examples/php's.
-var timesAsGo = append(append([]string{
-	"2026-12-07T08:00:00Z", "2026-12-07T08:00:00.5Z", "2026-12-07T08:00:00.123456789Z", "2026-12-07T08:00:00.5+01:00",
-	"2026-12-07T08:00:00-00:00", "2026-12-07T08:00:00Z ", " 2026-12-07T08:00:00Z", "\n2026-12-07T08:00:00Z",
-	"2026-12-07 08:00:00Z", "2026-12-07T08:00:00", "2026-12-07T08:00:00+0100", "2026-12-07T08:00:00.Z",
-	"2026-12-07T08:00:00,Z", "2026-12-07T08:00:00.,5Z", "2026-12-07T08:00:00.5,5Z", "2026-12-07T 8:00:00Z",
-	"2026-12-07T08:0:00Z", "2026-12-07T08:00:0Z", "2026-12-07T008:00:00Z", "2026-12-07T9:00:60Z", "2026-02-29T8:00:00Z",
-	"2026-12-07T24:00:00Z", "2026-1-07T08:00:00Z", "2026-12-07T08:00:00+1:00",
-}, goRefuses...), goReads...)
-
 // TestReaderReadsTimesAsGo: the reader's parseTime takes an RFC 3339 time
 // exactly where Go's time.Parse(time.RFC3339Nano, …) does, Go of go.mod: it
 // took a lower-case "t" between date and time and a lower-case "z" (RFC
@@ -172,28 +111,8 @@ var timesAsGo = append(append([]string{
 func TestReaderReadsTimesAsGo(t *testing.T) {
 	node(t)
 	t.Parallel()
-	for _, s := range goRefuses {
-		if _, err := time.Parse(time.RFC3339Nano, s); err == nil {
-			t.Fatalf("Go %s parses %q: this test's premise is gone", runtime.Version(), s)
-		}
-	}
-	for _, s := range goReads {
-		if _, err := time.Parse(time.RFC3339Nano, s); err != nil {
-			t.Fatalf("Go %s: %v: this test's premise is gone", runtime.Version(), err)
-		}
-	}
-	got := parseTimesJS(t, timesAsGo)
-	for i, s := range timesAsGo {
-		tm, err := time.Parse(time.RFC3339Nano, s)
-		switch {
-		case err != nil && got[i] != nil:
-			t.Errorf("parseTime(%q) = %f s, want NaN as Go's time.Parse (%v)", s, *got[i], err)
-		case err == nil && got[i] == nil:
-			t.Errorf("parseTime(%q) = NaN, want %s as Go's time.Parse", s, tm.Format(time.RFC3339Nano))
-		case err == nil && math.Abs(*got[i]-(float64(tm.Unix())+float64(tm.Nanosecond())/1e9)) > 1e-6:
-			t.Errorf("parseTime(%q) = %f s, want %s as Go's time.Parse", s, *got[i], tm.Format(time.RFC3339Nano))
-		}
-	}
+	fleettest.CheckTimePremises(t)
+	fleettest.CheckTimesAsGo(t, "JS", fleettest.TimesAsGo, parseTimesJS(t, fleettest.TimesAsGo))
 
 	now := time.Now()
 	tab := fleettest.Scenarios(t, now)[0].Table

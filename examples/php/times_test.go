@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"math"
 	"os"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -13,54 +12,6 @@ import (
 	"github.com/regiond/regiond/internal/fleettest"
 	"github.com/regiond/regiond/routing"
 )
-
-// goRefuses are times Go's time.Parse(time.RFC3339Nano, …) refuses though
-// the PHP and JS readers' patterns took them: a lower-case "t" or "z"
-// (only upper case matches the layout's literal T and its Z07:00), and a
-// trailing newline (PCRE's $ matched before it: "extra text" to Go).
-var goRefuses = []string{
-	"2026-12-07t08:00:00z", "2026-12-07t08:00:00Z", "2026-12-07T08:00:00z", "2026-12-07t08:00:00.5Z",
-	"2026-12-07T08:00:00.5z", "2026-12-07t08:00:00.123456789z", "2026-12-07t08:00:00+01:00",
-	"2026-12-07T08:00:00Z\n", "2026-12-07T08:00:00.5Z\n", "2026-12-07T08:00:00+01:00\n", "2026-12-07T08:00:00.123456789Z\n",
-}
-
-// goReads are times Go's time.Parse(time.RFC3339Nano, …) reads though
-// they are no RFC 3339 and the PHP and JS readers' patterns refused them:
-// a comma before the fraction (Go's parser takes either) and an hour of
-// one digit (the layout's "15", where minute and second are "04", "05").
-var goReads = []string{
-	"2026-12-07T08:00:00,5Z", "2026-12-07T08:00:00,123456789Z", "2026-12-07T8:00:00Z", "2026-12-07T8:00:00.5Z",
-	"2026-12-07T8:00:00,5+01:00", "0000-01-01T0:00:00Z", "2028-02-29T9:59:59,999999999-05:30",
-}
-
-// timesAsGo are times whose reading by a reader is compared with Go's
-// time.Parse(time.RFC3339Nano, …) (goRefuses, goReads, and the forms
-// around them).
-var timesAsGo = append(append([]string{
-	"2026-12-07T08:00:00Z", "2026-12-07T08:00:00.5Z", "2026-12-07T08:00:00.123456789Z", "2026-12-07T08:00:00.5+01:00",
-	"2026-12-07T08:00:00-00:00", "2026-12-07T08:00:00Z ", " 2026-12-07T08:00:00Z", "\n2026-12-07T08:00:00Z",
-	"2026-12-07 08:00:00Z", "2026-12-07T08:00:00", "2026-12-07T08:00:00+0100", "2026-12-07T08:00:00.Z",
-	"2026-12-07T08:00:00,Z", "2026-12-07T08:00:00.,5Z", "2026-12-07T08:00:00.5,5Z", "2026-12-07T 8:00:00Z",
-	"2026-12-07T08:0:00Z", "2026-12-07T08:00:0Z", "2026-12-07T008:00:00Z", "2026-12-07T9:00:60Z", "2026-02-29T8:00:00Z",
-	"2026-12-07T24:00:00Z", "2026-1-07T08:00:00Z", "2026-12-07T08:00:00+1:00",
-}, goRefuses...), goReads...)
-
-// checkTimesAsGo fails t unless got[i], a reader's reading of ss[i] in
-// seconds (nil: refused), is Go's.
-func checkTimesAsGo(t *testing.T, reader string, ss []string, got []*float64) {
-	t.Helper()
-	for i, s := range ss {
-		tm, err := time.Parse(time.RFC3339Nano, s)
-		switch {
-		case err != nil && got[i] != nil:
-			t.Errorf("%s parseTime(%q) = %f, want it refused as Go's time.Parse (%v)", reader, s, *got[i], err)
-		case err == nil && got[i] == nil:
-			t.Errorf("%s parseTime(%q) refused, want %s as Go's time.Parse", reader, s, tm.Format(time.RFC3339Nano))
-		case err == nil && math.Abs(*got[i]-(float64(tm.Unix())+float64(tm.Nanosecond())/1e9)) > 1e-6:
-			t.Errorf("%s parseTime(%q) = %f, want %s as Go's time.Parse", reader, s, *got[i], tm.Format(time.RFC3339Nano))
-		}
-	}
-}
 
 // TestReaderReadsTimesAsGo: the reader's parseTime takes an RFC 3339 time
 // exactly where Go's time.Parse(time.RFC3339Nano, …) does, Go of go.mod: it
@@ -75,24 +26,15 @@ func checkTimesAsGo(t *testing.T, reader string, ss []string, got []*float64) {
 func TestReaderReadsTimesAsGo(t *testing.T) {
 	php(t)
 	t.Parallel()
-	for _, s := range goRefuses {
-		if _, err := time.Parse(time.RFC3339Nano, s); err == nil {
-			t.Fatalf("Go %s parses %q: this test's premise is gone", runtime.Version(), s)
-		}
-	}
-	for _, s := range goReads {
-		if _, err := time.Parse(time.RFC3339Nano, s); err != nil {
-			t.Fatalf("Go %s: %v: this test's premise is gone", runtime.Version(), err)
-		}
-	}
+	fleettest.CheckTimePremises(t)
 	out := phpScript(t, `require 'RegiondTable.php';
 $p = new ReflectionMethod(\Regiond\RegiondTable::class, 'parseTime');
-echo json_encode(array_map(fn ($s) => $p->invoke(null, $s), array_slice($argv, 1)));`, timesAsGo...)
+echo json_encode(array_map(fn ($s) => $p->invoke(null, $s), array_slice($argv, 1)));`, fleettest.TimesAsGo...)
 	var got []*float64
-	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got) != len(timesAsGo) {
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("php: %v: %s", err, out)
 	}
-	checkTimesAsGo(t, "PHP", timesAsGo, got)
+	fleettest.CheckTimesAsGo(t, "PHP", fleettest.TimesAsGo, got)
 
 	now := time.Now()
 	tab := fleettest.Scenarios(t, now)[0].Table
