@@ -224,6 +224,10 @@ func TestGapForgedIndexRefused(t *testing.T) {
 		{"no magic", "no RGIX magic", func(b []byte) []byte { b[3] = 'Y'; return b }},
 		{"format 2", "format 2, this reader knows format 1", edit("format 2", `"format":1`, `"format":2`)},
 		{"678 slots", "header says 678 slots", edit("678 slots", `"slots":677`, `"slots":678`)},
+		// The JS reader took a header without format or slots (the Go and
+		// PHP readers refuse it).
+		{"no format", "header has no format member", edit("no format", `"format":1,`, ``)},
+		{"no slots", "header has no slots member", edit("no slots", `,"slots":677`, ``)},
 		{"no revision", "revision is not an integer", edit("no revision", `"revision":`, `"revisiox":`)},
 		{"stale a string", "stale is not a boolean", edit("stale a string", `"stale":false`, `"stale":"false"`)},
 		{"synced_at no time", `synced_at "yesterday" is not an RFC 3339 time`, func(b []byte) []byte {

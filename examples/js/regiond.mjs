@@ -474,8 +474,12 @@ export function* indexSteps(name, country) {
   if (hb.length < hlen) throw new TableError(`regiond: ${name}: truncated header (${hb.length} of ${hlen} bytes)`);
   const header = parseJSON(hb, name, 'header');
   checkHeader(header, name);
-  if (header.slots !== undefined && header.slots !== SLOTS) {
-    throw new TableError(`regiond: ${name}: header says ${header.slots} slots, format 1 has ${SLOTS}`);
+  // format and slots are required, as the Go and PHP readers require them
+  // (the JS reader took a header without either).
+  if (header.format === undefined) throw new TableError(`regiond: ${name}: header has no format member`);
+  if (header.slots === undefined) throw new TableError(`regiond: ${name}: header has no slots member`);
+  if (header.slots !== SLOTS) {
+    throw new TableError(`regiond: ${name}: header says ${JSON.stringify(header.slots)} slots, format 1 has ${SLOTS}`);
   }
   const at = 8 + hlen + SLOT_SIZE * slot;
   let sb = head.subarray(at, at + SLOT_SIZE);

@@ -414,6 +414,7 @@ final class RegiondTable
         if (
             !is_array($h) || self::wholeNumber($h['revision'] ?? null) === null || self::wholeNumber($h['epoch'] ?? null) === null
             || !is_string($h['written_at'] ?? null) || ($h['slots'] ?? null) !== self::INDEX_SLOTS
+            || !in_array($h['format'] ?? null, self::INDEX_VERSIONS, true)
         ) {
             fclose($fh);
             throw new TableException("regiond: snapshot index {$idx} has a malformed header");

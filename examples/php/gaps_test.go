@@ -154,6 +154,11 @@ func TestGapIndexHeaderRefusedClearly(t *testing.T) {
 		edit       func(h []byte) []byte
 	}{
 		{"no revision", "has a malformed header", func(h []byte) []byte { return bytes.Replace(h, []byte(`"revision":`), []byte(`"revisiox":`), 1) }},
+		// The PHP reader took a header without format (the Go reader
+		// refuses it), or with format 2 in a file of binary version 1.
+		{"no format", "has a malformed header", func(h []byte) []byte { return bytes.Replace(h, []byte(`"format":1,`), nil, 1) }},
+		{"format 2", "has a malformed header", func(h []byte) []byte { return bytes.Replace(h, []byte(`"format":1,`), []byte(`"format":2,`), 1) }},
+		{"no slots", "has a malformed header", func(h []byte) []byte { return bytes.Replace(h, []byte(`,"slots":677`), nil, 1) }},
 		{"synced_at not a time", "written_at or synced_at is not RFC 3339", func(h []byte) []byte { return synced.ReplaceAll(h, []byte(`"synced_at":"yesterday"`)) }},
 		{"synced_at a number", "written_at or synced_at is not RFC 3339", func(h []byte) []byte { return synced.ReplaceAll(h, []byte(`"synced_at":12`)) }},
 	} {
