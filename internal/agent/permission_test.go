@@ -82,6 +82,11 @@ func TestStatusPutFailuresAreLoggedOnce(t *testing.T) {
 	var logs logbuf.Buffer
 	cfg := offlineConfig(dir)
 	cfg.Endpoints, cfg.Username, cfg.Password = srv.Endpoints, a.User, a.Password
+	// etcd refuses the lease's keep-alives too while the role may not
+	// write the key: with the default 10 s TTL, three failed puts under a
+	// loaded CI outlasted the lease, and status_error named the lease's
+	// end, not the put. A minute outlasts the refusal.
+	cfg.StatusTTL = time.Minute
 	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	h := runAgent(t, dir, cfg)
 	key := "/regiond/v1/agents/" + cfg.Node
@@ -121,10 +126,6 @@ func TestStatusPutFailuresAreLoggedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the status key at the change", func() bool { return statusRev() >= p.Header.Revision })
-	// etcd refuses the lease's keep-alives too while the role may not
-	// write the key: a refusal longer than the TTL (a loaded machine)
-	// ends the lease, and the agent puts the key under a new one, which
-	// clears status_error as well.
 	waitFor(t, "status_error cleared once the status key is put", func() bool {
 		st = api.Status{}
 		h.get("/v1/status", &st)
