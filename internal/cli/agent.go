@@ -25,6 +25,7 @@ func (a *app) agentCmd() *cobra.Command {
 }
 
 func (a *app) agentRmCmd() *cobra.Command {
+	var ignore bool
 	cmd := &cobra.Command{
 		Use:   "rm NODE...",
 		Short: "Delete lost nodes' records, so status and --wait-converged no longer wait for them",
@@ -37,7 +38,8 @@ rm forgets it. rm of a node is refused while the node's agent is live (its
 status key is there): stop it, and its clean stop removes the record. With
 several nodes, each is forgotten or refused on its own, and any refusal
 exits 1, naming each. An agent of NODE that runs again puts its record
-back. Not audited: it changes no routing state.`,
+back. With --ignore-not-found, a node with no record is passed over (a
+clean-up script run twice). Not audited: it changes no routing state.`,
 		Example: `  regionctl status           # edge-fra-3 LOST
   regionctl agent rm edge-fra-3
   regionctl agent rm edge-fra-3 edge-fra-4 edge-fra-5   # a rack taken out`,
@@ -48,6 +50,7 @@ back. Not audited: it changes no routing state.`,
 			return nil
 		},
 	}
+	addIgnoreNotFoundFlag(cmd, &ignore)
 	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, args []string) error {
 		for _, node := range args {
 			if !keyspace.ValidNode(node) {
@@ -65,7 +68,7 @@ back. Not audited: it changes no routing state.`,
 				continue // named twice: forgotten once
 			}
 			seen[node] = true
-			why, err := a.forgetNode(ctx, st, node)
+			why, err := a.forgetNode(ctx, st, node, ignore)
 			if err != nil {
 				return err
 			}
@@ -82,14 +85,17 @@ back. Not audited: it changes no routing state.`,
 }
 
 // forgetNode deletes node's record and says so on stdout; a refusal (the
-// node live, no record) is returned as a problem naming the record's key,
-// an error of etcd as an error.
-func (a *app) forgetNode(ctx context.Context, st *store.Store, node string) (*routing.FieldError, error) {
+// node live, no record unless ignoreAbsent) is returned as a problem
+// naming the record's key, an error of etcd as an error.
+func (a *app) forgetNode(ctx context.Context, st *store.Store, node string, ignoreAbsent bool) (*routing.FieldError, error) {
 	rec, err := st.ForgetNode(ctx, node)
 	key := st.Keyspace().Node(node)
 	switch {
 	case errors.Is(err, store.ErrNodeLive):
 		return &routing.FieldError{Key: key, Msg: fmt.Sprintf("%v: stop it (systemctl stop regiond on that node; its clean stop removes the record), or check --node", err)}, nil
+	case errors.Is(err, store.ErrNoNodeRecord) && ignoreAbsent:
+		fmt.Fprintf(a.stdout, "node %s has no record: nothing to forget (--ignore-not-found)\n", node)
+		return nil, nil
 	case errors.Is(err, store.ErrNoNodeRecord):
 		return &routing.FieldError{Key: key, Msg: fmt.Sprintf("%v: nothing to forget (regionctl status lists the lost nodes)", err)}, nil
 	case err != nil:

@@ -286,14 +286,15 @@ func (a *app) boostCancelCmd() *cobra.Command {
 		Args:    exactArgs(1, "a boost id"),
 	}
 	addWriteFlags(cmd, &w)
+	addIgnoreNotFoundFlag(cmd, &w.ignoreNotFound)
 	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, args []string) error {
-		return a.runWrite(ctx, w, func(_ context.Context, cur *store.State) (*store.Plan, error) {
+		return a.runWrite(ctx, w, a.orIgnoreAbsent(w.ignoreNotFound, func(_ context.Context, cur *store.State) (*store.Plan, error) {
 			_, bad := cur.BadOverrides[args[0]]
 			if _, ok := cur.Overrides[args[0]]; !ok && !bad {
 				return nil, noSuchBoost(cur, "cancel", args[0])
 			}
 			return &store.Plan{DeleteOverrides: []string{args[0]}}, nil
-		})
+		}))
 	})
 	return cmd
 }
@@ -367,7 +368,7 @@ func noSuchBoost(cur *store.State, verb, id string) error {
 		return refusef(routing.OverrideKey(id), "no such live boost: %s is a route, and %s takes a boost id; its live boost(s): %s (regionctl boost %s ID)",
 			id, verb, strings.Join(ids, ", "), verb)
 	}
-	return refusef(routing.OverrideKey(id), "no such live boost (it may have expired; see boost ls)")
+	return absentError{refusef(routing.OverrideKey(id), "no such live boost (it may have expired; see boost ls)").(refusedError), "boost " + id}
 }
 
 // clockSample is how many status keys a boost reads for its clock check.

@@ -40,6 +40,17 @@ func refusef(key, format string, args ...any) error {
 	return refusedError{routing.Errors{{Key: key, Msg: fmt.Sprintf(format, args...)}}}
 }
 
+// absentError refuses a removal (pool rm, route rm, boost cancel) of what
+// does not exist: exit 1, or, with --ignore-not-found, nothing to write
+// (orIgnoreAbsent).
+type absentError struct {
+	refusedError
+	what string // what was not found, as the note names it: "pool eu-old"
+}
+
+// Unwrap returns the refusal, which exitCode maps.
+func (e absentError) Unwrap() error { return e.refusedError }
+
 // interruptedError is a signal (Ctrl-C, SIGTERM) that ended a run before
 // it wrote anything, saying where it stood: exit 1, as every interrupt
 // before a commit.

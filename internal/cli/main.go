@@ -96,6 +96,9 @@ type app struct {
 	// attemptWarnings are the warnings of a write's current build
 	// attempt (warnAttempt).
 	attemptWarnings []string
+	// attemptNotes are the notes of a write's current build attempt,
+	// printed after its result (orIgnoreAbsent's).
+	attemptNotes []string
 }
 
 // run is Main with the environment read by getenv, and no check of the

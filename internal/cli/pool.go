@@ -186,20 +186,21 @@ again with this id would count them as its live instances.`,
 		Args:    exactArgs(1, "a pool id"),
 	}
 	addWriteFlags(cmd, &w)
+	addIgnoreNotFoundFlag(cmd, &w.ignoreNotFound)
 	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, args []string) error {
 		id := args[0]
-		rm := removeConfigKey(routing.PoolKey(id), a.routingKey(routing.PoolKey(id)), "pool does not exist", func(cfg *routing.Config) bool {
+		rm := removeConfigKey(routing.PoolKey(id), a.routingKey(routing.PoolKey(id)), "pool "+id, "pool does not exist", func(cfg *routing.Config) bool {
 			_, ok := cfg.Pools[id]
 			delete(cfg.Pools, id)
 			return ok
 		})
-		return a.runWrite(ctx, w, func(ctx context.Context, cur *store.State) (*store.Plan, error) {
+		return a.runWrite(ctx, w, a.orIgnoreAbsent(w.ignoreNotFound, func(ctx context.Context, cur *store.State) (*store.Plan, error) {
 			p, err := rm(ctx, cur)
 			if err == nil {
 				a.warnLiveHealth(cur, id)
 			}
 			return p, err
-		})
+		}))
 	})
 	return cmd
 }
@@ -248,7 +249,7 @@ func configPlanWith(change func(cur *store.State, cfg *routing.Config) error) bu
 // its stored value does not decode, delete that key alone, through the
 // same checks and audit record; else refuse with absent (naming full, the
 // key's etcd key, when the key is stored outside the grammar).
-func removeConfigKey(rel, full, absent string, del func(cfg *routing.Config) bool) buildFunc {
+func removeConfigKey(rel, full, what, absent string, del func(cfg *routing.Config) bool) buildFunc {
 	return func(_ context.Context, cur *store.State) (*store.Plan, error) {
 		cfg := cloneConfig(cur.Config)
 		if del(cfg) {
@@ -261,7 +262,7 @@ func removeConfigKey(rel, full, absent string, del func(cfg *routing.Config) boo
 						absent, sk.Error, full)
 				}
 			}
-			return nil, refusef(rel, "%s", absent)
+			return nil, absentError{refusef(rel, "%s", absent).(refusedError), what}
 		}
 		return &store.Plan{Config: cfg, DeleteInvalid: []string{rel}}, nil
 	}

@@ -150,13 +150,14 @@ is removed too.`,
 		Args:    exactArgs(1, "a route name"),
 	}
 	addWriteFlags(cmd, &w)
+	addIgnoreNotFoundFlag(cmd, &w.ignoreNotFound)
 	cmd.RunE = a.verb(func(ctx context.Context, _ *cobra.Command, args []string) error {
 		name := args[0]
-		return a.runWrite(ctx, w, removeConfigKey(routing.RouteKey(name), a.routingKey(routing.RouteKey(name)), "route does not exist", func(cfg *routing.Config) bool {
+		return a.runWrite(ctx, w, a.orIgnoreAbsent(w.ignoreNotFound, removeConfigKey(routing.RouteKey(name), a.routingKey(routing.RouteKey(name)), "route "+name, "route does not exist", func(cfg *routing.Config) bool {
 			_, ok := cfg.Routes[name]
 			delete(cfg.Routes, name)
 			return ok
-		}))
+		})))
 	})
 	return cmd
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -25,6 +26,8 @@ type writeOpts struct {
 	expect int // --expect-agents
 	retry  int
 	force  bool
+	// ignoreNotFound is --ignore-not-found, of the removal verbs.
+	ignoreNotFound bool
 	// allowResidency is --allow-residency-change, of the verbs that may
 	// write the residency policy (apply, rollback).
 	allowResidency bool
@@ -53,6 +56,31 @@ func addWriteFlags(cmd *cobra.Command, w *writeOpts) {
 	f.IntVar(&w.expect, "expect-agents", 0, "with --wait-converged, also wait until at least N live agents confirm it (the fleet's size: an agent whose status key expired before the wait is otherwise unknown to it; set REGIONCTL_EXPECT_AGENTS per fleet)")
 	f.IntVar(&w.retry, "retry", 0, "on a concurrent change, re-read and retry up to N times")
 	f.BoolVar(&w.force, "force", false, "write even if some country would be left with no eligible pool")
+}
+
+// addIgnoreNotFoundFlag adds --ignore-not-found to a removal verb (pool
+// rm, route rm, boost cancel, agent rm).
+func addIgnoreNotFoundFlag(cmd *cobra.Command, ignore *bool) {
+	cmd.Flags().BoolVar(ignore, "ignore-not-found", false,
+		"exit 0 with nothing written when what is named does not exist (for clean-up scripts run twice); other refusals stay refusals")
+}
+
+// orIgnoreAbsent is build, whose refusal of what does not exist
+// (absentError) becomes, when ignore is set, a write of nothing (exit 0,
+// "no changes") with a note naming what was not found.
+func (a *app) orIgnoreAbsent(ignore bool, build buildFunc) buildFunc {
+	if !ignore {
+		return build
+	}
+	return func(ctx context.Context, cur *store.State) (*store.Plan, error) {
+		p, err := build(ctx, cur)
+		var absent absentError
+		if errors.As(err, &absent) {
+			a.attemptNotes = append(a.attemptNotes, fmt.Sprintf("%s does not exist: nothing to remove (--ignore-not-found)", absent.what))
+			return &store.Plan{}, nil
+		}
+		return p, err
+	}
 }
 
 // allowResidencyFlag is the flag that lets a write take countries out of
@@ -156,6 +184,7 @@ func (a *app) runWrite(ctx context.Context, w writeOpts, build buildFunc) error 
 				hook()
 			}
 			a.attemptWarnings = nil // this attempt's view, not an earlier one's
+			a.attemptNotes = nil
 			p, err := build(ctx, cur)
 			if p != nil {
 				p.Force = p.Force || w.force
@@ -179,6 +208,8 @@ func (a *app) runWrite(ctx context.Context, w writeOpts, build buildFunc) error 
 		fmt.Fprintf(a.stderr, "regionctl: warning: %s\n", msg)
 	}
 	a.attemptWarnings = nil
+	w.notes = append(slices.Clip(w.notes), a.attemptNotes...)
+	a.attemptNotes = nil
 	if err != nil {
 		return err
 	}

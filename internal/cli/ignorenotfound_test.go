@@ -1,0 +1,65 @@
+package cli
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// TestIgnoreNotFound checks --ignore-not-found of the removal verbs: what
+// does not exist is a write of nothing (exit 0, a note naming it, etcd
+// unchanged, -o json noop), while the flag lets no other refusal through
+// and removes what does exist as without it.
+func TestIgnoreNotFound(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	e.must(ExitOK, "boost", "KR", "--target", "kr-music=100", "--ttl", "1h", "--id", "kr-week")
+	rev, n := e.fingerprint()
+	for _, tc := range []struct {
+		args []string
+		note string
+	}{
+		{[]string{"pool", "rm", "nope"}, "pool nope does not exist: nothing to remove (--ignore-not-found)"},
+		{[]string{"route", "rm", "XY"}, "route XY does not exist: nothing to remove (--ignore-not-found)"},
+		{[]string{"boost", "cancel", "gone-1"}, "boost gone-1 does not exist: nothing to remove (--ignore-not-found)"},
+	} {
+		if r := e.run(tc.args...); r.code != ExitRefused {
+			t.Errorf("regionctl %s without the flag: %s; want exit 1", strings.Join(tc.args, " "), r)
+		}
+		r := e.must(ExitOK, append(tc.args, "--ignore-not-found")...)
+		if !strings.Contains(r.stdout, "no changes; epoch stays 2\n"+tc.note+"\n") {
+			t.Errorf("regionctl %s --ignore-not-found: %s; want no changes and %q", strings.Join(tc.args, " "), r, tc.note)
+		}
+		r = e.must(ExitOK, append(tc.args, "--ignore-not-found", "-o", "json")...)
+		var out writeResult
+		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || !out.NoOp || len(out.Notes) != 1 || out.Notes[0] != tc.note {
+			t.Errorf("regionctl %s --ignore-not-found -o json: %v %+v; want noop and the note", strings.Join(tc.args, " "), err, out)
+		}
+	}
+	// Other refusals stay refusals: a pool a route names, a route a
+	// fallback names, a route's name given to boost cancel.
+	for _, args := range [][]string{
+		{"pool", "rm", "kr-music"},
+		{"route", "rm", "eu-general"},
+		{"boost", "cancel", "KR"},
+	} {
+		if r := e.run(append(args, "--ignore-not-found")...); r.code != ExitRefused || !strings.Contains(r.stderr, "REFUSED") {
+			t.Errorf("regionctl %s --ignore-not-found: %s; want still refused", strings.Join(args, " "), r)
+		}
+	}
+	if rev2, n2 := e.fingerprint(); rev2 != rev || n2 != n {
+		t.Fatalf("etcd changed: newest revision %d → %d, keys %d → %d", rev, rev2, n, n2)
+	}
+	// What exists is removed as without the flag.
+	e.must(ExitOK, "boost", "cancel", "kr-week", "--ignore-not-found")
+	if v := e.get(e.ks.RoutingKey("overrides/kr-week")); v != "" {
+		t.Fatalf("boost cancel --ignore-not-found left kr-week: %s", v)
+	}
+	if r := e.must(ExitOK, "agent", "rm", "n9", "--ignore-not-found"); !strings.Contains(r.stdout, "node n9 has no record: nothing to forget (--ignore-not-found)") {
+		t.Fatalf("agent rm n9 --ignore-not-found: %s", r)
+	}
+	if r := e.run("agent", "rm", "n9"); r.code != ExitRefused || !strings.Contains(r.stderr, "no node record") {
+		t.Fatalf("agent rm n9: %s; want refused", r)
+	}
+}
