@@ -59,7 +59,7 @@ clean-up script run twice). Not audited: it changes no routing state.`,
 		}
 		st, err := a.store(ctx)
 		if err != nil {
-			return err
+			return store.NothingWritten(err) // etcd not reached: nothing deleted
 		}
 		var refused routing.Errors
 		seen := map[string]bool{}

@@ -145,11 +145,17 @@ func (a *app) runAuthApply(ctx context.Context, o authOpts) error {
 	a.probe = func(keyspace.Space) string { return "" } // root need not read regiond's keys
 	st, err := a.store(ctx)
 	if err != nil {
-		return err
+		if o.dryRun {
+			return err
+		}
+		return store.NothingWritten(err) // etcd not reached: no user or role changed
 	}
 	cur, err := st.ReadAuth(ctx, plan)
 	if err != nil {
-		return err
+		if o.dryRun {
+			return err
+		}
+		return store.NothingWritten(err) // read before any change: none made
 	}
 	for _, n := range plan.OtherDeployments(cur) {
 		fmt.Fprintf(a.stderr, "regionctl: note: %s\n", n)

@@ -120,19 +120,34 @@ func TestExitUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	ep := fmt.Sprintf("127.0.0.1:%d", port)
-	for _, args := range [][]string{{"get"}, {"pool", "drain", "eu-north"}, {"status"}, {"rollback", "1"}} {
+	for _, tc := range []struct {
+		args  []string
+		write bool   // says nothing was written
+		cause string // the dial's error named
+	}{
+		{[]string{"get"}, false, "connection refused"},
+		{[]string{"pool", "drain", "eu-north"}, true, "connection refused"},
+		{[]string{"status"}, false, "connection refused"},
+		{[]string{"rollback", "1"}, true, "connection refused"},
+		{[]string{"agent", "rm", "n1"}, true, "connection refused"},
+		// auth apply dials with no probe (root need not read regiond's
+		// keys): its first read of etcd's roles meets the timeout.
+		{[]string{"--command-timeout", "1s", "auth", "apply", "--agent", "n1"}, true, "read role regiond-"},
+		{[]string{"--command-timeout", "1s", "auth", "apply", "--agent", "n1", "--dry-run"}, false, "read role regiond-"},
+	} {
+		args := tc.args
 		start := time.Now()
 		var out, errb strings.Builder
 		code := run(context.Background(), append([]string{"--endpoints", ep}, args...), &out, &errb, func(string) string { return "" })
 		took := time.Since(start)
 		// A bound on retrying (backoff would take 30s+), not a speed check.
 		if code != ExitUnreachable || !strings.Contains(errb.String(), "etcd unreachable at "+ep) ||
-			!strings.Contains(errb.String(), "connection refused") || took > 10*time.Second {
+			!strings.Contains(errb.String(), tc.cause) || took > 10*time.Second {
 			t.Errorf("regionctl %s against %s: exit %d after %s, stderr %q", strings.Join(args, " "), ep, code, took, errb.String())
 		}
 		// A write says nothing was written (no Txn was sent); a read does
 		// not speak of writing.
-		if write := args[0] == "pool" || args[0] == "rollback"; strings.HasSuffix(strings.TrimSpace(errb.String()), "; nothing was written") != write {
+		if strings.HasSuffix(strings.TrimSpace(errb.String()), "; nothing was written") != tc.write {
 			t.Errorf("regionctl %s against %s: stderr %q; want it to end \"; nothing was written\" only for a write", strings.Join(args, " "), ep, errb.String())
 		}
 	}
