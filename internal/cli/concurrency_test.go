@@ -23,7 +23,7 @@ import (
 // record's "after".
 func TestConcurrentWriters(t *testing.T) {
 	t.Parallel()
-	const writers, updates = 8, 100
+	const writers, updates = 8, 40 // 321 commits, each contended by 7 other writers
 	e := newEnv(t)
 	// A small fleet: the test is about the write path under contention,
 	// not about config size (the example fleet makes each attempt ~10×
