@@ -148,8 +148,11 @@ func (p *AuthPlan) Steps(cur *AuthState, passwords, revokeExtra bool) ([]AuthSte
 			case i < 0:
 				extras = append(extras, fmt.Sprintf("role %s also holds %s", r.Name, h))
 				steps = append(steps, AuthStep{Op: OpRoleRevoke, Role: r.Name, Grant: &h})
-			case r.Grants[i].Access != h.Access:
-				// The grant of the plan replaces it (same range).
+			case !r.Grants[i].Access.covers(h.Access):
+				// More access than the job's on its range (readwrite
+				// where it needs read): the grant of the plan replaces
+				// it. Less (read where it needs readwrite) is no extra:
+				// that grant, planned above, just makes what is missing.
 				extras = append(extras, fmt.Sprintf("role %s holds %s where its job needs %s", r.Name, h, r.Grants[i].Access))
 			}
 		}

@@ -199,7 +199,10 @@ func TestGapWriteOnlyGrantIsReadAsWrite(t *testing.T) {
 	if got := cur.Roles[role]; len(got) != 1 || got[0].Access != AccessWrite {
 		t.Fatalf("role %s read back as %v, want write on %s", role, got, g.Where())
 	}
-	steps := e.steps(t, ctx, false, true)
+	// Less than the job needs is no extra: without --revoke-extra, the
+	// re-grant alone (it was refused "holds write where its job needs
+	// readwrite").
+	steps := e.steps(t, ctx, false, false)
 	if len(steps) != 1 || steps[0].Op != OpRoleGrant || *steps[0].Grant != g {
 		t.Fatalf("steps for a write-only origin role: %v, want the re-grant of %s", steps, g)
 	}
@@ -312,5 +315,51 @@ func TestGapAnonymousAuthApplyNamesRoot(t *testing.T) {
 	_, err = New(anon, keyspace.Default(), Options{}).ReadAuth(ctx, plan)
 	if !errors.Is(err, rpctypes.ErrUserEmpty) || !strings.Contains(err.Error(), "needs etcd's root role") {
 		t.Fatalf("ReadAuth without a user: %v, want etcd's user-empty refusal naming the root role", err)
+	}
+}
+
+// TestNarrowedGrantIsRegrantedNotRefused: a role holding less than its
+// job on a range (read, or write, where it needs readwrite: an agent
+// then cannot put its status key) gets the job's grant back, with no
+// refusal and nothing revoked; more than its job (readwrite where it
+// needs read) stays an extra.
+func TestNarrowedGrantIsRegrantedNotRefused(t *testing.T) {
+	roles := NewRoles(keyspace.Default(), "")
+	plan, err := roles.Plan(RoleSpec{Agents: []Binding{{Name: "n1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := &AuthState{Roles: map[string][]Grant{}, Users: map[string][]string{}}
+	for _, r := range plan.Roles {
+		cur.Roles[r.Name] = slices.Clone(r.Grants)
+	}
+	for _, u := range plan.Users {
+		cur.Users[u.Name] = slices.Clone(u.Roles)
+	}
+	agent := roles.Agent("n1")
+	held := cur.Roles[agent.Name]
+	for i, g := range held {
+		if g.Access != AccessReadWrite {
+			continue
+		}
+		for _, less := range []Access{AccessRead, AccessWrite} {
+			held[i].Access = less
+			steps, err := plan.Steps(cur, false, false)
+			if err != nil || len(steps) != 1 || steps[0].Op != OpRoleGrant || *steps[0].Grant != g {
+				t.Errorf("%s holding %s where it needs %s: steps %v, %v; want the grant of %s alone", agent.Name, less, g.Access, steps, err, g)
+			}
+		}
+		held[i].Access = g.Access
+	}
+	for i, g := range held {
+		if g.Access != AccessRead {
+			continue
+		}
+		held[i].Access = AccessReadWrite
+		var extra *ExtraGrantsError
+		if _, err := plan.Steps(cur, false, false); !errors.As(err, &extra) {
+			t.Errorf("%s holding readwrite where it needs read on %s: %v; want an extra refused", agent.Name, g.Where(), err)
+		}
+		held[i].Access = g.Access
 	}
 }
