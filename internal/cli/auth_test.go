@@ -13,7 +13,6 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"golang.org/x/crypto/bcrypt"
 
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/keyspace"
@@ -327,11 +326,7 @@ func nested(t *testing.T, e *rbacEnv) {
 // locks/ grant was called another deployment's, even with --revoke-extra).
 func TestAuthApplyMigratesTheOldLayout(t *testing.T) {
 	t.Parallel()
-	srv, err := devetcd.Start(context.Background(), devetcd.Config{Dir: t.TempDir(), BcryptCost: uint(bcrypt.MinCost)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
+	srv := devetcd.NewTest(t)
 	root := devetcd.EnableTestRootAuth(t, srv)
 	ctx := context.Background()
 	ks := keyspace.Default()

@@ -17,10 +17,11 @@ import (
 )
 
 // NewTest starts an embedded etcd in t.TempDir() on free loopback ports and
-// stops it when the test ends.
+// stops it when the test ends. Passwords of users added to it are hashed
+// at bcrypt.MinCost, for fast authentication.
 func NewTest(t testing.TB) *Server {
 	t.Helper()
-	srv, err := Start(context.Background(), Config{Dir: t.TempDir()})
+	srv, err := Start(context.Background(), Config{Dir: t.TempDir(), BcryptCost: uint(bcrypt.MinCost)})
 	if err != nil {
 		t.Fatalf("start embedded etcd: %v", err)
 	}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"golang.org/x/crypto/bcrypt"
 
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/keyspace"
@@ -23,11 +22,7 @@ import (
 // refused as an extra.
 func TestApplyAuth(t *testing.T) {
 	t.Parallel()
-	srv, err := devetcd.Start(context.Background(), devetcd.Config{Dir: t.TempDir(), BcryptCost: uint(bcrypt.MinCost)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
+	srv := devetcd.NewTest(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ks := keyspace.Default()

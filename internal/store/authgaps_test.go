@@ -11,7 +11,6 @@ import (
 	"go.etcd.io/etcd/api/v3/authpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"golang.org/x/crypto/bcrypt"
 
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/keyspace"
@@ -32,11 +31,8 @@ type authGapEnv struct {
 // plan of spec (users with generated passwords).
 func newAuthGapEnv(t *testing.T, ctx context.Context, spec RoleSpec) *authGapEnv {
 	t.Helper()
-	srv, err := devetcd.Start(context.Background(), devetcd.Config{Dir: t.TempDir(), BcryptCost: uint(bcrypt.MinCost)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
+	srv := devetcd.NewTest(t)
+	var err error
 	e := &authGapEnv{srv: srv, root: devetcd.EnableTestRootAuth(t, srv)}
 	e.rs = New(e.root, keyspace.Default(), Options{})
 	if e.plan, err = NewRoles(keyspace.Default(), "").Plan(spec); err != nil {
@@ -255,11 +251,7 @@ func TestGapRangeIntoAnotherRootIsForeign(t *testing.T) {
 // through a grpc-proxy, which forwards password logins).
 func TestGapCertificateUsersHaveNoPassword(t *testing.T) {
 	t.Parallel()
-	srv, err := devetcd.Start(context.Background(), devetcd.Config{Dir: t.TempDir(), BcryptCost: uint(bcrypt.MinCost)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
+	srv := devetcd.NewTest(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	root := devetcd.EnableTestRootAuth(t, srv)
@@ -299,11 +291,7 @@ func TestGapCertificateUsersHaveNoPassword(t *testing.T) {
 // roles and users needs etcd's root role.
 func TestGapAnonymousAuthApplyNamesRoot(t *testing.T) {
 	t.Parallel()
-	srv, err := devetcd.Start(context.Background(), devetcd.Config{Dir: t.TempDir(), BcryptCost: uint(bcrypt.MinCost)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
+	srv := devetcd.NewTest(t)
 	devetcd.EnableTestRootAuth(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
