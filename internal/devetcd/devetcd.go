@@ -181,7 +181,7 @@ func (s *Server) ClientTLS(tc *tls.Config) (*clientv3.Client, error) { return s.
 
 func (s *Server) client(tc *tls.Config, user, password string) (*clientv3.Client, error) {
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   s.Endpoints,
+		Endpoints: s.Endpoints,
 		// Generous: with a user, New logs in (a bcrypt check), which a
 		// loaded 2-core machine under -race can take seconds to answer.
 		DialTimeout: 15 * time.Second,
