@@ -71,8 +71,12 @@ func (a *Agent) notifySystemd(ctx context.Context) {
 					last = line
 				}
 			case line != last:
-				send(status(line))
-				last = line
+				// Kept as sent only once it got through: a line whose
+				// send failed (systemd's socket away for a moment) is
+				// sent again at the next tick.
+				if send(status(line)) {
+					last = line
+				}
 			}
 			if watchdog > 0 && a.servesStatus() {
 				send(daemon.SdNotifyWatchdog)
