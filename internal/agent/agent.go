@@ -170,9 +170,8 @@ func New(cfg Config) (*Agent, error) {
 		// anything but a file there would fail every write, for ever,
 		// while /readyz said ready.
 		for _, p := range []string{cfg.Snapshot, snapshot.IndexPath(cfg.Snapshot)} {
-			if fi, err := os.Lstat(p); err == nil && !fi.Mode().IsRegular() {
-				return fail(fmt.Errorf("--snapshot %s: %s is a %s, not a file: the agent writes its files itself (by rename); remove it, or give another path",
-					cfg.Snapshot, p, fileKind(fi.Mode())))
+			if err := notAFile("--snapshot", cfg.Snapshot, p); err != nil {
+				return fail(err)
 			}
 		}
 	}
@@ -181,6 +180,13 @@ func New(cfg Config) (*Agent, error) {
 		return fail(fmt.Errorf("--snapshot-copy %s: %w", cfg.SnapshotCopy, err))
 	}
 	made = append(made, m...)
+	if cfg.SnapshotCopy != "" {
+		// Read at start when the snapshot is missing: a FIFO there would
+		// block the open, and the agent's start, with nothing logged.
+		if err := notAFile("--snapshot-copy", cfg.SnapshotCopy, cfg.SnapshotCopy); err != nil {
+			return fail(err)
+		}
+	}
 	if cfg.Socket != "" {
 		m, err := makeSocketDir(cfg.Socket)
 		if err != nil {
@@ -485,6 +491,18 @@ func (a *Agent) Run(ctx context.Context) error {
 // finish their answers before it closes them: within systemd's stop
 // timeout (15 s in the package's unit) with the status key's revoke.
 const shutdownGrace = 5 * time.Second
+
+// notAFile refuses path p of flag (given as value) when something other
+// than a regular file is there: the agent writes its files by rename, so
+// a directory, a link or a FIFO there would fail every write, for ever,
+// while /readyz said ready (or, read at start, block it).
+func notAFile(flag, value, p string) error {
+	if fi, err := os.Lstat(p); err == nil && !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s %s: %s is a %s, not a file: the agent writes its files itself (by rename); remove it, or give another path",
+			flag, value, p, fileKind(fi.Mode()))
+	}
+	return nil
+}
 
 // fileKind names a file mode's type for messages.
 func fileKind(m os.FileMode) string {

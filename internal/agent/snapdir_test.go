@@ -278,6 +278,38 @@ func TestRefusesASnapshotPathThatIsNoFile(t *testing.T) {
 			}
 		})
 	}
+	// A FIFO at --snapshot-copy, read at start while the snapshot is
+	// missing, blocked the start (the open waits for a writer) with
+	// nothing logged.
+	t.Run("copy FIFO", func(t *testing.T) {
+		base := t.TempDir()
+		cfg := offlineConfig(base)
+		cfg.SnapshotCopy = filepath.Join(base, "state", "table.json")
+		mkdir(t, filepath.Dir(cfg.SnapshotCopy), 0o755)
+		if err := syscall.Mkfifo(cfg.SnapshotCopy, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			a, err := agent.New(cfg)
+			if err == nil {
+				stopOffline(t, a)
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if want := "--snapshot-copy " + cfg.SnapshotCopy + ": " + cfg.SnapshotCopy + " is a FIFO, not a file"; err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("error %v, want %q", err, want)
+			}
+		case <-time.After(30 * time.Second): // a hang guard
+			// Unblock the open, so the goroutine ends.
+			if f, err := os.OpenFile(cfg.SnapshotCopy, os.O_WRONLY, 0); err == nil {
+				f.Close()
+			}
+			t.Fatal("agent.New blocked on a FIFO at --snapshot-copy")
+		}
+	})
 	base := t.TempDir()
 	cfg := offlineConfig(base)
 	cfg.Snapshot = filepath.Join(base, "shm") + "/"
