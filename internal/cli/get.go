@@ -68,6 +68,9 @@ type getResult struct {
 	// pools are the stored pools, for the health table's notes (Pools is
 	// set only when the pools are shown).
 	pools map[string]routing.Pool
+	// invalidPools are the pools whose stored value does not decode (not
+	// in pools): the agents serve each one's last good value.
+	invalidPools map[string]bool
 	// provenance says where each pool that is not active got its status,
 	// by id (pool_provenance in JSON); nil when not read (the pools not
 	// shown) or a read failed (a warning said so).
@@ -211,6 +214,14 @@ func (a *app) runGet(ctx context.Context, section string) error {
 		}
 	}
 	out.pools = cur.Config.Pools
+	for _, rel := range cur.InvalidConfigKeys() {
+		if id, ok := strings.CutPrefix(rel, "pools/"); ok {
+			if out.invalidPools == nil {
+				out.invalidPools = map[string]bool{}
+			}
+			out.invalidPools[id] = true
+		}
+	}
 	return a.printer().print(out, func(w io.Writer) { printGet(w, out, show) })
 }
 
@@ -268,7 +279,7 @@ func printGet(w io.Writer, r getResult, show func(string) bool) {
 
 // printHealth prints the health keys, each with its lease's remaining
 // life and a note when its pool does not exist or has no health_check
-// (the key changes nothing), then a line for each health-checked pool
+// (the key changes nothing) or its pool's stored value is invalid, then a line for each health-checked pool
 // with no live instance (the table has no row for it).
 func printHealth(w io.Writer, r getResult) {
 	row(w, "HEALTH KEY", "ADDR", "SINCE", "TTL", "NOTE")
@@ -284,7 +295,9 @@ func printHealth(w io.Writer, r getResult) {
 		}
 		note := "-"
 		key, _ := routing.ParseKey(k)
-		if p, ok := r.pools[key.ID]; !ok {
+		if p, ok := r.pools[key.ID]; !ok && r.invalidPools[key.ID] {
+			note = "its pool's stored value is invalid (the agents serve its last good value; regionctl get skipped)"
+		} else if !ok {
 			note = "no such pool"
 		} else if !p.HealthCheck {
 			note = "pool without health_check"

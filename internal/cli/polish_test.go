@@ -1,9 +1,13 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/regiond/regiond/routing"
 )
 
 // TestIgnoreNotFound checks --ignore-not-found of the removal verbs: what
@@ -61,5 +65,27 @@ func TestIgnoreNotFound(t *testing.T) {
 	}
 	if r := e.run("agent", "rm", "n9"); r.code != ExitRefused || !strings.Contains(r.stderr, "no node record") {
 		t.Fatalf("agent rm n9: %s; want refused", r)
+	}
+}
+
+// TestGetHealthOfAPoolWhoseValueIsInvalid: a health key of a pool whose
+// stored value does not decode (a hand edit the agents skip, serving its
+// last good value, whose health keys still count) is noted so, not "no
+// such pool" (the cli review's bug).
+func TestGetHealthOfAPoolWhoseValueIsInvalid(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed()
+	ctx := context.Background()
+	if _, err := testClient.Put(ctx, e.ks.RoutingKey(routing.HealthKey("eu-west", "ams-1")), `{"addr":"10.0.0.9:443","since":"2026-01-01T00:00:00Z"}`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testClient.Put(ctx, e.ks.RoutingKey(routing.PoolKey("eu-west")), `{"host":"edge-ams-1.example.net:443","residency":"eu","status":"active","region":"EU WEST"}`); err != nil {
+		t.Fatal(err)
+	}
+	r := e.must(ExitOK, "get", "health")
+	if !regexp.MustCompile(`(?m)^health/eu-west/ams-1 .*its pool's stored value is invalid \(the agents serve its last good value; regionctl get skipped\) *$`).MatchString(r.stdout) ||
+		strings.Contains(r.stdout, "no such pool") {
+		t.Fatalf("get health: %s; want the key of eu-west noted as its pool's invalid value, not no such pool", r)
 	}
 }
