@@ -64,8 +64,16 @@ func (e *buildError) Error() string { return e.err.Error() + "\n" + e.out }
 // startHeartbeat runs `regionctl heartbeat` as a subprocess.
 func (e *tenv) startHeartbeat(t *testing.T, bin, instance string) (*exec.Cmd, *logbuf.Buffer) {
 	t.Helper()
+	return e.startHeartbeatTTL(t, bin, instance, "2s")
+}
+
+// startHeartbeatTTL is startHeartbeat with a lease of ttl: a test that
+// waits for no lease to end takes a long one, which a loaded machine's
+// late keep-alives do not end under it.
+func (e *tenv) startHeartbeatTTL(t *testing.T, bin, instance, ttl string) (*exec.Cmd, *logbuf.Buffer) {
+	t.Helper()
 	cmd := exec.Command(bin, "--endpoints", strings.Join(testServer.Endpoints, ","), "--prefix", e.prefix,
-		"heartbeat", "eu-central", "--instance", instance, "--addr", "10.0.0.1:443", "--ttl", "2s")
+		"heartbeat", "eu-central", "--instance", instance, "--addr", "10.0.0.1:443", "--ttl", ttl)
 	out := &logbuf.Buffer{} // read while the process writes
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -282,7 +290,9 @@ func TestHeartbeatPutsItsKeyBack(t *testing.T) {
 	bin := regionctlBinary(t)
 	e := newEnv(t)
 	e.seed()
-	first, firstOut := e.startHeartbeat(t, bin, "fra-keep")
+	// Leases of 30 s: under load (16 on 2 cores) a 2 s lease ended
+	// between late keep-alives, and a new one's put read as a fight.
+	first, firstOut := e.startHeartbeatTTL(t, bin, "fra-keep", "30s")
 	var lease int64
 	if _, ok := poll.Until(10*time.Second, func() bool { lease = e.healthLease("fra-keep"); return lease != 0 }); !ok {
 		t.Fatalf("health key not written:\n%s", firstOut)
@@ -315,7 +325,7 @@ func TestHeartbeatPutsItsKeyBack(t *testing.T) {
 		t.Fatalf("the take-back is not logged:\n%s", firstOut)
 	}
 
-	second, secondOut := e.startHeartbeat(t, bin, "fra-keep")
+	second, secondOut := e.startHeartbeatTTL(t, bin, "fra-keep", "30s")
 	var other int64
 	if _, ok := poll.Until(10*time.Second, func() bool { other = e.healthLease("fra-keep"); return other != 0 && other != lease }); !ok {
 		t.Fatalf("the second heartbeat did not put its key:\n%s", secondOut)
