@@ -178,7 +178,13 @@ func (a *app) runAuthApply(ctx context.Context, o authOpts) error {
 		if err != nil {
 			// Users added before the failure have passwords nobody has
 			// seen, and a re-run skips existing users: shown now or never.
-			printPasswords(a.stdout, res.Passwords)
+			// With -o json/yaml, as the result (applied false) a JSON
+			// reader of stdout can parse.
+			if a.output == "table" {
+				printPasswords(a.stdout, res.Passwords)
+			} else if perr := a.printAuth(res, plan); perr != nil {
+				return errors.Join(err, perr)
+			}
 			return err
 		}
 		res.Applied = true

@@ -151,6 +151,17 @@ func TestGapAuthApplyFailedPartWayPrintsPasswords(t *testing.T) {
 		!regexp.MustCompile(`(?m)^# password of user `+regexp.QuoteMeta(u("alice"))+`: \S+ \(shown once\)$`).MatchString(r.stdout) {
 		t.Fatalf("auth apply failing after adding a user with a password: %s; want exit 1 with the error, and the password on stdout", r)
 	}
+	// With -o json, stdout is the result as JSON, applied false, with
+	// the password (it printed the table's comment lines).
+	rp, u = gapAuthNames(t)
+	r = e.runCtx(withInterceptor(refuse), "auth", "apply", "--role-prefix", rp, "--operator", u("alice"), "--passwords", "-o", "json")
+	var res struct {
+		Applied   bool              `json:"applied"`
+		Passwords map[string]string `json:"passwords"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &res); r.code != ExitRefused || err != nil || res.Applied || res.Passwords[u("alice")] == "" {
+		t.Fatalf("auth apply -o json failing after adding a user with a password: %s (%v); want exit 1 and JSON with its password, applied false", r, err)
+	}
 }
 
 // TestGapAuthApplyNamesStepsMadeMeanwhile: a role another run made between
