@@ -70,6 +70,11 @@ clean-up script run twice). Not audited: it changes no routing state.`,
 			seen[node] = true
 			why, err := a.forgetNode(ctx, st, node, ignore)
 			if err != nil {
+				// The nodes refused before it are named all the same:
+				// the run ends with etcd's error (its exit code).
+				for _, r := range refused {
+					fmt.Fprintf(a.stderr, "REFUSED %s\n", r)
+				}
 				return err
 			}
 			if why != nil {

@@ -3,9 +3,14 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/regiond/regiond/routing"
 )
@@ -87,5 +92,23 @@ func TestGetHealthOfAPoolWhoseValueIsInvalid(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^health/eu-west/ams-1 .*its pool's stored value is invalid \(the agents serve its last good value; regionctl get skipped\) *$`).MatchString(r.stdout) ||
 		strings.Contains(r.stdout, "no such pool") {
 		t.Fatalf("get health: %s; want the key of eu-west noted as its pool's invalid value, not no such pool", r)
+	}
+}
+
+// TestAgentRmNamesRefusalsBeforeAnEtcdError: agent rm of several nodes
+// that meets an etcd error after refusing one still names that refusal
+// (it returned the error alone), and ends with the error.
+func TestAgentRmNamesRefusalsBeforeAnEtcdError(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	fail := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if strings.Contains(fmt.Sprint(req), "n-second") {
+			return status.Error(codes.Internal, "injected: etcd failed")
+		}
+		return invoke(ctx, method, req, reply, cc, opts...)
+	}
+	r := e.runCtx(withInterceptor(fail), "agent", "rm", "n-first", "n-second")
+	if r.code == ExitOK || !strings.Contains(r.stderr, "REFUSED "+e.ks.Node("n-first")) || !strings.Contains(r.stderr, "injected: etcd failed") {
+		t.Fatalf("agent rm n-first n-second, n-first with no record, n-second meeting an error: %s; want n-first's refusal named and the error", r)
 	}
 }
