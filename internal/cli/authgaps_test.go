@@ -451,6 +451,20 @@ func TestGapGetHealthTable(t *testing.T) {
 	}
 }
 
+// seedLeasedHealthKey seeds e with eu-central health-checked and puts
+// its health key of instance fra-1 under a new lease; it returns the
+// key's relative name.
+func (e *tenv) seedLeasedHealthKey(t *testing.T) string {
+	t.Helper()
+	e.seed()
+	e.must(ExitOK, "pool", "set", "eu-central", "--health-check", "--force")
+	rel := routing.HealthKey("eu-central", "fra-1")
+	if _, err := testClient.Put(context.Background(), e.ks.RoutingKey(rel), gapHealthValue, clientv3.WithLease(grantLease(t))); err != nil {
+		t.Fatal(err)
+	}
+	return rel
+}
+
 // TestGapGetHealthLeasesUnread: when the health keys' leases cannot be
 // read, get health still shows the keys and exits 0, with a warning; the
 // TTL is "-" (not known), never "no lease", and no key is noted as
@@ -459,13 +473,7 @@ func TestGapGetHealthTable(t *testing.T) {
 func TestGapGetHealthLeasesUnread(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.seed()
-	e.must(ExitOK, "pool", "set", "eu-central", "--health-check", "--force")
-	lease := grantLease(t)
-	rel := routing.HealthKey("eu-central", "fra-1")
-	if _, err := testClient.Put(context.Background(), e.ks.RoutingKey(rel), gapHealthValue, clientv3.WithLease(lease)); err != nil {
-		t.Fatal(err)
-	}
+	rel := e.seedLeasedHealthKey(t)
 	fail := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		if method == "/etcdserverpb.Lease/LeaseTimeToLive" {
 			return rpctypes.ErrGRPCPermissionDenied
@@ -487,14 +495,8 @@ func TestGapGetHealthLeasesUnread(t *testing.T) {
 func TestGapGetHealthReadsLeasesAtItsRevision(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.seed()
-	e.must(ExitOK, "pool", "set", "eu-central", "--health-check", "--force")
-	lease := grantLease(t)
-	rel := routing.HealthKey("eu-central", "fra-1")
+	rel := e.seedLeasedHealthKey(t)
 	key := e.ks.RoutingKey(rel)
-	if _, err := testClient.Put(context.Background(), key, gapHealthValue, clientv3.WithLease(lease)); err != nil {
-		t.Fatal(err)
-	}
 	healthPrefix := e.ks.RoutingKey("health/")
 	var deleted atomic.Bool
 	del := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
