@@ -368,7 +368,7 @@ func noSuchBoost(cur *store.State, verb, id string) error {
 		return refusef(routing.OverrideKey(id), "no such live boost: %s is a route, and %s takes a boost id; its live boost(s): %s (regionctl boost %s ID)",
 			id, verb, strings.Join(ids, ", "), verb)
 	}
-	return absentError{refusef(routing.OverrideKey(id), "no such live boost (it may have expired; see boost ls)").(refusedError), "boost " + id}
+	return absentf(routing.OverrideKey(id), "boost "+id, "no such live boost (it may have expired; see boost ls)")
 }
 
 // clockSample is how many status keys a boost reads for its clock check.

@@ -51,6 +51,12 @@ type absentError struct {
 // Unwrap returns the refusal, which exitCode maps.
 func (e absentError) Unwrap() error { return e.refusedError }
 
+// absentf is refusef of what (as a note names it: "pool eu-old"), which
+// does not exist.
+func absentf(key, what, format string, args ...any) error {
+	return absentError{refusedError{routing.Errors{{Key: key, Msg: fmt.Sprintf(format, args...)}}}, what}
+}
+
 // interruptedError is a signal (Ctrl-C, SIGTERM) that ended a run before
 // it wrote anything, saying where it stood: exit 1, as every interrupt
 // before a commit.

@@ -279,8 +279,9 @@ func printGet(w io.Writer, r getResult, show func(string) bool) {
 
 // printHealth prints the health keys, each with its lease's remaining
 // life and a note when its pool does not exist or has no health_check
-// (the key changes nothing) or its pool's stored value is invalid, then a line for each health-checked pool
-// with no live instance (the table has no row for it).
+// (the key changes nothing) or its pool's stored value is invalid, then
+// a line for each health-checked pool with no live instance (the table
+// has no row for it).
 func printHealth(w io.Writer, r getResult) {
 	row(w, "HEALTH KEY", "ADDR", "SINCE", "TTL", "NOTE")
 	for _, k := range sortedKeys(r.Health) {

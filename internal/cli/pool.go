@@ -262,7 +262,7 @@ func removeConfigKey(rel, full, what, absent string, del func(cfg *routing.Confi
 						absent, sk.Error, full)
 				}
 			}
-			return nil, absentError{refusef(rel, "%s", absent).(refusedError), what}
+			return nil, absentf(rel, what, "%s", absent)
 		}
 		return &store.Plan{Config: cfg, DeleteInvalid: []string{rel}}, nil
 	}
