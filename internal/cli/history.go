@@ -111,7 +111,7 @@ func (a *app) runHistory(ctx context.Context, limit int64) error {
 	return a.printer().print(recs, func(w io.Writer) {
 		row(w, "EPOCH", "AT", "USER", "KEYS", "REASON", "COMMAND")
 		for _, r := range recs {
-			row(w, r.Epoch, r.At, orDash(r.User), len(r.Changes), orDash(r.Reason), r.Command)
+			row(w, r.Epoch, auditTime(r.At), orDash(r.User), len(r.Changes), orDash(r.Reason), r.Command)
 		}
 	})
 }
@@ -132,7 +132,7 @@ func (a *app) runHistoryEpoch(ctx context.Context, epoch int64) error {
 }
 
 func printAudit(w io.Writer, r store.AuditEntry) {
-	fmt.Fprintf(w, "epoch %d at %s (revision %d)\n", r.Epoch, r.At, r.Revision)
+	fmt.Fprintf(w, "epoch %d at %s (revision %d)\n", r.Epoch, auditTime(r.At), r.Revision)
 	fmt.Fprintf(w, "by %s on %s: %s\n", orDash(r.User), orDash(r.Host), r.Command)
 	if r.Reason != "" {
 		fmt.Fprintf(w, "reason: %s\n", r.Reason)
@@ -187,7 +187,7 @@ func (a *app) runHistoryKeys(ctx context.Context, specs []string, limit int64) e
 	return a.printer().print(recs, func(w io.Writer) {
 		row(w, "EPOCH", "AT", "USER", "KEYS", "TOUCHED", "REASON", "COMMAND")
 		for _, r := range recs {
-			row(w, r.Epoch, r.At, orDash(r.User), len(r.Changes), strings.Join(f.touched(r), ","), orDash(r.Reason), r.Command)
+			row(w, r.Epoch, auditTime(r.At), orDash(r.User), len(r.Changes), strings.Join(f.touched(r), ","), orDash(r.Reason), r.Command)
 		}
 	})
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -33,7 +34,9 @@ func TestHistoryOfAnEpochNotYetWritten(t *testing.T) {
 // TestHistoryTableKeepsItsRows: a --reason of several lines, or with a
 // tab, is one row of history's table, its control characters escaped
 // (raw, they broke the rows and columns); -o json keeps the reason as
-// written, '&' included (it was \u0026).
+// written, '&' included (it was \u0026). Its times read as get shows
+// them (2006-01-02 15:04:05 UTC, not RFC 3339's T and Z), in the table,
+// with --touching and in history N; -o json keeps RFC 3339.
 func TestHistoryTableKeepsItsRows(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -44,9 +47,23 @@ func TestHistoryTableKeepsItsRows(t *testing.T) {
 	if len(lines) != 3 || !strings.Contains(lines[1], `drain & reboot\nticket:\tOPS-1`) { // newest first
 		t.Fatalf("history: want a header and two rows, the reason escaped:\n%s", r.stdout)
 	}
+	// Times read as get shows them; -o json keeps the record's RFC 3339.
+	shown := regexp.MustCompile(`\b20\d\d-\d\d-\d\d \d\d:\d\d:\d\d UTC\b`)
+	if !shown.MatchString(lines[1]) || regexp.MustCompile(`\dT\d`).MatchString(lines[1]) {
+		t.Fatalf("history: want the time as 2006-01-02 15:04:05 UTC:\n%s", r.stdout)
+	}
+	if r := e.must(ExitOK, "history", "2"); !shown.MatchString(strings.SplitN(r.stdout, "\n", 2)[0]) {
+		t.Fatalf("history 2: want the time as 2006-01-02 15:04:05 UTC on its first line:\n%s", r.stdout)
+	}
+	if r := e.must(ExitOK, "history", "--touching", "eu-north"); !shown.MatchString(r.stdout) {
+		t.Fatalf("history --touching: want the time as 2006-01-02 15:04:05 UTC:\n%s", r.stdout)
+	}
 	r = e.must(ExitOK, "history", "-o", "json")
 	if !strings.Contains(r.stdout, `"reason": "drain & reboot\nticket:\tOPS-1"`) {
 		t.Fatalf("history -o json: want the reason as written:\n%s", r.stdout)
+	}
+	if !regexp.MustCompile(`"at": "20\d\d-\d\d-\d\dT\d\d:\d\d:\d\d`).MatchString(r.stdout) {
+		t.Fatalf("history -o json: want the time in RFC 3339:\n%s", r.stdout)
 	}
 }
 
