@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -130,9 +131,41 @@ func checkTargetRefs(errs *Errors, cfg *Config, key, route string, targets []Tar
 				errs.add(key, field, "pool %s does not exist", tg.Pool)
 			}
 		case isCountry && class != "" && p.Residency != class:
-			errs.add(key, field, "pool %s has residency %s, not allowed for %s (class %s)", tg.Pool, p.Residency, route, class)
+			errs.add(key, field, "pool %s has residency %s, not allowed for %s (class %s: %s)", tg.Pool, p.Residency, route, class, allowedPools(cfg, class))
 		}
 	}
+}
+
+// allowedPools names, for a residency error, the pools a route of class
+// may name: the first three ids of residency class in order and how many
+// more, or that there is none. One pass, not a sort: a config of many
+// pools with many such errors stays cheap to validate.
+func allowedPools(cfg *Config, class string) string {
+	const shown = 3
+	var first []string // the smallest ids seen, in order
+	n := 0
+	for id, p := range cfg.Pools {
+		if p.Residency != class {
+			continue
+		}
+		n++
+		i, _ := slices.BinarySearch(first, id)
+		if i < shown {
+			first = slices.Insert(first, i, id)
+			if len(first) > shown {
+				first = first[:shown]
+			}
+		}
+	}
+	switch {
+	case n == 0:
+		return "no pool has residency " + class
+	case n > shown:
+		return fmt.Sprintf("its pools are %s and %d more", strings.Join(first, ", "), n-shown)
+	case n == 1:
+		return "its pool is " + first[0]
+	}
+	return "its pools are " + strings.Join(first, ", ")
 }
 
 // lookalikeCountry returns the country code a lower-case group name spells

@@ -99,9 +99,9 @@ func TestValidate(t *testing.T) {
 
 		// Invariant 3: residency.
 		{name: "residency violation on a country route", change: setRoute("PL", Route{Targets: tg("eu-central", 50, "us-east", 50)}),
-			want: []string{"routes/PL: targets[1].pool: pool us-east has residency us, not allowed for PL (class eu)"}},
+			want: []string{"routes/PL: targets[1].pool: pool us-east has residency us, not allowed for PL (class eu: its pools are eu-central, eu-west)"}},
 		{name: "residency violation even at weight 0", change: setRoute("PL", Route{Targets: tg("eu-central", 100, "us-east", 0)}),
-			want: []string{"routes/PL: targets[1].pool: pool us-east has residency us, not allowed for PL (class eu)"}},
+			want: []string{"routes/PL: targets[1].pool: pool us-east has residency us, not allowed for PL (class eu: its pools are eu-central, eu-west)"}},
 		{name: "groups may mix residencies", change: setRoute("eu-general", Route{Targets: tg("eu-central", 50, "us-east", 50), Fallback: []string{DefaultRoute}})},
 		{name: "countries in no class may use any pool", change: setRoute("US", Route{Targets: tg("us-east", 50, "eu-west", 50)})},
 		{name: "_default with only us pools strands EU and unknown viewers", change: setRoute(DefaultRoute, Route{Targets: tg("us-east", 100)}),
@@ -206,7 +206,7 @@ func TestValidateListsEveryError(t *testing.T) {
 		`pools/eu-west: status: must be active, draining or down, got "paused"`,
 		"routes/PL: fallback[0]: route eu-genral does not exist",
 		"routes/PL: targets: weights must sum to 100, got 220",
-		"routes/PL: targets[1].pool: pool us-east has residency us, not allowed for PL (class eu)",
+		"routes/PL: targets[1].pool: pool us-east has residency us, not allowed for PL (class eu: its pool is eu-central)",
 		"routes/PL: targets[2].pool: pool nowhere does not exist",
 		"routes/PL: targets[2].weight: must be 0..100, got 130",
 		`routes/US: affinity: must be sticky or random, got "round-robin"`,
@@ -277,7 +277,7 @@ func TestValidateOverride(t *testing.T) {
 		{name: "dangling pool", id: "x1", o: Override{Route: "PL", Targets: tg("eu-wes", 100)},
 			want: []string{"overrides/x1: targets[0].pool: pool eu-wes does not exist"}},
 		{name: "residency", id: "x1", o: Override{Route: "PL", Targets: tg("us-east", 100)},
-			want: []string{"overrides/x1: targets[0].pool: pool us-east has residency us, not allowed for PL (class eu)"}},
+			want: []string{"overrides/x1: targets[0].pool: pool us-east has residency us, not allowed for PL (class eu: its pools are eu-central, eu-west)"}},
 		{name: "empty", id: "x1", o: Override{Route: "PL"},
 			want: []string{"overrides/x1: an override must set targets or attrs"}},
 		{name: "bad weights", id: "x1", o: Override{Route: "PL", Targets: tg("eu-west", 101)},
@@ -297,7 +297,7 @@ func TestValidateOverride(t *testing.T) {
 	// it) is the built-in one: PL stays in class eu (the mutation review).
 	bare := baseConfig()
 	bare.Policy.Residency = &Residency{UnknownCountryClass: "eu"}
-	if got := errStrings(ValidateOverride(bare, "x1", Override{Route: "PL", Targets: tg("us-east", 100)})); len(got) != 1 || !strings.Contains(got[0], "not allowed for PL (class eu)") {
+	if got := errStrings(ValidateOverride(bare, "x1", Override{Route: "PL", Targets: tg("us-east", 100)})); len(got) != 1 || !strings.Contains(got[0], "not allowed for PL (class eu:") {
 		t.Errorf("ValidateOverride of a boost of PL to us-east under a policy without classes: %q; want the residency error", got)
 	}
 }
@@ -447,5 +447,30 @@ func TestWarningsNameAPolicyHoldingNoOne(t *testing.T) {
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("%s: warnings %q, want the ones beginning %q", tc.name, Warnings(cfg), tc.want)
 		}
+	}
+}
+
+// TestResidencyErrorNamesAllowedPools: a route's target refused for its
+// country's class names the pools the route may use instead: the first
+// three by id and how many more, or that there is none.
+func TestResidencyErrorNamesAllowedPools(t *testing.T) {
+	cfg := baseConfig()
+	for _, id := range []string{"eu-z", "eu-a", "eu-m", "eu-b"} {
+		cfg.Pools[id] = Pool{Host: id + ".example", Residency: "eu", Status: "active"}
+	}
+	cfg.Routes["PL"] = Route{Targets: tg("us-east", 100)}
+	want := "routes/PL: targets[0].pool: pool us-east has residency us, not allowed for PL (class eu: its pools are eu-a, eu-b, eu-central and 3 more)"
+	if got := errStrings(Validate(cfg)); !slices.Contains(got, want) {
+		t.Errorf("Validate with 6 eu pools:\n got  %q\n want %q among them", got, want)
+	}
+	for id, p := range cfg.Pools {
+		if p.Residency == "eu" {
+			p.Residency = "global"
+			cfg.Pools[id] = p
+		}
+	}
+	want = "routes/PL: targets[0].pool: pool us-east has residency us, not allowed for PL (class eu: no pool has residency eu)"
+	if got := errStrings(Validate(cfg)); !slices.Contains(got, want) {
+		t.Errorf("Validate with no eu pool:\n got  %q\n want %q among them", got, want)
 	}
 }
