@@ -161,6 +161,9 @@ func TestRefusedVerbs(t *testing.T) {
 		{[]string{"route", "set", "PL", "--fallback", "eu-genral"}, []string{"REFUSED routes/PL: fallback[0]: route eu-genral does not exist; did you mean eu-general?"}},
 		{[]string{"route", "set", "DE", "--target", "eu-centrl=100"}, []string{"REFUSED routes/DE: targets[0].pool: pool eu-centrl does not exist; did you mean eu-central?"}},
 		{[]string{"boost", "PL", "--target", "eu-west=50,eu-centrl=50", "--ttl", "1h"}, []string{"targets[1].pool: pool eu-centrl does not exist; did you mean eu-central?"}},
+		// A flag value of the right form the rules refuse is refused (1),
+		// as in a file; one of the wrong form is a usage error (2).
+		{[]string{"route", "set", "PL", "--target", "eu-central=130"}, []string{"REFUSED routes/PL: targets[0].weight: must be 0..100, got 130"}},
 		{[]string{"pool", "set", "eu-west", "--status", "drained"}, []string{`REFUSED pools/eu-west: status: must be active, draining or down, got "drained"; did you mean draining?`}},
 		{[]string{"boost", "kr", "--target", "kr-music=100", "--ttl", "1h"}, []string{"route kr does not exist (country codes are upper case: KR)"}},
 		{[]string{"boost", "PL", "--target", "us-east=100", "--ttl", "1h"}, []string{"REFUSED overrides/", "us-east", "residency us", "class eu"}},
