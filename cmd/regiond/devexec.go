@@ -67,6 +67,11 @@ func execDev(args []string) error {
 	if err != nil {
 		return err
 	}
+	if _, err := os.Stat(bin); errors.Is(err, os.ErrNotExist) {
+		// The first build links the embedded etcd server: long enough
+		// to look hung when nothing is said.
+		fmt.Fprintf(os.Stderr, "regiond dev: building the dev binary, the first time for this checkout (go build -tags dev -o %s ./cmd/regiond): this takes a minute or more, later runs are quick\n", bin)
+	}
 	build := exec.Command(goBin, "build", "-tags", "dev", "-o", bin, modulePath+"/cmd/regiond")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -26,6 +27,9 @@ func TestDefaultBuildRunsDev(t *testing.T) {
 		"--config", "../../examples/routing.yaml", "--log-level", "warn")
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// A cache directory of its own, so that this run is the checkout's
+	// first (the go command's build cache stays the warm one).
+	cmd.Env = devCacheEnv(t)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -74,6 +78,30 @@ func TestDefaultBuildRunsDev(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// The first build said it was building (it takes a minute on a new
+	// machine, silent it looked hung); a later run builds quickly and
+	// says nothing of it.
+	const building = "regiond dev: building the dev binary, the first time for this checkout"
+	if !strings.Contains(out.String(), building) {
+		t.Errorf("regiond dev's first run did not say it was building the dev binary:\n%s", out.String())
+	}
+	again := exec.Command(bin, "dev", "--help")
+	again.Env = cmd.Env
+	if b, err := again.CombinedOutput(); err != nil || strings.Contains(string(b), building) || !strings.Contains(string(b), "--client-url") {
+		t.Errorf("regiond dev --help after the first build: %v; want the dev build's help, and no word of building:\n%s", err, b)
+	}
+}
+
+// devCacheEnv is the environment with a user cache directory of the
+// test's own (XDG_CACHE_HOME, where regiond dev keeps its build) and the
+// go command's build cache as it is.
+func devCacheEnv(t *testing.T) []string {
+	t.Helper()
+	gocache, err := exec.Command("go", "env", "GOCACHE").Output()
+	if err != nil {
+		t.Fatalf("go env GOCACHE: %v", err)
+	}
+	return append(os.Environ(), "XDG_CACHE_HOME="+t.TempDir(), "GOCACHE="+strings.TrimSpace(string(gocache)))
 }
 
 // TestDevOutsideTheModule: without a checkout to build from, `regiond dev`
