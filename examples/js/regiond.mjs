@@ -197,6 +197,10 @@ export function parseTime(s) {
   return t;
 }
 
+// hasTime is whether a header's optional time member is there: absent,
+// null and "" are none.
+const hasTime = (v) => v !== undefined && v !== null && v !== '';
+
 // checkHeader validates the members of an index header or KV value that a
 // reader uses, naming where it came from.
 function checkHeader(h, where) {
@@ -215,8 +219,9 @@ function checkHeader(h, where) {
   if (Number.isNaN(parseTime(h.written_at))) throw badTime('written_at');
   // synced_at absent, null or "" is none (an older agent's file: isStale
   // counts from written_at), as the Go reader takes it.
-  if (h.synced_at !== undefined && h.synced_at !== null && h.synced_at !== '' && Number.isNaN(parseTime(h.synced_at))) throw badTime('synced_at');
-  if (h.valid_until !== undefined && h.valid_until !== '' && Number.isNaN(parseTime(h.valid_until))) throw badTime('valid_until');
+  if (hasTime(h.synced_at) && Number.isNaN(parseTime(h.synced_at))) throw badTime('synced_at');
+  // valid_until absent, null or "" is none, as synced_at's.
+  if (hasTime(h.valid_until) && Number.isNaN(parseTime(h.valid_until))) throw badTime('valid_until');
 }
 
 /**
@@ -234,7 +239,7 @@ export function isStale(h, { maxAgeSeconds = DEFAULT_MAX_AGE, now = Date.now() }
   if (h.stale === true) return true;
   // A KV export's values change by the clock alone at valid_until (a
   // boost's expiry, a health grace window's end), and nothing rewrites them.
-  if (h.valid_until !== undefined && h.valid_until !== '' && !(now < parseTime(h.valid_until))) return true;
+  if (hasTime(h.valid_until) && !(now < parseTime(h.valid_until))) return true;
   let t = parseTime(h.synced_at);
   if (Number.isNaN(t)) t = parseTime(h.written_at);
   return Number.isNaN(t) || now - t > maxAgeSeconds * 1000;

@@ -261,3 +261,53 @@ console.log(JSON.stringify(out));
 		}
 	}
 }
+
+// TestReaderTakesANullOrEmptyValidUntilAsNone: a KV value's valid_until
+// that is null or "" is none, as when it is absent and as the reader takes
+// synced_at: the value is read and not stale. The reader refused a null
+// one ("valid_until null is not an RFC 3339 time"), and its staleness
+// check would have taken null for an instant passed. A valid_until passed
+// still makes the value stale, and one that is no time is refused.
+func TestReaderTakesANullOrEmptyValidUntilAsNone(t *testing.T) {
+	node(t)
+	t.Parallel()
+	now := time.Now()
+	tab := fleettest.Scenarios(t, now)[0].Table
+	vs, err := snapindex.KVValues(tab, routing.JSONHeader{WrittenAt: now, SyncedAt: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pl []byte
+	for _, v := range vs {
+		if v.Key == "PL" {
+			pl = v.Value
+		}
+	}
+	if bytes.Contains(pl, []byte(`"valid_until"`)) {
+		t.Fatalf("PL's value has a valid_until already: %s", pl)
+	}
+	script := `
+import { valueEntry, isStale } from './node.mjs';
+try { console.log(JSON.stringify({ stale: isStale(valueEntry(process.argv[1], 'KV key PL').header, { maxAgeSeconds: 60 }) })); }
+catch (e) { console.log(JSON.stringify({ error: e.name + ': ' + e.message })); }
+`
+	for _, c := range []struct {
+		name, member string
+		want         string // the JSON the script prints
+	}{
+		{"null", `"valid_until":null`, `{"stale":false}`},
+		{`""`, `"valid_until":""`, `{"stale":false}`},
+		{"an hour on", `"valid_until":"` + now.Add(time.Hour).UTC().Format(time.RFC3339) + `"`, `{"stale":false}`},
+		{"an hour ago", `"valid_until":"` + now.Add(-time.Hour).UTC().Format(time.RFC3339) + `"`, `{"stale":true}`},
+		{"no time", `"valid_until":"soon"`, `{"error":"TableError: regiond: KV key PL: valid_until \"soon\" is not an RFC 3339 time"}`},
+	} {
+		v := bytes.Replace(pl, []byte(`"stale":`), []byte(c.member+`,"stale":`), 1)
+		out, err := exec.Command(node(t), "--input-type=module", "-e", script, string(v)).CombinedOutput()
+		if err != nil {
+			t.Fatalf("node: %v\n%s", err, out)
+		}
+		if got := strings.TrimSpace(string(out)); got != c.want {
+			t.Errorf("valid_until %s: %s, want %s", c.name, got, c.want)
+		}
+	}
+}
