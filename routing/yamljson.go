@@ -59,10 +59,58 @@ const maxYAMLDepth = 64
 // 1 and are left as they are, but for the hint below).
 var yamlParserErr = regexp.MustCompile(`^yaml: line (\d+): (did not find expected (key|node content|'-' indicator|',' or '\]'|',' or '\}'|<document start>))$`)
 
-// yamlTokenErr matches go-yaml's scanner error for a character no token
-// starts with, on a line counted from 1: a tab in the indentation is the
-// usual one.
-var yamlTokenErr = regexp.MustCompile(`^yaml: line (\d+): found character that cannot start any token$`)
+// yamlScannerErr matches go-yaml's scanner errors, which name a line
+// counted from 1: the line of the token it met, or of the quoted value it
+// was reading.
+var yamlScannerErr = regexp.MustCompile(`^yaml: line (\d+): ([a-z][^:]*)$`)
+
+// scannerError rewrites a go-yaml scanner error to show its line's text
+// and, for the usual causes, what is wrong: a tab in the indentation (named
+// on the line that holds it, which for "violates indentation" go-yaml
+// counts as the line before), a value starting with a character YAML
+// reserves, a quoted value not closed, ": " inside a plain value, a
+// backslash in a "…" value. Other errors are returned as they are.
+func scannerError(err error, data []byte) error {
+	m := yamlScannerErr.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	n, _ := strconv.Atoi(m[1])
+	line, ok := lineText(data, n)
+	if !ok {
+		return err
+	}
+	tabbed := func(n int) bool {
+		l, ok := lineText(data, n)
+		return ok && strings.ContainsRune(l[:len(l)-len(strings.TrimLeft(l, " \t"))], '\t')
+	}
+	out := fmt.Sprintf("yaml: line %d: %s: %q", n, m[2], line)
+	switch value := strings.TrimLeft(line, " -\t"); {
+	case m[2] == "found character that cannot start any token" && tabbed(n):
+		return fmt.Errorf("%s (line %d is indented with a tab: YAML indents with spaces only)", out, n)
+	case m[2] == "found a tab character that violates indentation":
+		for _, t := range []int{n + 1, n} {
+			if tabbed(t) {
+				l, _ := lineText(data, t)
+				return fmt.Errorf("yaml: line %d: %s: %q (indented with a tab: YAML indents with spaces only)", t, m[2], l)
+			}
+		}
+	case m[2] == "found character that cannot start any token":
+		if _, v, ok := strings.Cut(value, ": "); ok {
+			value = strings.TrimLeft(v, " ")
+		}
+		if value != "" && strings.ContainsRune("@`%", rune(value[0])) {
+			return fmt.Errorf("%s (YAML reserves %c at the start of a value: quote the value, %q)", out, value[0], strings.TrimRight(value, " "))
+		}
+	case m[2] == "found unexpected end of stream" && strings.ContainsAny(line, `'"`):
+		return fmt.Errorf("%s (a quoted value not closed on this line: the rest of the file was read into it)", out)
+	case m[2] == "mapping values are not allowed in this context":
+		return fmt.Errorf("%s (a value holding \": \" is quoted, or the line above lacks the ':' after its key)", out)
+	case m[2] == "found unknown escape character":
+		return fmt.Errorf("%s (in a \"…\" value a backslash starts an escape such as \\n: write \\\\ for a backslash, or quote the value with '…')", out)
+	}
+	return errors.New(out)
+}
 
 // parserError rewrites a go-yaml parser error to name its line counted
 // from 1 (the line of the collection it was parsing, or of the token it
@@ -73,16 +121,9 @@ var yamlTokenErr = regexp.MustCompile(`^yaml: line (\d+): found character that c
 // spaces. Other errors are returned as they are.
 func parserError(err error, data []byte) error {
 	msg := err.Error()
-	if m := yamlTokenErr.FindStringSubmatch(msg); m != nil {
-		n, _ := strconv.Atoi(m[1])
-		if line, ok := lineText(data, n); ok && strings.ContainsRune(line[:len(line)-len(strings.TrimLeft(line, " \t"))], '\t') {
-			return fmt.Errorf("%s (line %d is indented with a tab: YAML indents with spaces only)", msg, n)
-		}
-		return err
-	}
 	m := yamlParserErr.FindStringSubmatch(msg)
 	if m == nil {
-		return err
+		return scannerError(err, data)
 	}
 	n, _ := strconv.Atoi(m[1])
 	n++
