@@ -157,6 +157,10 @@ func TestParseConfigErrors(t *testing.T) {
 			want: []string{`parse config: yaml: line 4: found a tab character that violates indentation: "\tresidency: eu" (indented with a tab: YAML indents with spaces only)`}},
 		{name: "quote not closed", yaml: "pools:\n  p:\n    host: \"h\n    residency: eu\n",
 			want: []string{`parse config: yaml: line 3: found unexpected end of stream: "    host: \"h" (a quoted value not closed on this line: the rest of the file was read into it)`}},
+		// A parser error of tags counts its line from 0, as go-yaml's
+		// parser does: left as go-yaml says it, no line's text.
+		{name: "undefined tag handle", yaml: "pools:\n  p:\n    host: !x!y abc\n",
+			want: []string{"parse config: yaml: line 2: found undefined tag handle"}},
 		{name: "colon in a value", yaml: "pools:\n  p:\n    host: a: b\n",
 			want: []string{`parse config: yaml: line 3: mapping values are not allowed in this context: "    host: a: b" (a value holding ": " is quoted, or the line above lacks the ':' after its key)`}},
 		{name: "key without its colon", yaml: "pools:\n  p:\n    host h\n    residency: eu\n",

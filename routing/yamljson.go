@@ -64,6 +64,16 @@ var yamlParserErr = regexp.MustCompile(`^yaml: line (\d+): (did not find expecte
 // was reading.
 var yamlScannerErr = regexp.MustCompile(`^yaml: line (\d+): ([a-z][^:]*)$`)
 
+// yamlParserOther are go-yaml's parser errors yamlParserErr leaves out
+// (directives and tags): their line is counted from 0, so scannerError
+// leaves them as they are.
+var yamlParserOther = map[string]bool{
+	"found duplicate %TAG directive":   true,
+	"found duplicate %YAML directive":  true,
+	"found incompatible YAML document": true,
+	"found undefined tag handle":       true,
+}
+
 // scannerError rewrites a go-yaml scanner error to show its line's text
 // and, for the usual causes, what is wrong: a tab in the indentation (named
 // on the line that holds it, which for "violates indentation" go-yaml
@@ -72,7 +82,7 @@ var yamlScannerErr = regexp.MustCompile(`^yaml: line (\d+): ([a-z][^:]*)$`)
 // backslash in a "…" value. Other errors are returned as they are.
 func scannerError(err error, data []byte) error {
 	m := yamlScannerErr.FindStringSubmatch(err.Error())
-	if m == nil {
+	if m == nil || yamlParserOther[m[2]] {
 		return err
 	}
 	n, _ := strconv.Atoi(m[1])
