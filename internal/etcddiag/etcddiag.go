@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path"
 	"strings"
 	"sync"
 	"time"
@@ -108,16 +109,31 @@ func NoSpace(err error) bool {
 // endpoint is Why for one endpoint.
 func endpoint(ctx context.Context, ep string, clientTLS *tls.Config) string {
 	u, err := url.Parse(ep)
-	if err != nil || u.Host == "" {
+	if err != nil {
 		return "not a URL of the form http(s)://host:port"
 	}
-	network, addr := "tcp", u.Host
+	network, addr, serverName := "tcp", u.Host, u.Hostname()
 	switch u.Scheme {
 	case "unix", "unixs":
-		network = "unix"
+		// As etcd's client dials it: the path after "://", absolute
+		// (unix:///run/etcd.sock) or relative (unix://etcd.sock), its
+		// TLS server name the file's.
+		_, addr, _ = strings.Cut(ep, "://")
+		network, serverName = "unix", path.Base(addr)
+		if addr == "" {
+			return "not a socket path of the form " + u.Scheme + "://PATH"
+		}
 	case "http", "https":
+		if u.Host == "" {
+			return "not a URL of the form http(s)://host:port"
+		}
 	default:
 		return fmt.Sprintf("unknown scheme %q (http, https, unix, unixs)", u.Scheme)
+	}
+	// The scheme to name in advice: TLS or plaintext of the same kind.
+	tlsScheme, plainScheme := "https://", "http://"
+	if network == "unix" {
+		tlsScheme, plainScheme = "unixs://", "unix://"
 	}
 	d := net.Dialer{Timeout: Timeout}
 	c, err := d.DialContext(ctx, network, addr)
@@ -126,11 +142,11 @@ func endpoint(ctx context.Context, ep string, clientTLS *tls.Config) string {
 	}
 	defer c.Close()
 	secure := u.Scheme == "https" || u.Scheme == "unixs"
-	cfg := &tls.Config{ServerName: u.Hostname()}
+	cfg := &tls.Config{ServerName: serverName}
 	if clientTLS != nil {
 		cfg = clientTLS.Clone()
 		if cfg.ServerName == "" {
-			cfg.ServerName = u.Hostname()
+			cfg.ServerName = serverName
 		}
 	}
 	if !secure {
@@ -148,13 +164,17 @@ func endpoint(ctx context.Context, ep string, clientTLS *tls.Config) string {
 		// a plaintext connection: nothing at all is silence.
 		return Silent
 	case secure && errors.Is(err, io.EOF):
-		return "TLS handshake: the server closed the connection (a plaintext port? then http://)"
+		return "TLS handshake: the server closed the connection (a plaintext port? then " + plainScheme + ")"
 	case secure && err != nil:
 		return "TLS handshake: " + cause(err)
 	case !secure && err == nil:
-		return "the server there speaks TLS: use https:// (and --cacert for a private CA)"
+		return "the server there speaks TLS: use " + tlsScheme + " (and --cacert for a private CA)"
 	case !secure:
-		return notEtcd(ctx, network, addr, u.Host)
+		httpHost := u.Host
+		if network == "unix" {
+			httpHost = "localhost" // a socket's path is no host
+		}
+		return notEtcd(ctx, network, addr, httpHost)
 	}
 	// With TLS 1.3 the server checks the client's certificate after the
 	// client's handshake is done: its refusal is the first thing read.

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -154,6 +155,10 @@ func startUnixEtcd(t *testing.T, clientURL string, tlsInfo *devetcd.TestCerts) {
 // would be named wrongly.
 func TestWhyOverUnixSockets(t *testing.T) {
 	t.Chdir(t.TempDir())
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
 	certs := devetcd.NewTestCerts(t)
 	startUnixEtcd(t, "unix://etcd.sock", nil)
 	startUnixEtcd(t, "unixs://localhost", certs)
@@ -168,8 +173,16 @@ func TestWhyOverUnixSockets(t *testing.T) {
 	}{
 		{"unix://etcd.sock", false, ""},
 		{"unixs://localhost", true, ""},
-		{"unix://localhost", false, "unix://localhost: the server there speaks TLS"},
+		{"unix://localhost", false, "unix://localhost: the server there speaks TLS: use unixs://"},
+		{"unixs://etcd.sock", true, "unixs://etcd.sock: TLS handshake: the server closed the connection (a plaintext port? then unix://)"},
 		{"unix://nosuch.sock", false, "unix://nosuch.sock: dial: "},
+		// Absolute paths, as etcd's client dials them (the path after
+		// "://"; for TLS the file's name is the server name): Why said
+		// "not a URL" of a URL the client used.
+		{"unix://" + wd + "/etcd.sock", false, ""},
+		{"unixs://" + wd + "/localhost", true, ""},
+		{"unix://" + wd + "/localhost", false, "the server there speaks TLS: use unixs://"},
+		{"unix://" + wd + "/nosuch.sock", false, wd + "/nosuch.sock: dial: "},
 	} {
 		eps, err := etcddiag.Endpoints([]string{tc.ep}, tc.tls)
 		if err != nil {
