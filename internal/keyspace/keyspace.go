@@ -91,8 +91,9 @@ func (s Space) NodesPrefix() string { return s.root + "/nodes/" }
 func (s Space) Node(node string) string { return s.NodesPrefix() + node }
 
 // ValidNode reports whether name can name a node (an agent's --node): not
-// empty, without '/' or white space, so that agents/<node> and
-// nodes/<node> are one key each.
+// empty, without '/' or white space (any Unicode space, as New refuses in
+// a root: \v, \f, U+00A0 too), so that agents/<node> and nodes/<node> are
+// one key each and read as they are.
 func ValidNode(name string) bool {
-	return name != "" && !strings.ContainsAny(name, "/ \t\n\r")
+	return name != "" && !strings.Contains(name, "/") && strings.IndexFunc(name, unicode.IsSpace) < 0
 }

@@ -70,6 +70,11 @@ func TestValidNode(t *testing.T) {
 		{"edge\tfra", false},
 		{"edge-fra\n", false},
 		{"edge-fra\r", false},
+		{"edge\vfra", false},
+		{"edge\ffra", false},
+		{"edge\u00a0fra", false},
+		{"edge\u0085fra", false},
+		{"edge-fra-ü", true},
 	} {
 		if got := ValidNode(tc.name); got != tc.ok {
 			t.Errorf("ValidNode(%q) = %v, want %v", tc.name, got, tc.ok)
