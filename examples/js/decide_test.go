@@ -46,6 +46,23 @@ func kvFile(t testing.TB, tab *routing.Table, now, synced time.Time) string {
 	return writeTemp(t, "kv.json", b)
 }
 
+// kvValue is tab's KV export value of key (a country code or _unknown)
+// under header h, as `regionctl export kv` makes it.
+func kvValue(t testing.TB, tab *routing.Table, h routing.JSONHeader, key string) []byte {
+	t.Helper()
+	vs, err := snapindex.KVValues(tab, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vs {
+		if v.Key == key {
+			return v.Value
+		}
+	}
+	t.Fatalf("the KV export has no key %s", key)
+	return nil
+}
+
 // indexFile writes tab's index (snapindex.Encode, the agent's encoder).
 func indexFile(t testing.TB, tab *routing.Table, now, synced time.Time) string {
 	t.Helper()

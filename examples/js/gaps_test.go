@@ -652,16 +652,7 @@ func TestGapValueAndEntryRefused(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
 	tab := fleettest.Scenarios(t, now)[0].Table
-	vs, err := snapindex.KVValues(tab, routing.JSONHeader{WrittenAt: now, SyncedAt: now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pl []byte
-	for _, v := range vs {
-		if v.Key == "PL" {
-			pl = v.Value
-		}
-	}
+	pl := kvValue(t, tab, routing.JSONHeader{WrittenAt: now, SyncedAt: now}, "PL")
 	b := encodeIndex(t, tab, routing.JSONHeader{WrittenAt: now, SyncedAt: now}, true)
 	at := slotAt(b, snapindex.SlotOf("PL"))
 	o, n := binary.LittleEndian.Uint32(b[at:]), binary.LittleEndian.Uint32(b[at+4:])

@@ -68,16 +68,7 @@ func TestReaderRefusesATimeOutOfRange(t *testing.T) {
 	if err := os.WriteFile(idx, day.ReplaceAll(b, []byte("${1}-02-31")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	vs, err := snapindex.KVValues(tab, routing.JSONHeader{WrittenAt: now, SyncedAt: now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pl string
-	for _, v := range vs {
-		if v.Key == "PL" {
-			pl = regexp.MustCompile(`("synced_at":"\d{4}-\d\d-\d\dT)\d\d`).ReplaceAllString(string(v.Value), "${1}25")
-		}
-	}
+	pl := regexp.MustCompile(`("synced_at":"\d{4}-\d\d-\d\dT)\d\d`).ReplaceAllString(string(kvValue(t, tab, routing.JSONHeader{WrittenAt: now, SyncedAt: now}, "PL")), "${1}25")
 	script := `
 import { readIndexFile, decideFromIndexFileAsync, decideFromValue } from './node.mjs';
 const out = [];
@@ -128,16 +119,7 @@ func TestReaderReadsTimesAsGo(t *testing.T) {
 	if _, err := snapindex.Parse(idx, b); err == nil || !strings.Contains(err.Error(), "written_at") {
 		t.Fatalf("Go reads a written_at with a lower-case z: %v", err)
 	}
-	vs, err := snapindex.KVValues(tab, routing.JSONHeader{WrittenAt: now, SyncedAt: now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pl string
-	for _, v := range vs {
-		if v.Key == "PL" {
-			pl = regexp.MustCompile(`"synced_at":"[^"]*"`).ReplaceAllString(string(v.Value), `"synced_at":"2026-12-07T8:00:00,5+01:00"`)
-		}
-	}
+	pl := regexp.MustCompile(`"synced_at":"[^"]*"`).ReplaceAllString(string(kvValue(t, tab, routing.JSONHeader{WrittenAt: now, SyncedAt: now}, "PL")), `"synced_at":"2026-12-07T8:00:00,5+01:00"`)
 	script := `
 import { readIndexFile, valueEntry, parseTime } from './node.mjs';
 try { readIndexFile(process.argv[1], 'PL', process.getuid()); console.log('read'); } catch (e) { console.log(e.name + ': ' + e.message); }
@@ -187,16 +169,7 @@ func TestReaderTakesANullOrEmptySyncedAtAsNone(t *testing.T) {
 	if idx0, err = snapindex.WithoutBlock(idx0); err != nil {
 		t.Fatal(err)
 	}
-	vs, err := snapindex.KVValues(tab, h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pl []byte
-	for _, v := range vs {
-		if v.Key == "PL" {
-			pl = v.Value
-		}
-	}
+	pl := kvValue(t, tab, h, "PL")
 	synced, written := regexp.MustCompile(`"synced_at":"[^"]*"`), regexp.MustCompile(`"written_at":"[^"]*"`)
 	type outcome struct {
 		Error string `json:"error"`
@@ -273,16 +246,7 @@ func TestReaderTakesANullOrEmptyValidUntilAsNone(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
 	tab := fleettest.Scenarios(t, now)[0].Table
-	vs, err := snapindex.KVValues(tab, routing.JSONHeader{WrittenAt: now, SyncedAt: now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pl []byte
-	for _, v := range vs {
-		if v.Key == "PL" {
-			pl = v.Value
-		}
-	}
+	pl := kvValue(t, tab, routing.JSONHeader{WrittenAt: now, SyncedAt: now}, "PL")
 	if bytes.Contains(pl, []byte(`"valid_until"`)) {
 		t.Fatalf("PL's value has a valid_until already: %s", pl)
 	}
