@@ -220,9 +220,11 @@ func ignoringEINTR(open func() (int, error)) (int, error) {
 	}
 }
 
-// ReadFile reads path without following a symlink at its last element.
+// ReadFile reads path without following a symlink at its last element,
+// and refuses anything there but a regular file: opened without blocking,
+// a FIFO put at the path does not hang the reader until a writer comes.
 func ReadFile(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		if errors.Is(err, syscall.ELOOP) {
 			return nil, fmt.Errorf("read %s: %w", path, ErrSymlink)
@@ -230,6 +232,13 @@ func ReadFile(path string) ([]byte, error) {
 		return nil, fmt.Errorf("atomicfile: %w", err)
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("atomicfile: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("atomicfile: read %s: not a regular file (%s)", path, fi.Mode().Type())
+	}
 	b, err := io.ReadAll(f)
 	if err != nil {
 		return nil, fmt.Errorf("atomicfile: read %s: %w", path, err)

@@ -5,9 +5,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // faults routes the package's system calls to the defaults for the rest
@@ -364,5 +366,34 @@ func TestWriteDeferredLeavesTheRestToFinish(t *testing.T) {
 	}
 	if names := tempNames(dir, "table.json"); dirSyncs() != 3 || len(names) != 1 {
 		t.Fatalf("after the last Finish: %d directory fsyncs, temp files %v; want 3, one prepared", dirSyncs(), names)
+	}
+}
+
+// TestReadFileRefusesWhatIsNoFile: a FIFO put at a path ReadFile reads
+// (the agent reads --snapshot every minute to copy it) is refused at once,
+// naming it, instead of blocking until a writer opens it; a directory is
+// refused the same way.
+func TestReadFileRefusesWhatIsNoFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{fifo, dir} {
+		done := make(chan error, 1)
+		go func() { _, err := ReadFile(path); done <- err }()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), "not a regular file") || !strings.Contains(err.Error(), path) {
+				t.Errorf("ReadFile(%s): %v; want it refused as not a regular file, naming it", path, err)
+			}
+		case <-time.After(5 * time.Second):
+			// Let the blocked open go: a writer comes.
+			if w, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+				w.Close()
+			}
+			<-done
+			t.Fatalf("ReadFile(%s) still blocked after 5 s", path)
+		}
 	}
 }

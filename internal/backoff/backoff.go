@@ -21,7 +21,7 @@ type Backoff struct {
 	Max      time.Duration // cap
 	Factor   float64       // growth per failure
 	Jitter   float64       // extra random fraction of the delay, 0..1
-	ResetAft time.Duration // a failure this long after the previous one starts over
+	ResetAft time.Duration // a failure longer than this after the previous one starts over
 
 	cur      time.Duration
 	lastFail time.Time
@@ -72,7 +72,8 @@ func (b *Backoff) Reset() { b.cur = 0 }
 func (b *Backoff) Wait(ctx context.Context) error { return Sleep(ctx, b.Next()) }
 
 // GRPCReconnect is how a long-lived client (the agent) has gRPC redial a
-// lost connection: 1 s growing to at most 5 s (gRPC's default grows to
+// lost connection: 1 s growing to at most 5 s, each ±20% after the cap
+// (0.8–6 s; gRPC's default grows to
 // 120 s, and clientv3 keeps it), so it is back within seconds of an etcd
 // that was away for minutes; WaitConn then ends the retry's wait.
 var GRPCReconnect = grpc.ConnectParams{
