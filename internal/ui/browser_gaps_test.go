@@ -17,7 +17,8 @@ import (
 // gapsFetchHook wraps the page's fetch: while window.__status holds an
 // object, /v1/status answers with the agent's real status with those
 // fields put over it; while window.__fleet holds [status, body],
-// api/fleet answers that; while window.__snapBack holds a number,
+// api/fleet answers that, and while window.__table does, /v1/table;
+// while window.__snapBack holds a number,
 // api/node says the snapshot file is that many revisions before the
 // table's newest change; while window.__down is set, every request fails
 // as with the agent gone.
@@ -34,6 +35,9 @@ const gapsFetchHook = `(() => { const real = window.fetch;
 			const body = await (await real(url, opts)).json();
 			body.snapshot.revision = body.table_change_revision - window.__snapBack;
 			return new Response(JSON.stringify(body), {status: 200, headers: {"Content-Type": "application/json"}});
+		}
+		if (u.includes("v1/table") && window.__table) {
+			return new Response(JSON.stringify(window.__table[1]), {status: window.__table[0], headers: {"Content-Type": "application/json"}});
 		}
 		if (u.endsWith("api/fleet") && window.__fleet) {
 			return new Response(JSON.stringify(window.__fleet[1]), {status: window.__fleet[0], headers: {"Content-Type": "application/json"}});
@@ -197,6 +201,14 @@ func TestGapsStatusPageInBrowser(t *testing.T) {
 	}
 	eval[int](ctx, t, `(window.__fleet = null, 1)`)
 	waitJS(ctx, t, "the real fleet again", `!document.getElementById("fleet").hidden && document.querySelectorAll("#fleet tbody tr").length === 1`)
+
+	// The table not served (a 503 before the first sync, a 429 with too
+	// many blocking queries waiting): the badge says so, not "live".
+	eval[int](ctx, t, `(window.__table = [503, {error: "no table yet"}], 1)`)
+	waitJS(ctx, t, "the table not served", `document.getElementById("live").textContent === "no table" && document.getElementById("live").classList.contains("bad") &&
+		document.getElementById("banner").textContent.includes("no table yet")`)
+	eval[int](ctx, t, `(window.__table = null, 1)`)
+	waitJS(ctx, t, "the table served again", `document.getElementById("live").textContent === "live" && document.getElementById("banner").hidden`)
 
 	// The agent gone, then back: everything clears.
 	eval[int](ctx, t, `(window.__down = true, 1)`)

@@ -16,7 +16,8 @@ import (
 // without a reload: during it the banner names etcd's error and the
 // watch reads disconnected; after it the banner clears, the watch reads
 // connected again, and the fleet table lists this node again with a note
-// not marked bad.
+// not marked bad. While the fleet cannot be read its rows are kept,
+// greyed as of the last read.
 func TestGapsStatusPageEtcdOutage(t *testing.T) {
 	t.Parallel() // mostly waits on the browser and the agent: beside the other browser tests (at most GOMAXPROCS at once)
 	var proxy *tcpproxy.Proxy
@@ -37,9 +38,13 @@ func TestGapsStatusPageEtcdOutage(t *testing.T) {
 	proxy.Sever()
 	waitJS(ctx, t, "the outage on the page", `document.getElementById("connected").textContent === "disconnected" &&
 		document.getElementById("banner").textContent.startsWith("etcd: ") && !document.getElementById("banner").hidden`)
+	// The fleet unread: its rows and count are kept, greyed as of the
+	// last read, as when the agent is gone (they were emptied, "Fleet 0").
 	waitJS(ctx, t, "the fleet unread", `document.getElementById("fleet-note").textContent.startsWith("read the fleet: ")`)
-	t.Logf("during the outage: fleet note %q, %d fleet rows, fleet count %q", text(ctx, t, "#fleet-note"),
-		eval[int](ctx, t, `document.querySelectorAll("#fleet tbody tr").length`), text(ctx, t, "#fleet-count"))
+	if note, rows, count, dated := text(ctx, t, "#fleet-note"), eval[int](ctx, t, `document.querySelectorAll("#fleet tbody tr").length`), text(ctx, t, "#fleet-count"),
+		eval[bool](ctx, t, `document.getElementById("fleet-section").classList.contains("dated")`); rows != 1 || count != "1" || !dated || !strings.Contains(note, "; the rows below are as of ") {
+		t.Errorf("during the outage: fleet note %q, %d fleet rows, fleet count %q, greyed %v; want the row and count kept, greyed, the note saying as of when", note, rows, count, dated)
+	}
 
 	if err := proxy.Restore(); err != nil {
 		t.Fatal(err)

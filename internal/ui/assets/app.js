@@ -55,10 +55,12 @@
     b.hidden = !msg;
     b.textContent = msg || '';
   }
-  function setLive(ok, err) {
+  // setLive shows whether the page follows the table; label names why
+  // not (the agent unreachable unless said).
+  function setLive(ok, err, label) {
     const l = $('live');
     l.className = 'badge ' + (ok ? 'ok' : 'bad');
-    l.textContent = ok ? 'live' : 'agent unreachable';
+    l.textContent = ok ? 'live' : label || 'agent unreachable';
     l.title = ok ? 'following the table with a blocking query' : String(err);
   }
 
@@ -390,10 +392,19 @@
     state.fleetBusy = true;
     try {
       const r = await getJSON('api/fleet');
-      $('fleet-section').classList.remove('dated');
-      state.fleetAt = Date.now();
       const f = r.body || {};
       const table = $('fleet');
+      if (f.error && !f.denied && !f.agents) {
+        // etcd unread (an outage): the rows are kept, greyed as of the
+        // last read, as when the agent is gone.
+        $('fleet-section').classList.add('dated');
+        $('fleet-note').className = 'note bad';
+        $('fleet-note').textContent = f.error + '; the rows below are as of ' +
+          (state.fleetAt ? new Date(state.fleetAt).toLocaleTimeString() : 'never') + '.';
+        return;
+      }
+      $('fleet-section').classList.remove('dated');
+      state.fleetAt = Date.now();
       if (f.error) {
         $('fleet-note').textContent = f.denied ? 'This agent may not read the fleet: ' + f.error : f.error;
         $('fleet-note').className = f.denied ? 'note' : 'note bad';
@@ -560,6 +571,7 @@
         if (t.status !== 200) {
           await refreshStatus().catch(() => {});
           state.agentError = (t.body && t.body.error) || 'table: HTTP ' + t.status;
+          setLive(false, state.agentError, 'no table');
           renderStatus();
           delay = 2000;
           continue;
