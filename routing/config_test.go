@@ -277,3 +277,18 @@ func TestYAMLErrorNamesBreakingLine(t *testing.T) {
 		t.Fatalf("%d parses for a file of %d lines: want about log2 of it", parses, n)
 	}
 }
+
+// TestParseConfigErrorsOfUTF16: a UTF-16 file's scanner error is left as
+// go-yaml says it: its bytes' lines are not the file's, so no line's text
+// is shown (it would be the wrong one, or the bytes of half a character).
+func TestParseConfigErrorsOfUTF16(t *testing.T) {
+	src := "pools:\n\tp: {}\n"
+	b := []byte{0xff, 0xfe}
+	for _, r := range src {
+		b = append(b, byte(r), 0)
+	}
+	_, err := ParseConfig(b)
+	if err == nil || err.Error() != "parse config: yaml: line 2: found character that cannot start any token" {
+		t.Errorf("ParseConfig of a UTF-16 file indented with a tab: %v; want go-yaml's error as it is", err)
+	}
+}

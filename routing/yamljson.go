@@ -82,8 +82,8 @@ var yamlParserOther = map[string]bool{
 // backslash in a "…" value. Other errors are returned as they are.
 func scannerError(err error, data []byte) error {
 	m := yamlScannerErr.FindStringSubmatch(err.Error())
-	if m == nil || yamlParserOther[m[2]] {
-		return err
+	if m == nil || yamlParserOther[m[2]] || bytes.HasPrefix(data, []byte{0xff, 0xfe}) || bytes.HasPrefix(data, []byte{0xfe, 0xff}) {
+		return err // a UTF-16 file's lines are not its bytes' lines
 	}
 	n, _ := strconv.Atoi(m[1])
 	line, ok := lineText(data, n)
