@@ -166,8 +166,10 @@ func (a *app) runHistoryKeys(ctx context.Context, specs []string, limit int64) e
 	}
 	a.warnMissing(st, res.Missing)
 	a.warnNewestMissing(ctx, st)
-	if res.Newest > 0 && !res.Capped && (limit == 0 || int64(len(res.Records)) < limit) {
-		// Searched back to the oldest record kept.
+	if res.Newest > 0 && !res.Capped {
+		// The oldest match: warnOldestMissing names the records deleted
+		// below it when it is the oldest record kept, also when --limit
+		// ended the search there, as the list's --limit does.
 		a.warnOldestMissing(ctx, st, res.Oldest)
 	}
 	keys := strings.Join(f.keys, ", ")
