@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/docsection"
+	"github.com/regiond/regiond/internal/version"
 )
 
 // TestHelpShowsTheCaps: the API's caps are flags, shown in regiond --help
@@ -281,5 +283,50 @@ func TestAgentPresentsARenewedCertificate(t *testing.T) {
 	}
 	if after := serial(); after == before {
 		t.Fatalf("certificate presented after a renewal in place: serial %d, the first one's", after)
+	}
+}
+
+// TestLogFlagsMakeTheLogger: the logger finish builds writes to stderr,
+// as text at level info by default (the docs' defaults), drops what is
+// below --log-level, and writes JSON with --log-format=json; the config
+// carries this build's version. No test looked at what the logger wrote.
+func TestLogFlagsMakeTheLogger(t *testing.T) {
+	saved := stderr
+	defer func() { stderr = saved }()
+	for _, tc := range []struct {
+		args       []string
+		json       bool
+		debug, inf bool // written
+	}{
+		{nil, false, false, true},
+		{[]string{"--log-level=warn"}, false, false, false},
+		{[]string{"--log-level=debug", "--log-format=json"}, true, true, true},
+	} {
+		var buf bytes.Buffer
+		stderr = &buf
+		var f agentFlags
+		fs := pflag.NewFlagSet("regiond", pflag.ContinueOnError)
+		f.register(fs, false)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := f.finish()
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if cfg.Version != version.String() {
+			t.Errorf("%v: cfg.Version %q, want %q", tc.args, cfg.Version, version.String())
+		}
+		cfg.Logger.Debug("d-line")
+		cfg.Logger.Info("i-line")
+		cfg.Logger.Warn("w-line")
+		out := buf.String()
+		if strings.Contains(out, "d-line") != tc.debug || strings.Contains(out, "i-line") != tc.inf || !strings.Contains(out, "w-line") {
+			t.Errorf("%v: the logger wrote %q; want debug %v, info %v, warn true", tc.args, out, tc.debug, tc.inf)
+		}
+		first, _, _ := strings.Cut(out, "\n")
+		if isJSON := json.Valid([]byte(first)); isJSON != tc.json || !tc.json && !strings.Contains(first, "level=") {
+			t.Errorf("%v: the logger's first line %q; want JSON %v (else text)", tc.args, first, tc.json)
+		}
 	}
 }
