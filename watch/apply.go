@@ -54,8 +54,11 @@ func (m *Mirror) drain(wch clientv3.WatchChan, resp clientv3.WatchResponse, ok b
 			m.log.Debug("applied", "responses", responses, "events", events, "revision", m.applied, "took", took, "with_write", time.Since(began))
 		}
 	case advanced:
-		m.advance(m.applied)
+		// Synced first: a Status that shows the later revision shows the
+		// time it was confirmed (the state is the same, so the table
+		// served is current as of now either way).
 		m.markSynced()
+		m.advance(m.applied)
 	}
 	return why
 }

@@ -113,7 +113,11 @@
 // etcd's own progress notifications, which the proxy forwards to watchers
 // that asked for them (WithProgressNotify; proxy watcher.go and
 // watch_broadcast.go), every ~10 minutes (--watch-progress-notify-interval)
-// keep it within that even without probes.
+// keep it within that even without probes. Where only the revision moves
+// (a notification, a probe, a list that found the same state), SyncedAt
+// is set before the table's revision, so a Status showing the later
+// revision also shows the later SyncedAt (a CI run read the two between
+// the stores once).
 //
 // # Dead broadcasts behind the proxy
 //

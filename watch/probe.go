@@ -194,6 +194,7 @@ func (m *Mirror) probe(ctx context.Context, silence bool) (string, int64) {
 // confirm records that etcd's prefix at rev equals the state: the table is
 // current at rev.
 func (m *Mirror) confirm(rev int64) {
+	m.markSynced() // first, as for a progress notification (see apply)
 	if rev > m.applied {
 		// A watch may still deliver events up to rev: only ones undone
 		// by rev (a key created and deleted again). They are dropped as
@@ -201,5 +202,4 @@ func (m *Mirror) confirm(rev int64) {
 		m.applied, m.lastEvent = rev, max(m.lastEvent, rev)
 		m.advance(rev)
 	}
-	m.markSynced()
 }

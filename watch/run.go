@@ -297,9 +297,9 @@ func (m *Mirror) publishList(ctx context.Context, rev int64, keep bool, listed t
 	if keep {
 		m.incremental = true // the table is the state's: events can update it
 		m.listed, m.decoded = nil, nil
+		m.markSyncedAt(listed) // first, as for a progress notification (see apply)
 		m.advance(rev)
 		m.eventRev.Store(m.eventSeen) // no swap: the same table, but an event of another history is forgotten
-		m.markSyncedAt(listed)
 	} else {
 		began := time.Now()
 		if !m.recompileWith(func(sk []routing.Skipped) (map[string]routing.KV, bool) {
