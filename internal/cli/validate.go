@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
@@ -16,8 +17,10 @@ func (a *app) validateCmd() *cobra.Command {
 		Use:   "validate [-f FILE]",
 		Short: "Check a config file, or the stored config, against every invariant",
 		Long: `validate lists every problem (exit 1) or confirms the config is valid
-(exit 0). With -f it checks the file and needs no etcd; without, it checks
-the stored config, including values the agents skip. Valid but likely
+(exit 0); -o json says valid false and the problems too. With -f it
+checks the file and needs no etcd; without, it checks the stored config,
+including values the agents skip (a refused health key or a key outside
+the grammar is warned of: every agent serves it alike). Valid but likely
 unintended settings are warned about on stderr, the exit code unchanged:
 EEA member states in no residency class while others are in one; a part
 of the EU with a code of its own (AX GF GP MF MQ RE YT) in no class while
@@ -43,10 +46,23 @@ type validateResult struct {
 	Pools  int    `json:"pools"`
 	Routes int    `json:"routes"`
 	Valid  bool   `json:"valid"`
+	// Problems are the refusals' lines (REFUSED … on stderr), when not
+	// valid.
+	Problems []string `json:"problems,omitempty"`
 }
 
 func (a *app) runValidate(ctx context.Context, file string) error {
 	cfg, source, errs, err := a.configToValidate(ctx, file)
+	var bad refusedError
+	if errors.As(err, &bad) && a.output != "table" {
+		// A file that does not parse: -o json and yaml say so as diff
+		// does (valid false), with no counts to give.
+		_ = a.printer().print(struct {
+			Source   string   `json:"source"`
+			Valid    bool     `json:"valid"`
+			Problems []string `json:"problems"`
+		}{file, false, problemLines(bad.errs)}, nil)
+	}
 	if err != nil {
 		return err
 	}
@@ -59,18 +75,25 @@ func (a *app) runValidate(ctx context.Context, file string) error {
 		// write it is not what etcd holds.
 		errs = append(errs, routing.ValidateExceptSize(cfg)...)
 	}
+	out := validateResult{Source: source, Pools: len(cfg.Pools), Routes: len(cfg.Routes), Valid: len(errs) == 0}
 	if len(errs) > 0 {
 		errs.Sort()
+		if a.output != "table" {
+			out.Problems = problemLines(errs)
+			_ = a.printer().print(out, nil)
+		}
 		return refusedError{errs}
 	}
-	out := validateResult{Source: source, Pools: len(cfg.Pools), Routes: len(cfg.Routes), Valid: true}
 	return a.printer().print(out, func(w io.Writer) {
 		fmt.Fprintf(w, "valid: %s (%d pools, %d routes)\n", source, out.Pools, out.Routes)
 	})
 }
 
 // configToValidate returns the file's config, or the stored one with its
-// undecodable values as problems.
+// undecodable values as problems. Refused keys that every agent serves
+// alike (a health key, live whatever its value; a key outside the
+// grammar, in no table) are no config's problem, and not the operator's
+// role's to delete: they are warned of, the exit code unchanged.
 func (a *app) configToValidate(ctx context.Context, file string) (*routing.Config, string, routing.Errors, error) {
 	if file != "" {
 		cfg, err := a.readConfigFile(file)
@@ -89,6 +112,10 @@ func (a *app) configToValidate(ctx context.Context, file string) (*routing.Confi
 	}
 	var errs routing.Errors
 	for _, s := range cur.Skipped {
+		if routing.ServedAlike(s.Key) {
+			fmt.Fprintf(a.stderr, "regionctl: warning: %s (served alike by every agent: no viewer's decision depends on it; the origin that wrote it, or root, removes it)\n", s.Error)
+			continue
+		}
 		errs = append(errs, &routing.FieldError{Msg: s.Error})
 	}
 	source := fmt.Sprintf("stored config at epoch %d", cur.Epoch)
