@@ -67,10 +67,6 @@ func runDev(ctx context.Context, f *devFlags, cmd *cobra.Command) error {
 	if err != nil {
 		return usageError{fmt.Errorf("--data-dir: %w", err)}
 	}
-	if err := os.MkdirAll(dataDir, 0o750); err != nil {
-		return fmt.Errorf("create --data-dir %s: %w", dataDir, err)
-	}
-	os.Chmod(dataDir, 0o750)
 	f.cfg.Listen = f.listen
 	f.cfg.Socket = filepath.Join(dataDir, "regiond.sock")
 	f.cfg.Snapshot = f.snapshot
@@ -82,13 +78,22 @@ func runDev(ctx context.Context, f *devFlags, cmd *cobra.Command) error {
 	}
 	// The embedded etcd has no authentication: all of the routing policy
 	// is writable by whoever reaches it, so it listens on loopback only.
-	if u, err := url.Parse(f.clientURL); err != nil || u.Host == "" || !api.IsLoopbackHost(u.Hostname()) {
-		return usageError{fmt.Errorf("--client-url %q: want a loopback URL such as http://127.0.0.1:2379 (the embedded etcd has no authentication)", f.clientURL)}
+	// Its scheme is http: the embedded etcd has no certificate to serve
+	// https with (etcd refused that only after the agent was made).
+	if u, err := url.Parse(f.clientURL); err != nil || u.Scheme != "http" || u.Host == "" || !api.IsLoopbackHost(u.Hostname()) {
+		return usageError{fmt.Errorf("--client-url %q: want a loopback http URL such as http://127.0.0.1:2379 (the embedded etcd has no authentication)", f.clientURL)}
 	}
 	if f.peerURL != "" { // its peers' port: off loopback, a member could join it
 		if u, err := url.Parse(f.peerURL); err != nil || u.Scheme != "http" || u.Port() == "" || !api.IsLoopbackHost(u.Hostname()) {
 			return usageError{fmt.Errorf("--peer-url %q: want a loopback http URL with a port, such as http://127.0.0.1:2380 (the embedded etcd has no authentication)", f.peerURL)}
 		}
+	}
+	// Made only once the flags are taken: a refused one leaves no
+	// directory behind. One that exists keeps its mode (it may be the
+	// checkout or a home directory): the agent refuses one writable by
+	// group or others, naming it, as it would its socket's directory.
+	if err := os.MkdirAll(dataDir, 0o750); err != nil {
+		return fmt.Errorf("create --data-dir %s: %w", dataDir, err)
 	}
 	f.cfg.Endpoints = []string{f.clientURL}
 	cfg, err := f.finish()

@@ -151,7 +151,7 @@ func TestDevFailsBeforeStartingEtcd(t *testing.T) {
 		{"a config that does not parse", []string{"--config", bad, "--listen", freeAddr(t)}, "residncy: unknown field"},
 		{"the API port in use", []string{"--config", "../../examples/routing.yaml", "--listen", taken.Addr().String()}, "pick another port with --listen"},
 		// The embedded etcd has no authentication: never off loopback.
-		{"a client URL off loopback", []string{"--listen", freeAddr(t), "--client-url", "http://0.0.0.0:2379"}, `--client-url "http://0.0.0.0:2379": want a loopback URL`},
+		{"a client URL off loopback", []string{"--listen", freeAddr(t), "--client-url", "http://0.0.0.0:2379"}, `--client-url "http://0.0.0.0:2379": want a loopback http URL`},
 		{"a peer URL off loopback", []string{"--listen", freeAddr(t), "--peer-url", "http://0.0.0.0:2380"}, `--peer-url "http://0.0.0.0:2380": want a loopback http URL`},
 		{"a peer URL without its port", []string{"--listen", freeAddr(t), "--peer-url", "http://127.0.0.1"}, `--peer-url "http://127.0.0.1": want a loopback http URL with a port`},
 	} {

@@ -77,7 +77,7 @@ func TestDevRefusesAnotherModule(t *testing.T) {
 // key behind).
 func TestNodevBuild(t *testing.T) {
 	bin := buildRegiond(t, "nodev")
-	out, err := exec.Command(bin, "dev", "--listen", "127.0.0.1:33306").CombinedOutput()
+	out, err := exec.Command(bin, "dev", "--listen", freeAddr(t)).CombinedOutput()
 	ee, ok := err.(*exec.ExitError)
 	if !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "regiond: this regiond was built with -tags nodev") ||
 		!strings.Contains(string(out), "go run ./cmd/regiond dev") {
@@ -85,8 +85,9 @@ func TestNodevBuild(t *testing.T) {
 	}
 	// No etcd answers: the agent serves /healthz all the same.
 	var log bytes.Buffer
-	agent := exec.Command(bin, "--endpoints", "http://127.0.0.1:33307", "--socket", "", "--snapshot", "",
-		"--listen", "127.0.0.1:33308", "--log-level", "warn")
+	listen := freeAddr(t)
+	agent := exec.Command(bin, "--endpoints", "http://"+freeAddr(t), "--socket", "", "--snapshot", "",
+		"--listen", listen, "--log-level", "warn")
 	agent.Stdout, agent.Stderr = &log, &log
 	if err := agent.Start(); err != nil {
 		t.Fatal(err)
@@ -96,7 +97,7 @@ func TestNodevBuild(t *testing.T) {
 	up := false
 	for i := 0; i < 100 && !up; i++ {
 		time.Sleep(50 * time.Millisecond)
-		if resp, err := http.Get("http://127.0.0.1:33308/healthz"); err == nil {
+		if resp, err := http.Get("http://" + listen + "/healthz"); err == nil {
 			up = resp.StatusCode == 200
 			resp.Body.Close()
 		}

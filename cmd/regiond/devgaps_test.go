@@ -58,33 +58,42 @@ func TestDevFlagDefaultsAreTheDocs(t *testing.T) {
 	}
 }
 
-// TestDevRefusesAPeerURLNotLoopbackHTTP guards --peer-url's check: only an
-// http:// loopback URL with a port (docs/README.md) is taken; another
-// scheme is refused as a usage error naming the flag, before the embedded
-// etcd starts (nothing in --data-dir/etcd).
-func TestDevRefusesAPeerURLNotLoopbackHTTP(t *testing.T) {
-	for _, peer := range []string{"https://127.0.0.1:33301", "unix://127.0.0.1:33301"} {
-		data := t.TempDir()
+// TestDevRefusesURLsNotLoopbackHTTP guards --peer-url's and --client-url's
+// checks: only an http:// loopback URL (docs/README.md) is taken (the
+// embedded etcd has no certificate for https); another scheme is refused
+// as a usage error naming the flag, before the embedded etcd starts and
+// before --data-dir is made (the dev review: an https --client-url failed
+// only after the agent was made, with a hint about ports in use, and left
+// an empty --data-dir).
+func TestDevRefusesURLsNotLoopbackHTTP(t *testing.T) {
+	for _, tc := range []struct{ flag, client, peer string }{
+		{"--peer-url", "http://" + freeAddr(t), "https://" + freeAddr(t)},
+		{"--peer-url", "http://" + freeAddr(t), "unix://" + freeAddr(t)},
+		{"--client-url", "https://" + freeAddr(t), "http://" + freeAddr(t)},
+	} {
+		data := filepath.Join(t.TempDir(), "data")
 		// Bounded: a URL taken would run regiond dev until its context ends.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := executeDev(ctx, nil, "--data-dir", data, "--client-url", "http://127.0.0.1:33300",
-			"--listen", "127.0.0.1:33302", "--peer-url", peer, "--config", "../../examples/routing.yaml")
+		err := executeDev(ctx, nil, "--data-dir", data, "--client-url", tc.client,
+			"--listen", freeAddr(t), "--peer-url", tc.peer, "--config", "../../examples/routing.yaml")
 		cancel()
-		if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "--peer-url") {
-			t.Errorf("--peer-url %s: %v (exit %d), want a usage error naming --peer-url", peer, err, exitCode(err))
+		if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), tc.flag) {
+			t.Errorf("--client-url %s --peer-url %s: %v (exit %d), want a usage error naming %s", tc.client, tc.peer, err, exitCode(err), tc.flag)
 		}
-		if _, err := os.Stat(filepath.Join(data, "etcd")); !os.IsNotExist(err) {
-			t.Errorf("--peer-url %s: etcd data left in --data-dir (%v)", peer, err)
+		if _, err := os.Stat(data); !os.IsNotExist(err) {
+			t.Errorf("--client-url %s --peer-url %s: --data-dir made (%v)", tc.client, tc.peer, err)
 		}
 	}
 }
 
 // TestDevRunLayout guards where regiond dev puts its files and the data
-// directory's mode: an existing --data-dir made group-writable (mkdir with
-// umask 002) is made 0750 and run in, the socket is <data-dir>/regiond.sock
-// and the snapshot <data-dir>/table.json (docs/README.md), both absolute;
-// a second run on the same data (a store holding a config) starts even
-// with a --config that does not exist, and a relative --snapshot is taken
+// directory's mode: an existing --data-dir writable by group (mkdir with
+// umask 002) is refused, naming it, and keeps its mode (it may be the
+// checkout or a home directory: the dev review found it chmodded); a
+// missing one is made 0750; the socket is <data-dir>/regiond.sock and the
+// snapshot <data-dir>/table.json (docs/README.md), both absolute; a
+// second run on the same data (a store holding a config) starts even with
+// a --config that does not exist, and a relative --snapshot is taken
 // relative to the working directory.
 func TestDevRunLayout(t *testing.T) {
 	dir := t.TempDir()
@@ -95,9 +104,22 @@ func TestDevRunLayout(t *testing.T) {
 	if err := os.Chmod("data", 0o775); err != nil {
 		t.Fatal(err)
 	}
+	listen := freeAddr(t)
+	common := []string{"--data-dir", "data", "--client-url", "http://" + freeAddr(t), "--peer-url", "http://" + freeAddr(t),
+		"--listen", listen, "--log-level", "error"}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	err := executeDev(ctx, nil, common...)
+	cancel()
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "data")) || !strings.Contains(err.Error(), "writable by group") {
+		t.Fatalf("regiond dev in a --data-dir of mode 0775: %v, want it refused naming the directory", err)
+	}
+	if fi, err := os.Stat("data"); err != nil || fi.Mode().Perm() != 0o775 {
+		t.Fatalf("a refused --data-dir's mode changed: %v %v", fi.Mode(), err)
+	}
+	if err := os.Remove("data"); err != nil {
+		t.Fatal(err)
+	}
 	example := filepath.Join(devRepoRootAbs, "examples/routing.yaml")
-	common := []string{"--data-dir", "data", "--client-url", "http://127.0.0.1:33303", "--peer-url", "http://127.0.0.1:33304",
-		"--listen", "127.0.0.1:33305", "--log-level", "error"}
 	data := filepath.Join(dir, "data")
 	for run, tc := range []struct {
 		args     []string
@@ -119,7 +141,7 @@ func TestDevRunLayout(t *testing.T) {
 				t.Fatalf("run %d: regiond dev returned %v before serving\n%s", run+1, err, out.String())
 			case <-time.After(50 * time.Millisecond):
 			}
-			resp, err := http.Get("http://127.0.0.1:33305/v1/status")
+			resp, err := http.Get("http://" + listen + "/v1/status")
 			if err == nil {
 				up = resp.StatusCode == 200
 				resp.Body.Close()
@@ -141,8 +163,8 @@ func TestDevRunLayout(t *testing.T) {
 		if _, err := os.Stat(tc.snapshot); err != nil {
 			fails = append(fails, "no snapshot at "+tc.snapshot)
 		}
-		if fi, err := os.Stat(data); err != nil || fi.Mode().Perm() != 0o750 {
-			fails = append(fails, "--data-dir not mode 0750")
+		if fi, err := os.Stat(data); err != nil || fi.Mode().Perm()&^0o750 != 0 {
+			fails = append(fails, "--data-dir not made 0750 (less the umask)")
 		}
 		cancel()
 		select {
