@@ -7,6 +7,7 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -97,7 +98,8 @@ func TestExpGapExportRoundTrips(t *testing.T) {
 // are the time of the read (a worker's max age counts from them), and a
 // health-checked pool with no live health key is unhealthy in the export
 // at once, with no grace window (the entries equal the index's compiled
-// without one).
+// without one); an --out whose directory is a regular file is a usage
+// error (2), as a missing directory is, not a failed write (1).
 func TestExpGapExportKVTimesAndHealth(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -118,5 +120,9 @@ func TestExpGapExportKVTimesAndHealth(t *testing.T) {
 		if err1 != nil || err2 != nil || !w.Equal(s) || w.Before(before.Add(-time.Second)) || w.After(after.Add(time.Second)) {
 			t.Errorf("export kv %s: written_at %q synced_at %q; want both the time of the read (%v..%v)", k, v.WrittenAt, v.SyncedAt, before, after)
 		}
+	}
+	notDir := writeFile(t, "not-a-dir", "x")
+	if r := e.must(ExitUsage, "export", "kv", "--out", filepath.Join(notDir, "kv.json")); !strings.Contains(r.stderr, "does not exist") {
+		t.Errorf("export kv --out under a regular file: %s; want a usage error naming the directory", r)
 	}
 }
