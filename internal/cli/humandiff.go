@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/regiond/regiond/routing"
@@ -161,6 +162,7 @@ func fieldDiff(before, after routing.Value) []string {
 	var out []string
 	add := func(field, b, a string) {
 		if b != a {
+			b, a = distinct(b, a)
 			out = append(out, fmt.Sprintf("%s %s→%s", field, orNone(b), orNone(a)))
 		}
 	}
@@ -251,6 +253,9 @@ func attrDiff(before, after map[string]string) []string {
 		if bok && aok && a == b {
 			continue
 		}
+		if bok && aok {
+			b, a = distinct(b, a)
+		}
 		if !bok {
 			b = "none"
 		}
@@ -260,6 +265,18 @@ func attrDiff(before, after map[string]string) []string {
 		out = append(out, fmt.Sprintf("attrs.%s %s→%s", k, quoteEmpty(b, bok), quoteEmpty(a, aok)))
 	}
 	return out
+}
+
+// distinct returns two different values as they can be told apart once
+// printed: as they are, unless their control characters, escaped as the
+// terminal is shown them (an ESC as the text \x1b), make them look alike
+// (a stored ESC against the text \x1b a file wrote): then both Go-quoted,
+// `"x\x1b[31my"→"x\\x1b[31my"`, never a change shown as X→X.
+func distinct(b, a string) (string, string) {
+	if cellText(b) != cellText(a) {
+		return b, a
+	}
+	return strconv.Quote(b), strconv.Quote(a)
 }
 
 func quoteEmpty(s string, present bool) string {
