@@ -18,7 +18,7 @@ import (
 // replaced.
 func (m *Mirror) drain(wch clientv3.WatchChan, resp clientv3.WatchResponse, ok bool) string {
 	began := time.Now()
-	dirty, advanced := false, false
+	dirty, advanced, confirmed := false, false, false
 	why := ""
 	responses, events := 0, len(m.pending)
 	for {
@@ -31,6 +31,7 @@ func (m *Mirror) drain(wch clientv3.WatchChan, resp clientv3.WatchResponse, ok b
 		why, c = m.handle(resp)
 		dirty = dirty || c == changed
 		advanced = advanced || c == advancedOnly
+		confirmed = confirmed || c == confirmedOnly
 		if why != "" {
 			break
 		}
@@ -59,6 +60,8 @@ func (m *Mirror) drain(wch clientv3.WatchChan, resp clientv3.WatchResponse, ok b
 		// served is current as of now either way).
 		m.markSynced()
 		m.advance(m.applied)
+	case confirmed:
+		m.markSynced()
 	}
 	return why
 }
@@ -67,9 +70,10 @@ func (m *Mirror) drain(wch clientv3.WatchChan, resp clientv3.WatchResponse, ok b
 type change int
 
 const (
-	unchanged    change = iota
-	advancedOnly        // a progress notification: same state, later revision
-	changed             // events applied
+	unchanged     change = iota
+	advancedOnly         // a progress notification: same state, later revision
+	confirmedOnly        // a progress notification at the applied revision: the state is current
+	changed              // events applied
 )
 
 // handle applies one watch response to the state; it reports whether the
@@ -99,8 +103,11 @@ func (m *Mirror) handle(resp clientv3.WatchResponse) (string, change) {
 			m.applied = h
 			return "", advancedOnly
 		}
-		m.markSynced()
-		return "", unchanged
+		// Current, but marked so by drain only once the table served holds
+		// the state: events before it in the same drain (etcd answers a
+		// progress request at its revision, often queued behind the
+		// events of that revision) are not compiled yet.
+		return "", confirmedOnly
 	}
 	return m.applyEvents(resp.Events)
 }

@@ -117,7 +117,9 @@
 // (a notification, a probe, a list that found the same state), SyncedAt
 // is set before the table's revision, so a Status showing the later
 // revision also shows the later SyncedAt (a CI run read the two between
-// the stores once).
+// the stores once). Where the state changed, it is set once the table
+// holding the change is served, also when a progress notification came
+// behind the change's events in one drain.
 //
 // # Dead broadcasts behind the proxy
 //
