@@ -22,6 +22,7 @@ import (
 	"github.com/regiond/regiond/internal/api"
 	"github.com/regiond/regiond/internal/devetcd"
 	"github.com/regiond/regiond/internal/keyspace"
+	"github.com/regiond/regiond/internal/safedir"
 	"github.com/regiond/regiond/internal/store"
 	"github.com/regiond/regiond/routing"
 )
@@ -80,24 +81,25 @@ func runDev(ctx context.Context, f *devFlags, cmd *cobra.Command) error {
 	// is writable by whoever reaches it, so it listens on loopback only.
 	// Its scheme is http: the embedded etcd has no certificate to serve
 	// https with (etcd refused that only after the agent was made).
-	if u, err := url.Parse(f.clientURL); err != nil || u.Scheme != "http" || u.Host == "" || !api.IsLoopbackHost(u.Hostname()) {
-		return usageError{fmt.Errorf("--client-url %q: want a loopback http URL such as http://127.0.0.1:2379 (the embedded etcd has no authentication)", f.clientURL)}
+	if u, err := url.Parse(f.clientURL); err != nil || u.Scheme != "http" || u.Port() == "" || strings.Trim(u.Path, "/") != "" || !api.IsLoopbackHost(u.Hostname()) {
+		return usageError{fmt.Errorf("--client-url %q: want a loopback http URL with a port and no path, such as http://127.0.0.1:2379 (the embedded etcd has no authentication)", f.clientURL)}
 	}
 	if f.peerURL != "" { // its peers' port: off loopback, a member could join it
 		if u, err := url.Parse(f.peerURL); err != nil || u.Scheme != "http" || u.Port() == "" || !api.IsLoopbackHost(u.Hostname()) {
 			return usageError{fmt.Errorf("--peer-url %q: want a loopback http URL with a port, such as http://127.0.0.1:2380 (the embedded etcd has no authentication)", f.peerURL)}
 		}
 	}
-	// Made only once the flags are taken: a refused one leaves no
-	// directory behind. One that exists keeps its mode (it may be the
-	// checkout or a home directory): the agent refuses one writable by
-	// group or others, naming it, as it would its socket's directory.
-	if err := os.MkdirAll(dataDir, 0o750); err != nil {
-		return fmt.Errorf("create --data-dir %s: %w", dataDir, err)
-	}
 	f.cfg.Endpoints = []string{f.clientURL}
 	cfg, err := f.finish()
 	if err != nil {
+		return err
+	}
+	// Made only once the flags are taken: a refused one leaves no
+	// directory behind. One that exists keeps its mode (it may be the
+	// checkout or a home directory) and is refused, naming it, when it is
+	// not this user's alone to write, as the agent refuses its socket's
+	// and snapshot's directories (which it is, by default).
+	if err := safedir.Ensure(dataDir, "--data-dir", 0o750, safedir.NoGroup); err != nil {
 		return err
 	}
 	// What can fail without etcd fails first, leaving no etcd data

@@ -59,23 +59,32 @@ func TestDevFlagDefaultsAreTheDocs(t *testing.T) {
 }
 
 // TestDevRefusesURLsNotLoopbackHTTP guards --peer-url's and --client-url's
-// checks: only an http:// loopback URL (docs/README.md) is taken (the
-// embedded etcd has no certificate for https); another scheme is refused
+// checks: only an http:// loopback URL with a port and no path
+// (docs/README.md) is taken (the embedded etcd has no certificate for
+// https; a client URL without its port was refused naming --endpoints,
+// which dev has not); another is refused
 // as a usage error naming the flag, before the embedded etcd starts and
 // before --data-dir is made (the dev review: an https --client-url failed
 // only after the agent was made, with a hint about ports in use, and left
 // an empty --data-dir).
 func TestDevRefusesURLsNotLoopbackHTTP(t *testing.T) {
-	for _, tc := range []struct{ flag, client, peer string }{
-		{"--peer-url", "http://" + freeAddr(t), "https://" + freeAddr(t)},
-		{"--peer-url", "http://" + freeAddr(t), "unix://" + freeAddr(t)},
-		{"--client-url", "https://" + freeAddr(t), "http://" + freeAddr(t)},
+	for _, tc := range []struct {
+		flag, client, peer string
+		extra              []string
+	}{
+		{"--peer-url", "http://" + freeAddr(t), "https://" + freeAddr(t), nil},
+		{"--peer-url", "http://" + freeAddr(t), "unix://" + freeAddr(t), nil},
+		{"--client-url", "https://" + freeAddr(t), "http://" + freeAddr(t), nil},
+		{"--client-url", "http://127.0.0.1", "http://" + freeAddr(t), nil},
+		{"--client-url", "http://" + freeAddr(t) + "/sub", "http://" + freeAddr(t), nil},
+		// A flag refused after the URLs (the agent's): no directory either.
+		{"--log-level", "http://" + freeAddr(t), "http://" + freeAddr(t), []string{"--log-level", "bogus"}},
 	} {
 		data := filepath.Join(t.TempDir(), "data")
 		// Bounded: a URL taken would run regiond dev until its context ends.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := executeDev(ctx, nil, "--data-dir", data, "--client-url", tc.client,
-			"--listen", freeAddr(t), "--peer-url", tc.peer, "--config", "../../examples/routing.yaml")
+		err := executeDev(ctx, nil, append([]string{"--data-dir", data, "--client-url", tc.client,
+			"--listen", freeAddr(t), "--peer-url", tc.peer, "--config", "../../examples/routing.yaml"}, tc.extra...)...)
 		cancel()
 		if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), tc.flag) {
 			t.Errorf("--client-url %s --peer-url %s: %v (exit %d), want a usage error naming %s", tc.client, tc.peer, err, exitCode(err), tc.flag)
@@ -110,7 +119,7 @@ func TestDevRunLayout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	err := executeDev(ctx, nil, common...)
 	cancel()
-	if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "data")) || !strings.Contains(err.Error(), "writable by group") {
+	if err == nil || !strings.Contains(err.Error(), "--data-dir "+filepath.Join(dir, "data")) || !strings.Contains(err.Error(), "writable by group") {
 		t.Fatalf("regiond dev in a --data-dir of mode 0775: %v, want it refused naming the directory", err)
 	}
 	if fi, err := os.Stat("data"); err != nil || fi.Mode().Perm() != 0o775 {
