@@ -162,8 +162,8 @@ func fieldDiff(before, after routing.Value) []string {
 	var out []string
 	add := func(field, b, a string) {
 		if b != a {
-			b, a = distinct(b, a)
-			out = append(out, fmt.Sprintf("%s %s→%s", field, orNone(b), orNone(a)))
+			rb, ra := distinct(orNone(b), orNone(a), &b, &a)
+			out = append(out, fmt.Sprintf("%s %s→%s", field, rb, ra))
 		}
 	}
 	switch b := before.(type) {
@@ -253,34 +253,43 @@ func attrDiff(before, after map[string]string) []string {
 		if bok && aok && a == b {
 			continue
 		}
-		if bok && aok {
-			b, a = distinct(b, a)
+		rb, ra := "none", "none"
+		var bp, ap *string
+		if bok {
+			rb, bp = quoteEmpty(b), &b
 		}
-		if !bok {
-			b = "none"
+		if aok {
+			ra, ap = quoteEmpty(a), &a
 		}
-		if !aok {
-			a = "none"
-		}
-		out = append(out, fmt.Sprintf("attrs.%s %s→%s", k, quoteEmpty(b, bok), quoteEmpty(a, aok)))
+		rb, ra = distinct(rb, ra, bp, ap)
+		out = append(out, fmt.Sprintf("attrs.%s %s→%s", k, rb, ra))
 	}
 	return out
 }
 
-// distinct returns two different values as they can be told apart once
-// printed: as they are, unless their control characters, escaped as the
-// terminal is shown them (an ESC as the text \x1b), make them look alike
-// (a stored ESC against the text \x1b a file wrote): then both Go-quoted,
-// `"x\x1b[31my"→"x\\x1b[31my"`, never a change shown as X→X.
-func distinct(b, a string) (string, string) {
-	if cellText(b) != cellText(a) {
-		return b, a
+// distinct returns the two sides of a change, rb and ra as rendered (none
+// for an absent or empty field), so that they can be told apart once
+// printed: as they are, unless they print alike (control characters
+// escaped as the terminal is shown them: a stored ESC against the text
+// \x1b a file wrote; an empty field against the text none), then the
+// values present, b and a (nil: absent), Go-quoted:
+// `"x\x1b[31my"→"x\\x1b[31my"`, `none→"none"`, never a change shown as X→X.
+func distinct(rb, ra string, b, a *string) (string, string) {
+	if cellText(rb) != cellText(ra) {
+		return rb, ra
 	}
-	return strconv.Quote(b), strconv.Quote(a)
+	if b != nil {
+		rb = strconv.Quote(*b)
+	}
+	if a != nil {
+		ra = strconv.Quote(*a)
+	}
+	return rb, ra
 }
 
-func quoteEmpty(s string, present bool) string {
-	if present && s == "" {
+// quoteEmpty renders an attr's value present but empty as "".
+func quoteEmpty(s string) string {
+	if s == "" {
 		return `""`
 	}
 	return s

@@ -31,3 +31,28 @@ func TestDiffTellsApartValuesThatPrintAlike(t *testing.T) {
 		t.Errorf("fieldDiff of regions printing apart: %q, want them as they are", got)
 	}
 }
+
+// TestDiffTellsApartNoneFromNothing: an empty or absent side is shown as
+// none, so the text none against an empty field printed none→none (the
+// second read); the present side is then Go-quoted.
+func TestDiffTellsApartNoneFromNothing(t *testing.T) {
+	for _, tc := range []struct {
+		before, after map[string]string
+		want          string
+	}{
+		{map[string]string{"tier": "none"}, nil, `attrs.tier "none"→none`},
+		{nil, map[string]string{"tier": "none"}, `attrs.tier none→"none"`},
+		{map[string]string{"q": `""`}, map[string]string{"q": ""}, `attrs.q "\"\""→""`},
+		{map[string]string{"q": "a"}, map[string]string{"q": ""}, `attrs.q a→""`},
+	} {
+		if got := attrDiff(tc.before, tc.after); len(got) != 1 || got[0] != tc.want {
+			t.Errorf("attrDiff(%q, %q) = %q, want %q", tc.before, tc.after, got, tc.want)
+		}
+	}
+	if got := fieldDiff(&routing.Pool{Region: ""}, &routing.Pool{Region: "none"}); len(got) != 1 || got[0] != `region ""→"none"` {
+		t.Errorf("fieldDiff of an empty region and the text none: %q", got)
+	}
+	if got := fieldDiff(&routing.Pool{Region: ""}, &routing.Pool{Region: "eu"}); len(got) != 1 || got[0] != "region none→eu" {
+		t.Errorf("fieldDiff of an empty region and eu: %q", got)
+	}
+}
