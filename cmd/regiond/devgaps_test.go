@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/logbuf"
 )
 
 // TestDevFlagDefaultsAreTheDocs guards regiond dev's flag defaults, as
@@ -139,7 +139,7 @@ func TestDevRunLayout(t *testing.T) {
 		{[]string{"--config", "no-such.yaml", "--snapshot", "rel/table.json"}, filepath.Join(dir, "rel/table.json"), "store already holds a config (epoch 1); not loading no-such.yaml"},
 	} {
 		ctx, cancel := context.WithCancel(context.Background())
-		out := &lockedBuffer{}
+		out := &logbuf.Buffer{}
 		done := make(chan error, 1)
 		go func() { done <- executeDev(ctx, out, append(common, tc.args...)...) }()
 		up := false
@@ -224,7 +224,7 @@ var devRepoRootAbs, _ = filepath.Abs("../..")
 
 // executeDev runs `regiond dev ARGS…` in this process, its output on out
 // (discarded when nil).
-func executeDev(ctx context.Context, out *lockedBuffer, args ...string) error {
+func executeDev(ctx context.Context, out *logbuf.Buffer, args ...string) error {
 	cmd := newRootCommand()
 	cmd.SetArgs(append([]string{"dev"}, args...))
 	var w interface{ Write([]byte) (int, error) } = &bytes.Buffer{}
@@ -234,22 +234,4 @@ func executeDev(ctx context.Context, out *lockedBuffer, args ...string) error {
 	cmd.SetOut(w)
 	cmd.SetErr(w)
 	return cmd.ExecuteContext(ctx)
-}
-
-// lockedBuffer is a bytes.Buffer safe to write and read at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -215,10 +215,7 @@ func TestPoolDrainGapNamesLiveBoostsOnly(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.seed()
-	if _, err := testClient.Put(context.Background(), e.ks.RoutingKey(routing.OverrideKey("kr-old")),
-		`{"route":"KR","targets":[{"pool":"kr-music","weight":100}],"expires_at":"2020-01-01T00:00:00Z"}`); err != nil {
-		t.Fatal(err)
-	}
+	e.putExpiredBoost("kr-old")
 	r := e.must(ExitOK, "pool", "drain", "kr-music", "--force")
 	if strings.Contains(r.stderr, "kr-old") {
 		t.Errorf("pool drain of a pool only an expired boost targets: %s; want it not named", r)

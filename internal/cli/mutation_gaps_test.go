@@ -59,10 +59,7 @@ func TestExpiredBoostIsNotCountedLive(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.seed()
-	if _, err := testClient.Put(context.Background(), e.ks.RoutingKey(routing.OverrideKey("kr-old")),
-		`{"route":"KR","targets":[{"pool":"kr-music","weight":100}],"expires_at":"2020-01-01T00:00:00Z"}`); err != nil {
-		t.Fatal(err)
-	}
+	e.putExpiredBoost("kr-old")
 	r := e.must(ExitOK, "boost", "KR", "--target", "kr-music=100", "--ttl", "1h", "--id", "kr-new")
 	if strings.Contains(r.stderr, "live boost(s) already") {
 		t.Errorf("boost of a route whose only other boost expired: %s; want no live-boost warning", r)
@@ -465,4 +462,12 @@ func TestMissingConfigFileIsAUsageError(t *testing.T) {
 			t.Errorf("regionctl %s -f %s: %s; want a usage error", verb, missing, r)
 		}
 	}
+}
+
+// putExpiredBoost puts, around regionctl, a boost of KR to kr-music past
+// its expires_at and without a lease (as a key kept by a lease an
+// election renewed, or put by hand).
+func (e *tenv) putExpiredBoost(id string) {
+	e.t.Helper()
+	e.putHandEdit(routing.OverrideKey(id), `{"route":"KR","targets":[{"pool":"kr-music","weight":100}],"expires_at":"2020-01-01T00:00:00Z"}`)
 }
