@@ -113,7 +113,11 @@ func (a *app) configToValidate(ctx context.Context, file string) (*routing.Confi
 	var errs routing.Errors
 	for _, s := range cur.Skipped {
 		if routing.ServedAlike(s.Key) {
-			fmt.Fprintf(a.stderr, "regionctl: warning: %s (served alike by every agent: no viewer's decision depends on it; the origin that wrote it, or root, removes it)\n", s.Error)
+			why := "a key outside the grammar: in no table, no viewer is decided by it"
+			if _, err := routing.ParseKey(s.Key); err == nil {
+				why = "a health key: a live instance whatever its value; the origin that wrote it, or root, removes it"
+			}
+			fmt.Fprintf(a.stderr, "regionctl: warning: %s (served alike by every agent, no problem of the config: %s)\n", s.Error, why)
 			continue
 		}
 		errs = append(errs, &routing.FieldError{Msg: s.Error})

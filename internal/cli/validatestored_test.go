@@ -21,7 +21,8 @@ func TestValidateWarnsOfKeysServedAlike(t *testing.T) {
 	if !strings.HasPrefix(r.stdout, "valid: stored config at epoch ") {
 		t.Errorf("validate with keys served alike: stdout %q, want valid", r.stdout)
 	}
-	for _, want := range []string{"regionctl: warning: health/eu-central/i1: addr:", "pools/Bad_Id", "served alike by every agent"} {
+	for _, want := range []string{"regionctl: warning: health/eu-central/i1: addr:", "a health key: a live instance whatever its value",
+		"pools/Bad_Id", "a key outside the grammar: in no table", "served alike by every agent"} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("validate: stderr %q lacks %q", r.stderr, want)
 		}
