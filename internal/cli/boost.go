@@ -212,7 +212,8 @@ func (a *app) runBoostLs(ctx context.Context) error {
 	}
 	ttls, err := a.boostTTLs(ctx, cur)
 	if err != nil {
-		return err
+		a.warnBoostTTLs(err) // the boosts are listed all the same: ttl_seconds null, TTL "-"
+		ttls = nil
 	}
 	now := time.Now()
 	// As the agents' table would find the boosts now (their health grace
@@ -253,6 +254,13 @@ func (a *app) boostTTLs(ctx context.Context, cur *store.State) (map[string]time.
 		}
 	}
 	return ttls, nil
+}
+
+// warnBoostTTLs says that the boosts' leases could not be read (etcd's
+// refusal, or a connection lost after the boosts were read): they are
+// shown without their remaining lives, as get health shows its keys.
+func (a *app) warnBoostTTLs(err error) {
+	fmt.Fprintf(a.stderr, "regionctl: warning: the boosts' remaining lives are not shown: %v\n", err)
 }
 
 // printBoosts prints the boost table; ttls may be nil (not read).

@@ -187,7 +187,10 @@ func (a *app) runGet(ctx context.Context, section string) error {
 		out.Boosts = cur.Overrides
 		if a.output == "table" {
 			if out.boostTTLs, err = a.boostTTLs(ctx, cur); err != nil {
-				return err
+				// The boosts are shown all the same (TTL "-"): their
+				// values were read, as the health keys' are.
+				a.warnBoostTTLs(err)
+				out.boostTTLs = nil
 			}
 		}
 	}
