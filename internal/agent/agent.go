@@ -194,13 +194,18 @@ func New(cfg Config) (*Agent, error) {
 		}
 		made = append(made, m...)
 	}
-	a.loadSnapshot()
 	a.api = api.New(api.Config{Node: cfg.Node, MaxStale: cfg.MaxStale, MaxWaiting: maxWaiting,
 		WriteTimeout: cfg.WriteTimeout, Registerer: a.registry, Gatherer: prometheus.GathererFunc(a.gather), Logger: cfg.Logger}, source{a})
 	a.mountUI()
 	if err := a.listen(); err != nil {
 		return fail(err)
 	}
+	// Once nothing can refuse the start: restoring the copy writes the
+	// snapshot files, which would keep a refused start's directory (the
+	// agent review: a start by hand as root, refused for a port in use,
+	// left root's table.json in the directory it made). Nothing is
+	// served before Run.
+	a.loadSnapshot()
 	return a, nil
 }
 
