@@ -76,9 +76,7 @@ func TestRollbackNamesTenLaterEpochsAndCountsTheRest(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.seed() // epoch 1
-	for i := 2; i <= 14; i++ {
-		e.must(ExitOK, "pool", "set", "eu-central", "--attr", fmt.Sprintf("n=%d", i))
-	}
+	e.attrEpochs("eu-central", 2, 14)
 	// rollback 3 at epoch 14 undoes 11 later epochs: 4 to 13 named, 14 counted.
 	r := e.must(ExitOK, "rollback", "3", "--dry-run")
 	if !strings.Contains(r.stderr, "undoes the config changes of 11 later epochs, not only the first: 4 (") ||

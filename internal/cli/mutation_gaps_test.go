@@ -258,9 +258,7 @@ func TestHistoryListsTheNewest20(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.seed() // epoch 1
-	for i := 2; i <= 23; i++ {
-		e.must(ExitOK, "pool", "set", "eu-central", "--attr", fmt.Sprintf("n=%d", i))
-	}
+	e.attrEpochs("eu-central", 2, 23)
 	got := historyEpochs(t, e)
 	if len(got) != 20 || got[0] != 23 || got[19] != 4 {
 		t.Errorf("history: epochs %v; want the newest 20, 23 back to 4", got)
@@ -404,9 +402,7 @@ func TestGetPoolsProvenanceFollowsFourWrites(t *testing.T) {
 	e := newEnv(t)
 	e.seed()
 	e.must(ExitOK, "pool", "drain", "eu-west", "--reason", "disk failure") // 2
-	for i := range 3 {                                                     // 3, 4, 5
-		e.must(ExitOK, "pool", "set", "eu-west", "--attr", fmt.Sprintf("n=%d", i))
-	}
+	e.attrEpochs("eu-west", 3, 5)
 	want := `^eu-west draining since epoch 2 \(` + auditWhen + `: "disk failure"\)$`
 	if line := provenanceLines(e.must(ExitOK, "get", "pools").stdout)["eu-west"]; !regexp.MustCompile(want).MatchString(line) {
 		t.Errorf("get pools, the drain 4 writes back: %q, want %s", line, want)
@@ -470,4 +466,13 @@ func TestMissingConfigFileIsAUsageError(t *testing.T) {
 func (e *tenv) putExpiredBoost(id string) {
 	e.t.Helper()
 	e.putHandEdit(routing.OverrideKey(id), `{"route":"KR","targets":[{"pool":"kr-music","weight":100}],"expires_at":"2020-01-01T00:00:00Z"}`)
+}
+
+// attrEpochs writes epochs from to to (each the previous epoch plus one),
+// each a pool set of pool's attr n to the epoch's number.
+func (e *tenv) attrEpochs(pool string, from, to int) {
+	e.t.Helper()
+	for i := from; i <= to; i++ {
+		e.must(ExitOK, "pool", "set", pool, "--attr", fmt.Sprintf("n=%d", i))
+	}
 }
