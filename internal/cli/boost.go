@@ -263,6 +263,16 @@ func (a *app) warnBoostTTLs(err error) {
 	fmt.Fprintf(a.stderr, "regionctl: warning: the boosts' remaining lives are not shown: %v\n", err)
 }
 
+// ttlText is a lease's remaining life as the TTL columns show it:
+// "ended" once none is left (etcd answers a lease that has ended, or
+// that was revoked, with no life), else the duration.
+func ttlText(d time.Duration) string {
+	if d <= 0 {
+		return "ended"
+	}
+	return d.String()
+}
+
 // printBoosts prints the boost table; ttls may be nil (not read).
 func printBoosts(w io.Writer, boosts map[string]store.LiveOverride, ttls map[string]time.Duration) {
 	row(w, "BOOST", "ROUTE", "TARGETS", "ATTRS", "TTL", "EXPIRES", "REASON", "AUTHOR")
@@ -271,7 +281,7 @@ func printBoosts(w io.Writer, boosts map[string]store.LiveOverride, ttls map[str
 		o := boosts[id].Override
 		ttl := "-"
 		if d, ok := ttls[id]; ok {
-			ttl = d.String()
+			ttl = ttlText(d)
 		} else if ttls != nil && boosts[id].Lease == 0 {
 			ttl = "no lease"
 		}

@@ -6,9 +6,13 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
+
+	"github.com/regiond/regiond/internal/store"
+	"github.com/regiond/regiond/routing"
 )
 
 // TestBoostsShownWhenTheirLeasesCannotBeRead: a boost's lease that cannot
@@ -39,5 +43,26 @@ func TestBoostsShownWhenTheirLeasesCannotBeRead(t *testing.T) {
 	var got []map[string]any
 	if err := json.Unmarshal([]byte(r.stdout), &got); r.code != ExitOK || err != nil || len(got) != 1 || got[0]["ttl_seconds"] != nil || !strings.Contains(r.stderr, warning) {
 		t.Errorf("boost ls -o json with the leases unread: %s (%v); want the boost, ttl_seconds null and a warning", r, err)
+	}
+}
+
+// TestBoostWithNoLifeLeftShowsEnded: a boost whose lease has no life left
+// when it is read (it ended, or was revoked, between the boosts' read and
+// their leases') shows TTL "ended", as get health shows such a key, not
+// "0s" (the get review).
+func TestBoostWithNoLifeLeftShowsEnded(t *testing.T) {
+	boosts := map[string]store.LiveOverride{
+		"pl-1": {Override: routing.Override{Route: "PL", Targets: []routing.Target{{Pool: "eu-central", Weight: 100}}}, Lease: 7},
+		"pl-2": {Override: routing.Override{Route: "PL", Targets: []routing.Target{{Pool: "eu-central", Weight: 100}}}, Lease: 8},
+	}
+	var b strings.Builder
+	printBoosts(&b, boosts, map[string]time.Duration{"pl-1": 0, "pl-2": 90 * time.Second})
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^pl-1\s+PL\s+eu-central 100\s+-\s+ended\s`),
+		regexp.MustCompile(`(?m)^pl-2\s+PL\s+eu-central 100\s+-\s+1m30s\s`),
+	} {
+		if !want.MatchString(b.String()) {
+			t.Errorf("boost table:\n%s\nwant a line matching %s", b.String(), want)
+		}
 	}
 }

@@ -290,10 +290,7 @@ func printHealth(w io.Writer, r getResult) {
 	for _, k := range sortedKeys(r.Health) {
 		ttl := "-"
 		if d, ok := r.healthTTLs[k]; ok {
-			ttl = d.String()
-			if d == 0 {
-				ttl = "ended"
-			}
+			ttl = ttlText(d)
 		} else if r.healthTTLs != nil {
 			ttl = "no lease"
 		}
