@@ -184,9 +184,19 @@ func TestWaitConverged(t *testing.T) {
 	// node-stuck's key disappears during the wait, before it confirmed
 	// the write: stopped, or cut off and serving its old table. Not
 	// converged: named at the deadline.
+	// Revoked once the write is committed (the epoch key moves), not
+	// after a fixed sleep: on a loaded machine the write could come after
+	// it, and find node-stuck gone already.
+	head, err := testClient.Get(context.Background(), e.ks.Epoch())
+	if err != nil {
+		t.Fatal(err)
+	}
+	committedWatch := testClient.Watch(ctx, e.ks.Epoch(), clientv3.WithRev(head.Header.Revision+1))
 	go func() {
-		time.Sleep(500 * time.Millisecond)
-		testClient.Revoke(context.Background(), dying)
+		if _, ok := <-committedWatch; ok {
+			time.Sleep(100 * time.Millisecond) // into the wait
+			testClient.Revoke(context.Background(), dying)
+		}
 	}()
 	r = e.must(ExitNotConverged, "pool", "set", "eu-central", "--attr", "x=3", "--wait-converged=3s")
 	if !strings.Contains(r.stderr, "node-stuck@") || !strings.Contains(r.stderr, "status key disappeared before they confirmed it") ||
