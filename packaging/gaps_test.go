@@ -119,6 +119,9 @@ func TestGapPurgeRemovesEveryLeftover(t *testing.T) {
 // agent that says READY=1 and then exits on a setting it refuses is active
 // right after the restart and gone a moment later (mutant: `sleep 0`).
 func TestGapPostinstWaitsBeforeChecking(t *testing.T) {
+	// Waits out postinst's 2 s in a root and bin of its own, beside the
+	// other parallel tests (the 2 s is a lower bound: load only adds).
+	t.Parallel()
 	root, bin := scriptRoot(t), scriptBin(t, true)
 	if err := os.MkdirAll(filepath.Join(root, "run/systemd/system"), 0o755); err != nil {
 		t.Fatal(err)

@@ -120,6 +120,8 @@ func TestUpgradeFromConffiles(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the package (-short)")
 	}
+	// dpkg on a root of its own (its own admindir and lock).
+	t.Parallel()
 	res, _ := installed(t)
 	r := newDpkgRoot(t)
 	r.mustRun(t, "-i", oldPackage(t, "1.3.0", "# template of 1.3.0\nREGIOND_ARGS=\n"))
@@ -173,6 +175,8 @@ func TestInstallUpgradePurge(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the package (-short)")
 	}
+	// dpkg on a root of its own (its own admindir and lock).
+	t.Parallel()
 	res, _ := installed(t)
 	r := newDpkgRoot(t)
 	r.mustRun(t, "-i", res.Path)
