@@ -38,6 +38,9 @@ func TestFrontDoorLogsFailuresRarely(t *testing.T) {
 			name = "apcu"
 		}
 		t.Run(name, func(t *testing.T) {
+			// Each has its own php-fpm and nginx (free port, own
+			// directories): the two wait out their periods side by side.
+			t.Parallel()
 			if apcu && !fpmHasAPCu(t) {
 				t.Skip("php-fpm has no APCu (php-apcu)")
 			}
