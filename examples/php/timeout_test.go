@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -46,12 +47,37 @@ func fpmChildren(t *testing.T, master int) []int {
 // php-fpm does not answer with a 504 after 5 s (fastcgi_read_timeout), not
 // after nginx's default minute.
 func TestStuckChildIsReclaimed(t *testing.T) {
+	// Mostly waiting out the two 5 s timeouts: beside the other parallel
+	// tests, and the two side by side (subtests run from two goroutines,
+	// each on a php-fpm and nginx of its own: free port, own directory;
+	// the child stopped is found under its own master).
+	t.Parallel()
 	script, err := filepath.Abs(filepath.Join("testdata", "stuck.php"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := startFront(t, phpfront.Config{Script: script, Snapshot: filepath.Join(t.TempDir(), "table.json"), Children: 1})
+	var wg sync.WaitGroup
+	for _, c := range []struct {
+		name string
+		run  func(t *testing.T, s *phpfront.Server)
+	}{
+		{"stuck-child-killed", stuckChildKilled},
+		{"stopped-child-504", stoppedChildTimesOut},
+	} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t.Run(c.name, func(t *testing.T) {
+				c.run(t, startFront(t, phpfront.Config{Script: script, Snapshot: filepath.Join(t.TempDir(), "table.json"), Children: 1}))
+			})
+		}()
+	}
+	wg.Wait()
+}
 
+// stuckChildKilled: the child stuck in a request is killed within 9 s
+// and replaced, and fpm.log says why.
+func stuckChildKilled(t *testing.T, s *phpfront.Server) {
 	began := time.Now()
 	resp, _ := get(t, s, "/?stuck=1", "", 30*time.Second)
 	took := time.Since(began)
@@ -74,9 +100,12 @@ func TestStuckChildIsReclaimed(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(s.Dir(), "fpm.log")); !strings.Contains(string(b), "execution timed out") {
 		t.Errorf("fpm.log says nothing of a timed out child:\n%s", b)
 	}
+}
 
-	// A child that does not run at all (stopped: php-fpm's timeout does not
-	// apply to a request it has not accepted): nginx gives up after 5 s.
+// stoppedChildTimesOut: a child that does not run at all (stopped:
+// php-fpm's timeout does not apply to a request it has not accepted):
+// nginx gives up after 5 s.
+func stoppedChildTimesOut(t *testing.T, s *phpfront.Server) {
 	kids := fpmChildren(t, s.FPMPid())
 	if len(kids) != 1 {
 		t.Fatalf("php-fpm children %v, want 1", kids)
@@ -85,9 +114,9 @@ func TestStuckChildIsReclaimed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer syscall.Kill(kids[0], syscall.SIGCONT)
-	began = time.Now()
-	resp, _ = get(t, s, "/", "", 30*time.Second)
-	took = time.Since(began)
+	began := time.Now()
+	resp, _ := get(t, s, "/", "", 30*time.Second)
+	took := time.Since(began)
 	if resp.StatusCode != http.StatusGatewayTimeout || took > 8*time.Second {
 		t.Errorf("request to a stopped child: status %d after %v, want 504 within 8 s", resp.StatusCode, took)
 	}
