@@ -239,7 +239,14 @@ func (w *writer) commit(ctx context.Context, o op) error {
 			panic(fmt.Sprintf("writer: value for %s (junk key: %v) accepted by the agents: %v: %s", k, junk, !junk, v))
 		}
 	}
-	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	// A second per attempt: an attempt sent to a member that cannot commit
+	// (partitioned, or its leader just killed) hangs until this timeout,
+	// and apply tries again; a commit takes milliseconds otherwise (tens
+	// under -race on a loaded machine). With 3 s, half the writers' time
+	// went to such hung attempts, not to the history. An attempt that
+	// times out may still commit: the recorder, not the writer, is the
+	// reference.
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	var ops []clientv3.Op
 	for k, v := range o.puts {
