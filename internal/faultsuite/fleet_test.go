@@ -58,6 +58,11 @@ func TestFleetFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a 3-member etcd cluster, a grpc-proxy and agent processes")
 	}
+	// Beside the lease tests (t.Parallel), which mostly wait out leases'
+	// TTLs on clusters and agents of their own: the suite's -race run was
+	// the sum of the four.
+	t.Parallel()
+	prebuild(true, false)
 	seed := *flagSeed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
@@ -93,6 +98,18 @@ func TestFleetFaults(t *testing.T) {
 		f.checkpoint(ctx, total(writers).last, fmt.Sprintf("checkpoint %d", phase))
 	}
 	f.report(ctx, total(writers), time.Since(began))
+}
+
+// prebuild starts building the test's binaries (gobuild builds each once
+// per process: gobuild.Binary waits for it) while the caller starts its
+// cluster, so that their link does not follow etcd's in the test's time.
+func prebuild(agent, ctl bool) {
+	if agent {
+		go gobuild.Build("./cmd/regiond", "-tags", "nodev")
+	}
+	if ctl {
+		go gobuild.Build("./cmd/regionctl")
+	}
 }
 
 // total sums the writers' counts; last is the newest revision any wrote.

@@ -29,6 +29,8 @@ func TestHeartbeatKeyGoesAcrossLeaderKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a 3-member etcd cluster and regionctl")
 	}
+	t.Parallel() // mostly waiting out lease TTLs: beside TestFleetFaults
+	prebuild(false, true)
 	const ttl = 4 * time.Second
 	c := etcdproc.Start(t, etcdproc.Config{Members: 3, Args: []string{"--unsafe-no-fsync"}})
 	cli := c.Client(t)
@@ -78,6 +80,8 @@ func TestAgentStatusKeyComesBack(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a 3-member etcd cluster and an agent process")
 	}
+	t.Parallel() // mostly waiting out lease TTLs: beside TestFleetFaults
+	prebuild(true, false)
 	// regiond has no flag for the status lease's TTL: the agent process
 	// runs with the default, 10s.
 	ttl := agent.DefaultConfig().StatusTTL
@@ -261,6 +265,8 @@ func TestBoostEndsAcrossLeaderElections(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a 3-member etcd cluster, regionctl and an agent process")
 	}
+	t.Parallel() // mostly waiting out lease TTLs: beside TestFleetFaults
+	prebuild(true, true)
 	c := etcdproc.Start(t, etcdproc.Config{Members: 3, Args: []string{"--unsafe-no-fsync"}})
 	cli := c.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
