@@ -18,6 +18,7 @@ import (
 // scrape (or an alert's rule) that came between the two found neither, or
 // -1, before the swap was done under one lock with the seed inside it.
 func TestStalenessGaugesThroughTheMirrorSwap(t *testing.T) {
+	t.Parallel() // self-contained (its own etcd, agents and directories): beside the waiting tests rather than before them all
 	for i := 0; i < 150; i++ {
 		dir := t.TempDir()
 		if err := os.MkdirAll(filepath.Join(dir, "shm"), 0o755); err != nil {

@@ -26,6 +26,7 @@ import (
 // it stale), and the API serves it. Without a copy it would serve
 // nothing (503) until etcd answered.
 func TestSnapshotCopySurvivesAReboot(t *testing.T) {
+	t.Parallel() // self-contained (its own etcd, agents and directories): beside the waiting tests rather than before them all
 	h, dir, cfg, rev := syncedWithCopy(t)
 	_, before := h.resolve("PL", "k")
 	h.stop()
@@ -91,6 +92,7 @@ func syncedWithCopy(t *testing.T) (h *harness, dir string, cfg agent.Config, rev
 // copy is still one that loads (the shutdown review: it served 503, and
 // copied the bad file over the good copy, leaving a reboot nothing).
 func TestSnapshotCopyServesForAFileThatDoesNotDecode(t *testing.T) {
+	t.Parallel() // self-contained (its own etcd, agents and directories): beside the waiting tests rather than before them all
 	h, dir, cfg, rev := syncedWithCopy(t)
 	_, before := h.resolve("PL", "k")
 	h.stop()
@@ -124,6 +126,7 @@ func TestSnapshotCopyServesForAFileThatDoesNotDecode(t *testing.T) {
 // agent runs cut off from etcd (a hand, a disk error) is not copied at
 // the stop.
 func TestSnapshotCopyIsNotReplacedByAFileThatDoesNotDecode(t *testing.T) {
+	t.Parallel() // self-contained (its own etcd, agents and directories): beside the waiting tests rather than before them all
 	h, dir, cfg, _ := syncedWithCopy(t)
 	h.stop()
 	good, err := os.ReadFile(cfg.SnapshotCopy)
@@ -153,6 +156,7 @@ func TestSnapshotCopyIsNotReplacedByAFileThatDoesNotDecode(t *testing.T) {
 // would find an old table, or none; the last write time stays the last
 // good copy's.
 func TestSnapshotCopyMetrics(t *testing.T) {
+	t.Parallel() // self-contained (its own etcd, agents and directories): beside the waiting tests rather than before them all
 	srv := devetcd.NewTest(t)
 	cli := devetcd.NewTestClient(t, srv)
 	loadExample(t, cli)
