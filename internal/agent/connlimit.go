@@ -17,6 +17,7 @@ type connLimit struct {
 	net.Listener
 	sem       chan struct{} // one token per open connection
 	done      chan struct{} // closed by Close
+	room      chan struct{} // a slot was freed (buffered: one wake pending)
 	closeOnce sync.Once
 	m         connMetrics
 
@@ -57,7 +58,7 @@ func newConnVecs(reg prometheus.Registerer) connVecs {
 
 // limitListener wraps ln, keeping at most max connections open.
 func limitListener(ln net.Listener, max int, name string, v connVecs) *connLimit {
-	l := &connLimit{Listener: ln, sem: make(chan struct{}, max), done: make(chan struct{}),
+	l := &connLimit{Listener: ln, sem: make(chan struct{}, max), done: make(chan struct{}), room: make(chan struct{}, 1),
 		idle: map[net.Conn]struct{}{}, m: connMetrics{open: v.open.WithLabelValues(name),
 			limit: v.limit.WithLabelValues(name), waits: v.waits.WithLabelValues(name),
 			idleClosed: v.idleClosed.WithLabelValues(name)}}
@@ -82,10 +83,8 @@ func (l *connLimit) Accept() (net.Conn, error) {
 // acquire takes a slot, closing an idle connection to free one at the cap,
 // or waiting for a connection to close.
 func (l *connLimit) acquire() error {
-	select {
-	case l.sem <- struct{}{}:
+	if l.take() {
 		return nil
-	default:
 	}
 	l.m.waits.Inc()
 	l.mu.Lock()
@@ -95,20 +94,42 @@ func (l *connLimit) acquire() error {
 		break
 	}
 	l.mu.Unlock()
-	defer func() {
-		l.mu.Lock()
-		l.starved = false
-		l.mu.Unlock()
-	}()
+	for !l.take() {
+		select {
+		case <-l.room:
+		case <-l.done:
+			l.mu.Lock()
+			l.starved = false
+			l.mu.Unlock()
+			return net.ErrClosed
+		}
+	}
+	return nil
+}
+
+// take takes a free slot, if any, and ends a starvation in the same
+// critical section: a connection turning idle just after the slot was
+// taken is kept (it was closed when starved was cleared later).
+func (l *connLimit) take() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	select {
 	case l.sem <- struct{}{}:
-		return nil
-	case <-l.done:
-		return net.ErrClosed
+		l.starved = false
+		return true
+	default:
+		return false
 	}
 }
 
-func (l *connLimit) release() { <-l.sem }
+// release frees a slot and wakes a waiting acquire.
+func (l *connLimit) release() {
+	<-l.sem
+	select {
+	case l.room <- struct{}{}:
+	default: // a wake is pending already
+	}
+}
 
 // closeIdleLocked closes an idle connection; l.mu is held. Its
 // limitedConn.Close frees the slot.
@@ -125,7 +146,9 @@ func (l *connLimit) connState(c net.Conn, st http.ConnState) {
 	defer l.mu.Unlock()
 	switch st {
 	case http.StateIdle:
-		if l.starved {
+		// Closed only while Accept waits and no slot is free: one freed
+		// meanwhile is Accept's without this connection's.
+		if l.starved && len(l.sem) == cap(l.sem) {
 			l.closeIdleLocked(c)
 			return
 		}
