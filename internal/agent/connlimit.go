@@ -83,11 +83,17 @@ func (l *connLimit) Accept() (net.Conn, error) {
 // acquire takes a slot, closing an idle connection to free one at the cap,
 // or waiting for a connection to close.
 func (l *connLimit) acquire() error {
-	if l.take() {
+	// One critical section from the check to the close: a slot freed
+	// meanwhile (a client hung up) is taken, and no idle connection is
+	// closed below the cap.
+	l.mu.Lock()
+	select {
+	case l.sem <- struct{}{}:
+		l.mu.Unlock()
 		return nil
+	default:
 	}
 	l.m.waits.Inc()
-	l.mu.Lock()
 	l.starved = true
 	for c := range l.idle {
 		l.closeIdleLocked(c)
