@@ -1,11 +1,10 @@
 package agent_test
 
 import (
-	"flag"
 	"os"
-	"runtime"
-	"strconv"
 	"testing"
+
+	"github.com/regiond/regiond/internal/testparallel"
 )
 
 // parallelTests is how many of the package's parallel tests run at once
@@ -21,13 +20,6 @@ const parallelTests = 6
 // starved (the ones saying "Not t.Parallel") stay serial: they run before
 // any parallel test starts. An explicit -test.parallel is kept.
 func TestMain(m *testing.M) {
-	flag.Parse()
-	explicit := false
-	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
-	if !explicit {
-		if err := flag.Set("test.parallel", strconv.Itoa(max(parallelTests, runtime.GOMAXPROCS(0)))); err != nil {
-			panic(err)
-		}
-	}
+	testparallel.AtLeast(parallelTests)
 	os.Exit(m.Run())
 }

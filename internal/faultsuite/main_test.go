@@ -1,11 +1,10 @@
 package faultsuite
 
 import (
-	"flag"
 	"os"
-	"runtime"
-	"strconv"
 	"testing"
+
+	"github.com/regiond/regiond/internal/testparallel"
 )
 
 // TestMain runs the suite's four tests at once unless -test.parallel says
@@ -14,13 +13,6 @@ import (
 // waited for one of them (tens of seconds). The lease tests mostly wait
 // out TTLs, each on a cluster of its own.
 func TestMain(m *testing.M) {
-	flag.Parse()
-	explicit := false
-	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
-	if !explicit {
-		if err := flag.Set("test.parallel", strconv.Itoa(max(4, runtime.GOMAXPROCS(0)))); err != nil {
-			panic(err)
-		}
-	}
+	testparallel.AtLeast(4)
 	os.Exit(m.Run())
 }
