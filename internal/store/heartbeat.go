@@ -230,6 +230,14 @@ func (s *Store) keepMarker(ctx context.Context, sess *concurrency.Session, rel, 
 			if refusedBo.Wait(ctx) != nil {
 				return
 			}
+		case err != nil && tokenDropped(err):
+			// etcd dropped this client's auth token (its user's password
+			// changed, the token's TTL ran out): not news, the next read
+			// logs in again, and a refused login is logged then.
+			s.log.Debug("heartbeat: auth token dropped by etcd, logging in again", "key", rel, "err", err)
+			if bo.Wait(ctx) != nil {
+				return
+			}
 		case err != nil:
 			s.log.Warn("heartbeat: cannot follow the marker, retrying", "key", rel, "err", err)
 			if bo.Wait(ctx) != nil {
@@ -429,6 +437,13 @@ func refusalCause(err error) string {
 func heartbeatRefused(err error) bool {
 	var pe *PermissionError
 	return errors.As(err, &pe) || errors.Is(err, rpctypes.ErrAuthFailed)
+}
+
+// tokenDropped reports an error that says etcd no longer takes the
+// client's auth token (a watch's, which the client does not renew as it
+// does a request's).
+func tokenDropped(err error) bool {
+	return errors.Is(err, rpctypes.ErrGRPCInvalidAuthToken) || errors.Is(err, rpctypes.ErrInvalidAuthToken)
 }
 
 // markerAddr is the addr of a marker's value; "" when it does not decode.
