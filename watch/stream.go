@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/regiond/regiond/internal/backoff"
+	"github.com/regiond/regiond/internal/etcddiag"
 )
 
 // stream is one watch of the prefix whose creation etcd answered.
@@ -360,8 +361,7 @@ const (
 // since a login knows none of the tokens before it. Either way the next
 // watch logs in again, and its creation succeeds.
 func unknownToken(err error) bool {
-	return errors.Is(err, rpctypes.ErrInvalidAuthToken) || errors.Is(err, rpctypes.ErrGRPCInvalidAuthToken) ||
-		strings.Contains(err.Error(), rpctypes.ErrInvalidAuthToken.Error())
+	return etcddiag.InvalidToken(err)
 }
 
 // tokenMiss logs a watch refused for an unknown token (unknownToken): at

@@ -106,6 +106,19 @@ func NoSpace(err error) bool {
 		err != nil && strings.Contains(err.Error(), "database space exceeded") // wrapped as text
 }
 
+// InvalidToken reports whether err is etcd refusing a request or a watch
+// for an auth token it does not take ("invalid auth token"): dropped
+// (its user's password changed, a simple token's TTL ran out) or not
+// known yet to the member asked. A request's error carries it as a value;
+// a watch whose creation is refused carries it only as text, the cancel
+// reason (etcd v3.7.3 clientv3, watch.go addSubstream: the reason, itself
+// a gRPC status's text, is not one of the errors it maps back). The next
+// request or watch logs in again.
+func InvalidToken(err error) bool {
+	return errors.Is(err, rpctypes.ErrInvalidAuthToken) || errors.Is(err, rpctypes.ErrGRPCInvalidAuthToken) ||
+		err != nil && strings.Contains(err.Error(), rpctypes.ErrInvalidAuthToken.Error()) // a watch's cancel reason
+}
+
 // endpoint is Why for one endpoint.
 func endpoint(ctx context.Context, ep string, clientTLS *tls.Config) string {
 	u, err := url.Parse(ep)

@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/regiond/regiond/internal/backoff"
+	"github.com/regiond/regiond/internal/etcddiag"
 	"github.com/regiond/regiond/routing"
 )
 
@@ -443,7 +444,7 @@ func heartbeatRefused(err error) bool {
 // client's auth token (a watch's, which the client does not renew as it
 // does a request's).
 func tokenDropped(err error) bool {
-	return errors.Is(err, rpctypes.ErrGRPCInvalidAuthToken) || errors.Is(err, rpctypes.ErrInvalidAuthToken)
+	return etcddiag.InvalidToken(err)
 }
 
 // markerAddr is the addr of a marker's value; "" when it does not decode.
