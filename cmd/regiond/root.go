@@ -136,7 +136,7 @@ func newRootCommand() *cobra.Command {
 table and answers routing decisions locally:
 
   GET /v1/resolve?country=PL&key=abc   (or header CF-IPCountry; &explain=1)
-  GET /v1/table  /v1/status  /healthz  /readyz  /metrics
+  GET /v1/table  /v1/status  /healthz  /readyz[?synced=1]  /metrics
 
 on a unix socket (--socket) and optionally loopback TCP (--listen), and keeps an
 atomic snapshot file (--snapshot) for front doors in other languages. When etcd

@@ -168,7 +168,7 @@ func TestSurvivesEtcdOutageAndRestartFromSnapshot(t *testing.T) {
 	if got := gauge(t, h2, "regiond_agent_etcd_client"); got != 1 {
 		t.Fatalf("after catching up: regiond_agent_etcd_client %v, want 1", got)
 	}
-	waitFor(t, "ready once etcd is back", func() bool { return h2.get("/readyz", nil) == 200 })
+	waitFor(t, "ready and synced once etcd is back", func() bool { return h2.get("/readyz?synced=1", nil) == 200 })
 	waitFor(t, "synced_at moves in the file", func() bool {
 		hdr, ok := h2.snapshotHeader()
 		return ok && hdr.SyncedAt.After(before.SyncedAt)
@@ -217,6 +217,11 @@ func TestRestartSeedsFromSyncedAt(t *testing.T) {
 			}
 			if code := h.get("/readyz", nil); (code == 200) != tc.ready {
 				t.Fatalf("/readyz %d, want ready %v", code, tc.ready)
+			}
+			// Ready or not, it follows no etcd: the runbook's check of a
+			// restarted node fails (a typo'd --endpoints passed /readyz).
+			if code := h.get("/readyz?synced=1", nil); code != 503 {
+				t.Fatalf("/readyz?synced=1 %d with etcd unreachable, want 503", code)
 			}
 			var table struct {
 				SyncedAt  string `json:"synced_at"`

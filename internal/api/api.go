@@ -686,9 +686,25 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, st)
 }
 
-func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
+// handleReady answers /readyz: 200 "ok" when the agent serves a table
+// confirmed within --max-stale that has pools; with ?synced=1, only when
+// it also follows etcd now, with a table confirmed by this run (not one
+// read back from its snapshot at start): the check of a node after its
+// restart, which the plain readiness passes on a node that cannot reach
+// etcd (its snapshot copy is fresh enough). Its other parameters are
+// ignored, as probes expect.
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	synced, err := syncedParam(r.URL.Query())
+	if err != nil {
+		writeText(w, http.StatusBadRequest, err.Error()+"\n")
+		return
+	}
 	st, ready := s.status(time.Now())
 	switch {
+	case ready && synced && st.Stale:
+		writeText(w, http.StatusServiceUnavailable, "not synced: serving the table read back from its snapshot file at start (confirmed "+st.SyncedAt+"), not yet confirmed against etcd"+etcdErrorText(st)+"\n")
+	case ready && synced && !st.Connected:
+		writeText(w, http.StatusServiceUnavailable, "not synced: not following etcd"+etcdErrorText(st)+"; serving the table last confirmed "+st.SyncedAt+"\n")
 	case ready:
 		writeText(w, http.StatusOK, "ok\n")
 	case s.src.Table() == nil:
@@ -698,6 +714,34 @@ func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
 	default:
 		writeText(w, http.StatusServiceUnavailable, "not ready: table last confirmed "+st.SyncedAt+", older than --max-stale "+s.cfg.MaxStale.String()+"\n")
 	}
+}
+
+// syncedParam reads /readyz's synced parameter: absent, 0 or false is
+// off; 1 or true is on; anything else, empty too, is an error naming it
+// (a probe with a typo'd value, or a bare ?synced, must not pass as the
+// plain one).
+func syncedParam(q url.Values) (bool, error) {
+	vs, ok := q["synced"]
+	if !ok {
+		return false, nil
+	}
+	switch v := vs[0]; v {
+	case "1", "true":
+		return true, nil
+	case "0", "false":
+		return false, nil
+	default:
+		return false, fmt.Errorf("bad value %q for synced: give synced=1 (ready, and following etcd now) or leave it out", v)
+	}
+}
+
+// etcdErrorText is ": " and why the agent is not following etcd, from
+// the status, or "" when nothing says why.
+func etcdErrorText(st Status) string {
+	if st.EtcdError == "" {
+		return ""
+	}
+	return ": " + st.EtcdError
 }
 
 // writeJSON answers v as JSON on one line. Characters are written as they
