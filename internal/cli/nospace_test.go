@@ -52,6 +52,15 @@ func TestNoSpaceAlarmIsNamed(t *testing.T) {
 			}
 		}
 	}
+	// status names the alarm in words, the member that raised it by its
+	// name and hex ID, and the way out; etcd's protobuf text
+	// ("memberID:<decimal> alarm:NOSPACE") was printed as it came.
+	r := runHere("status")
+	if all := r.stdout + r.stderr; strings.Contains(all, "memberID:") || !strings.Contains(all, "NOSPACE alarm is raised") ||
+		!strings.Contains(all, "(raised by regiond-dev (") ||
+		!strings.Contains(all, "etcdctl alarm disarm") {
+		t.Errorf("regionctl status under NOSPACE: want the alarm in words with its way out: %s", r)
+	}
 	disarm()
 	if r := runHere("pool", "drain", "eu-central", "--dry-run"); r.code != ExitOK {
 		t.Fatalf("dry run once the alarm is disarmed: %s", r)

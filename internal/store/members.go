@@ -5,7 +5,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -210,6 +212,11 @@ func (s *Store) EtcdMembers(ctx context.Context, tc *tls.Config) *EtcdCluster {
 		}
 		out.Members = append(out.Members, em)
 	}
+	for i := range out.Members {
+		for j, e := range out.Members[i].StatusErrors {
+			out.Members[i].StatusErrors[j] = out.alarmText(e)
+		}
+	}
 	if leader != nil {
 		out.RaftTerm = leader.RaftTerm
 		out.Leader = fmt.Sprintf("%x", leader.Leader)
@@ -232,6 +239,36 @@ func (s *Store) EtcdMembers(ctx context.Context, tc *tls.Config) *EtcdCluster {
 	out.Quorum = out.Voting/2 + 1
 	out.QuorumAtRisk = out.Healthy-1 < out.Quorum
 	return out
+}
+
+// alarmRE matches an alarm as etcd's Status lists it among its errors:
+// the AlarmMember's protobuf text ("memberID:351898220565275620
+// alarm:NOSPACE", its spacing not fixed).
+var alarmRE = regexp.MustCompile(`^memberID:\s*(\d+)\s+alarm:\s*([A-Z]+)\s*$`)
+
+// alarmText is e, a status error, in words when it is an alarm: "alarm
+// CORRUPT raised by <member>" (the member named as elsewhere, its ID in
+// hex); NOSPACE is NoSpaceHint (with the way out), naming the member.
+// Any other error is as etcd wrote it.
+func (c *EtcdCluster) alarmText(e string) string {
+	m := alarmRE.FindStringSubmatch(e)
+	if m == nil {
+		return e
+	}
+	id, err := strconv.ParseUint(m[1], 10, 64)
+	if err != nil {
+		return e
+	}
+	who := fmt.Sprintf("member %x", id)
+	for _, em := range c.Members {
+		if em.id == id {
+			who = fmt.Sprintf("%s (%x)", em.Display(), id)
+		}
+	}
+	if m[2] == "NOSPACE" {
+		return etcddiag.NoSpaceHint + " (raised by " + who + `; docs/operations.md, "etcd's NOSPACE alarm")`
+	}
+	return "alarm " + m[2] + " raised by " + who
 }
 
 // proxyMemberList says so when ml is not etcd's member list but the one
