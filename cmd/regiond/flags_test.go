@@ -101,6 +101,7 @@ func TestRefusesBadEndpointsAndTLS(t *testing.T) {
 		{[]string{"--endpoints=http://127.0.0.1:2379", "--cacert=" + notPEM}, "--cacert " + notPEM + ": no PEM certificate found"},
 		{[]string{"stray"}, `unexpected argument "stray"`},
 		{[]string{"--endpoint=http://127.0.0.1:2379"}, "unknown flag: --endpoint; did you mean --endpoints?"},
+		{[]string{"--max-stale=15"}, `invalid value "15" for --max-stale: want a duration such as 30s, 5m or 1h30m`},
 		// REGIOND_PASSWORD is empty (t.Setenv below): the client would not
 		// log in, and run as no user.
 		{[]string{"--user=node-1"}, "--user node-1: REGIOND_PASSWORD is empty"},

@@ -174,6 +174,7 @@ snapshot file, marked stale).`,
 // flagError is cobra's FlagErrorFunc: every flag error is a usage error
 // (exit 2), and an unknown flag close to one the command has names it.
 func flagError(cmd *cobra.Command, err error) error {
+	err = flagerr.Value(err)
 	if near := flagerr.Near(cmd, err); len(near) > 0 {
 		return usageError{fmt.Errorf("%w; did you mean %s?", err, strings.Join(near, " or "))}
 	}

@@ -222,9 +222,9 @@ func TestGapHeartbeatTTLBounds(t *testing.T) {
 	e := newEnv(t)
 	e.seed()
 	e.must(ExitOK, "pool", "set", "eu-central", "--health-check", "--force") // no health_check warning
-	for _, args := range [][]string{{"--instance", "fra-1"}, {"--addr", "10.0.0.1:443"}} {
-		if r := e.run(append([]string{"heartbeat", "eu-central"}, args...)...); r.code != ExitUsage || !strings.Contains(r.stderr, "heartbeat needs --instance and --addr") {
-			t.Errorf("heartbeat %v: %s; want exit 2 naming both flags", args, r)
+	for args, want := range map[string]string{"--instance fra-1": "heartbeat needs --addr too", "--addr 10.0.0.1:443": "heartbeat needs --instance too", "": "heartbeat needs --instance and --addr"} {
+		if r := e.run(append([]string{"heartbeat", "eu-central"}, strings.Fields(args)...)...); r.code != ExitUsage || !strings.Contains(r.stderr, want) {
+			t.Errorf("heartbeat %v: %s; want exit 2 with %q", args, r, want)
 		}
 	}
 	if r := e.run("heartbeat", "eu-central", "--instance", "sub", "--addr", "10.0.0.1:443", "--ttl", "999ms"); r.code != ExitUsage ||

@@ -278,6 +278,7 @@ func (a *app) usagePath() string {
 // and an unknown flag close to one the command has (or inherits) names
 // it, as a mistyped command does.
 func flagError(cmd *cobra.Command, err error) error {
+	err = flagerr.Value(err)
 	near := flagerr.Near(cmd, err)
 	if len(near) == 0 {
 		return usageError{err}

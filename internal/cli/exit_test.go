@@ -78,7 +78,11 @@ func TestExitUsage(t *testing.T) {
 		"pool drain eu-north --retry -1":           "--retry -1: want 0 (the default: no retry) or more",
 		"history --limit -1":                       "--limit -1: want 0 (all) or more",
 		"--command-timeout 0 get":                  "--command-timeout 0s: want a timeout above 0",
-		"--dial-timeout -1s get":                   "--dial-timeout -1s: want a timeout above 0",
+		// A value that does not parse as its flag's type says what it takes.
+		"status --max-lag N":         `invalid value "N" for --max-lag: want a whole number`,
+		"--command-timeout 5 get":    `invalid value "5" for --command-timeout: want a duration such as 30s, 5m or 1h30m`,
+		"status --expect-agents 1e9": `invalid value "1e9" for --expect-agents: want a whole number`,
+		"--dial-timeout -1s get":     "--dial-timeout -1s: want a timeout above 0",
 		// A name or value near a known one names it.
 		"get pool":                    `get "pool": want one of pools, routes, boosts, health, policy, skipped; did you mean pools?`,
 		"get -o yml":                  `-o "yml": want table, json or yaml; did you mean yaml?`,

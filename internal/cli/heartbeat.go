@@ -80,8 +80,13 @@ do, and retried (1s doubling to 30s) until etcd lets it.`,
 }
 
 func (a *app) runHeartbeat(ctx context.Context, pool string, o heartbeatOpts) error {
-	if o.instance == "" || o.addr == "" {
+	switch {
+	case o.instance == "" && o.addr == "":
 		return usagef("heartbeat needs --instance and --addr")
+	case o.instance == "":
+		return usagef("heartbeat needs --instance too (this origin's id within the pool, e.g. its host name)")
+	case o.addr == "":
+		return usagef("heartbeat needs --addr too (the address viewers are sent to, host:port)")
 	}
 	if !routing.ValidPoolID(pool) {
 		return usagef("pool %q: want a pool id (lower-case letters, digits, '.', '_', '-'), e.g. eu-central", pool)

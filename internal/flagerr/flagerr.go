@@ -3,7 +3,10 @@
 package flagerr
 
 import (
+	"errors"
+	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -33,4 +36,38 @@ func Near(cmd *cobra.Command, err error) []string {
 	cmd.InheritedFlags().VisitAll(visit)
 	slices.Sort(near)
 	return near
+}
+
+// Value returns pflag's error for a value that does not parse as its
+// flag's type ("invalid argument "N" for "--max-lag" flag:
+// strconv.ParseInt: parsing "N": invalid syntax") in words, saying what
+// the flag takes: `invalid value "N" for --max-lag: want a whole number`.
+// Any other error, and a value a flag of the project's own type refused
+// (its own words already), is returned as it is.
+func Value(err error) error {
+	var ive *pflag.InvalidValueError
+	var ne *strconv.NumError
+	if !errors.As(err, &ive) || !errors.As(err, &ne) && !strings.HasPrefix(ive.Unwrap().Error(), "time: ") {
+		return err // not a parse of Go's (strconv, time): the flag's own words
+	}
+	var want string
+	switch t := ive.GetFlag().Value.Type(); {
+	case strings.HasPrefix(t, "int") || strings.HasPrefix(t, "uint"):
+		want = "a whole number"
+		if strings.HasPrefix(t, "uint") {
+			want = "a whole number, 0 or more"
+		}
+		if ne != nil && errors.Is(ne.Err, strconv.ErrRange) {
+			want += " (this one is out of range)"
+		}
+	case t == "duration":
+		want = "a duration such as 30s, 5m or 1h30m"
+	case strings.HasPrefix(t, "float"):
+		want = "a number"
+	case t == "bool":
+		want = "true or false"
+	default:
+		return err
+	}
+	return fmt.Errorf("invalid value %q for --%s: want %s", ive.GetValue(), ive.GetFlag().Name, want)
 }
