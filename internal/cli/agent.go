@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/regiond/regiond/internal/didyoumean"
 	"github.com/regiond/regiond/internal/keyspace"
 	"github.com/regiond/regiond/internal/store"
 	"github.com/regiond/regiond/routing"
@@ -102,7 +104,13 @@ func (a *app) forgetNode(ctx context.Context, st *store.Store, node string, igno
 		fmt.Fprintf(a.stdout, "node %s has no record: nothing to forget (--ignore-not-found)\n", node)
 		return nil, nil
 	case errors.Is(err, store.ErrNoNodeRecord):
-		return &routing.FieldError{Key: key, Msg: fmt.Sprintf("%v: nothing to forget (regionctl status lists the lost nodes)", err)}, nil
+		msg := fmt.Sprintf("%v: nothing to forget (regionctl status lists the lost nodes)", err)
+		if names, lerr := st.NodeNames(ctx); lerr == nil { // a hint only: a refused list says nothing
+			if near := didyoumean.Near(node, names); len(near) > 0 {
+				msg += "; did you mean " + strings.Join(near, " or ") + "?"
+			}
+		}
+		return &routing.FieldError{Key: key, Msg: msg}, nil
 	case err != nil:
 		return nil, err
 	}

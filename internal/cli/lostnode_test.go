@@ -107,6 +107,13 @@ func TestLostNode(t *testing.T) {
 	if v := e.get(e.ks.Node("n1")); v == "" {
 		t.Fatal("agent rm n3 touched n1's record")
 	}
+	// A mistyped node names the nodes with a record near it.
+	e.putNodeRecord(routing.AgentStatus{Node: "edge-fra-7", Revision: rev, Connected: true, Version: "test", SyncedAt: now})
+	if r := e.run("agent", "rm", "edge-fra-1"); r.code != ExitRefused || !strings.Contains(r.stderr, "no node record") ||
+		!strings.Contains(r.stderr, "did you mean edge-fra-7?") {
+		t.Fatalf("agent rm of a mistyped node: %s; want refused, naming edge-fra-7", r)
+	}
+	e.must(ExitOK, "agent", "rm", "edge-fra-7")
 	r = e.must(ExitOK, "status", "--max-lag", "0")
 	if strings.Contains(r.stdout, "LOST") || strings.Contains(r.stdout, " lost (") || strings.Contains(r.stdout, "n3") {
 		t.Fatalf("status after agent rm n3:\n%s", r)

@@ -375,6 +375,26 @@ func (s *Store) ForgetNode(ctx context.Context, node string) (AgentInfo, error) 
 	return agentInfo(rec, node, del.PrevKvs[0].Value, 0, resp.Header.Revision), nil
 }
 
+// NodeNames returns the names of the nodes with a record under
+// <root>/nodes/ (lost or live), sorted: the names a mistyped node
+// is near. One keys-only read.
+func (s *Store) NodeNames(ctx context.Context) ([]string, error) {
+	prefix := s.ks.NodesPrefix()
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(rctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, s.permErr("list the node records "+prefix, err, s.roles.ReadNeed(prefix))
+	}
+	names := make([]string, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		if node := strings.TrimPrefix(string(kv.Key), prefix); node != "" {
+			names = append(names, node)
+		}
+	}
+	return names, nil
+}
+
 // ClockAhead is an agent whose status says its clock is ahead of this
 // host's.
 type ClockAhead struct {
