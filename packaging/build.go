@@ -64,10 +64,6 @@ func Build(ctx context.Context, o options) (*Result, error) {
 		if ver, err = describe(ctx, repo); err != nil {
 			return nil, err
 		}
-	} else if d, err := describe(ctx, repo); err == nil {
-		if why := versionMismatch(ver, d); why != "" {
-			o.log.Warn(why, "version", ver, "git_describe", d)
-		}
 	}
 	ct, haveCT := commitTime(ctx, repo)
 	debVer, err := debianVersion(ver, ct, haveCT)
@@ -75,6 +71,13 @@ func Build(ctx context.Context, o options) (*Result, error) {
 		return nil, fmt.Errorf("-version %q: %w", ver, err)
 	} else if err != nil {
 		return nil, fmt.Errorf("git describe --tags --always --dirty gave %q: %w; pass -version in one of those forms", ver, err)
+	}
+	if o.version != "" { // a -version refused above is not warned about first
+		if d, err := describe(ctx, repo); err == nil {
+			if why := versionMismatch(ver, d); why != "" {
+				o.log.Warn(why, "version", ver, "git_describe", d)
+			}
+		}
 	}
 	res := &Result{Version: ver, DebVersion: debVer, Arch: debArch, Sizes: map[string]int64{}}
 	work, err := os.MkdirTemp("", "regiond-packaging-")

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -669,4 +670,22 @@ func TestPackagedBinariesRun(t *testing.T) {
 		t.Errorf("regionctl __gendocs ran in the production binary: %q", out)
 	}
 	t.Logf("packaged binaries: regiond %d bytes, regionctl %d bytes", res.Sizes["regiond"], res.Sizes["regionctl"])
+}
+
+// TestRefusedVersionIsNotWarnedAbout: a -version that is refused (no
+// Debian version can be made of it) is refused without first warning
+// that the agents will report it (the runbook walk: `-version dev` logged
+// that WARN, then refused the version).
+func TestRefusedVersionIsNotWarnedAbout(t *testing.T) {
+	testprog.Need(t, "git", "apt-get install -y git")
+	repo, err := repoRoot(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	_, err = Build(context.Background(), options{out: t.TempDir(), arch: "amd64", repo: repo, version: "dev",
+		log: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err == nil || !strings.Contains(err.Error(), `-version "dev"`) || logs.Len() != 0 {
+		t.Fatalf("Build -version dev: %v, logs %q; want refused, nothing logged", err, logs.String())
+	}
 }
