@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/regiond/regiond/internal/api"
 	"github.com/regiond/regiond/internal/didyoumean"
 	"github.com/regiond/regiond/internal/store"
 	"github.com/regiond/regiond/routing"
@@ -249,7 +250,7 @@ type poolRow struct {
 func (h *handler) tableOr503(w http.ResponseWriter) *routing.Table {
 	t := h.cfg.Table()
 	if t == nil {
-		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "no routing table loaded yet"})
+		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "no routing table loaded yet", Code: api.CodeNoTable})
 	}
 	return t
 }
@@ -301,7 +302,7 @@ func (h *handler) handleWhatIf(w http.ResponseWriter, r *http.Request) {
 	}
 	down, err := parseDown(r.URL.Query()["down"], t)
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, errorBody{Error: err.Error()})
+		writeJSON(w, http.StatusBadRequest, errorBody{Error: err.Error(), Code: api.CodeBadParam})
 		return
 	}
 	slices.Sort(down) // the same answer, and the same cache entry, in any order
@@ -315,7 +316,7 @@ func (h *handler) handleWhatIf(w http.ResponseWriter, r *http.Request) {
 		defer func() { <-h.whatIfBusy }()
 	default:
 		w.Header().Set("Retry-After", "1")
-		writeJSON(w, http.StatusTooManyRequests, errorBody{Error: "another what-if is being computed (one at a time: each resolves every country); retry in a second"})
+		writeJSON(w, http.StatusTooManyRequests, errorBody{Error: "another what-if is being computed (one at a time: each resolves every country); retry in a second", Code: api.CodeTooManyWaiting})
 		return
 	}
 	now := time.Now()
@@ -336,7 +337,7 @@ func (h *handler) handleWhatIf(w http.ResponseWriter, r *http.Request) {
 	}
 	out, err := json.Marshal(body)
 	if err != nil {
-		writeJSON(w, http.StatusInternalServerError, errorBody{Error: "encode response"})
+		writeJSON(w, http.StatusInternalServerError, errorBody{Error: "encode response", Code: api.CodeInternal})
 		return
 	}
 	out = append(out, '\n')

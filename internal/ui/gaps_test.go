@@ -277,7 +277,7 @@ func TestGapsWhatIfPoolIDCase(t *testing.T) {
 	tb := exampleTable(t, nil)
 	h := ui.New(ui.Config{Table: func() *routing.Table { return tb }})
 	rec := serve(h, "/ui/api/whatif?down=EU-WEST")
-	if rec.Code != 400 || !strings.Contains(rec.Body.String(), `no such pool \"EU-WEST\"; did you mean eu-west`) {
+	if rec.Code != 400 || !strings.Contains(rec.Body.String(), `no such pool \"EU-WEST\"; did you mean eu-west`) || !strings.Contains(rec.Body.String(), `"code":"bad_param"`) {
 		t.Errorf("whatif?down=EU-WEST: %d %s; want 400 with did you mean eu-west?", rec.Code, rec.Body)
 	}
 }

@@ -100,7 +100,7 @@ func New(cfg Config) http.Handler {
 	h.mux.HandleFunc(Prefix+"api/pools", h.handlePools)
 	h.mux.HandleFunc(Prefix+"api/whatif", h.handleWhatIf)
 	h.mux.HandleFunc(Prefix+"api/", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusNotFound, errorBody{Error: "no such endpoint " + r.URL.Path + "; the page's are api/node, api/boosts, api/fleet, api/pools, api/whatif"})
+		writeJSON(w, http.StatusNotFound, errorBody{Error: "no such endpoint " + r.URL.Path + "; the page's are api/node, api/boosts, api/fleet, api/pools, api/whatif", Code: api.CodeNotFound})
 	})
 	h.mux.Handle(Prefix, h.static)
 	return h
@@ -115,14 +115,17 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r)
 }
 
+// errorBody is an error of the page's JSON, shaped as the API's
+// ({"error":"…","code":"…"}, with the API's codes): act on code.
 type errorBody struct {
 	Error string `json:"error"`
+	Code  string `json:"code"`
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		status, b = http.StatusInternalServerError, []byte(`{"error":"encode response"}`)
+		status, b = http.StatusInternalServerError, []byte(`{"error":"encode response","code":"internal"}`)
 	}
 	writeRaw(w, status, append(b, '\n'))
 }

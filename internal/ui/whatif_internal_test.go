@@ -47,7 +47,8 @@ func TestWhatIfOneAtATime(t *testing.T) {
 		t.Errorf("the same pools in another order: %d, want the answer reused", r.Code)
 	}
 	r := get("down=eu-north")
-	if r.Code != http.StatusTooManyRequests || r.Header().Get("Retry-After") != "1" || !strings.Contains(r.Body.String(), "one at a time") {
+	if r.Code != http.StatusTooManyRequests || r.Header().Get("Retry-After") != "1" || !strings.Contains(r.Body.String(), "one at a time") ||
+		!strings.Contains(r.Body.String(), `"code":"too_many_waiting"`) {
 		t.Errorf("another what-if while one runs: %d %q %s, want 429 with Retry-After", r.Code, r.Header().Get("Retry-After"), r.Body)
 	}
 	<-h.whatIfBusy
@@ -70,7 +71,7 @@ func TestAPIWithoutATable(t *testing.T) {
 	for _, path := range []string{"/ui/api/boosts", "/ui/api/pools", "/ui/api/whatif?down=eu-west"} {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://localhost"+path, nil))
-		if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), `"error":"no routing table loaded yet"`) {
+		if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), `"error":"no routing table loaded yet","code":"no_table"`) {
 			t.Errorf("%s without a table: %d %s; want 503 with the JSON error", path, rec.Code, rec.Body)
 		}
 	}
