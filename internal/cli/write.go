@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -342,6 +343,10 @@ func (a *app) afterNoOp(ctx context.Context, st *store.Store, res *store.Result,
 func (a *app) waitConverged(ctx context.Context, st *store.Store, rev int64, wait time.Duration, expect int, out *writeResult, skews bool) error {
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
+	if proxies, ok := st.ViaProxy(wctx); ok {
+		fmt.Fprintf(a.stderr, "regionctl: warning: --endpoints are etcd's grpc-proxy (its member list names %s, not etcd's members): a wait through it can miss the agents' status puts and wait out --wait-converged (etcd issue 19296); point regionctl at the members (docs/operations.md, \"etcd and its grpc-proxy\": only agents' watches go through it)\n",
+			strings.Join(proxies, ", "))
+	}
 	conv, err := st.WaitConvergedExpecting(wctx, rev, expect)
 	if err != nil && errors.Is(ctx.Err(), context.Canceled) { // a signal, not the timeout
 		err = fmt.Errorf("interrupted: %w", err)

@@ -271,6 +271,36 @@ func (c *EtcdCluster) alarmText(e string) string {
 	return "alarm " + m[2] + " raised by " + who
 }
 
+// ViaProxy reports whether --endpoints answer with the member list
+// etcd's grpc-proxy makes up (proxyMemberList), with the proxies it
+// names; false when the list is etcd's or cannot be read (a refusal, no
+// answer within the request timeout: the caller's own request says so).
+func (s *Store) ViaProxy(ctx context.Context) ([]string, bool) {
+	ctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	ml, err := s.cli.MemberList(ctx)
+	if err != nil {
+		return nil, false
+	}
+	return proxyURLs(ml)
+}
+
+// proxyURLs returns the client URLs of a member list etcd's grpc-proxy
+// made up (proxyMemberList), and whether it is one.
+func proxyURLs(ml *clientv3.MemberListResponse) ([]string, bool) {
+	if ml.Header.GetClusterId() != 0 || len(ml.Members) == 0 {
+		return nil, false
+	}
+	var urls []string
+	for _, m := range ml.Members {
+		if m.ID != 0 {
+			return nil, false
+		}
+		urls = append(urls, m.ClientURLs...)
+	}
+	return urls, true
+}
+
 // proxyMemberList says so when ml is not etcd's member list but the one
 // etcd's grpc-proxy makes up unless started with an empty
 // --advertise-client-url (whose default is 127.0.0.1:23790): itself at
@@ -279,15 +309,9 @@ func (c *EtcdCluster) alarmText(e string) string {
 // etcd names its cluster and every member has an ID. Their health is not
 // etcd's members': "" for etcd's own list.
 func proxyMemberList(ml *clientv3.MemberListResponse) string {
-	if ml.Header.GetClusterId() != 0 || len(ml.Members) == 0 {
+	urls, ok := proxyURLs(ml)
+	if !ok {
 		return ""
-	}
-	var urls []string
-	for _, m := range ml.Members {
-		if m.ID != 0 {
-			return ""
-		}
-		urls = append(urls, m.ClientURLs...)
 	}
 	return fmt.Sprintf("the endpoints are etcd's grpc-proxy: its member list names the proxies (%s), not etcd's members, whose health cannot be seen through it; "+
 		"point regionctl status at the members (--endpoints https://etcd-1:2379,...) to see them", strings.Join(urls, ", "))
