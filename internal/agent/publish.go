@@ -439,12 +439,18 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *w
 	// review). A synced_at as fresh as a start's list is not re-put: an
 	// idle fleet's puts would move each other's revisions.
 	confirm := false
+	// taken: the status key was deleted, or put under another lease,
+	// since this session's puts (keyTaken): put it back at once, checked.
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel() // before the revoke at a stop: its delete is not taken for another's
+	taken := p.keyTaken(wctx, sess.Lease())
+	retake := false
 	for {
 		ms := m.Status()
 		st := p.status(ms, m.Table())
 		// A snapshot file that fails, or is written again, is put at
 		// once too: the front doors reading it route by an older table.
-		significant := !written || st.Epoch != last.Epoch || st.Connected != last.Connected || ms.ChangeRevision != lastChange ||
+		significant := retake || !written || st.Epoch != last.Epoch || st.Connected != last.Connected || ms.ChangeRevision != lastChange ||
 			st.SnapshotError != last.SnapshotError || confirm && st.SyncedAt != last.SyncedAt
 		// A put for changes alone: statusSpacing after the one before
 		// when they moved the epoch (a regionctl write is among them),
@@ -483,13 +489,14 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *w
 			// put (a storm of them adds no compare to etcd's work);
 			// every other put (a regionctl write, the connection, the
 			// refresh) checks that the key is still this session's.
-			if p.put(ctx, sess, st, lastPut, !onlyChange) {
+			if p.put(ctx, sess, st, lastPut, !onlyChange || retake) {
 				confirm = st.Connected && (!written || !last.Connected) && time.Since(ms.SyncedAt) > confirmAfter
 				last, lastChange, written = st, ms.ChangeRevision, true
 			} else {
 				kick = nil // a failed put is retried at the next check, not per change
 			}
 			lastAt = p.clock.now()
+			retake = false
 		}
 		select {
 		case <-ctx.Done():
@@ -497,6 +504,8 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *w
 		case <-sess.Done():
 			p.leaseLost()
 			return
+		case <-taken:
+			retake = true
 		case <-kick:
 			// The readers woken by the change (the snapshot file's,
 			// blocking queries) get the CPUs first: the put, and etcd's
@@ -516,6 +525,64 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *w
 		case <-tick:
 		}
 	}
+}
+
+// keyTaken watches the status key while ctx lives and signals the
+// returned channel (one slot: signals coalesce) when the key is deleted
+// while under another lease than lease, this session's, or put under
+// another lease. Such a delete is the clean stop of another agent with
+// the same --node that held the key last (its revoke), or a hand's
+// delete of its key: without this, this agent's key stayed
+// gone until its next checked put, up to a minute (the runbook walk: a
+// regiond run by hand on a node, stopped after seconds, took the node
+// out of regionctl status). A put under another lease (that other agent
+// starting) is signalled once per session, so two such agents do not
+// take the key from each other at every put: after that one, their
+// checked puts do (putOwn). A watch that fails (a compacted revision
+// after a long cut) is made again, 1 s doubling to 30 s later, one
+// refused (a hand-made role that may not read the key) not again in
+// the session; the checked puts cover what it missed.
+func (p *publisher) keyTaken(ctx context.Context, lease clientv3.LeaseID) <-chan struct{} {
+	taken := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case taken <- struct{}{}:
+		default:
+		}
+	}
+	go func() {
+		foreignSeen := false
+		bo := backoff.New(time.Second, 30*time.Second)
+		for ctx.Err() == nil {
+			for resp := range p.cli.Watch(ctx, p.key, clientv3.WithPrevKV()) {
+				if err := resp.Err(); err != nil && watch.PermissionDenied(err) {
+					p.log.Debug("agent status: etcd refuses the watch of the status key to this agent's role (readwrite on it is regionctl auth apply's); its checked puts find another agent's put or delete", "key", p.key, "err", err)
+					return
+				} else if err != nil {
+					p.log.Debug("agent status: watch of the status key ended; made again", "key", p.key, "err", err)
+					break
+				}
+				bo.Reset()
+				for _, ev := range resp.Events {
+					switch {
+					case ev.Type == clientv3.EventTypeDelete:
+						// Not one of this session's key: the end of its
+						// lease is the session's end (sess.Done).
+						if ev.PrevKv != nil && clientv3.LeaseID(ev.PrevKv.Lease) != lease {
+							signal()
+						}
+					case clientv3.LeaseID(ev.Kv.Lease) != lease && !foreignSeen:
+						foreignSeen = true
+						signal()
+					}
+				}
+			}
+			if bo.Wait(ctx) != nil {
+				return
+			}
+		}
+	}()
+	return taken
 }
 
 // putOwn puts v at the status key under lease. Once a put of this

@@ -574,11 +574,15 @@ func TestQuietChangesDoNotHoldBackAWrite(t *testing.T) {
 }
 
 // TestSameNodeNameIsReported: a second agent started with the same --node
-// (a cloned VM keeping its hostname) takes the status key; at the first
-// agent's next checked put (a new epoch here; puts for changes alone are
-// plain puts), it finds the key under the other's lease, logs an error
-// naming the key and --node, and counts it in
-// regiond_agent_node_conflicts_total. One agent alone never does.
+// (a cloned VM keeping its hostname, a regiond run by hand on a node)
+// takes the status key; the first agent sees it at once (it watches its
+// key), puts it back in a checked put, which finds the other's lease,
+// logs an error naming the key and --node, and counts it in
+// regiond_agent_node_conflicts_total; the second does the same, once. One
+// agent alone never does. When the second stops (its revoke deletes the
+// key it held), the first puts its key and node record back at once, not
+// at its refresh a minute later (the runbook walk: the node was missing
+// from regionctl status meanwhile).
 func TestSameNodeNameIsReported(t *testing.T) {
 	srv, cli := exampleEtcd(t)
 	key := "/regiond/v1/agents/node-1"
@@ -615,15 +619,22 @@ func TestSameNodeNameIsReported(t *testing.T) {
 
 	cfg2 := offlineConfig(t.TempDir())
 	cfg2.Endpoints, cfg2.StatusTTL = srv.Endpoints, 2*time.Second
-	runAgent(t, t.TempDir(), cfg2)
-	waitFor(t, "the second agent's status key", func() bool { l := lease(); return l != 0 && l != first })
-	if _, err = cli.Put(context.Background(), prefix+"epoch", "3"); err != nil {
-		t.Fatal(err)
-	}
+	h2 := runAgent(t, t.TempDir(), cfg2)
+	// No change, no epoch: the first agent's next checked put would be
+	// its refresh, a minute away; waitFor gives up after 30 s.
 	waitFor(t, "the first agent's conflict", func() bool { return counter(t, h1, "regiond_agent_node_conflicts_total") >= 1 })
+	waitFor(t, "the second agent's conflict", func() bool { return counter(t, h2, "regiond_agent_node_conflicts_total") >= 1 })
 	if l := logs.String(); !strings.Contains(l, `"level":"ERROR","msg":"agent status: another agent publishes as this node`) ||
 		!strings.Contains(l, `"key":"`+key+`"`) || !strings.Contains(l, "--node must be unique") {
 		t.Fatalf("no error naming the key and --node:\n%s", l)
+	}
+	h2.stop()
+	waitFor(t, "the first agent's key and node record back after the second's stop", func() bool {
+		resp, err := cli.Get(context.Background(), "/regiond/v1/nodes/node-1")
+		return lease() == first && err == nil && len(resp.Kvs) == 1
+	})
+	if n := counter(t, h1, "regiond_agent_node_conflicts_total"); n != 1 {
+		t.Fatalf("the first agent counted %v conflicts, want 1 (the second agent's start)", n)
 	}
 }
 
