@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"reflect"
 	"regexp"
 	"slices"
@@ -132,6 +133,8 @@ type publisher struct {
 	// them (a put etcd applied while its answer was lost).
 	recordRev int64
 	leases    map[clientv3.LeaseID]bool
+	// runLeases are the leases of this run's sessions (keyTaken).
+	runLeases map[clientv3.LeaseID]bool
 	// recordRetry is how long after a refusal the record is tried again.
 	recordRetry time.Duration
 	// retry spaces the attempts at a new session after a failed one.
@@ -443,7 +446,11 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *w
 	// since this session's puts (keyTaken): put it back at once, checked.
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel() // before the revoke at a stop: its delete is not taken for another's
-	taken := p.keyTaken(wctx, sess.Lease())
+	if p.runLeases == nil {
+		p.runLeases = map[clientv3.LeaseID]bool{}
+	}
+	p.runLeases[sess.Lease()] = true
+	taken := p.keyTaken(wctx, sess.Lease(), maps.Clone(p.runLeases))
 	retake := false
 	for {
 		ms := m.Status()
@@ -529,10 +536,13 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *w
 
 // keyTaken watches the status key while ctx lives and signals the
 // returned channel (one slot: signals coalesce) when the key is deleted
-// while under another lease than lease, this session's, or put under
-// another lease. Such a delete is the clean stop of another agent with
-// the same --node that held the key last (its revoke), or a hand's
-// delete of its key: without this, this agent's key stayed
+// while under another lease than lease, this session's, or put under a
+// lease not of this run (run: this run's sessions' leases, lease's
+// included; a put of an earlier session that etcd applied after its
+// answer was lost is not another agent's). Such a delete is the clean
+// stop of another agent with the same --node that held the key last
+// (its revoke), the end of an earlier session's lease that held it, or
+// a hand's delete of its key: without this, this agent's key stayed
 // gone until its next checked put, up to a minute (the runbook walk: a
 // regiond run by hand on a node, stopped after seconds, took the node
 // out of regionctl status). A put under another lease (that other agent
@@ -542,7 +552,7 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *w
 // after a long cut) is made again, 1 s doubling to 30 s later, one
 // refused (a hand-made role that may not read the key) not again in
 // the session; the checked puts cover what it missed.
-func (p *publisher) keyTaken(ctx context.Context, lease clientv3.LeaseID) <-chan struct{} {
+func (p *publisher) keyTaken(ctx context.Context, lease clientv3.LeaseID, run map[clientv3.LeaseID]bool) <-chan struct{} {
 	taken := make(chan struct{}, 1)
 	signal := func() {
 		select {
@@ -571,7 +581,7 @@ func (p *publisher) keyTaken(ctx context.Context, lease clientv3.LeaseID) <-chan
 						if ev.PrevKv != nil && clientv3.LeaseID(ev.PrevKv.Lease) != lease {
 							signal()
 						}
-					case clientv3.LeaseID(ev.Kv.Lease) != lease && !foreignSeen:
+					case !run[clientv3.LeaseID(ev.Kv.Lease)] && !foreignSeen:
 						foreignSeen = true
 						signal()
 					}

@@ -273,9 +273,10 @@ func TestRestartAfterACrashIsNoConflict(t *testing.T) {
 
 // TestStatusKeyPutAgainAfterTheDuplicateStops: a second agent with the same
 // --node takes the status key and the node record, then stops cleanly
-// (both go with it). The first agent's next checked put (a regionctl
-// write) finds the key deleted and puts it again, with the record; its own
-// stop then deletes that record even once etcd compacted past it.
+// (both go with it). The first agent, which watches its key, puts it
+// again at once (before, at its next checked put), and its next checked
+// put (a regionctl write) puts the record; its own stop then deletes that
+// record even once etcd compacted past it.
 // (Mutation review: not putting the key again after a failed compare, and
 // not remembering the revision of that put, both passed the suite: the
 // first left the live agent out of regionctl status, neither live nor
@@ -289,9 +290,10 @@ func TestStatusKeyPutAgainAfterTheDuplicateStops(t *testing.T) {
 	b := runNode(t, srv.Endpoints, "node-dup2", nil)
 	awaitNewLease(t, cli, "node-dup2", first)
 	b.stop()
-	if v, _, _ := kv(t, cli, ks.Agent("node-dup2")); v != "" {
-		t.Fatalf("status key after the duplicate's stop: %s", v)
-	}
+	waitFor(t, "the first agent's status key back after the duplicate's stop", func() bool {
+		_, l, _ := kv(t, cli, ks.Agent("node-dup2"))
+		return l == first
+	})
 	// The record and the key are put in one Txn: the key is back too.
 	writeAndAwaitRecord(t, cli, "node-dup2")
 	if _, l, _ := kv(t, cli, ks.Agent("node-dup2")); l != first {
