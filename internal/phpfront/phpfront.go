@@ -11,7 +11,6 @@
 package phpfront
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -29,6 +28,7 @@ import (
 	"time"
 
 	"github.com/regiond/regiond/internal/freeport"
+	"github.com/regiond/regiond/internal/logbuf"
 )
 
 // Config says what to serve. Dir, Script and Snapshot are required.
@@ -140,7 +140,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	s.fpm = exec.Command(cfg.PHPFPM, args...)
 	s.ngx = exec.Command(cfg.Nginx, "-p", cfg.Dir, "-e", filepath.Join(cfg.Dir, "nginx-error.log"), "-c", ngxConf)
 	for _, c := range []*exec.Cmd{s.fpm, s.ngx} {
-		c.Stdout, c.Stderr = &bytes.Buffer{}, &bytes.Buffer{}
+		// Read by Logs while the servers run (a failure message): a
+		// buffer safe for its copier's writes meanwhile.
+		c.Stdout, c.Stderr = &logbuf.Buffer{}, &logbuf.Buffer{}
 		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := c.Start(); err != nil {
 			s.Close()

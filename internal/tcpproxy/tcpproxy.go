@@ -70,11 +70,19 @@ func (p *Proxy) Addr() string { return p.addr }
 // URL returns "http://" + Addr().
 func (p *Proxy) URL() string { return "http://" + p.addr }
 
+// serve accepts on ln until it is closed; a proxy closed meanwhile (a
+// Restore racing Close) closes ln instead. The WaitGroup is added to
+// under the lock Close sets stopped under, so Close's Wait sees it.
 func (p *Proxy) serve(ln net.Listener) {
 	p.mu.Lock()
+	if p.stopped {
+		p.mu.Unlock()
+		ln.Close()
+		return
+	}
 	p.ln = ln
-	p.mu.Unlock()
 	p.wg.Add(1)
+	p.mu.Unlock()
 	go func() {
 		defer p.wg.Done()
 		for {
