@@ -499,11 +499,11 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *w
 			if p.put(ctx, sess, st, lastPut, !onlyChange || retake) {
 				confirm = st.Connected && (!written || !last.Connected) && time.Since(ms.SyncedAt) > confirmAfter
 				last, lastChange, written = st, ms.ChangeRevision, true
+				retake = false // a failed one is retried at the next check
 			} else {
 				kick = nil // a failed put is retried at the next check, not per change
 			}
 			lastAt = p.clock.now()
-			retake = false
 		}
 		select {
 		case <-ctx.Done():
