@@ -195,6 +195,21 @@ func TestBadWaitsAndRevisionsAreRefused(t *testing.T) {
 	<-done
 }
 
+// snapshotCopy is tbl as the agent reads it back from its snapshot file
+// at start: the same table, stale (not confirmed against etcd).
+func snapshotCopy(t *testing.T, tbl *routing.Table) *routing.Table {
+	t.Helper()
+	b, err := tbl.JSON(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	loaded, _, err := routing.LoadTableJSON(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loaded
+}
+
 // TestReadinessAndStatus: /readyz is 200 only for a table confirmed
 // against etcd within --max-stale that has pools, and says which of
 // those it is not; /v1/status reports stale_seconds -1 and synced_at ""
@@ -225,15 +240,7 @@ func TestReadinessAndStatus(t *testing.T) {
 		t.Errorf("/v1/status never confirmed: %s; want stale_seconds -1, synced_at \"\", skipped []", a)
 	}
 	// The snapshot file's table, stale, with the watch refused.
-	b, err := tbl.JSON(time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	loaded, _, err := routing.LoadTableJSON(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src.t.Store(loaded)
+	src.t.Store(snapshotCopy(t, tbl))
 	src.setStatus(watch.Status{Revision: 7, Refused: "etcd refuses user agent the prefix"})
 	a = fetch(t, "GET", url+"/v1/status")
 	st = Status{}

@@ -52,15 +52,7 @@ func TestReadySyncedAsksForEtcd(t *testing.T) {
 
 	// The snapshot file's table read back at start, fresh enough to be
 	// ready: not synced until confirmed, whatever the watch says.
-	b, err := tbl.JSON(time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	loaded, _, err := routing.LoadTableJSON(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src.t.Store(loaded)
+	src.t.Store(snapshotCopy(t, tbl))
 	src.setStatus(watch.Status{Revision: 7, Synced: true, SyncedAt: confirmed})
 	if code, body := get(""); code != 200 {
 		t.Fatalf("/readyz of a fresh snapshot copy: %d %q; want 200", code, body)
