@@ -313,7 +313,7 @@ func TestGapSettingsTemplatesMatchBinaries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if listen == nil || !strings.Contains(string(ops), " "+listen[1]+"/readyz") {
+	if listen == nil || !regexp.MustCompile(`[ ']`+regexp.QuoteMeta(listen[1])+`/readyz`).Match(ops) {
 		t.Errorf("regiond.env's --listen %v is not the address operations.md's install step curls", listen)
 	}
 
