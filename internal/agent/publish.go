@@ -576,7 +576,7 @@ func (p *publisher) keyTaken(ctx context.Context, lease clientv3.LeaseID, run ma
 				for _, ev := range resp.Events {
 					switch {
 					case ev.Type == clientv3.EventTypeDelete:
-						// Not one of this session's key: the end of its
+						// Not under this session's lease: the end of that
 						// lease is the session's end (sess.Done).
 						if ev.PrevKv != nil && clientv3.LeaseID(ev.PrevKv.Lease) != lease {
 							signal()

@@ -127,10 +127,8 @@ func (a *app) runHeartbeat(ctx context.Context, pool string, o heartbeatOpts) er
 	if err != nil {
 		return err
 	}
-	if proxies, ok := st.ViaProxy(ctx); ok {
-		fmt.Fprintf(a.stderr, "regionctl: warning: --endpoints are etcd's grpc-proxy (its member list names %s, not etcd's members): it does not renew a heartbeat's lease reliably (with authentication on, never), so the health key comes and goes and the agents send viewers away from this origin at each gap; point the heartbeat at the members (REGIONCTL_ENDPOINTS in /etc/regiond/heartbeat.env; docs/operations.md, \"etcd and its grpc-proxy\": only agents' watches go through it)\n",
-			strings.Join(proxies, ", "))
-	}
+	a.warnViaProxy(ctx, st, "it does not renew a heartbeat's lease reliably (with authentication on, never), so the health key comes and goes and the agents send viewers away from this origin at each gap",
+		"point the heartbeat at the members (REGIONCTL_ENDPOINTS in /etc/regiond/heartbeat.env)")
 	key := st.Keyspace().RoutingKey(rel)
 	err = st.Heartbeat(ctx, store.HeartbeatConfig{Pool: pool, Instance: o.instance, Addr: o.addr, TTL: o.ttl,
 		OnUp: func(lease int64, granted time.Duration) {

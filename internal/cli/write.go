@@ -336,6 +336,16 @@ func (a *app) afterNoOp(ctx context.Context, st *store.Store, res *store.Result,
 	return errors.Join(waitErr, a.printWrite(out))
 }
 
+// warnViaProxy warns on stderr when --endpoints are etcd's grpc-proxy
+// (store.ViaProxy), which only agents' watches should go through: why,
+// what goes wrong through it; fix, what to do.
+func (a *app) warnViaProxy(ctx context.Context, st *store.Store, why, fix string) {
+	if proxies, ok := st.ViaProxy(ctx); ok {
+		fmt.Fprintf(a.stderr, "regionctl: warning: --endpoints are etcd's grpc-proxy (its member list names %s, not etcd's members): %s; %s (docs/operations.md, \"etcd and its grpc-proxy\": only agents' watches go through it)\n",
+			strings.Join(proxies, ", "), why, fix)
+	}
+}
+
 // waitConverged waits up to wait for every live agent to serve rev,
 // records the outcome in out and, with skews, warns about each agent
 // whose clock is off this host's (judged by status puts for a write
@@ -343,10 +353,7 @@ func (a *app) afterNoOp(ctx context.Context, st *store.Store, res *store.Result,
 func (a *app) waitConverged(ctx context.Context, st *store.Store, rev int64, wait time.Duration, expect int, out *writeResult, skews bool) error {
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	if proxies, ok := st.ViaProxy(wctx); ok {
-		fmt.Fprintf(a.stderr, "regionctl: warning: --endpoints are etcd's grpc-proxy (its member list names %s, not etcd's members): a wait through it can miss the agents' status puts and wait out --wait-converged (etcd issue 19296); point regionctl at the members (docs/operations.md, \"etcd and its grpc-proxy\": only agents' watches go through it)\n",
-			strings.Join(proxies, ", "))
-	}
+	a.warnViaProxy(wctx, st, "a wait through it can miss the agents' status puts and wait out --wait-converged (etcd issue 19296)", "point regionctl at the members")
 	conv, err := st.WaitConvergedExpecting(wctx, rev, expect)
 	if err != nil && errors.Is(ctx.Err(), context.Canceled) { // a signal, not the timeout
 		err = fmt.Errorf("interrupted: %w", err)

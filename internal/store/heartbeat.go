@@ -231,7 +231,7 @@ func (s *Store) keepMarker(ctx context.Context, sess *concurrency.Session, rel, 
 			if refusedBo.Wait(ctx) != nil {
 				return
 			}
-		case err != nil && tokenDropped(err):
+		case err != nil && etcddiag.InvalidToken(err):
 			// etcd dropped this client's auth token (its user's password
 			// changed, the token's TTL ran out): not news, the next read
 			// logs in again, and a refused login is logged then.
@@ -438,13 +438,6 @@ func refusalCause(err error) string {
 func heartbeatRefused(err error) bool {
 	var pe *PermissionError
 	return errors.As(err, &pe) || errors.Is(err, rpctypes.ErrAuthFailed)
-}
-
-// tokenDropped reports an error that says etcd no longer takes the
-// client's auth token (a watch's, which the client does not renew as it
-// does a request's).
-func tokenDropped(err error) bool {
-	return etcddiag.InvalidToken(err)
 }
 
 // markerAddr is the addr of a marker's value; "" when it does not decode.

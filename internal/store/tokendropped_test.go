@@ -11,38 +11,17 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/etcddiag"
 	"github.com/regiond/regiond/internal/keyspace"
 )
-
-// TestTokenDroppedTellsAnExpiredTokenFromARefusal: the heartbeat's watch
-// ended by etcd dropping the client's token (a password change, the
-// token's TTL) is retried quietly, as the read after it logs in again;
-// a refused login or permission is not taken for one (it is logged at
-// ERROR once). TestHeartbeatPasswordChangedUnderIt (internal/cli) failed
-// once in CI on the WARN such a watch error logged.
-func TestTokenDroppedTellsAnExpiredTokenFromARefusal(t *testing.T) {
-	for _, c := range []struct {
-		err  error
-		want bool
-	}{
-		{fmt.Errorf("watch /p/routing/health/a/b: %w", rpctypes.ErrGRPCInvalidAuthToken), true},
-		{fmt.Errorf("watch /p/routing/health/a/b: %w", rpctypes.ErrInvalidAuthToken), true},
-		{fmt.Errorf("read /p/routing/health/a/b: %w", rpctypes.ErrAuthFailed), false},
-		{fmt.Errorf("watch /p/routing/health/a/b: %w", rpctypes.ErrGRPCPermissionDenied), false},
-		{fmt.Errorf("watch /p/routing/health/a/b: %w", rpctypes.ErrGRPCNoLeader), false},
-	} {
-		if got := tokenDropped(c.err); got != c.want {
-			t.Errorf("tokenDropped(%v) = %v; want %v", c.err, got, c.want)
-		}
-	}
-}
 
 // TestTokenDroppedKnowsAWatchRefusedOnItsStream: a watch created on a
 // stream already open, after etcd dropped the client's token (its user's
 // password changed), is refused with the token error only as text, the
-// watch's cancel reason; the heartbeat takes that for a dropped token too.
+// watch's cancel reason; the heartbeat (keepMarker) takes that for a
+// dropped token too (etcddiag.InvalidToken), retried at debug level.
 // TestHeartbeatPasswordChangedUnderIt (internal/cli) failed in CI on the
-// WARN this logged while tokenDropped matched only the error values.
+// WARN this logged while the check matched only the error values.
 func TestTokenDroppedKnowsAWatchRefusedOnItsStream(t *testing.T) {
 	t.Parallel()
 	srv := devetcd.NewTest(t)
@@ -89,7 +68,7 @@ func TestTokenDroppedKnowsAWatchRefusedOnItsStream(t *testing.T) {
 	if errors.Is(err, rpctypes.ErrInvalidAuthToken) || errors.Is(err, rpctypes.ErrGRPCInvalidAuthToken) {
 		t.Logf("etcd's client now maps the cancel reason to its error value: %v", err)
 	}
-	if !tokenDropped(err) {
-		t.Fatalf("tokenDropped(%v) = false; want true", err)
+	if !etcddiag.InvalidToken(err) {
+		t.Fatalf("etcddiag.InvalidToken(%v) = false; want true: the heartbeat would log it at WARN", err)
 	}
 }
