@@ -407,19 +407,25 @@ func (c *Cluster) MemberStatus(ctx context.Context, i int) (*clientv3.StatusResp
 }
 
 // Leader returns the index of the member that reports itself leader,
-// waiting up to 10s for an election.
+// waiting up to 10s for an election. When two do (a frozen member still
+// sure of a term the others have left), the one of the higher raft term
+// wins.
 func (c *Cluster) Leader(t testing.TB) int {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
+		best, term := -1, uint64(0)
 		for i, m := range c.Members {
 			if m.cut.Load() || !m.Running() {
 				continue
 			}
 			st, err := c.MemberStatus(context.Background(), i)
-			if err == nil && st.Leader != 0 && st.Leader == st.Header.MemberId {
-				return i
+			if err == nil && st.Leader != 0 && st.Leader == st.Header.MemberId && st.RaftTerm >= term {
+				best, term = i, st.RaftTerm
 			}
+		}
+		if best >= 0 {
+			return best
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("etcdproc: no leader after 10s")
@@ -429,7 +435,8 @@ func (c *Cluster) Leader(t testing.TB) int {
 }
 
 // MoveLeader makes member to the leader (if it is not already) and waits,
-// up to 10s, until it reports itself leader.
+// up to 10s, until it reports itself leader. A failed status read or
+// move is retried until then.
 func (c *Cluster) MoveLeader(t testing.TB, to int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -438,26 +445,31 @@ func (c *Cluster) MoveLeader(t testing.TB, to int) {
 		if from == to {
 			return
 		}
-		st, err := c.MemberStatus(context.Background(), to)
-		if err != nil {
-			t.Fatalf("etcdproc: status of %s: %v", c.Members[to].Name, err)
+		if err := c.moveLeader(from, to); err != nil {
+			t.Logf("etcdproc: move leader %s → %s: %v (retrying)", c.Members[from].Name, c.Members[to].Name, err)
+			time.Sleep(100 * time.Millisecond)
 		}
-		func() {
-			cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(from), DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
-			if err != nil {
-				return
-			}
-			defer cli.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if _, err := cli.MoveLeader(ctx, st.Header.MemberId); err != nil {
-				t.Logf("etcdproc: move leader %s → %s: %v (retrying)", c.Members[from].Name, c.Members[to].Name, err)
-			}
-		}()
 		if time.Now().After(deadline) {
 			t.Fatalf("etcdproc: %s still not leader after 10s", c.Members[to].Name)
 		}
 	}
+}
+
+// moveLeader asks member from, the leader, to hand leadership to member to.
+func (c *Cluster) moveLeader(from, to int) error {
+	st, err := c.MemberStatus(context.Background(), to)
+	if err != nil {
+		return fmt.Errorf("status of %s: %w", c.Members[to].Name, err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(from), DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = cli.MoveLeader(ctx, st.Header.MemberId)
+	return err
 }
 
 // stop stops every member (SIGTERM, SIGKILL after 5s), the proxies and

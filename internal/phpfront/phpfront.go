@@ -64,6 +64,9 @@ type Server struct {
 	dir string
 	fpm *exec.Cmd
 	ngx *exec.Cmd
+	// exited holds, for each started process, a channel closed once it
+	// has exited (its Wait returned).
+	exited map[*exec.Cmd]chan struct{}
 }
 
 // FindPHPFPM returns the php-fpm binary: php-fpm in PATH, else Debian's
@@ -121,11 +124,26 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	// nginx binds the port freeport found free a moment before, which
+	// another test may take meanwhile: start again on another.
+	for attempt := 1; ; attempt++ {
+		s, err := start(ctx, cfg)
+		if err == nil || attempt == 3 || !errors.Is(err, errPortTaken) {
+			return s, err
+		}
+	}
+}
+
+// errPortTaken says nginx exited because its port was taken.
+var errPortTaken = errors.New("phpfront: nginx's port was taken")
+
+// start is one attempt of Start, on a port freeport finds.
+func start(ctx context.Context, cfg Config) (*Server, error) {
 	port, err := freeport.Get()
 	if err != nil {
 		return nil, fmt.Errorf("phpfront: %w", err)
 	}
-	s := &Server{URL: "http://127.0.0.1:" + strconv.Itoa(port), dir: cfg.Dir}
+	s := &Server{URL: "http://127.0.0.1:" + strconv.Itoa(port), dir: cfg.Dir, exited: map[*exec.Cmd]chan struct{}{}}
 	fpmConf, ngxConf, err := render(cfg, port)
 	if err != nil {
 		return nil, err
@@ -148,17 +166,24 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			s.Close()
 			return nil, fmt.Errorf("phpfront: start %s: %w", c.Path, err)
 		}
+		done := make(chan struct{})
+		s.exited[c] = done
+		go func() { c.Wait(); close(done) }()
 	}
 	if err := s.waitReady(ctx, cfg.ReadyPath); err != nil {
 		logs := s.Logs()
 		s.Close()
+		if strings.Contains(logs, "Address already in use") {
+			err = fmt.Errorf("%w (%w)", errPortTaken, err)
+		}
 		return nil, fmt.Errorf("%w\n%s", err, logs)
 	}
 	return s, nil
 }
 
 // waitReady requests path until nginx answers through php-fpm (a 502 or
-// 504 means php-fpm is not listening yet).
+// 504 means php-fpm is not listening yet); a server that exits meanwhile
+// ends the wait.
 func (s *Server) waitReady(ctx context.Context, path string) error {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
@@ -175,6 +200,10 @@ func (s *Server) waitReady(ctx context.Context, path string) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("phpfront: nginx at %s with php-fpm did not answer: %v (last: %v)", s.URL, ctx.Err(), err)
+		case <-s.exited[s.ngx]:
+			return fmt.Errorf("phpfront: nginx exited before it answered at %s: %v", s.URL, s.ngx.ProcessState)
+		case <-s.exited[s.fpm]:
+			return fmt.Errorf("phpfront: php-fpm exited before nginx answered at %s: %v", s.URL, s.fpm.ProcessState)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -211,8 +240,7 @@ func (s *Server) Close() error {
 			continue
 		}
 		c.Process.Signal(syscall.SIGQUIT)
-		done := make(chan struct{})
-		go func() { c.Wait(); close(done) }()
+		done := s.exited[c]
 		select {
 		case <-done:
 		case <-time.After(5 * time.Second):
