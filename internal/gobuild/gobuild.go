@@ -9,7 +9,8 @@
 // module root (about a minute on a fresh machine, a few seconds with a warm
 // Go build cache); later calls return the same path. Binaries live in the
 // user cache directory under names derived from the module root, the
-// package and the flags; each build replaces its file by an atomic rename,
+// package, the flags and the environment go build reads (GOFLAGS,
+// CGO_ENABLED, …); each build replaces its file by an atomic rename,
 // so the test processes of several packages running at once (go test
 // ./...) share one file without ever executing a half-written one.
 package gobuild
@@ -82,7 +83,14 @@ func build(pkg string, flags []string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256([]byte(root + "\x00" + pkg + "\x00" + strings.Join(flags, "\x00")))
+	// The environment that changes what go build makes is in the name
+	// too: test processes of two runs with other GOFLAGS at once (-race
+	// and not) do not replace each other's binaries.
+	env := []string{root, pkg, strings.Join(flags, "\x00")}
+	for _, k := range []string{"GOFLAGS", "CGO_ENABLED", "GOOS", "GOARCH", "GOEXPERIMENT"} {
+		env = append(env, k+"="+os.Getenv(k))
+	}
+	sum := sha256.Sum256([]byte(strings.Join(env, "\x00")))
 	final := filepath.Join(dir, path.Base(strings.TrimSuffix(pkg, "/v3"))+"-"+hex.EncodeToString(sum[:6]))
 	tmp := fmt.Sprintf("%s.%d-%d.tmp", final, os.Getpid(), time.Now().UnixNano())
 	args := append(append([]string{"build", "-o", tmp}, flags...), pkg)
