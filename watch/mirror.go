@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/regiond/regiond/internal/backoff"
+	"github.com/regiond/regiond/internal/etcddiag"
 	"github.com/regiond/regiond/internal/keyspace"
 	"github.com/regiond/regiond/routing"
 )
@@ -29,6 +29,9 @@ type Config struct {
 	// certificate's common name), named when etcd refuses it the prefix;
 	// "" when it has none.
 	User string
+	// UserFromCert says User is the client certificate's common name (no
+	// login): a refusal then also names what keeps etcd from taking it.
+	UserFromCert bool
 	// Logger receives the mirror's logs; nil means slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the mirror's metrics; nil means none.
@@ -439,14 +442,8 @@ type refusal struct {
 // refuse records.
 func refused(err error) bool { return PermissionDenied(err) || authFailed(err) }
 
-// authFailed reports whether err is etcd refusing the client's login: a
-// client whose token etcd no longer knows logs in again, and its
-// password is refused (changed in etcd), or its user is gone (deleted,
-// or etcd restored from a backup made before the user).
-func authFailed(err error) bool {
-	return errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrGRPCAuthFailed) ||
-		strings.Contains(err.Error(), rpctypes.ErrAuthFailed.Error())
-}
+// authFailed is etcddiag.AuthFailed.
+func authFailed(err error) bool { return etcddiag.AuthFailed(err) }
 
 // refuse records and logs that etcd refused the client's user what (a
 // list, watch or check) of the prefix, or its login: Status.Refused until
@@ -464,11 +461,24 @@ func (m *Mirror) refuse(what string, err error) {
 	if root, ok := strings.CutSuffix(m.cfg.Prefix, "/routing/"); ok && root != keyspace.DefaultRoot {
 		roles = "regionctl --prefix " + root + " auth roles"
 	}
-	who := "to etcd user " + m.cfg.User + ": check that its role may read the prefix and is still granted to the user (" + roles + " shows the agents' roles)"
-	if m.cfg.User == "" {
+	why, who := "permission denied", "to etcd user "+m.cfg.User+": check that its role may read the prefix and is still granted to the user ("+roles+" shows the agents' roles)"
+	switch {
+	case etcddiag.UserEmpty(err) && m.cfg.User != "":
+		// The auth review: a certificate's user behind etcd's grpc-proxy
+		// was told to check a role etcd never saw.
+		why, who = "user name is empty", "although this client presents a certificate whose common name is "+m.cfg.User+": etcd did not take it as the user, so etcd's grpc-proxy is between them (it passes no client certificate on: there log in with --user and a password, regionctl auth apply --passwords), or etcd runs without --client-cert-auth"
+	case etcddiag.UserEmpty(err):
+		why, who = "user name is empty", "to a client with no etcd user: etcd's authentication is on; give --user with $REGIOND_PASSWORD, or --cert and --key with a certificate whose common name is an etcd user"
+	case m.cfg.User == "":
 		who = "to a client with no etcd user: with auth on, give --user, or --cert with a certificate whose common name is an etcd user"
+	case m.cfg.UserFromCert:
+		// The auth review: behind etcd's grpc-proxy etcd sees the proxy's
+		// certificate, without a common name, and refuses that (no) user;
+		// a common name that is no etcd user is refused alike.
+		who = "to etcd user " + m.cfg.User + " (the common name of this client's certificate): check that " + m.cfg.User + " is an etcd user whose role may read the prefix (" + roles +
+			" shows the agents' roles); if --endpoints is etcd's grpc-proxy, which passes no client certificate on, etcd saw no user at all: log in there with --user and a password (regionctl auth apply --passwords), or point --endpoints at the members"
 	}
-	msg := fmt.Sprintf("etcd refuses the %s of %s (permission denied) %s", what, m.cfg.Prefix, who)
+	msg := fmt.Sprintf("etcd refuses the %s of %s (%s) %s", what, m.cfg.Prefix, why, who)
 	m.refused.Store(&refusal{msg: msg, read: what == "read"})
 	m.log.Error(msg+"; keeping the last good table and retrying", "prefix", m.cfg.Prefix, "err", err)
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -378,11 +377,10 @@ func (m *Mirror) tokenMiss(err error) {
 }
 
 // PermissionDenied reports whether etcd refused a request to the client's
-// user: as an error, or as the reason a watch was cancelled with (its
-// text).
-func PermissionDenied(err error) bool {
-	return errors.Is(err, rpctypes.ErrPermissionDenied) || strings.Contains(err.Error(), rpctypes.ErrPermissionDenied.Error())
-}
+// user, or to a client without a user while its authentication is on
+// ("user name is empty"): as an error, or as the reason a watch was
+// cancelled with (its text).
+func PermissionDenied(err error) bool { return etcddiag.Refused(err) }
 
 // serve follows s, and the watches that replace it when it falls silent,
 // until one must end; it returns why, and the last watch.

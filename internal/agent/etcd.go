@@ -45,7 +45,7 @@ func (a *Agent) runEtcd(ctx context.Context, offline []prometheus.Collector) err
 		pub.snapshotFailure, pub.snapshotSettled = w.Failure, w.Settled
 	}
 	mcfg := watch.Config{Client: cli, Prefix: ks.Routing(), Logger: a.log, Registerer: a.registry,
-		HealthGrace: a.cfg.HealthGrace, ProgressInterval: a.cfg.ProgressInterval, AfterChange: afterChange(w, pub), User: a.etcdUser(),
+		HealthGrace: a.cfg.HealthGrace, ProgressInterval: a.cfg.ProgressInterval, AfterChange: afterChange(w, pub), User: a.etcdUser(), UserFromCert: a.cfg.Username == "" && a.etcdUser() != "",
 		Diagnose: func(ctx context.Context) string {
 			return etcddiag.Describe(etcddiag.Check(ctx, a.cfg.Endpoints, a.cfg.TLS))
 		}}
@@ -304,8 +304,9 @@ func (a *Agent) dialFailed(ctx context.Context, err error, wait time.Duration) {
 		msg = fmt.Sprintf("etcd refused the login of user %q at %v: %v; check the user's password ($REGIOND_PASSWORD) and that the user exists in etcd",
 			a.cfg.Username, a.cfg.Endpoints, err)
 		if store.NoPasswordUser(err) {
-			msg = fmt.Sprintf("etcd refused the login of user %q at %v: the user has no password in etcd, it logs in by its client certificate (whose common name is the user): remove --user and $REGIOND_PASSWORD, keep --cert and --key (%v)",
-				a.cfg.Username, a.cfg.Endpoints, err)
+			msg = fmt.Sprintf("etcd refused the login of user %q at %v: the user has no password in etcd, it logs in by its client certificate (whose common name is the user): remove --user and $REGIOND_PASSWORD, keep --cert and --key; "+
+				"behind etcd's grpc-proxy, which passes no client certificate on, it needs a password: delete the user (etcdctl user delete %s) and run regionctl auth apply --agent %s --passwords, which makes it again with one (%v)",
+				a.cfg.Username, a.cfg.Endpoints, a.cfg.Username, a.cfg.Node, err)
 		}
 		a.login.dialRefused.Store(true)
 		a.login.refusals.Inc()
@@ -361,6 +362,9 @@ func newLoginMetrics(reg prometheus.Registerer, a *Agent) loginMetrics {
 					return 1
 				}
 				if mi := a.Mirror(); mi != nil && mi.Status().LoginRefused {
+					return 1
+				}
+				if p := a.pub.Load(); p != nil && p.loginRefused.Load() {
 					return 1
 				}
 				return 0

@@ -117,6 +117,15 @@ type publisher struct {
 	// user is the agent's etcd user ("" for none), named when etcd
 	// refuses the status key to it.
 	user string
+	// userFromCert says user is the client certificate's common name
+	// (no --user).
+	userFromCert bool
+	// loginRefused: etcd refuses the login of the status key's client
+	// (its password changed in etcd under the running agent, its user
+	// gone), until a put or grant passes again; regiond_agent_etcd_login_refused
+	// says so, and loginRefusals counts each time it starts.
+	loginRefused  atomic.Bool
+	loginRefusals prometheus.Counter
 	// noRecordAt is when etcd last refused the node record to the
 	// agent's role (one made before node records, by an older regionctl
 	// auth apply), zero while it does not: the status key alone is put,
@@ -158,11 +167,11 @@ const snapshotSettleMax = time.Second
 // before the mirror, whose AfterChange calls its changed; run is given
 // the mirror to publish the status of.
 func newPublisher(cli *clientv3.Client, key, record string, a *Agent) *publisher {
-	return &publisher{cli: cli, mirrorCli: cli, key: key, record: record, node: a.cfg.Node, user: a.etcdUser(), version: a.cfg.Version, ttl: a.cfg.StatusTTL,
+	return &publisher{cli: cli, mirrorCli: cli, key: key, record: record, node: a.cfg.Node, user: a.etcdUser(), userFromCert: a.cfg.Username == "" && a.etcdUser() != "", version: a.cfg.Version, ttl: a.cfg.StatusTTL,
 		log: a.log.With("component", "status"), clock: a.statusClock, kick: make(chan struct{}, 1),
 		quietSpacing: cmp.Or(a.statusQuietSpacing, statusQuietSpacing), recordRetry: cmp.Or(a.recordRetry, statusRefresh),
 		retry:     cmp.Or(a.statusRetry, backoff.Default()),
-		beforePut: a.beforeStatusPut, failures: a.statusPutFailures, conflictsTotal: a.nodeConflicts}
+		beforePut: a.beforeStatusPut, failures: a.statusPutFailures, conflictsTotal: a.nodeConflicts, loginRefusals: a.login.refusals}
 }
 
 // changed tells the publisher that the table may have reached a new
@@ -832,6 +841,7 @@ func (p *publisher) put(ctx context.Context, sess *concurrency.Session, st routi
 		return false
 	}
 	p.lastErr.Store(nil)
+	p.loginRefused.Store(false)
 	if p.failed > 0 {
 		p.log.Info("agent status: put again", "key", p.key, "failed_before", p.failed)
 		p.failed = 0
@@ -850,8 +860,12 @@ func (p *publisher) dialFailed(err error, wait time.Duration) {
 		"err", err, "retry_in", wait.Round(time.Millisecond))
 }
 
-// setErr records why the status key is not published.
+// setErr records why the status key is not published, and whether etcd
+// refused the login.
 func (p *publisher) setErr(what string, err error) {
+	if etcddiag.AuthFailed(err) && !p.loginRefused.Swap(true) && p.loginRefusals != nil {
+		p.loginRefusals.Inc()
+	}
 	msg := what + ": " + err.Error()
 	if h := p.hint(err); h != "" {
 		msg += " (" + h + ")"
@@ -867,18 +881,47 @@ func (p *publisher) hint(err error) string {
 	if h := etcddiag.Hint(err); h != "" {
 		return h
 	}
+	if etcddiag.AuthFailed(err) {
+		// The auth fault review: a password changed in etcd under the
+		// running agent was a bare "authentication failed" here, while
+		// the watch, checked at its creation only, followed on.
+		return fmt.Sprintf("etcd refuses the login of user %s: its password in etcd is not this agent's $REGIOND_PASSWORD (changed in etcd: give the agent the new one and restart it), "+
+			"or the user is gone (regionctl auth apply makes it again); the agent's open watch still follows etcd until its connection is made again, then it serves its last table", p.user)
+	}
 	if !watch.PermissionDenied(err) {
 		return ""
+	}
+	switch {
+	case etcddiag.UserEmpty(err) && p.user != "":
+		// The auth review: a certificate's user behind etcd's grpc-proxy
+		// was told to fix the role of a user etcd never saw.
+		return fmt.Sprintf("etcd saw no user (user name is empty) although this agent presents a certificate whose common name is %s: "+
+			"etcd's grpc-proxy is between them (it passes no client certificate on: give --status-endpoints the members' URLs, or log in with --user and a password), "+
+			"or etcd runs without --client-cert-auth", p.user)
+	case etcddiag.UserEmpty(err):
+		return "etcd's authentication is on and this agent has no etcd user: give --user with $REGIOND_PASSWORD, or --cert and --key with a certificate whose common name is an etcd user (" +
+			p.authApply() + " makes the user and its role)"
 	}
 	user := p.user
 	if user == "" {
 		user = "(no user: set --user, or --cert with a certificate whose CN is an etcd user)"
 	}
 	apply := p.authApply()
-	return fmt.Sprintf("etcd user %s may not write %s: its role must be made for this --node, %s, and granted to the user "+
+	h := fmt.Sprintf("etcd user %s may not write %s: its role must be made for this --node, %s, and granted to the user "+
 		"(%s makes role regiond-agent-%s, with your deployment's --role-prefix if it has one, with readwrite on that key, "+
 		"and grants it again if it was revoked); is --node right?",
 		user, p.key, p.node, apply, p.node)
+	if _, other, ok := strings.Cut(p.user, "agent-"); ok && other != p.node && other != "" {
+		// The auth review: --node node1 with node-1's user was told to
+		// give node-1's user node1's role too, which auth apply refuses
+		// (one job per user) and --revoke-extra would take from node-1.
+		h = fmt.Sprintf("user %s is named for the agent of node %s, not of --node %s: is --node right? Run each node's agent as its own user; ", p.user, other, p.node) + h
+	}
+	if p.userFromCert {
+		h += " (" + p.user + " is the common name of this agent's certificate: if the status key's endpoints are etcd's grpc-proxy, which passes no client certificate on, etcd saw no user at all: " +
+			"give --status-endpoints the members' URLs, or log in with --user and a password)"
+	}
+	return h
 }
 
 // rolePrefixRE is a --role-prefix a user's name can show: letters,

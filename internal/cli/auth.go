@@ -160,6 +160,11 @@ func (a *app) runAuthApply(ctx context.Context, o authOpts) error {
 	for _, n := range plan.OtherDeployments(cur) {
 		fmt.Fprintf(a.stderr, "regionctl: note: %s\n", n)
 	}
+	if o.passwords {
+		if err := a.refuseNoPasswordUsers(ctx, st, plan, cur); err != nil {
+			return err
+		}
+	}
 	steps, err := plan.Steps(cur, o.passwords, o.revokeExtra)
 	var extra *store.ExtraGrantsError
 	if errors.As(err, &extra) {
@@ -190,6 +195,31 @@ func (a *app) runAuthApply(ctx context.Context, o authOpts) error {
 		res.Applied = true
 	}
 	return a.printAuth(res, plan)
+}
+
+// refuseNoPasswordUsers refuses --passwords for users of the plan that
+// exist without a password (made for client certificates): etcd gives
+// such a user no password, so apply would change nothing and print none,
+// and a login with one stays refused (the auth review: the docs' grpc-proxy
+// step, after the certificate recipe, could not work).
+func (a *app) refuseNoPasswordUsers(ctx context.Context, st *store.Store, plan *store.AuthPlan, cur *store.AuthState) error {
+	var existing []string
+	for _, u := range plan.Users {
+		if _, ok := cur.Users[u.Name]; ok {
+			existing = append(existing, u.Name)
+		}
+	}
+	np, err := st.NoPasswordUsers(ctx, existing)
+	if err != nil || len(np) == 0 {
+		return store.NothingWritten(err)
+	}
+	var del []string
+	for _, u := range np {
+		del = append(del, "etcdctl user delete "+store.ShellQuote(u))
+	}
+	return fmt.Errorf("refused, nothing changed: --passwords: user(s) %s exist without a password (made for client certificates), and etcd gives such a user none (etcdctl user passwd does not either): "+
+		"delete each (%s; its certificate and its role's grant go with it) and run this again, which adds it with a password and grants its role back (etcd takes its certificate again then too)",
+		strings.Join(np, ", "), strings.Join(del, "; "))
 }
 
 // authPlan builds the plan of the flags.

@@ -173,13 +173,37 @@ func (a *app) heartbeatPermHint(err error, pool string, exists bool) error {
 	if kerr != nil {
 		return err
 	}
+	if pe.ViaProxy {
+		// The auth review: through a proxy etcd saw no user, and the
+		// pool id was questioned; the refusal says why.
+		return err
+	}
 	role := store.NewRoles(ks, a.rolePrefix).Origin(pool).Name
 	if exists {
-		return fmt.Errorf("%w; pool %s exists, so its id is right: user %s lacks the role %s, which alone writes its health keys (regionctl auth roles --origin %s creates it; etcdctl user grant-role %s %s grants it)",
-			err, pool, a.userName(), role, pool, a.userName(), role)
+		return fmt.Errorf("%w; pool %s exists, so its id is right: user %s lacks the role %s, which alone writes its health keys: %s",
+			err, pool, a.userName(), role, a.originRoleWay(pool, role))
 	}
 	return fmt.Errorf("%w; is %s the pool's id? the role %s covers only its own pool's health keys (regionctl get pools, as an operator or viewer, lists the ids)",
 		err, pool, role)
+}
+
+// originRoleWay says how a heartbeat of pool comes to hold role, its
+// origin role: run it as the pool's origin user, which auth apply makes
+// (or grants the role again). Not a grant of the role to the user it ran
+// as: that may be an operator's or an agent's, which would then hold a
+// second job (the auth review: an operator could write health keys, and
+// the next auth apply refused the user).
+func (a *app) originRoleWay(pool, role string) string {
+	apply := "regionctl"
+	if a.prefix != keyspace.DefaultRoot {
+		apply += " --prefix " + a.prefix
+	}
+	apply += " auth apply"
+	if a.rolePrefix != "" && a.rolePrefix != store.DefaultRolePrefix {
+		apply += " --role-prefix " + a.rolePrefix
+	}
+	return fmt.Sprintf("run the heartbeat as the pool's origin user (%s --origin %s makes user %s with that role alone, or grants it again; --origin %s=USER names another user), not as an operator's or an agent's user",
+		apply, pool, role, pool)
 }
 
 // heartbeatRefusedHint adds to a refusal met by a running heartbeat,
@@ -199,8 +223,8 @@ func (a *app) heartbeatRefusedHint(err error, pool string) error {
 		return fmt.Errorf("%w; etcd's authentication is on and this heartbeat has no credentials: put REGIONCTL_USER and REGIONCTL_PASSWORD of a user with the role %s (or REGIONCTL_CERT and REGIONCTL_KEY of a certificate whose common name is that user) in /etc/regiond/heartbeat.env and restart it (systemctl restart 'regiond-heartbeat@*')",
 			err, role)
 	case errors.As(err, &pe):
-		return fmt.Errorf("%w; user %s lacks the role %s, which alone writes the pool's health keys (etcdctl user grant-role %s %s grants it; this heartbeat picks the grant up at its next try)",
-			err, pe.User, role, pe.User, role)
+		return fmt.Errorf("%w; user %s lacks the role %s, which alone writes the pool's health keys: %s (this heartbeat picks a grant up at its next try)",
+			err, pe.User, role, a.originRoleWay(pool, role))
 	}
 	return fmt.Errorf("%w; etcd no longer takes user %s's login (its password changed, or the user was removed): put its credentials in /etc/regiond/heartbeat.env and restart the heartbeat",
 		err, a.userName())

@@ -119,6 +119,35 @@ func InvalidToken(err error) bool {
 		err != nil && strings.Contains(err.Error(), rpctypes.ErrInvalidAuthToken.Error()) // a watch's cancel reason
 }
 
+// AuthFailed reports whether err is etcd refusing the client's login
+// ("authentication failed"): a client whose token etcd no longer knows
+// logs in again, and its password is refused (changed in etcd), or its
+// user is gone (deleted, or etcd restored from a backup made before the
+// user). As a value, or as text (a watch's cancel reason).
+func AuthFailed(err error) bool {
+	return errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrGRPCAuthFailed) ||
+		err != nil && strings.Contains(err.Error(), rpctypes.ErrAuthFailed.Error())
+}
+
+// UserEmpty reports whether err is etcd refusing a request that carried
+// no user while its authentication is on ("user name is empty"): the
+// client has no login and no client certificate etcd took, or its
+// certificate did not reach etcd (etcd's grpc-proxy passes none on; etcd
+// without --client-cert-auth ignores it). As a value, or as the text of a
+// watch's cancel reason (see InvalidToken).
+func UserEmpty(err error) bool {
+	return errors.Is(err, rpctypes.ErrUserEmpty) || errors.Is(err, rpctypes.ErrGRPCUserEmpty) ||
+		err != nil && strings.Contains(err.Error(), rpctypes.ErrUserEmpty.Error())
+}
+
+// Refused reports whether err is etcd refusing a request to the client's
+// user (permission denied) or to a client without one (UserEmpty), as a
+// value or as a watch's cancel reason.
+func Refused(err error) bool {
+	return err != nil && (errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrGRPCPermissionDenied) ||
+		strings.Contains(err.Error(), rpctypes.ErrPermissionDenied.Error()) || UserEmpty(err))
+}
+
 // endpoint is Why for one endpoint.
 func endpoint(ctx context.Context, ep string, clientTLS *tls.Config) string {
 	u, err := url.Parse(ep)

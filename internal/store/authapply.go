@@ -48,7 +48,7 @@ type AuthStep struct {
 
 // Etcdctl returns the etcdctl command that makes the same change.
 func (s AuthStep) Etcdctl() string {
-	q := shellQuote
+	q := ShellQuote
 	switch s.Op {
 	case OpRoleAdd:
 		return "etcdctl role add " + q(s.Role)
@@ -77,8 +77,9 @@ func (s AuthStep) Etcdctl() string {
 
 var shellSafe = regexp.MustCompile(`^[A-Za-z0-9_@%+=:,./-]+$`)
 
-// shellQuote quotes s for a POSIX shell when it needs it ("" stays "").
-func shellQuote(s string) string {
+// ShellQuote quotes s for a POSIX shell when it needs it ("" stays ""),
+// for the commands regionctl prints.
+func ShellQuote(s string) string {
 	if s == "" || shellSafe.MatchString(s) {
 		return s
 	}
@@ -394,6 +395,32 @@ func (s *Store) authStep(ctx context.Context, st AuthStep) (pw string, existed b
 		return "", existed, s.authAdminErr(st.Op, err)
 	}
 	return pw, existed, nil
+}
+
+// NoPasswordUsers returns those of users that etcd knows as users without
+// a password (made for client certificates: etcdctl user add
+// --no-password, regionctl auth apply without --passwords), which etcd
+// can give no password: a login with one is refused, even after etcdctl
+// user passwd. It asks etcd to log each in with a password nobody has,
+// which etcd refuses saying which it is; with authentication still off
+// nothing can tell, and none is returned.
+func (s *Store) NoPasswordUsers(ctx context.Context, users []string) ([]string, error) {
+	var out []string
+	for _, u := range users {
+		rctx, cancel := s.reqCtx(ctx)
+		_, err := s.cli.Authenticate(rctx, u, "x-"+newPassword())
+		cancel()
+		switch {
+		case err == nil, errors.Is(err, rpctypes.ErrAuthFailed):
+		case NoPasswordUser(err):
+			out = append(out, u)
+		case errors.Is(err, rpctypes.ErrAuthNotEnabled):
+			return nil, nil
+		default:
+			return nil, s.rpcErr("check whether user "+u+" has a password", err)
+		}
+	}
+	return out, nil
 }
 
 // authAdminErr wraps an error of the auth API, saying that managing roles

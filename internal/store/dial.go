@@ -109,7 +109,7 @@ func Dial(ctx context.Context, c DialConfig) (*clientv3.Client, error) {
 	pctx, cancel := context.WithTimeout(ctx, c.DialTimeout)
 	defer cancel()
 	if _, err := cli.Get(pctx, c.ProbeKey, clientv3.WithCountOnly()); err != nil {
-		cli.Close()
+		defer cli.Close()
 		if isUnreachable(err) {
 			return nil, unreachable(fmt.Errorf("no answer within %s: %w", c.DialTimeout, err))
 		}
@@ -122,7 +122,13 @@ func Dial(ctx context.Context, c DialConfig) (*clientv3.Client, error) {
 		}
 		o := Options{User: c.user(), UserFromCert: c.Username == "" && c.user() != "", Endpoints: c.Endpoints}
 		return nil, permissionError(o, c.Roles, "read "+c.ProbeKey, false, err, needs,
-			func(string, error) error { return fmt.Errorf("first request to etcd at %v: %w", c.Endpoints, err) })
+			func(string, error) error { return fmt.Errorf("first request to etcd at %v: %w", c.Endpoints, err) },
+			func() bool {
+				vctx, cancel := context.WithTimeout(ctx, c.DialTimeout)
+				defer cancel()
+				_, ok := viaProxy(vctx, cli)
+				return ok
+			})
 	}
 	return cli, nil
 }
@@ -171,7 +177,8 @@ type AuthError struct {
 // Error names the user, the endpoints and what to check.
 func (e *AuthError) Error() string {
 	if e.NoPassword {
-		return fmt.Sprintf("authentication failed for user %s at %s: the user has no password in etcd, it logs in by its client certificate (whose common name is the user): leave out --user (and REGIONCTL_PASSWORD) and give --cert and --key (%v)",
+		return fmt.Sprintf("authentication failed for user %s at %s: the user has no password in etcd, it logs in by its client certificate (whose common name is the user): leave out --user (and REGIONCTL_PASSWORD) and give --cert and --key; "+
+			"behind etcd's grpc-proxy, which passes no client certificate on, it needs a password: delete the user (etcdctl user delete) and make it again with one (regionctl auth apply --passwords) (%v)",
 			e.User, strings.Join(e.Endpoints, ","), e.Err)
 	}
 	return fmt.Sprintf("authentication failed for user %s at %s: %v (check --user and its password)",

@@ -278,7 +278,12 @@ func (c *EtcdCluster) alarmText(e string) string {
 func (s *Store) ViaProxy(ctx context.Context) ([]string, bool) {
 	ctx, cancel := s.reqCtx(ctx)
 	defer cancel()
-	ml, err := s.cli.MemberList(ctx)
+	return viaProxy(ctx, s.cli)
+}
+
+// viaProxy is ViaProxy for a client.
+func viaProxy(ctx context.Context, cli *clientv3.Client) ([]string, bool) {
+	ml, err := cli.MemberList(ctx)
 	if err != nil {
 		return nil, false
 	}

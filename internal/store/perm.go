@@ -1,13 +1,13 @@
 package store
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"strings"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"github.com/regiond/regiond/internal/etcddiag"
 )
 
 // PermissionError means etcd refused a request for lack of permission:
@@ -30,6 +30,9 @@ type PermissionError struct {
 	Roles []string
 	// Write is set when Op was a write: the message says nothing was written.
 	Write bool
+	// ViaProxy says the endpoints answered as etcd's grpc-proxy (asked
+	// only for a user from a certificate, which a proxy does not pass on).
+	ViaProxy bool
 	// Err is etcd's error.
 	Err error
 }
@@ -56,10 +59,15 @@ func (e *PermissionError) Error() string {
 	switch {
 	case e.User == "":
 		msg += " (etcd has authentication on: set --user, or --cert with a certificate whose common name is an etcd user)"
-	case e.UserFromCert:
+	case e.UserFromCert && e.ViaProxy:
 		// The RBAC review: through a proxy the message blamed the role
 		// of a user etcd never saw.
-		msg += " (user " + e.User + " is the client certificate's common name: through an etcd grpc-proxy, which passes no client certificate on, etcd sees no user at all; there log in with --user and a password)"
+		msg += " (user " + e.User + " is the client certificate's common name, but --endpoints are etcd's grpc-proxy, which passes no client certificate on: etcd saw no user at all; " +
+			"log in there with --user and a password (regionctl auth apply --passwords), or point --endpoints at the members)"
+	case e.UserFromCert:
+		// The auth review: the proxy's note came with every refusal of a
+		// certificate's user, the members' too.
+		msg += " (user " + e.User + " is the client certificate's common name: it must be an etcd user holding that role; regionctl auth apply makes each job's user and role)"
 	}
 	return msg
 }
@@ -93,31 +101,31 @@ func needsString(needs []Grant) string {
 // isPermissionDenied reports whether etcd refused a request for lack of
 // permission, or because it carried no user while authentication is on.
 func isPermissionDenied(err error) bool {
-	if err == nil {
-		return false
-	}
-	if errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrUserEmpty) {
-		return true
-	}
-	// A watch that etcd refuses is cancelled with the text of the gRPC
-	// error as its reason ("rpc error: code = PermissionDenied desc = …").
-	desc := rpctypes.ErrorDesc(err)
-	return strings.HasSuffix(desc, rpctypes.ErrPermissionDenied.Error()) || strings.HasSuffix(desc, rpctypes.ErrUserEmpty.Error())
+	return etcddiag.Refused(err)
 }
 
 // permErr is rpcErr for a request that needs needs: a permission refusal
 // becomes a *PermissionError naming them and the roles that hold them.
 func (s *Store) permErr(what string, err error, needs ...Grant) error {
-	return permissionError(s.opts, s.roles, what, false, err, needs, s.rpcErr)
+	return permissionError(s.opts, s.roles, what, false, err, needs, s.rpcErr, s.viaProxy)
 }
 
 // writeErr is permErr for a write.
 func (s *Store) writeErr(what string, err error, needs ...Grant) error {
-	return permissionError(s.opts, s.roles, what, true, err, needs, s.rpcErr)
+	return permissionError(s.opts, s.roles, what, true, err, needs, s.rpcErr, s.viaProxy)
 }
 
+// viaProxy is ViaProxy for a refusal's message.
+func (s *Store) viaProxy() bool {
+	_, ok := s.ViaProxy(context.Background())
+	return ok
+}
+
+// permissionError is a refusal of err as a *PermissionError, or other's
+// error for any other err. viaProxy is asked only for a user from a
+// certificate.
 func permissionError(o Options, roles Roles, what string, write bool, err error, needs []Grant,
-	other func(string, error) error) error {
+	other func(string, error) error, viaProxy func() bool) error {
 	if err == nil {
 		return nil
 	}
@@ -125,7 +133,7 @@ func permissionError(o Options, roles Roles, what string, write bool, err error,
 		return other(what, err)
 	}
 	return &PermissionError{User: o.User, UserFromCert: o.UserFromCert, Endpoints: o.Endpoints, Op: what, Needs: needs,
-		Roles: roles.Holding(needs...), Write: write, Err: err}
+		Roles: roles.Holding(needs...), Write: write, Err: err, ViaProxy: o.UserFromCert && viaProxy()}
 }
 
 // CertUser returns the etcd user of a client certificate: with
