@@ -425,8 +425,9 @@ func (a *app) store(ctx context.Context) (*store.Store, error) {
 		user = store.CertUser(a.cert, a.tlsKey)
 		fromCert = user != ""
 	}
+	tc, _ := cfg.TLSConfig() // Dial built it already
 	a.st = store.New(cli, ks, store.Options{RequestTimeout: a.commandTimeout, Endpoints: a.endpoints, Logger: a.log,
-		User: user, UserFromCert: fromCert, RolePrefix: a.rolePrefix})
+		User: user, UserFromCert: fromCert, RolePrefix: a.rolePrefix, TLS: tc})
 	return a.st, nil
 }
 

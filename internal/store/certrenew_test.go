@@ -2,12 +2,15 @@ package store
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/regiond/regiond/internal/devetcd"
+	"github.com/regiond/regiond/internal/logbuf"
+	"github.com/regiond/regiond/internal/poll"
 	"github.com/regiond/regiond/internal/tcpproxy"
 )
 
@@ -66,5 +69,58 @@ func TestDialPresentsARenewedCertificate(t *testing.T) {
 			t.Fatalf("put after the certificate was renewed in place and the connection made again: %v", err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestRunningHeartbeatNamesAnExpiredCertificate: a running heartbeat
+// whose client certificate expired (no renewal written) cannot connect
+// again once its connection drops; its retries' warnings say why, what
+// each endpoint answers a dial of its own (etcddiag), as a start does.
+// They said only "context deadline exceeded (check --endpoints, TLS flags
+// and that the cluster has a leader)" (the auth review).
+func TestRunningHeartbeatNamesAnExpiredCertificate(t *testing.T) {
+	t.Parallel()
+	certs := devetcd.NewTestCerts(t)
+	srv := devetcd.NewTestTLS(t, certs)
+	px, err := tcpproxy.New(strings.TrimPrefix(srv.Endpoints[0], "https://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	expires := time.Now().Add(2 * time.Second)
+	short, err := certs.IssueClientUntil("heartbeat", expires)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc := DialConfig{Endpoints: []string{"https://" + px.Addr()}, CACert: certs.CAFile, Cert: short.CertFile, Key: short.KeyFile}
+	cli, err := Dial(context.Background(), dc)
+	if err != nil {
+		t.Fatalf("dial with the short-lived certificate: %v", err)
+	}
+	defer cli.Close()
+	tc, err := dc.TLSConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &logbuf.Buffer{}
+	s := newStore(t, cli, Options{RequestTimeout: time.Second, Endpoints: dc.Endpoints, TLS: tc,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	up, stop := startHeartbeat(s, time.Second)
+	defer stop()
+	select {
+	case <-up:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the heartbeat did not come up:\n%s", logs)
+	}
+	time.Sleep(time.Until(expires) + 500*time.Millisecond)
+	px.Sever()
+	if err := px.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := poll.Until(20*time.Second, func() bool {
+		l := logs.String()
+		return strings.Contains(l, "heartbeat: cannot write marker, retrying") && strings.Contains(l, "expired certificate")
+	}); !ok {
+		t.Fatalf("no retry warning naming the expired certificate:\n%s", logs)
 	}
 }

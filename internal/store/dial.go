@@ -206,6 +206,10 @@ func (c DialConfig) user() string {
 func (e *AuthError) Unwrap() error { return e.Err }
 
 // tlsConfig returns nil when no TLS file is set.
+// TLSConfig returns the TLS configuration Dial uses (nil without TLS
+// flags), the client certificate read again at each handshake.
+func (c DialConfig) TLSConfig() (*tls.Config, error) { return c.tlsConfig() }
+
 func (c DialConfig) tlsConfig() (*tls.Config, error) {
 	if c.CACert == "" && c.Cert == "" && c.Key == "" {
 		return nil, nil

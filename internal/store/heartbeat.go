@@ -149,7 +149,7 @@ func (s *Store) Heartbeat(ctx context.Context, c HeartbeatConfig) error {
 					s.log.Debug("heartbeat: still refused, retrying", "key", rel, "err", err)
 				}
 			default:
-				s.log.Warn("heartbeat: cannot write marker, retrying", "key", rel, "err", err)
+				s.log.Warn("heartbeat: cannot write marker, retrying", "key", rel, "err", s.diagnose(ctx, err))
 			}
 			if wait.Wait(ctx) != nil {
 				return s.stopHeartbeat(ctx, rel, prev, "heartbeat stopped between leases")
@@ -508,4 +508,28 @@ func (s *Store) stopHeartbeat(ctx context.Context, rel string, lease clientv3.Le
 	}
 	s.log.Warn(what+"; etcd did not revoke its lease: the marker goes when the lease's TTL ends", "key", rel, "lease", fmt.Sprintf("%x", int64(lease)), "err", err)
 	return nil
+}
+
+// diagnose adds to err, when it is an *UnreachableError without them,
+// what each endpoint answers a plain dial of its own (etcddiag.Check):
+// the auth review's running heartbeat said only "context deadline
+// exceeded" of a certificate that had expired, where a start names it.
+func (s *Store) diagnose(ctx context.Context, err error) error {
+	var ue *UnreachableError
+	if !errors.As(err, &ue) || ue.Why != "" || len(s.opts.Endpoints) == 0 {
+		return err
+	}
+	eps, eerr := etcddiag.Endpoints(s.opts.Endpoints, s.opts.TLS != nil)
+	if eerr != nil {
+		return err
+	}
+	dctx, cancel := context.WithTimeout(ctx, 2*etcddiag.Timeout)
+	defer cancel()
+	why, connected := etcddiag.Check(dctx, eps, s.opts.TLS)
+	if why == "" {
+		return err
+	}
+	d := *ue
+	d.Why, d.Connected = why, connected
+	return &d
 }

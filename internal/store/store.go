@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"time"
 
@@ -46,6 +47,11 @@ type Options struct {
 	// RolePrefix starts the role names that a *PermissionError suggests
 	// (empty: DefaultRolePrefix).
 	RolePrefix string
+	// TLS is the client's TLS configuration (DialConfig.TLSConfig), nil
+	// without TLS: a running heartbeat that cannot reach etcd dials each
+	// endpoint with it to say why (an expired certificate, a refused
+	// connection), as Dial does at start.
+	TLS *tls.Config
 }
 
 // Store reads and writes the routing state of one keyspace.
