@@ -115,6 +115,9 @@ func (f *agentFlags) finish() (agent.Config, error) {
 			return cfg, usageError{fmt.Errorf("TLS flags (--cert %s, --key %s): %w", f.cert, f.keyPEM, err)}
 		}
 		cfg.TLS = tc
+		if w := etcddiag.KeyFileExposed("--key", f.keyPEM); w != "" {
+			cfg.Logger.Warn(w) // the auth review: accepted silently; the package's postinst alone warned
+		}
 	}
 	eps, err := etcddiag.Endpoints(cfg.Endpoints, cfg.TLS != nil)
 	if err != nil {

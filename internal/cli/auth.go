@@ -58,8 +58,9 @@ proxy's certificate, not theirs).
 Role names start with --role-prefix (regiond-): give each deployment
 (--prefix) in one etcd its own.
 Managing roles and users needs etcd's root role (or authentication still
-off). To turn authentication on: etcdctl user add root && etcdctl user
-grant-role root root && etcdctl auth enable.`
+off). To turn authentication on: etcdctl user add root (--no-password
+with client certificates: root's CN root) && etcdctl user grant-role
+root root && etcdctl auth enable.`
 
 func (a *app) authCmd() *cobra.Command {
 	cmd := &cobra.Command{

@@ -199,9 +199,15 @@ func behindTheProxy(t *testing.T, dir string, etcd []string, as func(user string
 		!strings.Contains(r.stderr, "user alice is the client certificate's common name, but --endpoints are etcd's grpc-proxy, which passes no client certificate on: etcd saw no user at all") {
 		t.Fatalf("get through the proxy with alice's certificate alone: %s; want the refusal to name the proxy", r)
 	}
+	// Its key readable by its group, too: warned about (the recipe's
+	// chmod 0400 skipped).
+	if err := os.Chmod(f("regiond-origin-eu-central-key.pem"), 0o640); err != nil {
+		t.Fatal(err)
+	}
 	if r := viaProxy("regiond-origin-eu-central", "heartbeat", "eu-central", "--instance", "fra-1", "--addr", "10.0.0.1:443"); r.code != ExitRefused ||
-		!strings.Contains(r.stderr, "etcd saw no user at all") || strings.Contains(r.stderr, "pool's id") {
-		t.Fatalf("a heartbeat through the proxy with the origin's certificate alone: %s; want the refusal to name the proxy, not the pool id", r)
+		!strings.Contains(r.stderr, "etcd saw no user at all") || strings.Contains(r.stderr, "pool's id") ||
+		!strings.Contains(r.stderr, "regionctl: warning: --key "+f("regiond-origin-eu-central-key.pem")+" may be read by its group or others (mode 0640)") {
+		t.Fatalf("a heartbeat through the proxy with the origin's certificate alone: %s; want the refusal to name the proxy, not the pool id, and the key's mode warned about", r)
 	}
 
 	port, err := freeport.Get()

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/regiond/regiond/internal/backoff"
+	"github.com/regiond/regiond/internal/etcddiag"
 	"github.com/regiond/regiond/internal/keyspace"
 	"github.com/regiond/regiond/internal/store"
 	"github.com/regiond/regiond/routing"
@@ -111,6 +112,9 @@ func (a *app) runHeartbeat(ctx context.Context, pool string, o heartbeatOpts) er
 	if o.ttl > maxQuietTTL {
 		fmt.Fprintf(a.stderr, "regionctl: warning: --ttl %s: an origin killed (SIGKILL, a crash, its host down) still counts as live for up to %s, the agents sending viewers to it meanwhile; a stop (SIGTERM) removes the key at once whatever the TTL. Use %s or less (default 10s)\n",
 			o.ttl, o.ttl, maxQuietTTL)
+	}
+	if w := etcddiag.KeyFileExposed("--key", a.tlsKey); a.tlsKey != "" && w != "" {
+		fmt.Fprintf(a.stderr, "regionctl: warning: %s\n", w) // a service's key: the auth review found it accepted silently
 	}
 	// The heartbeat writes its own key alone, and probes it: probing the
 	// epoch or reading the state would need more than the origin's role

@@ -376,6 +376,19 @@ func noPort(in string, u *url.URL) error {
 	return fmt.Errorf("--endpoints %q: want host:port or scheme://host:port: the port is missing (%s for etcd's usual client port)", in, with)
 }
 
+// KeyFileExposed says, when the private key file at path may be read by
+// its group or by others (mode bits 0o077), that anyone who reads it can
+// act as the certificate's etcd user, and how to close it; "" otherwise,
+// or when it cannot be read (the TLS set-up says so).
+func KeyFileExposed(flag, path string) string {
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm()&0o077 == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s %s may be read by its group or others (mode %#o): whoever reads it can act as the certificate's etcd user; chown it to the user this runs as and chmod 0400 it",
+		flag, path, fi.Mode().Perm())
+}
+
 // CAPool reads the --cacert file at path into a certificate pool, refusing
 // a file that holds no PEM certificate: the client would trust nothing,
 // and every handshake would fail as "unreachable".

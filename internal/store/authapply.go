@@ -427,7 +427,7 @@ func (s *Store) NoPasswordUsers(ctx context.Context, users []string) ([]string, 
 // and users needs the root role when etcd refused it.
 func (s *Store) authAdminErr(what string, err error) error {
 	if errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrUserEmpty) {
-		return fmt.Errorf("%s: %w (managing etcd's roles and users needs etcd's root role: run as root, e.g. --user root)", what, err)
+		return fmt.Errorf("%s: %w (managing etcd's roles and users needs etcd's root role: run as root, --user root with its password, or, with client certificates, root's certificate and no --user: --cert root.pem --key root-key.pem)", what, err)
 	}
 	return s.rpcErr(what, err)
 }
