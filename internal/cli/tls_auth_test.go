@@ -89,7 +89,7 @@ func TestTLS(t *testing.T) {
 		"without --cacert": {[]string{"--endpoints", ep, "--cert", certs.ClientCertFile, "--key", certs.ClientKeyFile},
 			[]string{ep + ": TLS handshake: ", "certificate signed by unknown authority"}},
 		"without --cert": {[]string{"--endpoints", ep, "--cacert", certs.CAFile},
-			[]string{ep + ": TLS: the server closed the connection after the handshake", "--cert, --key"}},
+			[]string{ep + ": TLS: the server refused this client's certificate after the handshake", "(this client presents no certificate: --cert, --key)"}},
 		"no TLS flags": {[]string{"--endpoints", ep}, []string{ep + ": TLS handshake: ", "certificate signed by unknown authority"}},
 		"http:// to TLS": {[]string{"--endpoints", "http://" + bare},
 			[]string{"http://" + bare + ": the server there speaks TLS: use https://"}},

@@ -208,7 +208,7 @@ func endpoint(ctx context.Context, ep string, clientTLS *tls.Config) string {
 	case secure && errors.Is(err, io.EOF):
 		return "TLS handshake: the server closed the connection (a plaintext port? then " + plainScheme + ")"
 	case secure && err != nil:
-		return "TLS handshake: " + cause(err)
+		return "TLS handshake: " + cause(err) + refusedCertNote(err, clientTLS)
 	case !secure && err == nil:
 		return "the server there speaks TLS: use " + tlsScheme + " (and --cacert for a private CA)"
 	case !secure:
@@ -225,7 +225,43 @@ func endpoint(ctx context.Context, ep string, clientTLS *tls.Config) string {
 	if err == nil || errors.As(err, &ne) && ne.Timeout() {
 		return ""
 	}
+	if note := refusedCertNote(err, clientTLS); note != "" {
+		return "TLS: the server refused this client's certificate after the handshake: " + cause(err) + note
+	}
 	return "TLS: the server closed the connection after the handshake: " + cause(err) + " (a client certificate it accepts? --cert, --key)"
+}
+
+// refusedCertNote describes the client certificate of cfg when err is the
+// server's TLS alert refusing it ("remote error: tls: expired
+// certificate", "bad certificate"): its CN and validity, naming an expiry
+// passed or a start not reached (the auth review: an expired certificate
+// was named, not which, nor since when). "" otherwise.
+func refusedCertNote(err error, cfg *tls.Config) string {
+	if err == nil || cfg == nil || !strings.Contains(err.Error(), "remote error: tls:") {
+		return ""
+	}
+	var cert *tls.Certificate
+	switch {
+	case cfg.GetClientCertificate != nil:
+		cert, _ = cfg.GetClientCertificate(&tls.CertificateRequestInfo{})
+	case len(cfg.Certificates) > 0:
+		cert = &cfg.Certificates[0]
+	}
+	if cert == nil || len(cert.Certificate) == 0 {
+		return " (this client presents no certificate: --cert, --key)"
+	}
+	leaf, perr := x509.ParseCertificate(cert.Certificate[0])
+	if perr != nil {
+		return ""
+	}
+	cn, now := leaf.Subject.CommonName, time.Now()
+	switch {
+	case now.After(leaf.NotAfter):
+		return fmt.Sprintf(" (this client's certificate --cert, CN %s, expired at %s: renew it, as docs/operations.md says)", cn, leaf.NotAfter.UTC().Format(time.RFC3339))
+	case now.Before(leaf.NotBefore):
+		return fmt.Sprintf(" (this client's certificate --cert, CN %s, is valid only from %s: is this host's clock right?)", cn, leaf.NotBefore.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf(" (this client's certificate --cert, CN %s, valid until %s: is it signed by a CA etcd trusts, --trusted-ca-file?)", cn, leaf.NotAfter.UTC().Format(time.RFC3339))
 }
 
 // notEtcd asks the plaintext server at addr for etcd's GET /version over

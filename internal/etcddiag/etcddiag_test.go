@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
@@ -35,6 +36,15 @@ func TestWhy(t *testing.T) {
 	}
 	noCert := good.Clone()
 	noCert.Certificates, noCert.GetClientCertificate = nil, nil
+	expiredAt := time.Now().Add(-time.Minute).UTC().Truncate(time.Second)
+	old, err := certs.IssueClientUntil("old-one", expiredAt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired, err := old.TLSConfig(certs.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
 	port, err := freeport.Get()
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +71,10 @@ func TestWhy(t *testing.T) {
 		{"TLS, right", []string{httpsEP}, good, nil},
 		{"nothing listening", []string{closed}, nil, []string{closed + ": dial: ", "connection refused"}},
 		{"another CA", []string{httpsEP}, otherCA, []string{httpsEP + ": TLS handshake: ", "certificate signed by unknown authority"}},
-		{"no client certificate", []string{httpsEP}, noCert, []string{httpsEP + ": TLS: the server closed the connection", "certificate required", "--cert"}},
+		{"no client certificate", []string{httpsEP}, noCert, []string{httpsEP + ": TLS: the server refused this client's certificate after the handshake", "certificate required", "(this client presents no certificate: --cert, --key)"}},
+		// The auth review: which certificate expired, and since when.
+		{"an expired client certificate", []string{httpsEP}, expired, []string{httpsEP + ": TLS", "expired certificate",
+			"(this client's certificate --cert, CN old-one, expired at " + expiredAt.Format(time.RFC3339) + ": renew it"}},
 		{"http:// to TLS", []string{asHTTP}, nil, []string{asHTTP + ": the server there speaks TLS: use https://"}},
 		{"https:// to plaintext", []string{asHTTPS}, good, []string{asHTTPS + ": TLS handshake: ", "the server closed the connection (a plaintext port? then http://)"}},
 		{"bad scheme", []string{"htps://127.0.0.1:2379"}, nil, []string{`unknown scheme "htps"`}},

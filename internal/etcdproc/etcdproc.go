@@ -115,6 +115,22 @@ type Cluster struct {
 	router    *router
 	routerLog *os.File
 	stopOnce  sync.Once
+	rootPW    atomic.Pointer[string] // SetRootPassword
+}
+
+// SetRootPassword has the cluster's own requests (MemberStatus, Leader,
+// MoveLeader) log in as root with password: once etcd's authentication
+// is on, etcd answers a member's status to an admin only.
+func (c *Cluster) SetRootPassword(password string) { c.rootPW.Store(&password) }
+
+// admin returns the client config of the cluster's own requests to
+// endpoints: as root once SetRootPassword was called.
+func (c *Cluster) admin(endpoints []string) clientv3.Config {
+	cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 2 * time.Second, Logger: zap.NewNop()}
+	if pw := c.rootPW.Load(); pw != nil {
+		cfg.Username, cfg.Password = "root", *pw
+	}
+	return cfg
 }
 
 // Member is one etcd process of a cluster.
@@ -392,11 +408,7 @@ func (c *Cluster) Client(t testing.TB, members ...int) *clientv3.Client {
 // MemberStatus returns member i's own view of itself: its ID, the leader it
 // knows (0 for none), its raft term and applied index.
 func (c *Cluster) MemberStatus(ctx context.Context, i int) (*clientv3.StatusResponse, error) {
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   c.Endpoints(i),
-		DialTimeout: 2 * time.Second,
-		Logger:      zap.NewNop(),
-	})
+	cli, err := clientv3.New(c.admin(c.Endpoints(i)))
 	if err != nil {
 		return nil, err
 	}
@@ -461,7 +473,7 @@ func (c *Cluster) moveLeader(from, to int) error {
 	if err != nil {
 		return fmt.Errorf("status of %s: %w", c.Members[to].Name, err)
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(from), DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(c.admin(c.Endpoints(from)))
 	if err != nil {
 		return err
 	}

@@ -27,6 +27,7 @@ type agentProc struct {
 	name     string
 	bin      string
 	args     []string
+	env      []string // added to the test's environment (REGIOND_PASSWORD)
 	dir      string
 	addr     string // 127.0.0.1:port of its API
 	snapshot string
@@ -85,6 +86,9 @@ func (a *agentProc) start() error {
 	}
 	defer f.Close()
 	cmd := exec.Command(a.bin, a.args...)
+	if a.env != nil {
+		cmd.Env = append(os.Environ(), a.env...)
+	}
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -19,6 +19,17 @@
 //   - the local API answers every request while the agent runs: 200, or
 //     503 exactly where the reference resolver says NoRoute.
 //
+// TestAuthFaultsReconverge runs the same checks with etcd's authentication
+// on (agents logging in with a password, a 3 s token TTL, one agent behind
+// the proxy, a regionctl heartbeat beside them) across a leader killed, a
+// member restarted (the simple tokens it issued lost), the agents'
+// password changed and back, and their role revoked and granted again:
+// every agent must be following again, serving etcd's state, its status
+// key and the heartbeat's health key back, within 60 s of each fault's
+// end. AUTHFAULT=1 runs its whole list of faults (rolling restarts,
+// frozen members, a revoked permission, agents and the proxy killed,
+// idle tokens expiring), -args -authfault.mode=jwt with etcd's JWT tokens.
+//
 // The package has no code of its own outside its tests. `go test ./...`
 // runs the CI-sized suite (six agents, two of them behind the proxy: about
 // two minutes under -race on 2 cores, most of it TestFleetFaults; ten

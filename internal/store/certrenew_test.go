@@ -119,7 +119,8 @@ func TestRunningHeartbeatNamesAnExpiredCertificate(t *testing.T) {
 	}
 	if _, ok := poll.Until(20*time.Second, func() bool {
 		l := logs.String()
-		return strings.Contains(l, "heartbeat: cannot write marker, retrying") && strings.Contains(l, "expired certificate")
+		return strings.Contains(l, "heartbeat: cannot write marker, retrying") && strings.Contains(l, "expired certificate") &&
+			strings.Contains(l, "this client's certificate --cert, CN heartbeat, expired at "+expires.UTC().Truncate(time.Second).Format(time.RFC3339))
 	}); !ok {
 		t.Fatalf("no retry warning naming the expired certificate:\n%s", logs)
 	}
