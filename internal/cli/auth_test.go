@@ -182,6 +182,27 @@ func TestRolesWithClientCerts(t *testing.T) {
 	testRoles(t, newRBACEnv(t, false))
 }
 
+// TestNoPasswordCheckIsBounded: auth apply --passwords checks at most
+// maxPasswordChecks users that exist (each check a login etcd refuses, at
+// bcrypt's cost for a user with a password), and says how many it did
+// not check.
+func TestNoPasswordCheckIsBounded(t *testing.T) {
+	t.Parallel()
+	e := newRBACEnv(t, false)
+	var agents []string
+	for i := range maxPasswordChecks + 1 {
+		agents = append(agents, "--agent", fmt.Sprintf("b%02d", i))
+	}
+	if r, _ := runEnv(nil, append(e.rootFlags(), append([]string{"auth", "apply"}, agents...)...)...); r.code != ExitOK {
+		t.Fatalf("auth apply of %d agents: %s", maxPasswordChecks+1, r)
+	}
+	r, _ := runEnv(nil, append(e.rootFlags(), append([]string{"auth", "apply", "--passwords"}, agents...)...)...)
+	if r.code != ExitRefused || !strings.Contains(r.stderr, fmt.Sprintf("regionctl: note: --passwords: 1 of the %d users that exist were not checked", maxPasswordChecks+1)) ||
+		!strings.Contains(r.stderr, "regiond-agent-b00,") || strings.Contains(r.stderr, fmt.Sprintf("regiond-agent-b%02d", maxPasswordChecks)) {
+		t.Fatalf("auth apply --passwords of %d users without one: %s; want the first %d named, and a note for the rest", maxPasswordChecks+1, r, maxPasswordChecks)
+	}
+}
+
 func testRoles(t *testing.T, e *rbacEnv) {
 	// A re-run of auth apply changes nothing: etcd's auth revision stays.
 	before, err := e.root.AuthStatus(context.Background())
@@ -194,6 +215,17 @@ func testRoles(t *testing.T, e *rbacEnv) {
 	}
 	if after, err := e.root.AuthStatus(context.Background()); err != nil || after.AuthRevision != before.AuthRevision {
 		t.Fatalf("auth apply re-run moved the auth revision %d → %v (%v)", before.AuthRevision, after, err)
+	}
+	// A re-run with --passwords: users with a password pass its check;
+	// users made without one (for certificates) get none, so it is
+	// refused, naming them (the auth review: it said "nothing to change").
+	r, _ = runEnv(nil, append(e.rootFlags(), append([]string{"auth", "apply", "--passwords"}, rbacUsers...)...)...)
+	switch {
+	case e.passwords != nil && (r.code != ExitOK || !strings.Contains(r.stdout, "nothing to change")):
+		t.Fatalf("auth apply --passwords re-run, users with passwords: %s", r)
+	case e.passwords == nil && (r.code != ExitRefused ||
+		!strings.Contains(r.stderr, "refused, nothing changed: --passwords: user(s) op, regiond-agent-n1, regiond-origin-eu-central, view exist without a password")):
+		t.Fatalf("auth apply --passwords re-run, users made for certificates: %s", r)
 	}
 	operatorJobs(t, e)
 	viewerJobs(t, e)

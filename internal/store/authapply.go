@@ -402,8 +402,9 @@ func (s *Store) authStep(ctx context.Context, st AuthStep) (pw string, existed b
 // --no-password, regionctl auth apply without --passwords), which etcd
 // can give no password: a login with one is refused, even after etcdctl
 // user passwd. It asks etcd to log each in with a password nobody has,
-// which etcd refuses saying which it is; with authentication still off
-// nothing can tell, and none is returned.
+// which etcd refuses saying which it is (for a user with a password, at
+// bcrypt's cost, logging "invalid password" at info level); with
+// authentication still off nothing can tell, and none is returned.
 func (s *Store) NoPasswordUsers(ctx context.Context, users []string) ([]string, error) {
 	var out []string
 	for _, u := range users {
