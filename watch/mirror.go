@@ -451,7 +451,7 @@ func authFailed(err error) bool { return etcddiag.AuthFailed(err) }
 // refusal is no longer what is known).
 func (m *Mirror) refuse(what string, err error) {
 	if authFailed(err) {
-		msg := fmt.Sprintf("etcd refuses the login of user %s (authentication failed) for the %s of %s: its password in etcd is not the agent's, or the user is gone (deleted, or etcd restored from a backup made before it): regionctl auth apply makes the agents' users again, then give the agent the password it sets",
+		msg := fmt.Sprintf("etcd refuses the login of user %s (authentication failed) for the %s of %s: its password in etcd is not the agent's (changed in etcd, or etcd restored from a backup made before its password was changed: set it again with etcdctl user passwd, as regionctl auth apply keeps an existing user's password), or the user is gone (deleted, or etcd restored from a backup made before it: regionctl auth apply makes the agents' users again, then give the agent the password it sets)",
 			m.cfg.User, what, m.cfg.Prefix)
 		m.refused.Store(&refusal{msg: msg, login: true, read: what == "read"})
 		m.log.Error(msg+"; keeping the last good table and retrying", "prefix", m.cfg.Prefix, "user", m.cfg.User, "err", err)
@@ -475,7 +475,7 @@ func (m *Mirror) refuse(what string, err error) {
 		// The auth review: behind etcd's grpc-proxy etcd sees the proxy's
 		// certificate, without a common name, and refuses that (no) user;
 		// a common name that is no etcd user is refused alike.
-		who = "to etcd user " + m.cfg.User + " (the common name of this client's certificate): check that " + m.cfg.User + " is an etcd user whose role may read the prefix (" + roles +
+		who = "to etcd user " + m.cfg.User + " (the common name of this client's certificate): check that " + m.cfg.User + " is an etcd user whose role may read the prefix (etcd restored from a backup made before the user or its grant lacks them; " + roles +
 			" shows the agents' roles); if --endpoints is etcd's grpc-proxy, which passes no client certificate on, etcd saw no user at all: log in there with --user and a password (regionctl auth apply --passwords), or point --endpoints at the members"
 	}
 	msg := fmt.Sprintf("etcd refuses the %s of %s (%s) %s", what, m.cfg.Prefix, why, who)

@@ -885,7 +885,8 @@ func (p *publisher) hint(err error) string {
 		// The auth fault review: a password changed in etcd under the
 		// running agent was a bare "authentication failed" here, while
 		// the watch, checked at its creation only, followed on.
-		return fmt.Sprintf("etcd refuses the login of user %s: its password in etcd is not this agent's $REGIOND_PASSWORD (changed in etcd: give the agent the new one and restart it), "+
+		return fmt.Sprintf("etcd refuses the login of user %s: its password in etcd is not this agent's $REGIOND_PASSWORD (changed in etcd: give the agent the new one and restart it; "+
+			"etcd restored from a backup made before the agent's password was changed: set it again, etcdctl user passwd), "+
 			"or the user is gone (regionctl auth apply makes it again); the agent's open watch still follows etcd until its connection is made again, then it serves its last table", p.user)
 	}
 	if !watch.PermissionDenied(err) {

@@ -34,8 +34,10 @@ const Timeout = time.Second
 // Silent is what Why says of an endpoint that takes the TCP connection and
 // then answers nothing within Timeout, not even to refuse a TLS hello: the
 // path drops packets (a firewall, a dead link) or the member is stopped
-// (SIGSTOP) or overloaded.
-var Silent = "took the connection, but answered nothing within " + Timeout.String() + ": a path that drops packets (a firewall, a dead link), or a member stopped or overloaded"
+// (SIGSTOP), overloaded, or just started and waiting for its peers (a
+// restored or restarted cluster whose quorum is not up yet: it takes
+// connections, and completes no TLS handshake until then).
+var Silent = "took the connection, but answered nothing within " + Timeout.String() + ": a path that drops packets (a firewall, a dead link), a member stopped or overloaded, or one just started and waiting for its peers (a restore, a cluster start: it answers once a quorum of members is up)"
 
 // Why dials each endpoint at once (TCP, then for https:// a TLS handshake with tc,
 // or with the system's roots when tc is nil, as the etcd client does) and

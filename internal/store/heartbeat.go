@@ -467,7 +467,7 @@ func (s *Store) logTakeover(key, addr string, lease clientv3.LeaseID, kv *mvccpb
 	case kv.Lease == 0:
 		s.log.Warn("heartbeat: took over the marker, put without a lease (it would outlive this process)", attrs...)
 	case other == addr:
-		s.log.Warn("heartbeat: took over the marker from another lease with the same --addr (this instance restarted; its old lease ends within its TTL)", attrs...)
+		s.log.Warn("heartbeat: took over the marker from another lease with the same --addr (this instance restarted, or etcd was restored from a backup holding its old lease; that lease ends within its TTL)", attrs...)
 	default:
 		s.log.Error("heartbeat: after losing its lease, took the marker from another lease with another --addr: another heartbeat runs with the same --instance (--instance must be unique within the pool)", attrs...)
 	}
