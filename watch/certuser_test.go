@@ -57,6 +57,8 @@ func TestRefusalNamesWhatEtcdSawOfTheUser(t *testing.T) {
 		{"no user", anon, "", false, "(user name is empty) to a client with no etcd user: etcd's authentication is on; give --user with $REGIOND_PASSWORD, or --cert and --key"},
 		{"a certificate etcd did not take", anon, "regiond-agent-x", true,
 			"(user name is empty) although this client presents a certificate whose common name is regiond-agent-x: etcd did not take it as the user, so etcd's grpc-proxy is between them"},
+		{"a login's user, its token missing", anon, "alice", false,
+			"(user name is empty) although this client logs in as alice: its watch stream carries no login token"},
 		{"a certificate's CN that is no user", nobody, "nobody", true,
 			"(permission denied) to etcd user nobody (the common name of this client's certificate): check that nobody is an etcd user whose role may read the prefix"},
 	} {

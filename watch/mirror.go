@@ -463,10 +463,14 @@ func (m *Mirror) refuse(what string, err error) {
 	}
 	why, who := "permission denied", "to etcd user "+m.cfg.User+": check that its role may read the prefix and is still granted to the user ("+roles+" shows the agents' roles)"
 	switch {
-	case etcddiag.UserEmpty(err) && m.cfg.User != "":
+	case etcddiag.UserEmpty(err) && m.cfg.UserFromCert:
 		// The auth review: a certificate's user behind etcd's grpc-proxy
 		// was told to check a role etcd never saw.
 		why, who = "user name is empty", "although this client presents a certificate whose common name is "+m.cfg.User+": etcd did not take it as the user, so etcd's grpc-proxy is between them (it passes no client certificate on: there log in with --user and a password, regionctl auth apply --passwords), or etcd runs without --client-cert-auth"
+	case etcddiag.UserEmpty(err) && m.cfg.User != "":
+		// A login's token missing from the watch's stream: authentication
+		// turned on under a stream opened without one.
+		why, who = "user name is empty", "although this client logs in as "+m.cfg.User+": its watch stream carries no login token (etcd's authentication turned on under it?); the agent retries, and a restart logs in afresh"
 	case etcddiag.UserEmpty(err):
 		why, who = "user name is empty", "to a client with no etcd user: etcd's authentication is on; give --user with $REGIOND_PASSWORD, or --cert and --key with a certificate whose common name is an etcd user"
 	case m.cfg.User == "":

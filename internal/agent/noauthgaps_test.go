@@ -28,13 +28,19 @@ func TestStatusHintForUserEmpty(t *testing.T) {
 // the role of a user etcd never saw. A permission refusal to that user
 // still names its role.
 func TestStatusHintForACertificateEtcdDidNotTake(t *testing.T) {
-	p := &publisher{key: "/regiond/v1/agents/n1", node: "n1", user: "regiond-agent-n1"}
+	p := &publisher{key: "/regiond/v1/agents/n1", node: "n1", user: "regiond-agent-n1", userFromCert: true}
 	if h := p.hint(rpctypes.ErrUserEmpty); !strings.Contains(h, "etcd saw no user (user name is empty) although this agent presents a certificate whose common name is regiond-agent-n1: etcd's grpc-proxy is between them") ||
 		strings.Contains(h, "its role must be made") {
 		t.Fatalf("hint for %q to an agent with a certificate: %q", rpctypes.ErrUserEmpty, h)
 	}
 	if h := p.hint(rpctypes.ErrPermissionDenied); !strings.Contains(h, "etcd user regiond-agent-n1 may not write /regiond/v1/agents/n1: its role must be made for this --node") {
 		t.Fatalf("hint for %q: %q", rpctypes.ErrPermissionDenied, h)
+	}
+	// A password login's user (no certificate) is not told of one (the
+	// second read).
+	p = &publisher{key: "/regiond/v1/agents/n1", node: "n1", user: "alice"}
+	if h := p.hint(rpctypes.ErrUserEmpty); !strings.Contains(h, "although this agent logs in as alice: the request carried no login token") || strings.Contains(h, "certificate") {
+		t.Fatalf("hint for %q to a password login: %q", rpctypes.ErrUserEmpty, h)
 	}
 }
 

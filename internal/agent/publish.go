@@ -893,12 +893,14 @@ func (p *publisher) hint(err error) string {
 		return ""
 	}
 	switch {
-	case etcddiag.UserEmpty(err) && p.user != "":
+	case etcddiag.UserEmpty(err) && p.userFromCert:
 		// The auth review: a certificate's user behind etcd's grpc-proxy
 		// was told to fix the role of a user etcd never saw.
 		return fmt.Sprintf("etcd saw no user (user name is empty) although this agent presents a certificate whose common name is %s: "+
 			"etcd's grpc-proxy is between them (it passes no client certificate on: give --status-endpoints the members' URLs, or log in with --user and a password), "+
 			"or etcd runs without --client-cert-auth", p.user)
+	case etcddiag.UserEmpty(err) && p.user != "":
+		return fmt.Sprintf("etcd saw no user (user name is empty) although this agent logs in as %s: the request carried no login token (etcd's authentication turned on under it?); retried, and a restart logs in afresh", p.user)
 	case etcddiag.UserEmpty(err):
 		return "etcd's authentication is on and this agent has no etcd user: give --user with $REGIOND_PASSWORD, or --cert and --key with a certificate whose common name is an etcd user (" +
 			p.authApply() + " makes the user and its role)"

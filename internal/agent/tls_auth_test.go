@@ -300,3 +300,23 @@ func TestStatusRefusedNamesTheNode(t *testing.T) {
 		}
 	}
 }
+
+// TestCertificateUserRefusedIsNamedAsTheCertificates: an agent with a
+// client certificate and no --user, whose CN is no etcd user, is refused
+// the prefix; etcd_error names the user as the certificate's CN and what
+// to check (that it is an etcd user with the role; a grpc-proxy between
+// them). (The second read: the agent's wiring of a certificate's user
+// into the mirror was untested.)
+func TestCertificateUserRefusedIsNamedAsTheCertificates(t *testing.T) {
+	t.Parallel()
+	sec := devetcd.NewTestSecure(t, "/regiond/v1/")
+	dir := t.TempDir()
+	h := runAgent(t, dir, tlsAgentConfig(t, dir, sec.Server, sec.Certs))
+	var st api.Status
+	waitFor(t, "the refusal in /v1/status", func() bool { st = api.Status{}; h.get("/v1/status", &st); return st.EtcdError != "" })
+	cn := devetcd.TestClientCN
+	if !strings.Contains(st.EtcdError, "(permission denied) to etcd user "+cn+" (the common name of this client's certificate): check that "+cn+" is an etcd user") ||
+		!strings.Contains(st.EtcdError, "if --endpoints is etcd's grpc-proxy, which passes no client certificate on, etcd saw no user at all") {
+		t.Fatalf("etcd_error for a certificate's CN that is no etcd user: %q", st.EtcdError)
+	}
+}

@@ -162,7 +162,7 @@ func (a *app) runAuthApply(ctx context.Context, o authOpts) error {
 		fmt.Fprintf(a.stderr, "regionctl: note: %s\n", n)
 	}
 	if o.passwords {
-		if err := a.refuseNoPasswordUsers(ctx, st, plan, cur); err != nil {
+		if err := a.warnNoPasswordUsers(ctx, st, plan, cur); err != nil {
 			return err
 		}
 	}
@@ -198,15 +198,18 @@ func (a *app) runAuthApply(ctx context.Context, o authOpts) error {
 	return a.printAuth(res, plan)
 }
 
-// maxPasswordChecks bounds the users refuseNoPasswordUsers checks.
+// maxPasswordChecks bounds the users warnNoPasswordUsers checks.
 const maxPasswordChecks = 16
 
-// refuseNoPasswordUsers refuses --passwords for users of the plan that
+// warnNoPasswordUsers warns, with --passwords, of users of the plan that
 // exist without a password (made for client certificates): etcd gives
-// such a user no password, so apply would change nothing and print none,
-// and a login with one stays refused (the auth review: the docs' grpc-proxy
-// step, after the certificate recipe, could not work).
-func (a *app) refuseNoPasswordUsers(ctx context.Context, st *store.Store, plan *store.AuthPlan, cur *store.AuthState) error {
+// such a user no password, so apply prints none for it, and a login with
+// one stays refused (the auth review: the docs' grpc-proxy step, after the
+// certificate recipe, said only "nothing to change"). A warning, not a
+// refusal: one apply may name certificate users meant to stay so beside
+// new users for password logins (the second read). An error is that of
+// the check, before any change.
+func (a *app) warnNoPasswordUsers(ctx context.Context, st *store.Store, plan *store.AuthPlan, cur *store.AuthState) error {
 	var existing []string
 	for _, u := range plan.Users {
 		if _, ok := cur.Users[u.Name]; ok {
@@ -229,9 +232,10 @@ func (a *app) refuseNoPasswordUsers(ctx context.Context, st *store.Store, plan *
 	for _, u := range np {
 		del = append(del, "etcdctl user delete "+store.ShellQuote(u))
 	}
-	return fmt.Errorf("refused, nothing changed: --passwords: user(s) %s exist without a password (made for client certificates), and etcd gives such a user none (etcdctl user passwd does not either): "+
-		"delete each (%s; its certificate and its role's grant go with it) and run this again, which adds it with a password and grants its role back (etcd takes its certificate again then too)",
+	fmt.Fprintf(a.stderr, "regionctl: warning: --passwords: user(s) %s exist without a password (made for client certificates) and get none: etcd gives such a user no password (etcdctl user passwd does not either); "+
+		"for one to log in with a password (behind etcd's grpc-proxy), delete it (%s; its certificate and its role's grant go with it) and run this again, which adds it with a password and grants its role back (its certificate logs it in again then too)\n",
 		strings.Join(np, ", "), strings.Join(del, "; "))
+	return nil
 }
 
 // authPlan builds the plan of the flags.

@@ -233,13 +233,30 @@ func endpoint(ctx context.Context, ep string, clientTLS *tls.Config) string {
 	return "TLS: the server closed the connection after the handshake: " + cause(err) + " (a client certificate it accepts? --cert, --key)"
 }
 
+// certAlert reports whether msg is the server's TLS alert about the
+// client's certificate (not a protocol version or cipher it refused).
+func certAlert(msg string) bool {
+	i := strings.Index(msg, "remote error: tls: ")
+	if i < 0 {
+		return false
+	}
+	alert := msg[i+len("remote error: tls: "):]
+	for _, a := range []string{"bad certificate", "unsupported certificate", "revoked certificate", "expired certificate",
+		"unknown certificate", "unknown certificate authority", "certificate required", "access denied"} {
+		if strings.HasPrefix(alert, a) {
+			return true
+		}
+	}
+	return false
+}
+
 // refusedCertNote describes the client certificate of cfg when err is the
 // server's TLS alert refusing it ("remote error: tls: expired
 // certificate", "bad certificate"): its CN and validity, naming an expiry
 // passed or a start not reached (the auth review: an expired certificate
 // was named, not which, nor since when). "" otherwise.
 func refusedCertNote(err error, cfg *tls.Config) string {
-	if err == nil || cfg == nil || !strings.Contains(err.Error(), "remote error: tls:") {
+	if err == nil || cfg == nil || !certAlert(err.Error()) {
 		return ""
 	}
 	var cert *tls.Certificate

@@ -122,6 +122,7 @@ func (s *Store) Heartbeat(ctx context.Context, c HeartbeatConfig) error {
 	refusedBo := backoff.New(time.Second, 30*time.Second) // a refusal lasts until a hand fixes it
 	refused := ""                                         // the cause of the refusal last logged at ERROR (refusalCause)
 	var prev clientv3.LeaseID                             // the lease of the session lost last; 0 before the first
+	var diagnosedAt time.Time                             // when an unreachable etcd's endpoints were last diagnosed
 	for {
 		first := prev == 0
 		sess, val, granted, err := s.heartbeatSession(ctx, ttl, c, s.ks.RoutingKey(rel), prev)
@@ -149,7 +150,13 @@ func (s *Store) Heartbeat(ctx context.Context, c HeartbeatConfig) error {
 					s.log.Debug("heartbeat: still refused, retrying", "key", rel, "err", err)
 				}
 			default:
-				s.log.Warn("heartbeat: cannot write marker, retrying", "key", rel, "err", s.diagnose(ctx, err))
+				// Each endpoint's own dial takes up to a second or two
+				// when it is silent: once per outage, then every
+				// diagnoseEvery, not at each retry (the second read).
+				if time.Since(diagnosedAt) >= diagnoseEvery {
+					err, diagnosedAt = s.diagnose(ctx, err), time.Now()
+				}
+				s.log.Warn("heartbeat: cannot write marker, retrying", "key", rel, "err", err)
 			}
 			if wait.Wait(ctx) != nil {
 				return s.stopHeartbeat(ctx, rel, prev, "heartbeat stopped between leases")
@@ -158,7 +165,7 @@ func (s *Store) Heartbeat(ctx context.Context, c HeartbeatConfig) error {
 		}
 		bo.Reset()
 		refusedBo.Reset()
-		refused = ""
+		refused, diagnosedAt = "", time.Time{}
 		s.log.Info("heartbeat up", "key", rel, "lease", fmt.Sprintf("%x", int64(sess.Lease())), "ttl_s", int64(granted/time.Second))
 		if c.OnUp != nil {
 			c.OnUp(int64(sess.Lease()), granted)
@@ -509,6 +516,10 @@ func (s *Store) stopHeartbeat(ctx context.Context, rel string, lease clientv3.Le
 	s.log.Warn(what+"; etcd did not revoke its lease: the marker goes when the lease's TTL ends", "key", rel, "lease", fmt.Sprintf("%x", int64(lease)), "err", err)
 	return nil
 }
+
+// diagnoseEvery is how often a heartbeat that cannot reach etcd dials
+// each endpoint again to say why.
+const diagnoseEvery = 30 * time.Second
 
 // diagnose adds to err, when it is an *UnreachableError without them,
 // what each endpoint answers a plain dial of its own (etcddiag.Check):
