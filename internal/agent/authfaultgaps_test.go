@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/regiond/regiond/internal/api"
-	"github.com/regiond/regiond/internal/devetcd"
 )
 
 // TestPasswordChangedUnderAWatchingAgentIsALoginRefused proves a gap
@@ -30,13 +29,7 @@ import (
 // the user and $REGIOND_PASSWORD.
 func TestPasswordChangedUnderAWatchingAgentIsALoginRefused(t *testing.T) {
 	t.Parallel()
-	srv, _ := exampleEtcd(t)
-	a := devetcd.EnableTestAuth(t, srv, "/regiond/v1/")
-	root, err := srv.ClientAs("root", devetcd.TestRootPassword)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
+	srv, a, root := authedExample(t)
 	dir := t.TempDir()
 	cfg := tcpConfig(dir, srv.Endpoints, "node-pw")
 	cfg.Username, cfg.Password = a.User, a.Password

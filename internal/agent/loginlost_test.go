@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/regiond/regiond/internal/api"
 	"github.com/regiond/regiond/internal/devetcd"
 )
@@ -20,13 +22,7 @@ import (
 // the user back, the agent follows etcd again and the gauge is 0.
 func TestUserGoneUnderARunningAgentIsALoginRefused(t *testing.T) {
 	t.Parallel() // mostly idle, waiting out etcd's and the agent's timeouts: run beside the other such tests
-	srv, _ := exampleEtcd(t)
-	a := devetcd.EnableTestAuth(t, srv, "/regiond/v1/")
-	root, err := srv.ClientAs("root", devetcd.TestRootPassword)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
+	srv, a, root := authedExample(t)
 	px := proxyTo(t, srv)
 	dir := t.TempDir()
 	cfg := tcpConfig(dir, []string{px.URL()}, "node-gone")
@@ -65,4 +61,18 @@ func TestUserGoneUnderARunningAgentIsALoginRefused(t *testing.T) {
 	if g := gauge(t, h, "regiond_agent_etcd_login_refused"); g != 0 {
 		t.Fatalf("regiond_agent_etcd_login_refused = %v with the user back, want 0", g)
 	}
+}
+
+// authedExample is exampleEtcd with authentication on (the test user's
+// readwrite on /regiond/v1/) and a client of root, closed at the end.
+func authedExample(t *testing.T) (*devetcd.Server, devetcd.Auth, *clientv3.Client) {
+	t.Helper()
+	srv, _ := exampleEtcd(t)
+	a := devetcd.EnableTestAuth(t, srv, "/regiond/v1/")
+	root, err := srv.ClientAs("root", devetcd.TestRootPassword)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	return srv, a, root
 }

@@ -36,15 +36,7 @@ func TestWhy(t *testing.T) {
 	}
 	noCert := good.Clone()
 	noCert.Certificates, noCert.GetClientCertificate = nil, nil
-	expiredAt := time.Now().Add(-time.Minute).UTC().Truncate(time.Second)
-	old, err := certs.IssueClientUntil("old-one", expiredAt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	expired, err := old.TLSConfig(certs.CAFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	expired, expiredAt := expiredClient(t, certs)
 	port, err := freeport.Get()
 	if err != nil {
 		t.Fatal(err)
@@ -217,4 +209,20 @@ func TestWhyNamesAPeerPort(t *testing.T) {
 	if want := peer + ": an etcd member's peer port answers there"; !strings.Contains(got, want) || !strings.Contains(got, "give the client URL") {
 		t.Errorf("Why(the peer URL) = %q, want it to contain %q and the client URL to give", got, want)
 	}
+}
+
+// expiredClient returns the TLS configuration of a client certificate of
+// certs' CA, CN old-one, that expired a minute ago, and when.
+func expiredClient(t *testing.T, certs *devetcd.TestCerts) (*tls.Config, time.Time) {
+	t.Helper()
+	expiredAt := time.Now().Add(-time.Minute).UTC().Truncate(time.Second)
+	old, err := certs.IssueClientUntil("old-one", expiredAt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired, err := old.TLSConfig(certs.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return expired, expiredAt
 }

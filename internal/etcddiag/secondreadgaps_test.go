@@ -72,15 +72,7 @@ func TestRefusedCertNoteInsideTheHandshake(t *testing.T) {
 	trustSrv := x509.NewCertPool()
 	trustSrv.AddCert(srv.Certificate())
 
-	expiredAt := time.Now().Add(-time.Minute).UTC().Truncate(time.Second)
-	old, err := certs.IssueClientUntil("old-one", expiredAt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	expired, err := old.TLSConfig(certs.CAFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	expired, expiredAt := expiredClient(t, certs)
 	expired.RootCAs = trustSrv
 
 	future := &tls.Config{RootCAs: trustSrv, Certificates: []tls.Certificate{later}}

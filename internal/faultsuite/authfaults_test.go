@@ -157,6 +157,19 @@ func TestAuthFaultsReconverge(t *testing.T) {
 		t.Fatal("never converged at start")
 	}
 
+	// restartsUnder makes change, restarts every member in turn, holds
+	// 8 s, and undoes it.
+	restartsUnder := func(what string, change, undo func() error) {
+		mustDo(t, change)
+		for i := range c.Members {
+			c.Kill(i)
+			time.Sleep(300 * time.Millisecond)
+			c.Restart(i, 30*time.Second)
+		}
+		time.Sleep(8 * time.Second)
+		cv.snapshot("held: " + what + ", members restarted")
+		mustDo(t, undo)
+	}
 	faults := []struct {
 		name string
 		do   func()
@@ -210,26 +223,14 @@ func TestAuthFaultsReconverge(t *testing.T) {
 			})
 		}},
 		{"password-changed-rolling-restart", func() {
-			mustDo(t, func() error { _, err := rootCli.UserChangePassword(ctx, authUser, "other-pw"); return err })
-			for i := range c.Members {
-				c.Kill(i)
-				time.Sleep(300 * time.Millisecond)
-				c.Restart(i, 30*time.Second)
-			}
-			time.Sleep(8 * time.Second)
-			cv.snapshot("held: password changed, members restarted")
-			mustDo(t, func() error { _, err := rootCli.UserChangePassword(ctx, authUser, authPassword); return err })
+			restartsUnder("password changed",
+				func() error { _, err := rootCli.UserChangePassword(ctx, authUser, "other-pw"); return err },
+				func() error { _, err := rootCli.UserChangePassword(ctx, authUser, authPassword); return err })
 		}},
 		{"role-revoked-rolling-restart", func() {
-			mustDo(t, func() error { _, err := rootCli.UserRevokeRole(ctx, authUser, authRole); return err })
-			for i := range c.Members {
-				c.Kill(i)
-				time.Sleep(300 * time.Millisecond)
-				c.Restart(i, 30*time.Second)
-			}
-			time.Sleep(8 * time.Second)
-			cv.snapshot("held: role revoked, members restarted")
-			mustDo(t, func() error { _, err := rootCli.UserGrantRole(ctx, authUser, authRole); return err })
+			restartsUnder("role revoked",
+				func() error { _, err := rootCli.UserRevokeRole(ctx, authUser, authRole); return err },
+				func() error { _, err := rootCli.UserGrantRole(ctx, authUser, authRole); return err })
 		}},
 		{"proxied-agent-killed-restarted", func() {
 			agents[2].kill()

@@ -21,18 +21,7 @@ import (
 // expiry of the certificate it started with does not cut it off.
 func TestDialPresentsARenewedCertificate(t *testing.T) {
 	t.Parallel()
-	certs := devetcd.NewTestCerts(t)
-	srv := devetcd.NewTestTLS(t, certs)
-	px, err := tcpproxy.New(strings.TrimPrefix(srv.Endpoints[0], "https://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { px.Close() })
-	expires := time.Now().Add(3 * time.Second)
-	short, err := certs.IssueClientUntil("heartbeat", expires)
-	if err != nil {
-		t.Fatal(err)
-	}
+	certs, px, short, expires := shortLivedBehindProxy(t, 3*time.Second)
 	cli, err := Dial(context.Background(), DialConfig{Endpoints: []string{"https://" + px.Addr()}, CACert: certs.CAFile,
 		Cert: short.CertFile, Key: short.KeyFile, ProbeKey: "/regiond/v1/routing/epoch"})
 	if err != nil {
@@ -80,18 +69,7 @@ func TestDialPresentsARenewedCertificate(t *testing.T) {
 // and that the cluster has a leader)" (the auth review).
 func TestRunningHeartbeatNamesAnExpiredCertificate(t *testing.T) {
 	t.Parallel()
-	certs := devetcd.NewTestCerts(t)
-	srv := devetcd.NewTestTLS(t, certs)
-	px, err := tcpproxy.New(strings.TrimPrefix(srv.Endpoints[0], "https://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { px.Close() })
-	expires := time.Now().Add(2 * time.Second)
-	short, err := certs.IssueClientUntil("heartbeat", expires)
-	if err != nil {
-		t.Fatal(err)
-	}
+	certs, px, short, expires := shortLivedBehindProxy(t, 2*time.Second)
 	dc := DialConfig{Endpoints: []string{"https://" + px.Addr()}, CACert: certs.CAFile, Cert: short.CertFile, Key: short.KeyFile}
 	cli, err := Dial(context.Background(), dc)
 	if err != nil {
@@ -124,4 +102,24 @@ func TestRunningHeartbeatNamesAnExpiredCertificate(t *testing.T) {
 	}); !ok {
 		t.Fatalf("no retry warning naming the expired certificate:\n%s", logs)
 	}
+}
+
+// shortLivedBehindProxy starts an etcd with TLS behind a TCP proxy (a
+// test cuts its connections with Sever) and issues a client certificate
+// "heartbeat" that expires life from now, at expires.
+func shortLivedBehindProxy(t *testing.T, life time.Duration) (*devetcd.TestCerts, *tcpproxy.Proxy, devetcd.ClientCert, time.Time) {
+	t.Helper()
+	certs := devetcd.NewTestCerts(t)
+	srv := devetcd.NewTestTLS(t, certs)
+	px, err := tcpproxy.New(strings.TrimPrefix(srv.Endpoints[0], "https://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	expires := time.Now().Add(life)
+	short, err := certs.IssueClientUntil("heartbeat", expires)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certs, px, short, expires
 }
