@@ -107,6 +107,9 @@ type Status struct {
 	// (authentication failed: a password changed in etcd, the user gone),
 	// not its role.
 	LoginRefused bool
+	// LoginRefusals counts the logins etcd refused the mirror's lists,
+	// watches and checks since it started (each retry one more).
+	LoginRefusals int64
 	// Unreachable says what the endpoints answered a plain dial
 	// (Config.Diagnose) the last time the mirror found itself without a
 	// connection to etcd, while it still has none; "" otherwise, and once
@@ -142,9 +145,10 @@ type Mirror struct {
 	table  atomic.Pointer[routing.Table]
 	swapMu sync.Mutex // serializes derive-and-store of the table
 
-	connected atomic.Bool
-	refused   atomic.Pointer[refusal] // see Status.Refused
-	unreach   atomic.Pointer[string]  // see Status.Unreachable
+	connected     atomic.Bool
+	refused       atomic.Pointer[refusal] // see Status.Refused
+	loginRefusals atomic.Int64            // see Status.LoginRefusals
+	unreach       atomic.Pointer[string]  // see Status.Unreachable
 	// leaderless: etcd said no leader since the mirror was last connected.
 	leaderless atomic.Bool
 	// stalled, since the mirror was last connected, says why with the
@@ -298,7 +302,7 @@ func (m *Mirror) Changed() <-chan struct{} {
 
 // Status returns the mirror's freshness.
 func (m *Mirror) Status() Status {
-	s := Status{Connected: m.connected.Load(), EventRevision: m.eventRev.Load()}
+	s := Status{Connected: m.connected.Load(), EventRevision: m.eventRev.Load(), LoginRefusals: m.loginRefusals.Load()}
 	if r := m.refused.Load(); r != nil {
 		s.Refused, s.LoginRefused = r.msg, r.login
 	}
@@ -454,6 +458,7 @@ func (m *Mirror) refuse(what string, err error) {
 		msg := fmt.Sprintf("etcd refuses the login of user %s (authentication failed) for the %s of %s: its password in etcd is not the agent's (changed in etcd, or etcd restored from a backup made before its password was changed: set it again with etcdctl user passwd, as regionctl auth apply keeps an existing user's password), or the user is gone (deleted, or etcd restored from a backup made before it: regionctl auth apply makes the agents' users again, then give the agent the password it sets)",
 			m.cfg.User, what, m.cfg.Prefix)
 		m.refused.Store(&refusal{msg: msg, login: true, read: what == "read"})
+		m.loginRefusals.Add(1)
 		m.log.Error(msg+"; keeping the last good table and retrying", "prefix", m.cfg.Prefix, "user", m.cfg.User, "err", err)
 		return
 	}

@@ -309,7 +309,7 @@ func (a *Agent) dialFailed(ctx context.Context, err error, wait time.Duration) {
 				a.cfg.Username, a.cfg.Endpoints, a.cfg.Username, a.cfg.Node, err)
 		}
 		a.login.dialRefused.Store(true)
-		a.login.refusals.Inc()
+		a.login.dialRefusals.Add(1)
 		a.log.Error("etcd refused the agent's login; serving the last table (stale) and retrying", "user", a.cfg.Username,
 			"endpoints", a.cfg.Endpoints, "err", err, "retry_in", wait.Round(time.Millisecond))
 	} else {
@@ -341,7 +341,12 @@ func loginRefused(err error) bool {
 type loginMetrics struct {
 	client   prometheus.Gauge
 	refused  prometheus.GaugeFunc
-	refusals prometheus.Counter
+	refusals prometheus.CounterFunc
+	// dialRefusals and statusRefusals count the refused logins of the
+	// first dial's retries and of the status key's puts; refusals sums
+	// them with the mirror's (watch.Status.LoginRefusals: the auth
+	// restore walk found the total 0 while the gauge said refused).
+	dialRefusals, statusRefusals *atomic.Int64
 	// dialRefused: etcd refuses the login of the agent's first dial (at
 	// start); the mirror says whether it refuses a later one
 	// (watch.Status.LoginRefused: the user gone under a running agent).
@@ -352,7 +357,8 @@ type loginMetrics struct {
 // made) says whether a later login is refused.
 func newLoginMetrics(reg prometheus.Registerer, a *Agent) loginMetrics {
 	dialRefused := new(atomic.Bool)
-	m := loginMetrics{dialRefused: dialRefused,
+	dialRefusals, statusRefusals := new(atomic.Int64), new(atomic.Int64)
+	m := loginMetrics{dialRefused: dialRefused, dialRefusals: dialRefusals, statusRefusals: statusRefusals,
 		client: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "regiond", Subsystem: "agent", Name: "etcd_client",
 			Help: "1 once the agent has reached etcd (and logged in, with --user) since it started; 0 while it retries, serving its snapshot file (GET /v1/status: etcd_error)."}),
 		refused: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "regiond", Subsystem: "agent", Name: "etcd_login_refused",
@@ -369,8 +375,15 @@ func newLoginMetrics(reg prometheus.Registerer, a *Agent) loginMetrics {
 				}
 				return 0
 			}),
-		refusals: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "regiond", Subsystem: "agent", Name: "etcd_login_refusals_total",
-			Help: "Logins to etcd refused (wrong password, unknown user)."}),
+		refusals: prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "regiond", Subsystem: "agent", Name: "etcd_login_refusals_total",
+			Help: "Logins to etcd refused (wrong password, unknown user): the first dial's, the routing watch's and the status key's."},
+			func() float64 {
+				n := dialRefusals.Load() + statusRefusals.Load()
+				if mi := a.Mirror(); mi != nil {
+					n += mi.Status().LoginRefusals
+				}
+				return float64(n)
+			}),
 	}
 	reg.MustRegister(m.client, m.refused, m.refusals)
 	return m

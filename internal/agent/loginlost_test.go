@@ -47,6 +47,12 @@ func TestUserGoneUnderARunningAgentIsALoginRefused(t *testing.T) {
 	if g := gauge(t, h, "regiond_agent_etcd_login_refused"); g != 1 {
 		t.Fatalf("regiond_agent_etcd_login_refused = %v while the user is gone, want 1 (etcd_error %q)", g, st.EtcdError)
 	}
+	// The total counts the watch's refused logins too, each retry (the
+	// auth restore walk: 0 while the gauge said refused).
+	waitFor(t, "the watch's second refused login", func() bool { return h.a.Mirror().Status().LoginRefusals >= 2 })
+	if c, m := counter(t, h, "regiond_agent_etcd_login_refusals_total"), h.a.Mirror().Status().LoginRefusals; c < float64(m) {
+		t.Fatalf("regiond_agent_etcd_login_refusals_total = %v while the user is gone, want at least the watch's %d", c, m)
+	}
 	if c, d := h.resolve("PL", "k"); c != 200 || d.Pool == "" {
 		t.Fatalf("resolve while the login is refused: %d %+v, want the last good table", c, d)
 	}

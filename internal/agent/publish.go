@@ -125,7 +125,7 @@ type publisher struct {
 	// gone), until a put or grant passes again; regiond_agent_etcd_login_refused
 	// says so, and loginRefusals counts each time it starts.
 	loginRefused  atomic.Bool
-	loginRefusals prometheus.Counter
+	loginRefusals *atomic.Int64
 	// noRecordAt is when etcd last refused the node record to the
 	// agent's role (one made before node records, by an older regionctl
 	// auth apply), zero while it does not: the status key alone is put,
@@ -171,7 +171,7 @@ func newPublisher(cli *clientv3.Client, key, record string, a *Agent) *publisher
 		log: a.log.With("component", "status"), clock: a.statusClock, kick: make(chan struct{}, 1),
 		quietSpacing: cmp.Or(a.statusQuietSpacing, statusQuietSpacing), recordRetry: cmp.Or(a.recordRetry, statusRefresh),
 		retry:     cmp.Or(a.statusRetry, backoff.Default()),
-		beforePut: a.beforeStatusPut, failures: a.statusPutFailures, conflictsTotal: a.nodeConflicts, loginRefusals: a.login.refusals}
+		beforePut: a.beforeStatusPut, failures: a.statusPutFailures, conflictsTotal: a.nodeConflicts, loginRefusals: a.login.statusRefusals}
 }
 
 // changed tells the publisher that the table may have reached a new
@@ -864,7 +864,7 @@ func (p *publisher) dialFailed(err error, wait time.Duration) {
 // refused the login.
 func (p *publisher) setErr(what string, err error) {
 	if etcddiag.AuthFailed(err) && !p.loginRefused.Swap(true) && p.loginRefusals != nil {
-		p.loginRefusals.Inc()
+		p.loginRefusals.Add(1)
 	}
 	msg := what + ": " + err.Error()
 	if h := p.hint(err); h != "" {
