@@ -81,7 +81,7 @@ func addAuthFlags(cmd *cobra.Command, o *authOpts) {
 	f.StringSliceVar(&o.viewers, "viewer", nil, "user of role regiond-viewer (repeatable)")
 	f.StringSliceVar(&o.agents, "agent", nil, "NODE[=USER]: the agent of node NODE (its --node), as USER (default: the role's name, regiond-agent-NODE)")
 	f.StringSliceVar(&o.origins, "origin", nil, "POOL[=USER]: an origin of pool POOL, as USER (default: regiond-origin-POOL); repeat for several users")
-	f.BoolVar(&o.passwords, "passwords", false, "give new users a generated password (printed once) instead of none (client certificates)")
+	f.BoolVar(&o.passwords, "passwords", false, "give new users a generated password (printed once) instead of none (client certificates); an existing user without one gets none, and is warned about")
 }
 
 func (a *app) authRolesCmd() *cobra.Command {
