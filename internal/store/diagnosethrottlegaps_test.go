@@ -1,0 +1,69 @@
+package store
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/regiond/regiond/internal/logbuf"
+	"github.com/regiond/regiond/internal/poll"
+)
+
+// TestHeartbeatDiagnosesOncePerOutage proves the throttle of the running
+// heartbeat's diagnosis (diagnoseEvery): of its retries while etcd stays
+// unreachable (an expired client certificate), only the first within
+// 30 s dials each endpoint to say why; the next retries' warnings carry
+// the bare error. TestRunningHeartbeatNamesAnExpiredCertificate tests
+// that one names it, so diagnosing at every retry passed.
+func TestHeartbeatDiagnosesOncePerOutage(t *testing.T) {
+	t.Parallel()
+	certs, px, short, expires := shortLivedBehindProxy(t, 1500*time.Millisecond)
+	dc := DialConfig{Endpoints: []string{"https://" + px.Addr()}, CACert: certs.CAFile, Cert: short.CertFile, Key: short.KeyFile}
+	cli, err := Dial(context.Background(), dc)
+	if err != nil {
+		t.Fatalf("dial with the short-lived certificate: %v", err)
+	}
+	defer cli.Close()
+	tc, err := dc.TLSConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &logbuf.Buffer{}
+	s := newStore(t, cli, Options{RequestTimeout: 300 * time.Millisecond, Endpoints: dc.Endpoints, TLS: tc,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	up, stop := startHeartbeat(s, time.Second)
+	defer stop()
+	select {
+	case <-up:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the heartbeat did not come up:\n%s", logs)
+	}
+	time.Sleep(time.Until(expires) + 200*time.Millisecond)
+	px.Sever()
+	if err := px.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	warnings := func() []string {
+		var w []string
+		for _, l := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(l, "heartbeat: cannot write marker, retrying") {
+				w = append(w, l)
+			}
+		}
+		return w
+	}
+	if _, ok := poll.Until(15*time.Second, func() bool { return len(warnings()) >= 3 }); !ok {
+		t.Fatalf("fewer than 3 retry warnings:\n%s", logs)
+	}
+	named := 0
+	for _, w := range warnings() {
+		if strings.Contains(w, "expired certificate") {
+			named++
+		}
+	}
+	if named != 1 || !strings.Contains(warnings()[0], "expired certificate") {
+		t.Fatalf("%d retry warnings diagnosed (want the first only, once per %s):\n%s", named, diagnoseEvery, strings.Join(warnings(), "\n"))
+	}
+}
