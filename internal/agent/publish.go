@@ -123,7 +123,7 @@ type publisher struct {
 	// loginRefused: etcd refuses the login of the status key's client
 	// (its password changed in etcd under the running agent, its user
 	// gone), until a put or grant passes again; regiond_agent_etcd_login_refused
-	// says so, and loginRefusals counts each time it starts.
+	// says so, and loginRefusals counts each refusal.
 	loginRefused  atomic.Bool
 	loginRefusals *atomic.Int64
 	// noRecordAt is when etcd last refused the node record to the
@@ -863,8 +863,11 @@ func (p *publisher) dialFailed(err error, wait time.Duration) {
 // setErr records why the status key is not published, and whether etcd
 // refused the login.
 func (p *publisher) setErr(what string, err error) {
-	if etcddiag.AuthFailed(err) && !p.loginRefused.Swap(true) && p.loginRefusals != nil {
-		p.loginRefusals.Add(1)
+	if etcddiag.AuthFailed(err) {
+		p.loginRefused.Store(true)
+		if p.loginRefusals != nil { // each refusal, as the dial and the mirror count (the third read)
+			p.loginRefusals.Add(1)
+		}
 	}
 	msg := what + ": " + err.Error()
 	if h := p.hint(err); h != "" {

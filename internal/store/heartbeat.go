@@ -154,7 +154,10 @@ func (s *Store) Heartbeat(ctx context.Context, c HeartbeatConfig) error {
 				// when it is silent: once per outage, then every
 				// diagnoseEvery, not at each retry (the second read).
 				if time.Since(diagnosedAt) >= diagnoseEvery {
-					err, diagnosedAt = s.diagnose(ctx, err), time.Now()
+					var ran bool
+					if err, ran = s.diagnose(ctx, err); ran {
+						diagnosedAt = time.Now()
+					}
 				}
 				s.log.Warn("heartbeat: cannot write marker, retrying", "key", rel, "err", err)
 			}
@@ -525,22 +528,25 @@ const diagnoseEvery = 30 * time.Second
 // what each endpoint answers a plain dial of its own (etcddiag.Check):
 // the auth review's running heartbeat said only "context deadline
 // exceeded" of a certificate that had expired, where a start names it.
-func (s *Store) diagnose(ctx context.Context, err error) error {
+// It reports whether it dialed them (ran): the caller's throttle counts
+// only those (the third read: an error of another kind started it, and
+// the unreachable etcd that followed went undiagnosed for 30 s).
+func (s *Store) diagnose(ctx context.Context, err error) (_ error, ran bool) {
 	var ue *UnreachableError
 	if !errors.As(err, &ue) || ue.Why != "" || len(s.opts.Endpoints) == 0 {
-		return err
+		return err, false
 	}
 	eps, eerr := etcddiag.Endpoints(s.opts.Endpoints, s.opts.TLS != nil)
 	if eerr != nil {
-		return err
+		return err, false
 	}
 	dctx, cancel := context.WithTimeout(ctx, 2*etcddiag.Timeout)
 	defer cancel()
 	why, connected := etcddiag.Check(dctx, eps, s.opts.TLS)
 	if why == "" {
-		return err
+		return err, true
 	}
 	d := *ue
 	d.Why, d.Connected = why, connected
-	return &d
+	return &d, true
 }

@@ -352,7 +352,7 @@ func (s *Store) memberError(ctx context.Context, m *pb.Member, cluster uint64, a
 			// The runbook walk: a member started with
 			// --initial-cluster-state=new ran as a cluster of its own.
 			return "not started: added (etcdctl member add), its etcd not yet running, or started without --initial-cluster-state=existing " +
-				"(a cluster of its own: its log says \"cluster ID mismatch\"; stop it, empty its data directory, start it with existing)", false
+				"(it bootstrapped a cluster of its own, which the others refuse: its log says \"cluster ID mismatch\"; stop it, empty its data directory, start it with existing)", false
 		}
 		return "it advertises no client URL", false
 	}
