@@ -557,7 +557,8 @@ func (p *publisher) publish(ctx context.Context, sess *concurrency.Session, m *w
 // out of regionctl status). A put under another lease (that other agent
 // starting) is signalled once per session, so two such agents do not
 // take the key from each other at every put: after that one, their
-// checked puts do (putOwn). A watch that fails (a compacted revision
+// checked puts do (putOwn). The watch starts at the key's revision read
+// before this session's first put. A watch that fails (a compacted revision
 // after a long cut) is made again, 1 s doubling to 30 s later, one
 // refused (a hand-made role that may not read the key) not again in
 // the session; the checked puts cover what it missed.
@@ -569,11 +570,30 @@ func (p *publisher) keyTaken(ctx context.Context, lease clientv3.LeaseID, run ma
 		default:
 		}
 	}
+	// The watch starts at the revision before this session's first put,
+	// which follows at once: a watch made from "now" in the goroutine
+	// could miss a put of the other agent landing meanwhile (CI: the
+	// newcomer missed the running agent's put back, so it never put its
+	// own back). Without that revision (the read failed) it starts when
+	// it is made.
+	var next int64
+	gctx, gcancel := context.WithTimeout(ctx, 2*time.Second)
+	if resp, err := p.cli.Get(gctx, p.key, clientv3.WithCountOnly()); err == nil {
+		next = resp.Header.Revision + 1
+	}
+	gcancel()
 	go func() {
 		foreignSeen := false
 		bo := backoff.New(time.Second, 30*time.Second)
 		for ctx.Err() == nil {
-			for resp := range p.cli.Watch(ctx, p.key, clientv3.WithPrevKV()) {
+			opts := []clientv3.OpOption{clientv3.WithPrevKV()}
+			if next > 0 {
+				opts = append(opts, clientv3.WithRev(next))
+			}
+			for resp := range p.cli.Watch(ctx, p.key, opts...) {
+				if resp.CompactRevision != 0 {
+					next = 0 // compacted past it: from when made again; the checked puts cover the rest
+				}
 				if err := resp.Err(); err != nil && watch.PermissionDenied(err) {
 					p.log.Debug("agent status: etcd refuses the watch of the status key to this agent's role (readwrite on it is regionctl auth apply's); its checked puts find another agent's put or delete", "key", p.key, "err", err)
 					return
@@ -583,6 +603,7 @@ func (p *publisher) keyTaken(ctx context.Context, lease clientv3.LeaseID, run ma
 				}
 				bo.Reset()
 				for _, ev := range resp.Events {
+					next = ev.Kv.ModRevision + 1
 					switch {
 					case ev.Type == clientv3.EventTypeDelete:
 						// Not under this session's lease: the end of that
