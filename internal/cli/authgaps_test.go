@@ -599,7 +599,10 @@ func TestGapHeartbeatRefusalNamesTheRoleOfItsPrefix(t *testing.T) {
 			return ok && string(rr.Key) == healthKey
 		}, "; is eu-central the pool's id? the role rd-origin-eu-central covers only its own pool's health keys"},
 		{func(method string, _ any) bool { return method == "/etcdserverpb.KV/Txn" },
-			" lacks the role rd-origin-eu-central, which alone writes its health keys"},
+			" lacks the role rd-origin-eu-central, which alone writes its health keys: run the heartbeat as the pool's origin user (regionctl --prefix "},
+		// The way out names --role-prefix too (the second read's C5).
+		{func(method string, _ any) bool { return method == "/etcdserverpb.KV/Txn" },
+			" auth apply --role-prefix rd- --origin eu-central makes user rd-origin-eu-central with that role alone"},
 	} {
 		deny := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 			if c.deny(method, req) {
