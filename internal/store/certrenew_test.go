@@ -69,32 +69,7 @@ func TestDialPresentsARenewedCertificate(t *testing.T) {
 // and that the cluster has a leader)" (the auth review).
 func TestRunningHeartbeatNamesAnExpiredCertificate(t *testing.T) {
 	t.Parallel()
-	certs, px, short, expires := shortLivedBehindProxy(t, 2*time.Second)
-	dc := DialConfig{Endpoints: []string{"https://" + px.Addr()}, CACert: certs.CAFile, Cert: short.CertFile, Key: short.KeyFile}
-	cli, err := Dial(context.Background(), dc)
-	if err != nil {
-		t.Fatalf("dial with the short-lived certificate: %v", err)
-	}
-	defer cli.Close()
-	tc, err := dc.TLSConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &logbuf.Buffer{}
-	s := newStore(t, cli, Options{RequestTimeout: time.Second, Endpoints: dc.Endpoints, TLS: tc,
-		Logger: slog.New(slog.NewTextHandler(logs, nil))})
-	up, stop := startHeartbeat(s, time.Second)
-	defer stop()
-	select {
-	case <-up:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the heartbeat did not come up:\n%s", logs)
-	}
-	time.Sleep(time.Until(expires) + 500*time.Millisecond)
-	px.Sever()
-	if err := px.Restore(); err != nil {
-		t.Fatal(err)
-	}
+	logs, expires := heartbeatPastItsCertificate(t, 2*time.Second, time.Second)
 	if _, ok := poll.Until(20*time.Second, func() bool {
 		l := logs.String()
 		return strings.Contains(l, "heartbeat: cannot write marker, retrying") && strings.Contains(l, "expired certificate") &&
@@ -122,4 +97,41 @@ func shortLivedBehindProxy(t *testing.T, life time.Duration) (*devetcd.TestCerts
 		t.Fatal(err)
 	}
 	return certs, px, short, expires
+}
+
+// heartbeatPastItsCertificate runs a heartbeat (TTL 1 s) with a client
+// certificate that expires life from now, behind a TCP proxy, waits for
+// it to come up, then past the certificate's expiry, and severs the
+// proxy's connections: the heartbeat must connect again, and cannot. It
+// returns the heartbeat's log (text) and the certificate's expiry;
+// requestTimeout is the store's.
+func heartbeatPastItsCertificate(t *testing.T, life, requestTimeout time.Duration) (*logbuf.Buffer, time.Time) {
+	t.Helper()
+	certs, px, short, expires := shortLivedBehindProxy(t, life)
+	dc := DialConfig{Endpoints: []string{"https://" + px.Addr()}, CACert: certs.CAFile, Cert: short.CertFile, Key: short.KeyFile}
+	cli, err := Dial(context.Background(), dc)
+	if err != nil {
+		t.Fatalf("dial with the short-lived certificate: %v", err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	tc, err := dc.TLSConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &logbuf.Buffer{}
+	s := newStore(t, cli, Options{RequestTimeout: requestTimeout, Endpoints: dc.Endpoints, TLS: tc,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	up, stop := startHeartbeat(s, time.Second)
+	t.Cleanup(func() { stop() })
+	select {
+	case <-up:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the heartbeat did not come up:\n%s", logs)
+	}
+	time.Sleep(time.Until(expires) + 300*time.Millisecond)
+	px.Sever()
+	if err := px.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	return logs, expires
 }

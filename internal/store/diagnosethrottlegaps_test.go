@@ -1,13 +1,10 @@
 package store
 
 import (
-	"context"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/regiond/regiond/internal/logbuf"
 	"github.com/regiond/regiond/internal/poll"
 )
 
@@ -19,32 +16,7 @@ import (
 // that one names it, so diagnosing at every retry passed.
 func TestHeartbeatDiagnosesOncePerOutage(t *testing.T) {
 	t.Parallel()
-	certs, px, short, expires := shortLivedBehindProxy(t, 1500*time.Millisecond)
-	dc := DialConfig{Endpoints: []string{"https://" + px.Addr()}, CACert: certs.CAFile, Cert: short.CertFile, Key: short.KeyFile}
-	cli, err := Dial(context.Background(), dc)
-	if err != nil {
-		t.Fatalf("dial with the short-lived certificate: %v", err)
-	}
-	defer cli.Close()
-	tc, err := dc.TLSConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &logbuf.Buffer{}
-	s := newStore(t, cli, Options{RequestTimeout: 300 * time.Millisecond, Endpoints: dc.Endpoints, TLS: tc,
-		Logger: slog.New(slog.NewTextHandler(logs, nil))})
-	up, stop := startHeartbeat(s, time.Second)
-	defer stop()
-	select {
-	case <-up:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the heartbeat did not come up:\n%s", logs)
-	}
-	time.Sleep(time.Until(expires) + 200*time.Millisecond)
-	px.Sever()
-	if err := px.Restore(); err != nil {
-		t.Fatal(err)
-	}
+	logs, _ := heartbeatPastItsCertificate(t, 1500*time.Millisecond, 300*time.Millisecond)
 	warnings := func() []string {
 		var w []string
 		for _, l := range strings.Split(logs.String(), "\n") {
